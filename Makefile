@@ -1,0 +1,49 @@
+# shapejit developer targets.
+#   make build   build shapejit._C in place (python3 setup.py build_ext --inplace)
+#   make test    build, then run the test suite
+#   make asan    build an AddressSanitizer + UBSan _C into build/asan/shapejit/ (next to
+#                links to the Python package files) and run the whole suite against it
+#   make clean   remove build products
+PYTHON ?= python3
+PYTEST_ARGS ?=
+PYTEST := $(PYTHON) -m pytest -q -ra -p no:cacheprovider
+
+ASAN_DIR := build/asan
+ASAN_TMP := build/asan-obj
+LIBASAN := $(shell gcc -print-file-name=libasan.so)
+LIBUBSAN := $(shell gcc -print-file-name=libubsan.so)
+ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_odr_violation=0:strict_init_order=1:print_summary=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	PYTHONPATH="$(CURDIR)/$(ASAN_DIR):$(CURDIR)/scripts" \
+	PYTHONSAFEPATH=1 \
+	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
+
+.PHONY: build test asan asan-build clean
+
+build:
+	$(PYTHON) setup.py -q build_ext --inplace
+
+# exit status 5 = no tests collected: not a failure
+test: build
+	$(PYTEST) tests $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+asan-build:
+	SHAPEJIT_SANITIZE=1 $(PYTHON) setup.py -q build_ext --build-lib $(ASAN_DIR) --build-temp $(ASAN_TMP)
+	@# link every package file but the extension; drop links to files that are gone
+	@find $(ASAN_DIR)/shapejit -maxdepth 1 -xtype l -delete
+	@for f in shapejit/*; do case "$$f" in *.so|*/__pycache__) ;; \
+	  *) ln -sfn "$(CURDIR)/$$f" "$(ASAN_DIR)/$$f" ;; esac; done
+	@test -e "$(LIBASAN)" -a -e "$(LIBUBSAN)" || { echo "gcc's libasan/libubsan not found"; exit 1; }
+
+# PYTHONSAFEPATH keeps the working directory (and its in-place, unsanitized _C) off
+# sys.path; the pytest plugin scripts/sj_sanitized.py imports shapejit before any
+# conftest can change sys.path, prints which _C it got, and stops the run unless that is
+# the sanitized one in $(ASAN_DIR).
+asan: asan-build
+	$(ASAN_ENV) $(PYTEST) -p sj_sanitized tests $(PYTEST_ARGS); \
+	rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+clean:
+	rm -rf build/lib.* build/temp.* build/bdist.* $(ASAN_DIR) $(ASAN_TMP) *.egg-info
+	rm -f shapejit/_C*.so

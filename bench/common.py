@@ -1,0 +1,434 @@
+"""Shared helpers for the shapejit benchmarks (bench/*.py).
+
+Import order matters: thread counts of OpenMP/MKL/OpenBLAS/XLA are read from the
+environment when those libraries load, so every script parses its arguments with the
+standard library only, calls ``early_setup(threads)`` and only then imports torch,
+numpy, numba or jax.  ``late_setup(threads)`` then applies the counts that are set
+through library calls (torch, numba).
+
+Nothing here imports torch/numpy/numba/jax at module level.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+import traceback
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results")
+
+# Environment variables that decide the thread count of each library's runtime.
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",          # torch (ATen/OpenMP), oneDNN, numpy's OpenBLAS built with OpenMP
+    "MKL_NUM_THREADS",          # MKL, if any library is linked to it
+    "OPENBLAS_NUM_THREADS",     # numpy's OpenBLAS
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMBA_NUM_THREADS",        # numba's parallel threading layer
+    "TORCHINDUCTOR_COMPILE_THREADS",  # inductor's parallel compile workers
+)
+
+# Environment variables recorded (not set) in the machine facts.
+RECORDED_ENV_VARS = THREAD_ENV_VARS + (
+    "OPENBLAS_CORETYPE", "XLA_FLAGS", "TORCHINDUCTOR_CACHE_DIR", "TORCH_LOGS",
+    "KMP_AFFINITY", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "PYTHONHASHSEED",
+)
+
+
+# --------------------------------------------------------------------------- set-up
+
+def early_setup(threads: int, fresh_inductor_cache: bool = True) -> None:
+    """Set the thread environment before any numeric library is imported.
+
+    threads: the one thread count every library runs with.
+    fresh_inductor_cache: point Inductor at an empty cache directory so its compile
+      time is a cold compile (otherwise a second run of the script reuses kernels from
+      /tmp/torchinductor_<user> and its compile time looks much smaller).
+    """
+    for mod in ("torch", "numpy", "numba", "jax", "jaxlib"):
+        if mod in sys.modules:
+            print(f"warning: {mod} was imported before the thread set-up; "
+                  f"its thread count may not be {threads}", file=sys.stderr)
+    n = str(int(threads))
+    for var in THREAD_ENV_VARS:
+        os.environ[var] = n
+    flags = os.environ.get("XLA_FLAGS", "")
+    extra = (f"--xla_cpu_multi_thread_eigen={'false' if threads == 1 else 'true'} "
+             f"intra_op_parallelism_threads={n}")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " " + extra).strip()
+    if fresh_inductor_cache and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sj_bench_inductor_")
+    # Matplotlib must never try to open a window.
+    os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def late_setup(threads: int) -> dict:
+    """Apply thread counts through library calls; returns what each library reports."""
+    out = {}
+    try:
+        import torch
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:
+            pass  # only settable once, before any inter-op work
+        out["torch"] = torch.get_num_threads()
+        out["torch_interop"] = torch.get_num_interop_threads()
+        try:
+            import torch._inductor.config as ic
+            ic.compile_threads = threads
+            out["inductor_compile_threads"] = ic.compile_threads
+        except Exception:
+            pass
+    except ImportError:
+        pass
+    try:
+        import numba
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        out["numba"] = numba.get_num_threads()
+    except ImportError:
+        pass
+    return out
+
+
+def thread_line(threads: int, reported: dict) -> str:
+    parts = [f"requested={threads}"]
+    parts += [f"{k}={v}" for k, v in reported.items()]
+    parts += [f"{v}={os.environ.get(v, '')}" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")]
+    parts.append(f"XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'")
+    return "threads: " + " ".join(parts)
+
+
+# --------------------------------------------------------------------------- machine facts
+
+def _cpuinfo() -> dict:
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" not in line:
+                    continue
+                k, v = (s.strip() for s in line.split(":", 1))
+                if k in ("model name", "flags", "cpu family", "model", "stepping",
+                         "vendor_id", "cache size") and k not in info:
+                    info[k] = v
+    except OSError:
+        pass
+    return info
+
+
+def lib_versions() -> dict:
+    """Versions of every library the benchmarks may touch (None: not installed)."""
+    names = ["shapejit", "torch", "numpy", "numba", "llvmlite", "jax", "jaxlib",
+             "transformers", "matplotlib", "scipy"]
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            from importlib import metadata
+            out[name] = metadata.version(name)
+        except Exception:
+            mod = sys.modules.get(name)
+            out[name] = getattr(mod, "__version__", None) if mod else None
+    return out
+
+
+def machine_facts() -> dict:
+    cpu = _cpuinfo()
+    flags = cpu.get("flags", "").split()
+    facts = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu_model": cpu.get("model name", platform.processor() or "unknown"),
+        "cpu_vendor": cpu.get("vendor_id"),
+        "cpu_family_model_stepping": "/".join(
+            str(cpu.get(k, "?")) for k in ("cpu family", "model", "stepping")),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "avx2": "avx2" in flags,
+        "avx512": "avx512f" in flags,
+        "avx512_flags": sorted(f for f in flags if f.startswith("avx512")),
+        "amx": any(f.startswith("amx") for f in flags),
+        "env": {v: os.environ.get(v) for v in RECORDED_ENV_VARS if os.environ.get(v) is not None},
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
+        "versions": lib_versions(),
+    }
+    try:
+        facts["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            facts["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+            facts["torch_mkldnn"] = torch.backends.mkldnn.is_available()
+            facts["torch_mkl"] = torch.backends.mkl.is_available()
+            facts["torch_openmp"] = torch.backends.openmp.is_available()
+        except Exception:
+            pass
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            cfg = np.show_config(mode="dicts")
+            blas = cfg.get("Build Dependencies", {}).get("blas", {})
+            facts["numpy_blas"] = f"{blas.get('name')} {blas.get('version')}".strip()
+        except Exception:
+            pass
+    return facts
+
+
+def facts_lines(facts: dict) -> list[str]:
+    v = facts["versions"]
+    lines = [
+        f"date: {facts['date']}  host: {facts['hostname']}",
+        f"cpu: {facts['cpu_model']} (vendor {facts['cpu_vendor']}, family/model/stepping "
+        f"{facts['cpu_family_model_stepping']}), {facts['logical_cpus']} logical cpus, "
+        f"{facts.get('usable_cpus')} usable, {facts.get('memory_gb', '?')} GB",
+        f"isa: avx2={facts['avx2']} avx512={facts['avx512']} ({' '.join(facts['avx512_flags']) or '-'}) "
+        f"amx={facts['amx']} torch_cpu_capability={facts.get('torch_cpu_capability', '?')}",
+        f"OPENBLAS_CORETYPE={facts['OPENBLAS_CORETYPE']}  numpy_blas={facts.get('numpy_blas', '?')}",
+        "versions: " + " ".join(f"{k}={val}" for k, val in v.items()),
+        f"platform: {facts['platform']}",
+    ]
+    return lines
+
+
+# --------------------------------------------------------------------------- timing
+
+def median(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def calibrate_number(fn, min_sample_s: float) -> int:
+    """Smallest loop count (1, 2, 5, 10, 20, ...) whose total time is >= min_sample_s."""
+    number = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_sample_s or number >= 10**7:
+            return number
+        # jump close to the target, then round up to 1-2-5
+        want = number * max(2.0, min_sample_s / max(dt, 1e-9) * 1.2)
+        exp = 10 ** int(math.floor(math.log10(want)))
+        for m in (1, 2, 5, 10):
+            if m * exp >= want:
+                number = int(m * exp)
+                break
+
+
+def time_per_call(fn, *, repeat: int = 7, min_sample_s: float = 0.01,
+                  number: int | None = None, warmup: int = 1, max_total_s: float | None = None):
+    """Per-call times (seconds) of fn(): `repeat` samples, each a loop of `number` calls.
+
+    Returns (samples, number).  The median of `samples` is the figure to report.
+    """
+    for _ in range(warmup):
+        fn()
+    if number is None:
+        number = calibrate_number(fn, min_sample_s)
+    timer = timeit.Timer(fn)
+    samples = []
+    t_start = time.perf_counter()
+    for i in range(repeat):
+        samples.append(timer.timeit(number) / number)
+        if max_total_s is not None and i >= 2 and time.perf_counter() - t_start > max_total_s:
+            break
+    return samples, number
+
+
+def time_once(fn):
+    """(seconds, result) of a single call."""
+    t0 = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t0, r
+
+
+def fmt_time(s) -> str:
+    """Human form of a duration in seconds: ns, µs, ms or s with 3 significant digits."""
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    a = abs(s)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if a >= scale or unit == "ns":
+            return f"{s / scale:.3g} {unit}"
+    return f"{s} s"
+
+
+def fmt_ratio(r) -> str:
+    if r is None or (isinstance(r, float) and (math.isnan(r) or math.isinf(r))):
+        return "-"
+    return f"{r:.2f}x"
+
+
+# --------------------------------------------------------------------------- shapejit
+
+def import_shapejit():
+    """(module, None) or (None, reason).  Never raises."""
+    # Prefer an in-place build in this checkout (python3 setup.py build_ext --inplace);
+    # otherwise whatever `import shapejit` finds (pip install .).
+    pkg = os.path.join(REPO_ROOT, "shapejit")
+    try:
+        inplace = any(n.startswith("_C") and n.endswith((".so", ".pyd")) for n in os.listdir(pkg))
+    except OSError:
+        inplace = False
+    if inplace and REPO_ROOT not in sys.path:
+        sys.path.insert(0, REPO_ROOT)
+    try:
+        sj = importlib.import_module("shapejit")
+        for attr in ("compile", "reset", "stats", "explain"):
+            if not hasattr(sj, attr):
+                return None, f"shapejit imported but has no `{attr}` yet"
+        return sj, None
+    except Exception as e:  # ImportError, or an error inside the package
+        return None, f"{type(e).__name__}: {e}"
+
+
+def shapejit_missing_line(reason: str) -> str:
+    return (f"shapejit: NOT AVAILABLE ({reason}) -- shapejit rows are skipped; "
+            f"build it with `python3 setup.py build_ext --inplace` from the repo root")
+
+
+def sj_stats(sj) -> dict:
+    try:
+        return dict(sj.stats())
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _get(obj, name, default=None):
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def break_reasons_text(explanation, limit: int = 2, width: int = 160) -> str:
+    """The first break reasons of a shapejit (or torch._dynamo) explain result, one line."""
+    reasons = _get(explanation, "break_reasons", None) or []
+    parts = []
+    for r in list(reasons)[:limit]:
+        reason = _get(r, "reason", None) or str(r)
+        stack = _get(r, "user_stack", None) or _get(r, "stack", None) or []
+        where = ""
+        if stack:
+            last = list(stack)[-1]
+            fn_ = _get(last, "filename", None)
+            ln = _get(last, "lineno", None)
+            if fn_ is None and isinstance(last, (tuple, list)) and len(last) >= 2:
+                fn_, ln = last[0], last[1]
+            if fn_ is None:
+                where = f" at {last}"
+            else:
+                where = f" at {os.path.basename(str(fn_))}:{ln}"
+        parts.append(f"{str(reason).strip().splitlines()[0] if str(reason).strip() else reason}{where}")
+    more = len(reasons) - limit
+    text = "; ".join(parts) + (f"; +{more} more" if more > 0 else "")
+    return shorten(text, width)
+
+
+def shapejit_explain_reason(sj, fn, args, kwargs=None) -> str:
+    """Break reasons of fn(*args) per shapejit.explain; never raises."""
+    try:
+        exp = sj.explain(fn)(*args, **(kwargs or {}))
+        text = break_reasons_text(exp)
+        return text or "no break reason recorded"
+    except Exception as e:
+        return f"explain failed: {type(e).__name__}: {shorten(str(e), 100)}"
+
+
+# --------------------------------------------------------------------------- torch.compile
+
+class DynamoCounters:
+    """Graph, break and recompile counts of torch.compile since the last reset()."""
+
+    def reset(self):
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        try:
+            from torch._dynamo.utils import clear_compilation_metrics
+            clear_compilation_metrics()
+        except Exception:
+            pass
+
+    def snapshot(self) -> dict:
+        from torch._dynamo.utils import counters
+        out = {
+            "graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+            "break_reasons": list(counters["graph_break"].keys()),
+            "frames": int(counters["frames"].get("total", 0)),
+        }
+        recompiles, compile_s = 0, 0.0
+        try:
+            from torch._dynamo.utils import get_compilation_metrics
+            for m in get_compilation_metrics():
+                cid = str(getattr(m, "compile_id", "") or "")
+                if getattr(m, "recompile_reason", None) or (
+                        "/" in cid and cid.split("/")[-1].split("_")[0] not in ("0", "")):
+                    recompiles += 1
+                compile_s += float(getattr(m, "entire_frame_compile_time_s", 0.0) or 0.0)
+        except Exception:
+            pass
+        out["recompiles"] = recompiles
+        out["compile_time_s"] = compile_s
+        return out
+
+
+# --------------------------------------------------------------------------- output
+
+def shorten(s: str, width: int) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def error_text(e: BaseException, width: int = 140) -> str:
+    return shorten(f"{type(e).__name__}: {e}", width)
+
+
+def md_table(headers, rows) -> str:
+    def cell(x):
+        return str(x).replace("|", "\\|").replace("\n", " ")
+    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(cell(x) for x in r) + " |")
+    return "\n".join(out)
+
+
+def text_table(headers, rows, max_col: int = 60) -> str:
+    rows = [[shorten(str(x), max_col) for x in r] for r in rows]
+    widths = [len(str(h)) for h in headers]
+    for r in rows:
+        for i, x in enumerate(r):
+            widths[i] = max(widths[i], len(x))
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(x.ljust(w) for x, w in zip(r, widths)))
+    return "\n".join(out)
+
+
+def write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+
+
+def print_exc_short(prefix: str) -> None:
+    print(prefix, file=sys.stderr)
+    traceback.print_exc(limit=3, file=sys.stderr)

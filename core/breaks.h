@@ -1,0 +1,16 @@
+/* Break reasons: why capture stopped. breaks.def is the table. */
+#ifndef SJ_BREAKS_H
+#define SJ_BREAKS_H
+
+typedef enum {
+    BR_NONE = 0,
+#define X(e, name, msg) e,
+#include "breaks.def"
+#undef X
+    BR_COUNT
+} BreakReason;
+
+extern const char *const break_names[BR_COUNT];
+extern const char *const break_messages[BR_COUNT];
+
+#endif

@@ -1,0 +1,97 @@
+/* shapejit._C: module init and the functions the Python package calls. */
+#include <Python.h>
+#include "config.h"
+#include "log.h"
+#include "../graph/ir.h"
+#include "../frame_eval/code_cache.h"
+#include "../frame_eval/events.h"
+#include "../shapes/infer_py.h"
+#define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
+#include "../shapes/np.h"
+
+/* import_array() is a macro that returns NULL from the enclosing function on failure. */
+static int sj_numpy_import(void)
+{
+    if (_import_array() < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ImportError, "shapejit: numpy's C API could not be loaded");
+        return -1;
+    }
+    return 0;
+}
+
+int hook_init_types(PyObject *m);
+PyObject *callables_py_missing(PyObject *self, PyObject *unused);
+
+static PyObject *py_reset(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    code_cache_reset_all();
+    events_reset();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("{sl,sl,sl,sl,sl,sl,sl,sd}", "frames", sj_stats.frames, "graphs", sj_stats.graphs,
+                         "graph_breaks", sj_stats.graph_breaks, "recompiles", sj_stats.recompiles,
+                         "cache_entries", sj_stats.cache_entries, "unique_graphs", sj_stats.unique_graphs,
+                         "eager_frames", sj_stats.eager_frames, "compile_time_s", sj_stats.compile_time_s);
+}
+
+static PyObject *py_disable_code(PyObject *self, PyObject *code)
+{
+    (void)self;
+    if (!PyCode_Check(code)) {
+        PyErr_Format(PyExc_TypeError, "disable_code expects a code object, not %s", Py_TYPE(code)->tp_name);
+        return NULL;
+    }
+    if (code_cache_disable((PyCodeObject *)code) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef core_methods[] = {
+    {"reset", py_reset, METH_NOARGS, "Forget every compiled entry and zero the counters."},
+    {"stats", py_stats, METH_NOARGS, "Counters: frames, graphs, graph_breaks, recompiles, ..."},
+    {"disable_code", py_disable_code, METH_O, "Never compile this code object."},
+    {"set_event_sink", events_py_set_sink, METH_O, "Deliver capture events to a callable (explain)."},
+    {"callables_missing", callables_py_missing, METH_NOARGS, "Table rows whose path did not resolve."},
+    {"_infer", shapes_py_infer, METH_VARARGS, "Run a shape rule on example values (tests)."},
+    {"_callable_rows", shapes_py_callable_rows, METH_NOARGS, "The callables table (tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "shapejit._C", "shapejit's C core: frame hook, capture, guards, graphs.", -1,
+    NULL, NULL, NULL, NULL, NULL,
+};
+
+static int add_methods(PyObject *m, PyMethodDef *defs)
+{
+    for (PyMethodDef *d = defs; d->ml_name; d++) {
+        PyObject *f = PyCFunction_NewEx(d, NULL, PyModule_GetNameObject(m));
+        if (!f || PyModule_AddObject(m, d->ml_name, f) < 0) {
+            Py_XDECREF(f);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (sj_numpy_import() < 0 || config_init() < 0 || add_methods(m, core_methods) < 0 ||
+        add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
+        graph_py_init_types(m) < 0 || hook_init_types(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,302 @@
+/* Attribute loads: tensors (metadata folds to constants), nn.Modules (parameters, buffers,
+ * submodules, with their sources), user objects, library modules, containers. */
+#include "capture.h"
+#include "libs.h"
+
+static Var *method_var(Capture *c, Var *self, Var *fn)
+{
+    Var *m = var_new(c, VK_METHOD);
+    if (m) {
+        m->u.method.self = self;
+        m->u.method.fn = fn;
+    }
+    return m;
+}
+
+static int32_t attr_source(Capture *c, Var *obj, PyObject *name)
+{
+    if (obj->src < 0)
+        return -1;
+    return sources_add(&c->src, SRC_ATTR, obj->src, 0, name, NULL);
+}
+
+/* ---- tensors ---- */
+
+static PyObject *shape_object(Capture *c, const TensorMeta *m)
+{
+    (void)c;
+    PyObject *t = PyTuple_New(m->ndim);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < m->ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(m->size[i]);
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    if (m->lib == LIB_TORCH) {
+        PyObject *s = PyObject_CallOneArg(libs.size_type, t);
+        Py_DECREF(t);
+        return s;
+    }
+    return t;
+}
+
+static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
+{
+    const TensorMeta *m = &t->u.t.meta;
+    const char *n = PyUnicode_AsUTF8(name);
+    if (!n)
+        return NULL;
+    if (!strcmp(n, "shape"))
+        return var_const_steal(c, shape_object(c, m));
+    if (!strcmp(n, "dtype"))
+        return var_const_steal(c, dtype_to_py((DType)m->dtype, (Lib)m->lib));
+    if (!strcmp(n, "ndim"))
+        return var_const_steal(c, PyLong_FromLong(m->ndim));
+    if (m->lib == LIB_TORCH) {
+        if (!strcmp(n, "requires_grad"))
+            return var_const(c, m->requires_grad ? Py_True : Py_False);
+        if (!strcmp(n, "is_cuda") || !strcmp(n, "is_sparse") || !strcmp(n, "is_quantized") ||
+            !strcmp(n, "is_meta") || !strcmp(n, "is_nested") || !strcmp(n, "is_mps"))
+            return var_const(c, Py_False);
+        if (!strcmp(n, "device")) {
+            PyObject *d = PyObject_CallFunction(libs.device_type, "s", "cpu");
+            return var_const_steal(c, d);
+        }
+        if (!strcmp(n, "T") || !strcmp(n, "mT") || !strcmp(n, "mH") || !strcmp(n, "H")) {
+            /* as methods: .T == permute(reversed), .mT == transpose(-2, -1) */
+            PyObject *mname = PyUnicode_FromString(!strcmp(n, "mT") || !strcmp(n, "mH") ? "transpose" : "permute");
+            Var *meth = mname ? attr_load(c, t, mname) : NULL;
+            Py_XDECREF(mname);
+            if (!meth)
+                return NULL;
+            Var *args[SJ_MAX_RANK];
+            int na = 0;
+            if (!strcmp(n, "mT") || !strcmp(n, "mH")) {
+                args[na++] = var_const_steal(c, PyLong_FromLong(-2));
+                args[na++] = var_const_steal(c, PyLong_FromLong(-1));
+            } else {
+                for (int i = m->ndim - 1; i >= 0; i--)
+                    args[na++] = var_const_steal(c, PyLong_FromLong(i));
+            }
+            for (int i = 0; i < na; i++)
+                if (!args[i])
+                    return NULL;
+            return call_var(c, meth, args, na, NULL);
+        }
+    } else {
+        if (!strcmp(n, "size")) {
+            int64_t k = 1;
+            for (int i = 0; i < m->ndim; i++)
+                k *= m->size[i];
+            return var_const_steal(c, PyLong_FromLongLong(k));
+        }
+        if (!strcmp(n, "itemsize"))
+            return var_const_steal(c, PyLong_FromLong(dtype_info[m->dtype].itemsize));
+        if (!strcmp(n, "T")) {
+            PyObject *mname = PyUnicode_FromString("transpose");
+            Var *meth = mname ? attr_load(c, t, mname) : NULL;
+            Py_XDECREF(mname);
+            return meth ? call_var(c, meth, NULL, 0, NULL) : NULL;
+        }
+    }
+    /* methods: look the name up on the type */
+    PyObject *type = m->lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
+    PyObject *d = PyObject_GetAttr(type, name);
+    if (!d) {
+        cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+        return NULL;
+    }
+    if (PyCallable_Check(d) && !PyType_Check(d)) {
+        Var *fn = wrap_untracked(c, d);
+        Py_DECREF(d);
+        return fn ? method_var(c, t, fn) : NULL;
+    }
+    Py_DECREF(d);
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "tensor attribute '%U'", name);
+    return NULL;
+}
+
+/* ---- objects and modules ---- */
+
+static Var *obj_attr(Capture *c, Var *o, PyObject *name)
+{
+    PyObject *obj = o->obj;
+    PyTypeObject *tp = Py_TYPE(obj);
+    PyObject *descr = _PyType_Lookup(tp, name);   /* borrowed */
+    int is_module = o->kind == VK_MODULE;
+    /* data descriptors first: properties run their getter inline */
+    if (descr && Py_TYPE(descr) == &PyProperty_Type) {
+        PyObject *fget = PyObject_GetAttrString(descr, "fget");
+        if (!fget) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+        if (PyFunction_Check(fget)) {
+            Var *fn = wrap_untracked(c, fget);
+            Py_DECREF(fget);
+            Var *args[1] = {o};
+            return fn ? call_var(c, fn, args, 1, NULL) : NULL;
+        }
+        Py_DECREF(fget);
+    }
+    /* the instance dict */
+    PyObject **dictptr = _PyObject_GetDictPtr(obj);
+    PyObject *idict = dictptr ? *dictptr : NULL;
+    if (!idict && tp->tp_dictoffset == 0 && PyObject_HasAttrString(obj, "__dict__")) {
+        /* 3.11 managed dicts: _PyObject_GetDictPtr materialises them */
+    }
+    if (idict && PyDict_Check(idict) && !(descr && Py_TYPE(descr)->tp_descr_set)) {
+        PyObject *v = PyDict_GetItemWithError(idict, name);
+        if (v) {
+            int32_t s = attr_source(c, o, name);
+            if (o->src >= 0 && s < 0)
+                return NULL;
+            return wrap_value(c, v, s);
+        }
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    /* functions on the type become methods bound to this var */
+    if (descr && PyFunction_Check(descr)) {
+        Var *fn = wrap_untracked(c, descr);
+        return fn ? method_var(c, o, fn) : NULL;
+    }
+    if (descr && (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type)) {
+        PyObject *v = PyObject_GetAttr(obj, name);
+        if (!v) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        Var *r = wrap_untracked(c, v);
+        Py_DECREF(v);
+        return r;
+    }
+    /* nn.Module: parameters, buffers, submodules */
+    if (is_module && !descr) {
+        static const char *const dicts[] = {"_parameters", "_buffers", "_modules"};
+        for (int i = 0; i < 3; i++) {
+            PyObject *d = idict ? PyDict_GetItemString(idict, dicts[i]) : NULL;
+            PyObject *v = (d && PyDict_Check(d)) ? PyDict_GetItemWithError(d, name) : NULL;
+            if (v) {
+                PyObject *dn = PyUnicode_FromString(dicts[i]);
+                int32_t ds = dn ? attr_source(c, o, dn) : -1;
+                int32_t s = (o->src >= 0 && ds >= 0) ? sources_add(&c->src, SRC_ITEM, ds, 0, name, NULL) : -1;
+                Py_XDECREF(dn);
+                if (o->src >= 0 && s < 0)
+                    return NULL;
+                return wrap_value(c, v, s);
+            }
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    /* anything else: read it live (class constants, slots, __getattr__) */
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (!v) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    int32_t s = (descr || !idict) ? attr_source(c, o, name) : attr_source(c, o, name);
+    Var *r = (o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ---- containers made during capture ---- */
+
+static Var *container_method(Capture *c, Var *o, PyObject *name)
+{
+    Var *fn = var_const(c, name);   /* the method name; calls.c dispatches on it */
+    return fn ? method_var(c, o, fn) : NULL;
+}
+
+Var *attr_load(Capture *c, Var *o, PyObject *name)
+{
+    switch (o->kind) {
+    case VK_TENSOR:
+        return tensor_attr(c, o, name);
+    case VK_MODULE:
+    case VK_OBJECT:
+        return obj_attr(c, o, name);
+    case VK_LIST:
+    case VK_DICT:
+        return container_method(c, o, name);
+    case VK_TUPLE: {
+        if (o->u.seq.subtype) {
+            PyObject *fields = PyObject_GetAttrString((PyObject *)o->u.seq.subtype, "_fields");
+            if (fields && PyTuple_Check(fields)) {
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+                    int eq = PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), name) == 0;
+                    if (eq && i < o->u.seq.n) {
+                        Py_DECREF(fields);
+                        return o->u.seq.items[i];
+                    }
+                }
+            }
+            Py_XDECREF(fields);
+            PyErr_Clear();
+        }
+        return container_method(c, o, name);
+    }
+    case VK_PYMODULE: {
+        PyObject *v = PyObject_GetAttr(o->obj, name);
+        if (!v) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        /* library modules are trusted not to be patched; user modules are guarded */
+        PyObject *mname = PyModule_GetNameObject(o->obj);
+        int trusted = 0;
+        if (mname) {
+            const char *mn = PyUnicode_AsUTF8(mname);
+            trusted = mn && (!strncmp(mn, "torch", 5) || !strncmp(mn, "numpy", 5) || !strcmp(mn, "math") ||
+                             !strcmp(mn, "operator") || !strcmp(mn, "functools") || !strcmp(mn, "builtins") ||
+                             !strcmp(mn, "itertools") || !strncmp(mn, "collections", 11));
+            Py_DECREF(mname);
+        } else {
+            PyErr_Clear();
+        }
+        int32_t s = trusted ? -1 : attr_source(c, o, name);
+        Var *r = (!trusted && o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
+        Py_DECREF(v);
+        return r;
+    }
+    case VK_CONST:
+    case VK_CALLABLE:
+    case VK_FUNC: {
+        if (o->kind == VK_FUNC && !o->obj) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a function made during capture", name);
+            return NULL;
+        }
+        PyObject *v = PyObject_GetAttr(o->obj, name);
+        if (!v) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        int32_t s = o->kind == VK_CONST ? -1 : attr_source(c, o, name);
+        Var *r = wrap_value(c, v, s);
+        Py_DECREF(v);
+        return r;
+    }
+    default:
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a %s", name, var_kind_name(o));
+        return NULL;
+    }
+}
+
+int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
+{
+    (void)val;
+    return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s", name, var_kind_name(o));
+}
+
+int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr)
+{
+    *meth = NULL;
+    *self_or_attr = attr_load(c, obj, name);
+    return *self_or_attr ? 0 : -1;
+}

@@ -1,0 +1,600 @@
+/* Python builtins and library functions with Python-level meaning (not graph ops):
+ * len, isinstance, range, enumerate, zip, ..., torch.no_grad, Tensor.size(), ... */
+#include "capture.h"
+#include "libs.h"
+
+/* The builtins capture models: one row each. X(ENUM, "name") */
+#define SJ_BUILTINS(X)                                                                     \
+    X(B_LEN, "len") X(B_ISINSTANCE, "isinstance") X(B_ISSUBCLASS, "issubclass")            \
+    X(B_RANGE, "range") X(B_MIN, "min") X(B_MAX, "max") X(B_ABS, "abs") X(B_INT, "int")   \
+    X(B_FLOAT, "float") X(B_BOOL, "bool") X(B_STR, "str") X(B_TUPLE, "tuple")             \
+    X(B_LIST, "list") X(B_DICT, "dict") X(B_ENUMERATE, "enumerate") X(B_ZIP, "zip")       \
+    X(B_GETATTR, "getattr") X(B_HASATTR, "hasattr") X(B_SUM, "sum") X(B_ANY, "any")       \
+    X(B_ALL, "all") X(B_ITER, "iter") X(B_NEXT, "next") X(B_REVERSED, "reversed")         \
+    X(B_SORTED, "sorted") X(B_TYPE, "type") X(B_CALLABLE, "callable") X(B_PRINT, "print") \
+    X(B_SUPER, "super") X(B_DIVMOD, "divmod") X(B_ROUND, "round") X(B_POW, "pow")         \
+    X(B_REPR, "repr") X(B_SLICE, "slice") X(B_MAP, "map") X(B_SETATTR, "setattr")        \
+    X(B_ID, "id") X(B_SET, "set") X(B_FROZENSET, "frozenset")
+
+typedef enum {
+#define X(e, name) e,
+    SJ_BUILTINS(X)
+#undef X
+    B_COUNT
+} BuiltinId;
+
+static const char *const builtin_names[B_COUNT] = {
+#define X(e, name) [e] = name,
+    SJ_BUILTINS(X)
+#undef X
+};
+
+static PyObject *builtin_objs[B_COUNT];   /* strong */
+
+static int builtins_init(void)
+{
+    if (builtin_objs[0])
+        return 0;
+    PyObject *b = PyImport_ImportModule("builtins");
+    if (!b)
+        return -1;
+    for (int i = 0; i < B_COUNT; i++)
+        if (!(builtin_objs[i] = PyObject_GetAttrString(b, builtin_names[i]))) {
+            Py_DECREF(b);
+            return -1;
+        }
+    Py_DECREF(b);
+    return 0;
+}
+
+/* New reference: the Python type a var's value has. NULL with failure set. */
+static PyObject *var_type(Capture *c, Var *v)
+{
+    switch (v->kind) {
+    case VK_TENSOR:
+        if (v->obj)
+            return Py_NewRef((PyObject *)Py_TYPE(v->obj));
+        if (v->u.t.meta.lib == LIB_TORCH)
+            return Py_NewRef(libs.tensor_type);
+        if (v->u.t.meta.np_scalar) {
+            PyObject *dt = dtype_to_py((DType)v->u.t.meta.dtype, LIB_NUMPY);
+            PyObject *t = dt ? PyObject_GetAttrString(dt, "type") : NULL;
+            Py_XDECREF(dt);
+            return t;
+        }
+        return Py_NewRef(libs.ndarray_type);
+    case VK_TUPLE:
+        return Py_NewRef(v->u.seq.subtype ? (PyObject *)v->u.seq.subtype : (PyObject *)&PyTuple_Type);
+    case VK_LIST:
+        return Py_NewRef((PyObject *)&PyList_Type);
+    case VK_DICT:
+        return Py_NewRef((PyObject *)&PyDict_Type);
+    case VK_SLICE:
+        return Py_NewRef((PyObject *)&PySlice_Type);
+    case VK_FUNC:
+        return Py_NewRef((PyObject *)&PyFunction_Type);
+    case VK_METHOD:
+        return Py_NewRef((PyObject *)&PyMethod_Type);
+    case VK_PARTIAL:
+        return Py_NewRef(libs.partial_type);
+    default:
+        if (v->obj)
+            return Py_NewRef((PyObject *)Py_TYPE(v->obj));
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "type of a %s", var_kind_name(v));
+    return NULL;
+}
+
+static Var *const_bool(Capture *c, int b)
+{
+    return var_const(c, b ? Py_True : Py_False);
+}
+
+static Var *make_iter(Capture *c, Var **items, int32_t n)
+{
+    Var *it = var_new(c, VK_ITER);
+    if (!it)
+        return NULL;
+    it->u.iter.items = items;
+    it->u.iter.n = n;
+    return it;
+}
+
+/* Fold a call whose arguments are all constants. */
+static Var *fold(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+    if (!a)
+        return NULL;
+    int32_t k;
+    for (k = 0; k < nargs; k++)
+        if (!(a[k] = var_to_py(c, args[k])))
+            break;
+    PyObject *r = k == nargs ? PyObject_Vectorcall(fn, a, (size_t)(nargs - nkw), kwnames) : NULL;
+    for (int32_t i = 0; i < k; i++)
+        Py_DECREF(a[i]);
+    if (!r) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, r);
+}
+
+static int all_foldable(Var **args, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        Var *v = args[i];
+        if (v->kind == VK_CONST)
+            continue;
+        if ((v->kind == VK_TUPLE || v->kind == VK_LIST) && var_all_const(v->u.seq.items, v->u.seq.n))
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
+/* ----------------------------------------------------------- tensor methods ---- */
+
+static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs, int *handled)
+{
+    Var *self = args[0];
+    const TensorMeta *m = &self->u.t.meta;
+    *handled = 1;
+    if (!strcmp(name, "size") || !strcmp(name, "stride")) {
+        if (!strcmp(name, "stride")) {
+            *handled = 1;
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.stride() (strides are not modelled yet)");
+            return NULL;
+        }
+        PyObject *shape_name = PyUnicode_FromString("shape");
+        Var *shape = shape_name ? attr_load(c, self, shape_name) : NULL;
+        Py_XDECREF(shape_name);
+        if (!shape || nargs == 1)
+            return shape;
+        if (nargs == 2 && var_is_const(args[1])) {
+            Var *k = args[1];
+            return var_const_steal(c, PyObject_GetItem(shape->obj, k->obj));
+        }
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.size with these arguments");
+        return NULL;
+    }
+    if (!strcmp(name, "dim") || !strcmp(name, "ndimension"))
+        return var_const_steal(c, PyLong_FromLong(m->ndim));
+    if (!strcmp(name, "numel") || !strcmp(name, "nelement")) {
+        int64_t k = 1;
+        for (int i = 0; i < m->ndim; i++)
+            k *= m->size[i];
+        return var_const_steal(c, PyLong_FromLongLong(k));
+    }
+    if (!strcmp(name, "element_size"))
+        return var_const_steal(c, PyLong_FromLong(dtype_info[m->dtype].itemsize));
+    if (!strcmp(name, "is_floating_point"))
+        return const_bool(c, dtype_info[m->dtype].category == CAT_FLOAT);
+    if (!strcmp(name, "is_complex"))
+        return const_bool(c, dtype_info[m->dtype].category == CAT_COMPLEX);
+    if (!strcmp(name, "get_device"))
+        return var_const_steal(c, PyLong_FromLong(-1));
+    if (!strcmp(name, "__len__"))
+        return op_len(c, self);
+    if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "numpy") ||
+        !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
+        cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads tensor data into Python",
+                 m->lib == LIB_TORCH ? "Tensor" : "ndarray", name);
+        return NULL;
+    }
+    *handled = 0;
+    return NULL;
+}
+
+/* ----------------------------------------------------------------- builtins ---- */
+
+static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
+{
+    if (nargs < 2 || nargs > 3 || !var_is_const(args[1]) || !PyUnicode_Check(args[1]->obj)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "getattr with a non-constant name");
+        return NULL;
+    }
+    Var *o = args[0];
+    if (nargs == 3 && o->obj && o->kind != VK_TENSOR) {
+        int has = PyObject_HasAttr(o->obj, args[1]->obj);
+        if (!has)
+            return args[2];
+    }
+    return attr_load(c, o, args[1]->obj);
+}
+
+static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
+{
+    if (nargs != 2 || !var_is_const(args[1]) || !PyUnicode_Check(args[1]->obj)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr with a non-constant name");
+        return NULL;
+    }
+    Var *o = args[0];
+    PyObject *probe = o->obj;
+    if (o->kind == VK_TENSOR)
+        probe = o->u.t.meta.lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
+    if (!probe || o->kind == VK_TUPLE || o->kind == VK_LIST || o->kind == VK_DICT) {
+        PyObject *t = var_type(c, o);
+        if (!t)
+            return NULL;
+        int r = PyObject_HasAttr(t, args[1]->obj);
+        Py_DECREF(t);
+        return const_bool(c, r);
+    }
+    if (o->kind == VK_TENSOR) {
+        const char *n = PyUnicode_AsUTF8(args[1]->obj);
+        if (n && (!strcmp(n, "shape") || !strcmp(n, "dtype") || !strcmp(n, "ndim") || !strcmp(n, "T")))
+            return const_bool(c, 1);
+    }
+    return const_bool(c, PyObject_HasAttr(probe, args[1]->obj));
+}
+
+static Var *builtin_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var **items = args;
+    int32_t n = nargs;
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s with keywords", is_max ? "max" : "min");
+        return NULL;
+    }
+    if (nargs == 1 && op_iterate(c, args[0], &items, &n) < 0)
+        return NULL;
+    if (all_foldable(items, n)) {
+        Var *tuple = var_seq(c, VK_TUPLE, items, n);
+        return tuple ? fold(c, builtin_objs[is_max ? B_MAX : B_MIN], &tuple, 1, NULL) : NULL;
+    }
+    cap_fail(c, BR_DATA_DEPENDENT, "%s() over tensor values compares their data", is_max ? "max" : "min");
+    return NULL;
+}
+
+static Var *builtin_sum(Capture *c, Var **args, int32_t nargs)
+{
+    Var **items;
+    int32_t n;
+    if (nargs < 1 || nargs > 2 || op_iterate(c, args[0], &items, &n) < 0)
+        return nargs < 1 || nargs > 2 ? (cap_fail(c, BR_UNSUPPORTED_CALL, "sum arguments"), NULL) : NULL;
+    Var *acc = nargs == 2 ? args[1] : var_const_steal(c, PyLong_FromLong(0));
+    for (int32_t i = 0; acc && i < n; i++)
+        acc = op_binary(c, 0 /* NB_ADD */, acc, items[i]);
+    return acc;
+}
+
+static Var *builtin_anyall(Capture *c, int is_all, Var **args, int32_t nargs)
+{
+    Var **items;
+    int32_t n;
+    if (nargs != 1 || op_iterate(c, args[0], &items, &n) < 0)
+        return nargs != 1 ? (cap_fail(c, BR_UNSUPPORTED_CALL, "any/all arguments"), NULL) : NULL;
+    for (int32_t i = 0; i < n; i++) {
+        int t;
+        if (op_truth(c, items[i], &t) < 0)
+            return NULL;
+        if (is_all && !t)
+            return const_bool(c, 0);
+        if (!is_all && t)
+            return const_bool(c, 1);
+    }
+    return const_bool(c, is_all);
+}
+
+static Var *builtin_enumerate(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var **items;
+    int32_t n;
+    long start = 0;
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs - nkw < 1 || op_iterate(c, args[0], &items, &n) < 0)
+        return cap_failed(c) ? NULL : (cap_fail(c, BR_UNSUPPORTED_CALL, "enumerate arguments"), NULL);
+    if (nargs == 2) {
+        if (!var_is_const(args[1]) || !PyLong_Check(args[1]->obj)) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "enumerate start");
+            return NULL;
+        }
+        start = PyLong_AsLong(args[1]->obj);
+    }
+    Var **pairs = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
+    for (int32_t i = 0; pairs && i < n; i++) {
+        Var *k = var_const_steal(c, PyLong_FromLong(start + i));
+        if (!k || !(pairs[i] = var_seq(c, VK_TUPLE, (Var *[]){k, items[i]}, 2)))
+            return NULL;
+    }
+    return pairs ? make_iter(c, pairs, n) : NULL;
+}
+
+static Var *builtin_zip(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "zip with keywords");
+        return NULL;
+    }
+    Var ***cols = cap_alloc(c, sizeof(Var **) * (size_t)(nargs + 1));
+    int32_t *lens = cap_alloc(c, sizeof(int32_t) * (size_t)(nargs + 1));
+    if (!cols || !lens)
+        return NULL;
+    int32_t n = INT32_MAX;
+    for (int32_t i = 0; i < nargs; i++) {
+        if (op_iterate(c, args[i], &cols[i], &lens[i]) < 0)
+            return NULL;
+        if (lens[i] < n)
+            n = lens[i];
+    }
+    if (nargs == 0)
+        n = 0;
+    Var **rows = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
+    for (int32_t r = 0; rows && r < n; r++) {
+        Var **row = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+        if (!row)
+            return NULL;
+        for (int32_t i = 0; i < nargs; i++)
+            row[i] = cols[i][r];
+        if (!(rows[r] = var_seq(c, VK_TUPLE, row, nargs)))
+            return NULL;
+    }
+    return rows ? make_iter(c, rows, n) : NULL;
+}
+
+static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    switch (id) {
+    case B_LEN:
+        if (nargs != 1)
+            break;
+        return op_len(c, args[0]);
+    case B_ISINSTANCE:
+    case B_ISSUBCLASS: {
+        if (nargs != 2)
+            break;
+        PyObject *cls = args[1]->obj;
+        if (!cls && args[1]->kind == VK_TUPLE) {
+            PyObject *py = var_to_py(c, args[1]);
+            if (!py || !cap_keep_steal(c, py))
+                return NULL;
+            cls = py;
+        }
+        if (!cls)
+            break;
+        PyObject *t = id == B_ISINSTANCE ? var_type(c, args[0]) : Py_XNewRef(args[0]->obj);
+        if (!t)
+            return NULL;
+        int r = PyObject_IsSubclass(t, cls);
+        Py_DECREF(t);
+        if (r < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return const_bool(c, r);
+    }
+    case B_MIN:
+    case B_MAX:
+        return builtin_minmax(c, id == B_MAX, args, nargs, kwnames);
+    case B_ABS:
+        if (nargs == 1 && args[0]->kind == VK_TENSOR) {
+            int row = callables_operator_row("operator.abs");
+            if (row >= 0)
+                return op_record(c, row, args, 1, NULL);
+        }
+        break;
+    case B_INT:
+    case B_FLOAT:
+    case B_BOOL:
+        if (nargs == 1 && args[0]->kind == VK_TENSOR) {
+            cap_fail(c, BR_SCALAR_OUTPUT, "%s() of a tensor reads its data", builtin_names[id]);
+            return NULL;
+        }
+        if (id == B_BOOL && nargs == 1) {
+            int t;
+            return op_truth(c, args[0], &t) < 0 ? NULL : const_bool(c, t);
+        }
+        break;
+    case B_TUPLE:
+    case B_LIST: {
+        if (nargs == 0)
+            return var_seq(c, id == B_TUPLE ? VK_TUPLE : VK_LIST, NULL, 0);
+        if (nargs != 1 || nkw)
+            break;
+        Var **items;
+        int32_t n;
+        if (op_iterate(c, args[0], &items, &n) < 0)
+            return NULL;
+        return var_seq(c, id == B_TUPLE ? VK_TUPLE : VK_LIST, items, n);
+    }
+    case B_DICT: {
+        Var *d = var_dict(c);
+        if (!d)
+            return NULL;
+        int32_t npos = nargs - nkw;
+        if (npos == 1) {
+            Var *src = args[0];
+            if (src->kind == VK_DICT) {
+                for (int32_t i = 0; i < src->u.dict.n; i++)
+                    if (var_dict_set(c, d, src->u.dict.keys[i], src->u.dict.vals[i]) < 0)
+                        return NULL;
+            } else {
+                Var **items;
+                int32_t n;
+                if (op_iterate(c, src, &items, &n) < 0)
+                    return NULL;
+                for (int32_t i = 0; i < n; i++) {
+                    Var **kv;
+                    int32_t two;
+                    if (op_iterate(c, items[i], &kv, &two) < 0 || two != 2 ||
+                        var_dict_set(c, d, kv[0], kv[1]) < 0)
+                        return cap_failed(c) ? NULL : (cap_fail(c, BR_UNSUPPORTED_VALUE, "dict() items"), NULL);
+                }
+            }
+        } else if (npos > 1) {
+            break;
+        }
+        for (int32_t i = 0; i < nkw; i++) {
+            Var *k = var_const(c, PyTuple_GET_ITEM(kwnames, i));
+            if (!k || var_dict_set(c, d, k, args[npos + i]) < 0)
+                return NULL;
+        }
+        return d;
+    }
+    case B_ENUMERATE:
+        return builtin_enumerate(c, args, nargs, kwnames);
+    case B_ZIP:
+        return builtin_zip(c, args, nargs, kwnames);
+    case B_GETATTR:
+        return builtin_getattr(c, args, nargs);
+    case B_HASATTR:
+        return builtin_hasattr(c, args, nargs);
+    case B_SUM:
+        return builtin_sum(c, args, nargs);
+    case B_ANY:
+    case B_ALL:
+        return builtin_anyall(c, id == B_ALL, args, nargs);
+    case B_ITER:
+    case B_REVERSED: {
+        if (nargs != 1)
+            break;
+        Var **items;
+        int32_t n;
+        if (op_iterate(c, args[0], &items, &n) < 0)
+            return NULL;
+        Var **copy = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
+        if (!copy)
+            return NULL;
+        for (int32_t i = 0; i < n; i++)
+            copy[i] = id == B_REVERSED ? items[n - 1 - i] : items[i];
+        return make_iter(c, copy, n);
+    }
+    case B_NEXT:
+        if (nargs >= 1 && args[0]->kind == VK_ITER) {
+            Var *it = args[0];
+            if (it->u.iter.pos < it->u.iter.n)
+                return it->u.iter.items[it->u.iter.pos++];
+            if (nargs == 2)
+                return args[1];
+            cap_fail(c, BR_USER_EXCEPTION, "next() on an exhausted iterator raises StopIteration");
+            return NULL;
+        }
+        break;
+    case B_TYPE:
+        if (nargs == 1) {
+            PyObject *t = var_type(c, args[0]);
+            if (!t)
+                return NULL;
+            Var *r = wrap_untracked(c, t);
+            Py_DECREF(t);
+            return r;
+        }
+        break;
+    case B_CALLABLE:
+        if (nargs == 1) {
+            Var *v = args[0];
+            int k = v->kind == VK_FUNC || v->kind == VK_METHOD || v->kind == VK_CALLABLE || v->kind == VK_MODULE ||
+                    v->kind == VK_PARTIAL || (v->obj && v->kind != VK_TENSOR && PyCallable_Check(v->obj));
+            return const_bool(c, k);
+        }
+        break;
+    case B_PRINT:
+        cap_fail(c, BR_UNSUPPORTED_CALL, "print() (a side effect: graph breaks come with the graph-break issue)");
+        return NULL;
+    case B_SUPER:
+        cap_fail(c, BR_UNSUPPORTED_CALL, "super()");
+        return NULL;
+    case B_SETATTR:
+        cap_fail(c, BR_SIDE_EFFECT, "setattr()");
+        return NULL;
+    case B_ID:
+        cap_fail(c, BR_UNSUPPORTED_CALL, "id()");
+        return NULL;
+    default:
+        break;
+    }
+    /* everything else folds when its arguments are constants */
+    if (all_foldable(args, nargs))
+        return fold(c, builtin_objs[id], args, nargs, kwnames);
+    cap_fail(c, BR_UNSUPPORTED_CALL, "%s() with these arguments", builtin_names[id]);
+    return NULL;
+}
+
+/* ----------------------------------------------------------- torch specials ---- */
+
+static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
+{
+    *handled = 1;
+    if (fn == libs.no_grad || fn == libs.enable_grad) {
+        if (nargs) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.no_grad with arguments");
+            return NULL;
+        }
+        Var *v = var_new(c, VK_GRADMODE);
+        if (v)
+            v->u.grad.enabled = fn == libs.enable_grad;
+        return v;
+    }
+    PyObject *name = PyObject_GetAttrString(fn, "__name__");
+    PyObject *mod = name ? PyObject_GetAttrString(fn, "__module__") : NULL;
+    if (!name || !mod || !PyUnicode_Check(name) || !PyUnicode_Check(mod)) {
+        PyErr_Clear();
+        Py_XDECREF(name);
+        Py_XDECREF(mod);
+        *handled = 0;
+        return NULL;
+    }
+    const char *n = PyUnicode_AsUTF8(name), *m = PyUnicode_AsUTF8(mod);
+    Var *r = NULL;
+    if (!n || !m) {
+        PyErr_Clear();
+        *handled = 0;
+    } else if (!strcmp(n, "is_grad_enabled")) {
+        r = const_bool(c, c->grad_mode);
+    } else if (!strcmp(n, "get_default_dtype")) {
+        r = var_const_steal(c, dtype_to_py(meta_torch_default_float, LIB_TORCH));
+    } else if (!strcmp(n, "is_scripting") || !strcmp(n, "is_tracing") || !strcmp(n, "_get_tracing_state") ||
+               !strcmp(n, "is_fx_tracing") || !strcmp(n, "is_fx_symbolic_tracing")) {
+        r = strcmp(n, "_get_tracing_state") == 0 ? var_const(c, Py_None) : const_bool(c, 0);
+    } else if (!strcmp(n, "is_compiling") || !strcmp(n, "is_dynamo_compiling") ||
+               !strcmp(n, "is_exporting")) {
+        r = const_bool(c, strcmp(n, "is_exporting") != 0);
+    } else if (!strcmp(n, "is_tensor")) {
+        r = nargs == 1 ? const_bool(c, args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH) : NULL;
+        if (!r && !cap_failed(c))
+            *handled = 0;
+    } else if ((fn == libs.finfo || !strcmp(n, "iinfo") || fn == libs.size_type || fn == libs.device_type) &&
+               all_foldable(args, nargs)) {
+        r = fold(c, fn, args, nargs, kwnames);
+    } else {
+        *handled = 0;
+    }
+    Py_DECREF(name);
+    Py_DECREF(mod);
+    return r;
+}
+
+Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
+{
+    *handled = 0;
+    if (builtins_init() < 0) {
+        *handled = 1;
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    for (int i = 0; i < B_COUNT; i++)
+        if (fn == builtin_objs[i]) {
+            *handled = 1;
+            return call_builtin(c, (BuiltinId)i, args, nargs, kwnames);
+        }
+    /* methods called on a tensor (args[0] is the tensor) */
+    if (nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR) {
+        PyObject *name = PyObject_GetAttrString(fn, "__name__");
+        if (name && PyUnicode_Check(name)) {
+            const char *n = PyUnicode_AsUTF8(name);
+            Var *r = n ? tensor_meta_method(c, n, args, nargs, handled) : NULL;
+            Py_DECREF(name);
+            if (*handled)
+                return r;
+        } else {
+            Py_XDECREF(name);
+            PyErr_Clear();
+        }
+    }
+    if (libs.torch)
+        return torch_special(c, fn, args, nargs, kwnames, handled);
+    return NULL;
+}

@@ -1,0 +1,568 @@
+/* Calls: inlining Python functions and module forwards, table rows, builtins, methods of
+ * containers made during capture. */
+#include "capture.h"
+#include "libs.h"
+
+/* ------------------------------------------------------------- inlining ---- */
+
+/* Bind call arguments to the parameters of code (3.11 localsplus layout). */
+static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_t nargs,
+                       PyObject *kwnames, Var **locals)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    int32_t npos = nargs - nkw;
+    int argcount = co->co_argcount, kwonly = co->co_kwonlyargcount;
+    int has_varargs = (co->co_flags & CO_VARARGS) != 0, has_varkw = (co->co_flags & CO_VARKEYWORDS) != 0;
+    int total = argcount + kwonly;
+    Var *varargs = NULL, *varkw = NULL;
+    if (has_varargs && !(varargs = var_seq(c, VK_TUPLE, NULL, 0)))
+        return -1;
+    if (has_varkw && !(varkw = var_dict(c)))
+        return -1;
+    for (int32_t i = 0; i < npos; i++) {
+        if (i < argcount)
+            locals[i] = args[i];
+        else if (has_varargs) {
+            if (var_seq_append(c, varargs, args[i]) < 0)
+                return -1;
+        } else {
+            PyErr_Format(PyExc_TypeError, "%U() takes %d positional arguments but %d were given",
+                         co->co_name, argcount, (int)npos);
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+    }
+    for (int32_t k = 0; k < nkw; k++) {
+        PyObject *kn = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int i = co->co_posonlyargcount; i < total; i++) {
+            PyObject *pn = PyTuple_GET_ITEM(co->co_localsplusnames, i);
+            if (pn == kn || PyUnicode_Compare(pn, kn) == 0) {
+                found = i;
+                break;
+            }
+        }
+        if (found >= 0) {
+            if (locals[found]) {
+                PyErr_Format(PyExc_TypeError, "%U() got multiple values for argument '%U'", co->co_name, kn);
+                return cap_fail_exc(c, BR_USER_EXCEPTION);
+            }
+            locals[found] = args[npos + k];
+        } else if (has_varkw) {
+            Var *key = var_const(c, kn);
+            if (!key || var_dict_set(c, varkw, key, args[npos + k]) < 0)
+                return -1;
+        } else {
+            PyErr_Format(PyExc_TypeError, "%U() got an unexpected keyword argument '%U'", co->co_name, kn);
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+    }
+    /* defaults */
+    PyObject *defaults = NULL, *kwdefaults = NULL;
+    Var *vdefaults = NULL, *vkwdefaults = NULL;
+    if (fn->obj) {
+        defaults = PyFunction_GET_DEFAULTS(fn->obj);
+        kwdefaults = PyFunction_GET_KW_DEFAULTS(fn->obj);
+    } else {
+        vdefaults = fn->u.func.defaults;
+        vkwdefaults = fn->u.func.kwdefaults;
+    }
+    int ndef = defaults ? (int)PyTuple_GET_SIZE(defaults)
+             : (vdefaults && vdefaults->kind == VK_TUPLE) ? vdefaults->u.seq.n
+             : (vdefaults && vdefaults->kind == VK_CONST) ? (int)PyTuple_GET_SIZE(vdefaults->obj) : 0;
+    for (int i = 0; i < argcount; i++) {
+        if (locals[i])
+            continue;
+        int d = i - (argcount - ndef);
+        if (d < 0) {
+            PyErr_Format(PyExc_TypeError, "%U() missing required argument '%U'", co->co_name,
+                         PyTuple_GET_ITEM(co->co_localsplusnames, i));
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+        if (defaults) {
+            int32_t s = fn->src >= 0 ? sources_add(&c->src, SRC_DEFAULT, fn->src, d, NULL, NULL) : -1;
+            if (!(locals[i] = wrap_value(c, PyTuple_GET_ITEM(defaults, d), s)))
+                return -1;
+        } else if (vdefaults->kind == VK_TUPLE) {
+            locals[i] = vdefaults->u.seq.items[d];
+        } else if (!(locals[i] = var_const(c, PyTuple_GET_ITEM(vdefaults->obj, d)))) {
+            return -1;
+        }
+    }
+    for (int i = argcount; i < total; i++) {
+        if (locals[i])
+            continue;
+        PyObject *pn = PyTuple_GET_ITEM(co->co_localsplusnames, i);
+        if (kwdefaults) {
+            PyObject *v = PyDict_GetItemWithError(kwdefaults, pn);
+            if (v) {
+                int32_t s = fn->src >= 0 ? sources_add(&c->src, SRC_KWDEFAULT, fn->src, 0, pn, NULL) : -1;
+                if (!(locals[i] = wrap_value(c, v, s)))
+                    return -1;
+                continue;
+            }
+        } else if (vkwdefaults) {
+            Var *key = var_const(c, pn);
+            int found = 0;
+            Var *v = NULL;
+            if (vkwdefaults->kind == VK_DICT)
+                v = var_dict_get(c, vkwdefaults, key, &found);
+            else if (vkwdefaults->kind == VK_CONST && PyDict_Check(vkwdefaults->obj)) {
+                PyObject *o = PyDict_GetItemWithError(vkwdefaults->obj, pn);
+                if (o && (v = var_const(c, o)))
+                    found = 1;
+            }
+            if (found) {
+                locals[i] = v;
+                continue;
+            }
+        }
+        PyErr_Format(PyExc_TypeError, "%U() missing required keyword-only argument '%U'", co->co_name, pn);
+        return cap_fail_exc(c, BR_USER_EXCEPTION);
+    }
+    int slot = total;
+    if (has_varargs)
+        locals[slot++] = varargs;
+    if (has_varkw)
+        locals[slot++] = varkw;
+    return 0;
+}
+
+static Var *inline_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    PyCodeObject *co;
+    PyObject *globals;
+    if (fn->obj) {
+        co = (PyCodeObject *)PyFunction_GET_CODE(fn->obj);
+        globals = PyFunction_GET_GLOBALS(fn->obj);
+    } else {
+        co = fn->u.func.code;
+        globals = fn->u.func.globals;
+    }
+    if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
+        cap_fail(c, BR_GENERATOR, "coroutine %U", co->co_qualname);
+        return NULL;
+    }
+    PyObject *builtins = PyDict_GetItemString(globals, "__builtins__");
+    if (builtins && PyModule_Check(builtins))
+        builtins = PyModule_GetDict(builtins);
+    if (!builtins)
+        builtins = PyEval_GetBuiltins();
+    Var **locals = cap_alloc(c, sizeof(Var *) * (size_t)(co->co_nlocalsplus + 1));
+    if (!locals || bind_params(c, co, fn, args, nargs, kwnames, locals) < 0)
+        return NULL;
+    return eval_frame(c, co, globals, builtins, locals, fn, (co->co_flags & CO_GENERATOR) != 0);
+}
+
+/* ------------------------------------------------------------- modules ---- */
+
+static int guard_no_hooks(Capture *c, Var *m)
+{
+    static const char *const names[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                        "_backward_pre_hooks", "_forward_hooks_with_kwargs",
+                                        "_forward_pre_hooks_with_kwargs"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        PyObject *d = PyObject_GetAttrString(m->obj, names[i]);
+        if (!d) {
+            PyErr_Clear();
+            continue;
+        }
+        Py_ssize_t n = PyDict_Check(d) ? PyDict_GET_SIZE(d) : 0;
+        Py_DECREF(d);
+        if (n)
+            return cap_fail(c, BR_UNSUPPORTED_CALL, "module %s has %s", Py_TYPE(m->obj)->tp_name, names[i]);
+        if (m->src >= 0) {
+            PyObject *nm = PyUnicode_FromString(names[i]);
+            int32_t s = nm ? sources_add(&c->src, SRC_ATTR, m->src, 0, nm, NULL) : -1;
+            Py_XDECREF(nm);
+            if (s < 0 || guard_add_simple(c, GK_DICT_LENGTH, s, NULL) < 0)
+                return -1;
+            c->guards.g[c->guards.n - 1].len = 0;
+        }
+    }
+    /* torch's global module hooks */
+    if (libs.global_hook_dicts)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(libs.global_hook_dicts); i++) {
+            PyObject *d = PyTuple_GET_ITEM(libs.global_hook_dicts, i);
+            if (PyDict_Check(d) && PyDict_GET_SIZE(d))
+                return cap_fail(c, BR_UNSUPPORTED_CALL, "global nn.Module hooks are registered");
+        }
+    return 0;
+}
+
+static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (guard_no_hooks(c, m) < 0)
+        return NULL;
+    PyObject *fwd = PyObject_GetAttrString((PyObject *)Py_TYPE(m->obj), "forward");
+    if (!fwd) {
+        cap_fail_exc(c, BR_UNSUPPORTED_CALL);
+        return NULL;
+    }
+    if (!PyFunction_Check(fwd)) {
+        Py_DECREF(fwd);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.forward is not a Python function", Py_TYPE(m->obj)->tp_name);
+        return NULL;
+    }
+    Var *fn = wrap_untracked(c, fwd);
+    Py_DECREF(fwd);
+    if (!fn)
+        return NULL;
+    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+    if (!all)
+        return NULL;
+    all[0] = m;
+    memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+    return inline_function(c, fn, all, nargs + 1, kwnames);
+}
+
+/* --------------------------------------------------- container methods ---- */
+
+static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    const char *n = PyUnicode_AsUTF8(name);
+    if (!n)
+        return NULL;
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", var_kind_name(self), n);
+        return NULL;
+    }
+    int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
+                   !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") ||
+                   !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
+    if (mutating && self->src >= 0) {
+        cap_fail(c, BR_SIDE_EFFECT, "%s.%s on an input", var_kind_name(self), n);
+        return NULL;
+    }
+    if (self->kind == VK_LIST || self->kind == VK_TUPLE) {
+        if (!strcmp(n, "append") && nargs == 1 && self->kind == VK_LIST)
+            return var_seq_append(c, self, args[0]) < 0 ? NULL : var_const(c, Py_None);
+        if (!strcmp(n, "extend") && nargs == 1 && self->kind == VK_LIST) {
+            Var **items;
+            int32_t cnt;
+            if (op_iterate(c, args[0], &items, &cnt) < 0)
+                return NULL;
+            for (int32_t i = 0; i < cnt; i++)
+                if (var_seq_append(c, self, items[i]) < 0)
+                    return NULL;
+            return var_const(c, Py_None);
+        }
+        if (!strcmp(n, "insert") && nargs == 2 && var_is_const(args[0]) && self->kind == VK_LIST) {
+            Py_ssize_t i = PyNumber_AsSsize_t(args[0]->obj, NULL);
+            if (i < 0)
+                i += self->u.seq.n;
+            if (i < 0)
+                i = 0;
+            if (i > self->u.seq.n)
+                i = self->u.seq.n;
+            if (var_seq_append(c, self, args[1]) < 0)
+                return NULL;
+            memmove(self->u.seq.items + i + 1, self->u.seq.items + i,
+                    sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
+            self->u.seq.items[i] = args[1];
+            return var_const(c, Py_None);
+        }
+        if (!strcmp(n, "pop") && nargs <= 1 && self->kind == VK_LIST && self->u.seq.n > 0) {
+            Py_ssize_t i = self->u.seq.n - 1;
+            if (nargs == 1) {
+                if (!var_is_const(args[0]))
+                    goto unsupported;
+                i = PyNumber_AsSsize_t(args[0]->obj, NULL);
+                if (i < 0)
+                    i += self->u.seq.n;
+                if (i < 0 || i >= self->u.seq.n)
+                    goto unsupported;
+            }
+            Var *r = self->u.seq.items[i];
+            memmove(self->u.seq.items + i, self->u.seq.items + i + 1,
+                    sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
+            self->u.seq.n--;
+            return r;
+        }
+        if (!strcmp(n, "reverse") && nargs == 0 && self->kind == VK_LIST) {
+            for (int32_t i = 0, j = self->u.seq.n - 1; i < j; i++, j--) {
+                Var *t = self->u.seq.items[i];
+                self->u.seq.items[i] = self->u.seq.items[j];
+                self->u.seq.items[j] = t;
+            }
+            return var_const(c, Py_None);
+        }
+        if (!strcmp(n, "copy") && nargs == 0)
+            return var_seq(c, self->kind, self->u.seq.items, self->u.seq.n);
+        if ((!strcmp(n, "index") || !strcmp(n, "count")) && nargs == 1 && var_all_const(self->u.seq.items, self->u.seq.n)) {
+            PyObject *py = var_to_py(c, self);
+            PyObject *a = py ? var_to_py(c, args[0]) : NULL;
+            PyObject *r = a ? PyObject_CallMethod(py, n, "O", a) : NULL;
+            Py_XDECREF(py);
+            Py_XDECREF(a);
+            if (!r) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            return var_const_steal(c, r);
+        }
+    }
+    if (self->kind == VK_DICT) {
+        if ((!strcmp(n, "keys") || !strcmp(n, "values") || !strcmp(n, "items")) && nargs == 0) {
+            Var *l = var_seq(c, VK_LIST, NULL, 0);
+            for (int32_t i = 0; l && i < self->u.dict.n; i++) {
+                Var *item = !strcmp(n, "keys") ? self->u.dict.keys[i]
+                          : !strcmp(n, "values") ? self->u.dict.vals[i]
+                          : var_seq(c, VK_TUPLE, (Var *[]){self->u.dict.keys[i], self->u.dict.vals[i]}, 2);
+                if (!item || var_seq_append(c, l, item) < 0)
+                    return NULL;
+            }
+            return l;
+        }
+        if (!strcmp(n, "get") && (nargs == 1 || nargs == 2)) {
+            int found;
+            Var *v = var_dict_get(c, self, args[0], &found);
+            if (PyErr_Occurred()) {
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                return NULL;
+            }
+            return found ? v : nargs == 2 ? args[1] : var_const(c, Py_None);
+        }
+        if (!strcmp(n, "setdefault") && (nargs == 1 || nargs == 2)) {
+            int found;
+            Var *v = var_dict_get(c, self, args[0], &found);
+            if (found)
+                return v;
+            Var *d = nargs == 2 ? args[1] : var_const(c, Py_None);
+            return d && var_dict_set(c, self, args[0], d) == 0 ? d : NULL;
+        }
+        if (!strcmp(n, "update") && nargs == 1 && args[0]->kind == VK_DICT) {
+            for (int32_t i = 0; i < args[0]->u.dict.n; i++)
+                if (var_dict_set(c, self, args[0]->u.dict.keys[i], args[0]->u.dict.vals[i]) < 0)
+                    return NULL;
+            return var_const(c, Py_None);
+        }
+        if (!strcmp(n, "pop") && (nargs == 1 || nargs == 2)) {
+            int found;
+            Var *v = var_dict_get(c, self, args[0], &found);
+            if (!found) {
+                if (nargs == 2)
+                    return args[1];
+                goto unsupported;
+            }
+            for (int32_t i = 0; i < self->u.dict.n; i++)
+                if (self->u.dict.vals[i] == v && self->u.dict.keys[i]->obj == args[0]->obj) {
+                    memmove(self->u.dict.keys + i, self->u.dict.keys + i + 1, sizeof(Var *) * (size_t)(self->u.dict.n - i - 1));
+                    memmove(self->u.dict.vals + i, self->u.dict.vals + i + 1, sizeof(Var *) * (size_t)(self->u.dict.n - i - 1));
+                    self->u.dict.n--;
+                    break;
+                }
+            return v;
+        }
+        if (!strcmp(n, "copy") && nargs == 0) {
+            Var *d = var_dict(c);
+            for (int32_t i = 0; d && i < self->u.dict.n; i++)
+                if (var_dict_set(c, d, self->u.dict.keys[i], self->u.dict.vals[i]) < 0)
+                    return NULL;
+            return d;
+        }
+    }
+unsupported:
+    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s(...) with these arguments", var_kind_name(self), n);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ dispatch ---- */
+
+static int is_pure_folder(PyObject *fn)
+{
+    /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
+     * functions of math */
+    if (PyCFunction_Check(fn)) {
+        PyObject *self = PyCFunction_GET_SELF(fn);
+        if (self && PyModule_Check(self)) {
+            const char *mn = PyModule_GetName(self);
+            if (!mn) {
+                PyErr_Clear();
+                return 0;
+            }
+            return !strcmp(mn, "math");
+        }
+        if (self && (PyUnicode_Check(self) || PyTuple_Check(self) || PyLong_Check(self) ||
+                     PyFloat_Check(self) || PyBytes_Check(self) ||
+                     (libs.dtype_type && (PyObject *)Py_TYPE(self) == libs.dtype_type) ||
+                     (libs.np_dtype_type && PyObject_TypeCheck(self, (PyTypeObject *)libs.np_dtype_type))))
+            return 1;
+    }
+    return 0;
+}
+
+Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (!fn) {
+        cap_fail(c, BR_INTERNAL, "call of NULL");
+        return NULL;
+    }
+    switch (fn->kind) {
+    case VK_FUNC: {
+        int row = fn->obj ? callables_lookup(fn->obj) : -1;
+        if (row >= 0)
+            return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
+            PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
+            PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
+            /* module forwards and container helpers of torch.nn are inlined on purpose */
+            const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
+            if (!m || strncmp(m, "torch.nn.modules", 16) != 0) {
+                cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
+                         m ? m : "?", qn);
+                return NULL;
+            }
+        }
+        return inline_function(c, fn, args, nargs, kwnames);
+    }
+    case VK_METHOD: {
+        Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+        if (!all)
+            return NULL;
+        all[0] = fn->u.method.self;
+        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+        Var *inner = fn->u.method.fn;
+        if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj))
+            return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
+        if (fn->u.method.self->kind == VK_TENSOR && inner->kind == VK_CALLABLE) {
+            int handled = 0;
+            Var *r = builtin_call(c, inner->obj, all, nargs + 1, kwnames, &handled);
+            if (handled)
+                return r;
+        }
+        return call_var(c, inner, all, nargs + 1, kwnames);
+    }
+    case VK_MODULE:
+        return call_module(c, fn, args, nargs, kwnames);
+    case VK_PARTIAL: {
+        Var *pargs = fn->u.partial.args, *pkw = fn->u.partial.kwargs;
+        int32_t np = pargs && pargs->kind == VK_TUPLE ? pargs->u.seq.n : 0;
+        int32_t nk = pkw && pkw->kind == VK_DICT ? pkw->u.dict.n : 0;
+        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+        int32_t npos = nargs - nkw;
+        Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(np + nargs + nk + 1));
+        PyObject *names = PyTuple_New(nk + nkw);
+        if (!all || !names || !cap_keep_steal(c, names))
+            return NULL;
+        int32_t k = 0;
+        for (int32_t i = 0; i < np; i++)
+            all[k++] = pargs->u.seq.items[i];
+        for (int32_t i = 0; i < npos; i++)
+            all[k++] = args[i];
+        int32_t kn = 0;
+        for (int32_t i = 0; i < nk; i++) {
+            PyTuple_SET_ITEM(names, kn++, Py_NewRef(pkw->u.dict.keys[i]->obj));
+            all[k++] = pkw->u.dict.vals[i];
+        }
+        for (int32_t i = 0; i < nkw; i++) {
+            PyTuple_SET_ITEM(names, kn++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+            all[k++] = args[npos + i];
+        }
+        return call_var(c, fn->u.partial.fn, all, k, kn ? names : NULL);
+    }
+    case VK_EXIT: {
+        /* the normal exit of a grad-mode block: restore the mode from before it */
+        Var *flag = var_const(c, fn->u.grad.prev ? Py_True : Py_False);
+        Var *setter = flag ? wrap_untracked(c, libs.set_grad_fn) : NULL;
+        Var *a[1] = {flag};
+        if (!setter || !call_var(c, setter, a, 1, NULL))
+            return NULL;
+        c->grad_mode = fn->u.grad.prev;
+        return var_const(c, Py_None);
+    }
+    case VK_CALLABLE: {
+        int row = callables_lookup(fn->obj);
+        if (row >= 0)
+            return op_record(c, row, args, nargs, kwnames);
+        int handled = 0;
+        Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        if (is_pure_folder(fn->obj) && var_all_const(args, nargs)) {
+            int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+            PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+            if (!a)
+                return NULL;
+            for (int32_t i = 0; i < nargs; i++)
+                a[i] = args[i]->obj;
+            PyObject *res = PyObject_Vectorcall(fn->obj, a, (size_t)(nargs - nkw), kwnames);
+            if (!res) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            return var_const_steal(c, res);
+        }
+        PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
+        if (!qn) {
+            PyErr_Clear();
+            qn = PyObject_Repr(fn->obj);
+        }
+        PyObject *mod = PyObject_GetAttrString(fn->obj, "__module__");
+        if (!mod || !PyUnicode_Check(mod)) {
+            PyErr_Clear();
+            Py_XDECREF(mod);
+            mod = PyUnicode_FromString("?");
+        }
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%S.%S", mod, qn);
+        Py_XDECREF(qn);
+        Py_XDECREF(mod);
+        return NULL;
+    }
+    case VK_OBJECT: {
+        static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
+        if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
+            return NULL;
+        PyObject *call = _PyType_Lookup(Py_TYPE(fn->obj), s_call);
+        if (call && PyFunction_Check(call)) {
+            Var *f = wrap_untracked(c, call);
+            Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+            if (!f || !all)
+                return NULL;
+            all[0] = fn;
+            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+            return inline_function(c, f, all, nargs + 1, kwnames);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    cap_fail(c, BR_UNSUPPORTED_CALL, "calling a %s", var_kind_name(fn));
+    return NULL;
+}
+
+Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
+{
+    Var **items;
+    int32_t n;
+    if (op_iterate(c, args, &items, &n) < 0)
+        return NULL;
+    int32_t nk = 0;
+    if (kwargs) {
+        if (kwargs->kind != VK_DICT) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from a %s", var_kind_name(kwargs));
+            return NULL;
+        }
+        nk = kwargs->u.dict.n;
+    }
+    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(n + nk + 1));
+    if (!all)
+        return NULL;
+    memcpy(all, items, sizeof(Var *) * (size_t)n);
+    PyObject *names = NULL;
+    if (nk) {
+        names = PyTuple_New(nk);
+        if (!names || !cap_keep_steal(c, names))
+            return NULL;
+        for (int32_t i = 0; i < nk; i++) {
+            PyObject *k = kwargs->u.dict.keys[i]->obj;
+            if (!PyUnicode_Check(k)) {
+                cap_fail(c, BR_USER_EXCEPTION, "keywords must be strings");
+                return NULL;
+            }
+            PyTuple_SET_ITEM(names, i, Py_NewRef(k));
+            all[n + i] = kwargs->u.dict.vals[i];
+        }
+    }
+    return call_var(c, fn, all, n + nk, names);
+}

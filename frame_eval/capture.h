@@ -1,0 +1,197 @@
+/* The state of one capture: the symbolic evaluation of a frame (and the calls it inlines)
+ * into a graph, its sources and its guards. Internal to frame_eval/. */
+#ifndef SJ_CAPTURE_H
+#define SJ_CAPTURE_H
+
+#include <Python.h>
+#include "../graph/ir.h"
+#include "../guards/guards.h"
+#include "../core/breaks.h"
+
+/* ---------------------------------------------------------------- vars ---- */
+
+typedef enum {
+    VK_CONST,      /* obj: a Python constant folded at capture time */
+    VK_TENSOR,     /* a graph value: u.t */
+    VK_TUPLE,      /* u.seq */
+    VK_LIST,       /* u.seq */
+    VK_DICT,       /* u.dict (keys are VK_CONST) */
+    VK_SLICE,      /* u.slice (some part is not constant) */
+    VK_ITER,       /* u.iter: the items, materialised, and the position */
+    VK_FUNC,       /* a Python function to inline: obj (a real function) or u.func (made here) */
+    VK_CELL,       /* u.cell: a closure cell */
+    VK_OBJECT,     /* obj: a user object read through its source */
+    VK_MODULE,     /* obj: an nn.Module instance */
+    VK_PYMODULE,   /* obj: a Python module */
+    VK_CALLABLE,   /* obj: a builtin, a library function, a type, ... */
+    VK_METHOD,     /* u.method: a bound method */
+    VK_PARTIAL,    /* u.partial: functools.partial */
+    VK_GRADMODE,   /* u.grad: torch.no_grad() / enable_grad() / set_grad_enabled(b) objects */
+    VK_EXIT,       /* u.grad: the __exit__ that BEFORE_WITH pushes for a grad-mode block */
+} VarKind;
+
+typedef struct Var Var;
+struct Var {
+    uint8_t kind;          /* VarKind */
+    int32_t src;           /* source id, -1 when made during capture */
+    PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
+    union {
+        struct { int32_t value; TensorMeta meta; } t;
+        struct { Var **items; int32_t n, cap; PyTypeObject *subtype; } seq;  /* subtype: tuple subclass or NULL (borrowed) */
+        struct { Var **keys, **vals; int32_t n, cap; } dict;
+        struct { Var *start, *stop, *step; } slice;
+        struct { Var **items; int32_t n, pos; } iter;
+        struct { PyCodeObject *code; PyObject *globals; Var *defaults; Var *kwdefaults;
+                 Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
+        struct { Var *contents; PyObject *real; } cell;  /* real: a cell object from outside */
+        struct { Var *self; Var *fn; } method;
+        struct { Var *fn; Var *args; Var *kwargs; } partial;
+        struct { int enabled; int prev; } grad;
+    } u;
+};
+
+/* ------------------------------------------------------------ frames ---- */
+
+typedef struct EvalFrame EvalFrame;
+struct EvalFrame {
+    EvalFrame *parent;
+    PyCodeObject *code;        /* borrowed (keepalive) */
+    PyObject *globals;         /* borrowed */
+    PyObject *builtins;        /* borrowed */
+    PyObject *instrs;          /* strong: co_code bytes (de-specialised) */
+    const uint16_t *ins;       /* into instrs */
+    int32_t ninstr;            /* code units */
+    int32_t pc;                /* code unit index of the instruction being evaluated */
+    Var **locals;              /* co_nlocalsplus */
+    Var **stack;
+    int32_t sp, stack_cap;
+    int trusted;               /* library code (torch/numpy): globals read without guards */
+    int is_top;                /* the frame being compiled: globals are G[...] */
+    int generator;             /* inlined generator: yields go to gen_items */
+    Var *gen_items;            /* VK_LIST collecting yields */
+    PyObject *kwnames;         /* borrowed: set by KW_NAMES for the next CALL */
+    Var *fn;                   /* the function var being run, or NULL for the top frame */
+    PyObject **pending;        /* top frame: live arguments not wrapped yet (borrowed) */
+    PyObject *closure;         /* top frame: the function's closure tuple (borrowed) */
+};
+
+/* ------------------------------------------------------------ capture ---- */
+
+typedef struct ArenaBlock ArenaBlock;
+
+typedef struct Capture {
+    Graph *g;                  /* owned until handed to the entry */
+    SourceTable src;           /* owned */
+    GuardSet guards;           /* owned */
+    PyObject *keepalive;       /* strong list */
+    PyObject *wrapped;         /* strong dict: id(obj) -> index into vars_by_obj */
+    Var **by_obj; int32_t nby_obj, cap_by_obj;
+    ArenaBlock *arena;
+    EvalFrame *frame;          /* innermost */
+    int depth;
+    int nops;                  /* op nodes recorded */
+    int used_torch;            /* some op or input belongs to torch */
+    int grad_mode;             /* grad mode at this point of the captured program */
+    PyObject *linecache;       /* strong dict: (code, line) -> where tuple */
+    /* the failure */
+    BreakReason reason;
+    PyObject *reason_msg;      /* strong str or NULL */
+    PyObject *user_stack;      /* strong list of (file, line, func, text) or NULL */
+    /* the result */
+    Var *result;
+    int32_t distinct_srcs[256]; int32_t ndistinct;
+} Capture;
+
+/* arena.c */
+void *cap_alloc(Capture *c, size_t n);          /* zeroed; NULL with MemoryError */
+void cap_arena_free(Capture *c);
+/* Keep obj alive for the capture; returns obj (borrowed) or NULL on error. */
+PyObject *cap_keep(Capture *c, PyObject *obj);
+/* Same, stealing a new reference (NULL passes through). */
+PyObject *cap_keep_steal(Capture *c, PyObject *obj);
+
+/* Var constructors (vars.c). All return NULL with cap failure set on error. */
+Var *var_new(Capture *c, VarKind k);
+Var *var_const(Capture *c, PyObject *obj);           /* obj borrowed */
+Var *var_const_steal(Capture *c, PyObject *obj);     /* obj: new reference */
+Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n);
+int var_seq_append(Capture *c, Var *seq, Var *item);
+Var *var_dict(Capture *c);
+int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
+Var *var_dict_get(Capture *c, Var *d, Var *key, int *found);
+int var_is_const(const Var *v);
+int var_all_const(Var *const *vs, int32_t n);
+/* New reference: the Python value of a var made of constants (tuples/lists/dicts/slices of
+ * constants included); NULL with *fail set when it holds graph values. */
+PyObject *var_to_py(Capture *c, Var *v);
+const char *var_kind_name(const Var *v);
+
+/* wrap.c: a live object reached by source src becomes a var, with its guards. */
+Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
+/* A live object with no source (library constants, trusted globals). */
+Var *wrap_untracked(Capture *c, PyObject *obj);
+int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
+
+/* failures (capture.c) */
+/* Record why capture stops (printf-like msg). Always returns -1. Clears nothing. */
+int cap_fail(Capture *c, BreakReason r, const char *fmt, ...);
+/* Turn a pending Python exception into the failure reason. Returns -1. */
+int cap_fail_exc(Capture *c, BreakReason r);
+int cap_failed(const Capture *c);
+/* New reference: (filename, lineno, funcname, line) of the current instruction. */
+PyObject *cap_where(Capture *c);
+
+/* evaluator.c */
+/* Evaluate code with the given locals (localsplus layout) and return its result var. */
+Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
+                Var **locals, Var *fn, int generator);
+/* The frame being compiled: locals are the live frame's (borrowed) values. */
+Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
+              PyObject *const *live_locals, PyObject *closure);
+
+/* calls.c */
+Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);
+Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
+
+/* attrs.c */
+Var *attr_load(Capture *c, Var *obj, PyObject *name);
+int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
+/* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
+int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr);
+
+/* ops.c: bytecode operators and recorded library calls */
+Var *op_binary(Capture *c, int nb_op, Var *a, Var *b);
+Var *op_compare(Capture *c, int cmp, Var *a, Var *b);
+Var *op_unary(Capture *c, int opcode, Var *a);
+Var *op_subscr(Capture *c, Var *obj, Var *key);
+int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val);
+int op_truth(Capture *c, Var *v, int *truth);   /* 0 ok; -1 failure (data-dependent etc.) */
+Var *op_contains(Capture *c, Var *item, Var *container);
+/* Record a call of a callables.def row. args: receiver first for methods. */
+Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames);
+int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */
+Var *op_len(Capture *c, Var *v);
+
+/* callables.c */
+int callables_init(void);                        /* once torch or numpy is seen */
+int callables_lookup(PyObject *fn);              /* row index or -1 */
+int callables_lookup_method(Lib lib, PyObject *name);   /* Tensor/ndarray method row or -1 */
+typedef struct {
+    const char *id;
+    int kind;        /* CK_* */
+    const char *path;
+    OpId op;
+    const char *schema;
+    int flags;       /* CF_* */
+} CallableRow;
+enum { CK_TORCH, CK_TENSOR_METHOD, CK_NUMPY, CK_NDARRAY_METHOD, CK_OPERATOR };
+enum { CF_NONE = 0, CF_INPLACE = 1 };
+extern const CallableRow callable_rows[];
+extern const int callable_nrows;
+PyObject *callables_object(int row);   /* borrowed: the resolved callable, or NULL */
+int callables_operator_row(const char *path);   /* row of "operator.add" etc., or -1 */
+
+/* builtins.c */
+Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+#endif

@@ -1,0 +1,112 @@
+/* co_extra storage: the compiled state dies with its code object. */
+#include "code_cache.h"
+#include <stddef.h>
+
+SjStats sj_stats;
+
+static Py_ssize_t extra_index = -1;
+
+/* Every live CodeState, so reset() can reach them; a code object's free function unlinks. */
+typedef struct StateLink {
+    struct StateLink *prev, *next;
+    CodeState st;
+} StateLink;
+static StateLink all_states = {&all_states, &all_states, {0}};
+
+void cache_entry_free(CacheEntry *e)
+{
+    sources_clear(&e->src);
+    guards_clear(&e->guards);
+    PyMem_Free(e->inputs);
+    Py_XDECREF(e->compiled);
+    Py_XDECREF(e->graph);
+    Py_XDECREF(e->plan);
+    Py_XDECREF(e->reason);
+    PyMem_Free(e);
+}
+
+static void clear_entries(CodeState *st)
+{
+    CacheEntry *e = st->entries;
+    while (e) {
+        CacheEntry *n = e->next;
+        cache_entry_free(e);
+        sj_stats.cache_entries--;
+        e = n;
+    }
+    st->entries = NULL;
+    st->nentries = 0;
+    Py_CLEAR(st->last_reason);
+}
+
+static void free_state(void *p)
+{
+    if (!p)
+        return;
+    StateLink *l = (StateLink *)((char *)p - offsetof(StateLink, st));
+    clear_entries(&l->st);
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    PyMem_Free(l);
+}
+
+int code_cache_init(void)
+{
+    if (extra_index < 0) {
+        extra_index = _PyEval_RequestCodeExtraIndex(free_state);
+        if (extra_index < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: no co_extra slot available");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+CodeState *code_state_get(PyCodeObject *co)
+{
+    void *p = NULL;
+    if (_PyCode_GetExtra((PyObject *)co, extra_index, &p) < 0)
+        return NULL;
+    if (p)
+        return p;
+    StateLink *l = PyMem_Calloc(1, sizeof(StateLink));
+    if (!l) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    l->st.frame_id = -1;
+    l->st.skip = -1;   /* not decided yet */
+    if (_PyCode_SetExtra((PyObject *)co, extra_index, &l->st) < 0) {
+        PyMem_Free(l);
+        return NULL;
+    }
+    l->next = all_states.next;
+    l->prev = &all_states;
+    all_states.next->prev = l;
+    all_states.next = l;
+    return &l->st;
+}
+
+int code_cache_disable(PyCodeObject *co)
+{
+    CodeState *st = code_state_get(co);
+    if (!st)
+        return -1;
+    clear_entries(st);
+    st->skip = 2;   /* disabled by the user: reset() keeps it */
+    return 0;
+}
+
+void code_cache_reset_all(void)
+{
+    for (StateLink *l = all_states.next; l != &all_states; l = l->next) {
+        clear_entries(&l->st);
+        if (l->st.skip != 2)
+            l->st.skip = -1;
+        l->st.frame_id = -1;
+        l->st.ncompiles = 0;
+        l->st.calls = 0;
+        l->st.warned_limit = 0;
+    }
+    memset(&sj_stats, 0, sizeof sj_stats);
+}

@@ -1,0 +1,479 @@
+/* Capture a frame into a cache entry. */
+#include "compile.h"
+#include "capture.h"
+#include "libs.h"
+#include "../core/config.h"
+#include "../core/log.h"
+#include "events.h"
+#include <time.h>
+
+PyObject *SjUnsupported;
+static long graph_counter;
+
+/* ------------------------------------------------------------- result plan ---- */
+/* A plan is an int (graph output k) or a tuple:
+ *   ("c", obj)                 a constant
+ *   ("s", source_id)           a value read from the frame's inputs
+ *   ("t"|"l", (items...))      a tuple or list
+ *   ("T", type, (items...))    a tuple subclass (namedtuple, torch.Size)
+ *   ("d", (keys...), (items...)) a dict */
+
+typedef struct {
+    Capture *c;
+    PyObject *outvals;   /* dict value id -> output index */
+} PlanCtx;
+
+static PyObject *plan_for(PlanCtx *p, Var *v)
+{
+    Capture *c = p->c;
+    switch (v->kind) {
+    case VK_TENSOR: {
+        PyObject *key = PyLong_FromLong(v->u.t.value);
+        if (!key)
+            return NULL;
+        PyObject *k = PyDict_GetItemWithError(p->outvals, key);
+        if (k) {
+            Py_DECREF(key);
+            return Py_NewRef(k);
+        }
+        if (PyErr_Occurred() || graph_add_output(c->g, v->u.t.value) < 0) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        k = PyLong_FromLong(c->g->noutputs - 1);
+        if (!k || PyDict_SetItem(p->outvals, key, k) < 0) {
+            Py_XDECREF(k);
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(key);
+        return k;
+    }
+    case VK_CONST:
+        return Py_BuildValue("(sO)", "c", v->obj);
+    case VK_TUPLE:
+    case VK_LIST: {
+        PyObject *items = PyTuple_New(v->u.seq.n);
+        if (!items)
+            return NULL;
+        for (int32_t i = 0; i < v->u.seq.n; i++) {
+            PyObject *it = plan_for(p, v->u.seq.items[i]);
+            if (!it) {
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(items, i, it);
+        }
+        if (v->kind == VK_TUPLE && v->u.seq.subtype)
+            return Py_BuildValue("(sON)", "T", (PyObject *)v->u.seq.subtype, items);
+        return Py_BuildValue("(sN)", v->kind == VK_TUPLE ? "t" : "l", items);
+    }
+    case VK_DICT: {
+        PyObject *keys = PyTuple_New(v->u.dict.n), *items = PyTuple_New(v->u.dict.n);
+        if (!keys || !items) {
+            Py_XDECREF(keys);
+            Py_XDECREF(items);
+            return NULL;
+        }
+        for (int32_t i = 0; i < v->u.dict.n; i++) {
+            PyTuple_SET_ITEM(keys, i, Py_NewRef(v->u.dict.keys[i]->obj));
+            PyObject *it = plan_for(p, v->u.dict.vals[i]);
+            if (!it) {
+                Py_DECREF(keys);
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(items, i, it);
+        }
+        return Py_BuildValue("(sNN)", "d", keys, items);
+    }
+    default:
+        if (v->src >= 0)
+            return Py_BuildValue("(si)", "s", (int)v->src);
+        if (v->obj && (v->kind == VK_CALLABLE || v->kind == VK_PYMODULE || (v->kind == VK_FUNC)))
+            return Py_BuildValue("(sO)", "c", v->obj);
+        cap_fail(c, BR_UNSUPPORTED_RETURN, "returning a %s made during capture", var_kind_name(v));
+        return NULL;
+    }
+}
+
+static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
+{
+    if (PyLong_CheckExact(plan))
+        return Py_NewRef(PySequence_Fast_GET_ITEM(outputs, PyLong_AsSsize_t(plan)));
+    const char *tag = PyUnicode_AsUTF8(PyTuple_GET_ITEM(plan, 0));
+    switch (tag[0]) {
+    case 'c':
+        return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+    case 's':
+        return Py_XNewRef(memo[PyLong_AsLong(PyTuple_GET_ITEM(plan, 1))]);
+    case 't':
+    case 'l':
+    case 'T':
+    case 'd': {
+        PyObject *items = PyTuple_GET_ITEM(plan, tag[0] == 'T' || tag[0] == 'd' ? 2 : 1);
+        Py_ssize_t n = PyTuple_GET_SIZE(items);
+        PyObject *vals = PyTuple_New(n);
+        if (!vals)
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            if (!x) {
+                Py_DECREF(vals);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(vals, i, x);
+        }
+        if (tag[0] == 't')
+            return vals;
+        if (tag[0] == 'l') {
+            PyObject *l = PySequence_List(vals);
+            Py_DECREF(vals);
+            return l;
+        }
+        if (tag[0] == 'T') {
+            PyObject *t = PyTuple_GET_ITEM(plan, 1);
+            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "O", vals)
+                                                             : PyObject_CallOneArg(t, vals);
+            Py_DECREF(vals);
+            return r;
+        }
+        PyObject *d = PyDict_New();
+        PyObject *keys = PyTuple_GET_ITEM(plan, 1);
+        for (Py_ssize_t i = 0; d && i < n; i++)
+            if (PyDict_SetItem(d, PyTuple_GET_ITEM(keys, i), PyTuple_GET_ITEM(vals, i)) < 0)
+                Py_CLEAR(d);
+        Py_DECREF(vals);
+        return d;
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "shapejit: bad result plan");
+    return NULL;
+}
+
+PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo)
+{
+    return build(plan, outputs, memo);
+}
+
+/* ------------------------------------------------------------------ logs ---- */
+
+static PyObject *format_stack(PyObject *stack)
+{
+    PyObject *lines = PyList_New(0);
+    if (!lines || !stack)
+        return lines;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stack); i++) {
+        PyObject *w = PyList_GET_ITEM(stack, i);
+        PyObject *l = PyUnicode_FromFormat("  File \"%U\", line %S, in %U\n    %U", PyTuple_GET_ITEM(w, 0),
+                                           PyTuple_GET_ITEM(w, 1), PyTuple_GET_ITEM(w, 2), PyTuple_GET_ITEM(w, 3));
+        if (!l || PyList_Append(lines, l) < 0) {
+            Py_XDECREF(l);
+            Py_DECREF(lines);
+            return NULL;
+        }
+        Py_DECREF(l);
+    }
+    PyObject *nl = PyUnicode_FromString("\n");
+    PyObject *r = nl ? PyUnicode_Join(nl, lines) : NULL;
+    Py_XDECREF(nl);
+    Py_DECREF(lines);
+    return r;
+}
+
+static PyObject *reason_text(Capture *c)
+{
+    return PyUnicode_FromFormat("%s: %S", break_messages[c->reason], c->reason_msg ? c->reason_msg : Py_None);
+}
+
+static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
+{
+    PyObject *stack = c->user_stack;
+    PyObject *top = (stack && PyList_GET_SIZE(stack)) ? PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1) : NULL;
+    if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
+        PyObject *tb = format_stack(stack);
+        if (top)
+            sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
+                   "Graph break in user code at %U:%S\nGraph Break Reason: %U\nUser code traceback:\n%U",
+                   PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason, tb ? tb : Py_None);
+        else
+            sj_log(LOG_GRAPH_BREAKS, SJ_INFO, "Graph break in %U (%U:%d)\nGraph Break Reason: %U", co->co_qualname,
+                   co->co_filename, co->co_firstlineno, reason);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+    }
+    events_emit_break(reason, stack);
+}
+
+/* ------------------------------------------------------------------ entry ---- */
+
+static CacheEntry *entry_from_capture(Capture *c)
+{
+    CacheEntry *e = PyMem_Calloc(1, sizeof(CacheEntry));
+    if (!e) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    e->src = c->src;           /* moves */
+    e->guards = c->guards;
+    memset(&c->src, 0, sizeof c->src);
+    memset(&c->guards, 0, sizeof c->guards);
+    return e;
+}
+
+static int add_final_guards(Capture *c)
+{
+    if (c->used_torch) {
+        Guard g;
+        memset(&g, 0, sizeof g);
+        g.kind = GK_GLOBAL_STATE;
+        g.src = g.src2 = -1;
+        int grad, dt;
+        if (guards_read_global_state(&grad, &dt) < 0)
+            return -1;
+        g.grad_enabled = grad;
+        g.default_dtype = dt;
+        if (guards_add(&c->guards, &g) < 0)
+            return -1;
+    }
+    if (c->ndistinct > 1) {
+        Guard g;
+        memset(&g, 0, sizeof g);
+        g.kind = GK_DISTINCT;
+        g.src = g.src2 = -1;
+        g.srcs = c->distinct_srcs;
+        g.nsrcs = c->ndistinct;
+        if (guards_add(&c->guards, &g) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void capture_release(Capture *c)
+{
+    graph_free(c->g);
+    c->g = NULL;
+    sources_clear(&c->src);
+    guards_clear(&c->guards);
+    Py_CLEAR(c->keepalive);
+    Py_CLEAR(c->wrapped);
+    Py_CLEAR(c->linecache);
+    Py_CLEAR(c->reason_msg);
+    Py_CLEAR(c->user_stack);
+    PyMem_Free(c->by_obj);
+    c->by_obj = NULL;
+    cap_arena_free(c);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOptions *opts, int count_break)
+{
+    PyObject *reason = reason_text(c);
+    if (!reason)
+        return NULL;
+    if (opts->fullgraph && c->reason != BR_USER_EXCEPTION) {
+        PyObject *stack = format_stack(c->user_stack);
+        PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U\n%U", co->co_qualname, reason,
+                     stack ? stack : Py_None);
+        Py_XDECREF(stack);
+        Py_DECREF(reason);
+        return NULL;
+    }
+    if (sj_config.raise_internal_errors && c->reason == BR_INTERNAL) {
+        PyErr_Format(PyExc_RuntimeError, "shapejit internal error in %U: %U", co->co_qualname, reason);
+        Py_DECREF(reason);
+        return NULL;
+    }
+    if (count_break) {
+        sj_stats.graph_breaks++;
+        report_break(c, co, reason);
+    }
+    sj_stats.eager_frames++;
+    CacheEntry *e = entry_from_capture(c);
+    if (!e) {
+        Py_DECREF(reason);
+        return NULL;
+    }
+    e->action = ENTRY_EAGER;
+    e->reason = reason;
+    return e;
+}
+
+CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
+                          PyObject *builtins, const CompileOptions *opts, CodeState *st)
+{
+    double t0 = now_s();
+    Capture c;
+    memset(&c, 0, sizeof c);
+    CacheEntry *e = NULL;
+    PyObject *plan = NULL, *example = NULL, *gobj = NULL, *compiled = NULL;
+    c.g = graph_new();
+    c.keepalive = PyList_New(0);
+    c.wrapped = PyDict_New();
+    c.linecache = PyDict_New();
+    if (!c.g || !c.keepalive || !c.wrapped || !c.linecache || libs_refresh() < 0)
+        goto internal;
+    int dt;
+    if (guards_read_global_state(&c.grad_mode, &dt) < 0)
+        goto internal;
+    sj_stats.frames++;
+    if (st->frame_id < 0)
+        st->frame_id = (int)events_next_frame_id();
+    Var *r = eval_top(&c, co, globals, builtins, locals, closure);
+    PlanCtx pc = {&c, NULL};
+    if (r) {
+        pc.outvals = PyDict_New();
+        if (!pc.outvals)
+            goto internal;
+        plan = plan_for(&pc, r);
+        Py_CLEAR(pc.outvals);
+        if (!plan && !cap_failed(&c))
+            goto internal;
+    }
+    if (!r || !plan) {
+        if (PyErr_Occurred() && !cap_failed(&c))
+            cap_fail_exc(&c, BR_INTERNAL);
+        PyErr_Clear();
+        e = eager_entry(&c, co, opts, 1);
+        goto done;
+    }
+    if (c.nops == 0) {
+        /* nothing to compile: the frame only does Python work; run it as it is */
+        cap_fail(&c, BR_NONE, "");
+        c.reason = BR_NONE;
+        e = entry_from_capture(&c);
+        if (e) {
+            e->action = ENTRY_EAGER;
+            e->reason = PyUnicode_FromString("no tensor ops in the frame");
+        }
+        goto done;
+    }
+    if (add_final_guards(&c) < 0)
+        goto internal;
+    /* hand the graph to the backend */
+    PyObject *name = PyUnicode_FromFormat("__compiled_fn_%ld", ++graph_counter);
+    if (!name)
+        goto internal;
+    Graph *g = c.g;
+    c.g = NULL;
+    int32_t ninputs = g->ninputs;
+    int has_mutation = g->has_mutation;
+    gobj = graph_py_wrap(g, name);
+    Py_DECREF(name);
+    if (!gobj)
+        goto internal;
+    example = PyList_New(0);
+    if (!example)
+        goto internal;
+    for (int32_t i = 0; i < ninputs; i++) {
+        const Node *nd = &g->nodes[g->values[g->inputs[i]].node];
+        (void)nd;
+    }
+    /* example inputs: the live objects behind each graph input, in order */
+    int32_t *inputs = PyMem_Calloc((size_t)ninputs + 1, sizeof(int32_t));
+    if (!inputs)
+        goto internal;
+    {
+        /* graph input i was made by wrap_tensor for the var at by_obj order */
+        int32_t k = 0;
+        for (int32_t i = 0; i < c.nby_obj && k < ninputs; i++) {
+            Var *v = c.by_obj[i];
+            inputs[k++] = v->src;
+            if (PyList_Append(example, v->obj) < 0) {
+                PyMem_Free(inputs);
+                goto internal;
+            }
+        }
+    }
+    ((SjGraphObject *)gobj)->verify_next = sj_config.verify_graphs;
+    if (sj_log_on(LOG_GRAPH_CODE, SJ_INFO)) {
+        PyObject *code = PyObject_GetAttrString(gobj, "code");
+        if (code)
+            sj_log(LOG_GRAPH_CODE, SJ_INFO, "TRACED GRAPH %U (%U %U:%d)\n%U", ((SjGraphObject *)gobj)->name,
+                   co->co_qualname, co->co_filename, co->co_firstlineno, code);
+        Py_XDECREF(code);
+        PyErr_Clear();
+    }
+    events_emit_graph(gobj);
+    compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
+    if (!compiled) {
+        PyMem_Free(inputs);
+        cap_fail_exc(&c, BR_INTERNAL);
+        if (opts->fullgraph)
+            goto internal_raise;
+        e = eager_entry(&c, co, opts, 1);
+        goto done;
+    }
+    if (!PyCallable_Check(compiled)) {
+        PyMem_Free(inputs);
+        PyErr_Format(PyExc_TypeError, "shapejit backend %R returned %R, which is not callable", opts->backend,
+                     compiled);
+        goto done_err;
+    }
+    sj_stats.graphs++;
+    sj_stats.unique_graphs++;
+    e = entry_from_capture(&c);
+    if (!e) {
+        PyMem_Free(inputs);
+        goto done_err;
+    }
+    e->action = ENTRY_GRAPH;
+    e->inputs = inputs;
+    e->ninputs = ninputs;
+    e->compiled = compiled;
+    compiled = NULL;
+    e->graph = gobj;
+    gobj = NULL;
+    e->plan = plan;
+    plan = NULL;
+    e->has_mutation = has_mutation;
+    if (sj_log_on(LOG_GUARDS, SJ_DEBUG) || events_active()) {
+        PyObject *lines = guards_format(&e->guards, &e->src);
+        if (lines) {
+            if (sj_log_on(LOG_GUARDS, SJ_DEBUG)) {
+                PyObject *sep = PyUnicode_FromString("\n| +- ");
+                PyObject *j = sep ? PyUnicode_Join(sep, lines) : NULL;
+                if (j)
+                    sj_log(LOG_GUARDS, SJ_DEBUG, "GUARDS for %U (%U:%d):\nTREE_GUARD_MANAGER:\n+- RootGuardManager\n| +- %U",
+                           co->co_qualname, co->co_filename, co->co_firstlineno, j);
+                Py_XDECREF(sep);
+                Py_XDECREF(j);
+            }
+            events_emit_guards(lines);
+            Py_DECREF(lines);
+        }
+        PyErr_Clear();
+    }
+    goto done;
+
+internal:
+    if (PyErr_Occurred())
+        cap_fail_exc(&c, BR_INTERNAL);
+    else if (!cap_failed(&c))
+        cap_fail(&c, BR_INTERNAL, "capture failed");
+internal_raise:
+    e = eager_entry(&c, co, opts, 1);
+    goto done;
+done_err:
+    e = NULL;
+done:
+    Py_XDECREF(plan);
+    Py_XDECREF(example);
+    Py_XDECREF(gobj);
+    Py_XDECREF(compiled);
+    capture_release(&c);
+    if (e) {
+        e->compile_id = st->ncompiles++;
+        sj_stats.cache_entries++;
+    }
+    double dt_s = now_s() - t0;
+    sj_stats.compile_time_s += dt_s;
+    events_emit_compile_time(dt_s);
+    return e;
+}

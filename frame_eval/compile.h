@@ -1,0 +1,24 @@
+/* From a frame to a cache entry: capture, guards, the backend, the result plan. */
+#ifndef SJ_COMPILE_H
+#define SJ_COMPILE_H
+
+#include "code_cache.h"
+
+typedef struct {
+    PyObject *backend;     /* borrowed: backend(graph, example_inputs) -> callable */
+    int fullgraph;
+} CompileOptions;
+
+/* Capture the frame (code, its live localsplus, closure, globals, builtins). Returns a new
+ * entry (ENTRY_GRAPH, or ENTRY_EAGER with the reason), or NULL with an exception set when
+ * the user must see an error (fullgraph=True) or memory ran out. */
+CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure,
+                          PyObject *globals, PyObject *builtins, const CompileOptions *opts,
+                          CodeState *st);
+
+/* Rebuild the frame's result from the graph outputs. memo holds the resolved sources. */
+PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo);
+
+extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
+
+#endif

@@ -1,0 +1,1002 @@
+/* The symbolic evaluator: CPython 3.11 bytecode over vars.
+ *
+ * Shape of the loop (after LuaJIT's recorder): decode the instruction (EXTENDED_ARG folded,
+ * CACHE entries skipped), one switch with cases grouped by family, helpers for anything
+ * long. Anything unsupported records a reason with cap_fail() and stops the capture; it
+ * never aborts the process. Only the normal (non-exceptional) path is evaluated. */
+#include "capture.h"
+#include "libs.h"
+#include "../core/config.h"
+#include "sj_opcodes.h"
+
+#define STEP_LIMIT 2000000
+
+/* ------------------------------------------------------------- helpers ---- */
+
+static int push(Capture *c, EvalFrame *f, Var *v)
+{
+    if (f->sp >= f->stack_cap)
+        return cap_fail(c, BR_INTERNAL, "evaluation stack overflow in %U", f->code->co_qualname);
+    f->stack[f->sp++] = v;
+    return 0;
+}
+
+#define POP() (f->stack[--f->sp])
+#define TOP() (f->stack[f->sp - 1])
+#define PEEK(n) (f->stack[f->sp - (n)])
+#define PUSH(v)                                  \
+    do {                                         \
+        Var *pv_ = (v);                          \
+        if (!pv_ || push(c, f, pv_) < 0)         \
+            goto fail;                           \
+    } while (0)
+#define NEED(n)                                                             \
+    do {                                                                    \
+        if (f->sp < (n)) {                                                  \
+            cap_fail(c, BR_INTERNAL, "evaluation stack underflow");         \
+            goto fail;                                                      \
+        }                                                                   \
+    } while (0)
+
+static PyObject *co_name_at(PyCodeObject *co, int i)
+{
+    return PyTuple_GET_ITEM(co->co_names, i);
+}
+
+static PyObject *local_name(PyCodeObject *co, int i)
+{
+    return PyTuple_GET_ITEM(co->co_localsplusnames, i);
+}
+
+/* Source for a global name read by frame f. -1 when it is not tracked (library code). */
+static int32_t global_source(Capture *c, EvalFrame *f, PyObject *name, PyObject *dict)
+{
+    if (f->trusted)
+        return -2;   /* no guard */
+    EvalFrame *top = f;
+    while (top->parent)
+        top = top->parent;
+    if (dict == top->globals)
+        return sources_add(&c->src, SRC_GLOBAL, -1, 0, name, NULL);
+    return sources_add(&c->src, SRC_MODGLOBAL, -1, 0, name, dict);
+}
+
+static Var *load_global(Capture *c, EvalFrame *f, PyObject *name)
+{
+    PyObject *dict = f->globals;
+    PyObject *v = PyDict_GetItemWithError(f->globals, name);
+    if (!v && !PyErr_Occurred() && PyDict_Check(f->builtins)) {
+        v = PyDict_GetItemWithError(f->builtins, name);
+        dict = f->builtins;
+    }
+    if (!v) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", name);
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    int32_t src;
+    if (dict == f->builtins)   /* a builtin: G['len'] falls back to builtins at run time */
+        src = f->trusted ? -2 : global_source(c, f, name, f->globals);
+    else
+        src = global_source(c, f, name, dict);
+    if (src == -1)
+        return NULL;
+    return wrap_value(c, v, src < 0 ? -1 : src);
+}
+
+/* A closure cell's contents. */
+static Var *cell_get(Capture *c, EvalFrame *f, Var *cell, int idx)
+{
+    if (!cell || cell->kind != VK_CELL) {
+        cap_fail(c, BR_INTERNAL, "LOAD_DEREF on a %s", var_kind_name(cell));
+        return NULL;
+    }
+    if (cell->u.cell.contents)
+        return cell->u.cell.contents;
+    if (cell->u.cell.real) {
+        PyObject *v = PyCell_GET(cell->u.cell.real);
+        if (v) {
+            Var *w = wrap_value(c, v, cell->src);
+            cell->u.cell.contents = w;
+            return w;
+        }
+    }
+    PyErr_Format(PyExc_NameError, "free variable '%U' referenced before assignment",
+                 local_name(f->code, idx));
+    cap_fail_exc(c, BR_USER_EXCEPTION);
+    return NULL;
+}
+
+static Var *build_string(Capture *c, Var **items, int n)
+{
+    PyObject *parts = PyTuple_New(n);
+    if (!parts)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        if (!var_is_const(items[i]) || !PyUnicode_Check(items[i]->obj)) {
+            Py_DECREF(parts);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "f-string of a %s", var_kind_name(items[i]));
+            return NULL;
+        }
+        PyTuple_SET_ITEM(parts, i, Py_NewRef(items[i]->obj));
+    }
+    PyObject *empty = PyUnicode_FromString("");
+    PyObject *s = empty ? PyUnicode_Join(empty, parts) : NULL;
+    Py_XDECREF(empty);
+    Py_DECREF(parts);
+    return s ? var_const_steal(c, s) : NULL;
+}
+
+static Var *format_value(Capture *c, Var *v, Var *spec, int conv)
+{
+    if (!var_is_const(v) || (spec && !var_is_const(spec))) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting a %s", var_kind_name(v));
+        return NULL;
+    }
+    PyObject *o = v->obj, *conv_o = NULL;
+    if (conv == 1)
+        conv_o = PyObject_Str(o);
+    else if (conv == 2)
+        conv_o = PyObject_Repr(o);
+    else if (conv == 3)
+        conv_o = PyObject_ASCII(o);
+    else
+        conv_o = Py_NewRef(o);
+    if (!conv_o) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    PyObject *r = PyObject_Format(conv_o, spec ? spec->obj : NULL);
+    Py_DECREF(conv_o);
+    if (!r) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, r);
+}
+
+static Var *make_function(Capture *c, EvalFrame *f, int flags)
+{
+    Var *code = POP();
+    Var *closure = NULL, *kwdefaults = NULL, *defaults = NULL;
+    if (flags & 0x08)
+        closure = POP();
+    if (flags & 0x04)
+        (void)POP();   /* annotations: not needed to run the function */
+    if (flags & 0x02)
+        kwdefaults = POP();
+    if (flags & 0x01)
+        defaults = POP();
+    if (!var_is_const(code) || !PyCode_Check(code->obj)) {
+        cap_fail(c, BR_INTERNAL, "MAKE_FUNCTION without a code object");
+        return NULL;
+    }
+    Var *fn = var_new(c, VK_FUNC);
+    if (!fn)
+        return NULL;
+    fn->u.func.code = (PyCodeObject *)code->obj;
+    fn->u.func.globals = f->globals;
+    fn->u.func.defaults = defaults;
+    fn->u.func.kwdefaults = kwdefaults;
+    fn->u.func.closure = closure;
+    fn->u.func.name = ((PyCodeObject *)code->obj)->co_qualname;
+    return fn;
+}
+
+/* BEFORE_WITH on a grad-mode object: record the switch and push __exit__ and the result. */
+static int before_with(Capture *c, EvalFrame *f, Var *mgr)
+{
+    if (mgr->kind != VK_GRADMODE)
+        return cap_fail(c, BR_UNSUPPORTED_OPCODE, "'with' on a %s (%s)", var_kind_name(mgr),
+                        mgr->obj ? Py_TYPE(mgr->obj)->tp_name : "?");
+    /* The grad mode at capture start is guarded (GLOBAL_STATE); inside, capture tracks it. */
+    Var *ex = var_new(c, VK_EXIT);
+    if (!ex)
+        return -1;
+    ex->u.grad.enabled = mgr->u.grad.enabled;
+    ex->u.grad.prev = c->grad_mode;
+    Var *flag = var_const(c, mgr->u.grad.enabled ? Py_True : Py_False);
+    if (!flag)
+        return -1;
+    Var *args[1] = {flag};
+    Var *setter = wrap_untracked(c, libs.set_grad_fn);
+    if (!setter || !call_var(c, setter, args, 1, NULL))
+        return -1;
+    ex->obj = mgr->obj;
+    if (push(c, f, ex) < 0)
+        return -1;
+    Var *none = var_const(c, Py_None);
+    return none ? push(c, f, none) : -1;
+}
+
+/* ------------------------------------------------------------------ loop ---- */
+
+static Var *run(Capture *c, EvalFrame *f)
+{
+    PyCodeObject *co = f->code;
+    const uint16_t *ins = f->ins;
+    int32_t n = f->ninstr, pc = 0;
+    long steps = 0;
+    while (pc < n) {
+        if (++steps > STEP_LIMIT) {
+            cap_fail(c, BR_UNSUPPORTED_OPCODE, "capture ran %d instructions without finishing", STEP_LIMIT);
+            goto fail;
+        }
+        f->pc = pc;
+        int op = ins[pc] & 0xff;
+        int arg = ins[pc] >> 8;
+        while (op == SJOP_EXTENDED_ARG) {
+            pc++;
+            op = ins[pc] & 0xff;
+            arg = (arg << 8) | (ins[pc] >> 8);
+        }
+        int32_t next = pc + 1 + sj_op_caches[op];
+        pc = next;
+        switch (op) {
+        /* ---- no-ops ---- */
+        case SJOP_NOP:
+        case SJOP_RESUME:
+        case SJOP_PRECALL:
+        case SJOP_CACHE:
+            break;
+        case SJOP_KW_NAMES:
+            f->kwnames = PyTuple_GET_ITEM(co->co_consts, arg);
+            break;
+
+        /* ---- stack ---- */
+        case SJOP_POP_TOP:
+            NEED(1);
+            (void)POP();
+            break;
+        case SJOP_PUSH_NULL:
+            if (push(c, f, NULL) < 0)
+                goto fail;
+            break;
+        case SJOP_COPY:
+            NEED(arg);
+            if (push(c, f, PEEK(arg)) < 0)
+                goto fail;
+            break;
+        case SJOP_SWAP: {
+            NEED(arg);
+            Var *t = TOP();
+            TOP() = PEEK(arg);
+            PEEK(arg) = t;
+            break;
+        }
+
+        /* ---- locals, constants, globals, cells ---- */
+        case SJOP_LOAD_CONST:
+            PUSH(var_const(c, PyTuple_GET_ITEM(co->co_consts, arg)));
+            break;
+        case SJOP_LOAD_FAST: {
+            Var *v = f->locals[arg];
+            if (!v && f->pending && f->pending[arg]) {
+                int32_t s = sources_add(&c->src, SRC_LOCAL, -1, arg, local_name(co, arg), NULL);
+                if (s < 0 || !(v = wrap_value(c, f->pending[arg], s)))
+                    goto fail;
+                f->locals[arg] = v;
+                f->pending[arg] = NULL;
+            }
+            if (!v) {
+                PyErr_Format(PyExc_UnboundLocalError,
+                             "local variable '%U' referenced before assignment", local_name(co, arg));
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                goto fail;
+            }
+            PUSH(v);
+            break;
+        }
+        case SJOP_STORE_FAST:
+            NEED(1);
+            f->locals[arg] = POP();
+            if (f->pending)
+                f->pending[arg] = NULL;
+            break;
+        case SJOP_DELETE_FAST:
+            f->locals[arg] = NULL;
+            if (f->pending)
+                f->pending[arg] = NULL;
+            break;
+        case SJOP_LOAD_GLOBAL:
+            if ((arg & 1) && push(c, f, NULL) < 0)
+                goto fail;
+            PUSH(load_global(c, f, co_name_at(co, arg >> 1)));
+            break;
+        case SJOP_STORE_GLOBAL:
+        case SJOP_DELETE_GLOBAL:
+            cap_fail(c, BR_SIDE_EFFECT, "assignment to global '%U'", co_name_at(co, arg));
+            goto fail;
+        case SJOP_MAKE_CELL: {
+            Var *cell = var_new(c, VK_CELL);
+            if (!cell)
+                goto fail;
+            if (!f->locals[arg] && f->pending && f->pending[arg]) {
+                int32_t s = sources_add(&c->src, SRC_LOCAL, -1, arg, local_name(co, arg), NULL);
+                if (s < 0 || !(f->locals[arg] = wrap_value(c, f->pending[arg], s)))
+                    goto fail;
+                f->pending[arg] = NULL;
+            }
+            cell->u.cell.contents = f->locals[arg];
+            f->locals[arg] = cell;
+            break;
+        }
+        case SJOP_COPY_FREE_VARS: {
+            int first = co->co_nlocalsplus - arg;
+            for (int i = 0; i < arg; i++) {
+                if (f->fn) {
+                    /* inlined: cells come from the function var */
+                    Var *fn = f->fn;
+                    if (fn->obj) {
+                        PyObject *clo = PyFunction_GET_CLOSURE(fn->obj);
+                        Var *cell = var_new(c, VK_CELL);
+                        if (!cell || !clo)
+                            goto fail;
+                        cell->u.cell.real = PyTuple_GET_ITEM(clo, i);
+                        if (fn->src >= 0 &&
+                            (cell->src = sources_add(&c->src, SRC_CELL, fn->src, i, NULL, NULL)) < 0)
+                            goto fail;
+                        f->locals[first + i] = cell;
+                    } else {
+                        Var *clo = fn->u.func.closure;
+                        if (!clo || clo->kind != VK_TUPLE || i >= clo->u.seq.n) {
+                            cap_fail(c, BR_INTERNAL, "closure mismatch");
+                            goto fail;
+                        }
+                        f->locals[first + i] = clo->u.seq.items[i];
+                    }
+                } else {
+                    Var *cell = var_new(c, VK_CELL);
+                    if (!cell || !f->closure)
+                        goto fail;
+                    cell->u.cell.real = PyTuple_GET_ITEM(f->closure, i);
+                    if ((cell->src = sources_add(&c->src, SRC_FREEVAR, -1, i, local_name(co, first + i), NULL)) < 0)
+                        goto fail;
+                    f->locals[first + i] = cell;
+                }
+            }
+            break;
+        }
+        case SJOP_LOAD_CLOSURE:
+            PUSH(f->locals[arg]);
+            break;
+        case SJOP_LOAD_DEREF:
+            PUSH(cell_get(c, f, f->locals[arg], arg));
+            break;
+        case SJOP_STORE_DEREF: {
+            NEED(1);
+            Var *cell = f->locals[arg];
+            Var *v = POP();
+            if (!cell || cell->kind != VK_CELL) {
+                cap_fail(c, BR_INTERNAL, "STORE_DEREF on a %s", var_kind_name(cell));
+                goto fail;
+            }
+            if (cell->u.cell.real) {
+                cap_fail(c, BR_SIDE_EFFECT, "assignment to nonlocal '%U' of an outer function",
+                         local_name(co, arg));
+                goto fail;
+            }
+            cell->u.cell.contents = v;
+            break;
+        }
+
+        /* ---- attributes ---- */
+        case SJOP_LOAD_ATTR: {
+            NEED(1);
+            Var *o = POP();
+            PUSH(attr_load(c, o, co_name_at(co, arg)));
+            break;
+        }
+        case SJOP_STORE_ATTR: {
+            NEED(2);
+            Var *o = POP();
+            Var *v = POP();
+            if (attr_store(c, o, co_name_at(co, arg), v) < 0)
+                goto fail;
+            break;
+        }
+        case SJOP_LOAD_METHOD: {
+            NEED(1);
+            Var *o = POP(), *meth = NULL, *second = NULL;
+            if (attr_load_method(c, o, co_name_at(co, arg), &meth, &second) < 0)
+                goto fail;
+            if (push(c, f, meth) < 0 || push(c, f, second) < 0)
+                goto fail;
+            break;
+        }
+
+        /* ---- calls ---- */
+        case SJOP_CALL: {
+            NEED(arg + 2);
+            Var **base = &f->stack[f->sp - arg - 2];
+            Var *fn;
+            Var **args;
+            int32_t nargs;
+            if (base[0]) {
+                fn = base[0];
+                args = base + 1;
+                nargs = arg + 1;
+            } else {
+                fn = base[1];
+                args = base + 2;
+                nargs = arg;
+            }
+            PyObject *kw = f->kwnames;
+            f->kwnames = NULL;
+            Var *r = call_var(c, fn, args, nargs, kw);
+            f->sp -= arg + 2;
+            PUSH(r);
+            break;
+        }
+        case SJOP_CALL_FUNCTION_EX: {
+            Var *kwargs = (arg & 1) ? POP() : NULL;
+            NEED(3);
+            Var *args = POP();
+            Var *fn = POP();
+            (void)POP();   /* the NULL pushed before fn */
+            PUSH(call_function_ex(c, fn, args, kwargs));
+            break;
+        }
+        case SJOP_MAKE_FUNCTION:
+            PUSH(make_function(c, f, arg));
+            break;
+
+        /* ---- operators ---- */
+        case SJOP_BINARY_OP: {
+            NEED(2);
+            Var *b = POP(), *a = POP();
+            PUSH(op_binary(c, arg, a, b));
+            break;
+        }
+        case SJOP_COMPARE_OP: {
+            NEED(2);
+            Var *b = POP(), *a = POP();
+            PUSH(op_compare(c, arg, a, b));
+            break;
+        }
+        case SJOP_IS_OP: {
+            NEED(2);
+            Var *b = POP(), *a = POP();
+            int same;
+            if (var_is_const(a) && var_is_const(b))
+                same = a->obj == b->obj;
+            else if (a->obj && b->obj && a->kind != VK_TENSOR && b->kind != VK_TENSOR)
+                same = a->obj == b->obj;
+            else if (a == b)
+                same = 1;
+            else if ((var_is_const(a) && a->obj == Py_None) || (var_is_const(b) && b->obj == Py_None))
+                same = 0;   /* a made value is never None */
+            else if (a->kind == VK_TENSOR && b->kind == VK_TENSOR)
+                same = a->u.t.value == b->u.t.value;
+            else if (a->kind != b->kind)
+                same = 0;
+            else {
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "'is' between a %s and a %s", var_kind_name(a), var_kind_name(b));
+                goto fail;
+            }
+            PUSH(var_const(c, (same ^ arg) ? Py_True : Py_False));
+            break;
+        }
+        case SJOP_CONTAINS_OP: {
+            NEED(2);
+            Var *container = POP(), *item = POP();
+            Var *r = op_contains(c, item, container);
+            if (!r)
+                goto fail;
+            if (arg) {
+                int t;
+                if (op_truth(c, r, &t) < 0)
+                    goto fail;
+                r = var_const(c, t ? Py_False : Py_True);
+            }
+            PUSH(r);
+            break;
+        }
+        case SJOP_UNARY_NEGATIVE:
+        case SJOP_UNARY_POSITIVE:
+        case SJOP_UNARY_INVERT:
+        case SJOP_UNARY_NOT: {
+            NEED(1);
+            Var *a = POP();
+            PUSH(op_unary(c, op, a));
+            break;
+        }
+        case SJOP_BINARY_SUBSCR: {
+            NEED(2);
+            Var *k = POP(), *o = POP();
+            PUSH(op_subscr(c, o, k));
+            break;
+        }
+        case SJOP_STORE_SUBSCR: {
+            NEED(3);
+            Var *k = POP(), *o = POP(), *v = POP();
+            if (op_store_subscr(c, o, k, v) < 0)
+                goto fail;
+            break;
+        }
+        case SJOP_DELETE_SUBSCR: {
+            NEED(2);
+            Var *k = POP(), *o = POP();
+            if (o->kind == VK_DICT && o->src < 0 && var_is_const(k)) {
+                int32_t i;
+                for (i = 0; i < o->u.dict.n; i++) {
+                    int eq = PyObject_RichCompareBool(o->u.dict.keys[i]->obj, k->obj, Py_EQ);
+                    if (eq < 0) {
+                        cap_fail_exc(c, BR_USER_EXCEPTION);
+                        goto fail;
+                    }
+                    if (eq)
+                        break;
+                }
+                if (i == o->u.dict.n) {
+                    PyErr_SetObject(PyExc_KeyError, k->obj);
+                    cap_fail_exc(c, BR_USER_EXCEPTION);
+                    goto fail;
+                }
+                memmove(o->u.dict.keys + i, o->u.dict.keys + i + 1, sizeof(Var *) * (size_t)(o->u.dict.n - i - 1));
+                memmove(o->u.dict.vals + i, o->u.dict.vals + i + 1, sizeof(Var *) * (size_t)(o->u.dict.n - i - 1));
+                o->u.dict.n--;
+                break;
+            }
+            cap_fail(c, BR_SIDE_EFFECT, "del on a %s", var_kind_name(o));
+            goto fail;
+        }
+
+        /* ---- building ---- */
+        case SJOP_BUILD_TUPLE:
+        case SJOP_BUILD_LIST: {
+            NEED(arg);
+            Var *s = var_seq(c, op == SJOP_BUILD_TUPLE ? VK_TUPLE : VK_LIST, &f->stack[f->sp - arg], arg);
+            f->sp -= arg;
+            PUSH(s);
+            break;
+        }
+        case SJOP_BUILD_SET: {
+            NEED(arg);
+            if (!var_all_const(&f->stack[f->sp - arg], arg)) {
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "a set of non-constant values");
+                goto fail;
+            }
+            PyObject *set = PySet_New(NULL);
+            for (int i = 0; set && i < arg; i++)
+                if (PySet_Add(set, f->stack[f->sp - arg + i]->obj) < 0)
+                    Py_CLEAR(set);
+            f->sp -= arg;
+            if (!set) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                goto fail;
+            }
+            PUSH(var_const_steal(c, set));
+            break;
+        }
+        case SJOP_BUILD_MAP: {
+            NEED(2 * arg);
+            Var *d = var_dict(c);
+            if (!d)
+                goto fail;
+            for (int i = 0; i < arg; i++)
+                if (var_dict_set(c, d, f->stack[f->sp - 2 * arg + 2 * i], f->stack[f->sp - 2 * arg + 2 * i + 1]) < 0) {
+                    cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                    goto fail;
+                }
+            f->sp -= 2 * arg;
+            PUSH(d);
+            break;
+        }
+        case SJOP_BUILD_CONST_KEY_MAP: {
+            NEED(arg + 1);
+            Var *keys = POP();
+            Var *d = var_dict(c);
+            if (!d || !var_is_const(keys))
+                goto fail;
+            for (int i = 0; i < arg; i++) {
+                Var *k = var_const(c, PyTuple_GET_ITEM(keys->obj, i));
+                if (!k || var_dict_set(c, d, k, f->stack[f->sp - arg + i]) < 0)
+                    goto fail;
+            }
+            f->sp -= arg;
+            PUSH(d);
+            break;
+        }
+        case SJOP_BUILD_SLICE: {
+            NEED(arg);
+            Var *step = arg == 3 ? POP() : NULL;
+            Var *stop = POP(), *start = POP();
+            if (!step && !(step = var_const(c, Py_None)))
+                goto fail;
+            if (var_is_const(start) && var_is_const(stop) && var_is_const(step)) {
+                PyObject *sl = PySlice_New(start->obj, stop->obj, step->obj);
+                PUSH(sl ? var_const_steal(c, sl) : NULL);
+            } else {
+                Var *s = var_new(c, VK_SLICE);
+                if (!s)
+                    goto fail;
+                s->u.slice.start = start;
+                s->u.slice.stop = stop;
+                s->u.slice.step = step;
+                PUSH(s);
+            }
+            break;
+        }
+        case SJOP_BUILD_STRING: {
+            NEED(arg);
+            Var *s = build_string(c, &f->stack[f->sp - arg], arg);
+            f->sp -= arg;
+            PUSH(s);
+            break;
+        }
+        case SJOP_FORMAT_VALUE: {
+            Var *spec = (arg & 4) ? POP() : NULL;
+            NEED(1);
+            Var *v = POP();
+            PUSH(format_value(c, v, spec, arg & 3));
+            break;
+        }
+        case SJOP_LIST_APPEND: {
+            NEED(arg + 1);
+            Var *v = POP();
+            Var *list = PEEK(arg);
+            if (list->kind != VK_LIST || var_seq_append(c, list, v) < 0)
+                goto fail;
+            break;
+        }
+        case SJOP_LIST_EXTEND: {
+            NEED(arg + 1);
+            Var *it = POP();
+            Var *list = PEEK(arg);
+            Var **items;
+            int32_t cnt;
+            if (list->kind != VK_LIST || op_iterate(c, it, &items, &cnt) < 0)
+                goto fail;
+            for (int32_t i = 0; i < cnt; i++)
+                if (var_seq_append(c, list, items[i]) < 0)
+                    goto fail;
+            break;
+        }
+        case SJOP_LIST_TO_TUPLE: {
+            NEED(1);
+            Var *l = POP();
+            PUSH(var_seq(c, VK_TUPLE, l->u.seq.items, l->u.seq.n));
+            break;
+        }
+        case SJOP_SET_ADD:
+        case SJOP_SET_UPDATE: {
+            NEED(arg + 1);
+            Var *v = POP();
+            Var *set = PEEK(arg);
+            if (!var_is_const(set) || !PySet_Check(set->obj)) {
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "set update");
+                goto fail;
+            }
+            PyObject *add = var_to_py(c, v);
+            int r = -1;
+            if (add) {
+                if (op == SJOP_SET_ADD)
+                    r = PySet_Add(set->obj, add);
+                else {
+                    PyObject *res = PyObject_CallMethod(set->obj, "update", "O", add);
+                    r = res ? 0 : -1;
+                    Py_XDECREF(res);
+                }
+                Py_DECREF(add);
+            }
+            if (r < 0) {
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                goto fail;
+            }
+            break;
+        }
+        case SJOP_MAP_ADD: {
+            NEED(arg + 2);
+            Var *v = POP(), *k = POP();
+            Var *d = PEEK(arg);
+            if (d->kind != VK_DICT || var_dict_set(c, d, k, v) < 0) {
+                if (!cap_failed(c))
+                    cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                goto fail;
+            }
+            break;
+        }
+        case SJOP_DICT_UPDATE:
+        case SJOP_DICT_MERGE: {
+            NEED(arg + 1);
+            Var *u = POP();
+            Var *d = PEEK(arg);
+            if (d->kind != VK_DICT || u->kind != VK_DICT) {
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "dict update with a %s", var_kind_name(u));
+                goto fail;
+            }
+            for (int32_t i = 0; i < u->u.dict.n; i++)
+                if (var_dict_set(c, d, u->u.dict.keys[i], u->u.dict.vals[i]) < 0)
+                    goto fail;
+            break;
+        }
+        case SJOP_UNPACK_SEQUENCE: {
+            NEED(1);
+            Var *s = POP();
+            Var **items;
+            int32_t cnt;
+            if (op_iterate(c, s, &items, &cnt) < 0)
+                goto fail;
+            if (cnt != arg) {
+                PyErr_Format(PyExc_ValueError, "cannot unpack %d values into %d", (int)cnt, arg);
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                goto fail;
+            }
+            for (int32_t i = cnt - 1; i >= 0; i--)
+                PUSH(items[i]);
+            break;
+        }
+        case SJOP_UNPACK_EX: {
+            NEED(1);
+            int before = arg & 0xff, after = arg >> 8;
+            Var *s = POP();
+            Var **items;
+            int32_t cnt;
+            if (op_iterate(c, s, &items, &cnt) < 0)
+                goto fail;
+            if (cnt < before + after) {
+                PyErr_SetString(PyExc_ValueError, "not enough values to unpack");
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                goto fail;
+            }
+            for (int32_t i = cnt - 1; i >= cnt - after; i--)
+                PUSH(items[i]);
+            PUSH(var_seq(c, VK_LIST, items + before, cnt - before - after));
+            for (int32_t i = before - 1; i >= 0; i--)
+                PUSH(items[i]);
+            break;
+        }
+
+        /* ---- iteration ---- */
+        case SJOP_GET_ITER: {
+            NEED(1);
+            Var *s = POP();
+            if (s->kind == VK_ITER) {
+                PUSH(s);
+                break;
+            }
+            Var **items;
+            int32_t cnt;
+            if (op_iterate(c, s, &items, &cnt) < 0)
+                goto fail;
+            Var *it = var_new(c, VK_ITER);
+            if (!it)
+                goto fail;
+            it->u.iter.items = items;
+            it->u.iter.n = cnt;
+            PUSH(it);
+            break;
+        }
+        case SJOP_FOR_ITER: {
+            NEED(1);
+            Var *it = TOP();
+            if (it->kind != VK_ITER) {
+                cap_fail(c, BR_INTERNAL, "FOR_ITER on a %s", var_kind_name(it));
+                goto fail;
+            }
+            if (it->u.iter.pos < it->u.iter.n) {
+                PUSH(it->u.iter.items[it->u.iter.pos++]);
+            } else {
+                (void)POP();
+                pc = next + arg;
+            }
+            break;
+        }
+
+        /* ---- jumps ---- */
+        case SJOP_JUMP_FORWARD:
+            pc = next + arg;
+            break;
+        case SJOP_JUMP_BACKWARD:
+        case SJOP_JUMP_BACKWARD_NO_INTERRUPT:
+            pc = next - arg;
+            break;
+        case SJOP_POP_JUMP_FORWARD_IF_TRUE:
+        case SJOP_POP_JUMP_FORWARD_IF_FALSE:
+        case SJOP_POP_JUMP_BACKWARD_IF_TRUE:
+        case SJOP_POP_JUMP_BACKWARD_IF_FALSE: {
+            NEED(1);
+            Var *v = POP();
+            int t;
+            if (op_truth(c, v, &t) < 0)
+                goto fail;
+            int want = op == SJOP_POP_JUMP_FORWARD_IF_TRUE || op == SJOP_POP_JUMP_BACKWARD_IF_TRUE;
+            if (t == want)
+                pc = (op == SJOP_POP_JUMP_FORWARD_IF_TRUE || op == SJOP_POP_JUMP_FORWARD_IF_FALSE)
+                         ? next + arg : next - arg;
+            break;
+        }
+        case SJOP_POP_JUMP_FORWARD_IF_NONE:
+        case SJOP_POP_JUMP_FORWARD_IF_NOT_NONE:
+        case SJOP_POP_JUMP_BACKWARD_IF_NONE:
+        case SJOP_POP_JUMP_BACKWARD_IF_NOT_NONE: {
+            NEED(1);
+            Var *v = POP();
+            int is_none = var_is_const(v) && v->obj == Py_None;
+            int want = op == SJOP_POP_JUMP_FORWARD_IF_NONE || op == SJOP_POP_JUMP_BACKWARD_IF_NONE;
+            if (is_none == want)
+                pc = (op == SJOP_POP_JUMP_FORWARD_IF_NONE || op == SJOP_POP_JUMP_FORWARD_IF_NOT_NONE)
+                         ? next + arg : next - arg;
+            break;
+        }
+        case SJOP_JUMP_IF_TRUE_OR_POP:
+        case SJOP_JUMP_IF_FALSE_OR_POP: {
+            NEED(1);
+            int t;
+            if (op_truth(c, TOP(), &t) < 0)
+                goto fail;
+            if (t == (op == SJOP_JUMP_IF_TRUE_OR_POP))
+                pc = next + arg;
+            else
+                (void)POP();
+            break;
+        }
+
+        /* ---- with blocks (grad mode only) ---- */
+        case SJOP_BEFORE_WITH: {
+            NEED(1);
+            Var *mgr = POP();
+            if (before_with(c, f, mgr) < 0)
+                goto fail;
+            break;
+        }
+
+        /* ---- imports inside functions ---- */
+        case SJOP_IMPORT_NAME: {
+            NEED(2);
+            Var *fromlist = POP(), *level = POP();
+            if (!var_is_const(fromlist) || !var_is_const(level))
+                goto fail;
+            PyObject *m = PyImport_ImportModuleLevelObject(co_name_at(co, arg), f->globals, NULL,
+                                                           fromlist->obj, (int)PyLong_AsLong(level->obj));
+            if (!m) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                goto fail;
+            }
+            Var *mv = wrap_untracked(c, m);
+            Py_DECREF(m);
+            PUSH(mv);
+            break;
+        }
+        case SJOP_IMPORT_FROM: {
+            NEED(1);
+            PUSH(attr_load(c, TOP(), co_name_at(co, arg)));
+            break;
+        }
+
+        /* ---- generators (inlined and materialised) ---- */
+        case SJOP_RETURN_GENERATOR:
+            if (!f->generator) {
+                cap_fail(c, BR_GENERATOR, "generator function %U", co->co_qualname);
+                goto fail;
+            }
+            PUSH(var_const(c, Py_None));
+            break;
+        case SJOP_YIELD_VALUE: {
+            NEED(1);
+            Var *v = POP();
+            if (!f->generator || var_seq_append(c, f->gen_items, v) < 0) {
+                if (!cap_failed(c))
+                    cap_fail(c, BR_GENERATOR, "yield outside an inlined generator");
+                goto fail;
+            }
+            PUSH(var_const(c, Py_None));
+            break;
+        }
+
+        /* ---- leaving ---- */
+        case SJOP_RETURN_VALUE:
+            NEED(1);
+            if (f->generator) {
+                Var *it = var_new(c, VK_ITER);
+                if (!it)
+                    goto fail;
+                it->u.iter.items = f->gen_items->u.seq.items;
+                it->u.iter.n = f->gen_items->u.seq.n;
+                return it;
+            }
+            return POP();
+        case SJOP_LOAD_ASSERTION_ERROR:
+            cap_fail(c, BR_USER_EXCEPTION, "an assert failed during capture");
+            goto fail;
+        case SJOP_RAISE_VARARGS:
+            cap_fail(c, BR_USER_EXCEPTION, "user code raises an exception");
+            goto fail;
+
+        default:
+            cap_fail(c, BR_UNSUPPORTED_OPCODE, "%s", sj_op_names[op]);
+            goto fail;
+        }
+    }
+    cap_fail(c, BR_INTERNAL, "fell off the end of %U", co->co_qualname);
+fail:
+    if (!cap_failed(c)) {
+        if (PyErr_Occurred())
+            cap_fail_exc(c, BR_INTERNAL);
+        else
+            cap_fail(c, BR_INTERNAL, "capture stopped without a reason");
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- frames ---- */
+
+static int frame_setup(Capture *c, EvalFrame *f, PyCodeObject *code, PyObject *globals,
+                       PyObject *builtins)
+{
+    f->code = code;
+    f->globals = globals;
+    f->builtins = builtins;
+    f->instrs = PyCode_GetCode(code);
+    if (!f->instrs)
+        return -1;
+    f->ins = (const uint16_t *)PyBytes_AS_STRING(f->instrs);
+    f->ninstr = (int32_t)(PyBytes_GET_SIZE(f->instrs) / 2);
+    f->stack_cap = code->co_stacksize + 4;
+    f->stack = cap_alloc(c, sizeof(Var *) * (size_t)f->stack_cap);
+    f->trusted = libs_is_trusted_file(code->co_filename);
+    f->parent = c->frame;
+    return f->stack ? 0 : -1;
+}
+
+Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
+                Var **locals, Var *fn, int generator)
+{
+    if (c->depth >= sj_config.inline_depth_limit) {
+        cap_fail(c, BR_INLINE_LIMIT, "inlining %U: depth limit %ld (config.inline_depth_limit)",
+                 code->co_qualname, (long)sj_config.inline_depth_limit);
+        return NULL;
+    }
+    EvalFrame f;
+    memset(&f, 0, sizeof f);
+    if (frame_setup(c, &f, code, globals, builtins) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    f.locals = locals;
+    f.fn = fn;
+    f.generator = generator;
+    if (generator && !(f.gen_items = var_seq(c, VK_LIST, NULL, 0))) {
+        Py_DECREF(f.instrs);
+        return NULL;
+    }
+    c->frame = &f;
+    c->depth++;
+    Var *r = run(c, &f);
+    c->depth--;
+    c->frame = f.parent;
+    Py_DECREF(f.instrs);
+    return r;
+}
+
+Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
+              PyObject *const *live_locals, PyObject *closure)
+{
+    EvalFrame f;
+    memset(&f, 0, sizeof f);
+    if (frame_setup(c, &f, code, globals, builtins) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    int n = code->co_nlocalsplus;
+    f.locals = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
+    f.pending = cap_alloc(c, sizeof(PyObject *) * (size_t)(n + 1));
+    if (!f.locals || !f.pending) {
+        Py_DECREF(f.instrs);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        f.pending[i] = live_locals[i];
+    f.closure = closure;
+    f.is_top = 1;
+    f.trusted = 0;
+    c->frame = &f;
+    c->depth++;
+    Var *r = run(c, &f);
+    c->depth--;
+    c->frame = NULL;
+    Py_DECREF(f.instrs);
+    return r;
+}

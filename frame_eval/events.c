@@ -1,0 +1,80 @@
+/* Events for explain: delivered to a Python sink; never raise into the frame. */
+#include "events.h"
+
+static PyObject *sink;   /* strong or NULL */
+static long frame_ids;
+
+int events_active(void)
+{
+    return sink != NULL;
+}
+
+static void emit(const char *kind, PyObject *payload)
+{
+    if (!sink || !payload)
+        return;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallFunction(sink, "sO", kind, payload);
+    if (!r)
+        PyErr_WriteUnraisable(sink);
+    Py_XDECREF(r);
+    PyErr_Restore(et, ev, tb);
+}
+
+void events_emit_graph(PyObject *graph)
+{
+    emit("graph", graph);
+}
+
+void events_emit_break(PyObject *reason, PyObject *stack)
+{
+    if (!sink)
+        return;
+    PyObject *p = Py_BuildValue("(OO)", reason, stack ? stack : Py_None);
+    if (!p) {
+        PyErr_Clear();
+        return;
+    }
+    emit("break", p);
+    Py_DECREF(p);
+}
+
+void events_emit_guards(PyObject *lines)
+{
+    emit("guards", lines);
+}
+
+void events_emit_compile_time(double seconds)
+{
+    if (!sink)
+        return;
+    PyObject *f = PyFloat_FromDouble(seconds);
+    if (!f) {
+        PyErr_Clear();
+        return;
+    }
+    emit("compile_time", f);
+    Py_DECREF(f);
+}
+
+long events_next_frame_id(void)
+{
+    return frame_ids++;
+}
+
+void events_reset(void)
+{
+    frame_ids = 0;
+}
+
+PyObject *events_py_set_sink(PyObject *self, PyObject *s)
+{
+    (void)self;
+    if (s != Py_None && !PyCallable_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "event sink must be callable or None, not %s", Py_TYPE(s)->tp_name);
+        return NULL;
+    }
+    Py_XSETREF(sink, s == Py_None ? NULL : Py_NewRef(s));
+    Py_RETURN_NONE;
+}

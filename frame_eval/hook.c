@@ -1,0 +1,523 @@
+/* The PEP 523 frame hook and the compiled-function object that turns it on.
+ *
+ * This is the one file that reads CPython's _PyInterpreterFrame (3.11 layout, from
+ * internal/pycore_frame.h): f_code, f_func, f_globals, f_builtins and localsplus. At the
+ * moment the hook runs, localsplus holds the raw arguments (MAKE_CELL and COPY_FREE_VARS
+ * have not run yet). A frame the hook does not run itself goes to the exported
+ * _PyEval_EvalFrameDefault; a frame it answers from a cache entry returns the rebuilt
+ * result, and the caller (_PyEval_Vector) clears the frame as usual. */
+#define Py_BUILD_CORE
+#include <Python.h>
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#include <structmember.h>
+
+#include "compile.h"
+#include "../graph/ir.h"
+#include "libs.h"
+#include "events.h"
+#include "../core/config.h"
+#include "../core/log.h"
+
+/* ------------------------------------------------------------- hook state ---- */
+
+static _Thread_local int tls_active;                    /* >0: compiled code runs here */
+static _Thread_local const CompileOptions *tls_opts;    /* options of the innermost call */
+static int users;                                       /* threads with tls_active > 0 */
+static _PyFrameEvalFunction prev_eval;
+
+static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag);
+
+static void hook_enter(void)
+{
+    if (tls_active++ == 0 && users++ == 0) {
+        PyInterpreterState *interp = PyInterpreterState_Get();
+        prev_eval = _PyInterpreterState_GetEvalFrameFunc(interp);
+        _PyInterpreterState_SetEvalFrameFunc(interp, sj_eval_frame);
+    }
+}
+
+static void hook_leave(void)
+{
+    if (--tls_active == 0 && --users == 0)
+        _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), prev_eval);
+}
+
+static PyObject *run_default(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+    if (prev_eval && prev_eval != sj_eval_frame)
+        return prev_eval(ts, f, throwflag);
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+
+/* --------------------------------------------------------------- skipping ---- */
+
+static PyObject *skip_prefixes;   /* strong tuple of str: files never compiled */
+
+static int init_skip_prefixes(void)
+{
+    if (skip_prefixes)
+        return 0;
+    PyObject *sc = PyImport_ImportModule("sysconfig");
+    PyObject *paths = sc ? PyObject_CallMethod(sc, "get_paths", NULL) : NULL;
+    PyObject *stdlib = paths ? PyDict_GetItemString(paths, "stdlib") : NULL;
+    PyObject *me = PyImport_ImportModule("shapejit");
+    PyObject *mefile = me ? PyObject_GetAttrString(me, "__file__") : NULL;
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *medir = (os && mefile) ? PyObject_CallMethod(os, "path.dirname", "O", mefile) : NULL;
+    if (!medir && os && mefile) {
+        PyErr_Clear();
+        PyObject *path = PyObject_GetAttrString(os, "path");
+        medir = path ? PyObject_CallMethod(path, "dirname", "O", mefile) : NULL;
+        Py_XDECREF(path);
+    }
+    if (stdlib && medir)
+        skip_prefixes = PyUnicode_Check(stdlib) ? Py_BuildValue("(OO)", stdlib, medir) : NULL;
+    Py_XDECREF(sc);
+    Py_XDECREF(paths);
+    Py_XDECREF(me);
+    Py_XDECREF(mefile);
+    Py_XDECREF(os);
+    Py_XDECREF(medir);
+    if (!skip_prefixes) {
+        PyErr_Clear();
+        skip_prefixes = PyTuple_New(0);
+    }
+    return skip_prefixes ? 0 : -1;
+}
+
+/* 1 when code of this file is never compiled. */
+static int skip_file(PyObject *filename)
+{
+    const char *f = PyUnicode_AsUTF8(filename);
+    if (!f) {
+        PyErr_Clear();
+        return 1;
+    }
+    if (f[0] == '<' && strncmp(f, "<string>", 8) != 0 && strncmp(f, "<stdin>", 7) != 0)
+        return strncmp(f, "<frozen", 7) == 0;
+    if (strstr(f, "/site-packages/torch/")) {
+        /* nn module forwards are compiled when they are the function a user compiled; the
+         * module call machinery itself is not */
+        return !strstr(f, "/torch/nn/modules/") || strstr(f, "/torch/nn/modules/module.py");
+    }
+    if (strstr(f, "/site-packages/numpy/"))
+        return 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(skip_prefixes); i++) {
+        const char *p = PyUnicode_AsUTF8(PyTuple_GET_ITEM(skip_prefixes, i));
+        if (p && strncmp(f, p, strlen(p)) == 0 && !strstr(f, "/site-packages/"))
+            return 1;
+        if (p && i == 1 && strncmp(f, p, strlen(p)) == 0)
+            return 1;   /* shapejit's own package */
+    }
+    return 0;
+}
+
+static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
+{
+    if (!(co->co_flags & CO_OPTIMIZED) || !f->f_func)
+        return 1;
+    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
+        if (!skip_file(co->co_filename)) {
+            sj_stats.graph_breaks++;
+            PyObject *reason = PyUnicode_FromFormat("generators and coroutines are not compiled: %U", co->co_qualname);
+            if (reason) {
+                if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO))
+                    sj_log(LOG_GRAPH_BREAKS, SJ_INFO, "Graph break in user code at %U:%d\nGraph Break Reason: %U",
+                           co->co_filename, co->co_firstlineno, reason);
+                events_emit_break(reason, NULL);
+                Py_DECREF(reason);
+            }
+            PyErr_Clear();
+        }
+        return 1;
+    }
+    return skip_file(co->co_filename);
+}
+
+/* ------------------------------------------------------------ the hook ---- */
+
+#define MEMO_STACK 64
+
+static PyObject *explain_failures(CodeState *st, PyObject **memo_unused, const FrameView *fv)
+{
+    (void)memo_unused;
+    PyObject *lines = PyList_New(0);
+    if (!lines)
+        return NULL;
+    for (CacheEntry *e = st->entries; e; e = e->next) {
+        PyObject **memo = PyMem_Calloc((size_t)e->src.n + 1, sizeof(PyObject *));
+        if (!memo) {
+            Py_DECREF(lines);
+            return PyErr_NoMemory();
+        }
+        int32_t failed = -1;
+        PyObject *line = NULL;
+        if (!guards_check(&e->guards, &e->src, fv, memo, &failed)) {
+            PyObject *why = guards_explain(&e->guards, failed, &e->src, fv, memo);
+            line = why ? PyUnicode_FromFormat("- %d/%d: %U", st->frame_id, e->compile_id, why) : NULL;
+            Py_XDECREF(why);
+        }
+        sources_memo_clear(memo, e->src.n);
+        PyMem_Free(memo);
+        if (line) {
+            int r = PyList_Insert(lines, 0, line);
+            Py_DECREF(line);
+            if (r < 0) {
+                Py_DECREF(lines);
+                return NULL;
+            }
+        } else if (PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+    }
+    PyObject *nl = PyUnicode_FromString("\n    ");
+    PyObject *r = nl ? PyUnicode_Join(nl, lines) : NULL;
+    Py_XDECREF(nl);
+    Py_DECREF(lines);
+    return r;
+}
+
+/* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
+#define RUN_EAGER ((PyObject *)-1)
+
+static PyObject *run_entry(CacheEntry *e, PyObject **memo)
+{
+    PyObject *small[16];
+    PyObject **in = e->ninputs <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)e->ninputs);
+    if (!in)
+        return PyErr_NoMemory();
+    for (int32_t i = 0; i < e->ninputs; i++)
+        in[i] = memo[e->inputs[i]];
+    int saved = tls_active;
+    tls_active = 0;
+    PyObject *outs = PyObject_Vectorcall(e->compiled, in, (size_t)e->ninputs, NULL);
+    tls_active = saved;
+    if (in != small)
+        PyMem_Free(in);
+    if (!outs)
+        return NULL;
+    if (e->graph && ((SjGraphObject *)e->graph)->mismatch) {
+        /* a shape rule disagreed with the real op: never trust this entry again */
+        PyObject *why = ((SjGraphObject *)e->graph)->mismatch;
+        if (sj_log_on(LOG_GRAPH_BREAKS, SJ_WARNING))
+            sj_log(LOG_GRAPH_BREAKS, SJ_WARNING, "shapejit internal: %U; this entry runs eagerly from now on", why);
+        e->action = ENTRY_EAGER;
+        Py_XSETREF(e->reason, PyUnicode_FromFormat("internal: %U", why));
+        if (!e->has_mutation) {
+            Py_DECREF(outs);
+            return RUN_EAGER;
+        }
+    }
+    PyObject *fast = PySequence_Fast(outs, "shapejit: the compiled graph must return a tuple or list");
+    Py_DECREF(outs);
+    if (!fast)
+        return NULL;
+    PyObject *r = compile_build_result(e->plan, fast, memo);
+    Py_DECREF(fast);
+    return r;
+}
+
+static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+    if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
+        return run_default(ts, f, throwflag);
+    PyCodeObject *co = f->f_code;
+    CodeState *st = code_state_get(co);
+    if (!st) {
+        PyErr_Clear();
+        return run_default(ts, f, throwflag);
+    }
+    if (st->skip < 0) {
+        if (init_skip_prefixes() < 0) {
+            PyErr_Clear();
+            return run_default(ts, f, throwflag);
+        }
+        st->skip = decide_skip(co, f);
+    }
+    if (st->skip)
+        return run_default(ts, f, throwflag);
+    st->calls++;
+    FrameView fv = {f->localsplus, f->f_func->func_closure, f->f_globals, f->f_builtins};
+
+    /* ---- look for an entry whose guards pass ---- */
+    for (CacheEntry *e = st->entries; e; e = e->next) {
+        PyObject *small[MEMO_STACK];
+        PyObject **memo = e->src.n <= MEMO_STACK ? small : PyMem_Calloc((size_t)e->src.n, sizeof(PyObject *));
+        if (!memo) {
+            PyErr_Clear();
+            return run_default(ts, f, throwflag);
+        }
+        if (memo == small)
+            memset(small, 0, sizeof(PyObject *) * (size_t)e->src.n);
+        int32_t failed;
+        int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
+        PyObject *r = NULL;
+        if (ok) {
+            if (e->action == ENTRY_EAGER) {
+                r = RUN_EAGER;
+            } else {
+                r = run_entry(e, memo);
+            }
+        }
+        sources_memo_clear(memo, e->src.n);
+        if (memo != small)
+            PyMem_Free(memo);
+        if (ok) {
+            if (r == RUN_EAGER)
+                return run_default(ts, f, throwflag);
+            return r;
+        }
+    }
+
+    /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
+    if (st->nentries > 0) {
+        if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
+            return run_default(ts, f, throwflag);
+        if (sj_stance == STANCE_FAIL_ON_RECOMPILE) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
+                         "filename: '%U', function name: '%U', line number: %d",
+                         co->co_filename, co->co_name, co->co_firstlineno);
+            return NULL;
+        }
+    } else if (sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
+        return run_default(ts, f, throwflag);
+    }
+    int saved = tls_active;
+    tls_active = 0;
+    PyObject *why = NULL;
+    if (st->nentries > 0) {
+        why = explain_failures(st, NULL, &fv);
+        if (!why)
+            PyErr_Clear();
+        else
+            Py_XSETREF(st->last_reason, Py_NewRef(why));
+    }
+    if (st->nentries >= sj_config.cache_size_limit ||
+        sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit) {
+        if (!st->warned_limit) {
+            st->warned_limit = 1;
+            int per_code = st->nentries >= sj_config.cache_size_limit;
+            PyObject *msg = PyUnicode_FromFormat(
+                "shapejit hit config.%s (%ld)\n   function: '%U' (%U:%d)\n   last reason: %U\n"
+                "To log all recompilation reasons, use TORCH_LOGS=\"recompiles\". New inputs of this "
+                "function run eagerly; its existing compiled entries are still used.",
+                per_code ? "cache_size_limit" : "accumulated_cache_size_limit",
+                per_code ? sj_config.cache_size_limit : sj_config.accumulated_cache_size_limit,
+                co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
+            if (msg) {
+                if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
+                    PyErr_Clear();
+                Py_DECREF(msg);
+            }
+            PyErr_Clear();
+        }
+        Py_XDECREF(why);
+        tls_active = saved;
+        return run_default(ts, f, throwflag);
+    }
+    if (st->nentries > 0) {
+        sj_stats.recompiles++;
+        if (sj_log_on(LOG_RECOMPILES, SJ_INFO))
+            sj_log(LOG_RECOMPILES, SJ_INFO,
+                   "Recompiling function %U in %U:%d\n    triggered by the following guard failure(s):\n    %U",
+                   co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
+    }
+    Py_XDECREF(why);
+    const CompileOptions *opts = tls_opts;
+    CacheEntry *e = opts ? compile_frame(co, f->localsplus, f->f_func->func_closure, f->f_globals,
+                                         f->f_builtins, opts, st)
+                         : NULL;
+    tls_active = saved;
+    if (!e) {
+        if (PyErr_Occurred())
+            return NULL;   /* fullgraph=True failure, or out of memory: the user sees it */
+        return run_default(ts, f, throwflag);
+    }
+    e->next = st->entries;
+    st->entries = e;
+    st->nentries++;
+    if (e->action == ENTRY_EAGER)
+        return run_default(ts, f, throwflag);
+    /* run the new entry: its guards pass by construction; resolve its sources once */
+    PyObject **memo = PyMem_Calloc((size_t)e->src.n + 1, sizeof(PyObject *));
+    if (!memo)
+        return PyErr_NoMemory();
+    PyObject *r = NULL;
+    int ok = 1;
+    for (int32_t i = 0; i < e->ninputs && ok; i++)
+        ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
+    /* plan sources ("s") are resolved lazily by the builder from memo: resolve all */
+    for (int32_t i = 0; i < e->src.n && ok; i++)
+        ok = sources_resolve(&e->src, i, &fv, memo) != NULL;
+    if (ok)
+        r = run_entry(e, memo);
+    else
+        PyErr_Clear();
+    sources_memo_clear(memo, e->src.n);
+    PyMem_Free(memo);
+    if (!ok || r == RUN_EAGER)
+        return run_default(ts, f, throwflag);
+    return r;
+}
+
+/* ------------------------------------------------------- CompiledFunction ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;          /* strong */
+    PyObject *options;     /* strong */
+    PyObject *dict;        /* strong: __name__, __doc__, ... */
+    CompileOptions copts;  /* backend borrowed from options (kept alive by it) */
+    PyObject *backend;     /* strong: options.backend */
+    vectorcallfunc vectorcall;
+} SjCompiledFunction;
+
+static PyObject *cf_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    SjCompiledFunction *cf = (SjCompiledFunction *)self;
+    const CompileOptions *prev = tls_opts;
+    tls_opts = &cf->copts;
+    hook_enter();
+    PyObject *r = PyObject_Vectorcall(cf->fn, args, nargsf, kwnames);
+    hook_leave();
+    tls_opts = prev;
+    return r;
+}
+
+static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *fn, *options;
+    static char *kwlist[] = {"fn", "options", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:CompiledFunction", kwlist, &fn, &options))
+        return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "shapejit can only compile callables, not %s", Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    PyObject *backend = PyObject_GetAttrString(options, "backend");
+    if (!backend)
+        return NULL;
+    if (!PyCallable_Check(backend)) {
+        PyErr_Format(PyExc_TypeError, "options.backend must be callable, not %s", Py_TYPE(backend)->tp_name);
+        Py_DECREF(backend);
+        return NULL;
+    }
+    PyObject *fg = PyObject_GetAttrString(options, "fullgraph");
+    int fullgraph = fg ? PyObject_IsTrue(fg) : -1;
+    Py_XDECREF(fg);
+    if (fullgraph < 0) {
+        Py_DECREF(backend);
+        return NULL;
+    }
+    SjCompiledFunction *cf = (SjCompiledFunction *)type->tp_alloc(type, 0);
+    if (!cf) {
+        Py_DECREF(backend);
+        return NULL;
+    }
+    cf->fn = Py_NewRef(fn);
+    cf->options = Py_NewRef(options);
+    cf->backend = backend;
+    cf->copts.backend = backend;
+    cf->copts.fullgraph = fullgraph;
+    cf->vectorcall = cf_vectorcall;
+    cf->dict = PyDict_New();
+    if (!cf->dict) {
+        Py_DECREF(cf);
+        return NULL;
+    }
+    static const char *const copied[] = {"__name__", "__qualname__", "__doc__", "__module__"};
+    for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
+        PyObject *v = PyObject_GetAttrString(fn, copied[i]);
+        if (!v) {
+            PyErr_Clear();
+            continue;
+        }
+        int r = PyDict_SetItemString(cf->dict, copied[i], v);
+        Py_DECREF(v);
+        if (r < 0) {
+            Py_DECREF(cf);
+            return NULL;
+        }
+    }
+    return (PyObject *)cf;
+}
+
+static int cf_traverse(SjCompiledFunction *cf, visitproc visit, void *arg)
+{
+    Py_VISIT(cf->fn);
+    Py_VISIT(cf->options);
+    Py_VISIT(cf->dict);
+    Py_VISIT(cf->backend);
+    return 0;
+}
+
+static int cf_clear(SjCompiledFunction *cf)
+{
+    Py_CLEAR(cf->fn);
+    Py_CLEAR(cf->options);
+    Py_CLEAR(cf->dict);
+    Py_CLEAR(cf->backend);
+    return 0;
+}
+
+static void cf_dealloc(SjCompiledFunction *cf)
+{
+    PyObject_GC_UnTrack(cf);
+    cf_clear(cf);
+    Py_TYPE(cf)->tp_free((PyObject *)cf);
+}
+
+static PyObject *cf_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (!obj || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *cf_repr(SjCompiledFunction *cf)
+{
+    return PyUnicode_FromFormat("<shapejit compiled %R>", cf->fn);
+}
+
+static PyMemberDef cf_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(SjCompiledFunction, fn), READONLY, "the original callable"},
+    {"_options", T_OBJECT, offsetof(SjCompiledFunction, options), READONLY, "compile options"},
+    {"__dictoffset__", T_PYSSIZET, offsetof(SjCompiledFunction, dict), READONLY, NULL},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(SjCompiledFunction, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SjCompiledFunction_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shapejit._C.CompiledFunction",
+    .tp_basicsize = sizeof(SjCompiledFunction),
+    .tp_dealloc = (destructor)cf_dealloc,
+    .tp_vectorcall_offset = offsetof(SjCompiledFunction, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)cf_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = (traverseproc)cf_traverse,
+    .tp_clear = (inquiry)cf_clear,
+    .tp_members = cf_members,
+    .tp_descr_get = cf_descr_get,
+    .tp_dictoffset = offsetof(SjCompiledFunction, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_new = cf_new,
+    .tp_doc = "A callable that runs fn with shapejit's frame hook on.",
+};
+
+int hook_init_types(PyObject *m)
+{
+    if (PyType_Ready(&SjCompiledFunction_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "CompiledFunction", (PyObject *)&SjCompiledFunction_Type) < 0)
+        return -1;
+    SjUnsupported = PyErr_NewException("shapejit._C.Unsupported", PyExc_RuntimeError, NULL);
+    if (!SjUnsupported || PyModule_AddObjectRef(m, "Unsupported", SjUnsupported) < 0)
+        return -1;
+    return code_cache_init();
+}

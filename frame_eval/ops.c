@@ -1,0 +1,800 @@
+/* Operators and recorded library calls: where vars meet the graph. */
+#include "capture.h"
+#include "libs.h"
+#include "../shapes/rules.h"
+#include "sj_opcodes.h"
+
+/* ------------------------------------------------------- argument lowering ---- */
+
+/* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
+ * constant; those holding tensors become BA_LIST. */
+static int to_bound(Capture *c, Var *v, BoundArg *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!v) {
+        out->kind = BA_CONST;
+        out->value = Py_None;
+        return 0;
+    }
+    switch (v->kind) {
+    case VK_TENSOR:
+        out->kind = BA_TENSOR;
+        out->meta = &v->u.t.meta;
+        return 0;
+    case VK_CONST:
+        out->kind = BA_CONST;
+        out->value = v->obj;
+        return 0;
+    case VK_TUPLE:
+    case VK_LIST:
+    case VK_DICT:
+    case VK_SLICE: {
+        int has_tensor = 0;
+        if (v->kind == VK_TUPLE || v->kind == VK_LIST)
+            for (int32_t i = 0; i < v->u.seq.n; i++)
+                if (!var_is_const(v->u.seq.items[i]))
+                    has_tensor = 1;
+        if (!has_tensor) {
+            PyObject *py = var_to_py(c, v);
+            if (!py || !cap_keep_steal(c, py))
+                return cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+            out->kind = BA_CONST;
+            out->value = py;
+            return 0;
+        }
+        BoundArg *items = cap_alloc(c, sizeof(BoundArg) * (size_t)(v->u.seq.n + 1));
+        if (!items)
+            return -1;
+        for (int32_t i = 0; i < v->u.seq.n; i++)
+            if (to_bound(c, v->u.seq.items[i], &items[i]) < 0)
+                return -1;
+        out->kind = BA_LIST;
+        out->n = v->u.seq.n;
+        out->items = items;
+        return 0;
+    }
+    case VK_CALLABLE:
+    case VK_PYMODULE:
+        out->kind = BA_CONST;   /* e.g. a dtype given as np.float32 */
+        out->value = v->obj;
+        return 0;
+    default:
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s passed to a tensor op", var_kind_name(v));
+    }
+}
+
+/* Var -> graph Arg (pool slot already reserved at *slot). */
+static int to_arg(Capture *c, Var *v, int32_t slot)
+{
+    Graph *g = c->g;
+    Arg a = {0, 0, 0};
+    if (!v) {
+        a.kind = ARG_CONST;
+        if ((a.a = graph_const(g, Py_None)) < 0)
+            return -1;
+    } else if (v->kind == VK_TENSOR) {
+        a.kind = ARG_VALUE;
+        a.a = v->u.t.value;
+    } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
+        int has_tensor = 0;
+        for (int32_t i = 0; i < v->u.seq.n; i++)
+            if (!var_is_const(v->u.seq.items[i]))
+                has_tensor = 1;
+        if (has_tensor) {
+            int32_t first = graph_pool(g, v->u.seq.n);
+            if (first < 0)
+                return -1;
+            for (int32_t i = 0; i < v->u.seq.n; i++)
+                if (to_arg(c, v->u.seq.items[i], first + i) < 0)
+                    return -1;
+            a.kind = v->kind == VK_LIST ? ARG_LIST : ARG_TUPLE;
+            a.a = first;
+            a.n = v->u.seq.n;
+        } else {
+            PyObject *py = var_to_py(c, v);
+            if (!py)
+                return -1;
+            a.kind = ARG_CONST;
+            a.a = graph_const(g, py);
+            Py_DECREF(py);
+            if (a.a < 0)
+                return -1;
+        }
+    } else {
+        PyObject *py = var_to_py(c, v);
+        if (!py)
+            return cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+        a.kind = ARG_CONST;
+        a.a = graph_const(g, py);
+        Py_DECREF(py);
+        if (a.a < 0)
+            return -1;
+    }
+    g->pool[slot] = a;
+    return 0;
+}
+
+static Lib lib_of_args(Var **args, int32_t n, int *found)
+{
+    for (int32_t i = 0; i < n; i++) {
+        Var *v = args[i];
+        if (!v)
+            continue;
+        if (v->kind == VK_TENSOR) {
+            *found = 1;
+            return (Lib)v->u.t.meta.lib;
+        }
+        if (v->kind == VK_TUPLE || v->kind == VK_LIST) {
+            Lib l = lib_of_args(v->u.seq.items, v->u.seq.n, found);
+            if (*found)
+                return l;
+        }
+    }
+    *found = 0;
+    return LIB_TORCH;
+}
+
+static int check_one_lib(Capture *c, Var **args, int32_t n, Lib lib)
+{
+    for (int32_t i = 0; i < n; i++) {
+        Var *v = args[i];
+        if (!v)
+            continue;
+        if (v->kind == VK_TENSOR && v->u.t.meta.lib != lib)
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "an op mixes torch tensors and numpy arrays");
+        if ((v->kind == VK_TUPLE || v->kind == VK_LIST) && check_one_lib(c, v->u.seq.items, v->u.seq.n, lib) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The core: record one call of a table row. */
+static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    const CallableRow *r = &callable_rows[row];
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    int32_t npos = nargs - nkw;
+    int found;
+    Lib lib = lib_of_args(args, nargs, &found);
+    if (!found)
+        lib = (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? LIB_NUMPY : LIB_TORCH;
+    if (check_one_lib(c, args, nargs, lib) < 0)
+        return NULL;
+    if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
+        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD))) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
+        return NULL;
+    }
+    /* bind for the rule */
+    BoundArg *pos = cap_alloc(c, sizeof(BoundArg) * (size_t)(nargs + 1));
+    const char **kwn = cap_alloc(c, sizeof(char *) * (size_t)(nkw + 1));
+    if (!pos || !kwn)
+        return NULL;
+    for (int32_t i = 0; i < nargs; i++)
+        if (to_bound(c, args[i], &pos[i]) < 0)
+            return NULL;
+    for (int32_t i = 0; i < nkw; i++)
+        if (!(kwn[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i))))
+            return NULL;
+    BoundArgs bound;
+    ShapeErr err;
+    err.msg[0] = 0;
+    if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw, &bound, &err) < 0) {
+        cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
+        return NULL;
+    }
+    TensorMeta outs[SJ_MAX_OUTS];
+    int nout = SJ_MAX_OUTS;
+    if (shapes_infer(r->op, lib, &bound, outs, &nout, &err) < 0) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
+        return NULL;
+    }
+    for (int i = 0; i < nout; i++)
+        if (outs[i].lib == LIB_TORCH)
+            c->used_torch = 1;
+    /* lower the arguments */
+    int32_t first = graph_pool(c->g, nargs > 0 ? nargs : 1);
+    if (first < 0)
+        return NULL;
+    for (int32_t i = 0; i < nargs; i++)
+        if (to_arg(c, args[i], first + i) < 0)
+            return NULL;
+    PyObject *where = cap_where(c);
+    if (!where)
+        return NULL;
+    int flags = (r->flags & CF_INPLACE) ? NODE_INPLACE : 0;
+    int32_t v = graph_add_node(c->g, r->op, flags, target, first, npos, first + npos, nkw, kwnames,
+                               outs, nout, where);
+    Py_DECREF(where);
+    if (v < 0)
+        return NULL;
+    c->nops++;
+    if (r->op == OP_SET_GRAD_ENABLED && c->g->grad_query < 0) {
+        PyObject *q = PyObject_GetAttrString(libs.torch, "is_grad_enabled");
+        if (!q)
+            return NULL;
+        c->g->grad_query = graph_const(c->g, q);
+        Py_DECREF(q);
+        if (c->g->grad_query < 0)
+            return NULL;
+    }
+    /* results */
+    if (flags & NODE_INPLACE && nargs > 0 && args[0] && args[0]->kind == VK_TENSOR)
+        return args[0];   /* same object, mutated in place */
+    if (nout == 0)
+        return var_const(c, Py_None);
+    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)nout);
+    if (!items)
+        return NULL;
+    for (int i = 0; i < nout; i++) {
+        Var *t = var_new(c, VK_TENSOR);
+        if (!t)
+            return NULL;
+        t->u.t.value = v + i;
+        t->u.t.meta = outs[i];
+        items[i] = t;
+    }
+    if (nout == 1 && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND))
+        return items[0];
+    return var_seq(c, VK_TUPLE, items, nout);
+}
+
+Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    PyObject *target = callables_object(row);
+    if (!target) {
+        cap_fail(c, BR_INTERNAL, "callable %s did not resolve", callable_rows[row].path);
+        return NULL;
+    }
+    return record(c, row, target, args, nargs, kwnames);
+}
+
+/* Record through the operator row of a given name ("operator.add"). */
+static Var *record_operator(Capture *c, const char *path, Var **args, int32_t nargs)
+{
+    int row = callables_operator_row(path);
+    if (row < 0) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s on tensors is not supported", path);
+        return NULL;
+    }
+    return op_record(c, row, args, nargs, NULL);
+}
+
+/* ------------------------------------------------------------ folding ---- */
+
+static PyObject *operator_mod;   /* strong */
+
+static Var *fold_operator(Capture *c, const char *name, Var **args, int n)
+{
+    if (!operator_mod && !(operator_mod = PyImport_ImportModule("operator")))
+        return NULL;
+    PyObject *fn = PyObject_GetAttrString(operator_mod, name);
+    if (!fn)
+        return NULL;
+    PyObject *a[3];
+    int k;
+    for (k = 0; k < n; k++)
+        if (!(a[k] = var_to_py(c, args[k])))
+            break;
+    PyObject *r = k == n ? PyObject_Vectorcall(fn, a, (size_t)n, NULL) : NULL;
+    for (int i = 0; i < k; i++)
+        Py_DECREF(a[i]);
+    Py_DECREF(fn);
+    if (!r) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, r);
+}
+
+static int is_tensor(Var *v) { return v && v->kind == VK_TENSOR; }
+
+static int is_foldable(Var *v)
+{
+    return v && (v->kind == VK_CONST ||
+                 ((v->kind == VK_TUPLE || v->kind == VK_LIST) && var_all_const(v->u.seq.items, v->u.seq.n)));
+}
+
+/* ------------------------------------------------------------ operators ---- */
+
+static const char *const nb_names[] = {
+    /* index = BINARY_OP oparg (order from the interpreter's _nb_ops) */
+    [SJ_NB_ADD] = "add", [SJ_NB_AND] = "and_", [SJ_NB_FLOOR_DIVIDE] = "floordiv",
+    [SJ_NB_LSHIFT] = "lshift", [SJ_NB_MATRIX_MULTIPLY] = "matmul", [SJ_NB_MULTIPLY] = "mul",
+    [SJ_NB_REMAINDER] = "mod", [SJ_NB_OR] = "or_", [SJ_NB_POWER] = "pow", [SJ_NB_RSHIFT] = "rshift",
+    [SJ_NB_SUBTRACT] = "sub", [SJ_NB_TRUE_DIVIDE] = "truediv", [SJ_NB_XOR] = "xor",
+    [SJ_NB_INPLACE_ADD] = "iadd", [SJ_NB_INPLACE_AND] = "iand",
+    [SJ_NB_INPLACE_FLOOR_DIVIDE] = "ifloordiv", [SJ_NB_INPLACE_LSHIFT] = "ilshift",
+    [SJ_NB_INPLACE_MATRIX_MULTIPLY] = "imatmul", [SJ_NB_INPLACE_MULTIPLY] = "imul",
+    [SJ_NB_INPLACE_REMAINDER] = "imod", [SJ_NB_INPLACE_OR] = "ior", [SJ_NB_INPLACE_POWER] = "ipow",
+    [SJ_NB_INPLACE_RSHIFT] = "irshift", [SJ_NB_INPLACE_SUBTRACT] = "isub",
+    [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv", [SJ_NB_INPLACE_XOR] = "ixor",
+};
+
+static Var *seq_concat(Capture *c, Var *a, Var *b)
+{
+    Var *r = var_seq(c, a->kind, a->u.seq.items, a->u.seq.n);
+    if (!r)
+        return NULL;
+    for (int32_t i = 0; i < b->u.seq.n; i++)
+        if (var_seq_append(c, r, b->u.seq.items[i]) < 0)
+            return NULL;
+    return r;
+}
+
+Var *op_binary(Capture *c, int nb, Var *a, Var *b)
+{
+    if (nb < 0 || nb >= SJ_NB_COUNT) {
+        cap_fail(c, BR_UNSUPPORTED_OPCODE, "BINARY_OP %d", nb);
+        return NULL;
+    }
+    const char *name = nb_names[nb];
+    if (is_tensor(a) || is_tensor(b)) {
+        char path[48];
+        snprintf(path, sizeof path, "operator.%s", name);
+        Var *args[2] = {a, b};
+        /* x += y on a tensor whose name is rebound: in-place only when the left side is a
+         * tensor; on a constant left side Python falls back to the reflected binary op */
+        if (name[0] == 'i' && !is_tensor(a) && strcmp(name, "imatmul") != 0) {
+            snprintf(path, sizeof path, "operator.%s", name + 1);
+        }
+        return record_operator(c, path, args, 2);
+    }
+    if (is_foldable(a) && is_foldable(b)) {
+        Var *args[2] = {a, b};
+        return fold_operator(c, name, args, 2);
+    }
+    /* list/tuple arithmetic on vars holding graph values */
+    int is_add = nb == SJ_NB_ADD || nb == SJ_NB_INPLACE_ADD;
+    if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && b->kind == a->kind) {
+        if (nb == SJ_NB_INPLACE_ADD && a->kind == VK_LIST) {
+            if (a->src >= 0) {
+                cap_fail(c, BR_SIDE_EFFECT, "in-place += on an input list");
+                return NULL;
+            }
+            for (int32_t i = 0; i < b->u.seq.n; i++)
+                if (var_seq_append(c, a, b->u.seq.items[i]) < 0)
+                    return NULL;
+            return a;
+        }
+        return seq_concat(c, a, b);
+    }
+    if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && var_is_const(b) &&
+        ((a->kind == VK_TUPLE && PyTuple_Check(b->obj)) || (a->kind == VK_LIST && PyList_Check(b->obj)))) {
+        Var **items;
+        int32_t n;
+        Var *bs;
+        if (op_iterate(c, b, &items, &n) < 0 || !(bs = var_seq(c, a->kind, items, n)))
+            return NULL;
+        return seq_concat(c, a, bs);
+    }
+    if (is_add && var_is_const(a) && (b->kind == VK_TUPLE || b->kind == VK_LIST) &&
+        ((b->kind == VK_TUPLE && PyTuple_Check(a->obj)) || (b->kind == VK_LIST && PyList_Check(a->obj)))) {
+        Var **items;
+        int32_t n;
+        Var *as;
+        if (op_iterate(c, a, &items, &n) < 0 || !(as = var_seq(c, b->kind, items, n)))
+            return NULL;
+        return seq_concat(c, as, b);
+    }
+    if ((nb == SJ_NB_MULTIPLY) && (a->kind == VK_TUPLE || a->kind == VK_LIST) && var_is_const(b) &&
+        PyLong_Check(b->obj)) {
+        long k = PyLong_AsLong(b->obj);
+        Var *r = var_seq(c, a->kind, NULL, 0);
+        for (long j = 0; r && j < k; j++)
+            for (int32_t i = 0; i < a->u.seq.n; i++)
+                if (var_seq_append(c, r, a->u.seq.items[i]) < 0)
+                    return NULL;
+        return r;
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on a %s and a %s", sj_nb_symbols[nb],
+             var_kind_name(a), var_kind_name(b));
+    return NULL;
+}
+
+Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
+{
+    static const char *const names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+    if (cmp < 0 || cmp > 5) {
+        cap_fail(c, BR_UNSUPPORTED_OPCODE, "COMPARE_OP %d", cmp);
+        return NULL;
+    }
+    if (is_tensor(a) || is_tensor(b)) {
+        char path[32];
+        snprintf(path, sizeof path, "operator.%s", names[cmp]);
+        Var *args[2] = {a, b};
+        return record_operator(c, path, args, 2);
+    }
+    if (is_foldable(a) && is_foldable(b)) {
+        Var *args[2] = {a, b};
+        return fold_operator(c, names[cmp], args, 2);
+    }
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->obj && b->obj &&
+        a->kind != VK_TUPLE && b->kind != VK_TUPLE && a->kind != VK_LIST && b->kind != VK_LIST) {
+        Var *args[2] = {a, b};
+        return fold_operator(c, names[cmp], args, 2);
+    }
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->kind != b->kind &&
+        ((var_is_const(a) && a->obj == Py_None) || (var_is_const(b) && b->obj == Py_None)))
+        return var_const(c, cmp == SJ_CMP_NE ? Py_True : Py_False);
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "comparison of a %s and a %s", var_kind_name(a), var_kind_name(b));
+    return NULL;
+}
+
+Var *op_unary(Capture *c, int opcode, Var *a)
+{
+    if (opcode == SJOP_UNARY_NOT) {
+        int t;
+        if (op_truth(c, a, &t) < 0)
+            return NULL;
+        return var_const(c, t ? Py_False : Py_True);
+    }
+    const char *name = opcode == SJOP_UNARY_NEGATIVE ? "neg" : opcode == SJOP_UNARY_POSITIVE ? "pos" : "invert";
+    if (is_tensor(a)) {
+        char path[32];
+        snprintf(path, sizeof path, "operator.%s", name);
+        return record_operator(c, path, &a, 1);
+    }
+    if (is_foldable(a))
+        return fold_operator(c, name, &a, 1);
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "unary %s on a %s", name, var_kind_name(a));
+    return NULL;
+}
+
+int op_truth(Capture *c, Var *v, int *truth)
+{
+    switch (v->kind) {
+    case VK_CONST: {
+        int t = PyObject_IsTrue(v->obj);
+        if (t < 0)
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        *truth = t;
+        return 0;
+    }
+    case VK_TUPLE:
+    case VK_LIST:
+        *truth = v->u.seq.n > 0;
+        return 0;
+    case VK_DICT:
+        *truth = v->u.dict.n > 0;
+        return 0;
+    case VK_TENSOR:
+        return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
+                        v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");
+    case VK_FUNC:
+    case VK_CALLABLE:
+    case VK_PYMODULE:
+    case VK_METHOD:
+    case VK_PARTIAL:
+        *truth = 1;
+        return 0;
+    case VK_MODULE:
+    case VK_OBJECT: {
+        PyTypeObject *t = Py_TYPE(v->obj);
+        int has_bool = t->tp_as_number && t->tp_as_number->nb_bool;
+        int has_len = (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
+                      (t->tp_as_sequence && t->tp_as_sequence->sq_length);
+        if (!has_bool && !has_len) {
+            *truth = 1;
+            return 0;
+        }
+        int r = PyObject_IsTrue(v->obj);
+        if (r < 0)
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        *truth = r;
+        return 0;
+    }
+    default:
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of a %s", var_kind_name(v));
+    }
+}
+
+Var *op_contains(Capture *c, Var *item, Var *container)
+{
+    if (is_foldable(item) && is_foldable(container)) {
+        Var *args[2] = {container, item};
+        return fold_operator(c, "contains", args, 2);
+    }
+    if (container->kind == VK_DICT && var_is_const(item)) {
+        int found;
+        var_dict_get(c, container, item, &found);
+        if (PyErr_Occurred()) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return var_const(c, found ? Py_True : Py_False);
+    }
+    if ((container->kind == VK_TUPLE || container->kind == VK_LIST) && var_is_const(item)) {
+        for (int32_t i = 0; i < container->u.seq.n; i++) {
+            Var *e = container->u.seq.items[i];
+            if (!var_is_const(e))
+                continue;   /* a tensor is never equal to a constant in a membership test */
+            int eq = PyObject_RichCompareBool(e->obj, item->obj, Py_EQ);
+            if (eq < 0) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            if (eq)
+                return var_const(c, Py_True);
+        }
+        return var_const(c, Py_False);
+    }
+    if ((container->kind == VK_TUPLE || container->kind == VK_LIST) && item->obj) {
+        for (int32_t i = 0; i < container->u.seq.n; i++)
+            if (container->u.seq.items[i] == item || container->u.seq.items[i]->obj == item->obj)
+                return var_const(c, Py_True);
+        return var_const(c, Py_False);
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "'in' on a %s", var_kind_name(container));
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- subscripts ---- */
+
+static Var *seq_index(Capture *c, Var *s, PyObject *key)
+{
+    if (PyIndex_Check(key)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred()) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        if (i < 0)
+            i += s->u.seq.n;
+        if (i < 0 || i >= s->u.seq.n) {
+            PyErr_SetString(PyExc_IndexError, "index out of range");
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return s->u.seq.items[i];
+    }
+    if (PySlice_Check(key)) {
+        Py_ssize_t start, stop, step, len;
+        if (PySlice_Unpack(key, &start, &stop, &step) < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        len = PySlice_AdjustIndices(s->u.seq.n, &start, &stop, step);
+        Var *r = var_seq(c, s->kind, NULL, 0);
+        for (Py_ssize_t k = 0; r && k < len; k++)
+            if (var_seq_append(c, r, s->u.seq.items[start + k * step]) < 0)
+                return NULL;
+        if (r)
+            r->u.seq.subtype = s->u.seq.subtype;
+        return r;
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "index of type %s", Py_TYPE(key)->tp_name);
+    return NULL;
+}
+
+static Var *call_dunder(Capture *c, Var *obj, const char *name, Var **args, int n)
+{
+    PyObject *nm = PyUnicode_FromString(name);
+    if (!nm)
+        return NULL;
+    Var *m = attr_load(c, obj, nm);
+    Py_DECREF(nm);
+    if (!m)
+        return NULL;
+    return call_var(c, m, args, n, NULL);
+}
+
+Var *op_subscr(Capture *c, Var *obj, Var *key)
+{
+    if (is_tensor(obj)) {
+        Var *args[2] = {obj, key};
+        return record_operator(c, "operator.getitem", args, 2);
+    }
+    if ((obj->kind == VK_TUPLE || obj->kind == VK_LIST) && var_is_const(key))
+        return seq_index(c, obj, key->obj);
+    if (obj->kind == VK_DICT && var_is_const(key)) {
+        int found;
+        Var *v = var_dict_get(c, obj, key, &found);
+        if (!found) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, key->obj);
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return v;
+    }
+    if (is_foldable(obj) && is_foldable(key)) {
+        Var *args[2] = {obj, key};
+        return fold_operator(c, "getitem", args, 2);
+    }
+    if (obj->kind == VK_MODULE && var_is_const(key)) {
+        /* ModuleList / Sequential / ModuleDict indexing: read the live container */
+        PyObject *v = PyObject_GetItem(obj->obj, key->obj);
+        if (!v) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        int32_t s = obj->src >= 0 ? sources_add(&c->src, SRC_ITEM, obj->src, 0, key->obj, NULL) : -1;
+        Var *r = (obj->src < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        Py_DECREF(v);
+        return r;
+    }
+    if (obj->kind == VK_OBJECT) {
+        Var *args[1] = {key};
+        return call_dunder(c, obj, "__getitem__", args, 1);
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "subscript of a %s with a %s", var_kind_name(obj), var_kind_name(key));
+    return NULL;
+}
+
+int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
+{
+    if (is_tensor(obj)) {
+        Var *args[3] = {obj, key, val};
+        return record_operator(c, "operator.setitem", args, 3) ? 0 : -1;
+    }
+    if (obj->src >= 0)
+        return cap_fail(c, BR_SIDE_EFFECT, "item assignment on an input %s", var_kind_name(obj));
+    if (obj->kind == VK_LIST && var_is_const(key) && PyIndex_Check(key->obj)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(key->obj, PyExc_IndexError);
+        if (i < 0)
+            i += obj->u.seq.n;
+        if (i < 0 || i >= obj->u.seq.n) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+        obj->u.seq.items[i] = val;
+        return 0;
+    }
+    if (obj->kind == VK_DICT && var_is_const(key))
+        return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
+    return cap_fail(c, BR_SIDE_EFFECT, "item assignment on a %s", var_kind_name(obj));
+}
+
+/* ---------------------------------------------------------------- iteration ---- */
+
+static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
+{
+    PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
+    if (!mods || !PyDict_Check(mods)) {
+        Py_XDECREF(mods);
+        PyErr_Clear();
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over a %s", Py_TYPE(m->obj)->tp_name);
+    }
+    const char *tn = Py_TYPE(m->obj)->tp_name;
+    int keys_only = strcmp(tn, "ModuleDict") == 0;
+    PyObject *attr = PyUnicode_FromString("_modules");
+    int32_t msrc = (m->src >= 0 && attr) ? sources_add(&c->src, SRC_ATTR, m->src, 0, attr, NULL) : -1;
+    Py_XDECREF(attr);
+    if (m->src >= 0 && msrc < 0) {
+        Py_DECREF(mods);
+        return -1;
+    }
+    if (msrc >= 0) {
+        PyObject *k = PyDict_Keys(mods);
+        PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+        Py_XDECREF(k);
+        int r = kt ? guard_add_simple(c, GK_DICT_KEYS, msrc, kt) : -1;
+        Py_XDECREF(kt);
+        if (r < 0) {
+            Py_DECREF(mods);
+            return -1;
+        }
+    }
+    Py_ssize_t cnt = PyDict_GET_SIZE(mods);
+    *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
+    *n = 0;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (*items && PyDict_Next(mods, &pos, &k, &v)) {
+        Var *item;
+        if (keys_only) {
+            item = var_const(c, k);
+        } else {
+            if (v == Py_None)
+                continue;
+            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL) : -1;
+            item = (msrc < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        }
+        if (!item) {
+            Py_DECREF(mods);
+            return -1;
+        }
+        (*items)[(*n)++] = item;
+    }
+    Py_DECREF(mods);
+    return *items ? 0 : -1;
+}
+
+int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
+{
+    switch (v->kind) {
+    case VK_TUPLE:
+    case VK_LIST:
+        *items = v->u.seq.items;
+        *n = v->u.seq.n;
+        return 0;
+    case VK_ITER:
+        *items = v->u.iter.items + v->u.iter.pos;
+        *n = v->u.iter.n - v->u.iter.pos;
+        v->u.iter.pos = v->u.iter.n;
+        return 0;
+    case VK_DICT:
+        *items = v->u.dict.keys;
+        *n = v->u.dict.n;
+        return 0;
+    case VK_CONST: {
+        PyObject *seq = PySequence_Fast(v->obj, "not iterable");
+        if (!seq)
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        Py_ssize_t cnt = PySequence_Fast_GET_SIZE(seq);
+        if (cnt > 100000) {
+            Py_DECREF(seq);
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over %zd constants", cnt);
+        }
+        *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
+        for (Py_ssize_t i = 0; *items && i < cnt; i++)
+            if (!((*items)[i] = var_const(c, PySequence_Fast_GET_ITEM(seq, i)))) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        Py_DECREF(seq);
+        *n = (int32_t)cnt;
+        return *items ? 0 : -1;
+    }
+    case VK_TENSOR: {
+        if (v->u.t.meta.ndim == 0)
+            return cap_fail(c, BR_USER_EXCEPTION, "iteration over a 0-d tensor");
+        int64_t cnt = v->u.t.meta.size[0];
+        *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
+        for (int64_t i = 0; *items && i < cnt; i++) {
+            PyObject *k = PyLong_FromLongLong(i);
+            Var *kv = k ? var_const_steal(c, k) : NULL;
+            if (!kv || !((*items)[i] = op_subscr(c, v, kv)))
+                return -1;
+        }
+        *n = (int32_t)cnt;
+        return *items ? 0 : -1;
+    }
+    case VK_MODULE:
+        return module_items(c, v, items, n);
+    default:
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));
+    }
+}
+
+Var *op_len(Capture *c, Var *v)
+{
+    Py_ssize_t n;
+    switch (v->kind) {
+    case VK_TUPLE:
+    case VK_LIST:
+        n = v->u.seq.n;
+        break;
+    case VK_DICT:
+        n = v->u.dict.n;
+        break;
+    case VK_TENSOR:
+        if (v->u.t.meta.ndim == 0) {
+            PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        n = (Py_ssize_t)v->u.t.meta.size[0];
+        break;
+    case VK_CONST:
+    case VK_MODULE:
+        n = PyObject_Length(v->obj);
+        if (n < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        break;
+    case VK_ITER:
+        n = v->u.iter.n - v->u.iter.pos;
+        break;
+    default:
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of a %s", var_kind_name(v));
+        return NULL;
+    }
+    PyObject *r = PyLong_FromSsize_t(n);
+    return r ? var_const_steal(c, r) : NULL;
+}

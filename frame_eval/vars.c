@@ -1,0 +1,230 @@
+/* Var constructors and conversions. Vars live in the capture's arena; the Python objects
+ * they point at are kept alive by Capture.keepalive. */
+#include "capture.h"
+
+static const char *const kind_names[] = {
+    [VK_CONST] = "constant", [VK_TENSOR] = "tensor", [VK_TUPLE] = "tuple", [VK_LIST] = "list",
+    [VK_DICT] = "dict", [VK_SLICE] = "slice", [VK_ITER] = "iterator", [VK_FUNC] = "function",
+    [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
+    [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
+    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__",
+};
+
+const char *var_kind_name(const Var *v)
+{
+    return v ? kind_names[v->kind] : "NULL";
+}
+
+Var *var_new(Capture *c, VarKind k)
+{
+    Var *v = cap_alloc(c, sizeof(Var));
+    if (!v)
+        return NULL;
+    v->kind = (uint8_t)k;
+    v->src = -1;
+    return v;
+}
+
+Var *var_const(Capture *c, PyObject *obj)
+{
+    if (!cap_keep(c, obj))
+        return NULL;
+    Var *v = var_new(c, VK_CONST);
+    if (v)
+        v->obj = obj;
+    return v;
+}
+
+Var *var_const_steal(Capture *c, PyObject *obj)
+{
+    if (!cap_keep_steal(c, obj))
+        return NULL;
+    Var *v = var_new(c, VK_CONST);
+    if (v)
+        v->obj = obj;
+    return v;
+}
+
+Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n)
+{
+    Var *v = var_new(c, k);
+    if (!v)
+        return NULL;
+    int32_t cap = n < 4 ? 4 : n;
+    v->u.seq.items = cap_alloc(c, sizeof(Var *) * (size_t)cap);
+    if (!v->u.seq.items)
+        return NULL;
+    if (n)
+        memcpy(v->u.seq.items, items, sizeof(Var *) * (size_t)n);
+    v->u.seq.n = n;
+    v->u.seq.cap = cap;
+    return v;
+}
+
+int var_seq_append(Capture *c, Var *seq, Var *item)
+{
+    if (seq->u.seq.n == seq->u.seq.cap) {
+        int32_t ncap = seq->u.seq.cap * 2;
+        Var **p = cap_alloc(c, sizeof(Var *) * (size_t)ncap);
+        if (!p)
+            return -1;
+        memcpy(p, seq->u.seq.items, sizeof(Var *) * (size_t)seq->u.seq.n);
+        seq->u.seq.items = p;
+        seq->u.seq.cap = ncap;
+    }
+    seq->u.seq.items[seq->u.seq.n++] = item;
+    return 0;
+}
+
+Var *var_dict(Capture *c)
+{
+    Var *v = var_new(c, VK_DICT);
+    if (!v)
+        return NULL;
+    v->u.dict.cap = 8;
+    v->u.dict.keys = cap_alloc(c, sizeof(Var *) * 8);
+    v->u.dict.vals = cap_alloc(c, sizeof(Var *) * 8);
+    return v->u.dict.keys && v->u.dict.vals ? v : NULL;
+}
+
+/* Keys are constants; hashable and compared by Python equality. */
+static int key_index(Capture *c, Var *d, Var *key, int32_t *idx)
+{
+    (void)c;
+    if (key->kind != VK_CONST) {
+        PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got a %s",
+                     var_kind_name(key));
+        return -1;
+    }
+    for (int32_t i = 0; i < d->u.dict.n; i++) {
+        PyObject *k = d->u.dict.keys[i]->obj;
+        int eq = k == key->obj ? 1 : PyObject_RichCompareBool(k, key->obj, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            *idx = i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
+{
+    int32_t i;
+    int r = key_index(c, d, key, &i);
+    if (r < 0)
+        return -1;
+    if (r) {
+        d->u.dict.vals[i] = val;
+        return 0;
+    }
+    if (d->u.dict.n == d->u.dict.cap) {
+        int32_t ncap = d->u.dict.cap * 2;
+        Var **k = cap_alloc(c, sizeof(Var *) * (size_t)ncap), **v = cap_alloc(c, sizeof(Var *) * (size_t)ncap);
+        if (!k || !v)
+            return -1;
+        memcpy(k, d->u.dict.keys, sizeof(Var *) * (size_t)d->u.dict.n);
+        memcpy(v, d->u.dict.vals, sizeof(Var *) * (size_t)d->u.dict.n);
+        d->u.dict.keys = k;
+        d->u.dict.vals = v;
+        d->u.dict.cap = ncap;
+    }
+    d->u.dict.keys[d->u.dict.n] = key;
+    d->u.dict.vals[d->u.dict.n] = val;
+    d->u.dict.n++;
+    return 0;
+}
+
+Var *var_dict_get(Capture *c, Var *d, Var *key, int *found)
+{
+    int32_t i;
+    int r = key_index(c, d, key, &i);
+    *found = r > 0;
+    if (r <= 0)
+        return NULL;
+    return d->u.dict.vals[i];
+}
+
+int var_is_const(const Var *v)
+{
+    return v && v->kind == VK_CONST;
+}
+
+int var_all_const(Var *const *vs, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (!var_is_const(vs[i]))
+            return 0;
+    return 1;
+}
+
+PyObject *var_to_py(Capture *c, Var *v)
+{
+    switch (v->kind) {
+    case VK_CONST:
+    case VK_OBJECT:
+    case VK_MODULE:
+    case VK_PYMODULE:
+    case VK_CALLABLE:
+        return Py_NewRef(v->obj);
+    case VK_FUNC:
+        if (v->obj)
+            return Py_NewRef(v->obj);
+        break;
+    case VK_TUPLE:
+    case VK_LIST: {
+        PyObject *seq = v->kind == VK_TUPLE ? PyTuple_New(v->u.seq.n) : PyList_New(v->u.seq.n);
+        if (!seq)
+            return NULL;
+        for (int32_t i = 0; i < v->u.seq.n; i++) {
+            PyObject *item = var_to_py(c, v->u.seq.items[i]);
+            if (!item) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (v->kind == VK_TUPLE)
+                PyTuple_SET_ITEM(seq, i, item);
+            else
+                PyList_SET_ITEM(seq, i, item);
+        }
+        if (v->kind == VK_TUPLE && v->u.seq.subtype) {
+            /* a tuple subclass: torch.Size takes the tuple; namedtuples take fields */
+            PyObject *t = (PyObject *)v->u.seq.subtype;
+            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "O", seq)
+                                                             : PyObject_CallOneArg(t, seq);
+            Py_DECREF(seq);
+            return r;
+        }
+        return seq;
+    }
+    case VK_DICT: {
+        PyObject *d = PyDict_New();
+        if (!d)
+            return NULL;
+        for (int32_t i = 0; i < v->u.dict.n; i++) {
+            PyObject *val = var_to_py(c, v->u.dict.vals[i]);
+            if (!val || PyDict_SetItem(d, v->u.dict.keys[i]->obj, val) < 0) {
+                Py_XDECREF(val);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(val);
+        }
+        return d;
+    }
+    case VK_SLICE: {
+        PyObject *a = var_to_py(c, v->u.slice.start), *b = a ? var_to_py(c, v->u.slice.stop) : NULL,
+                 *s = b ? var_to_py(c, v->u.slice.step) : NULL;
+        PyObject *r = s ? PySlice_New(a, b, s) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(s);
+        return r;
+    }
+    default:
+        break;
+    }
+    PyErr_Format(PyExc_TypeError, "shapejit: a %s has no constant value here", var_kind_name(v));
+    return NULL;
+}

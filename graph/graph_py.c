@@ -1,0 +1,280 @@
+/* The Python face of a graph: _C.Graph (callable, inspectable) and _C.Node. */
+#include "ir.h"
+#include <structmember.h>
+
+/* ------------------------------------------------------------------ Node ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *op, *target, *inputs, *dtype, *shape, *lib, *source;   /* all strong */
+    PyObject *filename, *lineno, *line, *funcname;                    /* strong */
+} SjNodeObject;
+
+static void node_dealloc(SjNodeObject *n)
+{
+    Py_XDECREF(n->op);
+    Py_XDECREF(n->target);
+    Py_XDECREF(n->inputs);
+    Py_XDECREF(n->dtype);
+    Py_XDECREF(n->shape);
+    Py_XDECREF(n->lib);
+    Py_XDECREF(n->source);
+    Py_XDECREF(n->filename);
+    Py_XDECREF(n->lineno);
+    Py_XDECREF(n->line);
+    Py_XDECREF(n->funcname);
+    Py_TYPE(n)->tp_free((PyObject *)n);
+}
+
+static PyObject *node_repr(SjNodeObject *n)
+{
+    return PyUnicode_FromFormat("<shapejit Node %S %S%S inputs=%S>", n->op, n->dtype, n->shape,
+                                n->inputs);
+}
+
+#define NODE_MEMBER(name, doc) \
+    {#name, T_OBJECT, offsetof(SjNodeObject, name), READONLY, doc}
+static PyMemberDef node_members[] = {
+    NODE_MEMBER(op, "op name (graph/ops.def) or 'input'"),
+    NODE_MEMBER(target, "the callable eager mode calls; None for inputs"),
+    NODE_MEMBER(inputs, "indices of the nodes whose values this node reads"),
+    NODE_MEMBER(dtype, "dtype name of the (first) output"),
+    NODE_MEMBER(shape, "shape of the (first) output"),
+    NODE_MEMBER(lib, "'torch' or 'numpy'"),
+    NODE_MEMBER(source, "for inputs: where the value comes from, e.g. L['x']"),
+    NODE_MEMBER(filename, "user file the op came from"),
+    NODE_MEMBER(lineno, "user line number"),
+    NODE_MEMBER(line, "user source line"),
+    NODE_MEMBER(funcname, "user function"),
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject SjNode_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shapejit._C.Node",
+    .tp_basicsize = sizeof(SjNodeObject),
+    .tp_dealloc = (destructor)node_dealloc,
+    .tp_repr = (reprfunc)node_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_members = node_members,
+    .tp_doc = "One op of a captured graph.",
+};
+
+static int collect_inputs(Graph *g, const Arg *a, PyObject *list)
+{
+    if (a->kind == ARG_VALUE) {
+        PyObject *i = PyLong_FromLong(g->values[a->a].node);
+        int r = i ? PyList_Append(list, i) : -1;
+        Py_XDECREF(i);
+        return r;
+    }
+    if (a->kind == ARG_LIST || a->kind == ARG_TUPLE)
+        for (int32_t k = 0; k < a->n; k++)
+            if (collect_inputs(g, &g->pool[a->a + k], list) < 0)
+                return -1;
+    return 0;
+}
+
+static PyObject *shape_tuple(const TensorMeta *m)
+{
+    PyObject *t = PyTuple_New(m->ndim);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < m->ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(m->size[i]);
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    return t;
+}
+
+static PyObject *make_node(Graph *g, int32_t ni)
+{
+    const Node *nd = &g->nodes[ni];
+    SjNodeObject *n = PyObject_New(SjNodeObject, &SjNode_Type);
+    if (!n)
+        return NULL;
+    n->op = n->target = n->inputs = n->dtype = n->shape = n->lib = n->source = NULL;
+    n->filename = n->lineno = n->line = n->funcname = NULL;
+    const TensorMeta *m = nd->nout > 0 ? &g->values[nd->first_value].meta : NULL;
+    n->op = PyUnicode_FromString(nd->op == OP_INPUT ? "input" : op_info[nd->op].name);
+    n->target = Py_NewRef(nd->target >= 0 ? PyList_GET_ITEM(g->consts, nd->target) : Py_None);
+    n->inputs = PyList_New(0);
+    n->dtype = m ? PyUnicode_FromString(dtype_info[m->dtype].name) : Py_NewRef(Py_None);
+    n->shape = m ? shape_tuple(m) : Py_NewRef(Py_None);
+    n->lib = m ? PyUnicode_FromString(m->lib == LIB_TORCH ? "torch" : "numpy") : Py_NewRef(Py_None);
+    n->source = Py_NewRef(nd->source >= 0 ? PyList_GET_ITEM(g->consts, nd->source) : Py_None);
+    if (nd->where >= 0) {
+        PyObject *w = PyList_GET_ITEM(g->consts, nd->where);
+        n->filename = Py_NewRef(PyTuple_GET_ITEM(w, 0));
+        n->lineno = Py_NewRef(PyTuple_GET_ITEM(w, 1));
+        n->funcname = Py_NewRef(PyTuple_GET_ITEM(w, 2));
+        n->line = Py_NewRef(PyTuple_GET_ITEM(w, 3));
+    } else {
+        n->filename = Py_NewRef(Py_None);
+        n->lineno = Py_NewRef(Py_None);
+        n->funcname = Py_NewRef(Py_None);
+        n->line = Py_NewRef(Py_None);
+    }
+    if (!n->op || !n->inputs || !n->dtype || !n->shape || !n->lib)
+        goto fail;
+    for (int32_t i = 0; i < nd->nargs; i++)
+        if (collect_inputs(g, &g->pool[nd->args + i], n->inputs) < 0)
+            goto fail;
+    for (int32_t i = 0; i < nd->nkw; i++)
+        if (collect_inputs(g, &g->pool[nd->kwargs + i], n->inputs) < 0)
+            goto fail;
+    return (PyObject *)n;
+fail:
+    Py_DECREF(n);
+    return NULL;
+}
+
+/* ----------------------------------------------------------------- Graph ---- */
+
+static void graph_dealloc(SjGraphObject *self)
+{
+    graph_free(self->g);
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->mismatch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "shapejit Graph takes positional inputs only");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n != self->g->ninputs) {
+        PyErr_Format(PyExc_TypeError, "shapejit Graph %U takes %d inputs, got %zd", self->name,
+                     (int)self->g->ninputs, n);
+        return NULL;
+    }
+    int verify = self->verify_next;
+    self->verify_next = 0;
+    PyObject *mismatch = NULL;
+    PyObject *r = graph_run(self->g, &PyTuple_GET_ITEM(args, 0), verify ? &mismatch : NULL);
+    if (r && verify) {
+        self->verified = 1;
+        Py_XSETREF(self->mismatch, mismatch);
+    } else {
+        Py_XDECREF(mismatch);
+    }
+    return r;
+}
+
+static PyObject *graph_get_nodes(SjGraphObject *self, void *c)
+{
+    (void)c;
+    PyObject *list = PyList_New(self->g->nnodes);
+    if (!list)
+        return NULL;
+    for (int32_t i = 0; i < self->g->nnodes; i++) {
+        PyObject *n = make_node(self->g, i);
+        if (!n) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, n);
+    }
+    return list;
+}
+
+static PyObject *graph_get_inputs(SjGraphObject *self, void *c)
+{
+    (void)c;
+    Graph *g = self->g;
+    PyObject *list = PyList_New(g->ninputs);
+    if (!list)
+        return NULL;
+    for (int32_t i = 0; i < g->ninputs; i++) {
+        const Node *nd = &g->nodes[g->values[g->inputs[i]].node];
+        PyList_SET_ITEM(list, i, Py_NewRef(PyList_GET_ITEM(g->consts, nd->source)));
+    }
+    return list;
+}
+
+static PyObject *graph_get_outputs(SjGraphObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(self->g->noutputs);
+}
+
+static PyObject *graph_get_code(SjGraphObject *self, void *c)
+{
+    (void)c;
+    const char *name = PyUnicode_AsUTF8(self->name);
+    return name ? graph_format(self->g, name) : NULL;
+}
+
+static PyObject *graph_get_op_count(SjGraphObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(self->g->nnodes - self->g->ninputs);
+}
+
+static PyObject *graph_repr(SjGraphObject *self)
+{
+    return PyUnicode_FromFormat("<shapejit Graph %U: %d inputs, %d ops, %d outputs>", self->name,
+                                (int)self->g->ninputs, (int)(self->g->nnodes - self->g->ninputs),
+                                (int)self->g->noutputs);
+}
+
+static PyGetSetDef graph_getset[] = {
+    {"nodes", (getter)graph_get_nodes, NULL, "the nodes in execution order", NULL},
+    {"inputs", (getter)graph_get_inputs, NULL, "source of each input, in call order", NULL},
+    {"outputs", (getter)graph_get_outputs, NULL, "number of outputs", NULL},
+    {"code", (getter)graph_get_code, NULL, "readable listing", NULL},
+    {"op_count", (getter)graph_get_op_count, NULL, "number of ops (inputs excluded)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef graph_members[] = {
+    {"name", T_OBJECT, offsetof(SjGraphObject, name), READONLY, "graph name"},
+    {"mismatch", T_OBJECT, offsetof(SjGraphObject, mismatch), READONLY,
+     "what the verified first run found wrong with the predicted shapes, or None"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject SjGraph_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shapejit._C.Graph",
+    .tp_basicsize = sizeof(SjGraphObject),
+    .tp_dealloc = (destructor)graph_dealloc,
+    .tp_repr = (reprfunc)graph_repr,
+    .tp_call = (ternaryfunc)graph_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_getset = graph_getset,
+    .tp_members = graph_members,
+    .tp_doc = "A captured graph. Call it with its inputs to run the ops eagerly.",
+};
+
+PyObject *graph_py_wrap(Graph *g, PyObject *name)
+{
+    SjGraphObject *o = PyObject_New(SjGraphObject, &SjGraph_Type);
+    if (!o) {
+        graph_free(g);
+        return NULL;
+    }
+    o->g = g;
+    o->name = Py_NewRef(name);
+    o->verify_next = 0;
+    o->verified = 0;
+    o->mismatch = NULL;
+    return (PyObject *)o;
+}
+
+int graph_py_init_types(PyObject *module)
+{
+    if (PyType_Ready(&SjGraph_Type) < 0 || PyType_Ready(&SjNode_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "Graph", (PyObject *)&SjGraph_Type) < 0 ||
+        PyModule_AddObjectRef(module, "Node", (PyObject *)&SjNode_Type) < 0)
+        return -1;
+    return 0;
+}

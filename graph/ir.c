@@ -1,0 +1,518 @@
+/* Graph IR construction and eager execution. */
+#include "ir.h"
+#include <string.h>
+
+/* ---------------------------------------------------------------- growth ---- */
+
+static int grow(void **arr, int32_t *cap, int32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int32_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = PyMem_Realloc(*arr, (size_t)ncap * elem);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+#define GROW(g, field, countf, capf, extra) \
+    grow((void **)&(g)->field, &(g)->capf, (g)->countf + (extra), sizeof(*(g)->field))
+
+Graph *graph_new(void)
+{
+    Graph *g = PyMem_Calloc(1, sizeof(Graph));
+    if (!g) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    g->grad_query = -1;
+    g->consts = PyList_New(0);
+    if (!g->consts) {
+        PyMem_Free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void graph_free(Graph *g)
+{
+    if (!g)
+        return;
+    PyMem_Free(g->nodes);
+    PyMem_Free(g->values);
+    PyMem_Free(g->pool);
+    PyMem_Free(g->inputs);
+    PyMem_Free(g->outputs);
+    Py_XDECREF(g->consts);
+    PyMem_Free(g);
+}
+
+int32_t graph_const(Graph *g, PyObject *obj)
+{
+    /* Identity dedupe over the last few entries keeps repeated targets cheap without a
+     * hash table; the list is only a keep-alive table, so duplicates are harmless. */
+    Py_ssize_t n = PyList_GET_SIZE(g->consts);
+    for (Py_ssize_t i = n - 1; i >= 0 && i >= n - 8; i--)
+        if (PyList_GET_ITEM(g->consts, i) == obj)
+            return (int32_t)i;
+    if (PyList_Append(g->consts, obj) < 0)
+        return -1;
+    return (int32_t)n;
+}
+
+int32_t graph_pool(Graph *g, int32_t n)
+{
+    if (GROW(g, pool, npool, cap_pool, n) < 0)
+        return -1;
+    int32_t first = g->npool;
+    memset(g->pool + first, 0, (size_t)n * sizeof(Arg));
+    g->npool += n;
+    return first;
+}
+
+static int32_t new_node(Graph *g)
+{
+    if (GROW(g, nodes, nnodes, cap_nodes, 1) < 0)
+        return -1;
+    Node *nd = &g->nodes[g->nnodes];
+    memset(nd, 0, sizeof(*nd));
+    nd->target = nd->kwnames = nd->where = nd->source = -1;
+    return g->nnodes++;
+}
+
+static int32_t new_values(Graph *g, int32_t node, const TensorMeta *metas, int32_t n)
+{
+    if (GROW(g, values, nvalues, cap_values, n) < 0)
+        return -1;
+    int32_t first = g->nvalues;
+    for (int32_t i = 0; i < n; i++) {
+        g->values[first + i].meta = metas[i];
+        g->values[first + i].node = node;
+        g->values[first + i].index = i;
+    }
+    g->nvalues += n;
+    return first;
+}
+
+int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source)
+{
+    int32_t src = graph_const(g, source);
+    if (src < 0)
+        return -1;
+    int32_t ni = new_node(g);
+    if (ni < 0)
+        return -1;
+    int32_t v = new_values(g, ni, meta, 1);
+    if (v < 0 || GROW(g, inputs, ninputs, cap_inputs, 1) < 0)
+        return -1;
+    Node *nd = &g->nodes[ni];
+    nd->op = OP_INPUT;
+    nd->source = src;
+    nd->first_value = v;
+    nd->nout = 1;
+    g->inputs[g->ninputs++] = v;
+    return v;
+}
+
+int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
+                       int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
+                       const TensorMeta *metas, int32_t nout, PyObject *where)
+{
+    int32_t t = graph_const(g, target);
+    if (t < 0)
+        return -1;
+    int32_t kn = -1, w = -1;
+    if (kwnames && (kn = graph_const(g, kwnames)) < 0)
+        return -1;
+    if (where && (w = graph_const(g, where)) < 0)
+        return -1;
+    int32_t ni = new_node(g);
+    if (ni < 0)
+        return -1;
+    int32_t v = new_values(g, ni, metas, nout);
+    if (v < 0)
+        return -1;
+    Node *nd = &g->nodes[ni];
+    nd->op = (uint16_t)op;
+    nd->flags = (uint8_t)flags;
+    nd->target = t;
+    nd->args = args;
+    nd->nargs = nargs;
+    nd->kwargs = kwargs;
+    nd->nkw = nkw;
+    nd->kwnames = kn;
+    nd->first_value = v;
+    nd->nout = nout;
+    nd->where = w;
+    if (flags & NODE_INPLACE && nargs > 0 && g->pool[args].kind == ARG_VALUE) {
+        const Node *def = &g->nodes[g->values[g->pool[args].a].node];
+        if (def->op == OP_INPUT)
+            g->has_mutation = 1;
+    }
+    if (op_info[op].kind == OPK_MUTATION && nargs > 0 && g->pool[args].kind == ARG_VALUE) {
+        const Node *def = &g->nodes[g->values[g->pool[args].a].node];
+        if (def->op == OP_INPUT)
+            g->has_mutation = 1;
+    }
+    return v;
+}
+
+int graph_add_output(Graph *g, int32_t value)
+{
+    if (GROW(g, outputs, noutputs, cap_outputs, 1) < 0)
+        return -1;
+    g->outputs[g->noutputs++] = value;
+    return 0;
+}
+
+/* ------------------------------------------------------------- execution ---- */
+
+/* New reference to the Python value of one argument. vals: the run's value table. */
+static PyObject *arg_value(Graph *g, const Arg *a, PyObject **vals)
+{
+    switch (a->kind) {
+    case ARG_VALUE: {
+        PyObject *v = vals[a->a];
+        if (!v) {
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: graph value used before definition");
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case ARG_CONST:
+        return Py_NewRef(PyList_GET_ITEM(g->consts, a->a));
+    case ARG_LIST:
+    case ARG_TUPLE: {
+        PyObject *seq = a->kind == ARG_LIST ? PyList_New(a->n) : PyTuple_New(a->n);
+        if (!seq)
+            return NULL;
+        for (int32_t i = 0; i < a->n; i++) {
+            PyObject *item = arg_value(g, &g->pool[a->a + i], vals);
+            if (!item) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (a->kind == ARG_LIST)
+                PyList_SET_ITEM(seq, i, item);
+            else
+                PyTuple_SET_ITEM(seq, i, item);
+        }
+        return seq;
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "shapejit: bad graph argument kind");
+    return NULL;
+}
+
+/* New reference: the node's result (a tuple/list for multi-output nodes). */
+static PyObject *run_node(Graph *g, const Node *nd, PyObject **vals)
+{
+    PyObject *small[8];
+    int32_t total = nd->nargs + nd->nkw;
+    PyObject **stack = total <= 8 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)total);
+    PyObject *res = NULL;
+    int32_t filled = 0;
+    if (!stack)
+        return PyErr_NoMemory();
+    for (; filled < total; filled++) {
+        const Arg *a = filled < nd->nargs ? &g->pool[nd->args + filled]
+                                          : &g->pool[nd->kwargs + (filled - nd->nargs)];
+        if (!(stack[filled] = arg_value(g, a, vals)))
+            goto done;
+    }
+    res = PyObject_Vectorcall(PyList_GET_ITEM(g->consts, nd->target), stack,
+                              (size_t)nd->nargs,
+                              nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : NULL);
+done:
+    for (int32_t i = 0; i < filled; i++)
+        Py_DECREF(stack[i]);
+    if (stack != small)
+        PyMem_Free(stack);
+    return res;
+}
+
+/* Record the first disagreement between a predicted meta and a live value. */
+static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyObject **mismatch)
+{
+    if (!mismatch || *mismatch)
+        return 0;
+    int ok = meta_matches_value(&g->values[vid].meta, v);
+    if (ok < 0)
+        return -1;
+    if (ok)
+        return 0;
+    char want[160];
+    meta_format(&g->values[vid].meta, want, sizeof want);
+    PyObject *got = PyObject_GetAttrString(v, "shape");
+    PyObject *dt = got ? PyObject_GetAttrString(v, "dtype") : NULL;
+    if (!dt)
+        PyErr_Clear();
+    *mismatch = PyUnicode_FromFormat("the shape rule of op '%s' predicted %s but eager gave %s %S %S",
+                                     op_info[nd->op].name, want, Py_TYPE(v)->tp_name,
+                                     dt ? dt : Py_None, got ? got : Py_None);
+    Py_XDECREF(got);
+    Py_XDECREF(dt);
+    return *mismatch ? 0 : -1;
+}
+
+PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch)
+{
+    PyObject *small[32];
+    PyObject **vals = g->nvalues <= 32 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)g->nvalues);
+    PyObject *out = NULL;
+    if (!vals)
+        return PyErr_NoMemory();
+    memset(vals, 0, sizeof(PyObject *) * (size_t)g->nvalues);
+    PyObject *grad0 = NULL;   /* grad mode before the run, when the graph switches it */
+    if (g->grad_query >= 0 && !(grad0 = PyObject_CallNoArgs(PyList_GET_ITEM(g->consts, g->grad_query)))) {
+        if (vals != small)
+            PyMem_Free(vals);
+        return NULL;
+    }
+    for (int32_t i = 0; i < g->ninputs; i++)
+        vals[g->inputs[i]] = Py_NewRef(inputs[i]);
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        if (nd->op == OP_INPUT)
+            continue;
+        PyObject *r = run_node(g, nd, vals);
+        if (!r)
+            goto done;
+        if (nd->nout == 1) {
+            vals[nd->first_value] = r;
+            if (verify_value(g, nd, nd->first_value, r, mismatch) < 0)
+                goto done;
+        } else {
+            /* multi-output ops return a tuple or list; state ops return None (nout 0) */
+            if (nd->nout > 0) {
+                PyObject *seq = PySequence_Fast(r, "shapejit: multi-output op did not return a sequence");
+                if (!seq || PySequence_Fast_GET_SIZE(seq) != nd->nout) {
+                    if (seq) {
+                        PyErr_Format(PyExc_RuntimeError, "shapejit: op '%s' returned %zd values, expected %d",
+                                     op_info[nd->op].name, PySequence_Fast_GET_SIZE(seq), nd->nout);
+                        Py_DECREF(seq);
+                    }
+                    Py_DECREF(r);
+                    goto done;
+                }
+                for (int32_t k = 0; k < nd->nout; k++) {
+                    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+                    vals[nd->first_value + k] = Py_NewRef(item);
+                    if (verify_value(g, nd, nd->first_value + k, item, mismatch) < 0) {
+                        Py_DECREF(seq);
+                        Py_DECREF(r);
+                        goto done;
+                    }
+                }
+                Py_DECREF(seq);
+            }
+            Py_DECREF(r);
+        }
+    }
+    out = PyTuple_New(g->noutputs);
+    if (!out)
+        goto done;
+    for (int32_t i = 0; i < g->noutputs; i++) {
+        PyObject *v = vals[g->outputs[i]];
+        PyTuple_SET_ITEM(out, i, Py_NewRef(v ? v : Py_None));
+    }
+done:
+    if (!out && grad0) {
+        /* a failed run must not leave the grad mode it switched to */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        for (int32_t ni = 0; ni < g->nnodes; ni++)
+            if (g->nodes[ni].op == OP_SET_GRAD_ENABLED) {
+                PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(g->consts, g->nodes[ni].target), grad0);
+                if (!r)
+                    PyErr_Clear();
+                Py_XDECREF(r);
+                break;
+            }
+        PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(grad0);
+    for (int32_t i = 0; i < g->nvalues; i++)
+        Py_XDECREF(vals[i]);
+    if (vals != small)
+        PyMem_Free(vals);
+    return out;
+}
+
+/* ------------------------------------------------------------- listing ---- */
+
+static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
+{
+    PyObject *s = NULL;
+    switch (a->kind) {
+    case ARG_VALUE:
+        s = PyUnicode_FromFormat("v%d", (int)a->a);
+        break;
+    case ARG_CONST: {
+        PyObject *c = PyList_GET_ITEM(g->consts, a->a);
+        s = PyObject_Repr(c);
+        break;
+    }
+    case ARG_LIST:
+    case ARG_TUPLE: {
+        PyObject *parts = PyList_New(0);
+        if (!parts)
+            return -1;
+        for (int32_t i = 0; i < a->n; i++) {
+            if (fmt_arg(g, &g->pool[a->a + i], parts) < 0) {
+                Py_DECREF(parts);
+                return -1;
+            }
+        }
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+        Py_XDECREF(sep);
+        Py_DECREF(parts);
+        if (!joined)
+            return -1;
+        s = a->kind == ARG_LIST ? PyUnicode_FromFormat("[%U]", joined)
+                                : PyUnicode_FromFormat("(%U%s)", joined, a->n == 1 ? "," : "");
+        Py_DECREF(joined);
+        break;
+    }
+    }
+    if (!s)
+        return -1;
+    int r = PyList_Append(acc, s);
+    Py_DECREF(s);
+    return r;
+}
+
+static PyObject *target_name(PyObject *t)
+{
+    PyObject *mod = PyObject_GetAttrString(t, "__module__");
+    if (!mod)
+        PyErr_Clear();
+    PyObject *qn = PyObject_GetAttrString(t, "__qualname__");
+    if (!qn) {
+        PyErr_Clear();
+        qn = PyObject_GetAttrString(t, "__name__");
+    }
+    if (!qn) {
+        PyErr_Clear();
+        Py_XDECREF(mod);
+        return PyObject_Repr(t);
+    }
+    PyObject *r = (mod && PyUnicode_Check(mod)) ? PyUnicode_FromFormat("%U.%U", mod, qn)
+                                                : Py_NewRef(qn);
+    Py_XDECREF(mod);
+    Py_DECREF(qn);
+    return r;
+}
+
+PyObject *graph_format(Graph *g, const char *name)
+{
+    PyObject *lines = PyList_New(0), *res = NULL, *nl = NULL;
+    if (!lines)
+        return NULL;
+    PyObject *line = PyUnicode_FromFormat("def %s(%d inputs):", name, (int)g->ninputs);
+    if (!line || PyList_Append(lines, line) < 0)
+        goto done;
+    Py_CLEAR(line);
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        char metas[256] = "";
+        size_t off = 0;
+        for (int32_t k = 0; k < nd->nout && off < sizeof metas - 2; k++) {
+            if (k)
+                off += (size_t)snprintf(metas + off, sizeof metas - off, ", ");
+            if (off < sizeof metas)
+                meta_format(&g->values[nd->first_value + k].meta, metas + off, sizeof metas - off);
+            off = strlen(metas);
+        }
+        if (nd->op == OP_INPUT) {
+            line = PyUnicode_FromFormat("    v%d: %s = %U", (int)nd->first_value, metas,
+                                        PyList_GET_ITEM(g->consts, nd->source));
+        } else {
+            PyObject *parts = PyList_New(0);
+            if (!parts)
+                goto done;
+            int bad = 0;
+            for (int32_t i = 0; i < nd->nargs && !bad; i++)
+                bad = fmt_arg(g, &g->pool[nd->args + i], parts) < 0;
+            for (int32_t i = 0; i < nd->nkw && !bad; i++) {
+                PyObject *kn = PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames), i);
+                PyObject *tmp = PyList_New(0);
+                bad = !tmp || fmt_arg(g, &g->pool[nd->kwargs + i], tmp) < 0;
+                if (!bad) {
+                    PyObject *kv = PyUnicode_FromFormat("%U=%U", kn, PyList_GET_ITEM(tmp, 0));
+                    bad = !kv || PyList_Append(parts, kv) < 0;
+                    Py_XDECREF(kv);
+                }
+                Py_XDECREF(tmp);
+            }
+            PyObject *sep = bad ? NULL : PyUnicode_FromString(", ");
+            PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+            PyObject *tname = joined ? target_name(PyList_GET_ITEM(g->consts, nd->target)) : NULL;
+            Py_XDECREF(sep);
+            Py_DECREF(parts);
+            if (!tname) {
+                Py_XDECREF(joined);
+                goto done;
+            }
+            PyObject *lhs = nd->nout == 1 ? PyUnicode_FromFormat("v%d", (int)nd->first_value)
+                          : nd->nout == 0 ? PyUnicode_FromString("_")
+                          : PyUnicode_FromFormat("v%d..v%d", (int)nd->first_value,
+                                                 (int)(nd->first_value + nd->nout - 1));
+            if (nd->where >= 0) {
+                PyObject *w = PyList_GET_ITEM(g->consts, nd->where);
+                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s  # %U:%S  %U", lhs, metas, tname,
+                                            joined, (nd->flags & NODE_INPLACE) ? " [in-place]" : "",
+                                            PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
+                                            PyTuple_GET_ITEM(w, 3));
+            } else {
+                line = PyUnicode_FromFormat("    %U: %s = %U(%U)", lhs, metas, tname, joined);
+            }
+            Py_XDECREF(lhs);
+            Py_DECREF(tname);
+            Py_DECREF(joined);
+        }
+        if (!line || PyList_Append(lines, line) < 0)
+            goto done;
+        Py_CLEAR(line);
+    }
+    {
+        PyObject *outs = PyList_New(0);
+        if (!outs)
+            goto done;
+        for (int32_t i = 0; i < g->noutputs; i++) {
+            PyObject *o = PyUnicode_FromFormat("v%d", (int)g->outputs[i]);
+            if (!o || PyList_Append(outs, o) < 0) {
+                Py_XDECREF(o);
+                Py_DECREF(outs);
+                goto done;
+            }
+            Py_DECREF(o);
+        }
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *joined = sep ? PyUnicode_Join(sep, outs) : NULL;
+        Py_XDECREF(sep);
+        Py_DECREF(outs);
+        if (!joined)
+            goto done;
+        line = PyUnicode_FromFormat("    return (%U)", joined);
+        Py_DECREF(joined);
+        if (!line || PyList_Append(lines, line) < 0)
+            goto done;
+        Py_CLEAR(line);
+    }
+    nl = PyUnicode_FromString("\n");
+    if (nl)
+        res = PyUnicode_Join(nl, lines);
+done:
+    Py_XDECREF(line);
+    Py_XDECREF(nl);
+    Py_DECREF(lines);
+    return res;
+}

@@ -1,0 +1,104 @@
+/* The graph IR: what capture records and backends consume.
+ *
+ * A graph is a list of nodes in execution order. Each node calls one Python callable (its
+ * target: the library function eager mode would have called) with arguments that are
+ * graph values, constants, or lists/tuples of those, and defines nout values. Inputs are
+ * nodes too (op OP_INPUT), each naming its source (L['x']).
+ *
+ * Memory: plain growable arrays, no refcounts, except the per-graph constants table (a
+ * Python list) which owns every Python object the graph refers to (STYLE.md). */
+#ifndef SJ_IR_H
+#define SJ_IR_H
+
+#include <Python.h>
+#include <stdint.h>
+#include "meta.h"
+#include "ops.h"
+
+#define OP_INPUT ((uint16_t)OP_COUNT)   /* a graph input; not a row of ops.def */
+
+typedef enum { ARG_VALUE = 0, ARG_CONST, ARG_LIST, ARG_TUPLE } ArgKind;
+
+typedef struct {
+    uint8_t kind;      /* ArgKind */
+    int32_t a;         /* VALUE: value id; CONST: constants index; LIST/TUPLE: first pool index */
+    int32_t n;         /* LIST/TUPLE: item count (items are consecutive in the pool) */
+} Arg;
+
+enum { NODE_INPLACE = 1 };   /* mutates its first argument (value a of args[0]) */
+
+typedef struct {
+    uint16_t op;          /* OpId, or OP_INPUT */
+    uint8_t flags;
+    int32_t target;       /* constants index of the callable; -1 for inputs */
+    int32_t args, nargs;  /* positional arguments: pool range */
+    int32_t kwargs, nkw;  /* keyword argument values: pool range */
+    int32_t kwnames;      /* constants index of a tuple of str, or -1 */
+    int32_t first_value;  /* values [first_value, first_value + nout) */
+    int32_t nout;
+    int32_t where;        /* constants index of (filename, lineno, funcname, line), or -1 */
+    int32_t source;       /* inputs: constants index of the source string; else -1 */
+} Node;
+
+typedef struct {
+    TensorMeta meta;
+    int32_t node;         /* defining node */
+    int32_t index;        /* which output of that node (multi-output nodes) */
+} Value;
+
+typedef struct Graph {
+    Node *nodes;   int32_t nnodes, cap_nodes;
+    Value *values; int32_t nvalues, cap_values;
+    Arg *pool;     int32_t npool, cap_pool;
+    int32_t *inputs;  int32_t ninputs, cap_inputs;    /* value ids of inputs, in call order */
+    int32_t *outputs; int32_t noutputs, cap_outputs;  /* value ids returned, in order */
+    PyObject *consts;   /* strong: a list owning every object the graph refers to */
+    int has_mutation;   /* some node mutates a graph input */
+    int32_t grad_query; /* constants index of torch.is_grad_enabled when the graph switches
+                           grad mode (restored if a run fails midway), else -1 */
+} Graph;
+
+Graph *graph_new(void);            /* NULL with MemoryError set */
+void graph_free(Graph *g);
+
+/* Append a constant; returns its index or -1 (exception set). Does not steal. */
+int32_t graph_const(Graph *g, PyObject *obj);
+/* Reserve n consecutive pool slots; returns the first or -1 (exception set). */
+int32_t graph_pool(Graph *g, int32_t n);
+/* New input value with the given source string (borrowed); returns the value id or -1. */
+int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source);
+/* New op node. args/kwargs are pool ranges already filled. metas: nout output metas.
+ * target and kwnames borrowed (kwnames may be NULL), where borrowed (may be NULL).
+ * Returns the first value id or -1 (exception set). */
+int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
+                       int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
+                       const TensorMeta *metas, int32_t nout, PyObject *where);
+int graph_add_output(Graph *g, int32_t value);
+
+/* Run the graph with the original library calls. inputs: borrowed array of ninputs.
+ * Returns a new tuple of noutputs values, or NULL with the exception set. When mismatch is
+ * not NULL, each node's outputs are checked against their predicted metadata and the first
+ * disagreement is described in *mismatch (a new str; the run itself completes). */
+PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch);
+
+/* Readable listing (the graph_code log): new str. */
+PyObject *graph_format(Graph *g, const char *name);
+
+/* ---- Python face (graph_py.c) ---- */
+extern PyTypeObject SjGraph_Type;
+extern PyTypeObject SjNode_Type;
+
+typedef struct {
+    PyObject_HEAD
+    Graph *g;           /* owned */
+    PyObject *name;     /* strong: str */
+    int verify_next;    /* verify the next run against predicted metadata */
+    int verified;       /* a run was verified */
+    PyObject *mismatch; /* strong str or NULL: what the verified run found wrong */
+} SjGraphObject;
+
+/* New reference: wraps g (steals it). */
+PyObject *graph_py_wrap(Graph *g, PyObject *name);
+int graph_py_init_types(PyObject *module);
+
+#endif

@@ -1,0 +1,24 @@
+/* Graph ops: the enum and per-op facts, generated from ops.def. */
+#ifndef SJ_OPS_H
+#define SJ_OPS_H
+
+typedef enum {
+    OPK_POINTWISE, OPK_REDUCTION, OPK_VIEW, OPK_SHAPE, OPK_MATMUL, OPK_NN, OPK_FACTORY,
+    OPK_MUTATION, OPK_STATE
+} OpKind;
+
+typedef enum {
+#define X(e, name, kind, rule) e,
+#include "ops.def"
+#undef X
+    OP_COUNT
+} OpId;
+
+typedef struct {
+    const char *name;
+    OpKind kind;
+} OpInfo;
+
+extern const OpInfo op_info[OP_COUNT];
+
+#endif

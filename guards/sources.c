@@ -1,0 +1,230 @@
+/* Interning, printing and resolving sources. */
+#include "sources.h"
+
+void sources_clear(SourceTable *t)
+{
+    for (int32_t i = 0; i < t->n; i++) {
+        Py_XDECREF(t->e[i].key);
+        Py_XDECREF(t->e[i].obj);
+        Py_XDECREF(t->e[i].repr);
+    }
+    PyMem_Free(t->e);
+    t->e = NULL;
+    t->n = t->cap = 0;
+}
+
+static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, int32_t index,
+                           PyObject *key, PyObject *obj)
+{
+    PyObject *b = base >= 0 ? t->e[base].repr : NULL;
+    switch (kind) {
+    case SRC_LOCAL:
+    case SRC_FREEVAR:
+        return PyUnicode_FromFormat("L[%R]", key);
+    case SRC_GLOBAL:
+        return PyUnicode_FromFormat("G[%R]", key);
+    case SRC_MODGLOBAL: {
+        PyObject *mod = PyDict_GetItemString(obj, "__name__");   /* borrowed */
+        if (mod && PyUnicode_Check(mod))
+            return PyUnicode_FromFormat("G['__import_%U'].%U", mod, key);
+        return PyUnicode_FromFormat("G['<module>'].%U", key);
+    }
+    case SRC_ATTR:
+        return PyUnicode_FromFormat("%U.%U", b, key);
+    case SRC_ITEM:
+        return PyUnicode_FromFormat("%U[%R]", b, key);
+    case SRC_CELL:
+        return PyUnicode_FromFormat("%U.__closure__[%d].cell_contents", b, index);
+    case SRC_DEFAULT:
+        return PyUnicode_FromFormat("%U.__defaults__[%d]", b, index);
+    case SRC_KWDEFAULT:
+        return PyUnicode_FromFormat("%U.__kwdefaults__[%R]", b, key);
+    }
+    PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
+    return NULL;
+}
+
+static int same_key(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (!a || !b || Py_TYPE(a) != Py_TYPE(b))
+        return 0;
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (r < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return r;
+}
+
+int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
+                    PyObject *obj)
+{
+    for (int32_t i = 0; i < t->n; i++) {
+        SourceEntry *e = &t->e[i];
+        if (e->kind == kind && e->base == base && e->index == index && e->obj == obj &&
+            same_key(e->key, key))
+            return i;
+    }
+    if (t->n == t->cap) {
+        int32_t ncap = t->cap ? t->cap * 2 : 16;
+        SourceEntry *p = PyMem_Realloc(t->e, sizeof(SourceEntry) * (size_t)ncap);
+        if (!p) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->e = p;
+        t->cap = ncap;
+    }
+    PyObject *repr = make_repr(t, kind, base, index, key, obj);
+    if (!repr)
+        return -1;
+    SourceEntry *e = &t->e[t->n];
+    e->kind = (uint8_t)kind;
+    e->base = base;
+    e->index = index;
+    e->key = Py_XNewRef(key);
+    e->obj = Py_XNewRef(obj);
+    e->repr = repr;
+    return t->n++;
+}
+
+/* New reference, or NULL with an exception set. */
+static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const FrameView *fv,
+                             PyObject **memo)
+{
+    PyObject *base = NULL;
+    if (e->base >= 0 && !(base = sources_resolve(t, e->base, fv, memo)))
+        return NULL;
+    switch ((SourceKind)e->kind) {
+    case SRC_LOCAL: {
+        PyObject *v = fv->locals[e->index];
+        if (!v) {
+            PyErr_Format(PyExc_NameError, "local %R is not set", e->key);
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case SRC_FREEVAR: {
+        if (!fv->closure || e->index >= PyTuple_GET_SIZE(fv->closure)) {
+            PyErr_Format(PyExc_NameError, "free variable %R has no cell", e->key);
+            return NULL;
+        }
+        PyObject *v = PyCell_GET(PyTuple_GET_ITEM(fv->closure, e->index));
+        if (!v) {
+            PyErr_Format(PyExc_NameError, "free variable %R is empty", e->key);
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case SRC_GLOBAL: {
+        PyObject *v = PyDict_GetItemWithError(fv->globals, e->key);
+        if (!v && !PyErr_Occurred() && fv->builtins && PyDict_Check(fv->builtins))
+            v = PyDict_GetItemWithError(fv->builtins, e->key);
+        if (!v) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_NameError, "global %R is not defined", e->key);
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case SRC_MODGLOBAL: {
+        PyObject *v = PyDict_GetItemWithError(e->obj, e->key);
+        if (!v) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_NameError, "global %R is not defined", e->key);
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case SRC_ATTR:
+        return PyObject_GetAttr(base, e->key);
+    case SRC_ITEM:
+        if (PyDict_CheckExact(base)) {
+            PyObject *v = PyDict_GetItemWithError(base, e->key);
+            if (!v && !PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, e->key);
+            return Py_XNewRef(v);
+        }
+        if (PyList_CheckExact(base) || PyTuple_CheckExact(base)) {
+            Py_ssize_t i = PyLong_AsSsize_t(e->key);
+            if (i == -1 && PyErr_Occurred())
+                return NULL;
+            return PySequence_GetItem(base, i);
+        }
+        return PyObject_GetItem(base, e->key);
+    case SRC_CELL: {
+        PyObject *clo = PyFunction_Check(base) ? PyFunction_GET_CLOSURE(base) : NULL;
+        if (!clo || e->index >= PyTuple_GET_SIZE(clo)) {
+            PyErr_SetString(PyExc_AttributeError, "function has no such closure cell");
+            return NULL;
+        }
+        PyObject *v = PyCell_GET(PyTuple_GET_ITEM(clo, e->index));
+        if (!v) {
+            PyErr_SetString(PyExc_NameError, "closure cell is empty");
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    case SRC_DEFAULT: {
+        PyObject *d = PyFunction_Check(base) ? PyFunction_GET_DEFAULTS(base) : NULL;
+        if (!d || e->index >= PyTuple_GET_SIZE(d)) {
+            PyErr_SetString(PyExc_AttributeError, "function has no such default");
+            return NULL;
+        }
+        return Py_NewRef(PyTuple_GET_ITEM(d, e->index));
+    }
+    case SRC_KWDEFAULT: {
+        PyObject *d = PyFunction_Check(base) ? PyFunction_GET_KW_DEFAULTS(base) : NULL;
+        PyObject *v = d ? PyDict_GetItemWithError(d, e->key) : NULL;
+        if (!v) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "function has no such keyword default");
+            return NULL;
+        }
+        return Py_NewRef(v);
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
+    return NULL;
+}
+
+PyObject *sources_resolve(const SourceTable *t, int32_t id, const FrameView *fv, PyObject **memo)
+{
+    if (memo[id])
+        return memo[id];
+    PyObject *v = resolve_one(t, &t->e[id], fv, memo);
+    memo[id] = v;
+    return v;
+}
+
+void sources_memo_clear(PyObject **memo, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        Py_CLEAR(memo[i]);
+}
+
+PyObject *sources_graph_name(const SourceTable *t, int32_t id)
+{
+    const char *s = PyUnicode_AsUTF8(t->e[id].repr);
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *buf = PyMem_Malloc(n + 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (alnum)
+            buf[k++] = c;
+        else if (k == 0 || buf[k - 1] != '_')
+            buf[k++] = '_';
+    }
+    buf[k] = 0;
+    PyObject *r = PyUnicode_FromString(buf);
+    PyMem_Free(buf);
+    return r;
+}

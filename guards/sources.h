@@ -1,0 +1,62 @@
+/* Sources: how to reach a value from a frame (L['x'], G['w'], L['self']._modules['fc']).
+ *
+ * Capture interns every source it names into a SourceTable (index = source id; a source's
+ * base always has a smaller id), and a cache entry keeps the table to fetch its inputs and
+ * check its guards on each call. */
+#ifndef SJ_SOURCES_H
+#define SJ_SOURCES_H
+
+#include <Python.h>
+#include <stdint.h>
+
+typedef enum {
+    SRC_LOCAL,      /* frame local: index = localsplus slot, key = name */
+    SRC_FREEVAR,    /* closure variable of the frame's function: index = cell number, key = name */
+    SRC_GLOBAL,     /* key = name, in the frame's globals, then builtins */
+    SRC_MODGLOBAL,  /* key = name, in dict obj (another module's globals; printed via modname) */
+    SRC_ATTR,       /* getattr(base, key) */
+    SRC_ITEM,       /* base[key] (key: a constant int or str) */
+    SRC_CELL,       /* base.__closure__[index].cell_contents (base: a function) */
+    SRC_DEFAULT,    /* base.__defaults__[index] (base: a function) */
+    SRC_KWDEFAULT,  /* base.__kwdefaults__[key] */
+} SourceKind;
+
+typedef struct {
+    uint8_t kind;       /* SourceKind */
+    int32_t base;       /* source id of the base, or -1 */
+    int32_t index;
+    PyObject *key;      /* strong: name or item key, or NULL */
+    PyObject *obj;      /* strong: SRC_MODGLOBAL's dict, else NULL */
+    PyObject *repr;     /* strong: "L['self']._modules['fc']" */
+} SourceEntry;
+
+typedef struct {
+    SourceEntry *e;
+    int32_t n, cap;
+} SourceTable;
+
+/* What a frame offers to source resolution: borrowed pointers valid during one call. */
+typedef struct {
+    PyObject *const *locals;   /* the frame's localsplus (raw arguments at frame entry) */
+    PyObject *closure;         /* tuple of cells of the frame's function, or NULL */
+    PyObject *globals;
+    PyObject *builtins;
+} FrameView;
+
+void sources_clear(SourceTable *t);
+/* Intern a source; returns its id or -1 with an exception set. key and obj borrowed. */
+int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
+                    PyObject *obj);
+/* Borrowed: the printed form. */
+static inline PyObject *sources_repr(const SourceTable *t, int32_t id) { return t->e[id].repr; }
+
+/* Resolve every source up to and including id into memo (new references; memo[i] NULL =
+ * not yet resolved). Returns a borrowed pointer into memo, or NULL with an exception set
+ * (an attribute that is gone, a key that is missing). */
+PyObject *sources_resolve(const SourceTable *t, int32_t id, const FrameView *fv, PyObject **memo);
+void sources_memo_clear(PyObject **memo, int32_t n);
+
+/* "L_self_modules_fc_parameters_weight": the source with non-alphanumerics as '_'. */
+PyObject *sources_graph_name(const SourceTable *t, int32_t id);
+
+#endif

@@ -1,0 +1,35 @@
+"""shapejit: a JIT compiler for Python array code (torch and numpy) on CPython 3.11.
+
+    import shapejit
+
+    @shapejit.compile
+    def f(x):
+        return (x * 2).sin()
+
+See README.md. The compiler itself is the C extension shapejit._C; this package is the
+public API over it.
+"""
+import sys as _sys
+
+if _sys.version_info[:2] != (3, 11):
+    raise ImportError("shapejit needs CPython 3.11 (it evaluates 3.11 bytecode); this is "
+                      "Python %d.%d" % _sys.version_info[:2])
+
+from . import _C  # noqa: E402
+from . import config  # noqa: E402  (a module of knobs: shapejit.config.cache_size_limit)
+from .api import compile, disable, reset, stats  # noqa: E402
+from .backends import list_backends, register_backend  # noqa: E402
+from .compat import install_torch_compat, uninstall_torch_compat  # noqa: E402
+from .explain import ExplainOutput, explain  # noqa: E402
+from .logs import set_logs  # noqa: E402
+from .marks import mark_dynamic, mark_static, mark_unbacked, maybe_mark_dynamic  # noqa: E402
+from .stance import set_stance  # noqa: E402
+
+__version__ = "0.0.1"
+
+__all__ = [
+    "compile", "reset", "stats", "explain", "disable", "config", "set_logs", "set_stance",
+    "install_torch_compat", "uninstall_torch_compat",
+    "mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked",
+    "ExplainOutput", "list_backends", "register_backend",
+]

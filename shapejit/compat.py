@@ -1,0 +1,231 @@
+"""install_torch_compat(): code written for torch.compile runs under shapejit unchanged.
+
+Routes to shapejit (the originals are saved and put back exactly by
+uninstall_torch_compat()):
+    torch.compile
+    torch._dynamo: reset, explain, config, disable,
+                   mark_dynamic, maybe_mark_dynamic, mark_static, mark_unbacked
+    torch._dynamo.decorators: the same four marks, disable
+    torch._logging.set_logs
+    torch.compiler: config, set_stance, reset, disable
+(disable is routed too: torch's own disable switches torch's frame hook, not shapejit's.)
+
+Only the module attributes are replaced: a name imported before installing
+(``from torch import compile``) keeps torch's object.
+"""
+import functools
+import inspect
+import types
+import warnings
+
+from . import _C, api, explain as _explain, logs, marks, stance
+from . import config as _config
+
+_MISSING = object()
+_saved = []     # [(owner, attribute, original or _MISSING)] while installed
+_warned = set()
+
+# torch.compile backend names and what shapejit runs for them
+_TORCH_BACKENDS = {None: "default", "inductor": "default", "eager": "eager"}
+_APPROXIMATED = ("aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner")
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def is_installed():
+    return bool(_saved)
+
+
+# ------------------------------------------------------------------------------------
+# torch.compile and friends as shapejit sees them
+# ------------------------------------------------------------------------------------
+
+def _backend_for(backend):
+    if isinstance(backend, str) or backend is None:
+        if backend in _TORCH_BACKENDS:
+            return _TORCH_BACKENDS[backend]
+        if backend in _APPROXIMATED:
+            _warn_once(("backend", backend),
+                       "shapejit (torch compat): backend=%r runs as shapejit's 'eager' "
+                       "backend" % backend)
+            return "eager"
+    return backend  # shapejit's own names, or a callable(graph, example_inputs)
+
+
+def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor",
+                  mode=None, options=None, disable=False, **others):
+    """torch.compile's signature, compiled by shapejit. mode=, options= and the other
+    inductor/dynamo-specific arguments are accepted and ignored (one warning each)."""
+    ignored = dict(others, mode=mode, options=options)
+    for name in sorted(ignored):
+        if ignored[name] not in (None, False, {}):
+            _warn_once(("compile", name),
+                       "shapejit (torch compat): torch.compile(%s=...) is ignored" % name)
+    if disable:
+        return model if model is not None else (lambda fn: fn)
+    return api.compile(model, dynamic=dynamic, fullgraph=fullgraph,
+                       backend=_backend_for(backend))
+
+
+def torch_disable(fn=None, recursive=True, *, reason=None, **unused):
+    """torch's disable(fn=None, recursive=True, *, reason=None) as shapejit.disable."""
+    if fn is None:
+        return api.disable
+    return api.disable(fn)
+
+
+def _make_set_logs(torch_set_logs):
+    try:
+        torch_names = set(inspect.signature(torch_set_logs).parameters)
+    except (TypeError, ValueError):
+        torch_names = set()
+
+    def set_logs(**kwargs):
+        """torch._logging.set_logs for shapejit's channels; torch's other channels are
+        accepted and ignored (one warning each)."""
+        ours = {}
+        for name, value in kwargs.items():
+            if name in logs.CHANNELS:
+                ours[name] = value
+            elif name in torch_names:
+                if value:
+                    _warn_once(("logs", name),
+                               "shapejit (torch compat): set_logs(%s=...) is ignored: "
+                               "shapejit has no such channel (channels: %s)"
+                               % (name, ", ".join(logs.CHANNELS)))
+            else:
+                ours[name] = value  # shapejit's ValueError lists the valid channels
+        logs.set_logs(**ours)
+
+    set_logs.__wrapped__ = logs.set_logs
+    return set_logs
+
+
+class ConfigProxy(types.ModuleType):
+    """Stands for torch._dynamo.config / torch.compiler.config: shapejit's knobs are read
+    and written in shapejit; any other name is kept as a plain attribute of the proxy
+    (reads fall back to torch's config). patch() works for both kinds."""
+
+    def __init__(self, name, torch_config):
+        super().__init__(name)
+        object.__setattr__(self, "_torch_config", torch_config)
+        object.__setattr__(self, "_extra", {})
+
+    def __getattr__(self, name):
+        if _config.is_knob(name):
+            return _C.config_get(name)
+        extra = self.__dict__["_extra"]
+        if name in extra:
+            return extra[name]
+        return getattr(self.__dict__["_torch_config"], name)
+
+    def __setattr__(self, name, value):
+        if _config.is_knob(name):
+            _C.config_set(name, value)
+        else:
+            self._extra[name] = value
+
+    def __delattr__(self, name):
+        self._extra.pop(name, None)
+
+    def __dir__(self):
+        return sorted(set(dir(self._torch_config)) | set(_config.knobs()) | set(self._extra))
+
+    def patch(self, arg1=None, arg2=None, **kwargs):
+        if isinstance(arg1, str):
+            kwargs[arg1] = arg2
+        elif isinstance(arg1, dict):
+            kwargs.update(arg1)
+        return _ProxyPatch(self, kwargs)
+
+
+class _ProxyPatch:
+    def __init__(self, proxy, changes):
+        self._proxy = proxy
+        knobs = {k: v for k, v in changes.items() if _config.is_knob(k)}
+        self._knobs = _config.patch(**knobs)
+        self._extra = {k: v for k, v in changes.items() if not _config.is_knob(k)}
+        self._saved = []
+
+    def __enter__(self):
+        self._knobs.__enter__()
+        store = self._proxy._extra
+        self._saved.append({k: store.get(k, _MISSING) for k in self._extra})
+        store.update(self._extra)
+        return self
+
+    def __exit__(self, *exc):
+        store = self._proxy._extra
+        for k, old in self._saved.pop().items():
+            if old is _MISSING:
+                store.pop(k, None)
+            else:
+                store[k] = old
+        return self._knobs.__exit__(*exc)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def patched(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+
+        return patched
+
+
+# ------------------------------------------------------------------------------------
+# Install / uninstall
+# ------------------------------------------------------------------------------------
+
+def _routes():
+    try:
+        import torch
+        import torch._dynamo
+        import torch._dynamo.decorators
+        import torch._logging
+        import torch.compiler
+    except ImportError as e:
+        raise ImportError("shapejit.install_torch_compat needs torch: %s" % e) from e
+    dynamo_config = ConfigProxy("torch._dynamo.config", torch._dynamo.config)
+    compiler_config = ConfigProxy("torch.compiler.config", torch.compiler.config)
+    mark_names = ("mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked")
+    routes = [(torch, "compile", torch_compile)]
+    routes += [(torch._dynamo, "reset", api.reset),
+               (torch._dynamo, "explain", _explain.explain),
+               (torch._dynamo, "config", dynamo_config),
+               (torch._dynamo, "disable", torch_disable)]
+    routes += [(torch._dynamo, n, getattr(marks, n)) for n in mark_names]
+    routes += [(torch._dynamo.decorators, n, getattr(marks, n)) for n in mark_names]
+    routes += [(torch._dynamo.decorators, "disable", torch_disable)]
+    routes += [(torch._logging, "set_logs", _make_set_logs(torch._logging.set_logs))]
+    routes += [(torch.compiler, "config", compiler_config),
+               (torch.compiler, "set_stance", stance.set_stance),
+               (torch.compiler, "reset", api.reset),
+               (torch.compiler, "disable", torch_disable)]
+    return routes
+
+
+def install_torch_compat():
+    """Routes torch.compile and its companions to shapejit (idempotent)."""
+    if _saved:
+        return
+    routes = _routes()
+    for owner, name, replacement in routes:
+        _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+    for owner, name, replacement in routes:
+        setattr(owner, name, replacement)
+
+
+def uninstall_torch_compat():
+    """Puts torch's own objects back exactly (idempotent)."""
+    while _saved:
+        owner, name, original = _saved.pop()
+        if original is _MISSING:
+            if name in owner.__dict__:
+                delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+

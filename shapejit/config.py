@@ -1,0 +1,179 @@
+"""shapejit's config knobs, as a module: ``shapejit.config.cache_size_limit = 16``.
+
+Every knob lives in C (core/config.def is the table); reading or writing an attribute of
+this module reads or writes the C value, which the compiler uses from then on. Types are
+checked: a bool knob takes only True/False, an int knob an int >= 0, a str knob a str.
+
+``patch(**knobs)`` sets knobs for a ``with`` block or for each call of a decorated
+function, and puts the previous values back afterwards::
+
+    with shapejit.config.patch(cache_size_limit=1):
+        ...
+
+    @shapejit.config.patch(specialize_int=True)
+    def run(): ...
+"""
+import functools
+import os
+import sys
+import types
+
+from . import _C
+
+# (name, kind, default, doc) rows and {alias: knob}, straight from the C table
+_KNOBS = {row[0]: row for row in _C.config_knobs()}
+_ALIASES = dict(_C.config_aliases())
+
+# Environment variables read once at import, as the anchor does for the same knobs.
+_ENV = {
+    "TORCH_COMPILE_DYNAMIC_SOURCES": "dynamic_sources",
+    "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
+}
+
+
+def knobs():
+    """The knob names, in table order (aliases not included)."""
+    return list(_KNOBS)
+
+
+def aliases():
+    """{alias: knob name}."""
+    return dict(_ALIASES)
+
+
+def is_knob(name):
+    return name in _KNOBS or name in _ALIASES
+
+
+def canonical(name):
+    """The knob a name or alias designates; AttributeError listing valid knobs if none."""
+    if name in _KNOBS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    _C.config_get(name)  # raises the C error, which lists the valid knobs
+    raise AttributeError(name)  # not reached
+
+
+def doc(name):
+    """The doc line of a knob."""
+    return _KNOBS[canonical(name)][3]
+
+
+def to_dict():
+    """{knob: current value} for every knob."""
+    return {name: _C.config_get(name) for name in _KNOBS}
+
+
+def defaults():
+    """{knob: default value} for every knob."""
+    return {name: row[2] for name, row in _KNOBS.items()}
+
+
+def reset_to_defaults():
+    """Puts every knob back to its default."""
+    for name, row in _KNOBS.items():
+        _C.config_set(name, row[2])
+
+
+class patch:
+    """Sets knobs for a ``with`` block, or around every call of a decorated function.
+
+    ``patch(cache_size_limit=1)``, ``patch("cache_size_limit", 1)`` or
+    ``patch({"cache_size_limit": 1})``. Names are checked when the patch is made; values
+    when it is entered. On exit every knob gets back the value it had on entry.
+    Re-entrant: the same patch object may be entered recursively.
+    """
+
+    def __init__(self, arg1=None, arg2=None, **kwargs):
+        if isinstance(arg1, str):
+            changes = {arg1: arg2}
+        elif isinstance(arg1, dict):
+            if arg2 is not None:
+                raise TypeError("shapejit.config.patch(dict) takes no second argument")
+            changes = dict(arg1)
+        elif arg1 is None:
+            if arg2 is not None:
+                raise TypeError("shapejit.config.patch: a value was given without a knob name")
+            changes = {}
+        else:
+            raise TypeError(
+                "shapejit.config.patch expects knob=value keywords, a (name, value) pair or "
+                "a dict, got %s" % type(arg1).__name__)
+        for name in kwargs:
+            if name in changes:
+                raise TypeError("shapejit.config.patch: knob %r given twice" % name)
+        changes.update(kwargs)
+        self._changes = [(canonical(name), value) for name, value in changes.items()]
+        self._saved = []  # a stack: one list of (name, previous value) per active entry
+
+    def __enter__(self):
+        prior = []
+        try:
+            for name, value in self._changes:
+                old = _C.config_get(name)
+                _C.config_set(name, value)
+                prior.append((name, old))
+        except BaseException:
+            for name, old in reversed(prior):
+                _C.config_set(name, old)
+            raise
+        self._saved.append(prior)
+        return self
+
+    def __exit__(self, *exc):
+        for name, old in reversed(self._saved.pop()):
+            _C.config_set(name, old)
+        return False
+
+    def __call__(self, fn):
+        if not callable(fn):
+            raise TypeError("shapejit.config.patch decorates a callable, not %s"
+                            % type(fn).__name__)
+
+        @functools.wraps(fn)
+        def patched(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+
+        return patched
+
+    def __repr__(self):
+        return "shapejit.config.patch(%s)" % ", ".join(
+            "%s=%r" % kv for kv in self._changes)
+
+
+class _ConfigModule(types.ModuleType):
+    """Attribute reads and writes of knob names go to the C values."""
+
+    def __getattr__(self, name):  # only for names not found the normal way
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _C.config_get(name)  # AttributeError listing the valid knobs if unknown
+
+    def __setattr__(self, name, value):
+        if is_knob(name):
+            _C.config_set(name, value)
+        elif name.startswith("_") or name in self.__dict__:
+            super().__setattr__(name, value)
+        else:
+            _C.config_get(name)  # raises AttributeError listing the valid knobs
+
+    def __delattr__(self, name):
+        if is_knob(name):
+            raise AttributeError("shapejit.config.%s is a knob and cannot be deleted" % name)
+        super().__delattr__(name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_KNOBS) | set(_ALIASES))
+
+
+def _read_env():
+    for var, knob in _ENV.items():
+        val = os.environ.get(var)
+        if val is not None:
+            _C.config_set(knob, val)
+
+
+_read_env()
+sys.modules[__name__].__class__ = _ConfigModule

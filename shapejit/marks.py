@@ -1,0 +1,102 @@
+"""mark_dynamic, maybe_mark_dynamic, mark_static, mark_unbacked.
+
+The arguments are checked now; the marks themselves need symbolic shapes, which come in a
+later issue, so a valid call raises NotImplementedError saying so.
+"""
+import operator
+import sys
+
+
+def _not_yet(name):
+    raise NotImplementedError(
+        "shapejit: %s is not available yet: symbolic shapes are not implemented "
+        "(shapejit compiles static shapes for now)" % name)
+
+
+def _check_tensor(name, t):
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(t, torch.Tensor):
+        raise TypeError("shapejit.%s expects a torch.Tensor as its first argument, got %s"
+                        % (name, type(t).__name__))
+
+
+def _check_dims(name, t, dim, allow_none=False):
+    """The dims as a list of ints in [0, rank); None (all dims) when allowed."""
+    if dim is None:
+        if allow_none:
+            return None
+        raise TypeError("shapejit.%s: dim is required (an int or a list of ints)" % name)
+    dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+    rank = t.dim()
+    out = []
+    for d in dims:
+        if isinstance(d, bool):
+            raise TypeError("shapejit.%s: dim must be an int, got bool" % name)
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise TypeError("shapejit.%s: dim must be an int or a list of ints, got %s"
+                            % (name, type(d).__name__)) from None
+        if not -rank <= d < rank:
+            raise IndexError("shapejit.%s: dim %d is out of range for a tensor of rank %d "
+                             "(valid: %d to %d)" % (name, d, rank, -rank, rank - 1)
+                             if rank else
+                             "shapejit.%s: dim %d is out of range: the tensor has rank 0 "
+                             "(no dims)" % (name, d))
+        out.append(d % rank)
+    return out
+
+
+def _check_bound(name, which, v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("shapejit.%s: %s must be an int or None, got %s"
+                        % (name, which, type(v).__name__))
+    if v < 0:
+        raise ValueError("shapejit.%s: %s must be >= 0, got %d" % (name, which, v))
+    return v
+
+
+def mark_dynamic(t, dim, min=None, max=None, **unsupported):
+    """Marks dim(s) of t dynamic from the first compile, optionally within [min, max]."""
+    if unsupported:
+        raise TypeError("shapejit.mark_dynamic: unsupported argument(s) %s"
+                        % ", ".join(sorted(unsupported)))
+    _check_tensor("mark_dynamic", t)
+    _check_dims("mark_dynamic", t, dim)
+    lo = _check_bound("mark_dynamic", "min", min)
+    hi = _check_bound("mark_dynamic", "max", max)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError("shapejit.mark_dynamic: min (%d) is greater than max (%d)" % (lo, hi))
+    _not_yet("mark_dynamic")
+
+
+def maybe_mark_dynamic(t, dim):
+    """Like mark_dynamic, but never an error if the code specialises the dim."""
+    _check_tensor("maybe_mark_dynamic", t)
+    _check_dims("maybe_mark_dynamic", t, dim)
+    _not_yet("maybe_mark_dynamic")
+
+
+def mark_static(t, dim=None):
+    """Keeps dim(s) of t (all of them when dim is None) static."""
+    torch = sys.modules.get("torch")
+    if torch is not None and (isinstance(t, torch.nn.Module) or
+                              (isinstance(t, type) and issubclass(t, torch.nn.Module))):
+        if dim is not None:
+            raise TypeError("shapejit.mark_static: dim makes no sense for a module")
+    else:
+        _check_tensor("mark_static", t)
+        _check_dims("mark_static", t, dim, allow_none=True)
+    _not_yet("mark_static")
+
+
+def mark_unbacked(t, dim, **unsupported):
+    """Marks dim(s) of t unbacked: never assumed 0 or 1, no hint used for branching."""
+    if unsupported:
+        raise TypeError("shapejit.mark_unbacked: unsupported argument(s) %s"
+                        % ", ".join(sorted(unsupported)))
+    _check_tensor("mark_unbacked", t)
+    _check_dims("mark_unbacked", t, dim)
+    _not_yet("mark_unbacked")

@@ -1,0 +1,338 @@
+/* shapes_infer's dispatch table (generated from ops.def) and the helpers the rule families
+ * share: reading constant arguments, dim wraparound, broadcasting. */
+#include "np.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+#include "rules_util.h"
+
+static const ShapeRule rule_table[OP_COUNT] = {
+#define X(e, name, kind, rule) [e] = rule,
+#include "../graph/ops.def"
+#undef X
+};
+
+int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    if ((int)op < 0 || op >= OP_COUNT)
+        return sj_err(err, "bad op id %d", (int)op);
+    err->msg[0] = 0;
+    int cap = *nout;
+    int r = rule_table[op](op, lib, b, out, nout, err);
+    if (r == 0 && (*nout < 0 || *nout > cap))
+        return sj_err(err, "%s: rule produced %d outputs", op_info[op].name, *nout);
+    if (r != 0 && !err->msg[0])
+        sj_err(err, "%s: not supported", op_info[op].name);
+    if (r == 0 && lib == LIB_TORCH) {
+        /* autograd tracks floating results of differentiable ops on tracked inputs; the
+         * evaluator clears this under no_grad */
+        int rg = op_info[op].kind != OPK_FACTORY && op != OP_DETACH && sj_requires_grad(b);
+        for (int i = 0; i < *nout; i++)
+            out[i].requires_grad = (unsigned char)(out[i].requires_grad ||
+                (rg && dtype_info[out[i].dtype].category >= CAT_FLOAT));
+        if (op == OP_DETACH)
+            for (int i = 0; i < *nout; i++)
+                out[i].requires_grad = 0;
+    }
+    return r;
+}
+
+int sj_err(ShapeErr *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void sj_meta(TensorMeta *out, Lib lib, DType dt)
+{
+    memset(out, 0, sizeof *out);
+    out->lib = (unsigned char)lib;
+    out->dtype = (unsigned char)dt;
+}
+
+const TensorMeta *sj_tensor(const BoundArgs *b, const char *name, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        sj_err(err, "argument '%s' is required", name);
+        return NULL;
+    }
+    if (a->kind != BA_TENSOR) {
+        sj_err(err, "argument '%s' must be a tensor", name);
+        return NULL;
+    }
+    return a->meta;
+}
+
+int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
+{
+    if (!a || a->kind != BA_CONST)
+        return sj_err(err, "%s must be a constant int", what);
+    PyObject *v = a->value;    /* borrowed */
+    if (PyBool_Check(v) || PyFloat_Check(v) || !PyIndex_Check(v))
+        return sj_err(err, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
+    PyObject *idx = PyNumber_Index(v);    /* new */
+    if (!idx) {
+        PyErr_Clear();
+        return sj_err(err, "%s must be an int", what);
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
+    if ((x == -1 && PyErr_Occurred()) || overflow) {
+        PyErr_Clear();
+        return sj_err(err, "%s is out of range", what);
+    }
+    *out = x;
+    return 0;
+}
+
+int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        *out = dflt;
+        return 0;
+    }
+    return sj_int(a, name, out, err);
+}
+
+int sj_get_bool(const BoundArgs *b, const char *name, int dflt, int *out, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        *out = dflt;
+        return 0;
+    }
+    if (a->kind != BA_CONST)
+        return sj_err(err, "%s must be a constant", name);
+    int t = PyObject_IsTrue(a->value);
+    if (t < 0) {
+        PyErr_Clear();
+        return sj_err(err, "%s must be a bool", name);
+    }
+    *out = t;
+    return 0;
+}
+
+int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        *out = dflt;
+        return 0;
+    }
+    if (a->kind != BA_CONST || !(PyFloat_Check(a->value) || PyLong_Check(a->value)))
+        return sj_err(err, "%s must be a constant number", name);
+    double v = PyFloat_AsDouble(a->value);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return sj_err(err, "%s must be a number", name);
+    }
+    *out = v;
+    return 0;
+}
+
+/* Appends the ints of one constant (an int or a sequence of ints). */
+static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max,
+                         ShapeErr *err)
+{
+    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL};
+    if (PyTuple_Check(v) || PyList_Check(v)) {
+        /* torch.Size is a tuple subclass, so it lands here too */
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+        for (Py_ssize_t i = 0; i < len; i++) {
+            if (*n >= max)
+                return sj_err(err, "%s has too many entries", what);
+            tmp.value = PySequence_Fast_GET_ITEM(v, i);    /* borrowed */
+            if (sj_int(&tmp, what, &out[*n], err))
+                return -1;
+            (*n)++;
+        }
+        return 0;
+    }
+    if (*n >= max)
+        return sj_err(err, "%s has too many entries", what);
+    tmp.value = v;
+    if (sj_int(&tmp, what, &out[*n], err))
+        return -1;
+    (*n)++;
+    return 0;
+}
+
+int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
+                ShapeErr *err)
+{
+    *n = 0;
+    if (!a)
+        return sj_err(err, "%s is required", what);
+    if (a->kind == BA_CONST)
+        return ints_of_const(a->value, what, out, n, max, err);
+    if (a->kind == BA_LIST) {
+        if (a->n == 1 && a->items[0].kind == BA_CONST &&
+            (PyTuple_Check(a->items[0].value) || PyList_Check(a->items[0].value)))
+            return ints_of_const(a->items[0].value, what, out, n, max, err);
+        for (int i = 0; i < a->n; i++) {
+            if (*n >= max)
+                return sj_err(err, "%s has too many entries", what);
+            if (a->items[i].kind != BA_CONST)
+                return sj_err(err, "%s must be constant ints (data-dependent sizes are "
+                              "not supported)", what);
+            if (sj_int(&a->items[i], what, &out[*n], err))
+                return -1;
+            (*n)++;
+        }
+        return 0;
+    }
+    return sj_err(err, "%s must be constant ints (data-dependent sizes are not supported)",
+                  what);
+}
+
+int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
+{
+    int span = (ndim == 0 && lib == LIB_TORCH) ? 1 : ndim;
+    if (d < -span || d >= span) {
+        if (lib == LIB_NUMPY)
+            return sj_err(err, "axis %lld is out of bounds for array of dimension %d",
+                          (long long)d, ndim);
+        return sj_err(err, "Dimension out of range (expected to be in range of [%d, %d], "
+                      "but got %lld)", -span, span - 1, (long long)d);
+    }
+    *out = (int)(d < 0 ? d + span : d);
+    return 0;
+}
+
+int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr *err)
+{
+    int nd = 0;
+    for (int i = 0; i < n; i++)
+        if (ins[i] && ins[i]->ndim > nd)
+            nd = ins[i]->ndim;
+    int64_t size[SJ_MAX_RANK];
+    for (int k = 0; k < nd; k++)
+        size[k] = 1;
+    for (int i = 0; i < n; i++) {
+        const TensorMeta *m = ins[i];
+        if (!m)
+            continue;
+        int off = nd - m->ndim;
+        for (int k = 0; k < m->ndim; k++) {
+            int64_t s = m->size[k];
+            int64_t *r = &size[off + k];
+            if (s == *r || s == 1)
+                continue;
+            if (*r == 1) {
+                *r = s;
+                continue;
+            }
+            return sj_err(err, "shapes cannot be broadcast together: size %lld against "
+                          "%lld at dimension %d", (long long)s, (long long)*r, off + k);
+        }
+    }
+    out->ndim = (unsigned char)nd;
+    memcpy(out->size, size, sizeof(int64_t) * (size_t)nd);
+    return 0;
+}
+
+int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
+                 ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    *given = 0;
+    if (!a)
+        return 0;
+    if (a->kind != BA_CONST)
+        return sj_err(err, "%s must be a constant dtype", name);
+    int r = dtype_from_py(a->value, lib, out);
+    if (r < 0) {
+        PyErr_Clear();
+        return sj_err(err, "could not read %s", name);
+    }
+    if (r == 1)
+        return sj_err(err, "%s: unsupported or invalid dtype %.60s", name,
+                      Py_TYPE(a->value)->tp_name);
+    *given = 1;
+    return 0;
+}
+
+void sj_np_scalarize(Lib lib, TensorMeta *out)
+{
+    if (lib == LIB_NUMPY && out->ndim == 0)
+        out->np_scalar = 1;
+}
+
+int64_t sj_numel(const TensorMeta *m)
+{
+    int64_t n = 1;
+    for (int i = 0; i < m->ndim; i++)
+        n *= m->size[i];
+    return n;
+}
+
+Lib sj_lib_of(const BoundArgs *b, Lib dflt)
+{
+    for (int i = 0; i < b->n; i++)
+        if (b->args[i].kind == BA_TENSOR)
+            return (Lib)b->args[i].meta->lib;
+    return dflt;
+}
+
+static int list_requires_grad(const BoundArg *a)
+{
+    if (a->kind == BA_TENSOR)
+        return a->meta->requires_grad;
+    if (a->kind == BA_LIST)
+        for (int i = 0; i < a->n; i++)
+            if (list_requires_grad(&a->items[i]))
+                return 1;
+    return 0;
+}
+
+int sj_requires_grad(const BoundArgs *b)
+{
+    for (int i = 0; i < b->n; i++)
+        if (list_requires_grad(&b->args[i]))
+            return 1;
+    return 0;
+}
+
+int rule_none(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op; (void)lib; (void)b; (void)out; (void)err;
+    *nout = 0;
+    return 0;
+}
+
+int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
+                   ShapeErr *err)
+{
+    if (self->np_scalar)
+        return sj_err(err, "numpy scalars are immutable");
+    if (result->ndim != self->ndim ||
+        memcmp(result->size, self->size, sizeof(int64_t) * self->ndim) != 0) {
+        char a[96], c[96];
+        meta_format(self, a, sizeof a);
+        meta_format(result, c, sizeof c);
+        return sj_err(err, "in-place result %s does not match the shape of %s", c, a);
+    }
+    DTypeCategory from = dtype_info[result->dtype].category;
+    DTypeCategory to = dtype_info[self->dtype].category;
+    int ok = from <= to;
+    if (lib == LIB_NUMPY && ok && from == CAT_INT && to == CAT_INT && result->dtype != DT_U8 &&
+        self->dtype == DT_U8)
+        ok = 0;    /* numpy: a signed result is not the same kind as an unsigned target */
+    if (lib == LIB_TORCH && from == CAT_BOOL)
+        ok = 1;
+    if (!ok)
+        return sj_err(err, "result type %s can't be cast to the desired output type %s",
+                      dtype_info[result->dtype].name, dtype_info[self->dtype].name);
+    *out = *self;
+    return 0;
+}

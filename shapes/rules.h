@@ -1,0 +1,74 @@
+/* Shape and dtype rules: given the metadata of an op's arguments, the metadata of its
+ * outputs. One rule function per family of ops (graph/ops.def names the rule of each op).
+ *
+ * Arguments arrive bound to the op's canonical parameter names (see graph/callables.def
+ * for the schema syntax and bind.c for the binder). A rule reads them with ba_get().
+ */
+#ifndef SJ_RULES_H
+#define SJ_RULES_H
+
+#include "../graph/meta.h"
+#include "../graph/ops.h"
+
+#define SJ_MAX_PARAMS 16
+#define SJ_MAX_OUTS 64
+
+typedef enum {
+    BA_ABSENT = 0,   /* not passed (the rule applies the library default) */
+    BA_TENSOR,       /* a graph value: meta is set */
+    BA_CONST,        /* a Python constant: value is set (borrowed). None arrives as BA_CONST
+                        Py_None; ba_get() hides it so rules treat None as absent */
+    BA_LIST          /* a list or tuple holding at least one graph value, or the items
+                        gathered by a *varargs parameter: n items */
+} BoundArgKind;
+
+typedef struct BoundArg {
+    BoundArgKind kind;
+    const TensorMeta *meta;            /* BA_TENSOR (borrowed) */
+    PyObject *value;                   /* BA_CONST (borrowed) */
+    int n;                             /* BA_LIST */
+    const struct BoundArg *items;      /* BA_LIST (borrowed) */
+} BoundArg;
+
+typedef struct {
+    int n;
+    const char *names[SJ_MAX_PARAMS];  /* canonical names, static strings */
+    BoundArg args[SJ_MAX_PARAMS];
+} BoundArgs;
+
+typedef struct {
+    char msg[256];                     /* why the rule refused: becomes the capture's reason */
+} ShapeErr;
+
+/* The contract of every rule: fill out[0..*nout-1] (on entry *nout is the capacity,
+ * SJ_MAX_OUTS) and set *nout; return 0. Return -1 with err->msg set when the arguments are
+ * invalid (the user's code would raise in eager: capture then runs the frame eagerly so the
+ * user sees the library's own error) or not supported yet. Rules never set a Python
+ * exception; if one is raised while reading a constant they clear it and return -1. */
+typedef int (*ShapeRule)(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                         ShapeErr *err);
+
+/* Dispatch through the table in ops.def. */
+int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err);
+
+/* In-place ops (CF_INPLACE rows: x.add_(y), x += y) write the op's result into their first
+ * argument: the result must have self's shape and be castable to self's dtype (torch: no
+ * complex -> real, float -> integer or non-bool -> bool; numpy: 'same_kind'). On success
+ * *out is self's metadata. Returns 0 or -1 with err set. */
+int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
+                   ShapeErr *err);
+
+/* The argument named name, or NULL when absent or None. */
+const BoundArg *ba_get(const BoundArgs *b, const char *name);
+
+/* ---- binding ---- */
+/* Bind positional and keyword arguments to a schema from callables.def. pos/npos are the
+ * positional arguments (for methods the receiver first), kwnames/kw/nkw the keywords.
+ * varargs are gathered into a BA_LIST whose items point into pos (so pos must outlive out).
+ * Returns 0, or -1 with err->msg set (unknown keyword, too many positional, missing
+ * required). */
+int shapes_bind(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
+                const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err);
+
+#endif

@@ -1,0 +1,344 @@
+/* Factories: zeros/ones/empty/full, the *_like forms, arange, linspace, eye, and
+ * tensor/array construction from Python data. */
+#include <math.h>
+#include <string.h>
+
+#include "promote.h"
+#include "rules.h"
+#include "rules_util.h"
+
+/* The dtype a library gives a Python scalar when it makes a tensor of it. */
+static int dtype_of_scalar(Lib lib, PyObject *v, DType *out, ShapeErr *err)
+{
+    if (PyBool_Check(v))
+        *out = DT_BOOL;
+    else if (PyLong_Check(v))
+        *out = DT_I64;
+    else if (PyFloat_Check(v))
+        *out = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
+    else if (PyComplex_Check(v))
+        *out = (lib == LIB_TORCH && meta_torch_default_float != DT_F64) ? DT_C64 : DT_C128;
+    else
+        return sj_err(err, "unsupported value of type %.60s", Py_TYPE(v)->tp_name);
+    return 0;
+}
+
+static int out_dtype(Lib lib, const BoundArgs *b, DType dflt, DType *out, ShapeErr *err)
+{
+    int given;
+    if (sj_get_dtype(b, "dtype", lib, out, &given, err))
+        return -1;
+    if (!given)
+        *out = dflt;
+    if (lib == LIB_NUMPY && *out == DT_BF16)
+        return sj_err(err, "numpy has no bfloat16");
+    return 0;
+}
+
+static int check_device(const BoundArgs *b, ShapeErr *err)
+{
+    const BoundArg *d = ba_get(b, "device");
+    if (!d)
+        return 0;
+    if (d->kind != BA_CONST)
+        return sj_err(err, "device must be constant");
+    PyObject *s = PyObject_Str(d->value);    /* new */
+    if (!s) {
+        PyErr_Clear();
+        return sj_err(err, "unreadable device");
+    }
+    const char *c = PyUnicode_AsUTF8(s);
+    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
+    PyErr_Clear();
+    Py_DECREF(s);
+    return ok ? 0 : sj_err(err, "only the cpu device is supported");
+}
+
+static int set_requires_grad(Lib lib, const BoundArgs *b, TensorMeta *out, ShapeErr *err)
+{
+    int rg;
+    if (sj_get_bool(b, "requires_grad", 0, &rg, err))
+        return -1;
+    if (rg && lib == LIB_TORCH && dtype_info[out->dtype].category < CAT_FLOAT)
+        return sj_err(err, "Only Tensors of floating point and complex dtype can require "
+                      "gradients");
+    out->requires_grad = (unsigned char)(rg && lib == LIB_TORCH);
+    return 0;
+}
+
+int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    int64_t size[SJ_MAX_RANK];
+    int n;
+    if (sj_int_list(ba_get(b, "size"), "size", size, &n, SJ_MAX_RANK, err))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (size[i] < 0)
+            return sj_err(err, "negative dimensions are not allowed");
+    DType dflt = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
+    if (op == OP_FULL) {
+        const BoundArg *fv = ba_get(b, "fill_value");
+        if (!fv)
+            return sj_err(err, "full needs a fill_value");
+        if (fv->kind == BA_TENSOR) {
+            if (fv->meta->ndim != 0)
+                return sj_err(err, "fill_value must be a scalar");
+            dflt = (DType)fv->meta->dtype;
+        } else if (fv->kind != BA_CONST || dtype_of_scalar(lib, fv->value, &dflt, err)) {
+            return sj_err(err, "fill_value must be a number");
+        }
+    }
+    DType dt;
+    if (out_dtype(lib, b, dflt, &dt, err) || check_device(b, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    out->ndim = (unsigned char)n;
+    memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                      ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    DType dt;
+    if (out_dtype(lib, b, (DType)x->dtype, &dt, err) || check_device(b, err))
+        return -1;
+    *out = *x;
+    out->dtype = (unsigned char)dt;
+    out->np_scalar = 0;
+    out->requires_grad = 0;
+    const BoundArg *shape = ba_get(b, "shape");
+    if (shape) {
+        /* numpy's *_like(a, shape=...) */
+        int64_t size[SJ_MAX_RANK];
+        int n;
+        if (sj_int_list(shape, "shape", size, &n, SJ_MAX_RANK, err))
+            return -1;
+        out->ndim = (unsigned char)n;
+        memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+    }
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+/* A constant real number; *is_float tells float from int (bools count as ints). */
+static int number(const BoundArg *a, const char *what, double *v, int *is_float,
+                  ShapeErr *err)
+{
+    if (!a || a->kind != BA_CONST)
+        return sj_err(err, "%s must be a constant number", what);
+    PyObject *o = a->value;
+    if (PyFloat_Check(o)) {
+        *is_float = 1;
+        *v = PyFloat_AS_DOUBLE(o);
+        return 0;
+    }
+    if (PyLong_Check(o)) {
+        *v = PyLong_AsDouble(o);
+        if (*v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return sj_err(err, "%s is out of range", what);
+        }
+        return 0;
+    }
+    return sj_err(err, "%s must be a number, not %.60s", what, Py_TYPE(o)->tp_name);
+}
+
+int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    double start = 0, end, step = 1;
+    int fl = 0;
+    const BoundArg *a0 = ba_get(b, "start"), *a1 = ba_get(b, "end"), *a2 = ba_get(b, "step");
+    if (!a0 && !a1)
+        return sj_err(err, "arange needs an end");
+    if (a1) {
+        if ((a0 && number(a0, "start", &start, &fl, err)) || number(a1, "end", &end, &fl, err))
+            return -1;
+    } else if (number(a0, "end", &end, &fl, err)) {
+        return -1;
+    }
+    if (a2 && number(a2, "step", &step, &fl, err))
+        return -1;
+    if (step == 0)
+        return sj_err(err, "step must be nonzero");
+    double len = ceil((end - start) / step);
+    if (len < 0) {
+        if (lib == LIB_TORCH)
+            return sj_err(err, "upper bound and larger bound inconsistent with step sign");
+        len = 0;
+    }
+    if (!isfinite(len) || len > 9.0e15)
+        return sj_err(err, "arange: too many elements");
+    DType dflt = fl ? (lib == LIB_TORCH ? meta_torch_default_float : DT_F64) : DT_I64;
+    DType dt;
+    if (out_dtype(lib, b, dflt, &dt, err) || check_device(b, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    out->ndim = 1;
+    out->size[0] = (int64_t)len;
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                  ShapeErr *err)
+{
+    (void)op;
+    double v;
+    int fl = 0;
+    if (number(ba_get(b, "start"), "start", &v, &fl, err) ||
+        number(ba_get(b, "end"), "end", &v, &fl, err))
+        return -1;
+    int64_t steps;
+    if (sj_get_int(b, "steps", lib == LIB_NUMPY ? 50 : -1, &steps, err))
+        return -1;
+    if (steps < 0)
+        return sj_err(err, lib == LIB_TORCH ? "linspace needs steps >= 0"
+                                            : "Number of samples must be non-negative.");
+    int retstep;
+    if (sj_get_bool(b, "retstep", 0, &retstep, err))
+        return -1;
+    if (retstep)
+        return sj_err(err, "linspace(retstep=True) is not supported");
+    DType dt;
+    if (out_dtype(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, &dt, err) ||
+        check_device(b, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    out->ndim = 1;
+    out->size[0] = steps;
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    int64_t n, m;
+    if (sj_int(ba_get(b, "n"), "n", &n, err) || sj_get_int(b, "m", n, &m, err))
+        return -1;
+    if (n < 0 || m < 0)
+        return sj_err(err, "negative dimensions are not allowed");
+    DType dt;
+    if (out_dtype(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, &dt, err) ||
+        check_device(b, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    out->ndim = 2;
+    out->size[0] = n;
+    out->size[1] = m;
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+/* Shape and widest scalar category of nested Python lists/tuples of numbers. */
+static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_shape,
+                      int *cat, ShapeErr *err)
+{
+    if (PyList_Check(v) || PyTuple_Check(v)) {
+        if (depth >= SJ_MAX_RANK)
+            return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (*have_shape) {
+            if (depth >= m->ndim || m->size[depth] != n)
+                return sj_err(err, "the nested sequences have inhomogeneous lengths");
+        } else {
+            m->size[depth] = n;
+            m->ndim = (unsigned char)(depth + 1);
+        }
+        if (n == 0) {
+            *have_shape = 1;
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (data_shape(lib, PySequence_Fast_GET_ITEM(v, i), depth + 1, m, have_shape, cat,
+                           err))
+                return -1;
+        return 0;
+    }
+    if (*have_shape && depth != m->ndim)
+        return sj_err(err, "the nested sequences have inhomogeneous lengths");
+    if (!*have_shape) {
+        m->ndim = (unsigned char)depth;
+        *have_shape = 1;
+    }
+    int c = PyBool_Check(v) ? CAT_BOOL : PyLong_Check(v) ? CAT_INT
+          : PyFloat_Check(v) ? CAT_FLOAT : PyComplex_Check(v) ? CAT_COMPLEX : -1;
+    if (c < 0)
+        return sj_err(err, "data of type %.60s is not supported", Py_TYPE(v)->tp_name);
+    if (c > *cat)
+        *cat = c;
+    return 0;
+}
+
+int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                      ShapeErr *err)
+{
+    (void)op;
+    const BoundArg *data = ba_get(b, "data");
+    if (!data)
+        return sj_err(err, "missing data");
+    int64_t ndmin;
+    if (sj_get_int(b, "ndmin", 0, &ndmin, err))
+        return -1;
+    if (ndmin > 0)
+        return sj_err(err, "ndmin is not supported");
+    if (check_device(b, err))
+        return -1;
+    if (data->kind == BA_TENSOR) {
+        DType dt;
+        if (out_dtype(lib, b, (DType)data->meta->dtype, &dt, err))
+            return -1;
+        if ((Lib)data->meta->lib != lib)
+            return sj_err(err, "converting between torch and numpy is not supported");
+        *out = *data->meta;
+        out->dtype = (unsigned char)dt;
+        out->np_scalar = 0;
+        out->requires_grad = 0;
+    } else if (data->kind == BA_CONST) {
+        TensorMeta m;
+        sj_meta(&m, lib, DT_F32);
+        int have = 0, cat = -1;
+        if (data_shape(lib, data->value, 0, &m, &have, &cat, err))
+            return -1;
+        DType dflt;
+        switch (cat) {
+        case CAT_BOOL: dflt = DT_BOOL; break;
+        case CAT_INT: dflt = DT_I64; break;
+        case CAT_COMPLEX:
+            dflt = (lib == LIB_TORCH && meta_torch_default_float != DT_F64) ? DT_C64 : DT_C128;
+            break;
+        default:    /* floats, and empty data */
+            dflt = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
+        }
+        DType dt;
+        if (out_dtype(lib, b, dflt, &dt, err))
+            return -1;
+        *out = m;
+        out->dtype = (unsigned char)dt;
+    } else {
+        return sj_err(err, "building a tensor from a sequence of tensors is not supported");
+    }
+    if (set_requires_grad(lib, b, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}

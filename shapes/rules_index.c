@@ -1,0 +1,271 @@
+/* Indexing: x[index] and x[index] = value.
+ *
+ * Basic indexing (ints, slices, None, Ellipsis and tuples of them) is fully supported.
+ * Advanced indexing is supported for one integer index (a tensor/array or a list of ints)
+ * placed anywhere; its shape replaces the indexed dim. Boolean masks give data-dependent
+ * sizes and are refused, as are several advanced indices at once. */
+#include <string.h>
+
+#include "rules.h"
+#include "rules_util.h"
+
+typedef enum { IX_INT, IX_SLICE, IX_NONE, IX_ELLIPSIS, IX_ADV } IxKind;
+
+typedef struct {
+    IxKind kind;
+    PyObject *obj;              /* IX_INT/IX_SLICE: the constant (borrowed); NULL for an
+                                   int we only know the type of (a numpy integer scalar) */
+    int adv_ndim;               /* IX_ADV: the index's shape */
+    int64_t adv_size[SJ_MAX_RANK];
+} IxItem;
+
+#define MAX_ITEMS (SJ_MAX_RANK * 2 + 2)
+
+static int is_int_const(PyObject *v)
+{
+    return !PyBool_Check(v) && !PyFloat_Check(v) && PyIndex_Check(v) && !PySlice_Check(v);
+}
+
+static int classify_const(PyObject *v, IxItem *it, ShapeErr *err)
+{
+    memset(it, 0, sizeof *it);
+    it->obj = v;
+    if (v == Py_None) {
+        it->kind = IX_NONE;
+    } else if (v == Py_Ellipsis) {
+        it->kind = IX_ELLIPSIS;
+    } else if (PySlice_Check(v)) {
+        it->kind = IX_SLICE;
+    } else if (PyBool_Check(v)) {
+        return sj_err(err, "indexing with a bool is not supported");
+    } else if (is_int_const(v)) {
+        it->kind = IX_INT;
+    } else if (PyList_Check(v)) {
+        Py_ssize_t n = PyList_GET_SIZE(v);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *e = PyList_GET_ITEM(v, i);
+            if (PyBool_Check(e))
+                return sj_err(err, "a boolean mask index gives a data-dependent shape");
+            if (!is_int_const(e))
+                return sj_err(err, "only lists of ints are supported as indices");
+        }
+        it->kind = IX_ADV;
+        it->adv_ndim = 1;
+        it->adv_size[0] = n;
+    } else {
+        return sj_err(err, "index of type %.60s is not supported", Py_TYPE(v)->tp_name);
+    }
+    return 0;
+}
+
+static int classify_tensor(Lib lib, const TensorMeta *m, IxItem *it, ShapeErr *err)
+{
+    memset(it, 0, sizeof *it);
+    DTypeCategory c = dtype_info[m->dtype].category;
+    if (c == CAT_BOOL || (lib == LIB_TORCH && m->dtype == DT_U8))
+        return sj_err(err, "boolean mask indexing gives a data-dependent shape");
+    if (c != CAT_INT)
+        return sj_err(err, "tensors used as indices must be long, int, byte or bool tensors");
+    if (m->lib == LIB_NUMPY && m->ndim == 0) {
+        /* numpy integer scalars and 0-d integer arrays index like ints */
+        it->kind = IX_INT;
+        return 0;
+    }
+    it->kind = IX_ADV;
+    it->adv_ndim = m->ndim;
+    memcpy(it->adv_size, m->size, sizeof(int64_t) * m->ndim);
+    return 0;
+}
+
+/* The items of an index argument. *tuple_form tells x[a, b] from x[a]. */
+static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, ShapeErr *err)
+{
+    *n = 0;
+    if (!ix) {
+        /* x[None] arrives as None, which ba_get hides */
+        items[0].kind = IX_NONE;
+        items[0].obj = Py_None;
+        *n = 1;
+        return 0;
+    }
+    if (ix->kind == BA_TENSOR) {
+        *n = 1;
+        return classify_tensor(lib, ix->meta, &items[0], err);
+    }
+    if (ix->kind == BA_LIST) {
+        /* a tuple (or list) holding at least one tensor */
+        if (ix->n > MAX_ITEMS)
+            return sj_err(err, "too many indices");
+        for (int i = 0; i < ix->n; i++) {
+            const BoundArg *a = &ix->items[i];
+            int r;
+            if (a->kind == BA_TENSOR)
+                r = classify_tensor(lib, a->meta, &items[i], err);
+            else if (a->kind == BA_CONST)
+                r = classify_const(a->value, &items[i], err);
+            else
+                r = sj_err(err, "nested sequences of tensors as indices are not supported");
+            if (r)
+                return -1;
+        }
+        *n = ix->n;
+        return 0;
+    }
+    if (ix->kind != BA_CONST)
+        return sj_err(err, "unsupported index");
+    PyObject *v = ix->value;
+    if (PyTuple_Check(v)) {
+        Py_ssize_t len = PyTuple_GET_SIZE(v);
+        if (len > MAX_ITEMS)
+            return sj_err(err, "too many indices");
+        for (Py_ssize_t i = 0; i < len; i++)
+            if (classify_const(PyTuple_GET_ITEM(v, i), &items[i], err))
+                return -1;
+        *n = (int)len;
+        return 0;
+    }
+    *n = 1;
+    return classify_const(v, &items[0], err);
+}
+
+/* The shape x[index] selects; *scalar tells numpy's "every dim taken by an int" case. */
+static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorMeta *out,
+                       int *scalar, ShapeErr *err)
+{
+    IxItem items[MAX_ITEMS];
+    int n;
+    if (index_items(lib, ix, items, &n, err))
+        return -1;
+    int consumed = 0, ellipses = 0, advs = 0;
+    for (int i = 0; i < n; i++) {
+        if (items[i].kind == IX_INT || items[i].kind == IX_SLICE || items[i].kind == IX_ADV)
+            consumed++;
+        if (items[i].kind == IX_ELLIPSIS)
+            ellipses++;
+        if (items[i].kind == IX_ADV)
+            advs++;
+    }
+    if (ellipses > 1)
+        return sj_err(err, "an index can only have a single ellipsis ('...')");
+    if (consumed > x->ndim)
+        return sj_err(err, "too many indices for tensor of dimension %d", x->ndim);
+    if (advs > 1)
+        return sj_err(err, "indexing with several advanced indices is not supported");
+    int64_t size[SJ_MAX_RANK * 2];
+    int nd = 0, src = 0;
+    for (int i = 0; i < n; i++) {
+        IxItem *it = &items[i];
+        switch (it->kind) {
+        case IX_NONE:
+            size[nd++] = 1;
+            break;
+        case IX_ELLIPSIS:
+            for (int k = 0; k < x->ndim - consumed; k++)
+                size[nd++] = x->size[src++];
+            break;
+        case IX_INT: {
+            int64_t dimsize = x->size[src];
+            if (it->obj) {
+                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL};
+                int64_t v;
+                if (sj_int(&tmp, "index", &v, err))
+                    return -1;
+                if (v < -dimsize || v >= dimsize)
+                    return sj_err(err, "index %lld is out of bounds for dimension %d with "
+                                  "size %lld", (long long)v, src, (long long)dimsize);
+            }
+            src++;
+            break;
+        }
+        case IX_SLICE: {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(it->obj, &start, &stop, &step) < 0) {
+                PyErr_Clear();
+                return sj_err(err, "slice indices must be integers or None");
+            }
+            if (step == 0)
+                return sj_err(err, "slice step cannot be zero");
+            if (step < 0 && lib == LIB_TORCH)
+                return sj_err(err, "step must be greater than zero");
+            size[nd++] = PySlice_AdjustIndices((Py_ssize_t)x->size[src], &start, &stop, step);
+            src++;
+            break;
+        }
+        case IX_ADV:
+            for (int k = 0; k < it->adv_ndim; k++)
+                size[nd++] = it->adv_size[k];
+            src++;
+            break;
+        }
+        if (nd > SJ_MAX_RANK)
+            return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    }
+    while (src < x->ndim) {
+        if (nd >= SJ_MAX_RANK)
+            return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+        size[nd++] = x->size[src++];
+    }
+    *out = *x;
+    out->np_scalar = 0;
+    out->ndim = (unsigned char)nd;
+    memcpy(out->size, size, sizeof(int64_t) * (size_t)nd);
+    *scalar = nd == 0 && ellipses == 0 && advs == 0;
+    return 0;
+}
+
+int rule_getitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->np_scalar)
+        return sj_err(err, "indexing a numpy scalar is not supported");
+    int scalar;
+    if (index_shape(lib, x, ba_get(b, "index"), out, &scalar, err))
+        return -1;
+    if (lib == LIB_NUMPY && scalar)
+        out->np_scalar = 1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->np_scalar)
+        return sj_err(err, "numpy scalars are immutable");
+    TensorMeta target;
+    int scalar;
+    if (index_shape(lib, x, ba_get(b, "index"), &target, &scalar, err))
+        return -1;
+    const BoundArg *v = ba_get(b, "value");
+    if (v && v->kind == BA_TENSOR) {
+        /* the value broadcasts to the selected region; leading 1-dims are allowed */
+        const TensorMeta *m = v->meta;
+        int extra = m->ndim - target.ndim;
+        for (int i = 0; i < extra; i++)
+            if (m->size[i] != 1)
+                return sj_err(err, "shape mismatch: value of rank %d cannot be broadcast to "
+                              "indexing result of rank %d", m->ndim, target.ndim);
+        for (int i = extra > 0 ? extra : 0; i < m->ndim; i++) {
+            int64_t s = m->size[i], t = target.size[i - extra];
+            if (s != t && s != 1)
+                return sj_err(err, "shape mismatch: value of size %lld cannot be broadcast "
+                              "to size %lld", (long long)s, (long long)t);
+        }
+        if (lib == LIB_TORCH && dtype_info[m->dtype].category == CAT_COMPLEX &&
+            dtype_info[x->dtype].category != CAT_COMPLEX)
+            return sj_err(err, "cannot assign complex values to a real tensor");
+    } else if (v && v->kind == BA_LIST) {
+        return sj_err(err, "assigning a sequence of tensors is not supported");
+    }
+    *out = *x;
+    *nout = 1;
+    return 0;
+}

@@ -1,0 +1,332 @@
+/* Linear algebra: matmul/mm/bmm/dot, linear, addmm/baddbmm, outer, einsum. */
+#include <string.h>
+
+#include "promote.h"
+#include "rules.h"
+#include "rules_util.h"
+
+/* torch's matrix products do not promote: both operands must share a dtype. numpy
+ * promotes. Also refuses bool in torch (no bool BLAS kernels). */
+static int product_dtype(Lib lib, const TensorMeta *a, const TensorMeta *b, DType *out,
+                         ShapeErr *err)
+{
+    if (lib == LIB_TORCH) {
+        if (a->dtype != b->dtype)
+            return sj_err(err, "expected both operands to have the same dtype, but got %s "
+                          "and %s", dtype_info[a->dtype].name, dtype_info[b->dtype].name);
+        if (a->dtype == DT_BOOL)
+            return sj_err(err, "matrix products are not implemented for bool");
+        *out = (DType)a->dtype;
+        return 0;
+    }
+    return promote_pair(lib, (DType)a->dtype, (DType)b->dtype, out, err);
+}
+
+static int mismatch(ShapeErr *err, int64_t k1, int64_t k2)
+{
+    return sj_err(err, "size mismatch in matrix product: %lld vs %lld", (long long)k1,
+                  (long long)k2);
+}
+
+/* The general matmul: 1-d operands are promoted to matrices and the added dim removed,
+ * batch dims broadcast. */
+static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out,
+                        ShapeErr *err)
+{
+    if (a->ndim == 0 || b->ndim == 0)
+        return sj_err(err, "both arguments to matmul need to be at least 1D");
+    int64_t k1 = a->size[a->ndim - 1];
+    int64_t k2 = b->ndim == 1 ? b->size[0] : b->size[b->ndim - 2];
+    if (k1 != k2)
+        return mismatch(err, k1, k2);
+    TensorMeta ba = *a, bb = *b;
+    /* batch parts */
+    ba.ndim = a->ndim >= 2 ? (unsigned char)(a->ndim - 2) : 0;
+    bb.ndim = b->ndim >= 2 ? (unsigned char)(b->ndim - 2) : 0;
+    const TensorMeta *ms[2] = {&ba, &bb};
+    if (sj_broadcast(ms, 2, out, err))
+        return -1;
+    int nd = out->ndim;
+    if (a->ndim >= 2)
+        out->size[nd++] = a->size[a->ndim - 2];
+    if (b->ndim >= 2)
+        out->size[nd++] = b->size[b->ndim - 1];
+    if (nd > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    out->ndim = (unsigned char)nd;
+    return 0;
+}
+
+/* numpy.dot: sum over the last dim of a and the second-to-last of b, no broadcasting. */
+static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out,
+                        ShapeErr *err)
+{
+    if (a->ndim == 0 || b->ndim == 0) {
+        const TensorMeta *ms[2] = {a->ndim ? a : NULL, b->ndim ? b : NULL};
+        return sj_broadcast(ms, 2, out, err);
+    }
+    int64_t k1 = a->size[a->ndim - 1];
+    int64_t k2 = b->ndim == 1 ? b->size[0] : b->size[b->ndim - 2];
+    if (k1 != k2)
+        return sj_err(err, "shapes not aligned: %lld (dim %d) != %lld", (long long)k1,
+                      a->ndim - 1, (long long)k2);
+    int nd = 0;
+    for (int i = 0; i + 1 < a->ndim; i++)
+        out->size[nd++] = a->size[i];
+    for (int i = 0; i + 2 < b->ndim; i++)
+        out->size[nd++] = b->size[i];
+    if (b->ndim >= 2)
+        out->size[nd++] = b->size[b->ndim - 1];
+    out->ndim = (unsigned char)nd;
+    return 0;
+}
+
+int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
+    if (!y)
+        return -1;
+    DType dt;
+    if (lib == LIB_TORCH) {
+        int want = op == OP_MM ? 2 : op == OP_BMM ? 3 : op == OP_DOT ? 1 : 0;
+        if (want && (x->ndim != want || y->ndim != want))
+            return sj_err(err, "%s: expected %d-D tensors, got %d-D and %d-D",
+                          op_info[op].name, want, x->ndim, y->ndim);
+        if (op == OP_BMM && x->size[0] != y->size[0])
+            return sj_err(err, "bmm: batch sizes differ");
+    }
+    if (product_dtype(lib, x, y, &dt, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    if (lib == LIB_NUMPY && op == OP_DOT) {
+        if (np_dot_shape(x, y, out, err))
+            return -1;
+    } else if (matmul_shape(x, y, out, err)) {
+        return -1;
+    }
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    sj_np_scalarize(lib, out);
+    *nout = 1;
+    return 0;
+}
+
+int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
+    if (!w)
+        return -1;
+    if (w->ndim != 1 && w->ndim != 2)
+        return sj_err(err, "linear: weight must be 1-D or 2-D");
+    if (x->ndim == 0)
+        return sj_err(err, "linear: input must be at least 1-D");
+    DType dt;
+    if (product_dtype(lib, x, w, &dt, err))
+        return -1;
+    int64_t in = w->size[w->ndim - 1];
+    if (x->size[x->ndim - 1] != in)
+        return mismatch(err, x->size[x->ndim - 1], in);
+    sj_meta(out, lib, dt);
+    out->ndim = x->ndim;
+    memcpy(out->size, x->size, sizeof(int64_t) * x->ndim);
+    if (w->ndim == 2)
+        out->size[x->ndim - 1] = w->size[0];
+    else
+        out->ndim--;
+    const BoundArg *bias = ba_get(b, "bias");
+    if (bias && bias->kind == BA_TENSOR) {
+        if (bias->meta->dtype != dt)
+            return sj_err(err, "linear: bias dtype differs");
+        const TensorMeta *ms[2] = {out, bias->meta};
+        TensorMeta r = *out;
+        if (sj_broadcast(ms, 2, &r, err))
+            return -1;
+        if (r.ndim != out->ndim || memcmp(r.size, out->size, sizeof(int64_t) * r.ndim))
+            return sj_err(err, "linear: bias does not broadcast to the output");
+    }
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+int rule_addmm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+               ShapeErr *err)
+{
+    const TensorMeta *c = sj_tensor(b, "input", err);
+    const TensorMeta *m1 = c ? sj_tensor(b, "mat1", err) : NULL;
+    const TensorMeta *m2 = m1 ? sj_tensor(b, "mat2", err) : NULL;
+    if (!m2)
+        return -1;
+    int want = op == OP_BADDBMM ? 3 : 2;
+    if (m1->ndim != want || m2->ndim != want)
+        return sj_err(err, "%s: expected %d-D matrices", op_info[op].name, want);
+    if (op == OP_BADDBMM && m1->size[0] != m2->size[0])
+        return sj_err(err, "baddbmm: batch sizes differ");
+    DType dt;
+    if (product_dtype(lib, m1, m2, &dt, err) || product_dtype(lib, c, m1, &dt, err))
+        return -1;
+    TensorMeta prod;
+    sj_meta(&prod, lib, dt);
+    if (matmul_shape(m1, m2, &prod, err))
+        return -1;
+    const TensorMeta *ms[2] = {c, &prod};
+    TensorMeta r = prod;
+    if (sj_broadcast(ms, 2, &r, err))
+        return -1;
+    if (r.ndim != prod.ndim || memcmp(r.size, prod.size, sizeof(int64_t) * r.ndim))
+        return sj_err(err, "%s: input does not broadcast to the product", op_info[op].name);
+    *out = prod;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+               ShapeErr *err)
+{
+    (void)op;
+    const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
+    if (!y)
+        return -1;
+    if (lib == LIB_TORCH && (x->ndim != 1 || y->ndim != 1))
+        return sj_err(err, "outer: expected 1-D tensors");
+    DType dt;
+    /* torch.outer multiplies (promotion like mul); numpy.outer too, on flattened inputs */
+    if (promote_args(lib, ops, 2, 0, &dt, NULL, err))
+        return -1;
+    if (lib == LIB_TORCH && dt == DT_BOOL) {
+        /* bool * bool is bool in both */
+    }
+    sj_meta(out, lib, dt);
+    out->ndim = 2;
+    out->size[0] = sj_numel(x);
+    out->size[1] = sj_numel(y);
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+/* einsum: "ij,jk->ik". Labels are letters; an implicit output lists the labels used once,
+ * in alphabetical order. Ellipsis is refused. */
+int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const BoundArg *eq = ba_get(b, "equation");
+    const BoundArg *ops = ba_get(b, "operands");
+    if (!eq || eq->kind != BA_CONST || !PyUnicode_Check(eq->value))
+        return sj_err(err, "einsum needs a constant equation string");
+    if (!ops || ops->kind != BA_LIST)
+        return sj_err(err, "einsum needs tensor operands");
+    /* torch.einsum("..", [a, b]) passes the operands as one list */
+    if (ops->n == 1 && ops->items[0].kind == BA_LIST)
+        ops = &ops->items[0];
+    const char *s = PyUnicode_AsUTF8(eq->value);
+    if (!s) {
+        PyErr_Clear();
+        return sj_err(err, "bad einsum equation");
+    }
+    if (strstr(s, "..."))
+        return sj_err(err, "einsum with an ellipsis is not supported");
+    int64_t label_size[128];
+    int label_count[128];
+    for (int i = 0; i < 128; i++) {
+        label_size[i] = -1;
+        label_count[i] = 0;
+    }
+    const char *arrow = strstr(s, "->");
+    int operand = 0, axis = 0;
+    const TensorMeta *cur = NULL;
+    const BoundArg *promo[SJ_MAX_OUTS];
+    for (const char *c = s;; c++) {
+        if (operand >= ops->n)
+            return sj_err(err, "einsum: more operands in the equation than given");
+        if (!cur) {
+            if (ops->items[operand].kind != BA_TENSOR)
+                return sj_err(err, "einsum operands must be tensors");
+            cur = ops->items[operand].meta;
+            if (operand < SJ_MAX_OUTS)
+                promo[operand] = &ops->items[operand];
+            axis = 0;
+        }
+        if (*c == ' ')
+            continue;
+        if (*c == ',' || c == arrow || !*c) {
+            if (axis != cur->ndim)
+                return sj_err(err, "einsum: operand %d has %d dims but the equation gives %d",
+                              operand, cur->ndim, axis);
+            operand++;
+            cur = NULL;
+            if (*c == ',')
+                continue;
+            break;
+        }
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+            return sj_err(err, "einsum: invalid subscript '%c'", *c);
+        if (axis >= cur->ndim)
+            return sj_err(err, "einsum: too many subscripts for operand %d", operand);
+        int64_t sz = cur->size[axis++];
+        int64_t *known = &label_size[(int)*c];
+        if (*known == -1 || *known == 1)
+            *known = sz;
+        else if (sz != *known && sz != 1)
+            return sj_err(err, "einsum: size of label '%c' differs between operands", *c);
+        label_count[(int)*c]++;
+    }
+    if (operand != ops->n)
+        return sj_err(err, "einsum: %d operands given, the equation has %d", ops->n, operand);
+    DType dt;
+    if (lib == LIB_TORCH) {
+        for (int i = 1; i < ops->n; i++)
+            if (ops->items[i].meta->dtype != ops->items[0].meta->dtype)
+                return sj_err(err, "einsum(): operands do not all have the same dtype");
+        dt = (DType)ops->items[0].meta->dtype;
+    } else if (promote_args(lib, promo, ops->n < SJ_MAX_OUTS ? ops->n : SJ_MAX_OUTS, 0, &dt,
+                            NULL, err)) {
+        return -1;
+    }
+    DType given;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (dtype_given)
+        dt = given;
+    sj_meta(out, lib, dt);
+    int nd = 0;
+    if (arrow) {
+        unsigned long long seen = 0;
+        for (const char *c = arrow + 2; *c; c++) {
+            if (*c == ' ')
+                continue;
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')) ||
+                label_count[(int)*c] == 0)
+                return sj_err(err, "einsum: output subscript '%c' does not appear in the "
+                              "inputs", *c);
+            int bit = *c >= 'a' ? *c - 'a' : 26 + *c - 'A';
+            if (seen & (1ull << bit))
+                return sj_err(err, "einsum: output subscript '%c' appears more than once", *c);
+            seen |= 1ull << bit;
+            if (nd >= SJ_MAX_RANK)
+                return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+            out->size[nd++] = label_size[(int)*c];
+        }
+    } else {
+        for (int c = 'A'; c <= 'z'; c++)
+            if (label_count[c] == 1) {
+                if (nd >= SJ_MAX_RANK)
+                    return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+                out->size[nd++] = label_size[c];
+            }
+    }
+    out->ndim = (unsigned char)nd;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    sj_np_scalarize(lib, out);
+    *nout = 1;
+    return 0;
+}

@@ -1,0 +1,470 @@
+/* Neural-network layers: normalisations, convolution, pooling, embedding, attention, pad. */
+#include <string.h>
+
+#include "rules.h"
+#include "rules_util.h"
+
+static int need_float(const TensorMeta *x, const char *name, ShapeErr *err)
+{
+    if (dtype_info[x->dtype].category != CAT_FLOAT)
+        return sj_err(err, "%s is not implemented for %s", name, dtype_info[x->dtype].name);
+    return 0;
+}
+
+/* An optional tensor parameter must share the input's dtype (torch's layers do not promote). */
+static int same_dtype_opt(const BoundArgs *b, const char *name, const TensorMeta *x,
+                          const TensorMeta **out, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    *out = NULL;
+    if (!a)
+        return 0;
+    if (a->kind != BA_TENSOR)
+        return sj_err(err, "%s must be a tensor", name);
+    if (a->meta->dtype != x->dtype)
+        return sj_err(err, "expected %s to have dtype %s, got %s", name,
+                      dtype_info[x->dtype].name, dtype_info[a->meta->dtype].name);
+    *out = a->meta;
+    return 0;
+}
+
+static int vec_of(const TensorMeta *m, int64_t n, const char *name, ShapeErr *err)
+{
+    if (m && (m->ndim != 1 || m->size[0] != n))
+        return sj_err(err, "%s should have %lld elements", name, (long long)n);
+    return 0;
+}
+
+int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x || need_float(x, op_info[op].name, err))
+        return -1;
+    const TensorMeta *w, *bias;
+    if (same_dtype_opt(b, "weight", x, &w, err) || same_dtype_opt(b, "bias", x, &bias, err))
+        return -1;
+    if (op == OP_LAYER_NORM) {
+        int64_t ns[SJ_MAX_RANK];
+        int n;
+        if (sj_int_list(ba_get(b, "normalized_shape"), "normalized_shape", ns, &n,
+                        SJ_MAX_RANK, err))
+            return -1;
+        if (n > x->ndim)
+            return sj_err(err, "layer_norm: normalized_shape is longer than the input rank");
+        for (int i = 0; i < n; i++)
+            if (x->size[x->ndim - n + i] != ns[i])
+                return sj_err(err, "layer_norm: input shape does not end with "
+                              "normalized_shape");
+        for (int k = 0; k < 2; k++) {
+            const TensorMeta *m = k ? bias : w;
+            if (m && (m->ndim != n || memcmp(m->size, ns, sizeof(int64_t) * (size_t)n)))
+                return sj_err(err, "layer_norm: weight/bias must have normalized_shape");
+        }
+    } else if (op == OP_BATCH_NORM) {
+        if (x->ndim < 2)
+            return sj_err(err, "batch_norm expects at least 2-D input");
+        int64_t c = x->size[1];
+        const TensorMeta *rm, *rv;
+        if (same_dtype_opt(b, "running_mean", x, &rm, err) ||
+            same_dtype_opt(b, "running_var", x, &rv, err))
+            return -1;
+        if (vec_of(rm, c, "running_mean", err) || vec_of(rv, c, "running_var", err) ||
+            vec_of(w, c, "weight", err) || vec_of(bias, c, "bias", err))
+            return -1;
+        int training;
+        if (sj_get_bool(b, "training", 0, &training, err))
+            return -1;
+        if (!training && (!rm || !rv))
+            return sj_err(err, "batch_norm in eval mode needs running_mean and running_var");
+        if (training && sj_numel(x) / (c ? c : 1) <= 1 && c)
+            return sj_err(err, "Expected more than 1 value per channel when training");
+    } else {    /* group_norm */
+        int64_t g;
+        if (sj_int(ba_get(b, "num_groups"), "num_groups", &g, err))
+            return -1;
+        if (x->ndim < 2)
+            return sj_err(err, "group_norm expects at least 2-D input");
+        int64_t c = x->size[1];
+        if (g <= 0 || c % g != 0)
+            return sj_err(err, "Expected number of channels in input to be divisible by "
+                          "num_groups");
+        if (vec_of(w, c, "weight", err) || vec_of(bias, c, "bias", err))
+            return -1;
+    }
+    *out = *x;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+/* An int or a tuple of `n` ints (a single int repeats). */
+static int int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v,
+                     ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        for (int i = 0; i < n; i++)
+            v[i] = dflt;
+        return 0;
+    }
+    int64_t tmp[SJ_MAX_RANK];
+    int m;
+    if (sj_int_list(a, name, tmp, &m, SJ_MAX_RANK, err))
+        return -1;
+    if (m == 1) {
+        for (int i = 0; i < n; i++)
+            v[i] = tmp[0];
+        return 0;
+    }
+    if (m != n)
+        return sj_err(err, "%s must be an int or a tuple of %d ints", name, n);
+    memcpy(v, tmp, sizeof(int64_t) * (size_t)n);
+    return 0;
+}
+
+int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)lib;
+    int sp = op == OP_CONV1D ? 1 : 2;    /* spatial dims */
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
+    if (!w || need_float(x, op_info[op].name, err))
+        return -1;
+    if (w->dtype != x->dtype)
+        return sj_err(err, "input and weight should have the same dtype");
+    int batched = x->ndim == sp + 2;
+    if (!batched && x->ndim != sp + 1)
+        return sj_err(err, "%s expects %d-D (unbatched) or %d-D (batched) input",
+                      op_info[op].name, sp + 1, sp + 2);
+    if (w->ndim != sp + 2)
+        return sj_err(err, "%s: weight must be %d-D", op_info[op].name, sp + 2);
+    int64_t stride[2], pad[2], dil[2], groups;
+    if (int_tuple(b, "stride", 1, sp, stride, err) || int_tuple(b, "dilation", 1, sp, dil, err) ||
+        sj_get_int(b, "groups", 1, &groups, err))
+        return -1;
+    const BoundArg *pa = ba_get(b, "padding");
+    int same = 0;
+    if (pa && pa->kind == BA_CONST && PyUnicode_Check(pa->value)) {
+        if (PyUnicode_CompareWithASCIIString(pa->value, "same") == 0)
+            same = 1;
+        else if (PyUnicode_CompareWithASCIIString(pa->value, "valid") != 0)
+            return sj_err(err, "padding must be 'same', 'valid' or ints");
+        pad[0] = pad[1] = 0;
+    } else if (int_tuple(b, "padding", 0, sp, pad, err)) {
+        return -1;
+    }
+    if (groups <= 0)
+        return sj_err(err, "non-positive groups is not supported");
+    for (int i = 0; i < sp; i++)
+        if (stride[i] <= 0 || dil[i] <= 0 || pad[i] < 0)
+            return sj_err(err, "non-positive stride/dilation or negative padding");
+    if (same)
+        for (int i = 0; i < sp; i++)
+            if (stride[i] != 1)
+                return sj_err(err, "padding='same' is not supported for strided convolutions");
+    int off = batched ? 1 : 0;
+    int64_t cin = x->size[off];
+    if (w->size[0] % groups != 0)
+        return sj_err(err, "out_channels must be divisible by groups");
+    if (w->size[1] * groups != cin)
+        return sj_err(err, "expected input to have %lld channels, but got %lld channels",
+                      (long long)(w->size[1] * groups), (long long)cin);
+    const TensorMeta *bias;
+    if (same_dtype_opt(b, "bias", x, &bias, err) || vec_of(bias, w->size[0], "bias", err))
+        return -1;
+    *out = *x;
+    if (batched)
+        out->size[0] = x->size[0];
+    out->size[off] = w->size[0];
+    for (int i = 0; i < sp; i++) {
+        int64_t in = x->size[off + 1 + i];
+        int64_t k = dil[i] * (w->size[2 + i] - 1) + 1;
+        if (same) {
+            out->size[off + 1 + i] = in;
+            continue;
+        }
+        int64_t span = in + 2 * pad[i];
+        if (span < k)
+            return sj_err(err, "kernel size can't be greater than actual input size");
+        out->size[off + 1 + i] = (span - k) / stride[i] + 1;
+    }
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->ndim != 3 && x->ndim != 4)
+        return sj_err(err, "%s expects 3-D or 4-D input", op_info[op].name);
+    DTypeCategory c = dtype_info[x->dtype].category;
+    if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL2D && c != CAT_FLOAT))
+        return sj_err(err, "%s is not implemented for %s", op_info[op].name,
+                      dtype_info[x->dtype].name);
+    int64_t k[2], s[2], p[2], d[2] = {1, 1};
+    if (int_tuple(b, "kernel_size", 1, 2, k, err) || int_tuple(b, "padding", 0, 2, p, err))
+        return -1;
+    const BoundArg *sa = ba_get(b, "stride");
+    if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) &&
+                PySequence_Size(sa->value) == 0)) {
+        PyErr_Clear();
+        s[0] = k[0];
+        s[1] = k[1];
+    } else if (int_tuple(b, "stride", 1, 2, s, err)) {
+        return -1;
+    }
+    if (op == OP_MAX_POOL2D && int_tuple(b, "dilation", 1, 2, d, err))
+        return -1;
+    int ceil_mode, ret_idx = 0;
+    if (sj_get_bool(b, "ceil_mode", 0, &ceil_mode, err))
+        return -1;
+    if (op == OP_MAX_POOL2D && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
+        return -1;
+    *out = *x;
+    int off = x->ndim - 2;
+    for (int i = 0; i < 2; i++) {
+        if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0)
+            return sj_err(err, "kernel size, stride and dilation must be greater than zero");
+        if (p[i] < 0 || p[i] > k[i] / 2)
+            return sj_err(err, "pad should be at most half of effective kernel size");
+        int64_t in = x->size[off + i];
+        int64_t num = in + 2 * p[i] - d[i] * (k[i] - 1) - 1 + (ceil_mode ? s[i] - 1 : 0);
+        /* floor division, also for a negative numerator */
+        int64_t o = (num >= 0 ? num / s[i] : -((-num + s[i] - 1) / s[i])) + 1;
+        /* with ceil_mode the last window must start inside the input or its left pad */
+        if (ceil_mode && (o - 1) * s[i] >= in + p[i])
+            o--;
+        if (o <= 0)
+            return sj_err(err, "output size is too small");
+        out->size[off + i] = o;
+    }
+    for (int i = 0; i < off; i++)
+        if (x->size[i] == 0 && i == off - 1)
+            return sj_err(err, "expected non-empty channels");
+    out[0].requires_grad = x->requires_grad;
+    if (ret_idx) {
+        out[1] = out[0];
+        out[1].dtype = DT_I64;
+        out[1].requires_grad = 0;
+        *nout = 2;
+    } else {
+        *nout = 1;
+    }
+    return 0;
+}
+
+int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                       ShapeErr *err)
+{
+    (void)op; (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x || need_float(x, "adaptive_avg_pool2d", err))
+        return -1;
+    if (x->ndim != 3 && x->ndim != 4)
+        return sj_err(err, "adaptive_avg_pool2d expects 3-D or 4-D input");
+    int off = x->ndim - 2;
+    for (int i = 1; i < off + 2 && i < x->ndim; i++)
+        if (x->size[i] == 0 && i >= off)
+            return sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
+    const BoundArg *os = ba_get(b, "output_size");
+    if (!os || os->kind != BA_CONST)
+        return sj_err(err, "output_size must be constant");
+    *out = *x;
+    PyObject *v = os->value;
+    if (PyTuple_Check(v) || PyList_Check(v)) {
+        if (PySequence_Fast_GET_SIZE(v) != 2)
+            return sj_err(err, "output_size must be an int or a pair");
+        for (int i = 0; i < 2; i++) {
+            PyObject *e = PySequence_Fast_GET_ITEM(v, i);
+            if (e == Py_None)
+                continue;    /* None keeps the input size */
+            BoundArg t = {BA_CONST, NULL, e, 0, NULL};
+            int64_t n;
+            if (sj_int(&t, "output_size", &n, err))
+                return -1;
+            if (n < 0)
+                return sj_err(err, "output_size must be non-negative");
+            out->size[off + i] = n;
+        }
+    } else {
+        int64_t n;
+        if (sj_int(os, "output_size", &n, err))
+            return -1;
+        if (n < 0)
+            return sj_err(err, "output_size must be non-negative");
+        out->size[off] = out->size[off + 1] = n;
+    }
+    *nout = 1;
+    return 0;
+}
+
+int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)op; (void)lib;
+    const TensorMeta *ix = sj_tensor(b, "input", err);
+    const TensorMeta *w = ix ? sj_tensor(b, "weight", err) : NULL;
+    if (!w)
+        return -1;
+    if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
+        return sj_err(err, "Expected tensor for argument #1 'indices' to have one of the "
+                      "following scalar types: Long, Int");
+    if (w->ndim != 2)
+        return sj_err(err, "'weight' must be 2-D");
+    if (ix->ndim + 1 > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    *out = *w;
+    out->ndim = (unsigned char)(ix->ndim + 1);
+    memcpy(out->size, ix->size, sizeof(int64_t) * ix->ndim);
+    out->size[ix->ndim] = w->size[1];
+    *nout = 1;
+    return 0;
+}
+
+int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op; (void)lib;
+    const TensorMeta *q = sj_tensor(b, "query", err);
+    const TensorMeta *k = q ? sj_tensor(b, "key", err) : NULL;
+    const TensorMeta *v = k ? sj_tensor(b, "value", err) : NULL;
+    if (!v || need_float(q, "scaled_dot_product_attention", err))
+        return -1;
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return sj_err(err, "Expected query, key, and value to have the same dtype");
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2)
+        return sj_err(err, "query, key and value must be at least 2-D");
+    int64_t e = q->size[q->ndim - 1];
+    if (k->size[k->ndim - 1] != e)
+        return sj_err(err, "query and key must have the same embedding size");
+    if (k->size[k->ndim - 2] != v->size[v->ndim - 2])
+        return sj_err(err, "key and value must have the same sequence length");
+    int gqa;
+    if (sj_get_bool(b, "enable_gqa", 0, &gqa, err))
+        return -1;
+    TensorMeta bq = *q, bk = *k, bv = *v;
+    bq.ndim -= 2;
+    bk.ndim -= 2;
+    bv.ndim -= 2;
+    if (gqa && bq.ndim >= 1 && bk.ndim >= 1 && bq.ndim == bk.ndim && bk.ndim == bv.ndim) {
+        /* grouped-query attention: key/value heads divide the query heads */
+        int h = bq.ndim - 1;
+        if (bk.size[h] != bv.size[h] || bk.size[h] == 0 || bq.size[h] % bk.size[h] != 0)
+            return sj_err(err, "number of heads in key/value must divide the query heads");
+        bk.size[h] = bv.size[h] = bq.size[h];
+    }
+    const TensorMeta *ms[3] = {&bq, &bk, &bv};
+    if (sj_broadcast(ms, 3, out, err))
+        return -1;
+    if (out->ndim + 2 > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    int nd = out->ndim;
+    out->size[nd] = q->size[q->ndim - 2];
+    out->size[nd + 1] = v->size[v->ndim - 1];
+    out->ndim = (unsigned char)(nd + 2);
+    out->lib = q->lib;
+    out->dtype = q->dtype;
+    out->np_scalar = 0;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    const BoundArg *mask = ba_get(b, "attn_mask");
+    int causal;
+    if (sj_get_bool(b, "is_causal", 0, &causal, err))
+        return -1;
+    if (mask && causal)
+        return sj_err(err, "_scaled_dot_product_attention: Explicit attn_mask should not be "
+                      "set when is_causal=True");
+    if (mask && mask->kind == BA_TENSOR) {
+        const TensorMeta *m = mask->meta;
+        if (m->dtype != DT_BOOL && m->dtype != q->dtype)
+            return sj_err(err, "attn_mask dtype must be bool or match the query dtype");
+        TensorMeta sc = *out, r;
+        sc.size[sc.ndim - 1] = k->size[k->ndim - 2];
+        const TensorMeta *mm[2] = {&sc, m};
+        if (sj_broadcast(mm, 2, &r, err))
+            return -1;
+        if (r.ndim != sc.ndim || memcmp(r.size, sc.size, sizeof(int64_t) * r.ndim))
+            return sj_err(err, "attn_mask does not broadcast to the attention scores");
+    }
+    *nout = 1;
+    return 0;
+}
+
+/* torch F.pad: pairs (left, right) from the last dim backwards; negative pads crop.
+ * numpy.pad: pad_width per axis from the first: n, (before, after) or one pair per axis. */
+int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *pa = ba_get(b, "pad");
+    if (!pa || pa->kind != BA_CONST)
+        return sj_err(err, "pad must be constant");
+    *out = *x;
+    out->np_scalar = 0;
+    if (lib == LIB_TORCH) {
+        int64_t p[SJ_MAX_RANK * 2];
+        int n;
+        if (sj_int_list(pa, "pad", p, &n, SJ_MAX_RANK * 2, err))
+            return -1;
+        if (n % 2 != 0)
+            return sj_err(err, "Padding length must be divisible by 2");
+        if (n / 2 > x->ndim)
+            return sj_err(err, "Padding length too large");
+        const BoundArg *mode = ba_get(b, "mode");
+        if (mode && (mode->kind != BA_CONST || !PyUnicode_Check(mode->value) ||
+                     PyUnicode_CompareWithASCIIString(mode->value, "constant") != 0))
+            return sj_err(err, "only mode='constant' padding is supported");
+        for (int i = 0; i < n / 2; i++) {
+            int d = x->ndim - 1 - i;
+            int64_t s = x->size[d] + p[2 * i] + p[2 * i + 1];
+            if (s < 0)
+                return sj_err(err, "resulting padded dimension is negative");
+            out->size[d] = s;
+        }
+        *nout = 1;
+        return 0;
+    }
+    PyObject *v = pa->value;
+    int64_t before[SJ_MAX_RANK], after[SJ_MAX_RANK];
+    int64_t flat[SJ_MAX_RANK * 2];
+    int n;
+    if (PyLong_Check(v)) {
+        if (sj_int(pa, "pad_width", &flat[0], err))
+            return -1;
+        for (int i = 0; i < x->ndim; i++)
+            before[i] = after[i] = flat[0];
+    } else if ((PyTuple_Check(v) || PyList_Check(v)) && PySequence_Fast_GET_SIZE(v) > 0 &&
+               (PyTuple_Check(PySequence_Fast_GET_ITEM(v, 0)) ||
+                PyList_Check(PySequence_Fast_GET_ITEM(v, 0)))) {
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
+        if (m != x->ndim && m != 1)
+            return sj_err(err, "pad_width does not match the array rank");
+        for (int i = 0; i < x->ndim; i++) {
+            BoundArg t = {BA_CONST, NULL, PySequence_Fast_GET_ITEM(v, m == 1 ? 0 : i), 0, NULL};
+            if (sj_int_list(&t, "pad_width", flat, &n, 2, err))
+                return -1;
+            before[i] = flat[0];
+            after[i] = n == 2 ? flat[1] : flat[0];
+        }
+    } else {
+        if (sj_int_list(pa, "pad_width", flat, &n, 2, err))
+            return -1;
+        for (int i = 0; i < x->ndim; i++) {
+            before[i] = flat[0];
+            after[i] = n == 2 ? flat[1] : flat[0];
+        }
+    }
+    for (int i = 0; i < x->ndim; i++) {
+        if (before[i] < 0 || after[i] < 0)
+            return sj_err(err, "index can't contain negative values");
+        out->size[i] = x->size[i] + before[i] + after[i];
+    }
+    *nout = 1;
+    return 0;
+}

@@ -1,0 +1,341 @@
+/* Reductions (sum, mean, std, argmax, norm, ...), max/min in their three torch forms,
+ * scans (cumsum) and softmax. */
+#include <string.h>
+
+#include "promote.h"
+#include "rules.h"
+#include "rules_util.h"
+
+/* Which dims a `dim`/`axis` argument reduces, as a bitmask over input dims. Absent means
+ * all dims; so does an empty list in torch (numpy reduces nothing for axis=()). */
+static int reduce_mask(Lib lib, const BoundArg *dim, int ndim, unsigned *mask, ShapeErr *err)
+{
+    *mask = 0;
+    if (!dim) {
+        *mask = (1u << ndim) - 1;
+        return 0;
+    }
+    int64_t dims[SJ_MAX_RANK + 1];
+    int n;
+    if (sj_int_list(dim, "dim", dims, &n, SJ_MAX_RANK + 1, err))
+        return -1;
+    if (n == 0 && lib == LIB_TORCH) {
+        *mask = (1u << ndim) - 1;
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        int d;
+        if (sj_dim(lib, dims[i], ndim, &d, err))
+            return -1;
+        if (ndim == 0)
+            continue;    /* torch: dim 0/-1 of a 0-d tensor reduces nothing */
+        if (*mask & (1u << d))
+            return sj_err(err, "dim %d appears multiple times in the list of dims", d);
+        *mask |= 1u << d;
+    }
+    return 0;
+}
+
+/* Output shape of reducing mask. */
+static void reduce_shape(const TensorMeta *x, unsigned mask, int keepdim, TensorMeta *out)
+{
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (mask & (1u << i)) {
+            if (keepdim)
+                out->size[k++] = 1;
+        } else {
+            out->size[k++] = x->size[i];
+        }
+    }
+    out->ndim = (unsigned char)k;
+}
+
+/* The sum/prod accumulator: torch widens every integer and bool to int64; numpy to its
+ * default int for the signed types narrower than it (and to uint64 for unsigned, which
+ * shapejit has no dtype for). */
+static int sum_dtype(Lib lib, DType d, DType *out, ShapeErr *err)
+{
+    *out = d;
+    if (dtype_info[d].category > CAT_INT)
+        return 0;
+    if (lib == LIB_NUMPY && d == DT_U8)
+        return sj_err(err, "numpy sums uint8 in uint64, which is not supported");
+    *out = DT_I64;
+    return 0;
+}
+
+static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
+                        DType *out, ShapeErr *err)
+{
+    DTypeCategory c = dtype_info[d].category;
+    const char *name = op_info[op].name;
+    if (lib == LIB_NUMPY && d == DT_BF16)
+        return sj_err(err, "numpy has no bfloat16");
+    switch (op) {
+    case OP_SUM:
+    case OP_PROD:
+        if (dtype_given) {
+            *out = given;
+            return 0;
+        }
+        return sum_dtype(lib, d, out, err);
+    case OP_MEAN:
+        if (dtype_given) {
+            *out = given;
+            return 0;
+        }
+        if (c <= CAT_INT) {
+            if (lib == LIB_TORCH)
+                return sj_err(err, "mean(): could not infer output dtype. Input dtype must "
+                              "be either a floating point or complex dtype. Got: %s",
+                              dtype_info[d].name);
+            *out = DT_F64;
+            return 0;
+        }
+        *out = d;
+        return 0;
+    case OP_STD:
+    case OP_VAR:
+        if (dtype_given && lib == LIB_NUMPY) {
+            d = given;
+            c = dtype_info[d].category;
+        }
+        if (c <= CAT_INT) {
+            if (lib == LIB_TORCH)
+                return sj_err(err, "std and var only support floating point and complex "
+                              "dtypes");
+            *out = DT_F64;
+            return 0;
+        }
+        *out = promote_real_of(d);
+        return 0;
+    case OP_NORM:
+        if (dtype_given && lib == LIB_TORCH) {
+            d = given;
+            c = dtype_info[d].category;
+        }
+        if (c <= CAT_INT) {
+            if (lib == LIB_TORCH)
+                return sj_err(err, "norm(): input dtype should be either floating point or "
+                              "complex. Got %s instead.", dtype_info[d].name);
+            *out = DT_F64;
+            return 0;
+        }
+        *out = promote_real_of(d);
+        return 0;
+    case OP_LOGSUMEXP:
+        *out = promote_to_float(lib, d);
+        return 0;
+    case OP_AMAX:
+    case OP_AMIN:
+        if (lib == LIB_TORCH && c == CAT_COMPLEX)
+            return sj_err(err, "%s is not supported for complex inputs", name);
+        *out = d;
+        return 0;
+    case OP_ALL:
+    case OP_ANY:
+        /* torch keeps uint8 for backward compatibility */
+        *out = (lib == LIB_TORCH && d == DT_U8) ? DT_U8 : DT_BOOL;
+        return 0;
+    case OP_ARGMAX:
+    case OP_ARGMIN:
+        if (lib == LIB_TORCH && (c == CAT_COMPLEX || c == CAT_BOOL))
+            return sj_err(err, "%s is not implemented for %s", name, dtype_info[d].name);
+        *out = DT_I64;
+        return 0;
+    default:
+        return sj_err(err, "%s is not a reduction", name);
+    }
+}
+
+/* The common path of every reduction once the dims are known. */
+static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x,
+                       const BoundArg *dim, TensorMeta *out, ShapeErr *err)
+{
+    int keepdim;
+    if (sj_get_bool(b, "keepdim", 0, &keepdim, err))
+        return -1;
+    unsigned mask;
+    if (reduce_mask(lib, dim, x->ndim, &mask, err))
+        return -1;
+    DType given = DT_F32, r = DT_F32;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (reduce_dtype(op, lib, (DType)x->dtype, dtype_given, given, &r, err))
+        return -1;
+    /* torch's argmax/argmin take one dim only; without one they index the flattened
+     * tensor (keepdim then keeps every dim as 1) */
+    if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && dim->kind != BA_CONST)
+        return sj_err(err, "%s: dim must be an int", op_info[op].name);
+    if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && !PyLong_Check(dim->value) &&
+        !PyIndex_Check(dim->value))
+        return sj_err(err, "%s: dim must be an int", op_info[op].name);
+    if (lib == LIB_TORCH && (op == OP_LOGSUMEXP) && !dim)
+        return sj_err(err, "logsumexp() missing required argument 'dim'");
+    /* a reduction over an empty dim has no identity for max/min/argmax */
+    if (op == OP_AMAX || op == OP_AMIN || op == OP_ARGMAX || op == OP_ARGMIN) {
+        for (int i = 0; i < x->ndim; i++)
+            if ((mask & (1u << i)) && x->size[i] == 0)
+                return sj_err(err, "%s of an empty dimension has no identity",
+                              op_info[op].name);
+        if (sj_numel(x) == 0 && !dim)
+            return sj_err(err, "%s of an empty tensor has no identity", op_info[op].name);
+    }
+    sj_meta(out, lib, r);
+    reduce_shape(x, mask, keepdim, out);
+    if (lib == LIB_NUMPY && out->ndim == 0)
+        out->np_scalar = 1;
+    return 0;
+}
+
+int rule_reduce(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *dim = ba_get(b, "dim");
+    /* torch.std(x, False) and x.var(True): the old positional `unbiased` */
+    if (dim && dim->kind == BA_CONST && PyBool_Check(dim->value) &&
+        (op == OP_STD || op == OP_VAR))
+        dim = NULL;
+    if (op == OP_NORM) {
+        /* torch.norm's and np.linalg.norm's `p`/`ord` strings and numbers do not change
+         * the shape; a matrix norm needs 2 dims */
+        const BoundArg *p = ba_get(b, "p");
+        if (p && p->kind == BA_CONST && PyUnicode_Check(p->value) && !dim && x->ndim != 2 &&
+            lib == LIB_NUMPY)
+            return sj_err(err, "a matrix norm needs a 2-d input");
+    }
+    if (reduce_into(op, lib, b, x, dim, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *dim = ba_get(b, "dim");
+    const BoundArg *other = ba_get(b, "other");
+    OpId as = op == OP_MAX ? OP_AMAX : OP_AMIN;
+    if (lib == LIB_NUMPY) {
+        if (reduce_into(as, lib, b, x, dim, out, err))
+            return -1;
+        *nout = 1;
+        return 0;
+    }
+    if (dim && dim->kind == BA_TENSOR) {
+        other = dim;
+        dim = NULL;
+    }
+    if (other) {
+        /* torch.max(a, b) is torch.maximum(a, b) */
+        BoundArgs bb = {0};
+        bb.n = 2;
+        bb.names[0] = "input";
+        bb.names[1] = "other";
+        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL};
+        bb.args[1] = *other;
+        return shapes_infer(op == OP_MAX ? OP_MAXIMUM : OP_MINIMUM, lib, &bb, out, nout, err);
+    }
+    if (!dim) {
+        if (ba_get(b, "keepdim"))
+            return sj_err(err, "max/min: keepdim needs a dim");
+        if (sj_numel(x) == 0)
+            return sj_err(err, "max(): Expected reduction dim to be specified for "
+                          "input.numel() == 0");
+        if (reduce_into(as, lib, b, x, NULL, out, err))
+            return -1;
+        *nout = 1;
+        return 0;
+    }
+    if (dim->kind != BA_CONST || !PyIndex_Check(dim->value) || PyBool_Check(dim->value))
+        return sj_err(err, "max/min: dim must be an int");
+    if (reduce_into(as, lib, b, x, dim, &out[0], err))
+        return -1;
+    if (x->dtype == DT_BOOL || dtype_info[x->dtype].category == CAT_COMPLEX) {
+        /* values and indices of bool work; complex does not */
+        if (dtype_info[x->dtype].category == CAT_COMPLEX)
+            return sj_err(err, "max/min with dim is not supported for complex");
+    }
+    out[1] = out[0];
+    out[1].dtype = DT_I64;
+    out[1].requires_grad = 0;
+    *nout = 2;
+    return 0;
+}
+
+int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    DType d = (DType)x->dtype, given;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (dtype_given)
+        d = given;
+    else if (sum_dtype(lib, d, &d, err))
+        return -1;
+    if (lib == LIB_NUMPY && d == DT_BF16)
+        return sj_err(err, "numpy has no bfloat16");
+    const BoundArg *dim = ba_get(b, "dim");
+    *out = *x;
+    out->dtype = (unsigned char)d;
+    out->np_scalar = 0;
+    if (!dim) {
+        if (lib == LIB_TORCH)
+            return sj_err(err, "%s() missing required argument 'dim'", op_info[op].name);
+        /* numpy scans the flattened array */
+        out->ndim = 1;
+        out->size[0] = sj_numel(x);
+        *nout = 1;
+        return 0;
+    }
+    int64_t dv;
+    int dn;
+    if (sj_int(dim, "dim", &dv, err) || sj_dim(lib, dv, x->ndim, &dn, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    DType d = (DType)x->dtype, given;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (dtype_given)
+        d = given;
+    DTypeCategory c = dtype_info[d].category;
+    if (c <= CAT_INT)
+        return sj_err(err, "%s is not implemented for %s", op_info[op].name,
+                      dtype_info[d].name);
+    if (c == CAT_COMPLEX)
+        return sj_err(err, "%s is not implemented for complex", op_info[op].name);
+    const BoundArg *dim = ba_get(b, "dim");
+    if (dim) {
+        int64_t dv;
+        int dn;
+        if (sj_int(dim, "dim", &dv, err) || sj_dim(lib, dv, x->ndim, &dn, err))
+            return -1;
+    } else if (ba_get(b, "implicit_dim_ok") == NULL) {
+        return sj_err(err, "%s() missing required argument 'dim'", op_info[op].name);
+    }
+    *out = *x;
+    out->dtype = (unsigned char)d;
+    *nout = 1;
+    return 0;
+}

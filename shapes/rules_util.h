@@ -1,0 +1,68 @@
+/* Helpers shared by the shape rules (implemented in shapes/rules.c). None of them sets a
+ * Python exception: failures are reported through ShapeErr, and any Python error raised
+ * while reading a constant is cleared. */
+#ifndef SJ_RULES_UTIL_H
+#define SJ_RULES_UTIL_H
+
+#include "rules.h"
+
+#if defined(__GNUC__)
+#define SJ_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SJ_PRINTF(a, b)
+#endif
+
+/* Writes the refusal message; always returns -1 so rules can `return sj_err(...)`. */
+int sj_err(ShapeErr *err, const char *fmt, ...) SJ_PRINTF(2, 3);
+
+/* An empty output of the given library and dtype. */
+void sj_meta(TensorMeta *out, Lib lib, DType dt);
+
+/* The tensor argument `name`; refuses when absent or not a tensor. Borrowed. */
+const TensorMeta *sj_tensor(const BoundArgs *b, const char *name, ShapeErr *err);
+
+/* Python int constant (bool refused; numpy integer scalars accepted). 0 = ok, -1 = not an
+ * int (err set, naming what). */
+int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err);
+/* Optional int/bool/float parameters: absent (or None) gives dflt. */
+int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err);
+int sj_get_bool(const BoundArgs *b, const char *name, int dflt, int *out, ShapeErr *err);
+int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out, ShapeErr *err);
+
+/* A list of ints from an int, a tuple/list/torch.Size of ints, or a *varargs BA_LIST (a
+ * varargs list holding one sequence is unwrapped: x.view((2, 3)) == x.view(2, 3)).
+ * *n receives the count (at most max). */
+int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
+                ShapeErr *err);
+
+/* Wraps a possibly negative dim into [0, ndim). torch lets a 0-d tensor use dims -1 and 0. */
+int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err);
+
+/* Broadcasts the shapes of n metas into out->ndim/out->size (other fields untouched).
+ * NULL entries are skipped. */
+int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr *err);
+
+/* The dtype argument `name` (torch.dtype, numpy dtype-like, or Python type).
+ * *given = 0 when absent. */
+int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
+                 ShapeErr *err);
+
+/* numpy ufuncs and reductions return numpy scalars instead of 0-d arrays. */
+void sj_np_scalarize(Lib lib, TensorMeta *out);
+
+/* Product of sizes. */
+int64_t sj_numel(const TensorMeta *m);
+
+/* The library of the first tensor argument (for operator rows), or dflt. */
+Lib sj_lib_of(const BoundArgs *b, Lib dflt);
+
+/* 1 when any tensor argument (lists included) requires grad. */
+int sj_requires_grad(const BoundArgs *b);
+
+/* Every rule named in ops.def (repeats are harmless redeclarations). */
+#define X(e, name, kind, rule) \
+    int rule(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);
+#include "../graph/ops.def"
+#undef X
+
+#endif

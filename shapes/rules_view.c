@@ -1,0 +1,751 @@
+/* Views and data movement: view/reshape, permute, transpose, squeeze/unsqueeze, flatten,
+ * expand, narrow/select, movedim, split/chunk/unbind, repeat, cat/stack. Indexing
+ * (getitem/setitem) lives in rules_index.c. */
+#include <string.h>
+
+#include "promote.h"
+#include "rules.h"
+#include "rules_util.h"
+
+/* The output starts as the input with another shape. numpy views of numpy scalars are
+ * arrays. */
+static void like(const TensorMeta *x, TensorMeta *out)
+{
+    *out = *x;
+    out->np_scalar = 0;
+}
+
+int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t shape[SJ_MAX_RANK + 1];
+    int n;
+    const BoundArg *s = ba_get(b, "shape");
+    if (!s)
+        return sj_err(err, "%s needs a shape", op_info[op].name);
+    if (sj_int_list(s, "shape", shape, &n, SJ_MAX_RANK + 1, err))
+        return -1;
+    if (n > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < n; i++) {
+        if (shape[i] == -1) {
+            if (infer >= 0)
+                return sj_err(err, "only one dimension can be inferred");
+            infer = i;
+        } else if (shape[i] < 0) {
+            return sj_err(err, "invalid shape dimension %lld", (long long)shape[i]);
+        } else {
+            known *= shape[i];
+        }
+    }
+    int64_t total = sj_numel(x);
+    if (infer >= 0) {
+        if (known == 0 || total % known != 0)
+            return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
+        shape[infer] = total / known;
+    } else if (known != total) {
+        return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
+    }
+    like(x, out);
+    out->ndim = (unsigned char)n;
+    memcpy(out->size, shape, sizeof(int64_t) * (size_t)n);
+    *nout = 1;
+    return 0;
+}
+
+int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t dims[SJ_MAX_RANK];
+    int n;
+    const BoundArg *d = ba_get(b, "dims");
+    if (!d || (d->kind == BA_LIST && d->n == 0)) {
+        /* numpy transpose without axes reverses the dims */
+        if (lib == LIB_TORCH)
+            return sj_err(err, "permute needs dims");
+        n = x->ndim;
+        for (int i = 0; i < n; i++)
+            dims[i] = n - 1 - i;
+    } else if (sj_int_list(d, "dims", dims, &n, SJ_MAX_RANK, err)) {
+        return -1;
+    }
+    if (n != x->ndim)
+        return sj_err(err, "number of dims don't match in permute");
+    unsigned seen = 0;
+    like(x, out);
+    for (int i = 0; i < n; i++) {
+        int k;
+        if (sj_dim(lib, dims[i], x->ndim, &k, err))
+            return -1;
+        if (seen & (1u << k))
+            return sj_err(err, "repeated dim in permute");
+        seen |= 1u << k;
+        out->size[i] = x->size[k];
+    }
+    *nout = 1;
+    return 0;
+}
+
+int rule_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0, d1;
+    int a, c;
+    if (sj_int(ba_get(b, "dim0"), "dim0", &d0, err) || sj_int(ba_get(b, "dim1"), "dim1", &d1, err))
+        return -1;
+    if (sj_dim(lib, d0, x->ndim, &a, err) || sj_dim(lib, d1, x->ndim, &c, err))
+        return -1;
+    like(x, out);
+    if (x->ndim) {
+        out->size[a] = x->size[c];
+        out->size[c] = x->size[a];
+    }
+    *nout = 1;
+    return 0;
+}
+
+int rule_t(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op; (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->ndim > 2)
+        return sj_err(err, "t() expects a tensor with <= 2 dimensions, but self is %dD",
+                      x->ndim);
+    like(x, out);
+    if (x->ndim == 2) {
+        out->size[0] = x->size[1];
+        out->size[1] = x->size[0];
+    }
+    *nout = 1;
+    return 0;
+}
+
+int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t dims[SJ_MAX_RANK];
+    int n;
+    if (sj_int_list(ba_get(b, "dim"), "dim", dims, &n, SJ_MAX_RANK, err))
+        return -1;
+    const BoundArg *d = ba_get(b, "dim");
+    if (lib == LIB_TORCH && !(d->kind == BA_CONST && PyLong_Check(d->value)))
+        return sj_err(err, "unsqueeze takes one int dim");
+    int nd = x->ndim + n;
+    if (nd > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    unsigned mask = 0;
+    for (int i = 0; i < n; i++) {
+        int k;
+        /* the new dims index the output */
+        if (sj_dim(LIB_NUMPY, dims[i], nd, &k, err))
+            return -1;
+        if (mask & (1u << k))
+            return sj_err(err, "repeated axis");
+        mask |= 1u << k;
+    }
+    like(x, out);
+    out->ndim = (unsigned char)nd;
+    for (int i = 0, j = 0; i < nd; i++)
+        out->size[i] = (mask & (1u << i)) ? 1 : x->size[j++];
+    *nout = 1;
+    return 0;
+}
+
+int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *d = ba_get(b, "dim");
+    unsigned mask = 0;
+    if (!d) {
+        for (int i = 0; i < x->ndim; i++)
+            if (x->size[i] == 1)
+                mask |= 1u << i;
+    } else {
+        int64_t dims[SJ_MAX_RANK];
+        int n;
+        if (sj_int_list(d, "dim", dims, &n, SJ_MAX_RANK, err))
+            return -1;
+        for (int i = 0; i < n; i++) {
+            int k;
+            if (sj_dim(lib, dims[i], x->ndim, &k, err))
+                return -1;
+            if (x->ndim == 0)
+                continue;
+            if (x->size[k] != 1) {
+                /* torch leaves a non-1 dim alone; numpy refuses */
+                if (lib == LIB_NUMPY)
+                    return sj_err(err, "cannot select an axis to squeeze out which has "
+                                  "size not equal to one");
+                continue;
+            }
+            mask |= 1u << k;
+        }
+    }
+    like(x, out);
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (!(mask & (1u << i)))
+            out->size[k++] = x->size[i];
+    out->ndim = (unsigned char)k;
+    *nout = 1;
+    return 0;
+}
+
+int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t s0, e0;
+    if (sj_get_int(b, "start_dim", 0, &s0, err) || sj_get_int(b, "end_dim", -1, &e0, err))
+        return -1;
+    like(x, out);
+    if (x->ndim == 0) {
+        out->ndim = 1;
+        out->size[0] = 1;
+        *nout = 1;
+        return 0;
+    }
+    int s, e;
+    if (sj_dim(lib, s0, x->ndim, &s, err) || sj_dim(lib, e0, x->ndim, &e, err))
+        return -1;
+    if (s > e)
+        return sj_err(err, "flatten() has invalid args: start_dim cannot come after end_dim");
+    int64_t m = 1;
+    for (int i = s; i <= e; i++)
+        m *= x->size[i];
+    int k = 0;
+    for (int i = 0; i < s; i++)
+        out->size[k++] = x->size[i];
+    out->size[k++] = m;
+    for (int i = e + 1; i < x->ndim; i++)
+        out->size[k++] = x->size[i];
+    out->ndim = (unsigned char)k;
+    *nout = 1;
+    return 0;
+}
+
+static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, int n,
+                     TensorMeta *out, ShapeErr *err)
+{
+    if (n < x->ndim)
+        return sj_err(err, "the number of sizes provided (%d) must be greater or equal to "
+                      "the number of dimensions in the tensor (%d)", n, x->ndim);
+    like(x, out);
+    out->ndim = (unsigned char)n;
+    int off = n - x->ndim;
+    for (int i = 0; i < n; i++) {
+        int64_t want = shape[i];
+        int64_t have = i >= off ? x->size[i - off] : -2;
+        if (want == -1) {
+            if (have == -2 || lib == LIB_NUMPY)
+                return sj_err(err, "-1 is not allowed in a leading, non-existing dimension");
+            want = have;
+        } else if (want < 0) {
+            return sj_err(err, "invalid size %lld", (long long)want);
+        }
+        if (have >= 0 && have != want && have != 1)
+            return sj_err(err, "the expanded size %lld must match the existing size %lld "
+                          "at non-singleton dimension %d", (long long)want, (long long)have, i);
+        out->size[i] = want;
+    }
+    return 0;
+}
+
+int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t shape[SJ_MAX_RANK];
+    int n;
+    if (sj_int_list(ba_get(b, "size"), "size", shape, &n, SJ_MAX_RANK, err) ||
+        expand_to(lib, x, shape, n, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
+    if (!o || expand_to(lib, x, o->size, o->ndim, out, err))
+        return -1;
+    *nout = 1;
+    return 0;
+}
+
+int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0, start, length;
+    int d;
+    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) ||
+        sj_int(ba_get(b, "start"), "start", &start, err) ||
+        sj_int(ba_get(b, "length"), "length", &length, err))
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "narrow() cannot be applied to a 0-dim tensor.");
+    if (sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    int64_t size = x->size[d];
+    if (start < -size || start > size)
+        return sj_err(err, "start out of range");
+    if (start < 0)
+        start += size;
+    if (length < 0 || start + length > size)
+        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).",
+                      (long long)start, (long long)length, (long long)size);
+    like(x, out);
+    out->size[d] = length;
+    *nout = 1;
+    return 0;
+}
+
+int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0, index;
+    int d;
+    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) ||
+        sj_int(ba_get(b, "index"), "index", &index, err))
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "select() cannot be applied to a 0-dim tensor.");
+    if (sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    if (index < -x->size[d] || index >= x->size[d])
+        return sj_err(err, "select(): index %lld out of range for tensor of size %lld",
+                      (long long)index, (long long)x->size[d]);
+    like(x, out);
+    for (int i = d; i + 1 < x->ndim; i++)
+        out->size[i] = x->size[i + 1];
+    out->ndim--;
+    *nout = 1;
+    return 0;
+}
+
+int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                 ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t src[SJ_MAX_RANK], dst[SJ_MAX_RANK];
+    int ns, nd;
+    if (sj_int_list(ba_get(b, "source"), "source", src, &ns, SJ_MAX_RANK, err) ||
+        sj_int_list(ba_get(b, "destination"), "destination", dst, &nd, SJ_MAX_RANK, err))
+        return -1;
+    if (ns != nd)
+        return sj_err(err, "movedim: source and destination must have the same length");
+    int order[SJ_MAX_RANK];    /* order[output position] = input dim, -1 = not yet */
+    unsigned used_src = 0, used_dst = 0;
+    for (int i = 0; i < x->ndim; i++)
+        order[i] = -1;
+    for (int i = 0; i < ns; i++) {
+        int s, d;
+        if (sj_dim(lib, src[i], x->ndim, &s, err) || sj_dim(lib, dst[i], x->ndim, &d, err))
+            return -1;
+        if ((used_src & (1u << s)) || (used_dst & (1u << d)))
+            return sj_err(err, "movedim: repeated dim");
+        used_src |= 1u << s;
+        used_dst |= 1u << d;
+        if (x->ndim)
+            order[d] = s;
+    }
+    int next = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (order[i] >= 0)
+            continue;
+        while (used_src & (1u << next))
+            next++;
+        order[i] = next++;
+    }
+    like(x, out);
+    for (int i = 0; i < x->ndim; i++)
+        out->size[i] = x->size[order[i]];
+    *nout = 1;
+    return 0;
+}
+
+/* The tensor pieces of dim d with the given lengths. */
+static int pieces(const TensorMeta *x, int d, const int64_t *len, int n, TensorMeta *out,
+                  int *nout, ShapeErr *err)
+{
+    if (n > *nout)
+        return sj_err(err, "more than %d outputs are not supported", *nout);
+    for (int i = 0; i < n; i++) {
+        like(x, &out[i]);
+        out[i].size[d] = len[i];
+    }
+    *nout = n;
+    return 0;
+}
+
+int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+               ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0;
+    int d;
+    if (sj_get_int(b, "dim", 0, &d0, err))
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "split expects at least a 1-dimensional tensor");
+    if (sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    const BoundArg *s = ba_get(b, "split_size");
+    if (!s || s->kind != BA_CONST)
+        return sj_err(err, "split needs constant sizes");
+    int64_t size = x->size[d];
+    int64_t len[SJ_MAX_OUTS];
+    int n = 0;
+    if (PyLong_Check(s->value)) {
+        int64_t k;
+        if (sj_int(s, "split_size", &k, err))
+            return -1;
+        if (lib == LIB_NUMPY) {
+            /* numpy: k equal sections */
+            if (k <= 0 || size % k != 0)
+                return sj_err(err, "array split does not result in an equal division");
+            if (k > SJ_MAX_OUTS)
+                return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
+            for (n = 0; n < k; n++)
+                len[n] = size / k;
+        } else {
+            /* torch: pieces of k, the last one shorter */
+            if (k < 0 || (k == 0 && size != 0))
+                return sj_err(err, "split_size can only be 0 if dimension size is 0");
+            if (k == 0) {
+                len[n++] = 0;
+            } else {
+                for (int64_t at = 0; at < size || n == 0; at += k) {
+                    if (n >= SJ_MAX_OUTS)
+                        return sj_err(err, "more than %d outputs are not supported",
+                                      SJ_MAX_OUTS);
+                    len[n++] = size - at < k ? size - at : k;
+                    if (size == 0)
+                        break;
+                }
+            }
+        }
+    } else {
+        int64_t v[SJ_MAX_OUTS];
+        int m;
+        if (sj_int_list(s, "split_size", v, &m, SJ_MAX_OUTS, err))
+            return -1;
+        if (lib == LIB_TORCH) {
+            int64_t sum = 0;
+            for (int i = 0; i < m; i++) {
+                if (v[i] < 0)
+                    return sj_err(err, "split_with_sizes expects non-negative sizes");
+                len[n++] = v[i];
+                sum += v[i];
+            }
+            if (sum != size)
+                return sj_err(err, "split_with_sizes expects split_sizes to sum exactly to "
+                              "%lld", (long long)size);
+        } else {
+            /* numpy: split points, clipped to the axis like slices */
+            if (m + 1 > SJ_MAX_OUTS)
+                return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
+            int64_t prev = 0;
+            for (int i = 0; i <= m; i++) {
+                int64_t at = i < m ? v[i] : size;
+                if (at < 0)
+                    at += size;
+                if (at < 0)
+                    at = 0;
+                if (at > size)
+                    at = size;
+                int64_t lo = prev > size ? size : prev;
+                len[n++] = at > lo ? at - lo : 0;
+                prev = i < m ? (v[i] < 0 ? v[i] + size : v[i]) : size;
+                if (prev < 0)
+                    prev = 0;
+            }
+        }
+    }
+    return pieces(x, d, len, n, out, nout, err);
+}
+
+int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+               ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t chunks, d0;
+    int d;
+    if (sj_int(ba_get(b, "chunks"), "chunks", &chunks, err) ||
+        sj_get_int(b, "dim", 0, &d0, err))
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "chunk expects at least a 1-dimensional tensor");
+    if (chunks <= 0)
+        return sj_err(err, "chunk expects `chunks` to be greater than 0");
+    if (sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    int64_t size = x->size[d];
+    int64_t len[SJ_MAX_OUTS];
+    int n = 0;
+    int64_t step = (size + chunks - 1) / chunks;
+    if (step == 0) {
+        /* an empty dim still gives `chunks` empty pieces */
+        if (chunks > SJ_MAX_OUTS)
+            return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
+        for (n = 0; n < chunks; n++)
+            len[n] = 0;
+    } else {
+        for (int64_t at = 0; at < size; at += step) {
+            if (n >= SJ_MAX_OUTS)
+                return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
+            len[n++] = size - at < step ? size - at : step;
+        }
+    }
+    return pieces(x, d, len, n, out, nout, err);
+}
+
+int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0;
+    int d;
+    if (sj_get_int(b, "dim", 0, &d0, err))
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "Dimension specified as 0 but tensor has no dimensions");
+    if (sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    if (x->size[d] > *nout)
+        return sj_err(err, "more than %d outputs are not supported", *nout);
+    for (int i = 0; i < x->size[d]; i++) {
+        like(x, &out[i]);
+        for (int k = d; k + 1 < x->ndim; k++)
+            out[i].size[k] = x->size[k + 1];
+        out[i].ndim--;
+    }
+    *nout = (int)x->size[d];
+    return 0;
+}
+
+int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t reps[SJ_MAX_RANK];
+    int n;
+    if (sj_int_list(ba_get(b, "sizes"), "sizes", reps, &n, SJ_MAX_RANK, err))
+        return -1;
+    if (n < x->ndim) {
+        if (lib == LIB_TORCH)
+            return sj_err(err, "Number of dimensions of repeat dims can not be smaller than "
+                          "number of dimensions of tensor");
+        /* np.tile pads the repetitions with leading ones */
+        int pad = x->ndim - n;
+        memmove(reps + pad, reps, sizeof(int64_t) * (size_t)n);
+        for (int i = 0; i < pad; i++)
+            reps[i] = 1;
+        n = x->ndim;
+    }
+    like(x, out);
+    out->ndim = (unsigned char)n;
+    int off = n - x->ndim;
+    for (int i = 0; i < n; i++) {
+        if (reps[i] < 0)
+            return sj_err(err, "repeat: negative repetitions");
+        out->size[i] = reps[i] * (i >= off ? x->size[i - off] : 1);
+    }
+    *nout = 1;
+    return 0;
+}
+
+/* ba_get hides None; numpy's axis=None means something else than an absent axis. */
+static int passed_none(const BoundArgs *b, const char *name)
+{
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->names[i], name) == 0)
+            return b->args[i].kind == BA_CONST && b->args[i].value == Py_None;
+    return 0;
+}
+
+/* The tensors of a cat/stack sequence, and their common dtype. */
+static int seq_tensors(Lib lib, const BoundArgs *b, const TensorMeta **ts, int *n,
+                       DType *dt, ShapeErr *err)
+{
+    const BoundArg *s = ba_get(b, "tensors");
+    if (!s || s->kind != BA_LIST)
+        return sj_err(err, "expected a sequence of tensors");
+    if (s->n == 0)
+        return sj_err(err, "expected a non-empty list of tensors");
+    if (s->n > SJ_MAX_OUTS)
+        return sj_err(err, "more than %d tensors are not supported", SJ_MAX_OUTS);
+    for (int i = 0; i < s->n; i++) {
+        if (s->items[i].kind != BA_TENSOR)
+            return sj_err(err, "expected a sequence of tensors (item %d is not one)", i);
+        ts[i] = s->items[i].meta;
+    }
+    *n = s->n;
+    /* cat does not weaken 0-d operands the way arithmetic does: every item counts */
+    DType r = (DType)ts[0]->dtype;
+    for (int i = 1; i < s->n; i++)
+        if (promote_pair(lib, r, (DType)ts[i]->dtype, &r, err))
+            return -1;
+    *dt = r;
+    return 0;
+}
+
+int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *ts[SJ_MAX_OUTS];
+    int n;
+    DType dt;
+    if (seq_tensors(lib, b, ts, &n, &dt, err))
+        return -1;
+    DType given;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (dtype_given)
+        dt = given;
+    const BoundArg *da = ba_get(b, "dim");
+    sj_meta(out, lib, dt);
+    if (lib == LIB_NUMPY && !da && passed_none(b, "dim")) {
+        /* np.concatenate(..., axis=None) concatenates the flattened arrays */
+        int64_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += sj_numel(ts[i]);
+        out->ndim = 1;
+        out->size[0] = total;
+        *nout = 1;
+        return 0;
+    }
+    int64_t d0 = 0;
+    if (da && sj_int(da, "dim", &d0, err))
+        return -1;
+    /* torch skips legacy empty 1-d tensors of shape (0,) */
+    const TensorMeta *ref = NULL;
+    for (int i = 0; i < n; i++) {
+        if (lib == LIB_TORCH && ts[i]->ndim == 1 && ts[i]->size[0] == 0)
+            continue;
+        ref = ts[i];
+        break;
+    }
+    if (!ref) {
+        out->ndim = 1;
+        out->size[0] = 0;
+        *nout = 1;
+        return 0;
+    }
+    if (ref->ndim == 0)
+        return sj_err(err, "zero-dimensional arrays cannot be concatenated");
+    int d;
+    if (sj_dim(lib, d0, ref->ndim, &d, err))
+        return -1;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const TensorMeta *t = ts[i];
+        if (lib == LIB_TORCH && t->ndim == 1 && t->size[0] == 0)
+            continue;
+        if (t->ndim != ref->ndim)
+            return sj_err(err, "all the input arrays must have the same number of dimensions");
+        for (int k = 0; k < t->ndim; k++)
+            if (k != d && t->size[k] != ref->size[k])
+                return sj_err(err, "sizes of tensors must match except in dimension %d", d);
+        total += t->size[d];
+    }
+    out->ndim = ref->ndim;
+    memcpy(out->size, ref->size, sizeof(int64_t) * ref->ndim);
+    out->size[d] = total;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
+
+int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+               ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *ts[SJ_MAX_OUTS];
+    int n;
+    DType dt;
+    if (seq_tensors(lib, b, ts, &n, &dt, err))
+        return -1;
+    DType given;
+    int dtype_given;
+    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+        return -1;
+    if (dtype_given)
+        dt = given;
+    int64_t d0;
+    int d;
+    if (sj_get_int(b, "dim", 0, &d0, err))
+        return -1;
+    const TensorMeta *ref = ts[0];
+    if (ref->ndim + 1 > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    if (sj_dim(LIB_NUMPY, d0, ref->ndim + 1, &d, err))
+        return -1;
+    for (int i = 1; i < n; i++)
+        if (ts[i]->ndim != ref->ndim ||
+            memcmp(ts[i]->size, ref->size, sizeof(int64_t) * ref->ndim) != 0)
+            return sj_err(err, "stack expects each tensor to be equal size");
+    sj_meta(out, lib, dt);
+    out->ndim = (unsigned char)(ref->ndim + 1);
+    for (int i = 0, k = 0; i < out->ndim; i++)
+        out->size[i] = i == d ? n : ref->size[k++];
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    *nout = 1;
+    return 0;
+}
