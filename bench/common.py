@@ -432,3 +432,52 @@ def write_json(path: str, obj) -> None:
 def print_exc_short(prefix: str) -> None:
     print(prefix, file=sys.stderr)
     traceback.print_exc(limit=3, file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- child processes
+
+def emit(tag: str, payload) -> None:
+    """One result line of a worker child process: `@@TAG <json>`."""
+    print(f"@@{tag} " + json.dumps(payload, default=str), flush=True)
+
+
+def run_child(argv, timeout: float) -> dict:
+    """Run `python3 <argv>` (a worker that emits @@TAG lines) and collect its results.
+
+    Returns dict(records=[(tag, payload)], rc, timed_out, died (None or a description such
+    as "crashed (signal 11)"), err_tail).  The child is ours; on timeout subprocess kills it.
+    """
+    import subprocess
+    cmd = [sys.executable] + list(argv)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=os.environ.copy())
+        out, err, rc, timed_out = p.stdout, p.stderr, p.returncode, False
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc, timed_out = None, True
+    records = []
+    for line in out.splitlines():
+        if line.startswith("@@") and " " in line:
+            tag, payload = line[2:].split(" ", 1)
+            try:
+                records.append((tag, json.loads(payload)))
+            except ValueError:
+                records.append((tag, payload))
+    died = None
+    if timed_out:
+        died = f"timed out after {timeout:.0f} s"
+    elif rc and rc < 0:
+        import signal
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = str(-rc)
+        died = f"crashed ({sig})"
+    elif rc:
+        died = f"exited with code {rc}"
+    lines = [ln for ln in (err or "").strip().splitlines() if ln.strip()]
+    return dict(records=records, rc=rc, timed_out=timed_out, died=died,
+                err_tail=shorten(" / ".join(lines[-2:]), 200) if lines else "",
+                stderr=err or "")

@@ -433,14 +433,14 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     e->plan = plan;
     plan = NULL;
     e->has_mutation = has_mutation;
-    if (sj_log_on(LOG_GUARDS, SJ_DEBUG) || events_active()) {
+    if (sj_log_on(LOG_GUARDS, SJ_INFO) || events_active()) {
         PyObject *lines = guards_format(&e->guards, &e->src);
         if (lines) {
-            if (sj_log_on(LOG_GUARDS, SJ_DEBUG)) {
+            if (sj_log_on(LOG_GUARDS, SJ_INFO)) {
                 PyObject *sep = PyUnicode_FromString("\n| +- ");
                 PyObject *j = sep ? PyUnicode_Join(sep, lines) : NULL;
                 if (j)
-                    sj_log(LOG_GUARDS, SJ_DEBUG, "GUARDS for %U (%U:%d):\nTREE_GUARD_MANAGER:\n+- RootGuardManager\n| +- %U",
+                    sj_log(LOG_GUARDS, SJ_INFO, "GUARDS for %U (%U:%d):\nTREE_GUARD_MANAGER:\n+- RootGuardManager\n| +- %U",
                            co->co_qualname, co->co_filename, co->co_firstlineno, j);
                 Py_XDECREF(sep);
                 Py_XDECREF(j);

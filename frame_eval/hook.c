@@ -61,7 +61,9 @@ static int init_skip_prefixes(void)
     PyObject *sc = PyImport_ImportModule("sysconfig");
     PyObject *paths = sc ? PyObject_CallMethod(sc, "get_paths", NULL) : NULL;
     PyObject *stdlib = paths ? PyDict_GetItemString(paths, "stdlib") : NULL;
-    PyObject *me = PyImport_ImportModule("shapejit");
+    PyObject *mename = PyUnicode_FromString("shapejit");
+    PyObject *me = mename ? PyImport_GetModule(mename) : NULL;   /* being imported: in sys.modules */
+    Py_XDECREF(mename);
     PyObject *mefile = me ? PyObject_GetAttrString(me, "__file__") : NULL;
     PyObject *os = PyImport_ImportModule("os");
     PyObject *medir = (os && mefile) ? PyObject_CallMethod(os, "path.dirname", "O", mefile) : NULL;
@@ -189,10 +191,7 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo)
         return PyErr_NoMemory();
     for (int32_t i = 0; i < e->ninputs; i++)
         in[i] = memo[e->inputs[i]];
-    int saved = tls_active;
-    tls_active = 0;
     PyObject *outs = PyObject_Vectorcall(e->compiled, in, (size_t)e->ninputs, NULL);
-    tls_active = saved;
     if (in != small)
         PyMem_Free(in);
     if (!outs)
@@ -222,21 +221,22 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 {
     if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
         return run_default(ts, f, throwflag);
+    /* Everything below may run Python code (imports, properties read by guards, the
+     * backend): none of those frames may be compiled, so the hook is off until we either
+     * return a result or hand the frame to the interpreter. */
+    int saved = tls_active;
+    tls_active = 0;
+    PyObject *r = NULL;
     PyCodeObject *co = f->f_code;
     CodeState *st = code_state_get(co);
     if (!st) {
         PyErr_Clear();
-        return run_default(ts, f, throwflag);
+        goto eager;
     }
-    if (st->skip < 0) {
-        if (init_skip_prefixes() < 0) {
-            PyErr_Clear();
-            return run_default(ts, f, throwflag);
-        }
+    if (st->skip < 0)
         st->skip = decide_skip(co, f);
-    }
     if (st->skip)
-        return run_default(ts, f, throwflag);
+        goto eager;
     st->calls++;
     FrameView fv = {f->localsplus, f->f_func->func_closure, f->f_globals, f->f_builtins};
 
@@ -246,46 +246,38 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         PyObject **memo = e->src.n <= MEMO_STACK ? small : PyMem_Calloc((size_t)e->src.n, sizeof(PyObject *));
         if (!memo) {
             PyErr_Clear();
-            return run_default(ts, f, throwflag);
+            goto eager;
         }
         if (memo == small)
             memset(small, 0, sizeof(PyObject *) * (size_t)e->src.n);
         int32_t failed;
         int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
-        PyObject *r = NULL;
-        if (ok) {
-            if (e->action == ENTRY_EAGER) {
-                r = RUN_EAGER;
-            } else {
-                r = run_entry(e, memo);
-            }
-        }
+        if (ok)
+            r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo);
         sources_memo_clear(memo, e->src.n);
         if (memo != small)
             PyMem_Free(memo);
         if (ok) {
             if (r == RUN_EAGER)
-                return run_default(ts, f, throwflag);
-            return r;
+                goto eager;
+            goto out;
         }
     }
 
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
     if (st->nentries > 0) {
         if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
-            return run_default(ts, f, throwflag);
+            goto eager;
         if (sj_stance == STANCE_FAIL_ON_RECOMPILE) {
             PyErr_Format(PyExc_RuntimeError,
                          "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
                          "filename: '%U', function name: '%U', line number: %d",
                          co->co_filename, co->co_name, co->co_firstlineno);
-            return NULL;
+            goto out;
         }
     } else if (sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
-        return run_default(ts, f, throwflag);
+        goto eager;
     }
-    int saved = tls_active;
-    tls_active = 0;
     PyObject *why = NULL;
     if (st->nentries > 0) {
         why = explain_failures(st, NULL, &fv);
@@ -314,8 +306,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             PyErr_Clear();
         }
         Py_XDECREF(why);
-        tls_active = saved;
-        return run_default(ts, f, throwflag);
+        goto eager;
     }
     if (st->nentries > 0) {
         sj_stats.recompiles++;
@@ -329,26 +320,23 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     CacheEntry *e = opts ? compile_frame(co, f->localsplus, f->f_func->func_closure, f->f_globals,
                                          f->f_builtins, opts, st)
                          : NULL;
-    tls_active = saved;
     if (!e) {
         if (PyErr_Occurred())
-            return NULL;   /* fullgraph=True failure, or out of memory: the user sees it */
-        return run_default(ts, f, throwflag);
+            goto out;   /* fullgraph=True failure, or out of memory: the user sees it */
+        goto eager;
     }
     e->next = st->entries;
     st->entries = e;
     st->nentries++;
     if (e->action == ENTRY_EAGER)
-        return run_default(ts, f, throwflag);
+        goto eager;
     /* run the new entry: its guards pass by construction; resolve its sources once */
     PyObject **memo = PyMem_Calloc((size_t)e->src.n + 1, sizeof(PyObject *));
-    if (!memo)
-        return PyErr_NoMemory();
-    PyObject *r = NULL;
+    if (!memo) {
+        PyErr_NoMemory();
+        goto out;
+    }
     int ok = 1;
-    for (int32_t i = 0; i < e->ninputs && ok; i++)
-        ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
-    /* plan sources ("s") are resolved lazily by the builder from memo: resolve all */
     for (int32_t i = 0; i < e->src.n && ok; i++)
         ok = sources_resolve(&e->src, i, &fv, memo) != NULL;
     if (ok)
@@ -358,8 +346,13 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     sources_memo_clear(memo, e->src.n);
     PyMem_Free(memo);
     if (!ok || r == RUN_EAGER)
-        return run_default(ts, f, throwflag);
+        goto eager;
+out:
+    tls_active = saved;
     return r;
+eager:
+    tls_active = saved;
+    return run_default(ts, f, throwflag);
 }
 
 /* ------------------------------------------------------- CompiledFunction ---- */
@@ -512,6 +505,8 @@ static PyTypeObject SjCompiledFunction_Type = {
 
 int hook_init_types(PyObject *m)
 {
+    if (init_skip_prefixes() < 0)
+        return -1;
     if (PyType_Ready(&SjCompiledFunction_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "CompiledFunction", (PyObject *)&SjCompiledFunction_Type) < 0)

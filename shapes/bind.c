@@ -16,7 +16,7 @@
 typedef struct {
     char call_name[NAME_MAX_LEN];    /* how the caller spells it (keyword matching) */
     char name[NAME_MAX_LEN];         /* how the rule reads it */
-    unsigned char kwonly, posonly, varargs, optional, refused, fixed;
+    unsigned char kwonly, posonly, varargs, optional, refused, fixed, tensor_only;
     PyObject *fixed_value;           /* fixed params: a str, owned by the cache forever */
 } Param;
 
@@ -77,6 +77,9 @@ static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, S
         s++; len--;
     } else if (len && s[0] == '!') {
         p->refused = 1;
+        s++; len--;
+    } else if (len && s[0] == '&') {
+        p->tensor_only = 1;
         s++; len--;
     }
     const char *eq = memchr(s, '=', len);
@@ -240,6 +243,10 @@ int shapes_bind(const char *schema, const BoundArg *pos, int npos, const char *c
             return -1;
         }
         int passed = a->kind != BA_ABSENT && !(a->kind == BA_CONST && a->value == Py_None);
+        if (passed && p->tensor_only && a->kind != BA_TENSOR) {
+            sj_err(err, "argument '%.60s' must be a tensor", p->call_name);
+            return -1;
+        }
         if (passed && !p->fixed && (p->refused || strcmp(p->name, "out") == 0)) {
             sj_err(err, "%.60s= is not supported", p->call_name);
             return -1;

@@ -200,13 +200,11 @@ PyObject *shapes_py_infer(PyObject *self, PyObject *args)
         goto done;
     }
     if (strstr(row->flags, "CF_INPLACE")) {
+        /* `3 += t` is not in place: Python rebinds the name to 3 + t */
         const BoundArg *self_arg = ba_get(&b, "input");
-        if (!self_arg || self_arg->kind != BA_TENSOR || nout != 1) {
-            PyErr_SetString(PyExc_ValueError, "in-place op needs a tensor input");
-            goto done;
-        }
         TensorMeta r = outs[0];
-        if (shapes_inplace(lib, self_arg->meta, &r, &outs[0], &err)) {
+        if (self_arg && self_arg->kind == BA_TENSOR && nout == 1 &&
+            shapes_inplace(lib, self_arg->meta, &r, &outs[0], &err)) {
             PyErr_SetString(PyExc_ValueError, err.msg);
             goto done;
         }

@@ -330,6 +330,9 @@ int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, Te
         ok = 0;    /* numpy: a signed result is not the same kind as an unsigned target */
     if (lib == LIB_TORCH && from == CAT_BOOL)
         ok = 1;
+    if (lib == LIB_TORCH && to == CAT_COMPLEX && from != CAT_COMPLEX && from != CAT_BOOL)
+        return sj_err(err, "in-place %s result into a complex tensor is not supported",
+                      dtype_info[result->dtype].name);
     if (!ok)
         return sj_err(err, "result type %s can't be cast to the desired output type %s",
                       dtype_info[result->dtype].name, dtype_info[self->dtype].name);

@@ -53,7 +53,6 @@ static const unsigned dtype_rules[OP_COUNT] = {
     [OP_DROPOUT] = T_FLOATONLY | T_NOCPLX,
     [OP_TRIL] = N_ARRAY,
     [OP_TRIU] = N_ARRAY,
-    [OP_NAN_TO_NUM] = N_ARRAY,
     [OP_DETACH] = N_ARRAY,
     [OP_FLIP] = N_ARRAY,
     [OP_ROLL] = N_ARRAY,
@@ -146,13 +145,29 @@ static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     if (!x)
         return -1;
     DType d = (DType)x->dtype, r;
-    if (to_float && !(lib == LIB_NUMPY && (dtype_rules[op] & N_KEEP_INT)))
-        d = promote_to_float(lib, d);
-    if (check_dtype(op, lib, d, &r, err))
+    int training = 1;
+    if (op == OP_DROPOUT && sj_get_bool(b, "training", 1, &training, err))
         return -1;
-    if ((op == OP_TRIL || op == OP_TRIU) && x->ndim < 2)
-        return sj_err(err, "%s needs at least 2 dimensions", op_info[op].name);
+    /* dropout outside training is the identity, for every dtype */
+    if (training) {
+        /* the input dtype must be accepted before any conversion to float */
+        if (check_dtype(op, lib, d, &r, err))
+            return -1;
+        if (to_float && !(lib == LIB_NUMPY && (dtype_rules[op] & N_KEEP_INT)))
+            d = promote_to_float(lib, d);
+        if (check_dtype(op, lib, d, &r, err))
+            return -1;
+    } else {
+        r = d;
+    }
     *out = *x;
+    if ((op == OP_TRIL || op == OP_TRIU) && x->ndim < 2) {
+        /* numpy reads a vector as the rows of a square matrix */
+        if (lib == LIB_TORCH || x->ndim == 0)
+            return sj_err(err, "%s needs at least 2 dimensions", op_info[op].name);
+        out->ndim = 2;
+        out->size[1] = x->size[0];
+    }
     out->dtype = (unsigned char)r;
     out->np_scalar = 0;
     if (np_dtype_override(lib, b, out, err))
@@ -232,10 +247,18 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int all_weak;
     if (promote_args(lib, ops, 2, 1, &d, &all_weak, err))
         return -1;
-    if (check_dtype(op, lib, d, &r, err))
+    if (op == OP_POW && lib == LIB_TORCH && d == DT_BOOL && ops[1]->kind == BA_CONST)
+        r = DT_BOOL;    /* bool ** True has a scalar kernel */
+    else if (check_dtype(op, lib, d, &r, err))
         return -1;
     if (op == OP_POW && check_int_pow(lib, d, ops[1], err))
         return -1;
+    if (op == OP_SUB && lib == LIB_TORCH)
+        for (int i = 0; i < 2; i++)
+            if ((ops[i]->kind == BA_TENSOR && ops[i]->meta->dtype == DT_BOOL) ||
+                (ops[i]->kind == BA_CONST && PyBool_Check(ops[i]->value)))
+                return sj_err(err, "Subtraction, the `-` operator, with a bool tensor is not "
+                              "supported");
     sj_meta(out, lib, r);
     if (!all_weak && elementwise_shape(ops, 2, out, err))
         return -1;
@@ -254,7 +277,7 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return sj_err(err, "%s needs two operands", op_info[op].name);
     DType d, r;
     int all_weak;
-    if (promote_args(lib, ops, 2, 1, &d, &all_weak, err))
+    if (promote_args(lib, ops, 2, 0, &d, &all_weak, err))
         return -1;
     /* torch.div takes rounding_mode: "trunc"/"floor" keep integer types */
     const BoundArg *rm = ba_get(b, "rounding_mode");
