@@ -209,7 +209,7 @@ def main(argv=None):
                         + (["--quick"] if args.quick else []), timeout=600)
                     recs = dict(child["records"])
                     if "RESULT" not in recs:
-                        raise RuntimeError(
+                        raise common.ChildDied(
                             recs.get("UNAVAILABLE") or f"child process {child['died'] or 'gave no result'}"
                             + (f": {child['err_tail']}" if child["err_tail"] else ""))
                     r = recs["RESULT"]
@@ -227,7 +227,7 @@ def main(argv=None):
                              common.fmt_ratio(ratio), note])
                 raw[name][label] = r
             except Exception as e:
-                rows.append([name, label, "-", "-", "-", "-", "-", "-", "error: " + common.error_text(e, 200)])
+                rows.append([name, label, "-", "-", "-", "-", "-", "-", ("" if isinstance(e, common.ChildDied) else "error: ") + common.error_text(e, 200)])
             print("   " + " | ".join(str(c) for c in rows[-1]), flush=True)
 
     print("")

@@ -396,7 +396,13 @@ def shorten(s: str, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+class ChildDied(RuntimeError):
+    """A worker child process crashed, hung or gave no result (message says which)."""
+
+
 def error_text(e: BaseException, width: int = 140) -> str:
+    if isinstance(e, ChildDied):
+        return shorten(str(e), width)
     return shorten(f"{type(e).__name__}: {e}", width)
 
 

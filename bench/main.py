@@ -24,12 +24,9 @@ Usage: python3 bench/main.py [--quick] [--threads N] [--out DIR] [--only a,b] [-
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -431,62 +428,50 @@ def shapejit_rows_isolated(args, workloads):
     """Run the shapejit rows in child processes; a crash costs one workload, not the run."""
     rows, info = [], {}
     todo = list(workloads)
-    timeout = 300 if args.quick else 1800
     while todo:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker-shapejit",
-               "--threads", str(args.threads), "--only", ",".join(todo)]
-        cmd += ["--quick"] if args.quick else []
-        cmd += ["--warm-inductor-cache"] if args.warm_inductor_cache else []
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env=os.environ.copy())
-            out, err, rc, timed_out = proc.stdout, proc.stderr, proc.returncode, False
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            rc, timed_out = None, True
+        argv = [os.path.abspath(__file__), "--worker-shapejit", "--threads", str(args.threads),
+                "--only", ",".join(todo)]
+        argv += ["--quick"] if args.quick else []
+        argv += ["--warm-inductor-cache"] if args.warm_inductor_cache else []
+        child = common.run_child(argv, timeout=300 if args.quick else 1800)
         started, done = None, set()
-        for line in out.splitlines():
-            if line.startswith("@@START "):
-                started = line.split(" ", 1)[1].strip()
-            elif line.startswith("@@ROW "):
-                r = json.loads(line[6:])
-                rows.append(r)
-                done.add(r["workload"])
-                print(f"   {r['workload']:<15} {r['system']:<18} median {common.fmt_time(r['median_s']):>9}"
-                      f"  first-call extra {common.fmt_time(r['capture_s']):>9}  {r['note']}", flush=True)
-            elif line.startswith("@@INFO "):
-                info.update(json.loads(line[7:]))
-            elif line.startswith("@@UNAVAILABLE "):
-                return None, {"unavailable": line.split(" ", 1)[1].strip()}
-        if rc == 0 and not timed_out:
+        for tag, payload in child["records"]:
+            if tag == "START":
+                started = payload
+            elif tag == "ROW":
+                rows.append(payload)
+                done.add(payload["workload"])
+                print(f"   {payload['workload']:<15} {payload['system']:<18} "
+                      f"median {common.fmt_time(payload['median_s']):>9}  "
+                      f"first-call extra {common.fmt_time(payload['capture_s']):>9}  {payload['note']}",
+                      flush=True)
+            elif tag == "INFO":
+                info.update(payload)
+            elif tag == "UNAVAILABLE":
+                return None, {"unavailable": payload}
+        if child["died"] is None:
             break
         # the child died (or hung) while running `started`
         culprit = started if started in todo else todo[0]
-        what = "timed out" if timed_out else (
-            f"crashed (signal {-rc})" if rc is not None and rc < 0 else f"exited with code {rc}")
-        tail = common.shorten(" ".join((err or "").strip().splitlines()[-2:]), 160)
         for backend in SJ_BACKENDS:
             if not any(r["workload"] == culprit and r["system"] == f"shapejit {backend}"
                        for r in rows):
                 r = new_row(culprit, f"shapejit {backend}")
                 r["status"] = "crash"
-                r["note"] = f"child process {what} in {culprit}" + (f": {tail}" if tail else "")
+                r["note"] = (f"child process {child['died']} in {culprit}"
+                             + (f": {child['err_tail']}" if child["err_tail"] else ""))
                 rows.append(r)
                 print(f"   {culprit:<15} shapejit {backend:<9} {r['note']}", flush=True)
         todo = [w for w in todo if w not in done and w != culprit]
-        if err:
+        if child["stderr"].strip():
             sys.stderr.write("[shapejit child stderr, last lines]\n"
-                             + "\n".join(err.strip().splitlines()[-15:]) + "\n")
+                             + "\n".join(child["stderr"].strip().splitlines()[-15:]) + "\n")
     return rows, info
 
 
 def worker_main(args):
     """Child process: prints @@INFO / @@START / @@ROW lines (JSON) on stdout."""
-    def emit(kind, payload):
-        print(f"@@{kind} " + (payload if isinstance(payload, str) else json.dumps(payload, default=str)),
-              flush=True)
-
+    emit = common.emit
     sj, why = common.import_shapejit()
     if sj is None:
         emit("UNAVAILABLE", why)
@@ -501,13 +486,20 @@ HEADERS = ["workload", "system", "graphs", "breaks", "recompiles", "capture/comp
            "self-reported compile", "median call", "eager, same loop", "speedup vs eager", "max |Δ| vs eager", "notes"]
 
 
+def capture_cell(r):
+    if r["capture_s"] == 0.0 and r.get("first_call_s") is not None:
+        # the first call was no slower than the median: capture is below timing noise
+        return f"≈0 (1st call {common.fmt_time(r['first_call_s'])})"
+    return common.fmt_time(r["capture_s"])
+
+
 def row_cells(r):
     def n(x):
         return "-" if x is None else str(x)
     diff = r.get("max_abs_diff")
     diff_s = "-" if diff is None else ("inf" if math.isinf(diff) else f"{diff:.1e}")
     return [r["workload"], r["system"], n(r["graphs"]), n(r["graph_breaks"]), n(r["recompiles"]),
-            common.fmt_time(r["capture_s"]), common.fmt_time(r["self_compile_s"]),
+            capture_cell(r), common.fmt_time(r["self_compile_s"]),
             common.fmt_time(r["median_s"]), common.fmt_time(r.get("eager_paired_s")),
             "1.00x (baseline)" if r["system"] == "eager" else common.fmt_ratio(r["speedup"]),
             diff_s, r["note"] or ""]
@@ -519,6 +511,9 @@ def make_plots(rows, out_dir):
     import matplotlib.pyplot as plt
 
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in rows)]
+    for r in rows:
+        sr = r.get("self_compile_s")
+        r["compile_plot_s"] = sr if isinstance(sr, (int, float)) and sr > 0 else r.get("capture_s")
     systems = []
     for r in rows:
         if r["system"] not in systems and r["system"] != "eager":
@@ -527,9 +522,10 @@ def make_plots(rows, out_dir):
     for key, fname, ylabel, title in (
             ("speedup", "speedup.png", "speedup vs eager (x, log scale)",
              "Median call time: speedup over eager (higher is better)"),
-            ("capture_s", "compile_time.png", "seconds (log scale)",
-             "Capture/compile time: first call minus median call (lower is better)")):
-        fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(workloads)), 4.8))
+            ("compile_plot_s", "compile_time.png", "seconds (log scale)",
+             "Capture/compile time (lower is better): self-reported where the system reports it,\n"
+             "else first call minus median call (numba, jax)")):
+        fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(workloads)), 5.6))
         width = 0.8 / max(len(systems), 1)
         for i, s in enumerate(systems):
             xs, ys = [], []
@@ -547,7 +543,7 @@ def make_plots(rows, out_dir):
             ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.legend(fontsize=8, ncol=2)
+        ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
         fig.tight_layout()
         path = os.path.join(out_dir, fname)
         fig.savefig(path, dpi=110)
@@ -654,7 +650,7 @@ def main(argv=None):
     rows = [r for w in args.workloads for r in rows_by_wl.get(w, [])]
     elapsed = time.perf_counter() - t_start
     print("")
-    print(common.text_table(HEADERS, [row_cells(r) for r in rows], max_col=70))
+    print(common.text_table(HEADERS, [row_cells(r) for r in rows], max_col=110))
     print("")
     print("capture/compile = first call minus median call; speedup = eager median / median, "
           "sampled alternately; all figures from this run.")

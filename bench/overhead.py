@@ -42,6 +42,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds over all cases of a group (samples of all rounds are pooled)")
     p.add_argument("--out", default=common.DEFAULT_OUT)
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run the shapejit cases in this process (default: a child process)")
+    p.add_argument("--worker-shapejit", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.number = a.number or (10000 if a.quick else 20000)
     a.repeat = a.repeat or (7 if a.quick else 9)
@@ -108,22 +111,32 @@ class Cases:
                 except Exception as e:
                     self.fail(name, e)
 
+    def dump(self):
+        return dict(order=list(self.timers), samples=self.samples, errors=self.errors)
+
+    def load(self, d):
+        """Results of a child's Cases; names become pseudo-timers (for ordering only)."""
+        for name in d["order"]:
+            self.timers[name] = None
+        self.samples.update(d["samples"])
+        self.errors.update(d["errors"])
+
     def median(self, name):
         return common.median(self.samples.get(name, []))
 
 
-def measure_group(cases, rounds, label):
+def measure_group(cases, rounds, label, log=None):
     t0 = time.perf_counter()
     for _ in range(rounds):
         cases.round()
-    print(f"   ({label}: {len(cases.timers)} cases x {rounds} round(s) x {cases.repeat} samples "
-          f"x {cases.number} calls, {time.perf_counter() - t0:.1f} s)", flush=True)
+    (log or (lambda m: print("   " + m, flush=True)))(f"({label}: {len(cases.timers)} cases x {rounds} round(s) x {cases.repeat} samples "
+          f"x {cases.number} calls, {time.perf_counter() - t0:.1f} s)")
 
 
 UNRELATED = ("plain_py(1, 2)", "plain_tensor(x)")
 
 
-def unrelated_phase(phases, name, x, number, repeat, rounds):
+def unrelated_phase(phases, name, x, number, repeat, rounds, log=None):
     """Time the uncompiled functions now, record median and min under phase `name`."""
     env = {"plain_py": plain_py, "plain_tensor": plain_tensor, "x": x}
     cases = Cases(number, repeat)
@@ -133,9 +146,66 @@ def unrelated_phase(phases, name, x, number, repeat, rounds):
         cases.round()
     res = {k: (cases.median(k), min(cases.samples[k] or [float("nan")])) for k in UNRELATED}
     phases.append((name, res))
-    print(f"   unrelated code, {name}: " + ", ".join(
-        f"{k} median {common.fmt_time(v[0])} min {common.fmt_time(v[1])}" for k, v in res.items()),
-        flush=True)
+    (log or (lambda m: print("   " + m, flush=True)))(f"unrelated code, {name}: " + ", ".join(
+        f"{k} median {common.fmt_time(v[0])} min {common.fmt_time(v[1])}" for k, v in res.items()))
+
+
+def shapejit_group(sjc, phases, x, eager_f, args, log=None, prefix=""):
+    """The shapejit cases (and phases of uncompiled code around them); returns a note."""
+    N, R = args.number, args.repeat
+    log = log or (lambda m: print("   " + m, flush=True))
+    sj, why = common.import_shapejit()
+    if sj is None:
+        note = common.shapejit_missing_line(why)
+        log(note)
+        return note
+    unrelated_phase(phases, prefix + "after import shapejit", x, N, R, args.rounds, log=log)
+    sj.reset()
+    sjc.add("eager: x + 1 (inline)", "x + 1", {"x": x})
+    sjc.add("eager: f(x)", "f(x)", {"f": eager_f, "x": x})
+    for label, backend in (("shapejit backend=default", "default"),
+                           ("shapejit backend=eager", "eager"),
+                           ("shapejit precomputed-result backend", const_backend)):
+        try:
+            cf = sj.compile(fresh_add_one(), backend=backend)
+            for _ in range(3):
+                out = cf(x)
+            assert float(out[0]) == 2.0, f"wrong result {out}"
+            sjc.add(label, "f(x)", {"f": cf, "x": x})
+        except Exception as e:
+            sjc.fail(label, e)
+            log(f"{label}: {sjc.errors[label]}")
+    st0 = common.sj_stats(sj)
+    measure_group(sjc, args.rounds, "shapejit group", log=log)
+    st1 = common.sj_stats(sj)
+    note = (f"shapejit stats after warm-up: {st0}; recompiles during timing: "
+            f"{(st1.get('recompiles') or 0) - (st0.get('recompiles') or 0)}")
+    if not st0.get("graphs"):
+        note += ("; NO GRAPH was captured, calls ran eagerly: "
+                 + common.shapejit_explain_reason(sj, fresh_add_one(), (x,)))
+    log(note)
+    unrelated_phase(phases, prefix + "after shapejit functions ran", x, N, R, args.rounds, log=log)
+    return note
+
+
+def worker_main(args):
+    """Child process: the shapejit group, emitted as one @@RESULT line."""
+    common.early_setup(args.threads)
+    import torch
+    common.late_setup(args.threads)
+    x = torch.ones(1)
+    logs, phases = [], []
+    unrelated_phase(phases, "child: before import shapejit", x, args.number, args.repeat,
+                    args.rounds, log=logs.append)
+    sj, why = common.import_shapejit()
+    if sj is None:
+        common.emit("UNAVAILABLE", why)
+        return 0
+    sjc = Cases(args.number, args.repeat)
+    note = shapejit_group(sjc, phases, x, fresh_add_one(), args, log=logs.append,
+                          prefix="child: ")
+    common.emit("RESULT", dict(cases=sjc.dump(), note=note, phases=phases, log=logs))
+    return 0
 
 
 def fmt_delta(d):
@@ -146,6 +216,8 @@ def fmt_delta(d):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.worker_shapejit:
+        return worker_main(args)
     common.early_setup(args.threads)
     import torch
     reported = common.late_setup(args.threads)
@@ -187,39 +259,34 @@ def main(argv=None):
     unrelated_phase(phases, "after torch.compile functions ran", x, N, R, args.rounds)
 
     # ---------------------------------------------------------------- shapejit group
-    sj, why = common.import_shapejit()
     sjc = Cases(N, R)
-    sj_note = ""
-    if sj is None:
-        sj_note = common.shapejit_missing_line(why)
-        print(sj_note, flush=True)
+    if args.no_isolate:
+        sj_note = shapejit_group(sjc, phases, x, eager_f, args)
     else:
-        unrelated_phase(phases, "after import shapejit", x, N, R, args.rounds)
-        sj.reset()
-        sjc.add("eager: x + 1 (inline)", "x + 1", {"x": x})
-        sjc.add("eager: f(x)", "f(x)", {"f": eager_f, "x": x})
-        for label, backend in (("shapejit backend=default", "default"),
-                               ("shapejit backend=eager", "eager"),
-                               ("shapejit precomputed-result backend", const_backend)):
-            try:
-                cf = sj.compile(fresh_add_one(), backend=backend)
-                for _ in range(3):
-                    out = cf(x)
-                assert float(out[0]) == 2.0, f"wrong result {out}"
-                sjc.add(label, "f(x)", {"f": cf, "x": x})
-            except Exception as e:
-                sjc.fail(label, e)
-                print(f"   {label}: {sjc.errors[label]}", flush=True)
-        st0 = common.sj_stats(sj)
-        measure_group(sjc, args.rounds, "shapejit group")
-        st1 = common.sj_stats(sj)
-        sj_note = (f"shapejit stats after warm-up: {st0}; recompiles during timing: "
-                   f"{(st1.get('recompiles') or 0) - (st0.get('recompiles') or 0)}")
-        if not st0.get("graphs"):
-            sj_note += ("; NO GRAPH was captured, calls ran eagerly: "
-                        + common.shapejit_explain_reason(sj, fresh_add_one(), (x,)))
-        print("   " + sj_note, flush=True)
-        unrelated_phase(phases, "after shapejit functions ran", x, N, R, args.rounds)
+        # A child process (same thread set-up) runs the shapejit cases and its own
+        # before/after phases of uncompiled code, so a crash of the C extension is
+        # reported instead of ending this run.
+        print("   shapejit group: running in a child process", flush=True)
+        child = common.run_child(
+            [os.path.abspath(__file__), "--worker-shapejit", "--threads", str(args.threads),
+             "--number", str(N), "--repeat", str(R), "--rounds", str(args.rounds)],
+            timeout=900)
+        recs = dict(child["records"])
+        if "RESULT" in recs:
+            r = recs["RESULT"]
+            sjc.load(r["cases"])
+            sj_note = r["note"]
+            for name, res in r["phases"]:
+                phases.append((name, {k: tuple(v) for k, v in res.items()}))
+            for line in r["log"]:
+                print("   [child] " + line, flush=True)
+        else:
+            sj_note = recs.get("UNAVAILABLE") or (
+                f"shapejit: child process {child['died'] or 'gave no result'}"
+                + (f": {child['err_tail']}" if child["err_tail"] else ""))
+            if "UNAVAILABLE" in recs:
+                sj_note = common.shapejit_missing_line(sj_note)
+            print("   " + sj_note, flush=True)
 
     # ---------------------------------------------------------------- report
     headers = ["group", "case", "median per call", "vs eager f(x)", "vs eager x + 1", "min per call",
@@ -247,18 +314,21 @@ def main(argv=None):
     print(f"torch.compile: graphs={dyn['graphs']} breaks={dyn['graph_breaks']} "
           f"recompiles during timing={recompiles_tc}")
     print("")
-    base = phases[0][1]
     uheaders = ["phase"]
     for k in UNRELATED:
         uheaders += [f"{k} median", "Δ median", "min", "Δ min"]
     urows = []
-    for name, res in phases:
+    for i, (name, res) in enumerate(phases):
+        # Δ against the first phase of the same process (the child has its own)
+        same = [r for n, r in phases[: i + 1] if n.startswith("child:") == name.startswith("child:")]
+        base = same[0]
         row = [name]
         for k in UNRELATED:
             row += [common.fmt_time(res[k][0]), fmt_delta(res[k][0] - base[k][0]),
                     common.fmt_time(res[k][1]), fmt_delta(res[k][1] - base[k][1])]
         urows.append(row)
-    print("uncompiled code (the frame hook must cost it nothing); Δ = vs the first phase; "
+    print("uncompiled code (the frame hook must cost it nothing); Δ = vs the first phase of "
+          "the same process; "
           "on a busy machine trust min more than median:")
     print(common.text_table(uheaders, urows))
 

@@ -225,10 +225,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
     case VK_LIST:
     case VK_DICT:
         return container_method(c, o, name);
+    case VK_USEROBJ:
+        return objects_attr_load(c, o, name);
     case VK_TUPLE: {
         if (o->u.seq.subtype) {
-            PyObject *fields = PyObject_GetAttrString((PyObject *)o->u.seq.subtype, "_fields");
-            if (fields && PyTuple_Check(fields)) {
+            PyObject *fields = objects_fields(o->u.seq.subtype);
+            if (fields) {
                 for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
                     int eq = PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), name) == 0;
                     if (eq && i < o->u.seq.n) {
@@ -290,7 +292,8 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
 
 int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
 {
-    (void)val;
+    if (o->kind == VK_USEROBJ)
+        return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
     return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s", name, var_kind_name(o));
 }
 

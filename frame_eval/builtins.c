@@ -77,6 +77,8 @@ static PyObject *var_type(Capture *c, Var *v)
         return Py_NewRef((PyObject *)&PyMethod_Type);
     case VK_PARTIAL:
         return Py_NewRef(libs.partial_type);
+    case VK_USEROBJ:
+        return Py_NewRef((PyObject *)v->u.uobj.type);
     default:
         if (v->obj)
             return Py_NewRef((PyObject *)Py_TYPE(v->obj));
@@ -173,6 +175,21 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
         return const_bool(c, dtype_info[m->dtype].category == CAT_FLOAT);
     if (!strcmp(name, "is_complex"))
         return const_bool(c, dtype_info[m->dtype].category == CAT_COMPLEX);
+    if (!strcmp(name, "type") && m->lib == LIB_TORCH) {
+        static const char *const names[DT_COUNT] = {
+            [DT_BOOL] = "torch.BoolTensor", [DT_U8] = "torch.ByteTensor", [DT_I8] = "torch.CharTensor",
+            [DT_I16] = "torch.ShortTensor", [DT_I32] = "torch.IntTensor", [DT_I64] = "torch.LongTensor",
+            [DT_F16] = "torch.HalfTensor", [DT_BF16] = "torch.BFloat16Tensor", [DT_F32] = "torch.FloatTensor",
+            [DT_F64] = "torch.DoubleTensor", [DT_C64] = "torch.ComplexFloatTensor",
+            [DT_C128] = "torch.ComplexDoubleTensor"};
+        if (nargs == 1)
+            return var_const_steal(c, PyUnicode_FromString(names[m->dtype]));
+        PyObject *to = PyUnicode_FromString("to");
+        int row = to ? callables_lookup_method(LIB_TORCH, to) : -1;
+        Py_XDECREF(to);
+        if (row >= 0)
+            return op_record(c, row, args, nargs, NULL);
+    }
     if (!strcmp(name, "get_device"))
         return var_const_steal(c, PyLong_FromLong(-1));
     if (!strcmp(name, "__len__"))
@@ -552,6 +569,12 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     } else if (!strcmp(n, "is_compiling") || !strcmp(n, "is_dynamo_compiling") ||
                !strcmp(n, "is_exporting")) {
         r = const_bool(c, strcmp(n, "is_exporting") != 0);
+    } else if (!strncmp(n, "has_torch_function", 18)) {
+        /* capture only models plain tensors: no __torch_function__ overrides */
+        r = const_bool(c, 0);
+    } else if (!strcmp(n, "is_autocast_enabled") || !strcmp(n, "is_autocast_cpu_enabled") ||
+               !strcmp(n, "_is_any_autocast_enabled")) {
+        r = const_bool(c, 0);
     } else if (!strcmp(n, "is_tensor")) {
         r = nargs == 1 ? const_bool(c, args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH) : NULL;
         if (!r && !cap_failed(c))
@@ -580,6 +603,40 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
             *handled = 1;
             return call_builtin(c, (BuiltinId)i, args, nargs, kwnames);
         }
+    if (fn == libs.partial_type) {
+        *handled = 1;
+        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+        int32_t npos = nargs - nkw;
+        if (npos < 1) {
+            cap_fail(c, BR_USER_EXCEPTION, "partial() needs a callable");
+            return NULL;
+        }
+        Var *p = var_new(c, VK_PARTIAL);
+        Var *pa = p ? var_seq(c, VK_TUPLE, args + 1, npos - 1) : NULL;
+        Var *pk = pa ? var_dict(c) : NULL;
+        if (!pk)
+            return NULL;
+        for (int32_t i = 0; i < nkw; i++) {
+            Var *k = var_const(c, PyTuple_GET_ITEM(kwnames, i));
+            if (!k || var_dict_set(c, pk, k, args[npos + i]) < 0)
+                return NULL;
+        }
+        p->u.partial.fn = args[0];
+        p->u.partial.args = pa;
+        p->u.partial.kwargs = pk;
+        return p;
+    }
+    static PyObject *obj_setattr;   /* strong: object.__setattr__ */
+    if (!obj_setattr && !(obj_setattr = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__setattr__"))) {
+        *handled = 1;
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (fn == obj_setattr && nargs == 3 && args[0]->kind == VK_USEROBJ && var_is_const(args[1]) &&
+        PyUnicode_Check(args[1]->obj)) {
+        *handled = 1;
+        return attr_store(c, args[0], args[1]->obj, args[2]) < 0 ? NULL : var_const(c, Py_None);
+    }
     /* methods called on a tensor (args[0] is the tensor) */
     if (nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR) {
         PyObject *name = PyObject_GetAttrString(fn, "__name__");

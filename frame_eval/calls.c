@@ -215,6 +215,133 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
     return inline_function(c, fn, all, nargs + 1, kwnames);
 }
 
+/* ------------------------------------------- nn.Module iteration methods ---- */
+/* named_parameters(), parameters(), buffers(), children(), modules() and their named forms
+ * run live (they only read the module tree) and each item gets the source that reaches it,
+ * so parameters stay graph inputs. The tree's shape is guarded by the key sets. */
+
+static int guard_tree(Capture *c, PyObject *mod, int32_t src)
+{
+    static const char *const dicts[] = {"_parameters", "_buffers", "_modules"};
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = PyObject_GetAttrString(mod, dicts[i]);
+        if (!d || !PyDict_Check(d)) {
+            Py_XDECREF(d);
+            PyErr_Clear();
+            continue;
+        }
+        PyObject *dn = PyUnicode_FromString(dicts[i]);
+        int32_t ds = dn ? sources_add(&c->src, SRC_ATTR, src, 0, dn, NULL) : -1;
+        Py_XDECREF(dn);
+        PyObject *k = ds >= 0 ? PyDict_Keys(d) : NULL;
+        PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+        Py_XDECREF(k);
+        int r = kt ? guard_add_simple(c, GK_DICT_KEYS, ds, kt) : -1;
+        Py_XDECREF(kt);
+        if (r == 0 && i == 2) {
+            Py_ssize_t pos = 0;
+            PyObject *key, *sub;
+            while (r == 0 && PyDict_Next(d, &pos, &key, &sub)) {
+                if (sub == Py_None)
+                    continue;
+                int32_t ss = sources_add(&c->src, SRC_ITEM, ds, 0, key, NULL);
+                r = ss < 0 ? -1 : guard_tree(c, sub, ss);
+            }
+        }
+        Py_DECREF(d);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The source of a dotted path below module source src: "a.b.weight" in dict kind. */
+static int32_t path_source(Capture *c, int32_t src, PyObject *path, const char *last_dict)
+{
+    PyObject *parts, *dot = PyUnicode_FromString(".");
+    parts = dot ? PyUnicode_Split(path, dot, -1) : NULL;
+    Py_XDECREF(dot);
+    if (!parts)
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    if (n == 1 && PyUnicode_GET_LENGTH(PyList_GET_ITEM(parts, 0)) == 0) {
+        Py_DECREF(parts);
+        return src;   /* the module itself (modules() yields it first) */
+    }
+    int32_t cur = src;
+    for (Py_ssize_t i = 0; i < n && cur >= 0; i++) {
+        const char *dn = i == n - 1 ? last_dict : "_modules";
+        PyObject *dname = PyUnicode_FromString(dn);
+        int32_t ds = dname ? sources_add(&c->src, SRC_ATTR, cur, 0, dname, NULL) : -1;
+        Py_XDECREF(dname);
+        cur = ds >= 0 ? sources_add(&c->src, SRC_ITEM, ds, 0, PyList_GET_ITEM(parts, i), NULL) : -1;
+    }
+    Py_DECREF(parts);
+    return cur;
+}
+
+static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args, int32_t nargs,
+                               PyObject *kwnames, int *handled)
+{
+    static const char *const names[] = {"named_parameters", "parameters", "named_buffers", "buffers",
+                                        "named_children", "children", "named_modules", "modules"};
+    int which = -1;
+    for (int i = 0; i < 8; i++)
+        if (!strcmp(name, names[i]))
+            which = i;
+    *handled = 0;
+    if (which < 0 || m->src < 0 || !var_all_const(args, nargs))
+        return NULL;
+    *handled = 1;
+    int named = which % 2 == 0;
+    const char *last = which < 2 ? "_parameters" : which < 4 ? "_buffers" : "_modules";
+    /* call the named_ form live so every item comes with its path */
+    const char *live = which < 2 ? "named_parameters" : which < 4 ? "named_buffers"
+                     : which < 6 ? "named_children" : "named_modules";
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *meth = PyObject_GetAttrString(m->obj, live);
+    PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+    PyObject *gen = NULL;
+    if (meth && a) {
+        for (int32_t i = 0; i < nargs; i++)
+            a[i] = args[i]->obj;
+        gen = PyObject_Vectorcall(meth, a, (size_t)(nargs - nkw), kwnames);
+    }
+    Py_XDECREF(meth);
+    PyObject *list = gen ? PySequence_List(gen) : NULL;
+    Py_XDECREF(gen);
+    if (!list || guard_tree(c, m->obj, m->src) < 0) {
+        Py_XDECREF(list);
+        cap_fail_exc(c, BR_UNSUPPORTED_CALL);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
+    for (Py_ssize_t i = 0; items && i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(list, i);
+        PyObject *path = PyTuple_GET_ITEM(pair, 0), *val = PyTuple_GET_ITEM(pair, 1);
+        int32_t s = path_source(c, m->src, path, which >= 4 && which < 6 ? "_modules" : last);
+        Var *v = s >= 0 ? wrap_value(c, val, s) : NULL;
+        Var *k = v ? var_const(c, path) : NULL;
+        if (!k) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        items[i] = named ? var_seq(c, VK_TUPLE, (Var *[]){k, v}, 2) : v;
+        if (!items[i]) {
+            Py_DECREF(list);
+            return NULL;
+        }
+    }
+    Py_DECREF(list);
+    Var *it = items ? var_new(c, VK_ITER) : NULL;
+    if (it) {
+        it->u.iter.items = items;
+        it->u.iter.n = (int32_t)n;
+    }
+    return it;
+}
+
 /* --------------------------------------------------- container methods ---- */
 
 static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, int32_t nargs, PyObject *kwnames)
@@ -222,7 +349,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     const char *n = PyUnicode_AsUTF8(name);
     if (!n)
         return NULL;
-    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update"))) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", var_kind_name(self), n);
         return NULL;
     }
@@ -288,6 +416,10 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         }
         if (!strcmp(n, "copy") && nargs == 0)
             return var_seq(c, self->kind, self->u.seq.items, self->u.seq.n);
+        if (!strcmp(n, "clear") && nargs == 0 && self->kind == VK_LIST) {
+            self->u.seq.n = 0;
+            return var_const(c, Py_None);
+        }
         if ((!strcmp(n, "index") || !strcmp(n, "count")) && nargs == 1 && var_all_const(self->u.seq.items, self->u.seq.n)) {
             PyObject *py = var_to_py(c, self);
             PyObject *a = py ? var_to_py(c, args[0]) : NULL;
@@ -330,10 +462,23 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
             Var *d = nargs == 2 ? args[1] : var_const(c, Py_None);
             return d && var_dict_set(c, self, args[0], d) == 0 ? d : NULL;
         }
-        if (!strcmp(n, "update") && nargs == 1 && args[0]->kind == VK_DICT) {
-            for (int32_t i = 0; i < args[0]->u.dict.n; i++)
-                if (var_dict_set(c, self, args[0]->u.dict.keys[i], args[0]->u.dict.vals[i]) < 0)
+        if (!strcmp(n, "update") && nargs - nkw <= 1) {
+            if (nargs - nkw == 1) {
+                if (args[0]->kind != VK_DICT)
+                    goto unsupported;
+                for (int32_t i = 0; i < args[0]->u.dict.n; i++)
+                    if (var_dict_set(c, self, args[0]->u.dict.keys[i], args[0]->u.dict.vals[i]) < 0)
+                        return NULL;
+            }
+            for (int32_t i = 0; i < nkw; i++) {
+                Var *k = var_const(c, PyTuple_GET_ITEM(kwnames, i));
+                if (!k || var_dict_set(c, self, k, args[nargs - nkw + i]) < 0)
                     return NULL;
+            }
+            return var_const(c, Py_None);
+        }
+        if (!strcmp(n, "clear") && nargs == 0) {
+            self->u.dict.n = 0;
             return var_const(c, Py_None);
         }
         if (!strcmp(n, "pop") && (nargs == 1 || nargs == 2)) {
@@ -372,6 +517,8 @@ static int is_pure_folder(PyObject *fn)
 {
     /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
      * functions of math */
+    if (libs.np_generic && PyType_Check(fn) && PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)libs.np_generic))
+        return 1;   /* numpy scalar types: np.float32(2.0) */
     if (PyCFunction_Check(fn)) {
         PyObject *self = PyCFunction_GET_SELF(fn);
         if (self && PyModule_Check(self)) {
@@ -382,7 +529,8 @@ static int is_pure_folder(PyObject *fn)
             }
             return !strcmp(mn, "math");
         }
-        if (self && (PyUnicode_Check(self) || PyTuple_Check(self) || PyLong_Check(self) ||
+        /* sets reached as constants were built during capture (inputs wrap as objects) */
+        if (self && (PyUnicode_Check(self) || PyTuple_Check(self) || PyLong_Check(self) || PyAnySet_Check(self) ||
                      PyFloat_Check(self) || PyBytes_Check(self) ||
                      (libs.dtype_type && (PyObject *)Py_TYPE(self) == libs.dtype_type) ||
                      (libs.np_dtype_type && PyObject_TypeCheck(self, (PyTypeObject *)libs.np_dtype_type))))
@@ -405,9 +553,11 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
             PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
-            /* module forwards and container helpers of torch.nn are inlined on purpose */
+            /* module forwards, container helpers and the Python helpers of
+             * torch.nn.functional are inlined on purpose; other torch internals are not */
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
-            if (!m || strncmp(m, "torch.nn.modules", 16) != 0) {
+            if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
+                       strcmp(m, "torch.functional") != 0)) {
                 cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
                          m ? m : "?", qn);
                 return NULL;
@@ -424,6 +574,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         Var *inner = fn->u.method.fn;
         if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj))
             return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
+        if (fn->u.method.self->kind == VK_MODULE && inner->kind == VK_FUNC && inner->obj) {
+            int handled = 0;
+            const char *mn = PyUnicode_AsUTF8(((PyFunctionObject *)inner->obj)->func_name);
+            Var *r = mn ? module_iter_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
+            if (handled)
+                return r;
+        }
         if (fn->u.method.self->kind == VK_TENSOR && inner->kind == VK_CALLABLE) {
             int handled = 0;
             Var *r = builtin_call(c, inner->obj, all, nargs + 1, kwnames, &handled);
@@ -478,6 +635,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
+        r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
         if (is_pure_folder(fn->obj) && var_all_const(args, nargs)) {
             int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
             PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
@@ -508,11 +668,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         Py_XDECREF(mod);
         return NULL;
     }
-    case VK_OBJECT: {
+    case VK_OBJECT:
+    case VK_USEROBJ: {
         static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
         if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
             return NULL;
-        PyObject *call = _PyType_Lookup(Py_TYPE(fn->obj), s_call);
+        PyObject *call = _PyType_Lookup(fn->kind == VK_USEROBJ ? fn->u.uobj.type : Py_TYPE(fn->obj), s_call);
         if (call && PyFunction_Check(call)) {
             Var *f = wrap_untracked(c, call);
             Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));

@@ -28,6 +28,7 @@ typedef enum {
     VK_PARTIAL,    /* u.partial: functools.partial */
     VK_GRADMODE,   /* u.grad: torch.no_grad() / enable_grad() / set_grad_enabled(b) objects */
     VK_EXIT,       /* u.grad: the __exit__ that BEFORE_WITH pushes for a grad-mode block */
+    VK_USEROBJ,    /* u.uobj: an instance of a user class made during capture (dataclasses) */
 } VarKind;
 
 typedef struct Var Var;
@@ -47,6 +48,7 @@ struct Var {
         struct { Var *self; Var *fn; } method;
         struct { Var *fn; Var *args; Var *kwargs; } partial;
         struct { int enabled; int prev; } grad;
+        struct { PyTypeObject *type; Var *attrs; } uobj;   /* type borrowed (keepalive) */
     } u;
 };
 
@@ -193,5 +195,13 @@ int callables_operator_row(const char *path);   /* row of "operator.add" etc., o
 
 /* builtins.c */
 Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+/* objects.c: instances of user classes and namedtuples made during capture */
+/* Construct cls(*args): *handled = 0 when cls is not a class capture can model. */
+Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+Var *objects_attr_load(Capture *c, Var *o, PyObject *name);
+int objects_attr_store(Capture *c, Var *o, PyObject *name, Var *val);
+/* The field names of a namedtuple or structseq type (new tuple of str), or NULL. */
+PyObject *objects_fields(PyTypeObject *t);
 
 #endif

@@ -87,6 +87,26 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
         }
         return Py_BuildValue("(sNN)", "d", keys, items);
     }
+    case VK_USEROBJ: {
+        Var *a = v->u.uobj.attrs;
+        PyObject *keys = PyTuple_New(a->u.dict.n), *items = PyTuple_New(a->u.dict.n);
+        if (!keys || !items) {
+            Py_XDECREF(keys);
+            Py_XDECREF(items);
+            return NULL;
+        }
+        for (int32_t i = 0; i < a->u.dict.n; i++) {
+            PyTuple_SET_ITEM(keys, i, Py_NewRef(a->u.dict.keys[i]->obj));
+            PyObject *it = plan_for(p, a->u.dict.vals[i]);
+            if (!it) {
+                Py_DECREF(keys);
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(items, i, it);
+        }
+        return Py_BuildValue("(sONN)", "o", (PyObject *)v->u.uobj.type, keys, items);
+    }
     default:
         if (v->src >= 0)
             return Py_BuildValue("(si)", "s", (int)v->src);
@@ -107,6 +127,18 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
     case 's':
         return Py_XNewRef(memo[PyLong_AsLong(PyTuple_GET_ITEM(plan, 1))]);
+    case 'o': {
+        /* an object made during capture: allocate without __init__, set its attributes */
+        PyObject *t = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 2), *items = PyTuple_GET_ITEM(plan, 3);
+        PyObject *obj = PyObject_CallMethod((PyObject *)&PyBaseObject_Type, "__new__", "O", t);
+        for (Py_ssize_t i = 0; obj && i < PyTuple_GET_SIZE(keys); i++) {
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            if (!x || PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(keys, i), x) < 0)
+                Py_CLEAR(obj);
+            Py_XDECREF(x);
+        }
+        return obj;
+    }
     case 't':
     case 'l':
     case 'T':
@@ -133,7 +165,7 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
         }
         if (tag[0] == 'T') {
             PyObject *t = PyTuple_GET_ITEM(plan, 1);
-            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "O", vals)
+            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "(O)", vals)
                                                              : PyObject_CallOneArg(t, vals);
             Py_DECREF(vals);
             return r;

@@ -539,6 +539,20 @@ static Var *run(Capture *c, EvalFrame *f)
                 o->u.dict.n--;
                 break;
             }
+            if (o->kind == VK_LIST && o->src < 0 && var_is_const(k) && PyIndex_Check(k->obj)) {
+                Py_ssize_t i = PyNumber_AsSsize_t(k->obj, NULL);
+                if (i < 0)
+                    i += o->u.seq.n;
+                if (i < 0 || i >= o->u.seq.n) {
+                    PyErr_Clear();
+                    PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
+                    cap_fail_exc(c, BR_USER_EXCEPTION);
+                    goto fail;
+                }
+                memmove(o->u.seq.items + i, o->u.seq.items + i + 1, sizeof(Var *) * (size_t)(o->u.seq.n - i - 1));
+                o->u.seq.n--;
+                break;
+            }
             cap_fail(c, BR_SIDE_EFFECT, "del on a %s", var_kind_name(o));
             goto fail;
         }

@@ -23,6 +23,7 @@
 
 static _Thread_local int tls_active;                    /* >0: compiled code runs here */
 static _Thread_local const CompileOptions *tls_opts;    /* options of the innermost call */
+static _Thread_local int tls_top_pending;               /* the compiled function's own frame is next */
 static int users;                                       /* threads with tls_active > 0 */
 static _PyFrameEvalFunction prev_eval;
 
@@ -137,6 +138,56 @@ static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
     return skip_file(co->co_filename);
 }
 
+/* ------------------------------------------------------- tensor precheck ---- */
+
+static int holds_tensor(PyObject *v, int depth)
+{
+    if (libs_is_tensor(v) || libs_is_ndarray(v) || libs_is_module(v))
+        return 1;
+    if (depth > 0 && (PyList_Check(v) || PyTuple_Check(v))) {
+        PyObject *fast = PySequence_Fast(v, "");
+        if (!fast) {
+            PyErr_Clear();
+            return 0;
+        }
+        int r = 0;
+        for (Py_ssize_t i = 0; !r && i < PySequence_Fast_GET_SIZE(fast); i++)
+            r = holds_tensor(PySequence_Fast_GET_ITEM(fast, i), depth - 1);
+        Py_DECREF(fast);
+        return r;
+    }
+    if (depth > 0 && PyDict_Check(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *x;
+        while (PyDict_Next(v, &pos, &k, &x))
+            if (holds_tensor(x, depth - 1))
+                return 1;
+    }
+    return 0;
+}
+
+/* Frames reached from eager code are compiled only when they see a tensor, an array or a
+ * module among their arguments or closure (the function a user compiled always is). */
+static int frame_has_tensors(PyCodeObject *co, _PyInterpreterFrame *f)
+{
+    if (libs_refresh() < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) != 0) +
+                ((co->co_flags & CO_VARKEYWORDS) != 0);
+    for (int i = 0; i < nargs && i < co->co_nlocalsplus; i++)
+        if (f->localsplus[i] && holds_tensor(f->localsplus[i], 2))
+            return 1;
+    PyObject *clo = f->f_func->func_closure;
+    for (Py_ssize_t i = 0; clo && i < PyTuple_GET_SIZE(clo); i++) {
+        PyObject *v = PyCell_GET(PyTuple_GET_ITEM(clo, i));
+        if (v && holds_tensor(v, 1))
+            return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ the hook ---- */
 
 #define MEMO_STACK 64
@@ -237,6 +288,8 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         st->skip = decide_skip(co, f);
     if (st->skip)
         goto eager;
+    int is_top = tls_top_pending;
+    tls_top_pending = 0;
     st->calls++;
     FrameView fv = {f->localsplus, f->f_func->func_closure, f->f_globals, f->f_builtins};
 
@@ -265,6 +318,8 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     }
 
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
+    if (!is_top && !frame_has_tensors(co, f))
+        goto eager;
     if (st->nentries > 0) {
         if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
             goto eager;
@@ -371,11 +426,14 @@ static PyObject *cf_vectorcall(PyObject *self, PyObject *const *args, size_t nar
 {
     SjCompiledFunction *cf = (SjCompiledFunction *)self;
     const CompileOptions *prev = tls_opts;
+    int prev_top = tls_top_pending;
     tls_opts = &cf->copts;
+    tls_top_pending = 1;
     hook_enter();
     PyObject *r = PyObject_Vectorcall(cf->fn, args, nargsf, kwnames);
     hook_leave();
     tls_opts = prev;
+    tls_top_pending = prev_top;
     return r;
 }
 

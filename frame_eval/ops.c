@@ -160,6 +160,21 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         lib = (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? LIB_NUMPY : LIB_TORCH;
     if (check_one_lib(c, args, nargs, lib) < 0)
         return NULL;
+    if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
+        op_info[r->op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
+        /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
+        PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+        if (!a)
+            return NULL;
+        for (int32_t i = 0; i < nargs; i++)
+            a[i] = args[i]->obj;
+        PyObject *res = PyObject_Vectorcall(target, a, (size_t)npos, kwnames);
+        if (!res) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return var_const_steal(c, res);
+    }
     if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
         (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD))) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
@@ -238,7 +253,18 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     if (nout == 1 && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND))
         return items[0];
-    return var_seq(c, VK_TUPLE, items, nout);
+    Var *tup = var_seq(c, VK_TUPLE, items, nout);
+    if (tup && lib == LIB_TORCH && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND)) {
+        /* torch returns a named structseq (torch.return_types.max): values/indices */
+        PyObject *rt = PyObject_GetAttrString(libs.torch, "return_types");
+        PyObject *t = rt ? PyObject_GetAttrString(rt, op_info[r->op].name) : NULL;
+        Py_XDECREF(rt);
+        if (t && PyType_Check(t) && cap_keep(c, t))
+            tup->u.seq.subtype = (PyTypeObject *)t;
+        Py_XDECREF(t);
+        PyErr_Clear();
+    }
+    return tup;
 }
 
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames)
@@ -470,6 +496,14 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_PARTIAL:
         *truth = 1;
         return 0;
+    case VK_USEROBJ: {
+        PyTypeObject *t = v->u.uobj.type;
+        if ((t->tp_as_number && t->tp_as_number->nb_bool) || (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
+            (t->tp_as_sequence && t->tp_as_sequence->sq_length))
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of a %s made during capture", t->tp_name);
+        *truth = 1;
+        return 0;
+    }
     case VK_MODULE:
     case VK_OBJECT: {
         PyTypeObject *t = Py_TYPE(v->obj);

@@ -7,7 +7,7 @@ static const char *const kind_names[] = {
     [VK_DICT] = "dict", [VK_SLICE] = "slice", [VK_ITER] = "iterator", [VK_FUNC] = "function",
     [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
     [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
-    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__",
+    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object",
 };
 
 const char *var_kind_name(const Var *v)
@@ -191,7 +191,7 @@ PyObject *var_to_py(Capture *c, Var *v)
         if (v->kind == VK_TUPLE && v->u.seq.subtype) {
             /* a tuple subclass: torch.Size takes the tuple; namedtuples take fields */
             PyObject *t = (PyObject *)v->u.seq.subtype;
-            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "O", seq)
+            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "(O)", seq)
                                                              : PyObject_CallOneArg(t, seq);
             Py_DECREF(seq);
             return r;

@@ -313,8 +313,11 @@ int rule_none(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
                    ShapeErr *err)
 {
-    if (self->np_scalar)
-        return sj_err(err, "numpy scalars are immutable");
+    if (self->np_scalar || !result) {
+        /* numpy scalars are immutable: `s += 1` rebinds s to the plain result */
+        *out = *result;
+        return 0;
+    }
     if (result->ndim != self->ndim ||
         memcmp(result->size, self->size, sizeof(int64_t) * self->ndim) != 0) {
         char a[96], c[96];

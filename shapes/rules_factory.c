@@ -71,7 +71,10 @@ int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 {
     int64_t size[SJ_MAX_RANK];
     int n;
-    if (sj_int_list(ba_get(b, "size"), "size", size, &n, SJ_MAX_RANK, err))
+    const BoundArg *sa = ba_get(b, "size");
+    if (op == OP_FULL && lib == LIB_TORCH && sa && sa->kind == BA_CONST && PyLong_Check(sa->value))
+        return sj_err(err, "full(): argument 'size' must be tuple of ints, not int");
+    if (sj_int_list(sa, "size", size, &n, SJ_MAX_RANK, err))
         return -1;
     for (int i = 0; i < n; i++)
         if (size[i] < 0)

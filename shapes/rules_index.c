@@ -231,6 +231,30 @@ int rule_getitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
+/* x[mask] = v with a boolean mask over x's leading dims: how many elements are selected
+ * depends on the data, but the result is x itself, so only a value that broadcasts to any
+ * count (a scalar, or one element) is accepted. 1 = handled, 0 = not a mask, -1 = refused. */
+static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg *v,
+                        ShapeErr *err)
+{
+    if (!ix || ix->kind != BA_TENSOR || ix->meta->dtype != DT_BOOL)
+        return 0;
+    const TensorMeta *m = ix->meta;
+    if (m->ndim > x->ndim || memcmp(m->size, x->size, sizeof(int64_t) * m->ndim) != 0)
+        return sj_err(err, "the shape of the mask does not match the shape of the indexed "
+                      "tensor");
+    if (v && v->kind == BA_TENSOR) {
+        if (m->ndim != x->ndim || sj_numel(v->meta) != 1)
+            return sj_err(err, "assigning a tensor through a boolean mask depends on the "
+                          "number of selected elements");
+    } else if (!v || v->kind != BA_CONST || !PyNumber_Check(v->value)) {
+        return sj_err(err, "unsupported value for a masked assignment");
+    } else if (m->ndim != x->ndim) {
+        return 1;
+    }
+    return 1;
+}
+
 int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
@@ -240,6 +264,14 @@ int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return -1;
     if (x->np_scalar)
         return sj_err(err, "numpy scalars are immutable");
+    int masked = mask_setitem(x, ba_get(b, "index"), ba_get(b, "value"), err);
+    if (masked < 0)
+        return -1;
+    if (masked) {
+        *out = *x;
+        *nout = 1;
+        return 0;
+    }
     TensorMeta target;
     int scalar;
     if (index_shape(lib, x, ba_get(b, "index"), &target, &scalar, err))

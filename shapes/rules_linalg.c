@@ -200,9 +200,6 @@ int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     /* torch.outer multiplies (promotion like mul); numpy.outer too, on flattened inputs */
     if (promote_args(lib, ops, 2, 0, &dt, NULL, err))
         return -1;
-    if (lib == LIB_TORCH && dt == DT_BOOL) {
-        /* bool * bool is bool in both */
-    }
     sj_meta(out, lib, dt);
     out->ndim = 2;
     out->size[0] = sj_numel(x);

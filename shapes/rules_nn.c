@@ -204,7 +204,7 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (x->ndim != 3 && x->ndim != 4)
         return sj_err(err, "%s expects 3-D or 4-D input", op_info[op].name);
     DTypeCategory c = dtype_info[x->dtype].category;
-    if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL2D && c != CAT_FLOAT))
+    if (c == CAT_COMPLEX || c == CAT_BOOL)
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
                       dtype_info[x->dtype].name);
     int64_t k[2], s[2], p[2], d[2] = {1, 1};
@@ -244,9 +244,8 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
             return sj_err(err, "output size is too small");
         out->size[off + i] = o;
     }
-    for (int i = 0; i < off; i++)
-        if (x->size[i] == 0 && i == off - 1)
-            return sj_err(err, "expected non-empty channels");
+    if (x->size[off - 1] == 0)
+        return sj_err(err, "expected non-empty channels");
     out[0].requires_grad = x->requires_grad;
     if (ret_idx) {
         out[1] = out[0];
@@ -269,9 +268,8 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     if (x->ndim != 3 && x->ndim != 4)
         return sj_err(err, "adaptive_avg_pool2d expects 3-D or 4-D input");
     int off = x->ndim - 2;
-    for (int i = 1; i < off + 2 && i < x->ndim; i++)
-        if (x->size[i] == 0 && i >= off)
-            return sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
+    if (x->size[off] == 0 || x->size[off + 1] == 0)
+        return sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
     const BoundArg *os = ba_get(b, "output_size");
     if (!os || os->kind != BA_CONST)
         return sj_err(err, "output_size must be constant");

@@ -54,7 +54,6 @@ static const unsigned dtype_rules[OP_COUNT] = {
     [OP_TRIL] = N_ARRAY,
     [OP_TRIU] = N_ARRAY,
     [OP_DETACH] = N_ARRAY,
-    [OP_FLIP] = N_ARRAY,
     [OP_ROLL] = N_ARRAY,
     [OP_ERF] = T_NOCPLX,
     [OP_GELU] = T_FLOATONLY | T_NOCPLX,
@@ -160,6 +159,23 @@ static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     } else {
         r = d;
     }
+    if (op == OP_FLIP || op == OP_ROLL) {
+        /* flip needs dims in torch; roll always needs shifts; the dims must exist */
+        const BoundArg *dims = ba_get(b, "dims");
+        if (op == OP_ROLL && !ba_get(b, "shifts"))
+            return sj_err(err, "roll() missing required argument 'shifts'");
+        if (op == OP_FLIP && lib == LIB_TORCH && (!dims || (dims->kind == BA_LIST && dims->n == 0)))
+            return sj_err(err, "flip() missing required argument 'dims'");
+        if (dims) {
+            int64_t dv[SJ_MAX_RANK];
+            int nd, k;
+            if (sj_int_list(dims, "dims", dv, &nd, SJ_MAX_RANK, err))
+                return -1;
+            for (int i = 0; i < nd; i++)
+                if (sj_dim(lib, dv[i], x->ndim, &k, err))
+                    return -1;
+        }
+    }
     *out = *x;
     if ((op == OP_TRIL || op == OP_TRIU) && x->ndim < 2) {
         /* numpy reads a vector as the rows of a square matrix */
@@ -249,6 +265,11 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return -1;
     if (op == OP_POW && lib == LIB_TORCH && d == DT_BOOL && ops[1]->kind == BA_CONST)
         r = DT_BOOL;    /* bool ** True has a scalar kernel */
+    else if (op == OP_POW && lib == LIB_NUMPY && ba_get(b, "square_fast_path") &&
+             ops[0]->kind == BA_TENSOR && ops[0]->meta->dtype == DT_BOOL &&
+             ops[1]->kind == BA_CONST && PyLong_Check(ops[1]->value) &&
+             !PyBool_Check(ops[1]->value) && PyLong_AsLong(ops[1]->value) == 2)
+        r = DT_I8;      /* the `**` operator computes a ** 2 as np.square: bool -> int8 */
     else if (check_dtype(op, lib, d, &r, err))
         return -1;
     if (op == OP_POW && check_int_pow(lib, d, ops[1], err))
@@ -287,9 +308,25 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         if (dtype_info[d].category == CAT_COMPLEX)
             return sj_err(err, "div with rounding_mode is not implemented for complex");
     } else if (dtype_info[d].category <= CAT_INT) {
-        /* numpy's true_divide uses float64 for every integer type; arctan2 and hypot
-         * pick the smallest float that holds the integer */
-        d = (lib == LIB_NUMPY && op == OP_TRUEDIV) ? DT_F64 : promote_to_float(lib, d);
+        if (check_dtype(op, lib, d, &r, err))
+            return -1;
+        if (lib == LIB_NUMPY && op == OP_TRUEDIV) {
+            d = DT_F64;    /* true_divide has float64 loops only for integers */
+        } else if (lib == LIB_NUMPY) {
+            /* arctan2/hypot pick the first float loop every input casts to safely:
+             * the widest of each integer operand's own smallest float */
+            DType promoted = d;
+            d = DT_F16;
+            for (int i = 0; i < 2; i++) {
+                /* a weak int stands for the promoted integer type */
+                DType f = promote_to_float(lib, ops[i]->kind == BA_TENSOR
+                                                    ? (DType)ops[i]->meta->dtype : promoted);
+                if (promote_pair(lib, d, f, &d, err))
+                    return -1;
+            }
+        } else {
+            d = promote_to_float(lib, d);
+        }
     }
     if (check_dtype(op, lib, d, &r, err))
         return -1;
@@ -309,10 +346,15 @@ int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
     if (!ops[0] || !ops[1])
         return sj_err(err, "%s needs two operands", op_info[op].name);
-    DType d, r;
-    int all_weak;
-    if (promote_args(lib, ops, 2, 0, &d, &all_weak, err))
-        return -1;
+    DType d = DT_C64, r;
+    int all_weak = 0;
+    if (promote_args(lib, ops, 2, 0, &d, &all_weak, err)) {
+        /* comparing float16 with a complex scalar computes in complex32, which shapejit
+         * has no dtype for; the bool result does not need it */
+        if (lib != LIB_TORCH || strncmp(err->msg, "complex32", 9) != 0)
+            return -1;
+        d = DT_C64;
+    }
     if (check_dtype(op, lib, d, &r, err))
         return -1;
     sj_meta(out, lib, DT_BOOL);
@@ -368,9 +410,11 @@ int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     TensorMeta shape;
     if (sj_broadcast(ms, 2, &shape, err))
         return -1;
-    if (shape.ndim != x->ndim || memcmp(shape.size, x->size, sizeof(int64_t) * x->ndim))
-        return sj_err(err, "masked_fill: the mask must broadcast to the input's shape");
+    /* out of place, the result takes the broadcast shape (in place, shapes_inplace then
+     * refuses a mask that would grow self) */
     *out = *x;
+    out->ndim = shape.ndim;
+    memcpy(out->size, shape.size, sizeof(int64_t) * shape.ndim);
     (void)lib;
     *nout = 1;
     return 0;
@@ -525,6 +569,9 @@ int rule_cast(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     }
     if (lib == LIB_NUMPY && d == DT_BF16)
         return sj_err(err, "numpy has no bfloat16");
+    /* Tensor.type() without a dtype returns the type's name, not a tensor */
+    if (!found && ba_get(b, "require_dtype"))
+        return sj_err(err, "a dtype is required");
     *out = *x;
     out->dtype = (unsigned char)d;
     out->np_scalar = 0;

@@ -172,6 +172,9 @@ static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x
     if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && !PyLong_Check(dim->value) &&
         !PyIndex_Check(dim->value))
         return sj_err(err, "%s: dim must be an int", op_info[op].name);
+    if (lib == LIB_TORCH && op == OP_PROD && dim &&
+        !(dim->kind == BA_CONST && PyLong_Check(dim->value)))
+        return sj_err(err, "prod(): argument 'dim' must be int");
     if (lib == LIB_TORCH && (op == OP_LOGSUMEXP) && !dim)
         return sj_err(err, "logsumexp() missing required argument 'dim'");
     /* a reduction over an empty dim has no identity for max/min/argmax */
@@ -259,11 +262,6 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return sj_err(err, "max/min: dim must be an int");
     if (reduce_into(as, lib, b, x, dim, &out[0], err))
         return -1;
-    if (x->dtype == DT_BOOL || dtype_info[x->dtype].category == CAT_COMPLEX) {
-        /* values and indices of bool work; complex does not */
-        if (dtype_info[x->dtype].category == CAT_COMPLEX)
-            return sj_err(err, "max/min with dim is not supported for complex");
-    }
     out[1] = out[0];
     out[1].dtype = DT_I64;
     out[1].requires_grad = 0;

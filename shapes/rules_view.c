@@ -91,6 +91,8 @@ int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         seen |= 1u << k;
         out->size[i] = x->size[k];
     }
+    /* np.transpose(scalar) goes through the scalar's own method, which returns a scalar */
+    out->np_scalar = x->np_scalar;
     *nout = 1;
     return 0;
 }

@@ -212,6 +212,8 @@ def cast_cases(lib, row):
                   Case([x, "cpu", torch.bool]), Case([x, torch.device("cpu")]),
                   Case([x], {"device": "cpu", "dtype": torch.float64})]
         return c
+    if path == "Tensor.type":
+        return [Case([x, d]) for x in x_list for d in [torch.float64, torch.int32]] + [Case([x_list[0]], refuse=True)]
     if path == "Tensor.type_as":
         return [Case([x, mk(lib, d, (1,))]) for x in x_list for d in MAIN_DTYPES]
     if path == "ndarray.astype":
@@ -620,9 +622,11 @@ def getitem_cases(lib, row):
         idx = [0, -1, 5, slice(1, 4), slice(None, None, 2), slice(-3, None), (0, 1), (0, 1, 2),
                (Ellipsis, 1), (None, 0), (slice(None), None, 1), (1, Ellipsis, None, slice(2, 10)),
                Ellipsis, (), (0, 0, 0, 0), slice(10, 20), [0, 2], (slice(None), [1, 1, 1]),
-               slice(None, None, -1), (Ellipsis, Ellipsis)]
+               slice(None, None, -1)]
         for i in idx:
             cases.append(Case([x, i]))
+        # torch accepts several ellipses; the rules do not
+        cases.append(Case([x, (Ellipsis, Ellipsis)], refuse=(l == "torch")))
         cases.append(Case([x, None]))
         cases.append(Case([x, mk(l, "int64", (2, 3), 0, 4)]))
         cases.append(Case([x, (slice(None), mk(l, "int64", (4,), 0, 5))]))
@@ -644,6 +648,12 @@ def setitem_cases(lib, row):
                          (0, mk(l, "float32", (2, 6))), (slice(None), mk(l, "float32", (1, 1, 6))),
                          ((0, 0), 3), (slice(0, 2), mk(l, "int64", (2, 1)))]:
                 cases.append(Case([x.clone() if l == "torch" else x.copy(), i, v]))
+        # boolean masks: the count is data-dependent, the result is x itself
+        x = mk(l, "float32", (5, 6))
+        m = mk(l, "bool", (5, 6))
+        cases += [Case([x, m, -1.0]), Case([x, mk(l, "bool", (5,)), 2.0]),
+                  Case([x, m, mk(l, "float32", ())]), Case([x, mk(l, "bool", (6,)), 0.0]),
+                  Case([x, m, mk(l, "float32", (3,))], refuse=True)]
     return cases
 
 
@@ -671,6 +681,8 @@ def unary_dispatch(lib, row):
         return unary_cases(lib, row, shapes=[(2, 3), (3, 3, 4), (3,)], dtypes=MAIN_DTYPES)
     if op == "clamp":
         return clamp_cases(lib, row)
+    if op in ("flip", "roll"):
+        return flip_cases(lib, row)
     if path == "torch.dropout":
         return unary_cases(lib, row, extra=(0.5, False))
     if op == "dropout":
