@@ -227,6 +227,8 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         return container_method(c, o, name);
     case VK_USEROBJ:
         return objects_attr_load(c, o, name);
+    case VK_SUPER:
+        return objects_super_attr(c, o, name);
     case VK_TUPLE: {
         if (o->u.seq.subtype) {
             PyObject *fields = objects_fields(o->u.seq.subtype);

@@ -358,6 +358,10 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_LEN:
         if (nargs != 1)
             break;
+        if (args[0]->kind == VK_USEROBJ && args[0]->u.uobj.record) {
+            Var *t = objects_record_tuple(c, args[0]);
+            return t ? op_len(c, t) : NULL;
+        }
         return op_len(c, args[0]);
     case B_ISINSTANCE:
     case B_ISSUBCLASS: {
@@ -512,8 +516,7 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         cap_fail(c, BR_UNSUPPORTED_CALL, "print() (a side effect: graph breaks come with the graph-break issue)");
         return NULL;
     case B_SUPER:
-        cap_fail(c, BR_UNSUPPORTED_CALL, "super()");
-        return NULL;
+        return objects_super(c, args, nargs);
     case B_SETATTR:
         cap_fail(c, BR_SIDE_EFFECT, "setattr()");
         return NULL;
@@ -522,6 +525,14 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         return NULL;
     default:
         break;
+    }
+    if ((id == B_STR || id == B_REPR) && nargs == 1 && args[0]->obj && args[0]->kind != VK_TENSOR) {
+        PyObject *r = id == B_STR ? PyObject_Str(args[0]->obj) : PyObject_Repr(args[0]->obj);
+        if (!r) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return var_const_steal(c, r);
     }
     /* everything else folds when its arguments are constants */
     if (all_foldable(args, nargs))
@@ -569,7 +580,11 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     } else if (!strcmp(n, "is_compiling") || !strcmp(n, "is_dynamo_compiling") ||
                !strcmp(n, "is_exporting")) {
         r = const_bool(c, strcmp(n, "is_exporting") != 0);
-    } else if (!strncmp(n, "has_torch_function", 18)) {
+    } else if (!strcmp(n, "get_fastpath_enabled")) {
+        /* fused fast paths (torch._transformer_encoder_layer_fwd) are not modelled: take
+         * the path made of ordinary ops */
+        r = const_bool(c, 0);
+    } else if (strstr(n, "has_torch_function")) {
         /* capture only models plain tensors: no __torch_function__ overrides */
         r = const_bool(c, 0);
     } else if (!strcmp(n, "is_autocast_enabled") || !strcmp(n, "is_autocast_cpu_enabled") ||

@@ -357,7 +357,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
                    !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") ||
                    !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
-    if (mutating && self->src >= 0) {
+    if (mutating && self->src >= 0 && !self->fresh) {
         cap_fail(c, BR_SIDE_EFFECT, "%s.%s on an input", var_kind_name(self), n);
         return NULL;
     }
@@ -558,6 +558,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
                        strcmp(m, "torch.functional") != 0)) {
+                int handled = 0;
+                Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+                if (handled)
+                    return r;
                 cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
                          m ? m : "?", qn);
                 return NULL;
@@ -572,8 +576,16 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         all[0] = fn->u.method.self;
         memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
         Var *inner = fn->u.method.fn;
-        if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj))
+        if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj)) {
+            if (fn->u.method.self->kind == VK_USEROBJ) {
+                int handled = 0;
+                const char *mn = PyUnicode_AsUTF8(inner->obj);
+                Var *r = mn ? objects_record_call(c, fn->u.method.self, mn, args, nargs, &handled) : NULL;
+                if (handled)
+                    return r;
+            }
             return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
+        }
         if (fn->u.method.self->kind == VK_MODULE && inner->kind == VK_FUNC && inner->obj) {
             int handled = 0;
             const char *mn = PyUnicode_AsUTF8(((PyFunctionObject *)inner->obj)->func_name);

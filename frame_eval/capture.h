@@ -28,12 +28,18 @@ typedef enum {
     VK_PARTIAL,    /* u.partial: functools.partial */
     VK_GRADMODE,   /* u.grad: torch.no_grad() / enable_grad() / set_grad_enabled(b) objects */
     VK_EXIT,       /* u.grad: the __exit__ that BEFORE_WITH pushes for a grad-mode block */
-    VK_USEROBJ,    /* u.uobj: an instance of a user class made during capture (dataclasses) */
+    VK_USEROBJ,    /* u.uobj: an instance of a user class made during capture (dataclasses);
+                      with record set, a dataclass that is also a dict (transformers'
+                      ModelOutput): fields in order, None fields hidden from the dict view */
+    VK_SUPER,      /* u.sup: super() inside a method */
 } VarKind;
 
 typedef struct Var Var;
 struct Var {
     uint8_t kind;          /* VarKind */
+    uint8_t fresh;         /* a container the frame owns although it has a source (the
+                              *args tuple and **kwargs dict of the compiled frame): writes
+                              to it are not side effects */
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
@@ -48,7 +54,8 @@ struct Var {
         struct { Var *self; Var *fn; } method;
         struct { Var *fn; Var *args; Var *kwargs; } partial;
         struct { int enabled; int prev; } grad;
-        struct { PyTypeObject *type; Var *attrs; } uobj;   /* type borrowed (keepalive) */
+        struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
+        struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
     } u;
 };
 
@@ -203,5 +210,10 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name);
 int objects_attr_store(Capture *c, Var *o, PyObject *name, Var *val);
 /* The field names of a namedtuple or structseq type (new tuple of str), or NULL. */
 PyObject *objects_fields(PyTypeObject *t);
+/* Records (ModelOutput): the values that are not None, in field order (a new VK_TUPLE). */
+Var *objects_record_tuple(Capture *c, Var *o);
+Var *objects_record_call(Capture *c, Var *o, const char *name, Var **args, int32_t nargs, int *handled);
+Var *objects_super(Capture *c, Var **args, int32_t nargs);
+Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
 
 #endif

@@ -105,7 +105,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
             }
             PyTuple_SET_ITEM(items, i, it);
         }
-        return Py_BuildValue("(sONN)", "o", (PyObject *)v->u.uobj.type, keys, items);
+        return Py_BuildValue("(sONN)", v->u.uobj.record ? "r" : "o", (PyObject *)v->u.uobj.type, keys, items);
     }
     default:
         if (v->src >= 0)
@@ -137,6 +137,24 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
                 Py_CLEAR(obj);
             Py_XDECREF(x);
         }
+        return obj;
+    }
+    case 'r': {
+        /* a record (ModelOutput): call the class with its fields */
+        PyObject *t = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 2), *items = PyTuple_GET_ITEM(plan, 3);
+        PyObject *kw = PyDict_New();
+        for (Py_ssize_t i = 0; kw && i < PyTuple_GET_SIZE(keys); i++) {
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            if (!x || PyDict_SetItem(kw, PyTuple_GET_ITEM(keys, i), x) < 0)
+                Py_CLEAR(kw);
+            Py_XDECREF(x);
+        }
+        if (!kw)
+            return NULL;
+        PyObject *empty = PyTuple_New(0);
+        PyObject *obj = empty ? PyObject_Call(t, empty, kw) : NULL;
+        Py_XDECREF(empty);
+        Py_DECREF(kw);
         return obj;
     }
     case 't':

@@ -48,6 +48,25 @@ static PyObject *local_name(PyCodeObject *co, int i)
     return PyTuple_GET_ITEM(co->co_localsplusnames, i);
 }
 
+/* The *args / **kwargs slots of a code object: fresh containers on every call. */
+static int is_star_slot(PyCodeObject *co, int i)
+{
+    int first = co->co_argcount + co->co_kwonlyargcount;
+    int n = ((co->co_flags & CO_VARARGS) != 0) + ((co->co_flags & CO_VARKEYWORDS) != 0);
+    return i >= first && i < first + n;
+}
+
+/* Wrap a not-yet-read argument of the compiled frame. */
+static Var *wrap_pending(Capture *c, EvalFrame *f, int i)
+{
+    int32_t s = sources_add(&c->src, SRC_LOCAL, -1, i, PyTuple_GET_ITEM(f->code->co_localsplusnames, i), NULL);
+    Var *v = s < 0 ? NULL : wrap_value(c, f->pending[i], s);
+    if (v && is_star_slot(f->code, i))
+        v->fresh = 1;
+    f->pending[i] = NULL;
+    return v;
+}
+
 /* Source for a global name read by frame f. -1 when it is not tracked (library code). */
 static int32_t global_source(Capture *c, EvalFrame *f, PyObject *name, PyObject *dict)
 {
@@ -273,11 +292,9 @@ static Var *run(Capture *c, EvalFrame *f)
         case SJOP_LOAD_FAST: {
             Var *v = f->locals[arg];
             if (!v && f->pending && f->pending[arg]) {
-                int32_t s = sources_add(&c->src, SRC_LOCAL, -1, arg, local_name(co, arg), NULL);
-                if (s < 0 || !(v = wrap_value(c, f->pending[arg], s)))
+                if (!(v = wrap_pending(c, f, arg)))
                     goto fail;
                 f->locals[arg] = v;
-                f->pending[arg] = NULL;
             }
             if (!v) {
                 PyErr_Format(PyExc_UnboundLocalError,
@@ -312,12 +329,8 @@ static Var *run(Capture *c, EvalFrame *f)
             Var *cell = var_new(c, VK_CELL);
             if (!cell)
                 goto fail;
-            if (!f->locals[arg] && f->pending && f->pending[arg]) {
-                int32_t s = sources_add(&c->src, SRC_LOCAL, -1, arg, local_name(co, arg), NULL);
-                if (s < 0 || !(f->locals[arg] = wrap_value(c, f->pending[arg], s)))
-                    goto fail;
-                f->pending[arg] = NULL;
-            }
+            if (!f->locals[arg] && f->pending && f->pending[arg] && !(f->locals[arg] = wrap_pending(c, f, arg)))
+                goto fail;
             cell->u.cell.contents = f->locals[arg];
             f->locals[arg] = cell;
             break;

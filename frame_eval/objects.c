@@ -71,6 +71,9 @@ static Var *construct_namedtuple(Capture *c, PyTypeObject *t, PyObject *fields, 
     return v;
 }
 
+static Var *construct_record(Capture *c, PyTypeObject *t, PyObject *dfields, Var **args, int32_t nargs,
+                             PyObject *kwnames);
+
 /* A class capture can instantiate: a Python-level __init__, object's __new__, no metaclass
  * magic, no __slots__-only storage surprises. */
 static int plain_class(PyTypeObject *t)
@@ -97,6 +100,19 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         *handled = 1;
         Var *r = construct_namedtuple(c, t, fields, args, nargs, kwnames);
         Py_DECREF(fields);
+        return r;
+    }
+    if (PyType_IsSubtype(t, &PyDict_Type)) {
+        PyObject *dfields = PyObject_GetAttrString(cls, "__dataclass_fields__");
+        if (!dfields) {
+            PyErr_Clear();
+            return NULL;
+        }
+        *handled = 1;
+        Var *r = PyDict_Check(dfields) ? construct_record(c, t, dfields, args, nargs, kwnames) : NULL;
+        if (!r && !cap_failed(c))
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s", t->tp_name);
+        Py_DECREF(dfields);
         return r;
     }
     if (!plain_class(t) || (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)))
@@ -140,6 +156,20 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
     Var *v = var_dict_get(c, o->u.uobj.attrs, key, &found);
     if (found)
         return v;
+    if (o->u.uobj.record) {
+        const char *n = PyUnicode_AsUTF8(name);
+        static const char *const methods[] = {"to_tuple", "keys", "values", "items", "get", "__getitem__",
+                                              "__len__", "__contains__"};
+        for (size_t i = 0; n && i < sizeof methods / sizeof *methods; i++)
+            if (!strcmp(n, methods[i])) {
+                Var *m = var_new(c, VK_METHOD);
+                if (m) {
+                    m->u.method.self = o;
+                    m->u.method.fn = key;   /* a name: calls.c dispatches records by name */
+                }
+                return m;
+            }
+    }
     if (PyErr_Occurred())
         return NULL;
     PyObject *descr = _PyType_Lookup(o->u.uobj.type, name);   /* borrowed */
@@ -191,4 +221,203 @@ int objects_attr_store(Capture *c, Var *o, PyObject *name, Var *val)
     if (!key)
         return -1;
     return var_dict_set(c, o->u.uobj.attrs, key, val);
+}
+
+/* ---------------------------------------------------------------- records ---- */
+/* A dataclass that is also a dict (transformers' ModelOutput): captured as its fields; at
+ * run time the result plan calls the class with them, so its own __post_init__ runs. */
+
+static Var *construct_record(Capture *c, PyTypeObject *t, PyObject *dfields, Var **args, int32_t nargs,
+                             PyObject *kwnames)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    int32_t npos = nargs - nkw;
+    Var *o = var_new(c, VK_USEROBJ);
+    Var *attrs = o ? var_dict(c) : NULL;
+    if (!attrs || !cap_keep(c, (PyObject *)t))
+        return NULL;
+    o->u.uobj.type = t;
+    o->u.uobj.attrs = attrs;
+    o->u.uobj.record = 1;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *name, *field;
+    PyObject *missing = NULL;
+    PyObject *dc = PyImport_ImportModule("dataclasses");
+    missing = dc ? PyObject_GetAttrString(dc, "MISSING") : NULL;
+    Py_XDECREF(dc);
+    if (!missing) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    while (PyDict_Next(dfields, &pos, &name, &field)) {
+        Var *val = NULL;
+        if (i < npos)
+            val = args[i];
+        for (int32_t k = 0; !val && k < nkw; k++)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, k), name) == 0)
+                val = args[npos + k];
+        if (!val) {
+            PyObject *d = PyObject_GetAttrString(field, "default");
+            if (!d || d == missing) {
+                Py_XDECREF(d);
+                Py_DECREF(missing);
+                PyErr_Clear();
+                cap_fail(c, BR_USER_EXCEPTION, "%s() missing field %U", t->tp_name, name);
+                return NULL;
+            }
+            val = wrap_untracked(c, d);
+            Py_DECREF(d);
+            if (!val) {
+                Py_DECREF(missing);
+                return NULL;
+            }
+        }
+        Var *key = var_const(c, name);
+        if (!key || var_dict_set(c, attrs, key, val) < 0) {
+            Py_DECREF(missing);
+            return NULL;
+        }
+        i++;
+    }
+    Py_DECREF(missing);
+    return o;
+}
+
+static int is_none(Var *v)
+{
+    return v && v->kind == VK_CONST && v->obj == Py_None;
+}
+
+Var *objects_record_tuple(Capture *c, Var *o)
+{
+    Var *t = var_seq(c, VK_TUPLE, NULL, 0);
+    Var *a = o->u.uobj.attrs;
+    for (int32_t i = 0; t && i < a->u.dict.n; i++)
+        if (!is_none(a->u.dict.vals[i]) && var_seq_append(c, t, a->u.dict.vals[i]) < 0)
+            return NULL;
+    return t;
+}
+
+Var *objects_record_call(Capture *c, Var *o, const char *name, Var **args, int32_t nargs, int *handled)
+{
+    Var *a = o->u.uobj.attrs;
+    *handled = 1;
+    if (!strcmp(name, "to_tuple") && nargs == 0)
+        return objects_record_tuple(c, o);
+    if ((!strcmp(name, "keys") || !strcmp(name, "values") || !strcmp(name, "items")) && nargs == 0) {
+        Var *l = var_seq(c, VK_LIST, NULL, 0);
+        for (int32_t i = 0; l && i < a->u.dict.n; i++) {
+            if (is_none(a->u.dict.vals[i]))
+                continue;
+            Var *item = name[0] == 'k' ? a->u.dict.keys[i] : name[0] == 'v' ? a->u.dict.vals[i]
+                      : var_seq(c, VK_TUPLE, (Var *[]){a->u.dict.keys[i], a->u.dict.vals[i]}, 2);
+            if (!item || var_seq_append(c, l, item) < 0)
+                return NULL;
+        }
+        return l;
+    }
+    if (!strcmp(name, "get") && (nargs == 1 || nargs == 2)) {
+        int found;
+        Var *v = var_dict_get(c, a, args[0], &found);
+        if (found && !is_none(v))
+            return v;
+        return nargs == 2 ? args[1] : var_const(c, Py_None);
+    }
+    if (!strcmp(name, "__getitem__") && nargs == 1 && var_is_const(args[0])) {
+        if (PyUnicode_Check(args[0]->obj)) {
+            int found;
+            Var *v = var_dict_get(c, a, args[0], &found);
+            if (found && !is_none(v))
+                return v;
+            PyErr_SetObject(PyExc_KeyError, args[0]->obj);
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        Var *t = objects_record_tuple(c, o);
+        return t ? op_subscr(c, t, args[0]) : NULL;
+    }
+    if (!strcmp(name, "__len__") && nargs == 0) {
+        Var *t = objects_record_tuple(c, o);
+        return t ? op_len(c, t) : NULL;
+    }
+    if (!strcmp(name, "__contains__") && nargs == 1 && var_is_const(args[0])) {
+        int found;
+        Var *v = var_dict_get(c, a, args[0], &found);
+        return var_const(c, found && !is_none(v) ? Py_True : Py_False);
+    }
+    *handled = 0;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ super ---- */
+
+static Var *cell_contents(Capture *c, Var *v)
+{
+    if (!v || v->kind != VK_CELL)
+        return v;
+    if (v->u.cell.contents)
+        return v->u.cell.contents;
+    if (v->u.cell.real && PyCell_GET(v->u.cell.real))
+        return v->u.cell.contents = wrap_value(c, PyCell_GET(v->u.cell.real), v->src);
+    return NULL;
+}
+
+Var *objects_super(Capture *c, Var **args, int32_t nargs)
+{
+    Var *cls = NULL, *self = NULL;
+    if (nargs == 2) {
+        cls = args[0];
+        self = args[1];
+    } else if (nargs == 0 && c->frame) {
+        EvalFrame *f = c->frame;
+        PyCodeObject *co = f->code;
+        for (int i = 0; i < co->co_nlocalsplus; i++)
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
+                cls = cell_contents(c, f->locals[i]);
+        if (co->co_argcount > 0)
+            self = cell_contents(c, f->locals[0]);
+    }
+    if (!cls || !self || !cls->obj || !PyType_Check(cls->obj)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "super() in this form");
+        return NULL;
+    }
+    Var *s = var_new(c, VK_SUPER);
+    if (s) {
+        s->u.sup.cls = (PyTypeObject *)cls->obj;
+        s->u.sup.self = self;
+    }
+    return s;
+}
+
+Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
+{
+    Var *self = s->u.sup.self;
+    PyTypeObject *t = self->kind == VK_USEROBJ ? self->u.uobj.type
+                    : self->obj ? Py_TYPE(self->obj) : NULL;
+    if (!t || !t->tp_mro) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "super() of a %s", var_kind_name(self));
+        return NULL;
+    }
+    PyObject *mro = t->tp_mro;
+    Py_ssize_t n = PyTuple_GET_SIZE(mro), i = 0;
+    while (i < n && PyTuple_GET_ITEM(mro, i) != (PyObject *)s->u.sup.cls)
+        i++;
+    for (i++; i < n; i++) {
+        PyObject *d = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject *attr = d ? PyDict_GetItemWithError(d, name) : NULL;
+        if (!attr) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        Var *fn = wrap_untracked(c, attr);
+        Var *m = fn ? var_new(c, VK_METHOD) : NULL;
+        if (m) {
+            m->u.method.self = self;
+            m->u.method.fn = fn;
+        }
+        return m;
+    }
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "super().%U not found", name);
+    return NULL;
 }

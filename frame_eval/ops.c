@@ -376,7 +376,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     int is_add = nb == SJ_NB_ADD || nb == SJ_NB_INPLACE_ADD;
     if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && b->kind == a->kind) {
         if (nb == SJ_NB_INPLACE_ADD && a->kind == VK_LIST) {
-            if (a->src >= 0) {
+            if (a->src >= 0 && !a->fresh) {
                 cap_fail(c, BR_SIDE_EFFECT, "in-place += on an input list");
                 return NULL;
             }
@@ -531,6 +531,10 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         Var *args[2] = {container, item};
         return fold_operator(c, "contains", args, 2);
     }
+    if (container->kind == VK_USEROBJ && container->u.uobj.record && var_is_const(item)) {
+        int handled;
+        return objects_record_call(c, container, "__contains__", &item, 1, &handled);
+    }
     if (container->kind == VK_DICT && var_is_const(item)) {
         int found;
         var_dict_get(c, container, item, &found);
@@ -650,7 +654,7 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
         Py_DECREF(v);
         return r;
     }
-    if (obj->kind == VK_OBJECT) {
+    if (obj->kind == VK_OBJECT || (obj->kind == VK_USEROBJ)) {
         Var *args[1] = {key};
         return call_dunder(c, obj, "__getitem__", args, 1);
     }
@@ -664,7 +668,7 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         Var *args[3] = {obj, key, val};
         return record_operator(c, "operator.setitem", args, 3) ? 0 : -1;
     }
-    if (obj->src >= 0)
+    if (obj->src >= 0 && !obj->fresh)
         return cap_fail(c, BR_SIDE_EFFECT, "item assignment on an input %s", var_kind_name(obj));
     if (obj->kind == VK_LIST && var_is_const(key) && PyIndex_Check(key->obj)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key->obj, PyExc_IndexError);
@@ -790,6 +794,17 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
     }
     case VK_MODULE:
         return module_items(c, v, items, n);
+    case VK_USEROBJ:
+        if (v->u.uobj.record) {   /* iterating a ModelOutput yields its keys */
+            Var *a = v->u.uobj.attrs;
+            *items = cap_alloc(c, sizeof(Var *) * (size_t)(a->u.dict.n + 1));
+            *n = 0;
+            for (int32_t i = 0; *items && i < a->u.dict.n; i++)
+                if (!(a->u.dict.vals[i]->kind == VK_CONST && a->u.dict.vals[i]->obj == Py_None))
+                    (*items)[(*n)++] = a->u.dict.keys[i];
+            return *items ? 0 : -1;
+        }
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", v->u.uobj.type->tp_name);
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));
     }

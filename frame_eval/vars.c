@@ -7,7 +7,7 @@ static const char *const kind_names[] = {
     [VK_DICT] = "dict", [VK_SLICE] = "slice", [VK_ITER] = "iterator", [VK_FUNC] = "function",
     [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
     [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
-    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object",
+    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super",
 };
 
 const char *var_kind_name(const Var *v)

@@ -249,8 +249,6 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
                           "number of selected elements");
     } else if (!v || v->kind != BA_CONST || !PyNumber_Check(v->value)) {
         return sj_err(err, "unsupported value for a masked assignment");
-    } else if (m->ndim != x->ndim) {
-        return 1;
     }
     return 1;
 }
