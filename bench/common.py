@@ -68,7 +68,11 @@ def early_setup(threads: int, fresh_inductor_cache: bool = True) -> None:
     if "xla_cpu_multi_thread_eigen" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " " + extra).strip()
     if fresh_inductor_cache and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sj_bench_inductor_")
+        path = tempfile.mkdtemp(prefix="sj_bench_inductor_")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = path  # child processes inherit it
+        import atexit
+        import shutil
+        atexit.register(shutil.rmtree, path, True)
     # Matplotlib must never try to open a window.
     os.environ.setdefault("MPLBACKEND", "Agg")
 

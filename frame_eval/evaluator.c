@@ -222,6 +222,7 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
     Var *setter = wrap_untracked(c, libs.set_grad_fn);
     if (!setter || !call_var(c, setter, args, 1, NULL))
         return -1;
+    c->grad_mode = mgr->u.grad.enabled;
     ex->obj = mgr->obj;
     if (push(c, f, ex) < 0)
         return -1;

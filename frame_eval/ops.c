@@ -206,9 +206,17 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
         return NULL;
     }
-    for (int i = 0; i < nout; i++)
+    /* inplace=True keywords (F.relu(x, inplace=True)) make a functional row in-place */
+    int inplace_kw = 0;
+    const BoundArg *ipa = ba_get(&bound, "inplace");
+    if (ipa && ipa->kind == BA_CONST && ipa->value == Py_True)
+        inplace_kw = 1;
+    for (int i = 0; i < nout; i++) {
         if (outs[i].lib == LIB_TORCH)
             c->used_torch = 1;
+        if (!c->grad_mode)
+            outs[i].requires_grad = 0;   /* the rules assume grad mode is on */
+    }
     /* lower the arguments */
     int32_t first = graph_pool(c->g, nargs > 0 ? nargs : 1);
     if (first < 0)
@@ -219,7 +227,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     PyObject *where = cap_where(c);
     if (!where)
         return NULL;
-    int flags = (r->flags & CF_INPLACE) ? NODE_INPLACE : 0;
+    int flags = ((r->flags & CF_INPLACE) || inplace_kw) ? NODE_INPLACE : 0;
     int32_t v = graph_add_node(c->g, r->op, flags, target, first, npos, first + npos, nkw, kwnames,
                                outs, nout, where);
     Py_DECREF(where);

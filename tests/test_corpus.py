@@ -26,7 +26,7 @@ import torch._dynamo
 import torch._dynamo.eval_frame
 
 import shapejit
-from corpus import ENTRIES, NUMPY_ENTRIES, ORACLE_DIFFERENCES, TORCH_ENTRIES
+from corpus import ENTRIES, KNOWN_GAPS, NUMPY_ENTRIES, ORACLE_DIFFERENCES, TORCH_ENTRIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORACLE_DOC = os.path.join(REPO, "docs", "oracle_differences.md")
@@ -158,7 +158,15 @@ def _check_call(entry, compiled, seed):
 
 
 # ---- (a) values, mutation, cache ----------------------------------------------------
-@pytest.mark.parametrize("entry", ENTRIES, ids=_ids(ENTRIES))
+def _gapped(entries):
+    """Entries as pytest params; known gaps are strict xfails (see corpus.KNOWN_GAPS)."""
+    return [pytest.param(e, id=e.name,
+                         marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[e.name])]
+                         if e.name in KNOWN_GAPS else [])
+            for e in entries]
+
+
+@pytest.mark.parametrize("entry", _gapped(ENTRIES))
 def test_matches_eager(entry):
     compiled = shapejit.compile(entry.fn, fullgraph=entry.fullgraph)
     _check_call(entry, compiled, seed=0)
@@ -179,7 +187,7 @@ def _shapejit_explain(entry):
         return shapejit.explain(entry.fn)(*args, **kwargs)
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=_ids(ENTRIES))
+@pytest.mark.parametrize("entry", _gapped(ENTRIES))
 def test_explain_counts(entry):
     ex = _shapejit_explain(entry)
     assert (ex.graph_count, ex.graph_break_count) == (entry.graphs, entry.breaks), (
@@ -216,7 +224,7 @@ def _oracle_counts(entry):
     return ex.graph_count, ex.graph_break_count
 
 
-@pytest.mark.parametrize("entry", TORCH_ENTRIES, ids=_ids(TORCH_ENTRIES))
+@pytest.mark.parametrize("entry", _gapped(TORCH_ENTRIES))
 def test_oracle_counts(entry):
     oracle = _oracle_counts(entry)
     ex = _shapejit_explain(entry)

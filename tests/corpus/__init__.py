@@ -30,10 +30,35 @@ ORACLE_DIFFERENCES = {
     "t_uncap_unknown_c_function":
         "a call into an unknown C function (zlib.crc32) is not capturable; shapejit runs the whole "
         "frame eagerly (0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
-    "t_uncap_generator":
-        "shapejit does not inline generators in this issue and runs the whole frame eagerly "
-        "(0 graphs, 1 break); torch.compile inlines the generator expression (1 graph, 0 breaks)",
     "t_uncap_nonzero_dynamic_shape":
         "boolean-mask indexing has a data-dependent output shape; shapejit runs the whole frame "
         "eagerly (0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
+}
+
+# Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
+# entry that starts to pass fails the suite until it is taken off this list. Keep in step
+# with docs/status.md ("Known gaps").
+KNOWN_GAPS = {
+    "t_factories": "Tensor.fill_ and Tensor.new_zeros have no row in graph/callables.def yet",
+    "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
+    "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
+    "t_cumulative_and_sort": "torch.sort has no op yet",
+    "np_cumulative_sort": "numpy.sort has no op yet",
+    "t_inplace_through_view": "Tensor.zero_ has no op yet",
+    "t_inplace_second_input_only": "Tensor.copy_ has no op yet",
+    "np_method_chain": "ndarray.round has no row yet",
+    "np_advanced_indexing": "indexing with several advanced indices is not supported by the shape rules",
+    "np_concatenate_stack": "numpy.vstack has no row yet",
+    "np_dot_matmul": "numpy.inner has no row yet",
+    "np_scalar_types": "numpy scalar constants (np.float32(2)) as operands are refused by the rules",
+    "np_float32_pipeline": "numpy scalar constants (np.float32(2)) as operands are refused by the rules",
+    "np_inplace_intermediate": "ufunc out= is not supported",
+    "np_ufunc_out_input": "ufunc out= is not supported",
+    "np_method_inplace_fill_clip": "out= and ndarray.fill are not supported",
+    "np_copy_then_modify": "boolean-mask assignment with an array value is refused by the rules",
+    "np_standardise_covariance": "numpy.diag has no row yet",
+    "np_histogram_free_stats": "numpy.median has no row yet",
+    "np_rotation": "numpy.array over a list of arrays (a stack) is not supported",
+    "np_bool_predicates": "numpy.count_nonzero has no row yet",
+    "np_stable_logsumexp_softplus": "numpy.logaddexp has no row yet",
 }

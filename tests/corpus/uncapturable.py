@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import torch
 
-from ._base import A, T, uncapturable
+from ._base import A, T, numpy_case, torch_case, uncapturable
 
 
 @uncapturable("torch", lambda: (T(4),))
@@ -40,8 +40,8 @@ def t_uncap_unknown_c_function(x):
     return y + n % 7
 
 
-@uncapturable("torch", lambda: (T(4), T(4)))
-def t_uncap_generator(x, y):
+@torch_case(lambda: (T(4), T(4)))
+def t_generator_expression(x, y):
     z = x * y
     return sum(v * 2 for v in (x, y, z))
 
@@ -82,7 +82,7 @@ def np_uncap_unknown_c_function(a):
     return b + n % 7
 
 
-@uncapturable("numpy", lambda: (A(4), A(4)))
-def np_uncap_generator(a, b):
+@numpy_case(lambda: (A(4), A(4)))
+def np_generator_expression(a, b):
     c = a * b
     return sum(v * 2 for v in (a, b, c))
