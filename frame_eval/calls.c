@@ -513,6 +513,43 @@ unsupported:
 
 /* ------------------------------------------------------------ dispatch ---- */
 
+/* Read-only methods of the builtin containers (dict.get via super() in a dict subclass,
+ * list.index, ...) called on a live object with constant arguments: read it now. The
+ * object is guarded by type only, so a later change of its contents is not seen. */
+static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
+                                 int *handled)
+{
+    static const char *const names[] = {"get", "keys", "values", "items", "__getitem__", "__contains__",
+                                        "__len__", "index", "count"};
+    *handled = 0;
+    if (Py_TYPE(fn) != &PyMethodDescr_Type || nargs < 1 || !args[0]->obj || args[0]->kind == VK_TENSOR)
+        return NULL;
+    PyTypeObject *owner = PyDescr_TYPE(fn);
+    if (owner != &PyDict_Type && owner != &PyList_Type && owner != &PyTuple_Type && owner != &PyUnicode_Type)
+        return NULL;
+    const char *n = PyUnicode_AsUTF8(PyDescr_NAME(fn));
+    int ok = 0;
+    for (size_t i = 0; n && i < sizeof names / sizeof *names; i++)
+        ok |= !strcmp(n, names[i]);
+    if (!ok || !var_all_const(args + 1, nargs - 1))
+        return NULL;
+    *handled = 1;
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+    if (!a)
+        return NULL;
+    for (int32_t i = 0; i < nargs; i++)
+        a[i] = args[i]->obj;
+    PyObject *res = PyObject_Vectorcall(fn, a, (size_t)(nargs - nkw), kwnames);
+    if (!res) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    Var *v = wrap_untracked(c, res);
+    Py_DECREF(res);
+    return v;
+}
+
 static int is_pure_folder(PyObject *fn)
 {
     /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
@@ -648,6 +685,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (handled)
             return r;
         r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = fold_readonly_method(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         if (is_pure_folder(fn->obj) && var_all_const(args, nargs)) {

@@ -158,6 +158,7 @@ def test_module_training_autograd_still_works():
 
 
 # ---- nn.TransformerEncoderLayer -----------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="Tensor.unflatten (inside F.multi_head_attention_forward) has no op yet")
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch_first", "seq_first"])
 def test_transformer_encoder_layer(batch_first):
     layer = _build(nn.TransformerEncoderLayer, d_model=32, nhead=4, dim_feedforward=64,
@@ -215,9 +216,25 @@ def _transformers_model(kind, attn):
 MODELS = [("bert", "eager"), ("bert", "sdpa"), ("gpt2", "eager"), ("gpt2", "sdpa"),
           ("vit", "eager"), ("vit", "sdpa"), ("resnet", None)]
 
+# Known gaps (strict: a model that starts to capture whole fails here until its line goes).
+# Keep in step with docs/status.md.
+_DECORATOR_SIDE_EFFECTS = (
+    "transformers' capture_outputs decorator writes attributes of a global context variable "
+    "(CompileableContextVar.set); replaying side effects on Python objects is not implemented yet")
+MODEL_GAPS = {("bert", "eager"): _DECORATOR_SIDE_EFFECTS, ("bert", "sdpa"): _DECORATOR_SIDE_EFFECTS,
+              ("gpt2", "eager"): _DECORATOR_SIDE_EFFECTS, ("gpt2", "sdpa"): _DECORATOR_SIDE_EFFECTS,
+              ("vit", "eager"): _DECORATOR_SIDE_EFFECTS, ("vit", "sdpa"): _DECORATOR_SIDE_EFFECTS}
+
+
+def _model_params():
+    return [pytest.param(k, a, id=f"{k}-{a}" if a else k,
+                         marks=[pytest.mark.xfail(strict=True, reason=MODEL_GAPS[(k, a)])]
+                         if (k, a) in MODEL_GAPS else [])
+            for k, a in MODELS]
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,attn", MODELS, ids=[f"{k}-{a}" if a else k for k, a in MODELS])
+@pytest.mark.parametrize("kind,attn", _model_params())
 def test_transformers_model(kind, attn):
     model, inputs = _transformers_model(kind, attn)
     with torch.no_grad(), warnings.catch_warnings():
