@@ -211,7 +211,8 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
     if (!all)
         return NULL;
     all[0] = m;
-    memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+    if (nargs)
+        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
     return inline_function(c, fn, all, nargs + 1, kwnames);
 }
 
@@ -611,7 +612,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (!all)
             return NULL;
         all[0] = fn->u.method.self;
-        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+        if (nargs)
+            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
         Var *inner = fn->u.method.fn;
         if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj)) {
             if (fn->u.method.self->kind == VK_USEROBJ) {
@@ -732,7 +734,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (!f || !all)
                 return NULL;
             all[0] = fn;
-            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+            if (nargs)
+                memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
             return inline_function(c, f, all, nargs + 1, kwnames);
         }
         break;
@@ -761,7 +764,8 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
     Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(n + nk + 1));
     if (!all)
         return NULL;
-    memcpy(all, items, sizeof(Var *) * (size_t)n);
+    if (n)
+        memcpy(all, items, sizeof(Var *) * (size_t)n);
     PyObject *names = NULL;
     if (nk) {
         names = PyTuple_New(nk);

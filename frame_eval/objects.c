@@ -136,7 +136,8 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         if (!all)
             return NULL;
         all[0] = o;
-        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+        if (nargs)
+            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
         if (!call_var(c, fn, all, nargs + 1, kwnames))
             return NULL;
         return o;

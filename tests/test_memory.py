@@ -1,5 +1,6 @@
 """100,000 compiled calls (cache hits) keep memory flat and the cache at one entry."""
 import gc
+import os
 import resource
 
 import numpy as np
@@ -11,6 +12,9 @@ import shapejit
 CALLS = 100_000
 WARMUP = 2_000
 BOUND_MB = 20.0
+# Under AddressSanitizer freed memory sits in ASan's quarantine (up to 256 MB), so RSS
+# grows without a leak; there the test still checks the cache but not the RSS bound.
+SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +46,8 @@ def _run(compiled, inputs):
     del out
     gc.collect()
     growth = _rss_mb() - before
-    assert growth < BOUND_MB, f"RSS grew by {growth:.1f} MB over {CALLS} compiled calls"
+    if not SANITIZED:
+        assert growth < BOUND_MB, f"RSS grew by {growth:.1f} MB over {CALLS} compiled calls"
     st = shapejit.stats()
     assert st["cache_entries"] == 1 and st["frames"] == 1 and st["recompiles"] == 0, st
     return compiled(inputs[0])
