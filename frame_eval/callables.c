@@ -17,23 +17,6 @@ static PyObject *method_rows[2]; /* strong dicts: method name -> row, per Lib */
 static PyObject *missing;        /* strong list of paths that did not resolve */
 static int resolved_torch, resolved_numpy, resolved_operator;
 
-static PyObject *lookup_path(PyObject *root, const char *path)
-{
-    PyObject *cur = Py_NewRef(root);
-    const char *p = path;
-    while (*p && cur) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        PyObject *name = PyUnicode_FromStringAndSize(p, (Py_ssize_t)n);
-        PyObject *next = name ? PyObject_GetAttr(cur, name) : NULL;
-        Py_XDECREF(name);
-        Py_DECREF(cur);
-        cur = next;
-        p = dot ? dot + 1 : p + n;
-    }
-    return cur;
-}
-
 static int resolve_kind(int want_lib)
 {
     /* want_lib: 0 torch rows, 1 numpy rows, 2 operator rows */
@@ -58,7 +41,7 @@ static int resolve_kind(int want_lib)
             root = PyImport_ImportModule("operator");
         if (!root)
             return -1;
-        PyObject *obj = lookup_path(root, rest);
+        PyObject *obj = libs_get_path(root, rest);
         Py_DECREF(root);
         if (!obj) {
             PyErr_Clear();

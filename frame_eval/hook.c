@@ -67,13 +67,9 @@ static int init_skip_prefixes(void)
     Py_XDECREF(mename);
     PyObject *mefile = me ? PyObject_GetAttrString(me, "__file__") : NULL;
     PyObject *os = PyImport_ImportModule("os");
-    PyObject *medir = (os && mefile) ? PyObject_CallMethod(os, "path.dirname", "O", mefile) : NULL;
-    if (!medir && os && mefile) {
-        PyErr_Clear();
-        PyObject *path = PyObject_GetAttrString(os, "path");
-        medir = path ? PyObject_CallMethod(path, "dirname", "O", mefile) : NULL;
-        Py_XDECREF(path);
-    }
+    PyObject *ospath = os ? PyObject_GetAttrString(os, "path") : NULL;
+    PyObject *medir = (ospath && mefile) ? PyObject_CallMethod(ospath, "dirname", "O", mefile) : NULL;
+    Py_XDECREF(ospath);
     if (stdlib && medir)
         skip_prefixes = PyUnicode_Check(stdlib) ? Py_BuildValue("(OO)", stdlib, medir) : NULL;
     Py_XDECREF(sc);

@@ -4,7 +4,7 @@
 
 Libs libs;
 
-static PyObject *get_path(PyObject *root, const char *path)
+PyObject *libs_get_path(PyObject *root, const char *path)
 {
     PyObject *cur = Py_NewRef(root);
     const char *p = path;
@@ -24,19 +24,19 @@ static PyObject *get_path(PyObject *root, const char *path)
 static int load_torch(PyObject *torch)
 {
     libs.torch = Py_NewRef(torch);
-    if (!(libs.tensor_type = get_path(torch, "Tensor")) ||
-        !(libs.param_type = get_path(torch, "nn.Parameter")) ||
-        !(libs.module_type = get_path(torch, "nn.Module")) ||
-        !(libs.size_type = get_path(torch, "Size")) ||
-        !(libs.no_grad = get_path(torch, "no_grad")) ||
-        !(libs.enable_grad = get_path(torch, "enable_grad")) ||
-        !(libs.set_grad_enabled = get_path(torch, "set_grad_enabled")) ||
-        !(libs.set_grad_fn = get_path(torch, "_C._set_grad_enabled")) ||
-        !(libs.dtype_type = get_path(torch, "dtype")) ||
-        !(libs.device_type = get_path(torch, "device")) ||
-        !(libs.finfo = get_path(torch, "finfo")))
+    if (!(libs.tensor_type = libs_get_path(torch, "Tensor")) ||
+        !(libs.param_type = libs_get_path(torch, "nn.Parameter")) ||
+        !(libs.module_type = libs_get_path(torch, "nn.Module")) ||
+        !(libs.size_type = libs_get_path(torch, "Size")) ||
+        !(libs.no_grad = libs_get_path(torch, "no_grad")) ||
+        !(libs.enable_grad = libs_get_path(torch, "enable_grad")) ||
+        !(libs.set_grad_enabled = libs_get_path(torch, "set_grad_enabled")) ||
+        !(libs.set_grad_fn = libs_get_path(torch, "_C._set_grad_enabled")) ||
+        !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
+        !(libs.device_type = libs_get_path(torch, "device")) ||
+        !(libs.finfo = libs_get_path(torch, "finfo")))
         return -1;
-    PyObject *m = get_path(torch, "nn.modules.module");
+    PyObject *m = libs_get_path(torch, "nn.modules.module");
     if (!m)
         return -1;
     libs.global_hook_dicts = PyTuple_New(0);
@@ -66,8 +66,8 @@ static int load_torch(PyObject *torch)
 static int load_numpy(PyObject *np)
 {
     libs.numpy = Py_NewRef(np);
-    if (!(libs.ndarray_type = get_path(np, "ndarray")) || !(libs.np_generic = get_path(np, "generic")) ||
-        !(libs.np_dtype_type = get_path(np, "dtype")))
+    if (!(libs.ndarray_type = libs_get_path(np, "ndarray")) || !(libs.np_generic = libs_get_path(np, "generic")) ||
+        !(libs.np_dtype_type = libs_get_path(np, "dtype")))
         return -1;
     return callables_init();
 }

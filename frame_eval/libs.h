@@ -24,6 +24,9 @@ typedef struct {
 
 extern Libs libs;
 
+/* New reference: root.a.b.c for path "a.b.c", or NULL with an exception set. */
+PyObject *libs_get_path(PyObject *root, const char *path);
+
 /* Refresh from sys.modules (cheap when nothing changed). Returns 0 or -1. */
 int libs_refresh(void);
 int libs_is_tensor(PyObject *o);       /* torch.Tensor or Parameter, exactly */
