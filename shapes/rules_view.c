@@ -252,6 +252,59 @@ int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
+/* unflatten(dim, sizes): one dim becomes several; one size may be -1. */
+int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                   ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t d0, sizes[SJ_MAX_RANK];
+    int n = 0, d;
+    const BoundArg *sa = ba_get(b, "sizes");
+    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    if (!sa || sj_int_list(sa, "sizes", sizes, &n, SJ_MAX_RANK, err))
+        return sa ? -1 : sj_err(err, "unflatten() needs sizes");
+    if (n == 0)
+        return sj_err(err, "unflatten: sizes must be non-empty");
+    if (x->ndim - 1 + n > SJ_MAX_RANK)
+        return sj_err(err, "unflatten: rank above %d", SJ_MAX_RANK);
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] == -1) {
+            if (infer >= 0)
+                return sj_err(err, "unflatten: only one dimension can be inferred");
+            infer = i;
+        } else if (sizes[i] < 0) {
+            return sj_err(err, "unflatten: invalid size %lld", (long long)sizes[i]);
+        } else {
+            known *= sizes[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || x->size[d] % known)
+            return sj_err(err, "unflatten: sizes do not divide dimension %d", d);
+        sizes[infer] = x->size[d] / known;
+    } else if (known != x->size[d]) {
+        return sj_err(err, "unflatten: provided sizes don't multiply up to the size of dim %d (%lld)", d,
+                      (long long)x->size[d]);
+    }
+    like(x, out);
+    int k = 0;
+    for (int i = 0; i < d; i++)
+        out->size[k++] = x->size[i];
+    for (int i = 0; i < n; i++)
+        out->size[k++] = sizes[i];
+    for (int i = d + 1; i < x->ndim; i++)
+        out->size[k++] = x->size[i];
+    out->ndim = (unsigned char)k;
+    *nout = 1;
+    return 0;
+}
+
 static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, int n,
                      TensorMeta *out, ShapeErr *err)
 {

@@ -158,7 +158,6 @@ def test_module_training_autograd_still_works():
 
 
 # ---- nn.TransformerEncoderLayer -----------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="Tensor.unflatten (inside F.multi_head_attention_forward) has no op yet")
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch_first", "seq_first"])
 def test_transformer_encoder_layer(batch_first):
     layer = _build(nn.TransformerEncoderLayer, d_model=32, nhead=4, dim_feedforward=64,

@@ -358,6 +358,13 @@ def flatten_cases(lib, row):
     return cases
 
 
+def unflatten_cases(lib, row):
+    x = mk(lib, "float32", (2, 12, 3))
+    return [Case([x, 1, (3, 4)]), Case([x, 1, (3, -1)]), Case([x, -1, (3, 1)]), Case([x, 0, (2,)]),
+            Case([x, 1, (5, -1)]), Case([x, 1, (-1, -1)]), Case([x, 1, (2, 2)]),
+            Case([mk(lib, "int64", (0, 4)), 1, (2, 2)])]
+
+
 def expand_cases(lib, row):
     x = mk(lib, "float32", (3, 1))
     cases = [Case([x, (2, 3, 4)]), Case([x, (3, 5)]), Case([x, (4, 5)]), Case([x, (3,)])]
@@ -698,7 +705,7 @@ FAMILIES = {
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
     "rule_view": view_cases, "rule_permute": permute_cases, "rule_transpose": transpose_cases,
     "rule_t": t_cases, "rule_unsqueeze": unsqueeze_cases, "rule_squeeze": squeeze_cases,
-    "rule_flatten": flatten_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
+    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
     "rule_getitem": getitem_cases, "rule_narrow": narrow_cases, "rule_select": select_cases,
     "rule_movedim": movedim_cases, "rule_split": split_cases, "rule_chunk": chunk_cases,
     "rule_unbind": unbind_cases, "rule_repeat": repeat_cases, "rule_cat": cat_cases,
