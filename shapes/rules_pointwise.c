@@ -77,6 +77,7 @@ static const unsigned dtype_rules[OP_COUNT] = {
     [OP_RSHIFT] = T_NOBOOL | T_NOFLOAT | T_NOCPLX | N_NOFLOAT | N_NOCPLX | N_BOOL_I8,
     [OP_ATAN2] = T_NOCPLX | N_NOCPLX,
     [OP_HYPOT] = T_FLOATONLY | T_NOCPLX | N_NOCPLX,
+    [OP_LOGADDEXP] = T_FLOATONLY,
     [OP_LT] = T_NOCPLX,
     [OP_LE] = T_NOCPLX,
     [OP_GT] = T_NOCPLX,
@@ -575,6 +576,29 @@ int rule_cast(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     *out = *x;
     out->dtype = (unsigned char)d;
     out->np_scalar = 0;
+    *nout = 1;
+    return 0;
+}
+
+/* dst.copy_(src): dst keeps its meta; src must broadcast to dst's shape. */
+int rule_copy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    (void)lib;
+    const TensorMeta *dst = sj_tensor(b, "input", err);
+    const TensorMeta *src = dst ? sj_tensor(b, "other", err) : NULL;
+    if (!src)
+        return -1;
+    const TensorMeta *both[2] = {dst, src};
+    TensorMeta bc = *dst;
+    if (sj_broadcast(both, 2, &bc, err) < 0)
+        return -1;
+    if (bc.ndim != dst->ndim)
+        return sj_err(err, "copy_: source of rank %d does not broadcast to rank %d", src->ndim, dst->ndim);
+    for (int i = 0; i < dst->ndim; i++)
+        if (bc.size[i] != dst->size[i])
+            return sj_err(err, "copy_: the size of the source does not match at dimension %d", i);
+    *out = *dst;
     *nout = 1;
     return 0;
 }

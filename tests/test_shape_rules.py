@@ -692,13 +692,20 @@ def unary_dispatch(lib, row):
         return flip_cases(lib, row)
     if path == "torch.dropout":
         return unary_cases(lib, row, extra=(0.5, False))
+    if op == "fill":
+        return unary_cases(lib, row, extra=(1.5,))
+    if op == "copy":
+        return [Case([mk(lib, "float32", (2, 3)), mk(lib, "float32", (2, 3))]),
+                Case([mk(lib, "float32", (2, 3)), mk(lib, "int64", (3,))]),
+                Case([mk(lib, "int64", (2, 3)), mk(lib, "float64", (1, 3))]),
+                Case([mk(lib, "float32", (2, 3)), mk(lib, "float32", (4,))])]
     if op == "dropout":
         return unary_cases(lib, row, kw={"training": False})
     return unary_cases(lib, row)
 
 
 FAMILIES = {
-    "rule_same": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
+    "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
     "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases,
     "rule_compare": compare_cases, "rule_where": where_cases, "rule_masked_fill": masked_fill_cases,
     "rule_lerp": lerp_cases, "rule_cast": cast_cases, "rule_reduce": reduce_cases,
