@@ -11,6 +11,7 @@
  *    a float wide enough for the integer (int64 + float16 -> float64).
  */
 #include "promote.h"
+#include "np.h"
 
 #include <stdio.h>
 
@@ -186,6 +187,30 @@ int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, D
         if (a->kind != BA_CONST) {
             sj_err(err, "a list is not a valid operand here");
             return -1;
+        }
+        if (PyArray_IsScalar(a->value, Generic)) {
+            /* numpy scalars (np.float32(2)): strong operands in numpy (a 0-d array of
+             * their dtype), Python-like scalars of their category for torch */
+            TensorMeta sm;
+            const char *why = NULL;
+            if (meta_from_value(a->value, &sm, NULL, &why) != 0) {
+                PyErr_Clear();
+                sj_err(err, "operand of type %.60s is not supported", Py_TYPE(a->value)->tp_name);
+                return -1;
+            }
+            if (lib == LIB_NUMPY) {
+                if (dim < 0) {
+                    dim = sm.dtype;
+                } else {
+                    DType r;
+                    if (promote_pair(lib, (DType)dim, (DType)sm.dtype, &r, err))
+                        return -1;
+                    dim = r;
+                }
+            } else if ((int)dtype_info[sm.dtype].category > weak_cat) {
+                weak_cat = (int)dtype_info[sm.dtype].category;
+            }
+            continue;
         }
         int c = scalar_category(a->value);
         if (c < 0) {
