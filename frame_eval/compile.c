@@ -373,6 +373,19 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (guards_read_global_state(&c.grad_mode, &dt) < 0)
         goto internal;
     sj_stats.frames++;
+    if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
+        /* the original bytecode; generated code objects join it with frame splitting */
+        PyObject *dis = PyImport_ImportModule("dis");
+        PyObject *bc = dis ? PyObject_CallMethod(dis, "Bytecode", "O", (PyObject *)co) : NULL;
+        PyObject *text = bc ? PyObject_CallMethod(bc, "dis", NULL) : NULL;
+        if (text)
+            sj_log(LOG_BYTECODE, SJ_INFO, "ORIGINAL BYTECODE %U %U line %d\n%U", co->co_qualname, co->co_filename,
+                   co->co_firstlineno, text);
+        Py_XDECREF(dis);
+        Py_XDECREF(bc);
+        Py_XDECREF(text);
+        PyErr_Clear();
+    }
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
