@@ -214,8 +214,21 @@ static Var *container_method(Capture *c, Var *o, PyObject *name)
     return fn ? method_var(c, o, fn) : NULL;
 }
 
+static AttrWrite *find_write(Capture *c, PyObject *obj, PyObject *name)
+{
+    for (AttrWrite *w = c->writes; w; w = w->next)
+        if (w->obj == obj && PyUnicode_Compare(w->name, name) == 0)
+            return w;
+    return NULL;
+}
+
 Var *attr_load(Capture *c, Var *o, PyObject *name)
 {
+    if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && c->writes) {
+        AttrWrite *w = find_write(c, o->obj, name);
+        if (w)
+            return w->value;
+    }
     switch (o->kind) {
     case VK_TENSOR:
         return tensor_attr(c, o, name);
@@ -296,6 +309,35 @@ int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
 {
     if (o->kind == VK_USEROBJ)
         return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
+    if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && o->obj) {
+        PyTypeObject *t = Py_TYPE(o->obj);
+        if (t->tp_setattro != PyObject_GenericSetAttr && !(o->kind == VK_MODULE))
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__",
+                            name, t->tp_name);
+        AttrWrite *w = find_write(c, o->obj, name);
+        if (!w) {
+            /* the value before the first write; read through the source so it is guarded */
+            Var *before = attr_load(c, o, name);
+            if (!before) {
+                if (!cap_failed(c))
+                    return -1;
+                /* absent before: remember that; the end check then refuses the write */
+                c->reason = BR_NONE;
+                Py_CLEAR(c->reason_msg);
+                Py_CLEAR(c->user_stack);
+                PyErr_Clear();
+            }
+            if (!(w = cap_alloc(c, sizeof(AttrWrite))) || !cap_keep(c, name))
+                return -1;
+            w->obj = o->obj;
+            w->name = name;
+            w->original = before && before->kind == VK_CONST ? before->obj : before ? before->obj : NULL;
+            w->next = c->writes;
+            c->writes = w;
+        }
+        w->value = val;
+        return 0;
+    }
     return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s", name, var_kind_name(o));
 }
 
@@ -304,4 +346,24 @@ int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **sel
     *meth = NULL;
     *self_or_attr = attr_load(c, obj, name);
     return *self_or_attr ? 0 : -1;
+}
+
+int attr_check_writes(Capture *c)
+{
+    for (AttrWrite *w = c->writes; w; w = w->next) {
+        Var *v = w->value;
+        int same = 0;
+        if (w->original && v->obj == w->original && v->kind != VK_TENSOR)
+            same = 1;
+        else if (w->original && v->kind == VK_CONST && Py_TYPE(v->obj) == Py_TYPE(w->original)) {
+            int eq = PyObject_RichCompareBool(v->obj, w->original, Py_EQ);
+            if (eq < 0)
+                PyErr_Clear();
+            same = eq > 0;
+        }
+        if (!same)
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s (replaying writes to "
+                            "Python objects is not implemented yet)", w->name, Py_TYPE(w->obj)->tp_name);
+    }
+    return 0;
 }

@@ -88,6 +88,17 @@ struct EvalFrame {
 
 typedef struct ArenaBlock ArenaBlock;
 
+/* An attribute written on an object that exists outside the capture. Capture reads see
+ * the new value; the write itself is not replayed yet, so a capture whose writes do not
+ * end where they started (same object or equal constant) fails with BR_SIDE_EFFECT. */
+typedef struct AttrWrite {
+    struct AttrWrite *next;
+    PyObject *obj;         /* borrowed (keepalive): the object written */
+    PyObject *name;        /* borrowed (keepalive) */
+    Var *value;            /* the current value */
+    PyObject *original;    /* borrowed (keepalive) or NULL: the value before capture */
+} AttrWrite;
+
 typedef struct Capture {
     Graph *g;                  /* owned until handed to the entry */
     SourceTable src;           /* owned */
@@ -106,6 +117,7 @@ typedef struct Capture {
     BreakReason reason;
     PyObject *reason_msg;      /* strong str or NULL */
     PyObject *user_stack;      /* strong list of (file, line, func, text) or NULL */
+    AttrWrite *writes;         /* attribute writes on outside objects (arena) */
     /* the result */
     Var *result;
     int32_t distinct_srcs[256]; int32_t ndistinct;
@@ -165,6 +177,8 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
 /* attrs.c */
 Var *attr_load(Capture *c, Var *obj, PyObject *name);
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
+/* 0 when every outside attribute write ended at its original value, else -1 (failure set). */
+int attr_check_writes(Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr);
 

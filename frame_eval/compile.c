@@ -389,6 +389,8 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
+    if (r && attr_check_writes(&c) < 0)
+        r = NULL;
     PlanCtx pc = {&c, NULL};
     if (r) {
         pc.outvals = PyDict_New();

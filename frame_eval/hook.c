@@ -314,8 +314,8 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     }
 
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
-    if (!is_top && !frame_has_tensors(co, f))
-        goto eager;
+    if (!is_top && (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
+        goto eager;   /* comprehension bodies reached from eager code iterate live iterators */
     if (st->nentries > 0) {
         if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
             goto eager;

@@ -375,8 +375,16 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs)
         for (int i = 0; i < co->co_nlocalsplus; i++)
             if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
                 cls = cell_contents(c, f->locals[i]);
-        if (co->co_argcount > 0)
+        if (co->co_argcount > 0) {
+            if (!f->locals[0] && f->pending && f->pending[0]) {
+                /* the compiled frame's own self, not read yet */
+                int32_t s = sources_add(&c->src, SRC_LOCAL, -1, 0, PyTuple_GET_ITEM(co->co_localsplusnames, 0), NULL);
+                if (s < 0 || !(f->locals[0] = wrap_value(c, f->pending[0], s)))
+                    return NULL;
+                f->pending[0] = NULL;
+            }
             self = cell_contents(c, f->locals[0]);
+        }
     }
     if (!cls || !self || !cls->obj || !PyType_Check(cls->obj)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "super() in this form");

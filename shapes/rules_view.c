@@ -804,3 +804,31 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     *nout = 1;
     return 0;
 }
+
+/* gather(input, dim, index): the index's shape, the input's dtype; index is int64 and of
+ * the input's rank, and no larger than the input off the gathered dim. */
+int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
+    if (!ix)
+        return -1;
+    int64_t d0;
+    int d;
+    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
+        return sj_err(err, "gather(): Expected dtype int32/int64 for index");
+    if (ix->ndim != x->ndim && !(x->ndim == 0 && ix->ndim <= 1))
+        return sj_err(err, "Index tensor must have the same number of dimensions as input tensor");
+    for (int i = 0; i < ix->ndim && i < x->ndim; i++)
+        if (i != d && ix->size[i] > x->size[i])
+            return sj_err(err, "Size does not match at dimension %d", i);
+    like(x, out);
+    out->ndim = ix->ndim;
+    for (int i = 0; i < ix->ndim; i++)
+        out->size[i] = ix->size[i];
+    *nout = 1;
+    return 0;
+}

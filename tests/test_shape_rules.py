@@ -358,6 +358,15 @@ def flatten_cases(lib, row):
     return cases
 
 
+def gather_cases(lib, row):
+    x = mk(lib, "float32", (3, 4))
+
+    def ix(dt, shape):   # in-range index values (0 or 1)
+        return mk(lib, dt, shape, lo=0, hi=1)
+    return [Case([x, 1, ix("int64", (3, 2))]), Case([x, 0, ix("int64", (2, 4))]), Case([x, -1, ix("int64", (3, 2))]),
+            Case([x, 1, ix("int64", (4, 2))]), Case([x, 1, ix("int32", (3, 2))]), Case([x, 1, ix("int64", (3,))])]
+
+
 def unflatten_cases(lib, row):
     x = mk(lib, "float32", (2, 12, 3))
     return [Case([x, 1, (3, 4)]), Case([x, 1, (3, -1)]), Case([x, -1, (3, 1)]), Case([x, 0, (2,)]),
@@ -712,7 +721,7 @@ FAMILIES = {
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
     "rule_view": view_cases, "rule_permute": permute_cases, "rule_transpose": transpose_cases,
     "rule_t": t_cases, "rule_unsqueeze": unsqueeze_cases, "rule_squeeze": squeeze_cases,
-    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
+    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
     "rule_getitem": getitem_cases, "rule_narrow": narrow_cases, "rule_select": select_cases,
     "rule_movedim": movedim_cases, "rule_split": split_cases, "rule_chunk": chunk_cases,
     "rule_unbind": unbind_cases, "rule_repeat": repeat_cases, "rule_cat": cat_cases,
