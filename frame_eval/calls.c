@@ -692,6 +692,21 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         r = fold_readonly_method(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
+        if (PyExceptionClass_Check(fn->obj) && var_all_const(args, nargs)) {
+            /* building an exception to raise: KeyError(key) */
+            int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+            PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+            if (!a)
+                return NULL;
+            for (int32_t i = 0; i < nargs; i++)
+                a[i] = args[i]->obj;
+            PyObject *e = PyObject_Vectorcall(fn->obj, a, (size_t)(nargs - nkw), kwnames);
+            if (!e) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            return var_const_steal(c, e);
+        }
         if (is_pure_folder(fn->obj) && var_all_const(args, nargs)) {
             int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
             PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));

@@ -178,6 +178,8 @@ int cap_fail_exc(Capture *c, BreakReason r)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
+    if (r == BR_USER_EXCEPTION && ev && c->reason == BR_NONE)
+        Py_XSETREF(c->exc, Py_NewRef(ev));
     PyObject *msg = ev ? PyUnicode_FromFormat("%s: %S", Py_TYPE(ev)->tp_name, ev)
                        : PyUnicode_FromString("unknown error");
     Py_XDECREF(et);
@@ -192,4 +194,26 @@ int cap_fail_exc(Capture *c, BreakReason r)
 int cap_failed(const Capture *c)
 {
     return c->reason != BR_NONE;
+}
+
+void cap_clear_failure(Capture *c)
+{
+    c->reason = BR_NONE;
+    Py_CLEAR(c->reason_msg);
+    Py_CLEAR(c->user_stack);
+    Py_CLEAR(c->exc);
+}
+
+int cap_raise(Capture *c, PyObject *exc)
+{
+    PyObject *inst = PyExceptionClass_Check(exc) ? PyObject_CallNoArgs(exc) : Py_NewRef(exc);
+    if (!inst)
+        return cap_fail_exc(c, BR_USER_EXCEPTION);
+    if (!PyExceptionInstance_Check(inst)) {
+        Py_DECREF(inst);
+        return cap_fail(c, BR_USER_EXCEPTION, "raise of a non-exception");
+    }
+    PyErr_SetObject((PyObject *)Py_TYPE(inst), inst);
+    Py_DECREF(inst);
+    return cap_fail_exc(c, BR_USER_EXCEPTION);
 }

@@ -117,6 +117,8 @@ typedef struct Capture {
     BreakReason reason;
     PyObject *reason_msg;      /* strong str or NULL */
     PyObject *user_stack;      /* strong list of (file, line, func, text) or NULL */
+    PyObject *exc;             /* strong or NULL: with BR_USER_EXCEPTION, the exception user
+                                  code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects (arena) */
     /* the result */
     Var *result;
@@ -159,6 +161,10 @@ int cap_fail(Capture *c, BreakReason r, const char *fmt, ...);
 /* Turn a pending Python exception into the failure reason. Returns -1. */
 int cap_fail_exc(Capture *c, BreakReason r);
 int cap_failed(const Capture *c);
+/* Forget the current failure (an exception handler caught it). */
+void cap_clear_failure(Capture *c);
+/* Fail with BR_USER_EXCEPTION carrying exc (borrowed; an instance or a class). */
+int cap_raise(Capture *c, PyObject *exc);
 /* New reference: (filename, lineno, funcname, line) of the current instruction. */
 PyObject *cap_where(Capture *c);
 

@@ -310,6 +310,7 @@ static void capture_release(Capture *c)
     Py_CLEAR(c->linecache);
     Py_CLEAR(c->reason_msg);
     Py_CLEAR(c->user_stack);
+    Py_CLEAR(c->exc);
     PyMem_Free(c->by_obj);
     c->by_obj = NULL;
     cap_arena_free(c);

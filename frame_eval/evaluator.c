@@ -230,6 +230,46 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
     return none ? push(c, f, none) : -1;
 }
 
+/* ------------------------------------------------------ exception table ---- */
+/* 3.11 co_exceptiontable: entries of varints (6 bits a byte, 0x40 = more, 0x80 marks an
+ * entry's first byte): start, length, target (code units), depth << 1 | lasti. */
+
+static int read_varint(const unsigned char **p, const unsigned char *end, int *out)
+{
+    if (*p >= end)
+        return -1;
+    unsigned b = *(*p)++;
+    int v = (int)(b & 63);
+    while (b & 64) {
+        if (*p >= end)
+            return -1;
+        b = *(*p)++;
+        v = (v << 6) | (int)(b & 63);
+    }
+    *out = v;
+    return 0;
+}
+
+/* The handler covering code unit pc: 1 and its target/depth/lasti, or 0. */
+static int find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *lasti)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(co->co_exceptiontable);
+    const unsigned char *end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
+    while (p < end) {
+        int start, len, tgt, dl;
+        if (read_varint(&p, end, &start) || read_varint(&p, end, &len) || read_varint(&p, end, &tgt) ||
+            read_varint(&p, end, &dl))
+            return 0;
+        if (pc >= start && pc < start + len) {
+            *target = tgt;
+            *depth = dl >> 1;
+            *lasti = dl & 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ loop ---- */
 
 static Var *run(Capture *c, EvalFrame *f)
@@ -238,6 +278,7 @@ static Var *run(Capture *c, EvalFrame *f)
     const uint16_t *ins = f->ins;
     int32_t n = f->ninstr, pc = 0;
     long steps = 0;
+resume:
     while (pc < n) {
         if (++steps > STEP_LIMIT) {
             cap_fail(c, BR_UNSUPPORTED_OPCODE, "capture ran %d instructions without finishing", STEP_LIMIT);
@@ -927,11 +968,72 @@ static Var *run(Capture *c, EvalFrame *f)
             }
             return POP();
         case SJOP_LOAD_ASSERTION_ERROR:
-            cap_fail(c, BR_USER_EXCEPTION, "an assert failed during capture");
+            PUSH(wrap_untracked(c, PyExc_AssertionError));
+            break;
+        case SJOP_RAISE_VARARGS: {
+            if (arg == 0) {
+                cap_fail(c, BR_USER_EXCEPTION, "bare raise during capture");
+                goto fail;
+            }
+            NEED(arg);
+            if (arg == 2)
+                (void)POP();   /* the cause: does not change what is raised */
+            Var *e = POP();
+            if (!e->obj || !(PyExceptionClass_Check(e->obj) || PyExceptionInstance_Check(e->obj))) {
+                cap_fail(c, BR_USER_EXCEPTION, "user code raises a %s", var_kind_name(e));
+                goto fail;
+            }
+            cap_raise(c, e->obj);
             goto fail;
-        case SJOP_RAISE_VARARGS:
-            cap_fail(c, BR_USER_EXCEPTION, "user code raises an exception");
+        }
+        case SJOP_PUSH_EXC_INFO: {
+            NEED(1);
+            Var *e = POP();
+            PUSH(var_const(c, Py_None));   /* the previous exception state */
+            PUSH(e);
+            break;
+        }
+        case SJOP_CHECK_EXC_MATCH: {
+            NEED(2);
+            Var *t = POP();
+            Var *e = TOP();
+            if (!e->obj || !t->obj) {
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "except clause with a %s", var_kind_name(t));
+                goto fail;
+            }
+            int m = PyErr_GivenExceptionMatches(e->obj, t->obj);
+            PUSH(var_const(c, m ? Py_True : Py_False));
+            break;
+        }
+        case SJOP_POP_EXCEPT:
+            NEED(1);
+            (void)POP();
+            break;
+        case SJOP_RERAISE: {
+            NEED(1 + (arg ? 1 : 0));
+            Var *e = POP();
+            if (!e->obj || !PyExceptionInstance_Check(e->obj)) {
+                cap_fail(c, BR_USER_EXCEPTION, "re-raise during capture");
+                goto fail;
+            }
+            cap_raise(c, e->obj);
             goto fail;
+        }
+        case SJOP_WITH_EXCEPT_START: {
+            /* an exception leaves a grad-mode block: its __exit__ restores the mode */
+            NEED(4);
+            Var *ex = PEEK(4);
+            Var *a3[3];
+            Var *none = var_const(c, Py_None);
+            a3[0] = a3[1] = a3[2] = none;
+            if (!none || !ex)
+                goto fail;
+            Var *r = call_var(c, ex, a3, 3, NULL);
+            if (!r)
+                goto fail;
+            PUSH(var_const(c, Py_False));
+            break;
+        }
 
         default:
             cap_fail(c, BR_UNSUPPORTED_OPCODE, "%s", sj_op_names[op]);
@@ -945,6 +1047,22 @@ fail:
             cap_fail_exc(c, BR_INTERNAL);
         else
             cap_fail(c, BR_INTERNAL, "capture stopped without a reason");
+    }
+    /* An exception user code raised while capture evaluated it (a dict lookup, an explicit
+     * raise) is deterministic given the guards: if this frame handles it, go on there. */
+    if (c->reason == BR_USER_EXCEPTION && c->exc) {
+        int target, depth, lasti;
+        if (find_handler(co, f->pc, &target, &depth, &lasti) && depth <= f->sp) {
+            PyObject *exc = Py_NewRef(c->exc);
+            cap_clear_failure(c);
+            f->sp = depth;
+            Var *ev = var_const_steal(c, exc);
+            Var *li = lasti ? var_const_steal(c, PyLong_FromLong(f->pc)) : NULL;
+            if (!ev || (lasti && (!li || push(c, f, li) < 0)) || push(c, f, ev) < 0)
+                goto fail;
+            pc = target;
+            goto resume;
+        }
     }
     return NULL;
 }
