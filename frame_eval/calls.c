@@ -514,6 +514,42 @@ unsupported:
 
 /* ------------------------------------------------------------ dispatch ---- */
 
+/* inspect.signature(f) of a function or bound method reached during capture: signatures
+ * only depend on code objects, so read it now (inlining inspect costs ~20 frames). */
+static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
+{
+    static PyObject *sig_fn;   /* strong: inspect.signature */
+    PyObject *mod = PyFunction_Check(fn) ? ((PyFunctionObject *)fn)->func_module : NULL;
+    if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "inspect") != 0)
+        return NULL;
+    if (!sig_fn) {
+        PyObject *insp = PyImport_ImportModule("inspect");
+        sig_fn = insp ? PyObject_GetAttrString(insp, "signature") : NULL;
+        Py_XDECREF(insp);
+        if (!sig_fn) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    if (fn != sig_fn)
+        return NULL;
+    PyObject *live = NULL;
+    if (target->kind == VK_METHOD && target->u.method.fn->obj && target->u.method.self->obj &&
+        PyFunction_Check(target->u.method.fn->obj))
+        live = PyMethod_New(target->u.method.fn->obj, target->u.method.self->obj);
+    else if ((target->kind == VK_FUNC || target->kind == VK_CALLABLE) && target->obj)
+        live = Py_NewRef(target->obj);
+    if (!live)
+        return NULL;
+    PyObject *sig = PyObject_CallOneArg(sig_fn, live);
+    Py_DECREF(live);
+    if (!sig) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, sig);
+}
+
 /* Read-only methods of the builtin containers (dict.get via super() in a dict subclass,
  * list.index, ...) called on a live object with constant arguments: read it now. The
  * object is guarded by type only, so a later change of its contents is not seen. */
@@ -588,6 +624,11 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj && nargs == 1 && !kwnames) {
+            Var *r = fold_signature(c, fn->obj, args[0]);
+            if (r || cap_failed(c))
+                return r;
+        }
         if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
             PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;

@@ -117,7 +117,13 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     }
 }
 
-static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
+typedef struct {
+    PyObject **memo;
+    const SourceTable *t;
+    const FrameView *fv;
+} BuildCtx;
+
+static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
 {
     if (PyLong_CheckExact(plan))
         return Py_NewRef(PySequence_Fast_GET_ITEM(outputs, PyLong_AsSsize_t(plan)));
@@ -126,13 +132,13 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
     case 'c':
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
     case 's':
-        return Py_XNewRef(memo[PyLong_AsLong(PyTuple_GET_ITEM(plan, 1))]);
+        return Py_XNewRef(sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(plan, 1)), bc->fv, bc->memo));
     case 'o': {
         /* an object made during capture: allocate without __init__, set its attributes */
         PyObject *t = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 2), *items = PyTuple_GET_ITEM(plan, 3);
         PyObject *obj = PyObject_CallMethod((PyObject *)&PyBaseObject_Type, "__new__", "O", t);
         for (Py_ssize_t i = 0; obj && i < PyTuple_GET_SIZE(keys); i++) {
-            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, bc);
             if (!x || PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(keys, i), x) < 0)
                 Py_CLEAR(obj);
             Py_XDECREF(x);
@@ -144,7 +150,7 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
         PyObject *t = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 2), *items = PyTuple_GET_ITEM(plan, 3);
         PyObject *kw = PyDict_New();
         for (Py_ssize_t i = 0; kw && i < PyTuple_GET_SIZE(keys); i++) {
-            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, bc);
             if (!x || PyDict_SetItem(kw, PyTuple_GET_ITEM(keys, i), x) < 0)
                 Py_CLEAR(kw);
             Py_XDECREF(x);
@@ -167,7 +173,7 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
         if (!vals)
             return NULL;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, memo);
+            PyObject *x = build(PyTuple_GET_ITEM(items, i), outputs, bc);
             if (!x) {
                 Py_DECREF(vals);
                 return NULL;
@@ -201,9 +207,11 @@ static PyObject *build(PyObject *plan, PyObject *outputs, PyObject **memo)
     return NULL;
 }
 
-PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo)
+PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
+                               const FrameView *fv)
 {
-    return build(plan, outputs, memo);
+    BuildCtx bc = {memo, t, fv};
+    return build(plan, outputs, &bc);
 }
 
 /* ------------------------------------------------------------------ logs ---- */

@@ -16,8 +16,10 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                           PyObject *globals, PyObject *builtins, const CompileOptions *opts,
                           CodeState *st);
 
-/* Rebuild the frame's result from the graph outputs. memo holds the resolved sources. */
-PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo);
+/* Rebuild the frame's result from the graph outputs; sources the plan names are resolved
+ * into memo (t->n slots) on demand. */
+PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
+                               const FrameView *fv);
 
 extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
 

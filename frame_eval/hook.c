@@ -230,7 +230,7 @@ static PyObject *explain_failures(CodeState *st, PyObject **memo_unused, const F
 /* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
 #define RUN_EAGER ((PyObject *)-1)
 
-static PyObject *run_entry(CacheEntry *e, PyObject **memo)
+static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
 {
     PyObject *small[16];
     PyObject **in = e->ninputs <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)e->ninputs);
@@ -259,7 +259,7 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo)
     Py_DECREF(outs);
     if (!fast)
         return NULL;
-    PyObject *r = compile_build_result(e->plan, fast, memo);
+    PyObject *r = compile_build_result(e->plan, fast, memo, &e->src, fv);
     Py_DECREF(fast);
     return r;
 }
@@ -302,7 +302,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         int32_t failed;
         int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
         if (ok)
-            r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo);
+            r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo, &fv);
         sources_memo_clear(memo, e->src.n);
         if (memo != small)
             PyMem_Free(memo);
@@ -367,7 +367,15 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                    co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
     }
     Py_XDECREF(why);
-    const CompileOptions *opts = tls_opts;
+    /* fullgraph=True speaks for the function the user compiled; frames that its eager
+     * fallback reaches are compiled on a best-effort basis */
+    CompileOptions local;
+    const CompileOptions *opts = NULL;
+    if (tls_opts) {
+        local = *tls_opts;
+        local.fullgraph = tls_opts->fullgraph && is_top;
+        opts = &local;
+    }
     CacheEntry *e = opts ? compile_frame(co, f->localsplus, f->f_func->func_closure, f->f_globals,
                                          f->f_builtins, opts, st)
                          : NULL;
@@ -388,10 +396,10 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         goto out;
     }
     int ok = 1;
-    for (int32_t i = 0; i < e->src.n && ok; i++)
-        ok = sources_resolve(&e->src, i, &fv, memo) != NULL;
+    for (int32_t i = 0; i < e->ninputs && ok; i++)
+        ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
     if (ok)
-        r = run_entry(e, memo);
+        r = run_entry(e, memo, &fv);
     else
         PyErr_Clear();
     sources_memo_clear(memo, e->src.n);

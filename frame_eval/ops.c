@@ -296,6 +296,8 @@ static Var *record_operator(Capture *c, const char *path, Var **args, int32_t na
     return op_record(c, row, args, nargs, NULL);
 }
 
+static Var *call_dunder(Capture *c, Var *obj, const char *name, Var **args, int n);
+
 /* ------------------------------------------------------------ folding ---- */
 
 static PyObject *operator_mod;   /* strong */
@@ -566,6 +568,10 @@ Var *op_contains(Capture *c, Var *item, Var *container)
                 return var_const(c, Py_True);
         }
         return var_const(c, Py_False);
+    }
+    if (container->kind == VK_OBJECT || (container->kind == VK_USEROBJ && !container->u.uobj.record)) {
+        Var *args[1] = {item};
+        return call_dunder(c, container, "__contains__", args, 1);
     }
     if ((container->kind == VK_TUPLE || container->kind == VK_LIST) && item->obj) {
         for (int32_t i = 0; i < container->u.seq.n; i++)
@@ -848,6 +854,17 @@ Var *op_len(Capture *c, Var *v)
     case VK_ITER:
         n = v->u.iter.n - v->u.iter.pos;
         break;
+    case VK_OBJECT:
+        if (!(Py_TYPE(v->obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            /* a builtin type (mappingproxy, range, ...): its length runs no user code */
+            n = PyObject_Length(v->obj);
+            if (n < 0) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            break;
+        }
+        /* fall through */
     default:
         cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of a %s", var_kind_name(v));
         return NULL;

@@ -131,6 +131,14 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
     }
     case SRC_MODGLOBAL: {
         PyObject *v = PyDict_GetItemWithError(e->obj, e->key);
+        if (!v && !PyErr_Occurred()) {
+            /* a builtin read from another module's code: that module's __builtins__ */
+            PyObject *b = PyDict_GetItemString(e->obj, "__builtins__");   /* borrowed */
+            if (b && PyModule_Check(b))
+                b = PyModule_GetDict(b);
+            if (b && PyDict_Check(b))
+                v = PyDict_GetItemWithError(b, e->key);
+        }
         if (!v) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_NameError, "global %R is not defined", e->key);

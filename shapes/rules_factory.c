@@ -345,3 +345,43 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     *nout = 1;
     return 0;
 }
+
+/* x.new_ones(size) / new_zeros / new_empty / new_full(size, fill_value): the given size
+ * (a tuple or varargs), x's dtype unless dtype= says otherwise. */
+int rule_new_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *s = ba_get(b, "size");
+    int64_t shape[SJ_MAX_RANK + 1];
+    int n = 0;
+    if (!s)
+        return sj_err(err, "new_*() needs a size");
+    if (sj_int_list(s, "size", shape, &n, SJ_MAX_RANK + 1, err))
+        return -1;
+    if (n > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    for (int i = 0; i < n; i++)
+        if (shape[i] < 0)
+            return sj_err(err, "Trying to create tensor with negative dimension %lld", (long long)shape[i]);
+    DType dt = (DType)x->dtype;
+    int given = 0;
+    if (sj_get_dtype(b, "dtype", lib, &dt, &given, err))
+        return -1;
+    if (!given) {
+        const BoundArg *fv = ba_get(b, "fill_value");
+        (void)fv;   /* new_full keeps x's dtype whatever the fill value is */
+    }
+    sj_meta(out, lib, dt);
+    out->ndim = (unsigned char)n;
+    for (int i = 0; i < n; i++)
+        out->size[i] = shape[i];
+    int rg = 0;
+    if (sj_get_bool(b, "requires_grad", 0, &rg, err))
+        return -1;
+    out->requires_grad = (unsigned char)rg;
+    *nout = 1;
+    return 0;
+}

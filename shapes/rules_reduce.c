@@ -337,3 +337,48 @@ int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     *nout = 1;
     return 0;
 }
+
+/* diff(input, n=1, dim=-1): the dim shrinks by n (not below 0); the dtype stays (bool diff
+ * is a logical xor in both libraries). */
+int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->ndim == 0)
+        return sj_err(err, "diff expects input to be at least one-dimensional");
+    int64_t n, d0;
+    int d;
+    if (sj_get_int(b, "n", 1, &n, err) || sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+        return -1;
+    if (n < 0)
+        return sj_err(err, "order must be non-negative but got %lld", (long long)n);
+    int64_t len = x->size[d];
+    DType dt = (DType)x->dtype;
+    const char *const ends[2] = {"prepend", "append"};
+    for (int k = 0; k < 2; k++) {
+        const BoundArg *e = ba_get(b, ends[k]);
+        if (!e)
+            continue;
+        if (e->kind != BA_TENSOR || lib != LIB_TORCH)
+            return sj_err(err, "diff %s= other than a torch tensor is not supported", ends[k]);
+        const TensorMeta *m = e->meta;
+        if (m->ndim != x->ndim)
+            return sj_err(err, "diff %s= must have the input's rank", ends[k]);
+        DType p;
+        if (promote_pair(lib, dt, (DType)m->dtype, &p, err))   /* the ends are concatenated */
+            return -1;
+        dt = p;
+        for (int i = 0; i < x->ndim; i++)
+            if (i != d && m->size[i] != x->size[i])
+                return sj_err(err, "diff %s= size mismatch at dimension %d", ends[k], i);
+        len += m->size[d];
+    }
+    *out = *x;
+    out->dtype = (unsigned char)dt;
+    out->np_scalar = 0;
+    out->size[d] = len > n ? len - n : 0;
+    *nout = 1;
+    return 0;
+}

@@ -367,6 +367,29 @@ def gather_cases(lib, row):
             Case([x, 1, ix("int64", (4, 2))]), Case([x, 1, ix("int32", (3, 2))]), Case([x, 1, ix("int64", (3,))])]
 
 
+def new_factory_cases(lib, row):
+    x = mk(lib, "float32", (2, 3))
+    i = mk(lib, "int64", (2,))
+    if row[2] == "Tensor.new_full":
+        return [Case([x, (2, 4), 1.5]), Case([i, (3,), 2]), Case([x, (2, 2), 1], {"dtype": torch.int32}),
+                Case([x, (), 0.0])]
+    return [Case([x, (2, 4)]), Case([x, 2, 4]), Case([i, (3,)]), Case([x, (0, 2)]), Case([x, []]),
+            Case([x, (2,)], {"dtype": torch.float64}), Case([x, (-1, 2)])]
+
+
+def diff_cases(lib, row):
+    x = mk(lib, "float32", (3, 5))
+    cases = [Case([x]), Case([x, 2]), Case([x, 1, 0]), Case([x, 7]), Case([mk(lib, "int64", (4,))]),
+             Case([mk(lib, "float32", ())]), Case([mk(lib, "bool", (4,))]), Case([x, 0])]
+    if lib == "torch":
+        p = mk(lib, "float32", (3, 2))
+        cases += [Case([x], {"prepend": p}), Case([x], {"append": p, "prepend": p}),
+                  Case([x, 1, 0], {"prepend": mk(lib, "float32", (1, 5))}),
+                  Case([x], {"prepend": mk(lib, "float32", (2, 2))}),
+                  Case([x], {"prepend": mk(lib, "float64", (3, 2))})]
+    return cases
+
+
 def unflatten_cases(lib, row):
     x = mk(lib, "float32", (2, 12, 3))
     return [Case([x, 1, (3, 4)]), Case([x, 1, (3, -1)]), Case([x, -1, (3, 1)]), Case([x, 0, (2,)]),
@@ -721,7 +744,7 @@ FAMILIES = {
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
     "rule_view": view_cases, "rule_permute": permute_cases, "rule_transpose": transpose_cases,
     "rule_t": t_cases, "rule_unsqueeze": unsqueeze_cases, "rule_squeeze": squeeze_cases,
-    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
+    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_new_factory": new_factory_cases, "rule_diff": diff_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
     "rule_getitem": getitem_cases, "rule_narrow": narrow_cases, "rule_select": select_cases,
     "rule_movedim": movedim_cases, "rule_split": split_cases, "rule_chunk": chunk_cases,
     "rule_unbind": unbind_cases, "rule_repeat": repeat_cases, "rule_cat": cat_cases,

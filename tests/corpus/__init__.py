@@ -39,7 +39,6 @@ ORACLE_DIFFERENCES = {
 # entry that starts to pass fails the suite until it is taken off this list. Keep in step
 # with docs/status.md ("Known gaps").
 KNOWN_GAPS = {
-    "t_factories": "Tensor.new_zeros has no row in graph/callables.def yet",
     "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
     "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
     "t_cumulative_and_sort": "torch.sort has no op yet",
