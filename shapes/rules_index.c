@@ -1,9 +1,8 @@
 /* Indexing: x[index] and x[index] = value.
  *
  * Basic indexing (ints, slices, None, Ellipsis and tuples of them) is fully supported.
- * Advanced indexing is supported for one integer index (a tensor/array or a list of ints)
- * placed anywhere; its shape replaces the indexed dim. Boolean masks give data-dependent
- * sizes and are refused, as are several advanced indices at once. */
+ * Advanced (integer) indices broadcast together, with numpy's and torch's placement rules.
+ * Boolean masks give data-dependent sizes and are refused. */
 #include <string.h>
 
 #include "rules.h"
@@ -149,12 +148,73 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
         return sj_err(err, "an index can only have a single ellipsis ('...')");
     if (consumed > x->ndim)
         return sj_err(err, "too many indices for tensor of dimension %d", x->ndim);
-    if (advs > 1)
-        return sj_err(err, "indexing with several advanced indices is not supported");
-    int64_t size[SJ_MAX_RANK * 2];
-    int nd = 0, src = 0;
+    /* Advanced indices broadcast together to one shape B. numpy counts integer indices as
+     * advanced when any array index is present; torch applies integers first (as selects).
+     * Adjacent advanced indices put B where they stand, otherwise B goes first. */
+    int is_adv[MAX_ITEMS];
+    int nadv = 0, first = -1, last = -1;
+    for (int i = 0; i < n; i++) {
+        is_adv[i] = items[i].kind == IX_ADV || (lib == LIB_NUMPY && advs > 0 && items[i].kind == IX_INT);
+        if (is_adv[i]) {
+            nadv++;
+            if (first < 0)
+                first = i;
+            last = i;
+        }
+    }
+    int64_t bshape[SJ_MAX_RANK];
+    int bnd = 0;
+    int adjacent = 1;
+    if (nadv > 0) {
+        for (int i = first; i <= last; i++)
+            if (!is_adv[i] && !(lib == LIB_TORCH && items[i].kind == IX_INT))
+                adjacent = 0;
+        TensorMeta acc;
+        memset(&acc, 0, sizeof acc);
+        for (int i = 0; i < n; i++) {
+            if (!is_adv[i] || items[i].kind != IX_ADV)
+                continue;
+            TensorMeta one;
+            memset(&one, 0, sizeof one);
+            one.ndim = (unsigned char)items[i].adv_ndim;
+            memcpy(one.size, items[i].adv_size, sizeof(int64_t) * (size_t)items[i].adv_ndim);
+            const TensorMeta *pair[2] = {&acc, &one};
+            TensorMeta res = acc;
+            if (sj_broadcast(pair, 2, &res, err))
+                return sj_err(err, "shape mismatch: indexing tensors could not be broadcast together");
+            acc.ndim = res.ndim;
+            memcpy(acc.size, res.size, sizeof(int64_t) * res.ndim);
+        }
+        bnd = acc.ndim;
+        memcpy(bshape, acc.size, sizeof(int64_t) * (size_t)bnd);
+    }
+    int64_t size[SJ_MAX_RANK * 2 + SJ_MAX_RANK];
+    int nd = 0, src = 0, placed = 0;
+    if (nadv > 0 && !adjacent) {
+        for (int k = 0; k < bnd; k++)
+            size[nd++] = bshape[k];
+        placed = 1;
+    }
     for (int i = 0; i < n; i++) {
         IxItem *it = &items[i];
+        if (is_adv[i]) {
+            if (it->kind == IX_INT && it->obj) {
+                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL};
+                int64_t v;
+                if (sj_int(&tmp, "index", &v, err))
+                    return -1;
+                if (v < -x->size[src] || v >= x->size[src])
+                    return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
+                                  (long long)v, src, (long long)x->size[src]);
+            }
+            if (!placed) {
+                for (int k = 0; k < bnd; k++)
+                    size[nd++] = bshape[k];
+                placed = 1;
+            }
+            src++;
+            continue;
+        }
         switch (it->kind) {
         case IX_NONE:
             size[nd++] = 1;
@@ -192,10 +252,7 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
             break;
         }
         case IX_ADV:
-            for (int k = 0; k < it->adv_ndim; k++)
-                size[nd++] = it->adv_size[k];
-            src++;
-            break;
+            break;   /* handled above */
         }
         if (nd > SJ_MAX_RANK)
             return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);

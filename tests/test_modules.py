@@ -216,12 +216,8 @@ MODELS = [("bert", "eager"), ("bert", "sdpa"), ("gpt2", "eager"), ("gpt2", "sdpa
           ("vit", "eager"), ("vit", "sdpa"), ("resnet", None)]
 
 # Known gaps (strict: a model that starts to capture whole fails here until its line goes).
-# Keep in step with docs/status.md.
-_MASK_INDEXING = (
-    "transformers' padding-mask function indexes with several broadcast index tensors "
-    "(padding_mask[batch_idx, kv_idx]); the getitem shape rule supports one advanced index")
-MODEL_GAPS = {("bert", "eager"): _MASK_INDEXING, ("bert", "sdpa"): _MASK_INDEXING,
-              ("gpt2", "eager"): _MASK_INDEXING, ("gpt2", "sdpa"): _MASK_INDEXING}
+# Keep in step with docs/status.md. Empty: every model of the issue captures whole.
+MODEL_GAPS = {}
 
 
 def _model_params():

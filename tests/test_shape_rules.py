@@ -669,7 +669,15 @@ def getitem_cases(lib, row):
         cases.append(Case([x, None]))
         cases.append(Case([x, mk(l, "int64", (2, 3), 0, 4)]))
         cases.append(Case([x, (slice(None), mk(l, "int64", (4,), 0, 5))]))
-        cases.append(Case([x, (mk(l, "int64", (4,), 0, 4), mk(l, "int64", (4,), 0, 4))], refuse=True))
+        i4 = mk(l, "int64", (4,), 0, 4)
+        cases.append(Case([x, (i4, i4)]))
+        cases.append(Case([x, (0, slice(None), i4)]))          # torch and numpy place B differently
+        cases.append(Case([x, (i4, slice(None), i4)]))
+        cases.append(Case([x, (slice(None), i4, i4)]))
+        cases.append(Case([x, (i4, slice(None), 0)]))
+        cases.append(Case([x, (i4, None, i4)]))
+        cases.append(Case([x, (mk(l, "int64", (4, 1), 0, 4), mk(l, "int64", (1, 3), 0, 4))]))
+        cases.append(Case([x, (i4, mk(l, "int64", (3,), 0, 4))]))   # shapes do not broadcast
         cases.append(Case([x, mk(l, "bool", (5, 6, 7))], refuse=True))
         cases.append(Case([mk(l, "int64", ()), ()]))
         cases.append(Case([mk(l, "int64", ()), Ellipsis]))

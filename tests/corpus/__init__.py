@@ -44,7 +44,6 @@ KNOWN_GAPS = {
     "t_cumulative_and_sort": "torch.sort has no op yet",
     "np_cumulative_sort": "numpy.sort has no op yet",
     "t_inplace_through_view": "Tensor.diagonal has no op yet",
-    "np_advanced_indexing": "indexing with several advanced indices is not supported by the shape rules",
     "np_concatenate_stack": "numpy.vstack has no row yet",
     "np_dot_matmul": "numpy.inner has no row yet",
     "np_inplace_intermediate": "ufunc out= is not supported",
