@@ -382,3 +382,86 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     *nout = 1;
     return 0;
 }
+
+/* sort: torch gives (values, int64 indices), numpy one sorted array (axis=None flattens);
+ * argsort: the int64 indices. */
+int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    TensorMeta v = *x;
+    v.np_scalar = 0;
+    const BoundArg *da = b ? ba_get(b, "dim") : NULL;
+    int axis_none = 0;
+    if (lib == LIB_NUMPY) {
+        /* numpy's axis defaults to -1 and None means "flattened" */
+        int passed = 0;
+        for (int i = 0; i < b->n; i++)
+            if (!strcmp(b->names[i], "dim") && b->args[i].kind == BA_CONST && b->args[i].value == Py_None)
+                passed = 1;
+        axis_none = passed;
+    }
+    if (axis_none) {
+        v.ndim = 1;
+        v.size[0] = sj_numel(x);
+    } else if (x->ndim > 0) {
+        int64_t d0;
+        int d;
+        if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+            return -1;
+    } else if (da) {
+        int64_t d0;
+        int d;
+        if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, 0, &d, err))
+            return -1;
+        if (lib == LIB_NUMPY)
+            return sj_err(err, "axis %lld is out of bounds for array of dimension 0", (long long)d0);
+    } else if (lib == LIB_NUMPY) {
+        if (op != OP_ARGSORT)
+            return sj_err(err, "Cannot sort a 0-d array");
+        v.ndim = 1;   /* numpy's argsort of a 0-d array is [0] */
+        v.size[0] = 1;
+    }
+    TensorMeta idx = v;
+    idx.dtype = DT_I64;
+    idx.requires_grad = 0;
+    if (op == OP_ARGSORT) {
+        out[0] = idx;
+        *nout = 1;
+        return 0;
+    }
+    out[0] = v;
+    if (lib == LIB_NUMPY) {
+        *nout = 1;
+        return 0;
+    }
+    out[1] = idx;
+    *nout = 2;
+    return 0;
+}
+
+/* topk(input, k, dim=-1): (values, int64 indices) with k along dim. */
+int rule_topk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t k, d0;
+    int d = 0;
+    const BoundArg *ka = ba_get(b, "k");
+    if (!ka || sj_int(ka, "k", &k, err) || sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+        return ka ? -1 : sj_err(err, "topk() needs k");
+    int64_t len = x->ndim ? x->size[d] : 1;
+    if (k < 0 || k > len)
+        return sj_err(err, "selected index k out of range");
+    out[0] = *x;
+    if (x->ndim)
+        out[0].size[d] = k;
+    out[1] = out[0];
+    out[1].dtype = DT_I64;
+    out[1].requires_grad = 0;
+    *nout = 2;
+    return 0;
+}

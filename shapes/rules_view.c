@@ -832,3 +832,37 @@ int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     *nout = 1;
     return 0;
 }
+
+/* diagonal(offset=0, dim1=0, dim2=1): both dims go, the diagonal's length is appended. */
+int rule_diagonal(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->ndim < 2)
+        return sj_err(err, "diagonal requires an array of at least two dimensions");
+    int64_t off, a0, b0;
+    int d1, d2;
+    if (sj_get_int(b, "offset", 0, &off, err) || sj_get_int(b, "dim1", 0, &a0, err) ||
+        sj_get_int(b, "dim2", 1, &b0, err) || sj_dim(lib, a0, x->ndim, &d1, err) || sj_dim(lib, b0, x->ndim, &d2, err))
+        return -1;
+    if (d1 == d2)
+        return sj_err(err, "diagonal dimensions cannot be identical %lld, %lld", (long long)a0, (long long)b0);
+    int64_t s1 = x->size[d1], s2 = x->size[d2], len;
+    if (off >= 0)
+        len = s1 < s2 - off ? s1 : s2 - off;
+    else
+        len = s1 + off < s2 ? s1 + off : s2;
+    if (len < 0)
+        len = 0;
+    like(x, out);
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d1 && i != d2)
+            out->size[k++] = x->size[i];
+    out->size[k++] = len;
+    out->ndim = (unsigned char)k;
+    *nout = 1;
+    return 0;
+}

@@ -390,6 +390,30 @@ def diff_cases(lib, row):
     return cases
 
 
+def sort_cases(lib, row):
+    x = mk(lib, "float32", (3, 5))
+    cases = [Case([x]), Case([x, 0]), Case([x, -1]), Case([mk(lib, "int64", (4,))]), Case([x, 2]),
+             Case([mk(lib, "float32", ())])]
+    if lib == "numpy":
+        cases.append(Case([x, None]))
+    else:
+        cases += [Case([x, 1, True]), Case([x], {"stable": True})]
+    return cases
+
+
+def topk_cases(lib, row):
+    x = mk(lib, "float32", (3, 5))
+    return [Case([x, 2]), Case([x, 3, 0]), Case([x, 5]), Case([x, 6]), Case([x, 0]), Case([x, 2, 1, False]),
+            Case([mk(lib, "float32", ()), 1])]
+
+
+def diagonal_cases(lib, row):
+    x = mk(lib, "float32", (3, 5))
+    y = mk(lib, "float32", (2, 3, 4))
+    return [Case([x]), Case([x, 1]), Case([x, -2]), Case([x, 7]), Case([y, 0, 1, 2]), Case([y, 1, 0, 2]),
+            Case([y, 0, 2, 0]), Case([x, 0, 0, 0]), Case([mk(lib, "float32", (4,))])]
+
+
 def unflatten_cases(lib, row):
     x = mk(lib, "float32", (2, 12, 3))
     return [Case([x, 1, (3, 4)]), Case([x, 1, (3, -1)]), Case([x, -1, (3, 1)]), Case([x, 0, (2,)]),
@@ -752,7 +776,7 @@ FAMILIES = {
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
     "rule_view": view_cases, "rule_permute": permute_cases, "rule_transpose": transpose_cases,
     "rule_t": t_cases, "rule_unsqueeze": unsqueeze_cases, "rule_squeeze": squeeze_cases,
-    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_new_factory": new_factory_cases, "rule_diff": diff_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
+    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_new_factory": new_factory_cases, "rule_diff": diff_cases, "rule_sort": sort_cases, "rule_topk": topk_cases, "rule_diagonal": diagonal_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
     "rule_getitem": getitem_cases, "rule_narrow": narrow_cases, "rule_select": select_cases,
     "rule_movedim": movedim_cases, "rule_split": split_cases, "rule_chunk": chunk_cases,
     "rule_unbind": unbind_cases, "rule_repeat": repeat_cases, "rule_cat": cat_cases,

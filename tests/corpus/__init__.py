@@ -41,9 +41,6 @@ ORACLE_DIFFERENCES = {
 KNOWN_GAPS = {
     "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
     "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
-    "t_cumulative_and_sort": "torch.sort has no op yet",
-    "np_cumulative_sort": "numpy.sort has no op yet",
-    "t_inplace_through_view": "Tensor.diagonal has no op yet",
     "np_concatenate_stack": "numpy.vstack has no row yet",
     "np_dot_matmul": "numpy.inner has no row yet",
     "np_inplace_intermediate": "ufunc out= is not supported",
