@@ -191,10 +191,25 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     for (int32_t i = 0; i < nkw; i++)
         if (!(kwn[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i))))
             return NULL;
+    /* numpy's out=array: the op writes its result into that array and returns it; the rule
+     * sees the call without it */
+    Var *out_var = NULL;
+    int32_t nkw_bind = nkw;
+    for (int32_t k = 0; k < nkw; k++)
+        if (!strcmp(kwn[k], "out") && lib == LIB_NUMPY && args[npos + k] && args[npos + k]->kind == VK_TENSOR &&
+            !args[npos + k]->u.t.meta.np_scalar) {
+            out_var = args[npos + k];
+            for (int32_t j = k; j + 1 < nkw; j++) {   /* drop it from what the binder sees */
+                kwn[j] = kwn[j + 1];
+                pos[npos + j] = pos[npos + j + 1];
+            }
+            nkw_bind--;
+            break;
+        }
     BoundArgs bound;
     ShapeErr err;
     err.msg[0] = 0;
-    if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw, &bound, &err) < 0) {
+    if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
         return NULL;
     }
@@ -227,7 +242,25 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     PyObject *where = cap_where(c);
     if (!where)
         return NULL;
-    int flags = ((r->flags & CF_INPLACE) || inplace_kw) ? NODE_INPLACE : 0;
+    int flags = ((r->flags & (CF_INPLACE | CF_RETURNS_NONE)) || inplace_kw) ? NODE_INPLACE : 0;
+    Var *target_var = out_var ? out_var : (flags && nargs > 0 && args[0] && args[0]->kind == VK_TENSOR) ? args[0] : NULL;
+    if (target_var && target_var->u.t.meta.np_scalar && !out_var) {
+        flags = 0;   /* numpy scalars are immutable: `s += 1` rebinds s */
+        target_var = NULL;
+    }
+    if (target_var) {
+        TensorMeta res;
+        if (nout < 1 || shapes_inplace(lib, &target_var->u.t.meta, &outs[0], &res, &err) < 0) {
+            cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, nout < 1 ? "no result to write" : err.msg);
+            return NULL;
+        }
+        outs[0] = res;
+        if (out_var) {
+            const Node *def = &c->g->nodes[c->g->values[out_var->u.t.value].node];
+            if (def->op == OP_INPUT)
+                c->g->has_mutation = 1;
+        }
+    }
     int32_t v = graph_add_node(c->g, r->op, flags, target, first, npos, first + npos, nkw, kwnames,
                                outs, nout, where);
     Py_DECREF(where);
@@ -244,8 +277,10 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             return NULL;
     }
     /* results */
-    if (flags & NODE_INPLACE && nargs > 0 && args[0] && args[0]->kind == VK_TENSOR)
-        return args[0];   /* same object, mutated in place */
+    if (r->flags & CF_RETURNS_NONE)
+        return var_const(c, Py_None);
+    if (target_var)
+        return target_var;   /* the same object, written in place */
     if (nout == 0)
         return var_const(c, Py_None);
     Var **items = cap_alloc(c, sizeof(Var *) * (size_t)nout);

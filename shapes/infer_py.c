@@ -199,7 +199,7 @@ PyObject *shapes_py_infer(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, err.msg);
         goto done;
     }
-    if (strstr(row->flags, "CF_INPLACE")) {
+    if (strstr(row->flags, "CF_INPLACE") || strstr(row->flags, "CF_RETURNS_NONE")) {
         /* `3 += t` is not in place: Python rebinds the name to 3 + t */
         const BoundArg *self_arg = ba_get(&b, "input");
         TensorMeta r = outs[0];

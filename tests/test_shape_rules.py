@@ -824,8 +824,8 @@ def run_case(row, case):
     try:
         with torch.no_grad() if op != "set_grad_enabled" else _Nothing():
             res = fn(*args, **kwargs)
-        if op == "setitem":
-            res = args[0]
+        if op == "setitem" or "CF_RETURNS_NONE" in flags:
+            res = args[0]   # the call writes into its first argument (and returns None)
         if op == "set_grad_enabled":
             torch._C._set_grad_enabled(True)
             want = []
