@@ -327,3 +327,68 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     *nout = 1;
     return 0;
 }
+
+/* numpy.inner(a, b): contracts the last dims: a.shape[:-1] + b.shape[:-1]; a 0-d operand
+ * multiplies. */
+int rule_inner(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
+    if (!y)
+        return -1;
+    DType dt;
+    if (promote_pair(lib, (DType)x->dtype, (DType)y->dtype, &dt, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    if (x->ndim == 0 || y->ndim == 0) {
+        const TensorMeta *t = x->ndim ? x : y;
+        out->ndim = t->ndim;
+        memcpy(out->size, t->size, sizeof(int64_t) * t->ndim);
+    } else {
+        if (x->size[x->ndim - 1] != y->size[y->ndim - 1])
+            return sj_err(err, "shapes not aligned: last dimensions %lld and %lld differ",
+                          (long long)x->size[x->ndim - 1], (long long)y->size[y->ndim - 1]);
+        if (x->ndim + y->ndim - 2 > SJ_MAX_RANK)
+            return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+        int k = 0;
+        for (int i = 0; i < x->ndim - 1; i++)
+            out->size[k++] = x->size[i];
+        for (int i = 0; i < y->ndim - 1; i++)
+            out->size[k++] = y->size[i];
+        out->ndim = (unsigned char)k;
+    }
+    sj_np_scalarize(lib, out);
+    *nout = 1;
+    return 0;
+}
+
+/* numpy.diag(v, k=0): a 1-d v becomes a square matrix with v on diagonal k; a 2-d v gives
+ * its diagonal k. */
+int rule_diag(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int64_t k;
+    if (sj_get_int(b, "k", 0, &k, err))
+        return -1;
+    *out = *x;
+    out->np_scalar = 0;
+    if (x->ndim == 1) {
+        int64_t n = x->size[0] + (k < 0 ? -k : k);
+        out->ndim = 2;
+        out->size[0] = out->size[1] = n;
+    } else if (x->ndim == 2) {
+        int64_t s1 = x->size[0], s2 = x->size[1], len;
+        len = k >= 0 ? (s1 < s2 - k ? s1 : s2 - k) : (s1 + k < s2 ? s1 + k : s2);
+        out->ndim = 1;
+        out->size[0] = len < 0 ? 0 : len;
+    } else {
+        return sj_err(err, "Input must be 1- or 2-d.");
+    }
+    (void)lib;
+    *nout = 1;
+    return 0;
+}

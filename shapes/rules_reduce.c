@@ -138,6 +138,17 @@ static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
         /* torch keeps uint8 for backward compatibility */
         *out = (lib == LIB_TORCH && d == DT_U8) ? DT_U8 : DT_BOOL;
         return 0;
+    case OP_MEDIAN:
+        /* numpy only (torch.median returns values and indices): the mean's dtype rule */
+        if (c <= CAT_INT) {
+            *out = DT_F64;
+            return 0;
+        }
+        *out = d;
+        return 0;
+    case OP_COUNT_NONZERO:
+        *out = DT_I64;
+        return 0;
     case OP_ARGMAX:
     case OP_ARGMIN:
         if (lib == LIB_TORCH && (c == CAT_COMPLEX || c == CAT_BOOL))

@@ -866,3 +866,90 @@ int rule_diagonal(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     *nout = 1;
     return 0;
 }
+
+/* numpy.vstack(arrays): each array at least 2-d ((n,) -> (1, n)), joined along dim 0. */
+int rule_vstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const BoundArg *t = ba_get(b, "tensors");
+    if (!t || t->kind != BA_LIST || t->n == 0)
+        return sj_err(err, "vstack needs a non-empty sequence of arrays");
+    TensorMeta acc;
+    memset(&acc, 0, sizeof acc);
+    DType dt = DT_BOOL;
+    for (int i = 0; i < t->n; i++) {
+        const BoundArg *a = &t->items[i];
+        if (a->kind != BA_TENSOR)
+            return sj_err(err, "vstack of a non-array item is not supported");
+        TensorMeta m = *a->meta;
+        if (m.ndim == 0) {
+            m.ndim = 2;
+            m.size[0] = m.size[1] = 1;
+        } else if (m.ndim == 1) {
+            m.ndim = 2;
+            m.size[1] = m.size[0];
+            m.size[0] = 1;
+        }
+        if (i == 0) {
+            acc = m;
+            dt = (DType)m.dtype;
+            continue;
+        }
+        if (m.ndim != acc.ndim)
+            return sj_err(err, "all the input arrays must have same number of dimensions");
+        for (int d = 1; d < m.ndim; d++)
+            if (m.size[d] != acc.size[d])
+                return sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
+        acc.size[0] += m.size[0];
+        if (promote_pair(lib, dt, (DType)m.dtype, &dt, err))
+            return -1;
+    }
+    *out = acc;
+    out->dtype = (unsigned char)dt;
+    out->np_scalar = 0;
+    *nout = 1;
+    return 0;
+}
+
+/* numpy.hstack(arrays): joined along dim 1, or dim 0 when the arrays are 1-d (0-d ones
+ * count as (1,)). */
+int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const BoundArg *t = ba_get(b, "tensors");
+    if (!t || t->kind != BA_LIST || t->n == 0)
+        return sj_err(err, "hstack needs a non-empty sequence of arrays");
+    TensorMeta acc;
+    memset(&acc, 0, sizeof acc);
+    DType dt = DT_BOOL;
+    int axis = 0;
+    for (int i = 0; i < t->n; i++) {
+        const BoundArg *a = &t->items[i];
+        if (a->kind != BA_TENSOR)
+            return sj_err(err, "hstack of a non-array item is not supported");
+        TensorMeta m = *a->meta;
+        if (m.ndim == 0) {
+            m.ndim = 1;
+            m.size[0] = 1;
+        }
+        if (i == 0) {
+            acc = m;
+            dt = (DType)m.dtype;
+            axis = m.ndim == 1 ? 0 : 1;
+            continue;
+        }
+        if (m.ndim != acc.ndim)
+            return sj_err(err, "all the input arrays must have same number of dimensions");
+        for (int d = 0; d < m.ndim; d++)
+            if (d != axis && m.size[d] != acc.size[d])
+                return sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
+        acc.size[axis] += m.size[axis];
+        if (promote_pair(lib, dt, (DType)m.dtype, &dt, err))
+            return -1;
+    }
+    *out = acc;
+    out->dtype = (unsigned char)dt;
+    out->np_scalar = 0;
+    *nout = 1;
+    return 0;
+}

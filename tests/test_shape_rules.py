@@ -407,6 +407,26 @@ def topk_cases(lib, row):
             Case([mk(lib, "float32", ()), 1])]
 
 
+def inner_cases(lib, row):
+    a, b = mk(lib, "float32", (2, 3)), mk(lib, "float64", (4, 3))
+    v = mk(lib, "int32", (3,))
+    return [Case([a, b]), Case([v, v]), Case([a, v]), Case([mk(lib, "float32", ()), a]),
+            Case([a, mk(lib, "float32", (3, 2))]), Case([mk(lib, "float32", (2, 2, 3)), b])]
+
+
+def diag_cases(lib, row):
+    return [Case([mk(lib, "float32", (3,))]), Case([mk(lib, "int64", (3,)), 2]), Case([mk(lib, "float32", (3,)), -1]),
+            Case([mk(lib, "float32", (3, 4))]), Case([mk(lib, "float32", (3, 4)), 2]),
+            Case([mk(lib, "float32", (3, 4)), -5]), Case([mk(lib, "float32", (2, 2, 2))])]
+
+
+def vstack_cases(lib, row):
+    a, c = mk(lib, "float32", (3,)), mk(lib, "float32", (2, 3))
+    return [Case([[a, a]]), Case([(c, a)]), Case([[mk(lib, "int32", (3,)), mk(lib, "float64", (3,))]]),
+            Case([[a, mk(lib, "float32", (4,))]]), Case([[mk(lib, "float32", ()), mk(lib, "float32", ())]]),
+            Case([[mk(lib, "float32", (2, 3, 4)), mk(lib, "float32", (1, 3, 4))]])]
+
+
 def diagonal_cases(lib, row):
     x = mk(lib, "float32", (3, 5))
     y = mk(lib, "float32", (2, 3, 4))
@@ -776,7 +796,7 @@ FAMILIES = {
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
     "rule_view": view_cases, "rule_permute": permute_cases, "rule_transpose": transpose_cases,
     "rule_t": t_cases, "rule_unsqueeze": unsqueeze_cases, "rule_squeeze": squeeze_cases,
-    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_new_factory": new_factory_cases, "rule_diff": diff_cases, "rule_sort": sort_cases, "rule_topk": topk_cases, "rule_diagonal": diagonal_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
+    "rule_flatten": flatten_cases, "rule_unflatten": unflatten_cases, "rule_gather": gather_cases, "rule_new_factory": new_factory_cases, "rule_diff": diff_cases, "rule_sort": sort_cases, "rule_topk": topk_cases, "rule_inner": inner_cases, "rule_diag": diag_cases, "rule_vstack": vstack_cases, "rule_hstack": vstack_cases, "rule_diagonal": diagonal_cases, "rule_expand": expand_cases, "rule_expand_as": expand_as_cases,
     "rule_getitem": getitem_cases, "rule_narrow": narrow_cases, "rule_select": select_cases,
     "rule_movedim": movedim_cases, "rule_split": split_cases, "rule_chunk": chunk_cases,
     "rule_unbind": unbind_cases, "rule_repeat": repeat_cases, "rule_cat": cat_cases,

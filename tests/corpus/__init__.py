@@ -41,11 +41,6 @@ ORACLE_DIFFERENCES = {
 KNOWN_GAPS = {
     "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
     "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
-    "np_concatenate_stack": "numpy.vstack has no row yet",
-    "np_dot_matmul": "numpy.inner has no row yet",
-    "np_standardise_covariance": "numpy.diag has no row yet",
-    "np_histogram_free_stats": "numpy.median has no row yet",
     "np_rotation": "numpy.array over a list of arrays (a stack) is not supported",
-    "np_bool_predicates": "numpy.count_nonzero has no row yet",
     "np_stable_logsumexp_softplus": "numpy.logaddexp has no row yet",
 }
