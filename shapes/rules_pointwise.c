@@ -77,7 +77,7 @@ static const unsigned dtype_rules[OP_COUNT] = {
     [OP_RSHIFT] = T_NOBOOL | T_NOFLOAT | T_NOCPLX | N_NOFLOAT | N_NOCPLX | N_BOOL_I8,
     [OP_ATAN2] = T_NOCPLX | N_NOCPLX,
     [OP_HYPOT] = T_FLOATONLY | T_NOCPLX | N_NOCPLX,
-    [OP_LOGADDEXP] = T_FLOATONLY,
+    [OP_LOGADDEXP] = T_FLOATONLY | N_NOCPLX,
     [OP_LT] = T_NOCPLX,
     [OP_LE] = T_NOCPLX,
     [OP_GT] = T_NOCPLX,
@@ -262,7 +262,8 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return sj_err(err, "%s needs two operands", op_info[op].name);
     DType d, r;
     int all_weak;
-    if (promote_args(lib, ops, 2, 1, &d, &all_weak, err))
+    /* float-only ufuncs convert a Python int to float, so its range never matters there */
+    if (promote_args(lib, ops, 2, op != OP_LOGADDEXP, &d, &all_weak, err))
         return -1;
     if (op == OP_POW && lib == LIB_TORCH && d == DT_BOOL && ops[1]->kind == BA_CONST)
         r = DT_BOOL;    /* bool ** True has a scalar kernel */
@@ -600,5 +601,48 @@ int rule_copy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
             return sj_err(err, "copy_: the size of the source does not match at dimension %d", i);
     *out = *dst;
     *nout = 1;
+    return 0;
+}
+
+/* Binary ufuncs defined on floats only (logaddexp): promote as for add, then take the
+ * float type that holds the result (numpy: int8 -> float16, int16 -> float32, ...). */
+int rule_binary_float(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    if (rule_binary(op, lib, b, out, nout, err))
+        return -1;
+    if (lib == LIB_TORCH) {
+        out[0].dtype = (unsigned char)promote_to_float(lib, (DType)out[0].dtype);
+        return 0;
+    }
+    /* numpy picks the first float loop every input casts to safely: each array on its own
+     * (uint8 with int8 -> float16), and a Python float with integer arrays -> float64 */
+    const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
+    int have = 0, any_float_array = 0, weak_float = 0, weak_int = 0;
+    DType acc = DT_F16;
+    for (int i = 0; i < 2; i++)
+        if (ops[i]->kind == BA_CONST && PyLong_Check(ops[i]->value) && !PyBool_Check(ops[i]->value))
+            weak_int = 1;
+    for (int i = 0; i < 2; i++) {
+        if (ops[i]->kind == BA_TENSOR) {
+            DType in = (DType)ops[i]->meta->dtype;
+            if (in == DT_BOOL && weak_int)
+                in = DT_I64;   /* bool with a Python int promotes to the default int */
+            DType f = promote_to_float(lib, in);
+            if (dtype_info[ops[i]->meta->dtype].category >= CAT_FLOAT)
+                any_float_array = 1;
+            if (!have)
+                acc = f;
+            else if (promote_pair(lib, acc, f, &acc, err))
+                return -1;
+            have = 1;
+        } else if (ops[i]->kind == BA_CONST && PyFloat_Check(ops[i]->value)) {
+            weak_float = 1;
+        }
+    }
+    if (!have)
+        acc = DT_F64;
+    else if (weak_float && !any_float_array)
+        acc = DT_F64;
+    out[0].dtype = (unsigned char)acc;
     return 0;
 }

@@ -790,7 +790,7 @@ def unary_dispatch(lib, row):
 
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
-    "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases,
+    "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases, "rule_binary_float": binary_cases,
     "rule_compare": compare_cases, "rule_where": where_cases, "rule_masked_fill": masked_fill_cases,
     "rule_lerp": lerp_cases, "rule_cast": cast_cases, "rule_reduce": reduce_cases,
     "rule_max_min": max_min_cases, "rule_scan": reduce_cases, "rule_softmax": softmax_cases,
