@@ -6,6 +6,21 @@
 
 /* ------------------------------------------------------- argument lowering ---- */
 
+/* A constant, or a list/tuple made only of constants at any depth. */
+static int deep_const(const Var *v)
+{
+    if (!v)
+        return 1;
+    if (v->kind == VK_CONST)
+        return 1;
+    if (v->kind != VK_TUPLE && v->kind != VK_LIST)
+        return 0;
+    for (int32_t i = 0; i < v->u.seq.n; i++)
+        if (!deep_const(v->u.seq.items[i]))
+            return 0;
+    return 1;
+}
+
 /* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
  * constant; those holding tensors become BA_LIST. */
 static int to_bound(Capture *c, Var *v, BoundArg *out)
@@ -29,11 +44,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out)
     case VK_LIST:
     case VK_DICT:
     case VK_SLICE: {
-        int has_tensor = 0;
-        if (v->kind == VK_TUPLE || v->kind == VK_LIST)
-            for (int32_t i = 0; i < v->u.seq.n; i++)
-                if (!var_is_const(v->u.seq.items[i]))
-                    has_tensor = 1;
+        int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
         if (!has_tensor) {
             PyObject *py = var_to_py(c, v);
             if (!py || !cap_keep_steal(c, py))
@@ -76,11 +87,7 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
         a.kind = ARG_VALUE;
         a.a = v->u.t.value;
     } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
-        int has_tensor = 0;
-        for (int32_t i = 0; i < v->u.seq.n; i++)
-            if (!var_is_const(v->u.seq.items[i]))
-                has_tensor = 1;
-        if (has_tensor) {
+        if (!deep_const(v)) {
             int32_t first = graph_pool(g, v->u.seq.n);
             if (first < 0)
                 return -1;

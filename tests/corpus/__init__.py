@@ -41,5 +41,4 @@ ORACLE_DIFFERENCES = {
 KNOWN_GAPS = {
     "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
     "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
-    "np_rotation": "numpy.array over a list of arrays (a stack) is not supported",
 }
