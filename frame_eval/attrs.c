@@ -331,7 +331,8 @@ int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
                 return -1;
             w->obj = o->obj;
             w->name = name;
-            w->original = before && before->kind == VK_CONST ? before->obj : before ? before->obj : NULL;
+            w->original = before ? before->obj : NULL;
+            w->owned = o->fresh && o->src < 0;
             w->next = c->writes;
             c->writes = w;
         }
@@ -353,6 +354,8 @@ int attr_check_writes(Capture *c)
     for (AttrWrite *w = c->writes; w; w = w->next) {
         Var *v = w->value;
         int same = 0;
+        if (w->owned)
+            continue;   /* made during capture: nothing outside sees it */
         if (w->original && v->obj == w->original && v->kind != VK_TENSOR)
             same = 1;
         else if (w->original && v->kind == VK_CONST && Py_TYPE(v->obj) == Py_TYPE(w->original)) {

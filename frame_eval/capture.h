@@ -97,6 +97,7 @@ typedef struct AttrWrite {
     PyObject *name;        /* borrowed (keepalive) */
     Var *value;            /* the current value */
     PyObject *original;    /* borrowed (keepalive) or NULL: the value before capture */
+    int owned;             /* the object was made during capture: its writes never escape */
 } AttrWrite;
 
 typedef struct Capture {

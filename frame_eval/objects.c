@@ -115,7 +115,47 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         Py_DECREF(dfields);
         return r;
     }
-    if (!plain_class(t) || (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)))
+    if (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)) {
+        /* torch's own stateless layers (nn.Dropout(0.3), nn.ReLU()) built in the body: make
+         * the object now; it never escapes, and writes to it (drop.eval()) stay in the
+         * capture. Modules with parameters would need their tensors as graph inputs. */
+        PyObject *mod = PyObject_GetAttrString(cls, "__module__");
+        const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        int torch_layer = mn && !strncmp(mn, "torch.nn.modules.", 17);
+        Py_XDECREF(mod);
+        PyErr_Clear();
+        if (!torch_layer || !var_all_const(args, nargs))
+            return NULL;
+        *handled = 1;
+        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+        PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
+        if (!a)
+            return NULL;
+        for (int32_t i = 0; i < nargs; i++)
+            a[i] = args[i]->obj;
+        PyObject *m = PyObject_Vectorcall(cls, a, (size_t)(nargs - nkw), kwnames);
+        if (!m) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        PyObject *params = PyObject_CallMethod(m, "parameters", NULL);
+        PyObject *first = params ? PyIter_Next(params) : NULL;
+        Py_XDECREF(params);
+        if (first || PyErr_Occurred()) {
+            Py_XDECREF(first);
+            Py_DECREF(m);
+            PyErr_Clear();
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function",
+                     t->tp_name);
+            return NULL;
+        }
+        Var *v = wrap_untracked(c, m);
+        Py_DECREF(m);
+        if (v)
+            v->fresh = 1;
+        return v;
+    }
+    if (!plain_class(t))
         return NULL;
     static PyObject *s_init;
     if (!s_init && !(s_init = PyUnicode_InternFromString("__init__")))

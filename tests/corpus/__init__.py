@@ -38,7 +38,4 @@ ORACLE_DIFFERENCES = {
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
 # entry that starts to pass fails the suite until it is taken off this list. Keep in step
 # with docs/status.md ("Known gaps").
-KNOWN_GAPS = {
-    "t_dropout_eval_module": "constructing an nn.Module inside the compiled function is not modelled",
-    "t_module_relu_inplace_input": "constructing an nn.Module inside the compiled function is not modelled",
-}
+KNOWN_GAPS = {}   # every corpus entry captures as expected
