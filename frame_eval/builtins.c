@@ -102,8 +102,7 @@ static Var *make_iter(Capture *c, Var **items, int32_t n)
     return it;
 }
 
-/* Fold a call whose arguments are all constants. */
-static Var *fold(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
+PyObject *cap_call_live(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
@@ -116,11 +115,15 @@ static Var *fold(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *
     PyObject *r = k == nargs ? PyObject_Vectorcall(fn, a, (size_t)(nargs - nkw), kwnames) : NULL;
     for (int32_t i = 0; i < k; i++)
         Py_DECREF(a[i]);
-    if (!r) {
+    if (!r)
         cap_fail_exc(c, BR_USER_EXCEPTION);
-        return NULL;
-    }
-    return var_const_steal(c, r);
+    return r;
+}
+
+Var *cap_fold_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    PyObject *r = cap_call_live(c, fn, args, nargs, kwnames);
+    return r ? var_const_steal(c, r) : NULL;
 }
 
 static int all_foldable(Var **args, int32_t n)
@@ -259,7 +262,7 @@ static Var *builtin_minmax(Capture *c, int is_max, Var **args, int32_t nargs, Py
         return NULL;
     if (all_foldable(items, n)) {
         Var *tuple = var_seq(c, VK_TUPLE, items, n);
-        return tuple ? fold(c, builtin_objs[is_max ? B_MAX : B_MIN], &tuple, 1, NULL) : NULL;
+        return tuple ? cap_fold_call(c, builtin_objs[is_max ? B_MAX : B_MIN], &tuple, 1, NULL) : NULL;
     }
     cap_fail(c, BR_DATA_DEPENDENT, "%s() over tensor values compares their data", is_max ? "max" : "min");
     return NULL;
@@ -536,7 +539,7 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     }
     /* everything else folds when its arguments are constants */
     if (all_foldable(args, nargs))
-        return fold(c, builtin_objs[id], args, nargs, kwnames);
+        return cap_fold_call(c, builtin_objs[id], args, nargs, kwnames);
     cap_fail(c, BR_UNSUPPORTED_CALL, "%s() with these arguments", builtin_names[id]);
     return NULL;
 }
@@ -596,7 +599,7 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
             *handled = 0;
     } else if ((fn == libs.finfo || !strcmp(n, "iinfo") || fn == libs.size_type || fn == libs.device_type) &&
                all_foldable(args, nargs)) {
-        r = fold(c, fn, args, nargs, kwnames);
+        r = cap_fold_call(c, fn, args, nargs, kwnames);
     } else {
         *handled = 0;
     }

@@ -299,15 +299,8 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
     /* call the named_ form live so every item comes with its path */
     const char *live = which < 2 ? "named_parameters" : which < 4 ? "named_buffers"
                      : which < 6 ? "named_children" : "named_modules";
-    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *meth = PyObject_GetAttrString(m->obj, live);
-    PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-    PyObject *gen = NULL;
-    if (meth && a) {
-        for (int32_t i = 0; i < nargs; i++)
-            a[i] = args[i]->obj;
-        gen = PyObject_Vectorcall(meth, a, (size_t)(nargs - nkw), kwnames);
-    }
+    PyObject *gen = meth ? cap_call_live(c, meth, args, nargs, kwnames) : NULL;
     Py_XDECREF(meth);
     PyObject *list = gen ? PySequence_List(gen) : NULL;
     Py_XDECREF(gen);
@@ -571,17 +564,9 @@ static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t n
     if (!ok || !var_all_const(args + 1, nargs - 1))
         return NULL;
     *handled = 1;
-    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-    if (!a)
+    PyObject *res = cap_call_live(c, fn, args, nargs, kwnames);
+    if (!res)
         return NULL;
-    for (int32_t i = 0; i < nargs; i++)
-        a[i] = args[i]->obj;
-    PyObject *res = PyObject_Vectorcall(fn, a, (size_t)(nargs - nkw), kwnames);
-    if (!res) {
-        cap_fail_exc(c, BR_USER_EXCEPTION);
-        return NULL;
-    }
     Var *v = wrap_untracked(c, res);
     Py_DECREF(res);
     return v;
@@ -735,33 +720,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             return r;
         if (PyExceptionClass_Check(fn->obj) && var_all_const(args, nargs)) {
             /* building an exception to raise: KeyError(key) */
-            int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-            PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-            if (!a)
-                return NULL;
-            for (int32_t i = 0; i < nargs; i++)
-                a[i] = args[i]->obj;
-            PyObject *e = PyObject_Vectorcall(fn->obj, a, (size_t)(nargs - nkw), kwnames);
-            if (!e) {
-                cap_fail_exc(c, BR_USER_EXCEPTION);
-                return NULL;
-            }
-            return var_const_steal(c, e);
+            return cap_fold_call(c, fn->obj, args, nargs, kwnames);
         }
-        if (is_pure_folder(fn->obj) && var_all_const(args, nargs)) {
-            int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-            PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-            if (!a)
-                return NULL;
-            for (int32_t i = 0; i < nargs; i++)
-                a[i] = args[i]->obj;
-            PyObject *res = PyObject_Vectorcall(fn->obj, a, (size_t)(nargs - nkw), kwnames);
-            if (!res) {
-                cap_fail_exc(c, BR_USER_EXCEPTION);
-                return NULL;
-            }
-            return var_const_steal(c, res);
-        }
+        if (is_pure_folder(fn->obj) && var_all_const(args, nargs))
+            return cap_fold_call(c, fn->obj, args, nargs, kwnames);
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {
             PyErr_Clear();

@@ -222,6 +222,11 @@ PyObject *callables_object(int row);   /* borrowed: the resolved callable, or NU
 int callables_operator_row(const char *path);   /* row of "operator.add" etc., or -1 */
 
 /* builtins.c */
+/* Call fn now with the Python values of args (constants, live objects); a new reference,
+ * or NULL with the failure recorded (BR_USER_EXCEPTION: user code raised). */
+PyObject *cap_call_live(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
+/* The same, as a constant var. */
+Var *cap_fold_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
 Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
 /* objects.c: instances of user classes and namedtuples made during capture */

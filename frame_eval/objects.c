@@ -127,17 +127,9 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         if (!torch_layer || !var_all_const(args, nargs))
             return NULL;
         *handled = 1;
-        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-        PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-        if (!a)
+        PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
+        if (!m)
             return NULL;
-        for (int32_t i = 0; i < nargs; i++)
-            a[i] = args[i]->obj;
-        PyObject *m = PyObject_Vectorcall(cls, a, (size_t)(nargs - nkw), kwnames);
-        if (!m) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
-            return NULL;
-        }
         PyObject *params = PyObject_CallMethod(m, "parameters", NULL);
         PyObject *first = params ? PyIter_Next(params) : NULL;
         Py_XDECREF(params);

@@ -170,17 +170,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
         op_info[r->op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
-        PyObject **a = cap_alloc(c, sizeof(PyObject *) * (size_t)(nargs + 1));
-        if (!a)
-            return NULL;
-        for (int32_t i = 0; i < nargs; i++)
-            a[i] = args[i]->obj;
-        PyObject *res = PyObject_Vectorcall(target, a, (size_t)npos, kwnames);
-        if (!res) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
-            return NULL;
-        }
-        return var_const_steal(c, res);
+        return cap_fold_call(c, target, args, nargs, kwnames);
     }
     if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
         (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD))) {
