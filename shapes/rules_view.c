@@ -867,58 +867,15 @@ int rule_diagonal(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     return 0;
 }
 
-/* numpy.vstack(arrays): each array at least 2-d ((n,) -> (1, n)), joined along dim 0. */
-int rule_vstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+/* numpy.vstack / hstack(arrays): vstack makes each array at least 2-d ((n,) -> (1, n)) and
+ * joins along dim 0; hstack makes them at least 1-d and joins along dim 1 (dim 0 for 1-d
+ * arrays). The other dims must match; dtypes promote. */
+static int join_arrays(Lib lib, const BoundArgs *b, int vertical, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op;
+    const char *name = vertical ? "vstack" : "hstack";
     const BoundArg *t = ba_get(b, "tensors");
     if (!t || t->kind != BA_LIST || t->n == 0)
-        return sj_err(err, "vstack needs a non-empty sequence of arrays");
-    TensorMeta acc;
-    memset(&acc, 0, sizeof acc);
-    DType dt = DT_BOOL;
-    for (int i = 0; i < t->n; i++) {
-        const BoundArg *a = &t->items[i];
-        if (a->kind != BA_TENSOR)
-            return sj_err(err, "vstack of a non-array item is not supported");
-        TensorMeta m = *a->meta;
-        if (m.ndim == 0) {
-            m.ndim = 2;
-            m.size[0] = m.size[1] = 1;
-        } else if (m.ndim == 1) {
-            m.ndim = 2;
-            m.size[1] = m.size[0];
-            m.size[0] = 1;
-        }
-        if (i == 0) {
-            acc = m;
-            dt = (DType)m.dtype;
-            continue;
-        }
-        if (m.ndim != acc.ndim)
-            return sj_err(err, "all the input arrays must have same number of dimensions");
-        for (int d = 1; d < m.ndim; d++)
-            if (m.size[d] != acc.size[d])
-                return sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
-        acc.size[0] += m.size[0];
-        if (promote_pair(lib, dt, (DType)m.dtype, &dt, err))
-            return -1;
-    }
-    *out = acc;
-    out->dtype = (unsigned char)dt;
-    out->np_scalar = 0;
-    *nout = 1;
-    return 0;
-}
-
-/* numpy.hstack(arrays): joined along dim 1, or dim 0 when the arrays are 1-d (0-d ones
- * count as (1,)). */
-int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
-{
-    (void)op;
-    const BoundArg *t = ba_get(b, "tensors");
-    if (!t || t->kind != BA_LIST || t->n == 0)
-        return sj_err(err, "hstack needs a non-empty sequence of arrays");
+        return sj_err(err, "%s needs a non-empty sequence of arrays", name);
     TensorMeta acc;
     memset(&acc, 0, sizeof acc);
     DType dt = DT_BOOL;
@@ -926,16 +883,21 @@ int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     for (int i = 0; i < t->n; i++) {
         const BoundArg *a = &t->items[i];
         if (a->kind != BA_TENSOR)
-            return sj_err(err, "hstack of a non-array item is not supported");
+            return sj_err(err, "%s of a non-array item is not supported", name);
         TensorMeta m = *a->meta;
         if (m.ndim == 0) {
             m.ndim = 1;
             m.size[0] = 1;
         }
+        if (vertical && m.ndim == 1) {
+            m.ndim = 2;
+            m.size[1] = m.size[0];
+            m.size[0] = 1;
+        }
         if (i == 0) {
             acc = m;
             dt = (DType)m.dtype;
-            axis = m.ndim == 1 ? 0 : 1;
+            axis = (vertical || m.ndim == 1) ? 0 : 1;
             continue;
         }
         if (m.ndim != acc.ndim)
@@ -952,4 +914,16 @@ int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     out->np_scalar = 0;
     *nout = 1;
     return 0;
+}
+
+int rule_vstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    return join_arrays(lib, b, 1, out, nout, err);
+}
+
+int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    return join_arrays(lib, b, 0, out, nout, err);
 }
