@@ -80,7 +80,11 @@ static int plain_class(PyTypeObject *t)
 {
     if (t->tp_new != PyBaseObject_Type.tp_new)
         return 0;
-    if (Py_TYPE(t) != &PyType_Type)
+    /* type, or abc.ABCMeta (abstract base classes such as typing's Sequence[...]): neither
+     * changes how an instance is made */
+    if (Py_TYPE(t) != &PyType_Type && strcmp(Py_TYPE(t)->tp_name, "ABCMeta") != 0)
+        return 0;
+    if (t->tp_flags & Py_TPFLAGS_IS_ABSTRACT)
         return 0;
     return (t->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
 }

@@ -850,7 +850,26 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
                     (*items)[(*n)++] = a->u.dict.keys[i];
             return *items ? 0 : -1;
         }
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", v->u.uobj.type->tp_name);
+        /* a user class iterates through its own __iter__ */
+        /* fall through */
+    case VK_OBJECT: {
+        PyTypeObject *t = v->kind == VK_USEROBJ ? v->u.uobj.type : Py_TYPE(v->obj);
+        static PyObject *s_iter;
+        if (!s_iter && !(s_iter = PyUnicode_InternFromString("__iter__")))
+            return -1;
+        PyObject *it = _PyType_Lookup(t, s_iter);   /* borrowed */
+        if (!it || !PyFunction_Check(it))
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", t->tp_name);
+        Var *r = call_dunder(c, v, "__iter__", NULL, 0);
+        if (!r)
+            return -1;
+        if (r->kind != VK_ITER)
+            return op_iterate(c, r, items, n);
+        *items = r->u.iter.items + r->u.iter.pos;
+        *n = r->u.iter.n - r->u.iter.pos;
+        r->u.iter.pos = r->u.iter.n;
+        return 0;
+    }
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));
     }
@@ -896,7 +915,13 @@ Var *op_len(Capture *c, Var *v)
             }
             break;
         }
-        /* fall through */
+        return call_dunder(c, v, "__len__", NULL, 0);   /* a Python class's own __len__ */
+    case VK_USEROBJ:
+        if (v->u.uobj.record) {
+            Var *t = objects_record_tuple(c, v);
+            return t ? op_len(c, t) : NULL;
+        }
+        return call_dunder(c, v, "__len__", NULL, 0);
     default:
         cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of a %s", var_kind_name(v));
         return NULL;

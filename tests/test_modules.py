@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+import transformers
 
 import shapejit
 
@@ -176,7 +177,6 @@ def test_transformer_encoder_layer(batch_first):
 
 # ---- transformers models ------------------------------------------------------------
 def _transformers_model(kind, attn):
-    transformers = pytest.importorskip("transformers")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     kw = {} if attn is None else {"attn_implementation": attn}
     g = torch.Generator().manual_seed(0)
@@ -248,3 +248,29 @@ def test_transformers_model(kind, attn):
         shapejit.reset()
         ex = shapejit.explain(model)(**inputs)
         assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
+
+
+@pytest.mark.slow
+def test_gpt2_default_use_cache_returns_a_working_cache():
+    """GPT2Model's default forward builds a DynamicCache and returns it: the compiled call
+    rebuilds it with the same tensors, and it works for the next decoding step."""
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2Model(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 100, (2, 8), generator=g)
+    shapejit.reset()
+    with torch.no_grad():
+        out = shapejit.compile(model, fullgraph=True)(ids)
+        ref = model(ids)
+        assert shapejit.stats()["graphs"] == 1 and shapejit.stats()["graph_breaks"] == 0
+        torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, rtol=1e-4, atol=1e-5)
+        mine, theirs = out.past_key_values, ref.past_key_values
+        assert type(mine) is type(theirs) and len(mine.layers) == len(theirs.layers)
+        for a, b in zip(mine.layers, theirs.layers):
+            torch.testing.assert_close(a.keys, b.keys)
+            torch.testing.assert_close(a.values, b.values)
+        assert mine.get_seq_length() == theirs.get_seq_length() == 8
+        nxt = torch.randint(0, 100, (2, 1), generator=g)
+        torch.testing.assert_close(model(nxt, past_key_values=mine).last_hidden_state,
+                                   model(nxt, past_key_values=theirs).last_hidden_state)
