@@ -2,6 +2,7 @@
  * keep that decision valid on later calls. */
 #include "capture.h"
 #include "libs.h"
+#include "../core/log.h"
 
 static PyObject *where_str(Capture *c)
 {
@@ -52,6 +53,37 @@ static int is_callable_kind(PyObject *o)
            strcmp(Py_TYPE(o)->tp_name, "method-wrapper") == 0 ||
            strcmp(Py_TYPE(o)->tp_name, "numpy._ArrayFunctionDispatcher") == 0 ||
            strcmp(Py_TYPE(o)->tp_name, "_ArrayFunctionDispatcher") == 0;
+}
+
+/* torch's own marking functions (torch._dynamo.mark_dynamic & co.) leave index sets on the
+ * tensor. Static marks already hold; dynamic ones cannot until symbolic shapes exist, so
+ * the user is told once per capture that those sizes are compiled static. */
+static void note_torch_marks(Capture *c, PyObject *t, int32_t src)
+{
+    static const char *const attrs[] = {"_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices",
+                                        "_dynamo_unbacked_indices"};
+    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+        PyObject *marks = PyObject_GetAttrString(t, attrs[i]);
+        if (!marks) {
+            PyErr_Clear();
+            continue;
+        }
+        Py_ssize_t n = PyObject_Length(marks);
+        if (n > 0) {
+            PyObject *msg = PyUnicode_FromFormat(
+                "shapejit: %U carries %s %R from torch's marking functions; symbolic shapes are not "
+                "implemented yet, so its sizes are compiled static", sources_repr(&c->src, src), attrs[i], marks);
+            if (msg) {
+                if (sj_log_on(LOG_DYNAMIC, SJ_INFO))
+                    sj_log_str(LOG_DYNAMIC, SJ_INFO, msg);
+                if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
+                    PyErr_Clear();
+                Py_DECREF(msg);
+            }
+        }
+        PyErr_Clear();
+        Py_DECREF(marks);
+    }
 }
 
 /* A tensor or array input: one graph input per distinct object. */
@@ -106,8 +138,10 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
         Py_DECREF(key);
         return NULL;
     }
-    if (m.lib == LIB_TORCH)
+    if (m.lib == LIB_TORCH) {
         c->used_torch = 1;
+        note_torch_marks(c, obj, src);
+    }
     Guard g;
     memset(&g, 0, sizeof g);
     g.kind = GK_TENSOR_MATCH;

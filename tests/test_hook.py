@@ -126,3 +126,16 @@ def test_numpy_and_torch_in_one_process_do_not_mix_caches():
     torch.testing.assert_close(compiled(t), t * 2 + 1)
     assert isinstance(compiled(a), np.ndarray) and isinstance(compiled(t), torch.Tensor)
     assert shapejit.stats()["cache_entries"] == 2
+
+
+def test_torch_marks_on_tensors_are_reported_and_compiled_static():
+    x = torch.randn(5, 3)
+    torch._dynamo.mark_dynamic(x, 0)       # torch's own marking function
+
+    def f(t):
+        return t * 2
+
+    with pytest.warns(UserWarning, match=r"L\['t'\] carries _dynamo_dynamic_indices"):
+        out = shapejit.compile(f)(x)
+    torch.testing.assert_close(out, x * 2)
+    assert shapejit.stats()["graphs"] == 1
