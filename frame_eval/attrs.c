@@ -146,9 +146,6 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     /* the instance dict */
     PyObject **dictptr = _PyObject_GetDictPtr(obj);
     PyObject *idict = dictptr ? *dictptr : NULL;
-    if (!idict && tp->tp_dictoffset == 0 && PyObject_HasAttrString(obj, "__dict__")) {
-        /* 3.11 managed dicts: _PyObject_GetDictPtr materialises them */
-    }
     if (idict && PyDict_Check(idict) && !(descr && Py_TYPE(descr)->tp_descr_set)) {
         PyObject *v = PyDict_GetItemWithError(idict, name);
         if (v) {
@@ -200,7 +197,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
-    int32_t s = (descr || !idict) ? attr_source(c, o, name) : attr_source(c, o, name);
+    int32_t s = attr_source(c, o, name);
     Var *r = (o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
     Py_DECREF(v);
     return r;

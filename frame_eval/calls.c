@@ -429,15 +429,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     }
     if (self->kind == VK_DICT) {
         if ((!strcmp(n, "keys") || !strcmp(n, "values") || !strcmp(n, "items")) && nargs == 0) {
-            Var *l = var_seq(c, VK_LIST, NULL, 0);
-            for (int32_t i = 0; l && i < self->u.dict.n; i++) {
-                Var *item = !strcmp(n, "keys") ? self->u.dict.keys[i]
-                          : !strcmp(n, "values") ? self->u.dict.vals[i]
-                          : var_seq(c, VK_TUPLE, (Var *[]){self->u.dict.keys[i], self->u.dict.vals[i]}, 2);
-                if (!item || var_seq_append(c, l, item) < 0)
-                    return NULL;
-            }
-            return l;
+            return var_dict_view(c, self, n[0], 0);
         }
         if (!strcmp(n, "get") && (nargs == 1 || nargs == 2)) {
             int found;

@@ -143,6 +143,9 @@ int var_seq_append(Capture *c, Var *seq, Var *item);
 Var *var_dict(Capture *c);
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
 Var *var_dict_get(Capture *c, Var *d, Var *key, int *found);
+/* d.keys() / values() / items() as a new list var (which: 'k', 'v' or 'i'); skip_none
+ * leaves out entries whose value is None (ModelOutput's dict view). */
+Var *var_dict_view(Capture *c, Var *d, char which, int skip_none);
 int var_is_const(const Var *v);
 int var_all_const(Var *const *vs, int32_t n);
 /* New reference: the Python value of a var made of constants (tuples/lists/dicts/slices of

@@ -419,8 +419,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     }
     if (c.nops == 0) {
         /* nothing to compile: the frame only does Python work; run it as it is */
-        cap_fail(&c, BR_NONE, "");
-        c.reason = BR_NONE;
         e = entry_from_capture(&c);
         if (e) {
             e->action = ENTRY_EAGER;
@@ -445,10 +443,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     example = PyList_New(0);
     if (!example)
         goto internal;
-    for (int32_t i = 0; i < ninputs; i++) {
-        const Node *nd = &g->nodes[g->values[g->inputs[i]].node];
-        (void)nd;
-    }
     /* example inputs: the live objects behind each graph input, in order */
     int32_t *inputs = PyMem_Calloc((size_t)ninputs + 1, sizeof(int32_t));
     if (!inputs)

@@ -188,9 +188,8 @@ static int frame_has_tensors(PyCodeObject *co, _PyInterpreterFrame *f)
 
 #define MEMO_STACK 64
 
-static PyObject *explain_failures(CodeState *st, PyObject **memo_unused, const FrameView *fv)
+static PyObject *explain_failures(CodeState *st, const FrameView *fv)
 {
-    (void)memo_unused;
     PyObject *lines = PyList_New(0);
     if (!lines)
         return NULL;
@@ -331,7 +330,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     }
     PyObject *why = NULL;
     if (st->nentries > 0) {
-        why = explain_failures(st, NULL, &fv);
+        why = explain_failures(st, &fv);
         if (!why)
             PyErr_Clear();
         else

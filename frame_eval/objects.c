@@ -342,16 +342,7 @@ Var *objects_record_call(Capture *c, Var *o, const char *name, Var **args, int32
     if (!strcmp(name, "to_tuple") && nargs == 0)
         return objects_record_tuple(c, o);
     if ((!strcmp(name, "keys") || !strcmp(name, "values") || !strcmp(name, "items")) && nargs == 0) {
-        Var *l = var_seq(c, VK_LIST, NULL, 0);
-        for (int32_t i = 0; l && i < a->u.dict.n; i++) {
-            if (is_none(a->u.dict.vals[i]))
-                continue;
-            Var *item = name[0] == 'k' ? a->u.dict.keys[i] : name[0] == 'v' ? a->u.dict.vals[i]
-                      : var_seq(c, VK_TUPLE, (Var *[]){a->u.dict.keys[i], a->u.dict.vals[i]}, 2);
-            if (!item || var_seq_append(c, l, item) < 0)
-                return NULL;
-        }
-        return l;
+        return var_dict_view(c, a, name[0], 1);
     }
     if (!strcmp(name, "get") && (nargs == 1 || nargs == 2)) {
         int found;

@@ -146,6 +146,20 @@ Var *var_dict_get(Capture *c, Var *d, Var *key, int *found)
     return d->u.dict.vals[i];
 }
 
+Var *var_dict_view(Capture *c, Var *d, char which, int skip_none)
+{
+    Var *l = var_seq(c, VK_LIST, NULL, 0);
+    for (int32_t i = 0; l && i < d->u.dict.n; i++) {
+        Var *k = d->u.dict.keys[i], *v = d->u.dict.vals[i];
+        if (skip_none && v->kind == VK_CONST && v->obj == Py_None)
+            continue;
+        Var *item = which == 'k' ? k : which == 'v' ? v : var_seq(c, VK_TUPLE, (Var *[]){k, v}, 2);
+        if (!item || var_seq_append(c, l, item) < 0)
+            return NULL;
+    }
+    return l;
+}
+
 int var_is_const(const Var *v)
 {
     return v && v->kind == VK_CONST;
