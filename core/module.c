@@ -4,6 +4,7 @@
 #include "log.h"
 #include "../graph/ir.h"
 #include "../frame_eval/code_cache.h"
+#include "../frame_eval/compile.h"
 #include "../frame_eval/events.h"
 #include "../shapes/infer_py.h"
 #define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
@@ -28,6 +29,7 @@ static PyObject *py_reset(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     code_cache_reset_all();
+    compile_forget_breaks();
     events_reset();
     Py_RETURN_NONE;
 }

@@ -515,8 +515,21 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             return const_bool(c, k);
         }
         break;
+    case B_SORTED:
+        if (nargs == 1 && !kwnames) {
+            /* sorted(d) of a dict with constant keys, sorted() of constants from a container */
+            Var **items;
+            int32_t n;
+            if (op_iterate(c, args[0], &items, &n) < 0)
+                return NULL;
+            if (var_all_const(items, n)) {
+                Var *l = var_seq(c, VK_LIST, items, n);
+                return l ? cap_fold_call(c, builtin_objs[id], &l, 1, NULL) : NULL;
+            }
+        }
+        break;
     case B_PRINT:
-        cap_fail(c, BR_UNSUPPORTED_CALL, "print() (a side effect: graph breaks come with the graph-break issue)");
+        cap_fail(c, BR_UNSUPPORTED_CALL, "print() writes to a stream; it runs in the interpreter");
         return NULL;
     case B_SUPER:
         return objects_super(c, args, nargs);

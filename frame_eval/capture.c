@@ -153,6 +153,11 @@ static void set_failure(Capture *c, BreakReason r, PyObject *msg)
     }
     c->reason = r;
     c->reason_msg = msg;
+    c->fail_step = c->top_step;
+    EvalFrame *top = c->frame;
+    while (top && top->parent)
+        top = top->parent;
+    c->fail_pc = top ? top->pc : -1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     c->user_stack = user_stack(c);

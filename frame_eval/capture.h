@@ -121,6 +121,19 @@ typedef struct Capture {
     PyObject *exc;             /* strong or NULL: with BR_USER_EXCEPTION, the exception user
                                   code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects (arena) */
+    /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
+     * become a graph break there; capture is then run again and stopped before it */
+    long top_step;             /* instructions of the compiled frame begun so far */
+    long fail_step;            /* top_step when the failure was recorded */
+    int32_t fail_pc;           /* the compiled frame's instruction (code unit) at the failure */
+    long stop_step;            /* > 0: stop before the stop_step-th instruction */
+    int stopped;               /* it stopped there; the state below is valid */
+    int32_t stop_pc;
+    Var **stop_stack;          /* arena: the evaluation stack (NULL items are NULL) */
+    int32_t stop_sp;
+    Var **stop_locals;         /* arena: localsplus vars (NULL = unbound or not read yet) */
+    PyObject **stop_pending;   /* arena: live arguments not read yet (borrowed) */
+    PyObject *stop_kwnames;    /* borrowed: KW_NAMES for a stopped CALL */
     /* the result */
     Var *result;
     int32_t distinct_srcs[256]; int32_t ndistinct;
@@ -179,6 +192,9 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
 /* The frame being compiled: locals are the live frame's (borrowed) values. */
 Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
               PyObject *const *live_locals, PyObject *closure);
+
+/* 1 when code unit pc of co is covered by an exception handler (try/with). */
+int eval_pc_in_try(PyCodeObject *co, int32_t pc);
 
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);

@@ -22,6 +22,9 @@ void cache_entry_free(CacheEntry *e)
     Py_XDECREF(e->graph);
     Py_XDECREF(e->plan);
     Py_XDECREF(e->reason);
+    Py_XDECREF(e->cont);
+    for (int i = 0; i < e->nresume; i++)
+        Py_XDECREF(e->resume[i]);
     PyMem_Free(e);
 }
 
@@ -45,6 +48,8 @@ static void free_state(void *p)
         return;
     StateLink *l = (StateLink *)((char *)p - offsetof(StateLink, st));
     clear_entries(&l->st);
+    Py_CLEAR(l->st.orig);
+    Py_CLEAR(l->st.resumes);
     l->prev->next = l->next;
     l->next->prev = l->prev;
     PyMem_Free(l);
@@ -101,6 +106,7 @@ void code_cache_reset_all(void)
 {
     for (StateLink *l = all_states.next; l != &all_states; l = l->next) {
         clear_entries(&l->st);
+        Py_CLEAR(l->st.resumes);
         if (l->st.skip != 2)
             l->st.skip = -1;
         l->st.frame_id = -1;

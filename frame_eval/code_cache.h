@@ -8,6 +8,8 @@
 typedef enum {
     ENTRY_GRAPH,   /* run the compiled graph and rebuild the result */
     ENTRY_EAGER,   /* run the frame normally (capture failed, or it had no ops) */
+    ENTRY_BREAK,   /* run the graph up to a graph break, then the continuation code with
+                      its result (the breaking instruction, then a resume function) */
 } EntryAction;
 
 typedef struct CacheEntry CacheEntry;
@@ -24,7 +26,19 @@ struct CacheEntry {
     PyObject *reason;      /* strong str: for ENTRY_EAGER, why; else NULL */
     int has_mutation;
     int compile_id;        /* the N of "frame/N" */
+    /* ENTRY_BREAK: the plan builds the continuation's arguments; the resume functions
+     * (one per way out of the breaking instruction) are made per call with the frame's
+     * globals and closure and passed after them */
+    PyObject *cont;        /* strong code object, or NULL */
+    PyObject *resume[2];   /* strong code objects */
+    int nresume;
 };
+
+typedef enum {
+    ROLE_USER,     /* a user's code object */
+    ROLE_CONT,     /* a continuation shapejit wrote: never compiled */
+    ROLE_RESUME,   /* a resume function shapejit wrote: compiled whenever it is called */
+} CodeRole;
 
 typedef struct {
     CacheEntry *entries;   /* most recent first */
@@ -35,6 +49,12 @@ typedef struct {
     long calls;            /* frames seen (eager_then_compile counts them) */
     PyObject *last_reason; /* strong: the last recompile reason, or NULL */
     int warned_limit;
+    CodeRole role;
+    /* ROLE_RESUME: the user's code it continues, the code units of its prologue, and how
+     * many argument slots it adds after the user's locals (cells shift by that much) */
+    PyObject *orig;        /* strong weakref to the user's code (no cycle through co_extra), or NULL */
+    int32_t shift, nextra;
+    PyObject *resumes;     /* strong dict or NULL: resume codes made from this code, by key */
 } CodeState;
 
 /* Global counters behind shapejit.stats(). */

@@ -5,6 +5,7 @@
 #include "../core/config.h"
 #include "../core/log.h"
 #include "events.h"
+#include "resume.h"
 #include <time.h>
 
 PyObject *SjUnsupported;
@@ -16,7 +17,9 @@ static long graph_counter;
  *   ("s", source_id)           a value read from the frame's inputs
  *   ("t"|"l", (items...))      a tuple or list
  *   ("T", type, (items...))    a tuple subclass (namedtuple, torch.Size)
- *   ("d", (keys...), (items...)) a dict */
+ *   ("d", (keys...), (items...)) a dict
+ *   ("m", fn, self)            a bound method; ("g", name, self): getattr(self, name)
+ *   ("o"|"r", type, keys, items) an object made during capture (see build) */
 
 typedef struct {
     Capture *c;
@@ -28,6 +31,8 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     Capture *c = p->c;
     switch (v->kind) {
     case VK_TENSOR: {
+        if (v->src >= 0)   /* an input, handed back as itself */
+            return Py_BuildValue("(si)", "s", (int)v->src);
         PyObject *key = PyLong_FromLong(v->u.t.value);
         if (!key)
             return NULL;
@@ -51,6 +56,16 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     }
     case VK_CONST:
         return Py_BuildValue("(sO)", "c", v->obj);
+    case VK_TUPLE:
+    case VK_LIST:
+    case VK_DICT:
+        if (v->src >= 0 && !v->fresh)   /* an outside container (writes to it fail capture) */
+            return Py_BuildValue("(si)", "s", (int)v->src);
+        break;
+    default:
+        break;
+    }
+    switch (v->kind) {
     case VK_TUPLE:
     case VK_LIST: {
         PyObject *items = PyTuple_New(v->u.seq.n);
@@ -107,6 +122,30 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
         }
         return Py_BuildValue("(sONN)", v->u.uobj.record ? "r" : "o", (PyObject *)v->u.uobj.type, keys, items);
     }
+    case VK_METHOD: {
+        if (v->src >= 0)
+            return Py_BuildValue("(si)", "s", (int)v->src);
+        Var *f = v->u.method.fn;
+        int by_name = f->kind == VK_CONST && PyUnicode_Check(f->obj);   /* record methods */
+        PyObject *fn = by_name ? Py_NewRef(f->obj) : NULL;
+        if (!by_name && v->u.method.self->kind == VK_TENSOR && f->obj) {
+            /* numpy reductions give scalars where capture sees 0-d arrays: look up by name */
+            fn = PyObject_GetAttrString(f->obj, "__name__");
+            by_name = fn && PyUnicode_Check(fn);
+            if (!by_name) {
+                Py_CLEAR(fn);
+                PyErr_Clear();
+            }
+        }
+        if (!by_name)
+            fn = plan_for(p, f);
+        PyObject *self = fn ? plan_for(p, v->u.method.self) : NULL;
+        if (!self) {
+            Py_XDECREF(fn);
+            return NULL;
+        }
+        return Py_BuildValue("(sNN)", by_name ? "g" : "m", fn, self);
+    }
     default:
         if (v->src >= 0)
             return Py_BuildValue("(si)", "s", (int)v->src);
@@ -131,6 +170,16 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
     switch (tag[0]) {
     case 'c':
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+    case 'g':
+    case 'm': {
+        /* a bound method: the function bound to its receiver, or looked up by name */
+        PyObject *fn = tag[0] == 'g' ? Py_NewRef(PyTuple_GET_ITEM(plan, 1)) : build(PyTuple_GET_ITEM(plan, 1), outputs, bc);
+        PyObject *self = fn ? build(PyTuple_GET_ITEM(plan, 2), outputs, bc) : NULL;
+        PyObject *m = !self ? NULL : tag[0] == 'g' ? PyObject_GetAttr(self, fn) : PyMethod_New(fn, self);
+        Py_XDECREF(fn);
+        Py_XDECREF(self);
+        return m;
+    }
     case 's':
         return Py_XNewRef(sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(plan, 1)), bc->fv, bc->memo));
     case 'o': {
@@ -244,11 +293,36 @@ static PyObject *reason_text(Capture *c)
     return PyUnicode_FromFormat("%s: %S", break_messages[c->reason], c->reason_msg ? c->reason_msg : Py_None);
 }
 
+static PyObject *seen_breaks;   /* strong set of (file, line, reason): logged in full once */
+
+void compile_forget_breaks(void)
+{
+    Py_CLEAR(seen_breaks);
+}
+
 static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
 {
     PyObject *stack = c->user_stack;
     PyObject *top = (stack && PyList_GET_SIZE(stack)) ? PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1) : NULL;
-    if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
+    int seen = 0;
+    if (top && (seen_breaks || (seen_breaks = PySet_New(NULL)))) {
+        PyObject *key = PyTuple_Pack(3, PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason);
+        seen = key ? PySet_Contains(seen_breaks, key) : -1;
+        if (seen == 0 && PySet_Add(seen_breaks, key) < 0)
+            seen = -1;
+        Py_XDECREF(key);
+        if (seen < 0) {
+            PyErr_Clear();
+            seen = 0;
+        }
+    }
+    if (seen && sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
+        sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
+               "Graph break (user stack suppressed due to duplicate graph break) in user code at %U:%S\n"
+               "Graph Break Reason: %U",
+               PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason);
+        PyErr_Clear();
+    } else if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
         PyObject *tb = format_stack(stack);
         if (top)
             sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
@@ -364,42 +438,111 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
     return e;
 }
 
+static int capture_init(Capture *c)
+{
+    memset(c, 0, sizeof *c);
+    c->g = graph_new();
+    c->keepalive = PyList_New(0);
+    c->wrapped = PyDict_New();
+    c->linecache = PyDict_New();
+    int dt;
+    if (!c->g || !c->keepalive || !c->wrapped || !c->linecache || libs_refresh() < 0 ||
+        guards_read_global_state(&c->grad_mode, &dt) < 0)
+        return -1;
+    return 0;
+}
+
+static void log_code(const char *what, PyObject *code)
+{
+    PyObject *dis = PyImport_ImportModule("dis");
+    PyObject *bc = dis ? PyObject_CallMethod(dis, "Bytecode", "O", code) : NULL;
+    PyObject *text = bc ? PyObject_CallMethod(bc, "dis", NULL) : NULL;
+    if (text)
+        sj_log(LOG_BYTECODE, SJ_INFO, "%s %U %U line %d\n%U", what, ((PyCodeObject *)code)->co_qualname,
+               ((PyCodeObject *)code)->co_filename, ((PyCodeObject *)code)->co_firstlineno, text);
+    Py_XDECREF(dis);
+    Py_XDECREF(bc);
+    Py_XDECREF(text);
+    PyErr_Clear();
+}
+
+/* The first capture failed at an instruction of the frame itself that can be a graph
+ * break: capture again, stop before that instruction and build the continuation. 0 with
+ * *bk filled (the capture in c is the second one), or -1 with c holding the first
+ * failure again (the frame then runs eagerly). */
+static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
+                       PyObject *builtins, CodeState *st, BreakCode *bk)
+{
+    long step = c->fail_step;
+    BreakReason reason = c->reason;
+    PyObject *msg = Py_XNewRef(c->reason_msg), *stack = Py_XNewRef(c->user_stack);
+    int grad0 = -1, dt;
+    capture_release(c);
+    if (capture_init(c) < 0 || guards_read_global_state(&grad0, &dt) < 0) {
+        PyErr_Clear();
+        goto undo;
+    }
+    c->stop_step = step;
+    (void)eval_top(c, co, globals, builtins, locals, closure);
+    if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
+        goto undo;
+    if (c->grad_mode != grad0)
+        goto undo;   /* the continuation would run with the wrong grad mode */
+    if (resume_build(c, co, st, bk) < 0) {
+        PyErr_Clear();
+        goto undo;
+    }
+    /* the break is reported with the first capture's reason and user stack */
+    cap_clear_failure(c);
+    c->reason = reason;
+    c->reason_msg = msg;
+    c->user_stack = stack;
+    return 0;
+undo:
+    PyErr_Clear();
+    cap_clear_failure(c);
+    c->reason = reason;
+    c->reason_msg = msg;
+    c->user_stack = stack;
+    return -1;
+}
+
+static int can_split(Capture *c, PyCodeObject *co, const CompileOptions *opts)
+{
+    if (opts->fullgraph || c->fail_step <= 0 || c->fail_pc < 0)
+        return 0;
+    if (c->reason == BR_USER_EXCEPTION || c->reason == BR_INTERNAL || c->reason == BR_GENERATOR)
+        return 0;
+    return resume_breakable(co, c->fail_pc);
+}
+
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
                           PyObject *builtins, const CompileOptions *opts, CodeState *st)
 {
     double t0 = now_s();
     Capture c;
-    memset(&c, 0, sizeof c);
     CacheEntry *e = NULL;
     PyObject *plan = NULL, *example = NULL, *gobj = NULL, *compiled = NULL;
-    c.g = graph_new();
-    c.keepalive = PyList_New(0);
-    c.wrapped = PyDict_New();
-    c.linecache = PyDict_New();
-    if (!c.g || !c.keepalive || !c.wrapped || !c.linecache || libs_refresh() < 0)
-        goto internal;
-    int dt;
-    if (guards_read_global_state(&c.grad_mode, &dt) < 0)
+    BreakCode bk;
+    memset(&bk, 0, sizeof bk);
+    int is_break = 0;
+    int32_t *inputs = NULL;
+    int32_t ninputs = 0;
+    int has_mutation = 0;
+    if (capture_init(&c) < 0)
         goto internal;
     sj_stats.frames++;
-    if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
-        /* the original bytecode; generated code objects join it with frame splitting */
-        PyObject *dis = PyImport_ImportModule("dis");
-        PyObject *bc = dis ? PyObject_CallMethod(dis, "Bytecode", "O", (PyObject *)co) : NULL;
-        PyObject *text = bc ? PyObject_CallMethod(bc, "dis", NULL) : NULL;
-        if (text)
-            sj_log(LOG_BYTECODE, SJ_INFO, "ORIGINAL BYTECODE %U %U line %d\n%U", co->co_qualname, co->co_filename,
-                   co->co_firstlineno, text);
-        Py_XDECREF(dis);
-        Py_XDECREF(bc);
-        Py_XDECREF(text);
-        PyErr_Clear();
-    }
+    if (sj_log_on(LOG_BYTECODE, SJ_INFO))
+        log_code("ORIGINAL BYTECODE", (PyObject *)co);
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
     if (r && attr_check_writes(&c) < 0)
         r = NULL;
+    if (!r && can_split(&c, co, opts) && split_frame(&c, co, locals, closure, globals, builtins, st, &bk) == 0) {
+        r = bk.args;
+        is_break = 1;
+    }
     PlanCtx pc = {&c, NULL};
     if (r) {
         pc.outvals = PyDict_New();
@@ -414,10 +557,11 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         if (PyErr_Occurred() && !cap_failed(&c))
             cap_fail_exc(&c, BR_INTERNAL);
         PyErr_Clear();
+        resume_code_clear(&bk);
         e = eager_entry(&c, co, opts, 1);
         goto done;
     }
-    if (c.nops == 0) {
+    if (c.nops == 0 && !is_break) {
         /* nothing to compile: the frame only does Python work; run it as it is */
         e = entry_from_capture(&c);
         if (e) {
@@ -428,71 +572,68 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     }
     if (add_final_guards(&c) < 0)
         goto internal;
-    /* hand the graph to the backend */
-    PyObject *name = PyUnicode_FromFormat("__compiled_fn_%ld", ++graph_counter);
-    if (!name)
-        goto internal;
-    Graph *g = c.g;
-    c.g = NULL;
-    int32_t ninputs = g->ninputs;
-    int has_mutation = g->has_mutation;
-    gobj = graph_py_wrap(g, name);
-    Py_DECREF(name);
-    if (!gobj)
-        goto internal;
-    example = PyList_New(0);
-    if (!example)
-        goto internal;
-    /* example inputs: the live objects behind each graph input, in order */
-    int32_t *inputs = PyMem_Calloc((size_t)ninputs + 1, sizeof(int32_t));
-    if (!inputs)
-        goto internal;
-    {
+    if (c.nops > 0 || c.g->noutputs > 0) {
+        /* hand the graph to the backend */
+        PyObject *name = PyUnicode_FromFormat("__compiled_fn_%ld", ++graph_counter);
+        if (!name)
+            goto internal;
+        Graph *g = c.g;
+        c.g = NULL;
+        ninputs = g->ninputs;
+        has_mutation = g->has_mutation;
+        gobj = graph_py_wrap(g, name);
+        Py_DECREF(name);
+        if (!gobj)
+            goto internal;
+        example = PyList_New(0);
+        if (!example)
+            goto internal;
+        /* example inputs: the live objects behind each graph input, in order */
+        inputs = PyMem_Calloc((size_t)ninputs + 1, sizeof(int32_t));
+        if (!inputs)
+            goto internal;
         /* graph input i was made by wrap_tensor for the var at by_obj order */
         int32_t k = 0;
         for (int32_t i = 0; i < c.nby_obj && k < ninputs; i++) {
             Var *v = c.by_obj[i];
             inputs[k++] = v->src;
-            if (PyList_Append(example, v->obj) < 0) {
-                PyMem_Free(inputs);
+            if (PyList_Append(example, v->obj) < 0)
                 goto internal;
-            }
         }
+        ((SjGraphObject *)gobj)->verify_next = sj_config.verify_graphs;
+        if (sj_log_on(LOG_GRAPH_CODE, SJ_INFO)) {
+            PyObject *code = PyObject_GetAttrString(gobj, "code");
+            if (code)
+                sj_log(LOG_GRAPH_CODE, SJ_INFO, "TRACED GRAPH %U (%U %U:%d)\n%U", ((SjGraphObject *)gobj)->name,
+                       co->co_qualname, co->co_filename, co->co_firstlineno, code);
+            Py_XDECREF(code);
+            PyErr_Clear();
+        }
+        events_emit_graph(gobj);
+        compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
+        if (!compiled) {
+            cap_fail_exc(&c, BR_INTERNAL);
+            if (opts->fullgraph)
+                goto internal_raise;
+            resume_code_clear(&bk);
+            is_break = 0;
+            e = eager_entry(&c, co, opts, 1);
+            goto done;
+        }
+        if (!PyCallable_Check(compiled)) {
+            PyErr_Format(PyExc_TypeError, "shapejit backend %R returned %R, which is not callable", opts->backend,
+                         compiled);
+            goto done_err;
+        }
+        sj_stats.graphs++;
+        sj_stats.unique_graphs++;
     }
-    ((SjGraphObject *)gobj)->verify_next = sj_config.verify_graphs;
-    if (sj_log_on(LOG_GRAPH_CODE, SJ_INFO)) {
-        PyObject *code = PyObject_GetAttrString(gobj, "code");
-        if (code)
-            sj_log(LOG_GRAPH_CODE, SJ_INFO, "TRACED GRAPH %U (%U %U:%d)\n%U", ((SjGraphObject *)gobj)->name,
-                   co->co_qualname, co->co_filename, co->co_firstlineno, code);
-        Py_XDECREF(code);
-        PyErr_Clear();
-    }
-    events_emit_graph(gobj);
-    compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
-    if (!compiled) {
-        PyMem_Free(inputs);
-        cap_fail_exc(&c, BR_INTERNAL);
-        if (opts->fullgraph)
-            goto internal_raise;
-        e = eager_entry(&c, co, opts, 1);
-        goto done;
-    }
-    if (!PyCallable_Check(compiled)) {
-        PyMem_Free(inputs);
-        PyErr_Format(PyExc_TypeError, "shapejit backend %R returned %R, which is not callable", opts->backend,
-                     compiled);
-        goto done_err;
-    }
-    sj_stats.graphs++;
-    sj_stats.unique_graphs++;
     e = entry_from_capture(&c);
-    if (!e) {
-        PyMem_Free(inputs);
+    if (!e)
         goto done_err;
-    }
-    e->action = ENTRY_GRAPH;
+    e->action = is_break ? ENTRY_BREAK : ENTRY_GRAPH;
     e->inputs = inputs;
+    inputs = NULL;
     e->ninputs = ninputs;
     e->compiled = compiled;
     compiled = NULL;
@@ -501,6 +642,27 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     e->plan = plan;
     plan = NULL;
     e->has_mutation = has_mutation;
+    if (is_break) {
+        e->cont = bk.cont;
+        bk.cont = NULL;
+        for (int i = 0; i < bk.nresume; i++) {
+            e->resume[i] = bk.resume[i];
+            bk.resume[i] = NULL;
+        }
+        e->nresume = bk.nresume;
+        PyObject *reason = reason_text(&c);
+        if (reason) {
+            sj_stats.graph_breaks++;
+            report_break(&c, co, reason);
+            Py_DECREF(reason);
+        }
+        PyErr_Clear();
+        if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
+            log_code("MODIFIED BYTECODE (continuation of)", e->cont);
+            for (int i = 0; i < e->nresume; i++)
+                log_code("RESUME FUNCTION BYTECODE", e->resume[i]);
+        }
+    }
     if (sj_log_on(LOG_GUARDS, SJ_INFO) || events_active()) {
         PyObject *lines = guards_format(&e->guards, &e->src);
         if (lines) {
@@ -526,11 +688,14 @@ internal:
     else if (!cap_failed(&c))
         cap_fail(&c, BR_INTERNAL, "capture failed");
 internal_raise:
+    resume_code_clear(&bk);
     e = eager_entry(&c, co, opts, 1);
     goto done;
 done_err:
     e = NULL;
 done:
+    resume_code_clear(&bk);
+    PyMem_Free(inputs);
     Py_XDECREF(plan);
     Py_XDECREF(example);
     Py_XDECREF(gobj);

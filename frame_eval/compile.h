@@ -21,6 +21,9 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
 PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
                                const FrameView *fv);
 
+/* Forget which graph breaks were already logged in full (reset()). */
+void compile_forget_breaks(void);
+
 extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
 
 #endif

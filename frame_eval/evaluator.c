@@ -8,6 +8,7 @@
 #include "libs.h"
 #include "../core/config.h"
 #include "sj_opcodes.h"
+#include "bcwriter.h"
 
 #define STEP_LIMIT 2000000
 
@@ -149,11 +150,28 @@ static Var *build_string(Capture *c, Var **items, int n)
 
 static Var *format_value(Capture *c, Var *v, Var *spec, int conv)
 {
-    if (!var_is_const(v) || (spec && !var_is_const(spec))) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting a %s", var_kind_name(v));
+    if (spec && !var_is_const(spec)) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting with a %s spec", var_kind_name(spec));
         return NULL;
     }
-    PyObject *o = v->obj, *conv_o = NULL;
+    PyObject *o = NULL, *conv_o = NULL;
+    if (var_is_const(v)) {
+        o = v->obj;
+    } else {
+        /* containers of constants (a tuple of sizes) format as their Python value */
+        int saved = cap_failed(c);
+        PyObject *py = (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT) ? var_to_py(c, v) : NULL;
+        if (!py) {
+            PyErr_Clear();
+            if (!saved)
+                cap_clear_failure(c);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting a %s", var_kind_name(v));
+            return NULL;
+        }
+        o = cap_keep_steal(c, py);
+        if (!o)
+            return NULL;
+    }
     if (conv == 1)
         conv_o = PyObject_Str(o);
     else if (conv == 2)
@@ -230,44 +248,10 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
     return none ? push(c, f, none) : -1;
 }
 
-/* ------------------------------------------------------ exception table ---- */
-/* 3.11 co_exceptiontable: entries of varints (6 bits a byte, 0x40 = more, 0x80 marks an
- * entry's first byte): start, length, target (code units), depth << 1 | lasti. */
-
-static int read_varint(const unsigned char **p, const unsigned char *end, int *out)
+int eval_pc_in_try(PyCodeObject *co, int32_t pc)
 {
-    if (*p >= end)
-        return -1;
-    unsigned b = *(*p)++;
-    int v = (int)(b & 63);
-    while (b & 64) {
-        if (*p >= end)
-            return -1;
-        b = *(*p)++;
-        v = (v << 6) | (int)(b & 63);
-    }
-    *out = v;
-    return 0;
-}
-
-/* The handler covering code unit pc: 1 and its target/depth/lasti, or 0. */
-static int find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *lasti)
-{
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(co->co_exceptiontable);
-    const unsigned char *end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
-    while (p < end) {
-        int start, len, tgt, dl;
-        if (read_varint(&p, end, &start) || read_varint(&p, end, &len) || read_varint(&p, end, &tgt) ||
-            read_varint(&p, end, &dl))
-            return 0;
-        if (pc >= start && pc < start + len) {
-            *target = tgt;
-            *depth = dl >> 1;
-            *lasti = dl & 1;
-            return 1;
-        }
-    }
-    return 0;
+    int t, d, l;
+    return bc_find_handler(co, pc, &t, &d, &l);
 }
 
 /* ------------------------------------------------------------------ loop ---- */
@@ -293,6 +277,13 @@ resume:
             arg = (arg << 8) | (ins[pc] >> 8);
         }
         int32_t next = pc + 1 + sj_op_caches[op];
+        if (f->is_top && ++c->top_step == c->stop_step) {
+            /* the graph break found by an earlier pass: stop before this instruction */
+            c->stopped = 1;
+            c->stop_pc = f->pc;
+            c->stop_kwnames = f->kwnames;
+            return NULL;
+        }
         pc = next;
         switch (op) {
         /* ---- no-ops ---- */
@@ -1052,7 +1043,7 @@ fail:
      * raise) is deterministic given the guards: if this frame handles it, go on there. */
     if (c->reason == BR_USER_EXCEPTION && c->exc) {
         int target, depth, lasti;
-        if (find_handler(co, f->pc, &target, &depth, &lasti) && depth <= f->sp) {
+        if (bc_find_handler(co, f->pc, &target, &depth, &lasti) && depth <= f->sp) {
             PyObject *exc = Py_NewRef(c->exc);
             cap_clear_failure(c);
             f->sp = depth;
@@ -1143,6 +1134,13 @@ Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *built
     Var *r = run(c, &f);
     c->depth--;
     c->frame = NULL;
+    if (c->stopped) {
+        /* the arrays live in the arena: keep them for resume.c */
+        c->stop_stack = f.stack;
+        c->stop_sp = f.sp;
+        c->stop_locals = f.locals;
+        c->stop_pending = f.pending;
+    }
     Py_DECREF(f.instrs);
     return r;
 }

@@ -237,7 +237,7 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
         return PyErr_NoMemory();
     for (int32_t i = 0; i < e->ninputs; i++)
         in[i] = memo[e->inputs[i]];
-    PyObject *outs = PyObject_Vectorcall(e->compiled, in, (size_t)e->ninputs, NULL);
+    PyObject *outs = e->compiled ? PyObject_Vectorcall(e->compiled, in, (size_t)e->ninputs, NULL) : PyTuple_New(0);
     if (in != small)
         PyMem_Free(in);
     if (!outs)
@@ -263,6 +263,38 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
     return r;
 }
 
+/* ENTRY_BREAK: call the continuation with the values the graph and plan rebuilt (args,
+ * a tuple) and one resume function per way out, made with the frame's globals and
+ * closure. The hook is on again for what the continuation runs. */
+static PyObject *call_continuation(CacheEntry *e, PyObject *args, _PyInterpreterFrame *f)
+{
+    PyObject *fns[2] = {NULL, NULL}, *cont = NULL, *r = NULL;
+    PyObject *closure = f->f_func->func_closure;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject **argv = PyMem_Malloc(sizeof(PyObject *) * ((size_t)n + 3));
+    if (!argv)
+        return PyErr_NoMemory();
+    for (int i = 0; i < e->nresume; i++) {
+        fns[i] = PyFunction_New(e->resume[i], f->f_globals);
+        if (!fns[i] || (closure && PyFunction_SetClosure(fns[i], closure) < 0))
+            goto done;
+    }
+    cont = PyFunction_New(e->cont, f->f_globals);
+    if (!cont)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        argv[i] = PyTuple_GET_ITEM(args, i);
+    for (int i = 0; i < e->nresume; i++)
+        argv[n + i] = fns[i];
+    r = PyObject_Vectorcall(cont, argv, (size_t)(n + e->nresume), NULL);
+done:
+    PyMem_Free(argv);
+    Py_XDECREF(fns[0]);
+    Py_XDECREF(fns[1]);
+    Py_XDECREF(cont);
+    return r;
+}
+
 static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
 {
     if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
@@ -279,8 +311,10 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         PyErr_Clear();
         goto eager;
     }
+    if (st->role == ROLE_CONT)
+        goto eager;
     if (st->skip < 0)
-        st->skip = decide_skip(co, f);
+        st->skip = st->role == ROLE_RESUME ? 0 : decide_skip(co, f);
     if (st->skip)
         goto eager;
     int is_top = tls_top_pending;
@@ -308,12 +342,17 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         if (ok) {
             if (r == RUN_EAGER)
                 goto eager;
+            if (r && e->action == ENTRY_BREAK) {
+                tls_active = saved;
+                Py_SETREF(r, call_continuation(e, r, f));
+            }
             goto out;
         }
     }
 
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
-    if (!is_top && (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
+    if (!is_top && st->role != ROLE_RESUME &&
+        (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
         goto eager;   /* comprehension bodies reached from eager code iterate live iterators */
     if (st->nentries > 0) {
         if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
@@ -405,6 +444,10 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     PyMem_Free(memo);
     if (!ok || r == RUN_EAGER)
         goto eager;
+    if (r && e->action == ENTRY_BREAK) {
+        tls_active = saved;
+        Py_SETREF(r, call_continuation(e, r, f));
+    }
 out:
     tls_active = saved;
     return r;

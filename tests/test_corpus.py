@@ -175,6 +175,8 @@ def test_matches_eager(entry):
     assert first["graph_breaks"] == entry.breaks, f"{entry.name}: {first}"
 
     _check_call(entry, compiled, seed=1)  # fresh inputs, same shapes: a cache hit
+    if entry.reads_data:
+        return   # new data, new constants in the resume function: a recompile is expected
     second = shapejit.stats()
     for key in ("frames", "graphs", "graph_breaks", "recompiles", "cache_entries"):
         assert second[key] == first[key], f"{entry.name}: 2nd call not a cache hit: {key} {first[key]} -> {second[key]}"
@@ -221,7 +223,9 @@ def _oracle_counts(entry):
             ex = _ORACLE_EXPLAIN(entry.fn)(*args, **kwargs)
     finally:
         _ORACLE_RESET()
-    return ex.graph_count, ex.graph_break_count
+    # torch 2.13's explain computes graph_break_count as graph_count - 1; the breaks it really
+    # recorded are its break_reasons (one per non-empty graph that a break ended)
+    return ex.graph_count, len(ex.break_reasons)
 
 
 @pytest.mark.parametrize("entry", _gapped(TORCH_ENTRIES))

@@ -41,6 +41,12 @@ def main(out_path):
 
     flag_table("sj_op_hasjrel", opcode.hasjrel)
     flag_table("sj_op_hasjabs", opcode.hasjabs)
+    # relative jumps that go backwards (the offset is subtracted)
+    flag_table("sj_op_jback", [opcode.opmap[n] for n in opcode.opmap
+                               if n.startswith(("JUMP_BACKWARD", "POP_JUMP_BACKWARD"))])
+    # instructions whose argument is a localsplus index of a cell or free variable
+    flag_table("sj_op_hasfree", opcode.hasfree)
+    flag_table("sj_op_haslocal", opcode.haslocal)
     # BINARY_OP oparg meanings (e.g. NB_ADD, NB_INPLACE_ADD)
     for i, (sym, text) in enumerate(opcode._nb_ops):
         lines.append("#define SJ_%s %d  /* %s */" % (sym, i, text))

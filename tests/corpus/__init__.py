@@ -9,7 +9,7 @@ from ._base import REGISTRY, Entry, reseed  # noqa: F401
 from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more,
-    uncapturable,
+    uncapturable, t_breaks, np_breaks,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -18,21 +18,30 @@ NUMPY_ENTRIES = [e for e in ENTRIES if e.lib == "numpy"]
 
 # Keep in step with docs/oracle_differences.md (one table row per key, same reason text).
 ORACLE_DIFFERENCES = {
-    "t_uncap_print":
-        "print() is not capturable; shapejit runs the whole frame eagerly (0 graphs, 1 break) "
-        "until frame-splitting graph breaks land, torch.compile splits the frame (2 graphs, 1 break)",
-    "t_uncap_item_branch":
-        "a branch on Tensor.item() is data-dependent; shapejit runs the whole frame eagerly "
-        "(0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
-    "t_uncap_tensor_bool_branch":
-        "a branch on a tensor's truth value (if x.sum() > 0) is data-dependent; shapejit runs the "
-        "whole frame eagerly (0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
-    "t_uncap_unknown_c_function":
-        "a call into an unknown C function (zlib.crc32) is not capturable; shapejit runs the whole "
-        "frame eagerly (0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
-    "t_uncap_nonzero_dynamic_shape":
-        "boolean-mask indexing has a data-dependent output shape; shapejit runs the whole frame "
-        "eagerly (0 graphs, 1 break), torch.compile splits the frame (2 graphs, 1 break)",
+    "t_brk_print_first":
+        "the break comes before any op: shapejit counts it (print runs in the interpreter), torch.compile's explain lists only breaks that end a non-empty graph",
+    "t_brk_in_helper":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_in_helper_two_deep":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_helper_kwonly":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_module_forward":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_submodule_forward":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_method":
+        "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
+    "t_brk_for_range":
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+    "t_brk_for_list":
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+    "t_brk_while":
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+    "t_brk_loop_enumerate":
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+    "t_brk_into_dict":
+        'the resume function gets the dict as an input, and a write into an input dict is a side effect shapejit does not replay yet: one more break, run by the interpreter; torch.compile replays the write',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

@@ -2,7 +2,7 @@
 
 Every corpus module decorates its functions with ``torch_case`` or ``numpy_case``.
 An entry holds the function, a factory for its (seeded, random) arguments and what
-shapejit is expected to do with it in this issue (static shapes, no split frames):
+shapejit is expected to do with it (static shapes):
 
 - ``fullgraph``: compile with ``fullgraph=True`` (the whole frame must be captured);
 - ``graphs`` / ``breaks``: expected ``shapejit.explain`` counts for one call;
@@ -79,6 +79,8 @@ class Entry:
     graphs: int = 1
     breaks: int = 0
     mutates: bool = False
+    reads_data: bool = False      # a value read from tensor data reaches a resume function as
+                                  # a constant: new data recompiles it (static until issue 5)
     rtol: float = 1e-5
     atol: float = 1e-6
 
@@ -97,7 +99,7 @@ REGISTRY: Dict[str, Entry] = {}
 
 
 def _case(lib, args, *, kwargs=None, fullgraph=True, graphs=1, breaks=0, mutates=False,
-          rtol=1e-5, atol=1e-6):
+          reads_data=False, rtol=1e-5, atol=1e-6):
     if not callable(args):
         raise TypeError("args must be a factory (a callable returning a tuple)")
 
@@ -110,7 +112,7 @@ def _case(lib, args, *, kwargs=None, fullgraph=True, graphs=1, breaks=0, mutates
         REGISTRY[name] = Entry(name=name, fn=fn, args=args, lib=lib,
                                module=fn.__module__.rsplit(".", 1)[-1], kwargs=kwargs,
                                fullgraph=fullgraph, graphs=graphs, breaks=breaks,
-                               mutates=mutates, rtol=rtol, atol=atol)
+                               mutates=mutates, reads_data=reads_data, rtol=rtol, atol=atol)
         return fn
     return deco
 
@@ -123,6 +125,7 @@ def numpy_case(args, **kw):
     return _case("numpy", args, **kw)
 
 
-def uncapturable(lib, args, **kw):
-    """An entry this issue cannot capture: the whole frame runs eagerly, one break."""
-    return _case(lib, args, fullgraph=False, graphs=0, breaks=1, **kw)
+def with_breaks(lib, args, *, graphs, breaks, **kw):
+    """An entry with graph breaks: the frame is split around each one (``graphs`` graphs
+    and ``breaks`` breaks for one call, over every frame the call compiles)."""
+    return _case(lib, args, fullgraph=False, graphs=graphs, breaks=breaks, **kw)

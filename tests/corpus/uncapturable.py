@@ -1,23 +1,21 @@
-"""Entries this issue deliberately cannot capture. Until graph breaks that split a frame
-exist, each runs its whole frame eagerly with one recorded break (graphs=0, breaks=1),
-and must still give eager's results. torch.compile splits these frames instead; see
-ORACLE_DIFFERENCES."""
+"""Entries with an instruction shapejit cannot capture: the frame is split there (one graph
+before the break, one in the resume function after it), as torch.compile does."""
 import zlib
 
 import numpy as np
 import torch
 
-from ._base import A, T, numpy_case, torch_case, uncapturable
+from ._base import A, AP, T, TP, numpy_case, torch_case, with_breaks
 
 
-@uncapturable("torch", lambda: (T(4),))
+@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=1)
 def t_uncap_print(x):
     y = x + 1
     print("shapejit corpus: print inside a compiled frame")
     return y * 2
 
 
-@uncapturable("torch", lambda: (T(4),))
+@with_breaks("torch", lambda: (TP(4),), graphs=2, breaks=1, reads_data=True)
 def t_uncap_item_branch(x):
     y = x * 2
     if y.max().item() > 0.5:
@@ -25,7 +23,7 @@ def t_uncap_item_branch(x):
     return y - 1
 
 
-@uncapturable("torch", lambda: (T(4),))
+@with_breaks("torch", lambda: (TP(4),), graphs=2, breaks=1)
 def t_uncap_tensor_bool_branch(x):
     y = torch.sin(x)
     if y.sum() > 0:
@@ -33,7 +31,7 @@ def t_uncap_tensor_bool_branch(x):
     return y - 1
 
 
-@uncapturable("torch", lambda: (T(4),))
+@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=1)
 def t_uncap_unknown_c_function(x):
     y = x * 3
     n = zlib.crc32(b"shapejit")
@@ -46,20 +44,20 @@ def t_generator_expression(x, y):
     return sum(v * 2 for v in (x, y, z))
 
 
-@uncapturable("torch", lambda: (T(6),))
+@with_breaks("torch", lambda: (T(6),), graphs=2, breaks=1, reads_data=True)
 def t_uncap_nonzero_dynamic_shape(x):
     y = x + 1
     return y[y > 1].sum()
 
 
-@uncapturable("numpy", lambda: (A(4),))
+@with_breaks("numpy", lambda: (A(4),), graphs=2, breaks=1)
 def np_uncap_print(a):
     b = a + 1
     print("shapejit corpus: print inside a compiled frame")
     return b * 2
 
 
-@uncapturable("numpy", lambda: (A(4),))
+@with_breaks("numpy", lambda: (AP(4),), graphs=2, breaks=1)
 def np_uncap_sum_branch(a):
     b = np.sin(a)
     if b.sum() > 0:
@@ -67,7 +65,7 @@ def np_uncap_sum_branch(a):
     return b - 1
 
 
-@uncapturable("numpy", lambda: (A(4),))
+@with_breaks("numpy", lambda: (AP(4),), graphs=2, breaks=1, reads_data=True)
 def np_uncap_item_branch(a):
     b = a * 2
     if b.max().item() > 0.5:
@@ -75,7 +73,7 @@ def np_uncap_item_branch(a):
     return b - 1
 
 
-@uncapturable("numpy", lambda: (A(4),))
+@with_breaks("numpy", lambda: (A(4),), graphs=2, breaks=1)
 def np_uncap_unknown_c_function(a):
     b = a * 3
     n = zlib.crc32(b"shapejit")

@@ -1,0 +1,626 @@
+/* Continuations and resume functions (see resume.h). All bytecode goes through
+ * bcwriter.c. References: every PyObject local below is owned unless noted borrowed;
+ * BreakCode owns its codes. */
+#include "resume.h"
+#include "bcwriter.h"
+#include "sj_opcodes.h"
+
+/* ------------------------------------------------------- the instruction ---- */
+
+typedef struct {
+    int pops;           /* operands the instruction takes from the stack */
+    int nexits;         /* 1, or 2 for conditional jumps */
+    int results[2];     /* values it leaves on the stack, per way out */
+} BreakShape;
+
+static int shape_of(int op, int arg, BreakShape *s)
+{
+    s->nexits = 1;
+    s->results[0] = s->results[1] = 1;
+    switch (op) {
+    case SJOP_CALL:
+        s->pops = arg + 2;
+        return 0;
+    case SJOP_CALL_FUNCTION_EX:
+        s->pops = 3 + (arg & 1);
+        return 0;
+    case SJOP_POP_JUMP_FORWARD_IF_TRUE:
+    case SJOP_POP_JUMP_FORWARD_IF_FALSE:
+    case SJOP_POP_JUMP_BACKWARD_IF_TRUE:
+    case SJOP_POP_JUMP_BACKWARD_IF_FALSE:
+        s->pops = 1;
+        s->nexits = 2;
+        s->results[0] = s->results[1] = 0;
+        return 0;
+    case SJOP_JUMP_IF_TRUE_OR_POP:
+    case SJOP_JUMP_IF_FALSE_OR_POP:
+        s->pops = 1;
+        s->nexits = 2;
+        s->results[0] = 0;
+        s->results[1] = 1;
+        return 0;
+    case SJOP_BINARY_OP:
+    case SJOP_BINARY_SUBSCR:
+    case SJOP_COMPARE_OP:
+    case SJOP_CONTAINS_OP:
+    case SJOP_IS_OP:
+        s->pops = 2;
+        return 0;
+    case SJOP_LOAD_ATTR:
+    case SJOP_UNARY_NEGATIVE:
+    case SJOP_UNARY_POSITIVE:
+    case SJOP_UNARY_INVERT:
+    case SJOP_UNARY_NOT:
+        s->pops = 1;
+        return 0;
+    case SJOP_FORMAT_VALUE:
+        s->pops = (arg & 4) ? 2 : 1;
+        return 0;
+    case SJOP_BUILD_STRING:
+        s->pops = arg;
+        return 0;
+    case SJOP_STORE_ATTR:
+        s->pops = 2;
+        s->results[0] = 0;
+        return 0;
+    case SJOP_STORE_SUBSCR:
+        s->pops = 3;
+        s->results[0] = 0;
+        return 0;
+    case SJOP_DELETE_SUBSCR:
+        s->pops = 2;
+        s->results[0] = 0;
+        return 0;
+    }
+    return -1;
+}
+
+static int op_at(PyCodeObject *co, int32_t pc, int *arg)
+{
+    PyObject *code = PyCode_GetCode(co);
+    if (!code)
+        return -1;
+    const uint16_t *u = (const uint16_t *)PyBytes_AS_STRING(code);
+    int32_t n = (int32_t)(PyBytes_GET_SIZE(code) / 2);
+    int op = -1;
+    if (pc >= 0 && pc < n) {
+        op = u[pc] & 0xff;
+        int a = u[pc] >> 8;
+        while (op == SJ_EXTENDED_ARG && pc + 1 < n) {
+            pc++;
+            op = u[pc] & 0xff;
+            a = (a << 8) | (u[pc] >> 8);
+        }
+        *arg = a;
+    }
+    Py_DECREF(code);
+    return op;
+}
+
+int resume_breakable(PyCodeObject *co, int32_t pc)
+{
+    int arg = 0;
+    int op = op_at(co, pc, &arg);
+    if (op < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    BreakShape s;
+    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
+        return 0;
+    return shape_of(op, arg, &s) == 0 && !eval_pc_in_try(co, pc);
+}
+
+static int forward_jump(int op)
+{
+    switch (op) {
+    case SJOP_POP_JUMP_BACKWARD_IF_TRUE:
+        return SJOP_POP_JUMP_FORWARD_IF_TRUE;
+    case SJOP_POP_JUMP_BACKWARD_IF_FALSE:
+        return SJOP_POP_JUMP_FORWARD_IF_FALSE;
+    }
+    return op;
+}
+
+/* ------------------------------------------------------------- the state ---- */
+
+enum { SK_NULL = 'N', SK_VALUE = 'V', SK_ITER = 'I' };
+
+typedef struct {
+    PyCodeObject *orig;     /* borrowed */
+    int32_t n0;             /* the user's co_nlocals */
+    int32_t ncells;         /* the user's non-argument cells */
+    Var **locals;           /* n0 values in the user's layout, NULL = unbound */
+    Var **cells;            /* ncells contents, NULL = unbound */
+} LiveState;
+
+/* A local the capture never read: handed over by source, with no guard. */
+static Var *pending_var(Capture *c, PyCodeObject *co, int32_t slot, PyObject *obj)
+{
+    Var *v = var_new(c, VK_OBJECT);
+    if (!v)
+        return NULL;
+    v->obj = obj;
+    v->src = sources_add(&c->src, SRC_LOCAL, -1, slot, PyTuple_GET_ITEM(co->co_localsplusnames, slot), NULL);
+    if (v->src < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    return v;
+}
+
+static Var *slot_value(Capture *c, PyCodeObject *co, int32_t slot, int *ok)
+{
+    *ok = 1;
+    Var *v = c->stop_locals[slot];
+    if (!v && c->stop_pending && c->stop_pending[slot]) {
+        v = pending_var(c, co, slot, c->stop_pending[slot]);
+        *ok = v != NULL;
+        return v;
+    }
+    if (v && v->kind == VK_CELL) {
+        if (v->u.cell.real) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "a closure cell from outside at a graph break");
+            *ok = 0;
+            return NULL;
+        }
+        v = v->u.cell.contents;
+    }
+    return v;
+}
+
+/* -------------------------------------------------------------- resume ---- */
+
+static PyObject *names_tuple(PyObject *base, PyObject *extra)
+{
+    PyObject *l = PySequence_List(base);
+    if (!l)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(extra); i++)
+        if (PyList_Append(l, PyList_GET_ITEM(extra, i)) < 0) {
+            Py_DECREF(l);
+            return NULL;
+        }
+    PyObject *t = PyList_AsTuple(l);
+    Py_DECREF(l);
+    return t;
+}
+
+/* The resume function's code for target unit tu of orig with this stack layout (a string
+ * of SK_*) and these locals/cells unbound (masks of '0'/'1'). New reference. */
+static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, const char *stack, const char *lmask,
+                             const char *cmask)
+{
+    PyObject *key = Py_BuildValue("(isss)", (int)tu, stack, lmask, cmask);
+    if (!key)
+        return NULL;
+    if (ost->resumes) {
+        PyObject *hit = PyDict_GetItemWithError(ost->resumes, key);
+        if (hit || PyErr_Occurred()) {
+            Py_DECREF(key);
+            return Py_XNewRef(hit);
+        }
+    }
+    BcAsm body, r;
+    int32_t *omap = NULL;
+    PyObject *result = NULL, *extra = NULL, *varnames = NULL, *name = NULL;
+    if (bc_init(&body) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (bc_init(&r) < 0) {
+        bc_free(&body);
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (bc_decode(&body, orig, &omap) < 0)
+        goto done;
+    int32_t tidx = omap[tu];
+    if (tidx >= body.n) {
+        PyErr_SetString(PyExc_SystemError, "shapejit: resume target past the end of the code");
+        goto done;
+    }
+    int32_t n0 = orig->co_nlocals;
+    extra = PyList_New(0);
+    if (!extra)
+        goto done;
+    for (int i = 0; stack[i]; i++) {
+        if (stack[i] == SK_NULL)
+            continue;
+        PyObject *nm = PyUnicode_FromFormat("___stack%d", i);
+        if (!nm || PyList_Append(extra, nm) < 0) {
+            Py_XDECREF(nm);
+            goto done;
+        }
+        Py_DECREF(nm);
+    }
+    int nstackargs = (int)PyList_GET_SIZE(extra);
+    for (int j = 0; cmask[j]; j++) {
+        if (cmask[j] != '1')
+            continue;
+        PyObject *nm = PyUnicode_FromFormat("___cell_%U", PyTuple_GET_ITEM(orig->co_localsplusnames, n0 + j));
+        if (!nm || PyList_Append(extra, nm) < 0) {
+            Py_XDECREF(nm);
+            goto done;
+        }
+        Py_DECREF(nm);
+    }
+    int32_t nextra = (int32_t)PyList_GET_SIZE(extra);
+    BcPos tpos = body.ins[tidx].pos;
+    /* prologue: unbound locals, cells and free variables, then the stack */
+    for (int i = 0; lmask[i]; i++)
+        if (lmask[i] == '0' && bc_emit(&r, SJOP_DELETE_FAST, i, tpos) < 0)
+            goto done;
+    for (int32_t i = 0; i < body.n && body.ins[i].op != SJOP_RESUME; i++) {
+        BcIns *in = &body.ins[i];
+        if (in->op != SJOP_MAKE_CELL && in->op != SJOP_COPY_FREE_VARS)
+            continue;
+        int32_t arg = in->op == SJOP_MAKE_CELL && in->arg >= n0 ? in->arg + nextra : in->arg;
+        if (bc_emit(&r, in->op, arg, tpos) < 0)
+            goto done;
+    }
+    if (bc_emit(&r, SJOP_RESUME, 0, tpos) < 0)
+        goto done;
+    for (int j = 0, k = nstackargs; cmask[j]; j++) {
+        if (cmask[j] != '1')
+            continue;
+        if (bc_emit(&r, SJOP_LOAD_FAST, n0 + k++, tpos) < 0 || bc_emit(&r, SJOP_STORE_DEREF, n0 + nextra + j, tpos) < 0)
+            goto done;
+    }
+    for (int i = 0, k = 0; stack[i]; i++) {
+        if (stack[i] == SK_NULL) {
+            if (bc_emit(&r, SJOP_PUSH_NULL, 0, tpos) < 0)
+                goto done;
+            continue;
+        }
+        if (bc_emit(&r, SJOP_LOAD_FAST, n0 + k++, tpos) < 0)
+            goto done;
+        if (stack[i] == SK_ITER && bc_emit(&r, SJOP_GET_ITER, 0, tpos) < 0)
+            goto done;
+    }
+    int32_t P = r.n + 1;   /* the body starts after the jump */
+    if (bc_emit_jump(&r, SJOP_JUMP_FORWARD, P + tidx, tpos) < 0)
+        goto done;
+    /* the user's code, unchanged but for cell indices moved by the added arguments */
+    for (int32_t i = 0; i < body.n; i++) {
+        BcIns *in = &body.ins[i];
+        int32_t arg = (sj_op_hasfree[in->op] && in->arg >= n0) ? in->arg + nextra : in->arg;
+        int32_t k = in->target >= 0 ? bc_emit_jump(&r, in->op, in->target + P, in->pos) : bc_emit(&r, in->op, arg, in->pos);
+        if (k < 0)
+            goto done;
+    }
+    for (int32_t e = 0; e < body.nexc; e++) {
+        BcExc *x = &body.exc[e];
+        if (bc_add_exc(&r, x->start + P, x->end + P, x->handler + P, x->depth, x->lasti) < 0)
+            goto done;
+    }
+    Py_SETREF(r.consts, Py_NewRef(body.consts));
+    Py_SETREF(r.names, Py_NewRef(body.names));
+    PyObject *ov = PyCode_GetVarnames(orig);
+    varnames = ov ? names_tuple(ov, extra) : NULL;
+    Py_XDECREF(ov);
+    name = PyUnicode_FromFormat("resume_in_%U_at_%d", orig->co_name, tpos.line > 0 ? tpos.line : orig->co_firstlineno);
+    PyObject *cellvars = PyCode_GetCellvars(orig);
+    PyObject *freevars = PyCode_GetFreevars(orig);
+    if (varnames && name && cellvars && freevars) {
+        BcCodeSpec spec = {name, name, varnames, cellvars, freevars,
+                           (int)PyTuple_GET_SIZE(varnames), 0, 0,
+                           orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS), orig->co_firstlineno};
+        result = bc_assemble(&r, orig, &spec);
+    }
+    Py_XDECREF(cellvars);
+    Py_XDECREF(freevars);
+    if (!result)
+        goto done;
+    CodeState *rst = code_state_get((PyCodeObject *)result);
+    PyObject *wr = rst ? PyWeakref_NewRef((PyObject *)orig, NULL) : NULL;
+    if (!wr) {
+        Py_CLEAR(result);
+        goto done;
+    }
+    rst->role = ROLE_RESUME;
+    Py_XSETREF(rst->orig, wr);
+    rst->shift = r.off[P];
+    rst->nextra = nextra;
+    if (!ost->resumes && !(ost->resumes = PyDict_New())) {
+        Py_CLEAR(result);
+        goto done;
+    }
+    if (PyDict_SetItem(ost->resumes, key, result) < 0)
+        Py_CLEAR(result);
+done:
+    PyMem_Free(omap);
+    bc_free(&body);
+    bc_free(&r);
+    Py_DECREF(key);
+    Py_XDECREF(extra);
+    Py_XDECREF(varnames);
+    Py_XDECREF(name);
+    return result;
+}
+
+/* --------------------------------------------------------- continuation ---- */
+
+void resume_code_clear(BreakCode *b)
+{
+    Py_CLEAR(b->cont);
+    for (int i = 0; i < 2; i++)
+        Py_CLEAR(b->resume[i]);
+    b->nresume = 0;
+}
+
+static int32_t start_unit(const int32_t *map, int32_t nunits, int32_t idx)
+{
+    for (int32_t u = 0; u < nunits; u++)
+        if (map[u] == idx)
+            return u;
+    return nunits;
+}
+
+int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
+{
+    memset(out, 0, sizeof *out);
+    PyCodeObject *orig = co;
+    int32_t shift = 0, nextra_old = 0;
+    if (st->role == ROLE_RESUME) {
+        PyObject *o = st->orig ? PyWeakref_GetObject(st->orig) : NULL;
+        if (!o || !PyCode_Check(o))
+            return cap_fail(c, BR_INTERNAL, "the code this resume function continues is gone");
+        orig = (PyCodeObject *)o;
+        shift = st->shift;
+        nextra_old = st->nextra;
+    }
+    CodeState *ost = orig == co ? st : code_state_get(orig);
+    if (!ost)
+        return cap_fail_exc(c, BR_INTERNAL);
+    BcAsm fa, ca;
+    int32_t *fmap = NULL;
+    int rc = -1;
+    PyObject *cvarnames = NULL;
+    if (bc_init(&fa) < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (bc_init(&ca) < 0) {
+        bc_free(&fa);
+        return cap_fail_exc(c, BR_INTERNAL);
+    }
+    if (bc_decode(&fa, co, &fmap) < 0)
+        goto internal;
+    PyObject *fcode = PyCode_GetCode(co);
+    if (!fcode)
+        goto internal;
+    int32_t nunits = (int32_t)(PyBytes_GET_SIZE(fcode) / 2);
+    Py_DECREF(fcode);
+    int32_t k = fmap[c->stop_pc];
+    BcIns *I = &fa.ins[k];
+    BreakShape shape;
+    if (shape_of(I->op, I->arg, &shape) < 0) {
+        cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break at %s", sj_op_names[I->op]);
+        goto fail;
+    }
+    if (c->stop_sp < shape.pops) {
+        cap_fail(c, BR_INTERNAL, "evaluation stack shorter than the break instruction's operands");
+        goto fail;
+    }
+    int32_t g0 = k;
+    if (I->op == SJOP_CALL && g0 > 0 && fa.ins[g0 - 1].op == SJOP_PRECALL) {
+        g0--;
+        if (g0 > 0 && fa.ins[g0 - 1].op == SJOP_KW_NAMES)
+            g0--;
+    }
+    /* where each way out continues, in the user's code */
+    int32_t exit_unit[2];
+    exit_unit[0] = start_unit(fmap, nunits, k + 1) - shift;
+    exit_unit[1] = shape.nexits > 1 ? start_unit(fmap, nunits, I->target) - shift : -1;
+    for (int e = 0; e < shape.nexits; e++)
+        if (exit_unit[e] < 0 || exit_unit[e] >= nunits - shift) {
+            cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break whose continuation lies outside the code");
+            goto fail;
+        }
+
+    /* the live state in the user's layout */
+    LiveState ls = {orig, orig->co_nlocals, orig->co_nplaincellvars, NULL, NULL};
+    ls.locals = cap_alloc(c, sizeof(Var *) * ((size_t)ls.n0 + 1));
+    ls.cells = cap_alloc(c, sizeof(Var *) * ((size_t)ls.ncells + 1));
+    if (!ls.locals || !ls.cells)
+        goto internal;
+    char lmask[512], cmask[512];
+    if (ls.n0 >= 500 || ls.ncells >= 500 || c->stop_sp >= 500) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a frame too large to split");
+        goto fail;
+    }
+    for (int32_t i = 0; i < ls.n0; i++) {
+        int ok;
+        ls.locals[i] = slot_value(c, co, i, &ok);
+        if (!ok)
+            goto fail;
+        lmask[i] = ls.locals[i] ? '1' : '0';
+    }
+    lmask[ls.n0] = 0;
+    for (int32_t j = 0; j < ls.ncells; j++) {
+        int ok;
+        ls.cells[j] = slot_value(c, co, ls.n0 + nextra_old + j, &ok);
+        if (!ok)
+            goto fail;
+        cmask[j] = ls.cells[j] ? '1' : '0';
+    }
+    cmask[ls.ncells] = 0;
+
+    /* the stack: deep items pass through, operands feed the instruction */
+    int32_t ndeep = c->stop_sp - shape.pops;
+    char stack[2][520];
+    for (int e = 0; e < shape.nexits; e++) {
+        int32_t i = 0;
+        for (; i < ndeep; i++) {
+            Var *v = c->stop_stack[i];
+            stack[e][i] = !v ? SK_NULL : v->kind == VK_ITER ? SK_ITER : SK_VALUE;
+        }
+        for (int r = 0; r < shape.results[e]; r++)
+            stack[e][i++] = SK_VALUE;
+        stack[e][i] = 0;
+    }
+    for (int32_t i = ndeep; i < c->stop_sp; i++)
+        if (c->stop_stack[i] && c->stop_stack[i]->kind == VK_ITER) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator as the operand of a graph break");
+            goto fail;
+        }
+    for (int e = 0; e < shape.nexits; e++) {
+        out->resume[e] = make_resume(orig, ost, exit_unit[e], stack[e], lmask, cmask);
+        if (!out->resume[e])
+            goto internal;
+        out->nresume = e + 1;
+    }
+
+    /* the arguments: operands, locals, deep stack, cells, then the resume functions */
+    Var *args = var_seq(c, VK_TUPLE, NULL, 0);
+    if (!args)
+        goto fail;
+    cvarnames = PyList_New(0);
+    if (!cvarnames)
+        goto internal;
+#define ARG(v, fmt, ...)                                                           \
+    do {                                                                           \
+        PyObject *nm_ = PyUnicode_FromFormat(fmt, __VA_ARGS__);                    \
+        int bad_ = !nm_ || PyList_Append(cvarnames, nm_) < 0;                      \
+        Py_XDECREF(nm_);                                                           \
+        if (bad_)                                                                  \
+            goto internal;                                                         \
+        if (var_seq_append(c, args, (v)) < 0)                                      \
+            goto fail;                                                             \
+    } while (0)
+    int32_t a_ops = 0;
+    for (int32_t i = ndeep; i < c->stop_sp; i++)
+        if (c->stop_stack[i]) {
+            ARG(c->stop_stack[i], "___op%d", (int)a_ops);
+            a_ops++;
+        }
+    int32_t a_locals = (int32_t)PyList_GET_SIZE(cvarnames);
+    for (int32_t i = 0; i < ls.n0; i++) {
+        Var *v = ls.locals[i];
+        if (!v && !(v = var_const(c, Py_None)))
+            goto fail;
+        ARG(v, "%U", PyTuple_GET_ITEM(orig->co_localsplusnames, i));
+    }
+    int32_t a_deep = (int32_t)PyList_GET_SIZE(cvarnames);
+    for (int32_t i = 0; i < ndeep; i++) {
+        Var *v = c->stop_stack[i];
+        if (!v)
+            continue;
+        if (v->kind == VK_ITER) {
+            Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
+            if (!rest)
+                goto fail;
+            v = rest;
+        }
+        ARG(v, "___stack%d", (int)i);
+    }
+    int32_t a_cells = (int32_t)PyList_GET_SIZE(cvarnames);
+    for (int32_t j = 0; j < ls.ncells; j++)
+        if (ls.cells[j])
+            ARG(ls.cells[j], "___cell_%U", PyTuple_GET_ITEM(orig->co_localsplusnames, ls.n0 + j));
+    int32_t a_resume = (int32_t)PyList_GET_SIZE(cvarnames);
+    for (int e = 0; e < shape.nexits; e++) {
+        PyObject *nm = PyUnicode_FromFormat("___resume%d", e);
+        if (!nm || PyList_Append(cvarnames, nm) < 0) {
+            Py_XDECREF(nm);
+            goto internal;
+        }
+        Py_DECREF(nm);
+    }
+    int32_t nargs_total = (int32_t)PyList_GET_SIZE(cvarnames);
+    int32_t a_temp = nargs_total;
+    for (int r = 0; r < 2; r++) {
+        PyObject *nm = PyUnicode_FromFormat("___result%d", r);
+        if (!nm || PyList_Append(cvarnames, nm) < 0) {
+            Py_XDECREF(nm);
+            goto internal;
+        }
+        Py_DECREF(nm);
+    }
+#undef ARG
+
+    /* the continuation's code */
+    BcPos pos = I->pos;
+    if (bc_emit(&ca, SJOP_RESUME, 0, pos) < 0)
+        goto internal;
+    for (int32_t i = ndeep, a = 0; i < c->stop_sp; i++) {
+        if (!c->stop_stack[i]) {
+            if (bc_emit(&ca, SJOP_PUSH_NULL, 0, pos) < 0)
+                goto internal;
+        } else if (bc_emit(&ca, SJOP_LOAD_FAST, a++, pos) < 0) {
+            goto internal;
+        }
+    }
+    int32_t jump_at = -1;
+    for (int32_t i = g0; i <= k; i++) {
+        BcIns *in = &fa.ins[i];
+        int32_t arg = in->arg;
+        if (in->op == SJOP_KW_NAMES) {
+            arg = bc_const(&ca, PyTuple_GET_ITEM(co->co_consts, in->arg));
+        } else if (in->op == SJOP_LOAD_ATTR || in->op == SJOP_STORE_ATTR) {
+            arg = bc_name(&ca, PyTuple_GET_ITEM(co->co_names, in->arg));
+        }
+        if (arg < 0)
+            goto internal;
+        if (i == k && shape.nexits > 1) {
+            jump_at = bc_emit_jump(&ca, forward_jump(in->op), -1, in->pos);
+            if (jump_at < 0)
+                goto internal;
+        } else if (bc_emit(&ca, in->op, arg, in->pos) < 0) {
+            goto internal;
+        }
+    }
+    for (int e = 0; e < shape.nexits; e++) {
+        if (e == 1)
+            ca.ins[jump_at].target = ca.n;
+        int nres = shape.results[e];
+        for (int r = nres - 1; r >= 0; r--)
+            if (bc_emit(&ca, SJOP_STORE_FAST, a_temp + r, pos) < 0)
+                goto internal;
+        if (bc_emit(&ca, SJOP_PUSH_NULL, 0, pos) < 0 || bc_emit(&ca, SJOP_LOAD_FAST, a_resume + e, pos) < 0)
+            goto internal;
+        int32_t n = 0;
+        for (int32_t i = a_locals; i < a_deep; i++, n++)
+            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
+                goto internal;
+        for (int32_t i = a_deep; i < a_cells; i++, n++)
+            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
+                goto internal;
+        for (int r = 0; r < nres; r++, n++)
+            if (bc_emit(&ca, SJOP_LOAD_FAST, a_temp + r, pos) < 0)
+                goto internal;
+        for (int32_t i = a_cells; i < a_resume; i++, n++)
+            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
+                goto internal;
+        if (bc_emit(&ca, SJOP_PRECALL, n, pos) < 0 || bc_emit(&ca, SJOP_CALL, n, pos) < 0 ||
+            bc_emit(&ca, SJOP_RETURN_VALUE, 0, pos) < 0)
+            goto internal;
+    }
+    PyObject *vn = PyList_AsTuple(cvarnames);
+    PyObject *empty = PyTuple_New(0);
+    if (vn && empty) {
+        BcCodeSpec spec = {orig->co_name, orig->co_qualname, vn, empty, empty, nargs_total, 0, 0,
+                           CO_OPTIMIZED | CO_NEWLOCALS, orig->co_firstlineno};
+        out->cont = bc_assemble(&ca, co, &spec);
+    }
+    Py_XDECREF(vn);
+    Py_XDECREF(empty);
+    if (!out->cont)
+        goto internal;
+    CodeState *cst = code_state_get((PyCodeObject *)out->cont);
+    if (!cst)
+        goto internal;
+    cst->role = ROLE_CONT;
+    out->args = args;
+    rc = 0;
+    goto done;
+internal:
+    cap_fail_exc(c, BR_INTERNAL);
+fail:
+    resume_code_clear(out);
+done:
+    PyMem_Free(fmap);
+    bc_free(&fa);
+    bc_free(&ca);
+    Py_XDECREF(cvarnames);
+    return rc;
+}
