@@ -56,12 +56,20 @@ static PyObject *py_disable_code(PyObject *self, PyObject *code)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_generated_codes(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return code_cache_generated();
+}
+
 static PyMethodDef core_methods[] = {
     {"reset", py_reset, METH_NOARGS, "Forget every compiled entry and zero the counters."},
     {"stats", py_stats, METH_NOARGS, "Counters: frames, graphs, graph_breaks, recompiles, ..."},
     {"disable_code", py_disable_code, METH_O, "Never compile this code object."},
     {"set_event_sink", events_py_set_sink, METH_O, "Deliver capture events to a callable (explain)."},
     {"callables_missing", callables_py_missing, METH_NOARGS, "Table rows whose path did not resolve."},
+    {"_generated_codes", py_generated_codes, METH_NOARGS, "Continuation and resume code objects (tests)."},
     {"_infer", shapes_py_infer, METH_VARARGS, "Run a shape rule on example values (tests)."},
     {"_callable_rows", shapes_py_callable_rows, METH_NOARGS, "The callables table (tests)."},
     {NULL, NULL, 0, NULL},

@@ -104,9 +104,27 @@ int code_cache_disable(PyCodeObject *co)
 
 void code_cache_reset_all(void)
 {
+    /* Freeing an entry can free the continuation and resume codes it holds, and with them
+     * their states: unlink everything first, free after the walk. */
+    CacheEntry *dead = NULL;
+    PyObject *graveyard = PyList_New(0);
     for (StateLink *l = all_states.next; l != &all_states; l = l->next) {
-        clear_entries(&l->st);
-        Py_CLEAR(l->st.resumes);
+        CacheEntry *e = l->st.entries;
+        while (e) {
+            CacheEntry *n = e->next;
+            e->next = dead;
+            dead = e;
+            e = n;
+        }
+        l->st.entries = NULL;
+        l->st.nentries = 0;
+        Py_CLEAR(l->st.last_reason);
+        if (l->st.resumes) {
+            if (graveyard && PyList_Append(graveyard, l->st.resumes) == 0)
+                Py_CLEAR(l->st.resumes);
+            else
+                PyErr_Clear();   /* kept: its codes stay cached, which is harmless */
+        }
         if (l->st.skip != 2)
             l->st.skip = -1;
         l->st.frame_id = -1;
@@ -114,5 +132,28 @@ void code_cache_reset_all(void)
         l->st.calls = 0;
         l->st.warned_limit = 0;
     }
+    while (dead) {
+        CacheEntry *n = dead->next;
+        cache_entry_free(dead);
+        dead = n;
+    }
+    Py_XDECREF(graveyard);
+    PyErr_Clear();
     memset(&sj_stats, 0, sizeof sj_stats);
+}
+
+PyObject *code_cache_generated(void)
+{
+    PyObject *list = PyList_New(0);
+    for (StateLink *l = all_states.next; list && l != &all_states; l = l->next)
+        for (CacheEntry *e = l->st.entries; e; e = e->next) {
+            if (e->action != ENTRY_BREAK)
+                continue;
+            if (PyList_Append(list, e->cont) < 0)
+                Py_CLEAR(list);
+            for (int i = 0; list && i < e->nresume; i++)
+                if (PyList_Append(list, e->resume[i]) < 0)
+                    Py_CLEAR(list);
+        }
+    return list;
 }

@@ -71,5 +71,7 @@ CodeState *code_state_get(PyCodeObject *co);
 int code_cache_disable(PyCodeObject *co);
 void code_cache_reset_all(void);
 void cache_entry_free(CacheEntry *e);
+/* New list: every continuation and resume code object the live entries hold (tests). */
+PyObject *code_cache_generated(void);
 
 #endif

@@ -263,6 +263,23 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
     return r;
 }
 
+/* A graph raised (bad data for an index, say). It changed nothing (no in-place op), so
+ * the frame runs again in the interpreter: the user's own try/except sees the error, and
+ * its traceback shows the user's lines. */
+static PyObject *rerun_eagerly(void)
+{
+    if (sj_log_on(LOG_GRAPH_BREAKS, SJ_DEBUG)) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        sj_log(LOG_GRAPH_BREAKS, SJ_DEBUG, "a compiled graph raised %R; running the frame eagerly", ev ? ev : et);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    }
+    PyErr_Clear();
+    return RUN_EAGER;
+}
+
 /* ENTRY_BREAK: call the continuation with the values the graph and plan rebuilt (args,
  * a tuple) and one resume function per way out, made with the frame's globals and
  * closure. The hook is on again for what the continuation runs. */
@@ -334,8 +351,11 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             memset(small, 0, sizeof(PyObject *) * (size_t)e->src.n);
         int32_t failed;
         int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
-        if (ok)
+        if (ok) {
             r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo, &fv);
+            if (!r && !e->has_mutation)
+                r = rerun_eagerly();
+        }
         sources_memo_clear(memo, e->src.n);
         if (memo != small)
             PyMem_Free(memo);
@@ -436,10 +456,13 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     int ok = 1;
     for (int32_t i = 0; i < e->ninputs && ok; i++)
         ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
-    if (ok)
+    if (ok) {
         r = run_entry(e, memo, &fv);
-    else
+        if (!r && !e->has_mutation)
+            r = rerun_eagerly();
+    } else {
         PyErr_Clear();
+    }
     sources_memo_clear(memo, e->src.n);
     PyMem_Free(memo);
     if (!ok || r == RUN_EAGER)
