@@ -351,10 +351,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
                    !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") ||
                    !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
-    if (mutating && self->src >= 0 && !self->fresh) {
-        cap_fail(c, BR_SIDE_EFFECT, "%s.%s on an input", var_kind_name(self), n);
+    if (mutating && self->src >= 0 && !self->fresh && cap_note_mutation(c, self, n) < 0)
         return NULL;
-    }
     if (self->kind == VK_LIST || self->kind == VK_TUPLE) {
         if (!strcmp(n, "append") && nargs == 1 && self->kind == VK_LIST)
             return var_seq_append(c, self, args[0]) < 0 ? NULL : var_const(c, Py_None);

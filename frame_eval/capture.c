@@ -222,3 +222,19 @@ int cap_raise(Capture *c, PyObject *exc)
     Py_DECREF(inst);
     return cap_fail_exc(c, BR_USER_EXCEPTION);
 }
+
+int cap_note_mutation(Capture *c, Var *v, const char *what)
+{
+    if (v->kind != VK_LIST && v->kind != VK_DICT)
+        return cap_fail(c, BR_SIDE_EFFECT, "%s on an input %s", what, var_kind_name(v));
+    for (Mutated *m = c->mutated; m; m = m->next)
+        if (m->v == v)
+            return 0;
+    Mutated *m = cap_alloc(c, sizeof(Mutated));
+    if (!m)
+        return -1;
+    m->v = v;
+    m->next = c->mutated;
+    c->mutated = m;
+    return 0;
+}

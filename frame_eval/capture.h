@@ -100,6 +100,13 @@ typedef struct AttrWrite {
     int owned;             /* the object was made during capture: its writes never escape */
 } AttrWrite;
 
+/* A list or dict from outside written in place during capture: the capture works on its
+ * var, and the entry writes the final contents back after the graph runs. */
+typedef struct Mutated {
+    struct Mutated *next;
+    Var *v;
+} Mutated;
+
 typedef struct Capture {
     Graph *g;                  /* owned until handed to the entry */
     SourceTable src;           /* owned */
@@ -121,6 +128,7 @@ typedef struct Capture {
     PyObject *exc;             /* strong or NULL: with BR_USER_EXCEPTION, the exception user
                                   code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects (arena) */
+    Mutated *mutated;          /* outside lists/dicts written in place (arena) */
     /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
      * become a graph break there; capture is then run again and stopped before it */
     long top_step;             /* instructions of the compiled frame begun so far */
@@ -192,6 +200,10 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
 /* The frame being compiled: locals are the live frame's (borrowed) values. */
 Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
               PyObject *const *live_locals, PyObject *closure);
+
+/* An outside container (src >= 0, not fresh) is about to be written in place: lists and
+ * dicts are noted for write-back; anything else fails with BR_SIDE_EFFECT. 0 or -1. */
+int cap_note_mutation(Capture *c, Var *container, const char *what);
 
 /* 1 when code unit pc of co is covered by an exception handler (try/with). */
 int eval_pc_in_try(PyCodeObject *co, int32_t pc);

@@ -156,6 +156,32 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     }
 }
 
+/* ("w", ((source_id, contents), ...), result): write the final contents of outside lists
+ * and dicts the capture changed in place, then build result. */
+static PyObject *plan_with_writebacks(PlanCtx *p, PyObject *result)
+{
+    Capture *c = p->c;
+    if (!c->mutated)
+        return result;
+    PyObject *wbs = PyList_New(0);
+    for (Mutated *m = c->mutated; wbs && m; m = m->next) {
+        Var *v = m->v;
+        v->fresh = 1;   /* plan the contents, not the object */
+        PyObject *contents = plan_for(p, v);
+        v->fresh = 0;
+        PyObject *item = contents ? Py_BuildValue("(iN)", (int)v->src, contents) : NULL;
+        if (!item || PyList_Append(wbs, item) < 0)
+            Py_CLEAR(wbs);
+        Py_XDECREF(item);
+    }
+    PyObject *t = wbs ? PyList_AsTuple(wbs) : NULL;
+    Py_XDECREF(wbs);
+    PyObject *r = t ? Py_BuildValue("(sNN)", "w", t, result) : NULL;
+    if (!r && !t)
+        Py_DECREF(result);
+    return r;
+}
+
 typedef struct {
     PyObject **memo;
     const SourceTable *t;
@@ -170,6 +196,25 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
     switch (tag[0]) {
     case 'c':
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+    case 'w': {
+        PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(wbs); i++) {
+            PyObject *wb = PyTuple_GET_ITEM(wbs, i);
+            PyObject *obj = sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(wb, 0)), bc->fv, bc->memo);
+            PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, 1), outputs, bc) : NULL;
+            int rc = -1;
+            if (val && PyList_Check(obj))
+                rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
+            else if (val && PyDict_Check(obj))
+                rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
+            else if (val)
+                PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
+            Py_XDECREF(val);
+            if (rc < 0)
+                return NULL;
+        }
+        return build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+    }
     case 'g':
     case 'm': {
         /* a bound method: the function bound to its receiver, or looked up by name */
@@ -549,6 +594,8 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         if (!pc.outvals)
             goto internal;
         plan = plan_for(&pc, r);
+        if (plan)
+            plan = plan_with_writebacks(&pc, plan);
         Py_CLEAR(pc.outvals);
         if (!plan && !cap_failed(&c))
             goto internal;

@@ -418,10 +418,8 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     int is_add = nb == SJ_NB_ADD || nb == SJ_NB_INPLACE_ADD;
     if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && b->kind == a->kind) {
         if (nb == SJ_NB_INPLACE_ADD && a->kind == VK_LIST) {
-            if (a->src >= 0 && !a->fresh) {
-                cap_fail(c, BR_SIDE_EFFECT, "in-place += on an input list");
+            if (a->src >= 0 && !a->fresh && cap_note_mutation(c, a, "+=") < 0)
                 return NULL;
-            }
             for (int32_t i = 0; i < b->u.seq.n; i++)
                 if (var_seq_append(c, a, b->u.seq.items[i]) < 0)
                     return NULL;
@@ -714,8 +712,8 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         Var *args[3] = {obj, key, val};
         return record_operator(c, "operator.setitem", args, 3) ? 0 : -1;
     }
-    if (obj->src >= 0 && !obj->fresh)
-        return cap_fail(c, BR_SIDE_EFFECT, "item assignment on an input %s", var_kind_name(obj));
+    if (obj->src >= 0 && !obj->fresh && cap_note_mutation(c, obj, "item assignment") < 0)
+        return -1;
     if (obj->kind == VK_LIST && var_is_const(key) && PyIndex_Check(key->obj)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key->obj, PyExc_IndexError);
         if (i < 0)

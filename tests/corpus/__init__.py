@@ -40,8 +40,6 @@ ORACLE_DIFFERENCES = {
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
     "t_brk_loop_enumerate":
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
-    "t_brk_into_dict":
-        'the resume function gets the dict as an input, and a write into an input dict is a side effect shapejit does not replay yet: one more break, run by the interpreter; torch.compile replays the write',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

@@ -121,3 +121,10 @@ def np_dict_methods(a, b):
     extra = d.get("zz", a * 0)
     popped = d.pop("a")
     return sorted(d.keys()), list(d.values()), extra, popped, "c" in d
+
+
+@numpy_case(lambda: ([A(3)], A(3)), mutates=True)
+def np_input_list_written_back(out, a):
+    out.append(np.exp(a))
+    out[0] = out[0] * 2
+    return len(out)

@@ -215,7 +215,7 @@ def t_brk_while(x):
     return x * 2
 
 
-@with_breaks("torch", lambda: (T(4),), graphs=3, breaks=3)
+@with_breaks("torch", lambda: (T(4),), graphs=3, breaks=2)
 def t_brk_loop_enumerate(x):
     out = []
     for i, s in enumerate([1.0, 2.0]):
@@ -279,7 +279,7 @@ def t_brk_method(x):
     return _SCALER.run(x)
 
 
-@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=2)
+@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=1)
 def t_brk_into_dict(x):
     d = {"a": x.sin()}
     d["n"] = _crc("dict")
@@ -298,3 +298,31 @@ def t_brk_fstring_arg(x):
     y = x.sigmoid()
     print(f"shapejit corpus: shape {tuple(y.shape)}")
     return y
+
+
+@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=1)
+def t_brk_then_caught(x):
+    y = x.sin()
+    _say("before raise")
+    try:
+        raise ValueError("caught after the break")
+    except ValueError:
+        y = y + 1
+    return y
+
+
+def _checked(y):
+    if y.shape[0] != 4:
+        raise IndexError("wrong length")
+    return y * 2
+
+
+@with_breaks("torch", lambda: (T(4),), graphs=2, breaks=1)
+def t_brk_then_helper_raises_caught(x):
+    y = x.cos()
+    _say("then helper")
+    try:
+        z = _checked(y[:3])
+    except IndexError:
+        z = _checked(y)
+    return z

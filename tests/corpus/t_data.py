@@ -175,3 +175,11 @@ def t_dict_methods(x, y):
 def t_list_slicing_and_index(x, y):
     lst = [x, y, x + y, x - y]
     return lst[1:3], lst[::-1], lst[-1], tuple(lst[::2])
+
+
+@torch_case(lambda: ([T(3)], {"a": T(3)}, T(3)), mutates=True)
+def t_input_containers_written_back(out, d, x):
+    out.append(x.sin())
+    out += [x * 2]
+    d["b"] = d["a"] + x
+    return len(out)
