@@ -339,6 +339,87 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------ liveness ---- */
+
+#define LIVE_WORDS 8   /* frames up to 512 locals (resume_build refuses bigger ones) */
+typedef struct {
+    uint64_t w[LIVE_WORDS];
+} LiveSet;
+
+static int is_terminal_op(int op)
+{
+    return op == SJOP_RETURN_VALUE || op == SJOP_RAISE_VARARGS || op == SJOP_RERAISE ||
+           op == SJOP_JUMP_FORWARD || op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
+}
+
+/* Locals of the user's code that may be read (before being written) from instruction
+ * start onwards; a backward data-flow fixpoint over the decoded code, exception handlers
+ * included. Slots that become cells are always live (they are read through the cell). */
+static int live_locals(PyCodeObject *orig, int32_t start_unit, LiveSet *out)
+{
+    BcAsm a;
+    int32_t *map = NULL;
+    if (bc_init(&a) < 0)
+        return -1;
+    if (bc_decode(&a, orig, &map) < 0) {
+        bc_free(&a);
+        return -1;
+    }
+    LiveSet *in = PyMem_Calloc((size_t)a.n + 1, sizeof(LiveSet));
+    if (!in) {
+        PyMem_Free(map);
+        bc_free(&a);
+        PyErr_NoMemory();
+        return -1;
+    }
+    LiveSet always;
+    memset(&always, 0, sizeof always);
+    for (int32_t i = 0; i < a.n; i++)
+        if (a.ins[i].op == SJOP_MAKE_CELL && a.ins[i].arg < orig->co_nlocals)
+            always.w[a.ins[i].arg / 64] |= 1ull << (a.ins[i].arg % 64);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t i = a.n - 1; i >= 0; i--) {
+            BcIns *x = &a.ins[i];
+            LiveSet o;
+            memset(&o, 0, sizeof o);
+#define JOIN(k)                                      \
+    do {                                             \
+        int32_t k_ = (k);                            \
+        if (k_ >= 0 && k_ < a.n)                     \
+            for (int w = 0; w < LIVE_WORDS; w++)     \
+                o.w[w] |= in[k_].w[w];               \
+    } while (0)
+            if (!is_terminal_op(x->op))
+                JOIN(i + 1);
+            if (x->target >= 0)
+                JOIN(x->target);
+            for (int32_t e = 0; e < a.nexc; e++)
+                if (i >= a.exc[e].start && i < a.exc[e].end)
+                    JOIN(a.exc[e].handler);
+#undef JOIN
+            if (x->arg < LIVE_WORDS * 64) {
+                uint64_t bit = 1ull << (x->arg % 64);
+                if (x->op == SJOP_STORE_FAST || x->op == SJOP_DELETE_FAST)
+                    o.w[x->arg / 64] &= ~bit;
+                else if (x->op == SJOP_LOAD_FAST)
+                    o.w[x->arg / 64] |= bit;
+            }
+            if (memcmp(&o, &in[i], sizeof o)) {
+                in[i] = o;
+                changed = 1;
+            }
+        }
+    }
+    int32_t k = map[start_unit];
+    for (int w = 0; w < LIVE_WORDS; w++)
+        out->w[w] = in[k].w[w] | always.w[w];
+    PyMem_Free(in);
+    PyMem_Free(map);
+    bc_free(&a);
+    return 0;
+}
+
 /* --------------------------------------------------------- continuation ---- */
 
 void resume_code_clear(BreakCode *b)
@@ -424,13 +505,24 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
     if (!ls.locals || !ls.cells)
         goto internal;
     char lmask[512], cmask[512];
-    if (ls.n0 >= 500 || ls.ncells >= 500 || c->stop_sp >= 500) {
+    if (ls.n0 >= LIVE_WORDS * 64 - 8 || ls.ncells >= 500 || c->stop_sp >= 500) {
         cap_fail(c, BR_UNSUPPORTED_VALUE, "a frame too large to split");
         goto fail;
     }
+    /* only locals read after the break travel to the resume function */
+    LiveSet live, live2;
+    if (live_locals(orig, exit_unit[0], &live) < 0)
+        goto internal;
+    if (shape.nexits > 1) {
+        if (live_locals(orig, exit_unit[1], &live2) < 0)
+            goto internal;
+        for (int w = 0; w < LIVE_WORDS; w++)
+            live.w[w] |= live2.w[w];
+    }
     for (int32_t i = 0; i < ls.n0; i++) {
-        int ok;
-        ls.locals[i] = slot_value(c, co, i, &ok);
+        int ok = 1;
+        if (live.w[i / 64] & (1ull << (i % 64)))
+            ls.locals[i] = slot_value(c, co, i, &ok);
         if (!ok)
             goto fail;
         lmask[i] = ls.locals[i] ? '1' : '0';
