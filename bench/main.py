@@ -32,12 +32,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (stdlib only; sets nothing until early_setup)
 
-WORKLOADS = ["pointwise", "mlp", "layernorm_gelu", "attention", "numpy_lj", "bert"]
+WORKLOADS = ["pointwise", "mlp", "layernorm_gelu", "attention", "branchy", "numpy_lj", "bert"]
 TITLES = {
     "pointwise": "pointwise chain (512x1024 f32)",
     "mlp": "MLP 256-1024-256, batch 64",
     "layernorm_gelu": "layer norm + GELU (128x768)",
     "attention": "softmax attention (2x4x128x64)",
+    "branchy": "graph breaks: branch on a tensor value + .item() (256x512 @ 512x512)",
     "numpy_lj": "numpy LJ energies+stats (512 particles, f64)",
     "bert": "BertModel (2 layers, hidden 128, seq 64, batch 2)",
 }
@@ -147,6 +148,14 @@ def attention(q, k, v):
     return torch.matmul(p, v)
 
 
+def branchy(x, w):
+    h = torch.relu(x @ w)
+    if h.mean() > 0.5:               # a branch on a tensor's value: a graph break
+        h = h * 0.5
+    scale = h.abs().max().item()     # a tensor value read into Python: another break
+    return torch.tanh(h / scale) + x.sum(dim=-1, keepdim=True) * 0.01
+
+
 def build_workload(name: str) -> dict:
     """fn, args and library of a workload; deterministic (seeded) so the shapejit child
     process rebuilds identical inputs and weights."""
@@ -165,6 +174,8 @@ def build_workload(name: str) -> dict:
     if name == "attention":
         q, k, v = (torch.randn(2, 4, 128, 64) for _ in range(3))
         return dict(fn=attention, args=(q, k, v), lib="torch")
+    if name == "branchy":
+        return dict(fn=branchy, args=(torch.randn(256, 512), torch.randn(512, 512) * 0.05), lib="torch")
     if name == "numpy_lj":
         g = np.stack(np.meshgrid(*[np.arange(8) * 1.2] * 3, indexing="ij"), -1).reshape(-1, 3)
         pos = g + rng.uniform(-0.1, 0.1, g.shape)
