@@ -152,7 +152,8 @@ PyObject *code_cache_generated(void)
             if (PyList_Append(list, e->cont) < 0)
                 Py_CLEAR(list);
             for (int i = 0; list && i < e->nresume; i++)
-                if (PyList_Append(list, e->resume[i]) < 0)
+                if (PyWeakref_GetObject(e->resume[i]) != Py_None &&
+                    PyList_Append(list, PyWeakref_GetObject(e->resume[i])) < 0)
                     Py_CLEAR(list);
         }
     return list;

@@ -30,7 +30,9 @@ struct CacheEntry {
      * (one per way out of the breaking instruction) are made per call with the frame's
      * globals and closure and passed after them */
     PyObject *cont;        /* strong code object, or NULL */
-    PyObject *resume[2];   /* strong code objects */
+    PyObject *resume[2];   /* strong weak references to the resume codes: the user's code
+                              holds them (CodeState.resumes), so an entry of a resume
+                              function that resumes into itself (a loop) makes no cycle */
     int nresume;
 };
 

@@ -693,10 +693,15 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         e->cont = bk.cont;
         bk.cont = NULL;
         for (int i = 0; i < bk.nresume; i++) {
-            e->resume[i] = bk.resume[i];
-            bk.resume[i] = NULL;
+            e->resume[i] = PyWeakref_NewRef(bk.resume[i], NULL);
         }
         e->nresume = bk.nresume;
+        for (int i = 0; i < e->nresume; i++)
+            if (!e->resume[i]) {
+                PyErr_Clear();
+                e->action = ENTRY_EAGER;   /* cannot happen for code objects; stay safe */
+                e->reason = PyUnicode_FromString("internal: no weak reference to a resume code");
+            }
         PyObject *reason = reason_text(&c);
         if (reason) {
             sj_stats.graph_breaks++;
@@ -707,7 +712,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
             log_code("MODIFIED BYTECODE (continuation of)", e->cont);
             for (int i = 0; i < e->nresume; i++)
-                log_code("RESUME FUNCTION BYTECODE", e->resume[i]);
+                log_code("RESUME FUNCTION BYTECODE", bk.resume[i]);
         }
     }
     if (sj_log_on(LOG_GUARDS, SJ_INFO) || events_active()) {

@@ -280,6 +280,19 @@ static PyObject *rerun_eagerly(void)
     return RUN_EAGER;
 }
 
+/* 1 when every resume code of a break entry still exists (the user's code keeps them; a
+ * resume function kept alive elsewhere may outlive it). Otherwise the entry turns eager. */
+static int resumes_alive(CacheEntry *e)
+{
+    for (int i = 0; i < e->nresume; i++)
+        if (PyWeakref_GetObject(e->resume[i]) == Py_None) {
+            e->action = ENTRY_EAGER;
+            Py_XSETREF(e->reason, PyUnicode_FromString("the resume function's code is gone"));
+            return 0;
+        }
+    return 1;
+}
+
 /* ENTRY_BREAK: call the continuation with the values the graph and plan rebuilt (args,
  * a tuple) and one resume function per way out, made with the frame's globals and
  * closure. The hook is on again for what the continuation runs. */
@@ -292,7 +305,8 @@ static PyObject *call_continuation(CacheEntry *e, PyObject *args, _PyInterpreter
     if (!argv)
         return PyErr_NoMemory();
     for (int i = 0; i < e->nresume; i++) {
-        fns[i] = PyFunction_New(e->resume[i], f->f_globals);
+        PyObject *code = PyWeakref_GetObject(e->resume[i]);   /* borrowed; checked by resumes_alive */
+        fns[i] = PyFunction_New(code, f->f_globals);
         if (!fns[i] || (closure && PyFunction_SetClosure(fns[i], closure) < 0))
             goto done;
     }
@@ -352,7 +366,10 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         int32_t failed;
         int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
         if (ok) {
-            r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo, &fv);
+            if (e->action == ENTRY_BREAK && !resumes_alive(e))
+                r = RUN_EAGER;
+            else
+                r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo, &fv);
             if (!r && !e->has_mutation)
                 r = rerun_eagerly();
         }

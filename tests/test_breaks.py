@@ -524,3 +524,26 @@ def test_runtime_error_of_a_graph_reaches_user_handler_and_traceback():
         cg(x, bad)
     last = traceback.extract_tb(info.value.__traceback__)[-1]
     assert os.path.abspath(last.filename) == HERE and last.line == "return torch.gather(x, 0, idx) * 2"
+
+
+def test_generated_code_dies_with_the_user_function(tmp_path):
+    """Resume functions of a loop resume into themselves; that must not keep them alive."""
+    import gc
+    import weakref
+    src = ("def f(x, buf):\n"
+           "    for i in range(2):\n"
+           "        print(i, file=buf)\n"
+           "        x = x + 1\n"
+           "    return x\n")
+    path = tmp_path / "loop_break.py"
+    path.write_text(src)
+    ns = {}
+    exec(compile(src, str(path), "exec"), ns)
+    buf = io.StringIO()
+    torch.testing.assert_close(shapejit.compile(ns["f"])(torch.ones(2), buf), torch.ones(2) + 2)
+    assert buf.getvalue() == "0\n1\n"
+    refs = [weakref.ref(co) for co in _C._generated_codes()]
+    assert len(refs) >= 3
+    del ns
+    gc.collect()
+    assert [r() for r in refs if r() is not None] == []
