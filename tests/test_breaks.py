@@ -172,7 +172,8 @@ def test_item_drives_python_control_flow():
     cf = shapejit.compile(f)
     for x in (torch.tensor([0.5, -0.25]), torch.tensor([3.0, -4.0])):
         torch.testing.assert_close(cf(x), f(x))
-    assert shapejit.stats()["graph_breaks"] >= 1
+    # one break (.item()); the resume function is specialised on the value it got
+    assert counts() == (3, 1) and shapejit.stats()["recompiles"] == 1
 
 
 def test_numpy_branch():
@@ -201,8 +202,11 @@ def test_break_in_for_range_resumes_remaining_iterations(capsys):
     x = torch.randn(3)
     torch.testing.assert_close(cf(x, 4), f(x, 4))
     assert capsys.readouterr().out == "".join(f"step {i}\n" for i in range(4)) * 2
+    # f's graph and break, then one resume entry per remaining length (3, 2, 1, 0)
+    assert counts() == (5, 4) and shapejit.stats()["recompiles"] == 3
     torch.testing.assert_close(cf(x, 4), f(x, 4))
     assert capsys.readouterr().out == "".join(f"step {i}\n" for i in range(4)) * 2
+    assert counts() == (5, 4)
 
 
 def test_break_in_for_over_list_and_while():
@@ -229,6 +233,8 @@ def test_break_in_for_over_list_and_while():
     eo, en = w(x)
     torch.testing.assert_close(out, eo)
     assert n == en == 3
+    # g: 3 graphs, a break per item (the tail after the loop has no op); w: the same
+    assert counts() == (6, 6)
 
 
 # ---- live values reach the code after the break -------------------------------------------
@@ -339,6 +345,7 @@ def test_exception_in_eager_code_after_break_keeps_user_traceback():
     mine = [fr for fr in tb if os.path.abspath(fr.filename) == HERE and fr.name != "_fail_in_helper"]
     assert mine[-1].line == "_fail_in_helper(n)"
     assert mine[-1].name.startswith("resume_in_f_at_")
+    assert counts() == (1, 2)   # the resume function raised during capture: it ran eagerly
     assert any(fr.name == "f" and fr.line == 'n = zlib.crc32(b"e") % 3' for fr in mine)
 
 
@@ -353,6 +360,7 @@ def test_exception_in_resumed_graph_keeps_user_traceback():
     last_user = [fr for fr in traceback.extract_tb(info.value.__traceback__)
                  if os.path.abspath(fr.filename) == HERE][-1]
     assert last_user.line == "return y @ torch.ones(7)   # shapes do not match: raises after the break"
+    assert counts() == (2, 2)   # the matmul itself is a second break, run by the interpreter
 
 
 def test_raise_after_break():
@@ -390,6 +398,7 @@ def test_try_except_finally_behave_as_eager():
     with contextlib.redirect_stdout(io.StringIO()):
         torch.testing.assert_close(shapejit.compile(f)(x, log_c), f(x, log_e))
     assert log_c == log_e == ["try", "except boom", "finally"]
+    assert counts() == (0, 1) and shapejit.stats()["eager_frames"] == 1
 
 
 class _Counting:
@@ -424,6 +433,8 @@ def test_with_blocks_run_cleanup_once():
     torch.testing.assert_close(out, eo)
     assert w == ew is False
     assert (cm_c.enter, cm_c.exit) == (cm_e.enter, cm_e.exit) == (1, 1)
+    # a break inside a with block: the whole frame runs eagerly, one break recorded
+    assert counts() == (0, 1) and shapejit.stats()["eager_frames"] == 1
 
 
 def test_exception_raised_by_a_graph_reaches_user_handler():
@@ -439,6 +450,9 @@ def test_exception_raised_by_a_graph_reaches_user_handler():
     x = torch.randn(3)
     with contextlib.redirect_stdout(io.StringIO()):
         torch.testing.assert_close(shapejit.compile(f)(x), f(x))
+    # f splits at the print; the resume function's matmul fails inside its try: it runs
+    # eagerly (a second recorded break) and the handler runs
+    assert counts() == (1, 2) and shapejit.stats()["eager_frames"] == 1
 
 
 # ---- generated code objects -----------------------------------------------------------------
