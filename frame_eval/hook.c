@@ -268,6 +268,8 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
  * its traceback shows the user's lines. */
 static PyObject *rerun_eagerly(void)
 {
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return NULL;   /* KeyboardInterrupt, SystemExit, MemoryError: the user sees them */
     if (sj_log_on(LOG_GRAPH_BREAKS, SJ_DEBUG)) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
