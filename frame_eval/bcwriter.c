@@ -160,7 +160,7 @@ static int pos_int(PyObject *x)
     return (v < 0 || v > INT32_MAX) ? -1 : (int)v;
 }
 
-int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins)
+int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins, int32_t *nunits_out)
 {
     PyObject *code = PyCode_GetCode(co);
     PyObject *positions = NULL;
@@ -255,6 +255,8 @@ int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins)
 done:
     Py_DECREF(code);
     Py_XDECREF(positions);
+    if (rc == 0 && nunits_out)
+        *nunits_out = nunits;
     if (rc == 0 && unit_to_ins)
         *unit_to_ins = map;
     else

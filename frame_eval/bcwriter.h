@@ -56,9 +56,10 @@ int bc_add_exc(BcAsm *a, int32_t start, int32_t end, int32_t handler, int32_t de
 
 /* Append co's instructions (EXTENDED_ARG folded, caches dropped) with their positions and
  * exception ranges; constants and names are taken over as they are (call on an empty
- * assembler). *unit_to_ins (PyMem, ninstr units + 1) maps each code unit of co to the
- * index of the instruction covering it; may be NULL. */
-int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins);
+ * assembler). *unit_to_ins (PyMem, nunits + 1 entries) maps each code unit of co to the
+ * index of the instruction covering it, and *nunits is the code's length in units; either
+ * may be NULL. */
+int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins, int32_t *nunits);
 
 /* The handler covering code unit pc of co: 1 and its target/depth/lasti, or 0. */
 int bc_find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *lasti);

@@ -59,7 +59,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     case VK_TUPLE:
     case VK_LIST:
     case VK_DICT:
-        if (v->src >= 0 && !v->fresh)   /* an outside container (writes to it fail capture) */
+        if (v->src >= 0 && !v->fresh)   /* an outside container: itself (writes are written back) */
             return Py_BuildValue("(si)", "s", (int)v->src);
         break;
     default:
@@ -521,12 +521,10 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     long step = c->fail_step;
     BreakReason reason = c->reason;
     PyObject *msg = Py_XNewRef(c->reason_msg), *stack = Py_XNewRef(c->user_stack);
-    int grad0 = -1, dt;
     capture_release(c);
-    if (capture_init(c) < 0 || guards_read_global_state(&grad0, &dt) < 0) {
-        PyErr_Clear();
+    if (capture_init(c) < 0)
         goto undo;
-    }
+    int grad0 = c->grad_mode;
     c->stop_step = step;
     (void)eval_top(c, co, globals, builtins, locals, closure);
     if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
@@ -604,7 +602,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         if (PyErr_Occurred() && !cap_failed(&c))
             cap_fail_exc(&c, BR_INTERNAL);
         PyErr_Clear();
-        resume_code_clear(&bk);
         e = eager_entry(&c, co, opts, 1);
         goto done;
     }
@@ -662,8 +659,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             cap_fail_exc(&c, BR_INTERNAL);
             if (opts->fullgraph)
                 goto internal_raise;
-            resume_code_clear(&bk);
-            is_break = 0;
             e = eager_entry(&c, co, opts, 1);
             goto done;
         }
@@ -692,15 +687,11 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (is_break) {
         e->cont = bk.cont;
         bk.cont = NULL;
-        for (int i = 0; i < bk.nresume; i++) {
-            e->resume[i] = PyWeakref_NewRef(bk.resume[i], NULL);
-        }
         e->nresume = bk.nresume;
         for (int i = 0; i < e->nresume; i++)
-            if (!e->resume[i]) {
-                PyErr_Clear();
-                e->action = ENTRY_EAGER;   /* cannot happen for code objects; stay safe */
-                e->reason = PyUnicode_FromString("internal: no weak reference to a resume code");
+            if (!(e->resume[i] = PyWeakref_NewRef(bk.resume[i], NULL))) {
+                cache_entry_free(e);   /* out of memory; it takes NULL slots */
+                goto done_err;
             }
         PyObject *reason = reason_text(&c);
         if (reason) {
@@ -740,7 +731,6 @@ internal:
     else if (!cap_failed(&c))
         cap_fail(&c, BR_INTERNAL, "capture failed");
 internal_raise:
-    resume_code_clear(&bk);
     e = eager_entry(&c, co, opts, 1);
     goto done;
 done_err:

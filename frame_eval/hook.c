@@ -328,6 +328,26 @@ done:
     return r;
 }
 
+/* Answer the frame from entry e (its guards passed, memo holds its sources): RUN_EAGER,
+ * or what the graph and plan give — for ENTRY_BREAK the continuation's arguments. */
+static PyObject *answer(CacheEntry *e, PyObject **memo, const FrameView *fv)
+{
+    if (e->action == ENTRY_EAGER || (e->action == ENTRY_BREAK && !resumes_alive(e)))
+        return RUN_EAGER;
+    PyObject *r = run_entry(e, memo, fv);
+    return (!r && !e->has_mutation) ? rerun_eagerly() : r;
+}
+
+/* After the memo is released: an ENTRY_BREAK result is the continuation's arguments. */
+static PyObject *finish(CacheEntry *e, PyObject *r, _PyInterpreterFrame *f, int saved)
+{
+    if (r && r != RUN_EAGER && e->action == ENTRY_BREAK) {
+        tls_active = saved;
+        Py_SETREF(r, call_continuation(e, r, f));
+    }
+    return r;
+}
+
 static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
 {
     if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
@@ -367,24 +387,15 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             memset(small, 0, sizeof(PyObject *) * (size_t)e->src.n);
         int32_t failed;
         int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
-        if (ok) {
-            if (e->action == ENTRY_BREAK && !resumes_alive(e))
-                r = RUN_EAGER;
-            else
-                r = e->action == ENTRY_EAGER ? RUN_EAGER : run_entry(e, memo, &fv);
-            if (!r && !e->has_mutation)
-                r = rerun_eagerly();
-        }
+        if (ok)
+            r = answer(e, memo, &fv);
         sources_memo_clear(memo, e->src.n);
         if (memo != small)
             PyMem_Free(memo);
         if (ok) {
             if (r == RUN_EAGER)
                 goto eager;
-            if (r && e->action == ENTRY_BREAK) {
-                tls_active = saved;
-                Py_SETREF(r, call_continuation(e, r, f));
-            }
+            r = finish(e, r, f, saved);
             goto out;
         }
     }
@@ -475,21 +486,15 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     int ok = 1;
     for (int32_t i = 0; i < e->ninputs && ok; i++)
         ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
-    if (ok) {
-        r = run_entry(e, memo, &fv);
-        if (!r && !e->has_mutation)
-            r = rerun_eagerly();
-    } else {
+    if (ok)
+        r = answer(e, memo, &fv);
+    else
         PyErr_Clear();
-    }
     sources_memo_clear(memo, e->src.n);
     PyMem_Free(memo);
     if (!ok || r == RUN_EAGER)
         goto eager;
-    if (r && e->action == ENTRY_BREAK) {
-        tls_active = saved;
-        Py_SETREF(r, call_continuation(e, r, f));
-    }
+    r = finish(e, r, f, saved);
 out:
     tls_active = saved;
     return r;

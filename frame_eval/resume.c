@@ -186,10 +186,11 @@ static PyObject *names_tuple(PyObject *base, PyObject *extra)
     return t;
 }
 
-/* The resume function's code for target unit tu of orig with this stack layout (a string
- * of SK_*) and these locals/cells unbound (masks of '0'/'1'). New reference. */
-static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, const char *stack, const char *lmask,
-                             const char *cmask)
+/* The resume function's code for target unit tu of orig (decoded as body, omap) with this
+ * stack layout (a string of SK_*) and these locals/cells unbound (masks of '0'/'1'). New
+ * reference. */
+static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, const BcAsm *body, const int32_t *omap, int32_t tu,
+                             const char *stack, const char *lmask, const char *cmask)
 {
     PyObject *key = Py_BuildValue("(isss)", (int)tu, stack, lmask, cmask);
     if (!key)
@@ -201,22 +202,14 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, con
             return Py_XNewRef(hit);
         }
     }
-    BcAsm body, r;
-    int32_t *omap = NULL;
+    BcAsm r;
     PyObject *result = NULL, *extra = NULL, *varnames = NULL, *name = NULL;
-    if (bc_init(&body) < 0) {
-        Py_DECREF(key);
-        return NULL;
-    }
     if (bc_init(&r) < 0) {
-        bc_free(&body);
         Py_DECREF(key);
         return NULL;
     }
-    if (bc_decode(&body, orig, &omap) < 0)
-        goto done;
     int32_t tidx = omap[tu];
-    if (tidx >= body.n) {
+    if (tidx >= body->n) {
         PyErr_SetString(PyExc_SystemError, "shapejit: resume target past the end of the code");
         goto done;
     }
@@ -246,13 +239,13 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, con
         Py_DECREF(nm);
     }
     int32_t nextra = (int32_t)PyList_GET_SIZE(extra);
-    BcPos tpos = body.ins[tidx].pos;
+    BcPos tpos = body->ins[tidx].pos;
     /* prologue: unbound locals, cells and free variables, then the stack */
     for (int i = 0; lmask[i]; i++)
         if (lmask[i] == '0' && bc_emit(&r, SJOP_DELETE_FAST, i, tpos) < 0)
             goto done;
-    for (int32_t i = 0; i < body.n && body.ins[i].op != SJOP_RESUME; i++) {
-        BcIns *in = &body.ins[i];
+    for (int32_t i = 0; i < body->n && body->ins[i].op != SJOP_RESUME; i++) {
+        BcIns *in = &body->ins[i];
         if (in->op != SJOP_MAKE_CELL && in->op != SJOP_COPY_FREE_VARS)
             continue;
         int32_t arg = in->op == SJOP_MAKE_CELL && in->arg >= n0 ? in->arg + nextra : in->arg;
@@ -282,20 +275,22 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, con
     if (bc_emit_jump(&r, SJOP_JUMP_FORWARD, P + tidx, tpos) < 0)
         goto done;
     /* the user's code, unchanged but for cell indices moved by the added arguments */
-    for (int32_t i = 0; i < body.n; i++) {
-        BcIns *in = &body.ins[i];
+    for (int32_t i = 0; i < body->n; i++) {
+        BcIns *in = &body->ins[i];
         int32_t arg = (sj_op_hasfree[in->op] && in->arg >= n0) ? in->arg + nextra : in->arg;
         int32_t k = in->target >= 0 ? bc_emit_jump(&r, in->op, in->target + P, in->pos) : bc_emit(&r, in->op, arg, in->pos);
         if (k < 0)
             goto done;
     }
-    for (int32_t e = 0; e < body.nexc; e++) {
-        BcExc *x = &body.exc[e];
+    for (int32_t e = 0; e < body->nexc; e++) {
+        BcExc *x = &body->exc[e];
         if (bc_add_exc(&r, x->start + P, x->end + P, x->handler + P, x->depth, x->lasti) < 0)
             goto done;
     }
-    Py_SETREF(r.consts, Py_NewRef(body.consts));
-    Py_SETREF(r.names, Py_NewRef(body.names));
+    Py_SETREF(r.consts, PySequence_List(body->consts));
+    Py_SETREF(r.names, PySequence_List(body->names));
+    if (!r.consts || !r.names)
+        goto done;
     PyObject *ov = PyCode_GetVarnames(orig);
     varnames = ov ? names_tuple(ov, extra) : NULL;
     Py_XDECREF(ov);
@@ -329,8 +324,6 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, int32_t tu, con
     if (PyDict_SetItem(ost->resumes, key, result) < 0)
         Py_CLEAR(result);
 done:
-    PyMem_Free(omap);
-    bc_free(&body);
     bc_free(&r);
     Py_DECREF(key);
     Py_XDECREF(extra);
@@ -352,30 +345,23 @@ static int is_terminal_op(int op)
            op == SJOP_JUMP_FORWARD || op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
 }
 
-/* Locals of the user's code that may be read (before being written) from instruction
- * start onwards; a backward data-flow fixpoint over the decoded code, exception handlers
- * included. Slots that become cells are always live (they are read through the cell). */
-static int live_locals(PyCodeObject *orig, int32_t start_unit, LiveSet *out)
+/* Locals of the user's code (decoded as a, map; n0 locals) that may be read before being
+ * written from any of the code units starts[0..nstarts) onwards: a backward data-flow
+ * fixpoint, exception handlers included. Slots that become cells are always live (they
+ * are read through the cell). */
+static int live_locals(const BcAsm *pa, const int32_t *map, int32_t n0, const int32_t *starts, int nstarts,
+                       LiveSet *out)
 {
-    BcAsm a;
-    int32_t *map = NULL;
-    if (bc_init(&a) < 0)
-        return -1;
-    if (bc_decode(&a, orig, &map) < 0) {
-        bc_free(&a);
-        return -1;
-    }
+    const BcAsm a = *pa;
     LiveSet *in = PyMem_Calloc((size_t)a.n + 1, sizeof(LiveSet));
     if (!in) {
-        PyMem_Free(map);
-        bc_free(&a);
         PyErr_NoMemory();
         return -1;
     }
     LiveSet always;
     memset(&always, 0, sizeof always);
     for (int32_t i = 0; i < a.n; i++)
-        if (a.ins[i].op == SJOP_MAKE_CELL && a.ins[i].arg < orig->co_nlocals)
+        if (a.ins[i].op == SJOP_MAKE_CELL && a.ins[i].arg < n0)
             always.w[a.ins[i].arg / 64] |= 1ull << (a.ins[i].arg % 64);
     for (int changed = 1; changed;) {
         changed = 0;
@@ -411,12 +397,11 @@ static int live_locals(PyCodeObject *orig, int32_t start_unit, LiveSet *out)
             }
         }
     }
-    int32_t k = map[start_unit];
-    for (int w = 0; w < LIVE_WORDS; w++)
-        out->w[w] = in[k].w[w] | always.w[w];
+    *out = always;
+    for (int s = 0; s < nstarts; s++)
+        for (int w = 0; w < LIVE_WORDS; w++)
+            out->w[w] |= in[map[starts[s]]].w[w];
     PyMem_Free(in);
-    PyMem_Free(map);
-    bc_free(&a);
     return 0;
 }
 
@@ -454,23 +439,23 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
     CodeState *ost = orig == co ? st : code_state_get(orig);
     if (!ost)
         return cap_fail_exc(c, BR_INTERNAL);
-    BcAsm fa, ca;
-    int32_t *fmap = NULL;
+    /* the frame's code (for the break instruction) and the user's code it continues (for
+     * liveness and the resume functions): the same one unless the frame is a resume */
+    BcAsm fa, oa, ca;
+    int32_t *fmap = NULL, *omap = NULL, nunits = 0;
     int rc = -1;
     PyObject *cvarnames = NULL;
     if (bc_init(&fa) < 0)
         return cap_fail_exc(c, BR_INTERNAL);
-    if (bc_init(&ca) < 0) {
+    if (bc_init(&oa) < 0 || bc_init(&ca) < 0) {
         bc_free(&fa);
+        bc_free(&oa);
         return cap_fail_exc(c, BR_INTERNAL);
     }
-    if (bc_decode(&fa, co, &fmap) < 0)
+    if (bc_decode(&fa, co, &fmap, &nunits) < 0 || (orig != co && bc_decode(&oa, orig, &omap, NULL) < 0))
         goto internal;
-    PyObject *fcode = PyCode_GetCode(co);
-    if (!fcode)
-        goto internal;
-    int32_t nunits = (int32_t)(PyBytes_GET_SIZE(fcode) / 2);
-    Py_DECREF(fcode);
+    const BcAsm *ob = orig == co ? &fa : &oa;
+    const int32_t *obmap = orig == co ? fmap : omap;
     int32_t k = fmap[c->stop_pc];
     BcIns *I = &fa.ins[k];
     BreakShape shape;
@@ -510,15 +495,9 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         goto fail;
     }
     /* only locals read after the break travel to the resume function */
-    LiveSet live, live2;
-    if (live_locals(orig, exit_unit[0], &live) < 0)
+    LiveSet live;
+    if (live_locals(ob, obmap, ls.n0, exit_unit, shape.nexits, &live) < 0)
         goto internal;
-    if (shape.nexits > 1) {
-        if (live_locals(orig, exit_unit[1], &live2) < 0)
-            goto internal;
-        for (int w = 0; w < LIVE_WORDS; w++)
-            live.w[w] |= live2.w[w];
-    }
     for (int32_t i = 0; i < ls.n0; i++) {
         int ok = 1;
         if (live.w[i / 64] & (1ull << (i % 64)))
@@ -556,7 +535,7 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             goto fail;
         }
     for (int e = 0; e < shape.nexits; e++) {
-        out->resume[e] = make_resume(orig, ost, exit_unit[e], stack[e], lmask, cmask);
+        out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask);
         if (!out->resume[e])
             goto internal;
         out->nresume = e + 1;
@@ -711,7 +690,9 @@ fail:
     resume_code_clear(out);
 done:
     PyMem_Free(fmap);
+    PyMem_Free(omap);
     bc_free(&fa);
+    bc_free(&oa);
     bc_free(&ca);
     Py_XDECREF(cvarnames);
     return rc;
