@@ -7,6 +7,7 @@
 #include "../frame_eval/compile.h"
 #include "../frame_eval/events.h"
 #include "../shapes/infer_py.h"
+#include "../guards/tensor_reader.h"
 #define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
 #include "../shapes/np.h"
 
@@ -70,8 +71,11 @@ static PyMethodDef core_methods[] = {
     {"set_event_sink", events_py_set_sink, METH_O, "Deliver capture events to a callable (explain)."},
     {"callables_missing", callables_py_missing, METH_NOARGS, "Table rows whose path did not resolve."},
     {"_generated_codes", py_generated_codes, METH_NOARGS, "Continuation and resume code objects (tests)."},
+    {"_eval_source", sources_py_eval, METH_VARARGS, "Resolve a chain of source accessors (tests)."},
     {"_infer", shapes_py_infer, METH_VARARGS, "Run a shape rule on example values (tests)."},
     {"_callable_rows", shapes_py_callable_rows, METH_NOARGS, "The callables table (tests)."},
+    {"_tensor_reader_info", treader_py_info, METH_NOARGS, "The tensor reader's fast path: on, why not, offsets (tests)."},
+    {"_tensor_read", treader_py_read, METH_O, "(dtype, sizes, strides, requires_grad, path) or None (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -179,13 +179,23 @@ static int guard_no_hooks(Capture *c, Var *m)
             c->guards.g[c->guards.n - 1].len = 0;
         }
     }
-    /* torch's global module hooks */
-    if (libs.global_hook_dicts)
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(libs.global_hook_dicts); i++) {
-            PyObject *d = PyTuple_GET_ITEM(libs.global_hook_dicts, i);
-            if (PyDict_Check(d) && PyDict_GET_SIZE(d))
-                return cap_fail(c, BR_UNSUPPORTED_CALL, "global nn.Module hooks are registered");
+    /* torch's global module hooks: none now, and a DICT_VERSION guard sees one added */
+    for (Py_ssize_t i = 0; libs.global_hook_dicts && i < PyTuple_GET_SIZE(libs.global_hook_dicts); i++) {
+        PyObject *name = PyTuple_GET_ITEM(libs.global_hook_dicts, i);
+        PyObject *d = PyDict_GetItemWithError(libs.nn_module_globals, name);   /* borrowed */
+        if (!d) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
         }
+        if (!PyDict_Check(d))
+            continue;
+        if (PyDict_GET_SIZE(d))
+            return cap_fail(c, BR_UNSUPPORTED_CALL, "global nn.Module hooks are registered");
+        int32_t s = sources_add(&c->src, SRC_MODGLOBAL, -1, 0, name, libs.nn_module_globals);
+        if (s < 0 || guard_add_dict_version(c, s, d) < 0)
+            return -1;
+    }
     return 0;
 }
 

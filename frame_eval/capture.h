@@ -178,6 +178,7 @@ const char *var_kind_name(const Var *v);
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 /* A live object with no source (library constants, trusted globals). */
 Var *wrap_untracked(Capture *c, PyObject *obj);
+int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
 
 /* failures (capture.c) */

@@ -11,12 +11,11 @@ typedef struct StateLink {
     struct StateLink *prev, *next;
     CodeState st;
 } StateLink;
-static StateLink all_states = {&all_states, &all_states, {0}};
+static StateLink all_states = {.prev = &all_states, .next = &all_states};
 
 void cache_entry_free(CacheEntry *e)
 {
-    sources_clear(&e->src);
-    guards_clear(&e->guards);
+    guard_entry_clear(&e->ge);
     PyMem_Free(e->inputs);
     Py_XDECREF(e->compiled);
     Py_XDECREF(e->graph);
@@ -39,7 +38,19 @@ static void clear_entries(CodeState *st)
     }
     st->entries = NULL;
     st->nentries = 0;
+    guard_tree_clear(&st->tree);
     Py_CLEAR(st->last_reason);
+}
+
+int code_cache_insert(CodeState *st, CacheEntry *e, SourceTable *src, const GuardSet *gs)
+{
+    int r = guard_tree_add(&st->tree, src, gs, &e->ge, e);
+    if (r != 0)
+        return r;
+    e->next = st->entries;
+    st->entries = e;
+    st->nentries++;
+    return 0;
 }
 
 static void free_state(void *p)
@@ -118,6 +129,7 @@ void code_cache_reset_all(void)
         }
         l->st.entries = NULL;
         l->st.nentries = 0;
+        guard_tree_clear(&l->st.tree);
         Py_CLEAR(l->st.last_reason);
         if (l->st.resumes) {
             if (graveyard && PyList_Append(graveyard, l->st.resumes) == 0)

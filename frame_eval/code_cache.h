@@ -3,7 +3,7 @@
 #define SJ_CODE_CACHE_H
 
 #include <Python.h>
-#include "../guards/guards.h"
+#include "../guards/tree.h"
 
 typedef enum {
     ENTRY_GRAPH,   /* run the compiled graph and rebuild the result */
@@ -16,9 +16,8 @@ typedef struct CacheEntry CacheEntry;
 struct CacheEntry {
     CacheEntry *next;
     EntryAction action;
-    SourceTable src;       /* owned */
-    GuardSet guards;       /* owned */
-    int32_t *inputs;       /* owned: source id of each graph input, in call order */
+    GuardEntry ge;         /* its leaves in the code's guard tree (ge.owner = this entry) */
+    int32_t *inputs;       /* owned: source id (in the code's tree) of each graph input */
     int32_t ninputs;
     PyObject *compiled;    /* strong: what the backend returned (called with the inputs) */
     PyObject *graph;       /* strong: the _C.Graph, or NULL */
@@ -43,6 +42,7 @@ typedef enum {
 } CodeRole;
 
 typedef struct {
+    GuardTree tree;        /* owned: sources and guards of every entry */
     CacheEntry *entries;   /* most recent first */
     int nentries;
     int skip;              /* never compile: disabled, library or generator code */
@@ -73,6 +73,10 @@ CodeState *code_state_get(PyCodeObject *co);
 int code_cache_disable(PyCodeObject *co);
 void code_cache_reset_all(void);
 void cache_entry_free(CacheEntry *e);
+/* Put a new entry in front of st's entries and file its guards (gs; src, a copy of the
+ * tree's sources that the capture extended, is taken). 0; 1 when another compile of the
+ * same code finished first (the caller frees e); -1 with an exception. */
+int code_cache_insert(CodeState *st, CacheEntry *e, SourceTable *src, const GuardSet *gs);
 /* New list: every continuation and resume code object the live entries hold (tests). */
 PyObject *code_cache_generated(void);
 

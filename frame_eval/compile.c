@@ -371,7 +371,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
         PyObject *tb = format_stack(stack);
         if (top)
             sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
-                   "Graph break in user code at %U:%S\nGraph Break Reason: %U\nUser code traceback:\n%U",
+                   "Graph break in user code at %U:%S\nGraph Break Reason: %U\nUser code traceback:\n%S",
                    PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason, tb ? tb : Py_None);
         else
             sj_log(LOG_GRAPH_BREAKS, SJ_INFO, "Graph break in %U (%U:%d)\nGraph Break Reason: %U", co->co_qualname,
@@ -384,17 +384,13 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
 
 /* ------------------------------------------------------------------ entry ---- */
 
-static CacheEntry *entry_from_capture(Capture *c)
+static CacheEntry *entry_new(void)
 {
     CacheEntry *e = PyMem_Calloc(1, sizeof(CacheEntry));
-    if (!e) {
+    if (!e)
         PyErr_NoMemory();
-        return NULL;
-    }
-    e->src = c->src;           /* moves */
-    e->guards = c->guards;
-    memset(&c->src, 0, sizeof c->src);
-    memset(&c->guards, 0, sizeof c->guards);
+    else
+        e->ge.sig = -1;
     return e;
 }
 
@@ -405,11 +401,8 @@ static int add_final_guards(Capture *c)
         memset(&g, 0, sizeof g);
         g.kind = GK_GLOBAL_STATE;
         g.src = g.src2 = -1;
-        int grad, dt;
-        if (guards_read_global_state(&grad, &dt) < 0)
+        if (guards_read_global_state(&g.gs) < 0)
             return -1;
-        g.grad_enabled = grad;
-        g.default_dtype = dt;
         if (guards_add(&c->guards, &g) < 0)
             return -1;
     }
@@ -457,7 +450,7 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
         return NULL;
     if (opts->fullgraph && c->reason != BR_USER_EXCEPTION) {
         PyObject *stack = format_stack(c->user_stack);
-        PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U\n%U", co->co_qualname, reason,
+        PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U\n%S", co->co_qualname, reason,
                      stack ? stack : Py_None);
         Py_XDECREF(stack);
         Py_DECREF(reason);
@@ -473,7 +466,7 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
         report_break(c, co, reason);
     }
     sj_stats.eager_frames++;
-    CacheEntry *e = entry_from_capture(c);
+    CacheEntry *e = entry_new();
     if (!e) {
         Py_DECREF(reason);
         return NULL;
@@ -483,17 +476,20 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
     return e;
 }
 
-static int capture_init(Capture *c)
+/* A capture starts from the sources of the code's guard tree, so ids stay shared. */
+static int capture_init(Capture *c, const CodeState *st)
 {
     memset(c, 0, sizeof *c);
     c->g = graph_new();
     c->keepalive = PyList_New(0);
     c->wrapped = PyDict_New();
     c->linecache = PyDict_New();
-    int dt;
+    GlobalState gs;
     if (!c->g || !c->keepalive || !c->wrapped || !c->linecache || libs_refresh() < 0 ||
-        guards_read_global_state(&c->grad_mode, &dt) < 0)
+        guards_read_global_state(&gs) < 0 || meta_refresh_torch_default() < 0 ||
+        guard_tree_copy_sources(&st->tree, &c->src) < 0)
         return -1;
+    c->grad_mode = gs.grad_enabled;
     return 0;
 }
 
@@ -522,7 +518,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     BreakReason reason = c->reason;
     PyObject *msg = Py_XNewRef(c->reason_msg), *stack = Py_XNewRef(c->user_stack);
     capture_release(c);
-    if (capture_init(c) < 0)
+    if (capture_init(c, st) < 0)
         goto undo;
     int grad0 = c->grad_mode;
     c->stop_step = step;
@@ -559,6 +555,25 @@ static int can_split(Capture *c, PyCodeObject *co, const CompileOptions *opts)
     return resume_breakable(co, c->fail_pc);
 }
 
+/* The guards log and explain()'s Out Guards for a new entry. */
+static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
+{
+    if (sj_log_on(LOG_GUARDS, SJ_INFO)) {
+        PyObject *tree = guard_entry_format(&st->tree, &e->ge);
+        if (tree)
+            sj_log(LOG_GUARDS, SJ_INFO, "GUARDS for %U (%U:%d), entry %d/%d:\n%U", co->co_qualname, co->co_filename,
+                   co->co_firstlineno, st->frame_id, e->compile_id, tree);
+        Py_XDECREF(tree);
+    }
+    if (events_active()) {
+        PyObject *lines = guard_entry_lines(&st->tree, &e->ge);
+        if (lines)
+            events_emit_guards(lines);
+        Py_XDECREF(lines);
+    }
+    PyErr_Clear();
+}
+
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
                           PyObject *builtins, const CompileOptions *opts, CodeState *st)
 {
@@ -572,7 +587,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int32_t *inputs = NULL;
     int32_t ninputs = 0;
     int has_mutation = 0;
-    if (capture_init(&c) < 0)
+    if (capture_init(&c, st) < 0)
         goto internal;
     sj_stats.frames++;
     if (sj_log_on(LOG_BYTECODE, SJ_INFO))
@@ -607,7 +622,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     }
     if (c.nops == 0 && !is_break) {
         /* nothing to compile: the frame only does Python work; run it as it is */
-        e = entry_from_capture(&c);
+        e = entry_new();
         if (e) {
             e->action = ENTRY_EAGER;
             e->reason = PyUnicode_FromString("no tensor ops in the frame");
@@ -670,7 +685,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         sj_stats.graphs++;
         sj_stats.unique_graphs++;
     }
-    e = entry_from_capture(&c);
+    e = entry_new();
     if (!e)
         goto done_err;
     e->action = is_break ? ENTRY_BREAK : ENTRY_GRAPH;
@@ -706,23 +721,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                 log_code("RESUME FUNCTION BYTECODE", bk.resume[i]);
         }
     }
-    if (sj_log_on(LOG_GUARDS, SJ_INFO) || events_active()) {
-        PyObject *lines = guards_format(&e->guards, &e->src);
-        if (lines) {
-            if (sj_log_on(LOG_GUARDS, SJ_INFO)) {
-                PyObject *sep = PyUnicode_FromString("\n| +- ");
-                PyObject *j = sep ? PyUnicode_Join(sep, lines) : NULL;
-                if (j)
-                    sj_log(LOG_GUARDS, SJ_INFO, "GUARDS for %U (%U:%d):\nTREE_GUARD_MANAGER:\n+- RootGuardManager\n| +- %U",
-                           co->co_qualname, co->co_filename, co->co_firstlineno, j);
-                Py_XDECREF(sep);
-                Py_XDECREF(j);
-            }
-            events_emit_guards(lines);
-            Py_DECREF(lines);
-        }
-        PyErr_Clear();
-    }
     goto done;
 
 internal:
@@ -742,11 +740,18 @@ done:
     Py_XDECREF(example);
     Py_XDECREF(gobj);
     Py_XDECREF(compiled);
-    capture_release(&c);
     if (e) {
-        e->compile_id = st->ncompiles++;
-        sj_stats.cache_entries++;
+        int r = code_cache_insert(st, e, &c.src, &c.guards);
+        if (r != 0) {
+            cache_entry_free(e);   /* another thread's compile of this code won; or no memory */
+            e = NULL;
+        } else {
+            e->compile_id = st->ncompiles++;
+            sj_stats.cache_entries++;
+            log_guards(co, st, e);
+        }
     }
+    capture_release(&c);
     double dt_s = now_s() - t0;
     sj_stats.compile_time_s += dt_s;
     events_emit_compile_time(dt_s);

@@ -9,9 +9,11 @@ typedef struct {
     int fullgraph;
 } CompileOptions;
 
-/* Capture the frame (code, its live localsplus, closure, globals, builtins). Returns a new
- * entry (ENTRY_GRAPH, or ENTRY_EAGER with the reason), or NULL with an exception set when
- * the user must see an error (fullgraph=True) or memory ran out. */
+/* Capture the frame (code, its live localsplus, closure, globals, builtins). Returns the
+ * new entry, already first in st's entries with its guards in st's tree (borrowed:
+ * ENTRY_GRAPH, ENTRY_BREAK, or ENTRY_EAGER with the reason), or NULL: with an exception
+ * set when the user must see an error (fullgraph=True) or memory ran out, without one
+ * when the frame should just run eagerly this time. */
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure,
                           PyObject *globals, PyObject *builtins, const CompileOptions *opts,
                           CodeState *st);

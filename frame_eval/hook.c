@@ -186,28 +186,18 @@ static int frame_has_tensors(PyCodeObject *co, _PyInterpreterFrame *f)
 
 /* ------------------------------------------------------------ the hook ---- */
 
-#define MEMO_STACK 64
-
-static PyObject *explain_failures(CodeState *st, const FrameView *fv)
+/* "- 0/1: tensor 'x' size mismatch ..." for each entry, oldest first (new str). */
+static PyObject *explain_failures(CodeState *st, GuardCall *call)
 {
     PyObject *lines = PyList_New(0);
     if (!lines)
         return NULL;
     for (CacheEntry *e = st->entries; e; e = e->next) {
-        PyObject **memo = PyMem_Calloc((size_t)e->src.n + 1, sizeof(PyObject *));
-        if (!memo) {
-            Py_DECREF(lines);
-            return PyErr_NoMemory();
-        }
-        int32_t failed = -1;
+        PyObject *why = guard_entry_explain(call, &e->ge);
         PyObject *line = NULL;
-        if (!guards_check(&e->guards, &e->src, fv, memo, &failed)) {
-            PyObject *why = guards_explain(&e->guards, failed, &e->src, fv, memo);
-            line = why ? PyUnicode_FromFormat("- %d/%d: %U", st->frame_id, e->compile_id, why) : NULL;
-            Py_XDECREF(why);
-        }
-        sources_memo_clear(memo, e->src.n);
-        PyMem_Free(memo);
+        if (why && why != Py_None)
+            line = PyUnicode_FromFormat("- %d/%d: %U", st->frame_id, e->compile_id, why);
+        Py_XDECREF(why);
         if (line) {
             int r = PyList_Insert(lines, 0, line);
             Py_DECREF(line);
@@ -229,14 +219,20 @@ static PyObject *explain_failures(CodeState *st, const FrameView *fv)
 /* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
 #define RUN_EAGER ((PyObject *)-1)
 
-static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
+static PyObject *run_entry(CacheEntry *e, GuardCall *call)
 {
+    PyObject **memo = call->memo;
+    const SourceTable *t = &call->t->src;
     PyObject *small[16];
     PyObject **in = e->ninputs <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)e->ninputs);
     if (!in)
         return PyErr_NoMemory();
     for (int32_t i = 0; i < e->ninputs; i++)
-        in[i] = memo[e->inputs[i]];
+        if (!(in[i] = sources_resolve(t, e->inputs[i], call->fv, memo))) {
+            if (in != small)
+                PyMem_Free(in);
+            return NULL;
+        }
     PyObject *outs = e->compiled ? PyObject_Vectorcall(e->compiled, in, (size_t)e->ninputs, NULL) : PyTuple_New(0);
     if (in != small)
         PyMem_Free(in);
@@ -258,7 +254,7 @@ static PyObject *run_entry(CacheEntry *e, PyObject **memo, const FrameView *fv)
     Py_DECREF(outs);
     if (!fast)
         return NULL;
-    PyObject *r = compile_build_result(e->plan, fast, memo, &e->src, fv);
+    PyObject *r = compile_build_result(e->plan, fast, memo, t, call->fv);
     Py_DECREF(fast);
     return r;
 }
@@ -330,11 +326,11 @@ done:
 
 /* Answer the frame from entry e (its guards passed, memo holds its sources): RUN_EAGER,
  * or what the graph and plan give — for ENTRY_BREAK the continuation's arguments. */
-static PyObject *answer(CacheEntry *e, PyObject **memo, const FrameView *fv)
+static PyObject *answer(CacheEntry *e, GuardCall *call)
 {
     if (e->action == ENTRY_EAGER || (e->action == ENTRY_BREAK && !resumes_alive(e)))
         return RUN_EAGER;
-    PyObject *r = run_entry(e, memo, fv);
+    PyObject *r = run_entry(e, call);
     return (!r && !e->has_mutation) ? rerun_eagerly() : r;
 }
 
@@ -376,59 +372,60 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     FrameView fv = {f->localsplus, f->f_func->func_closure, f->f_globals, f->f_builtins};
 
     /* ---- look for an entry whose guards pass ---- */
-    for (CacheEntry *e = st->entries; e; e = e->next) {
-        PyObject *small[MEMO_STACK];
-        PyObject **memo = e->src.n <= MEMO_STACK ? small : PyMem_Calloc((size_t)e->src.n, sizeof(PyObject *));
-        if (!memo) {
-            PyErr_Clear();
+    GuardCall call;
+    if (guard_call_begin(&call, &st->tree, &fv) < 0) {
+        PyErr_Clear();
+        goto eager;
+    }
+    GuardEntry *hit = st->nentries ? guard_tree_find(&call) : NULL;
+    if (hit) {
+        CacheEntry *e = hit->owner;
+        r = answer(e, &call);
+        guard_call_end(&call);
+        if (r == RUN_EAGER)
             goto eager;
-        }
-        if (memo == small)
-            memset(small, 0, sizeof(PyObject *) * (size_t)e->src.n);
-        int32_t failed;
-        int ok = guards_check(&e->guards, &e->src, &fv, memo, &failed);
-        if (ok)
-            r = answer(e, memo, &fv);
-        sources_memo_clear(memo, e->src.n);
-        if (memo != small)
-            PyMem_Free(memo);
-        if (ok) {
-            if (r == RUN_EAGER)
-                goto eager;
-            r = finish(e, r, f, saved);
-            goto out;
-        }
+        r = finish(e, r, f, saved);
+        goto out;
     }
 
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
+    PyObject *why = NULL;
+    int compile = 1;
     if (!is_top && st->role != ROLE_RESUME &&
         (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
-        goto eager;   /* comprehension bodies reached from eager code iterate live iterators */
-    if (st->nentries > 0) {
-        if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
-            goto eager;
-        if (sj_stance == STANCE_FAIL_ON_RECOMPILE) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
-                         "filename: '%U', function name: '%U', line number: %d",
-                         co->co_filename, co->co_name, co->co_firstlineno);
-            goto out;
-        }
-    } else if (sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
-        goto eager;
-    }
-    PyObject *why = NULL;
-    if (st->nentries > 0) {
-        why = explain_failures(st, &fv);
+        compile = 0;   /* comprehension bodies reached from eager code iterate live iterators */
+    else if (st->nentries > 0 && sj_stance == STANCE_EAGER_ON_RECOMPILE)
+        compile = 0;
+    else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1)
+        compile = 0;
+    if (compile && st->nentries > 0) {
+        why = explain_failures(st, &call);
         if (!why)
             PyErr_Clear();
         else
             Py_XSETREF(st->last_reason, Py_NewRef(why));
     }
+    guard_call_end(&call);
+    if (!compile)
+        goto eager;
+    if (st->nentries > 0 && sj_stance == STANCE_FAIL_ON_RECOMPILE) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
+                     "filename: '%U', function name: '%U', line number: %d",
+                     co->co_filename, co->co_name, co->co_firstlineno);
+        Py_XDECREF(why);
+        goto out;
+    }
     if (st->nentries >= sj_config.cache_size_limit ||
         sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit) {
         if (!st->warned_limit) {
             st->warned_limit = 1;
+            PyObject *none_yet = PyUnicode_FromString("none (no entry of this function yet)");
+            if (!none_yet) {
+                PyErr_Clear();
+                Py_XDECREF(why);
+                goto eager;
+            }
             int per_code = st->nentries >= sj_config.cache_size_limit;
             PyObject *msg = PyUnicode_FromFormat(
                 "shapejit hit config.%s (%ld)\n   function: '%U' (%U:%d)\n   last reason: %U\n"
@@ -436,12 +433,13 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                 "function run eagerly; its existing compiled entries are still used.",
                 per_code ? "cache_size_limit" : "accumulated_cache_size_limit",
                 per_code ? sj_config.cache_size_limit : sj_config.accumulated_cache_size_limit,
-                co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
+                co->co_name, co->co_filename, co->co_firstlineno, why ? why : none_yet);
             if (msg) {
                 if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
                     PyErr_Clear();
                 Py_DECREF(msg);
             }
+            Py_DECREF(none_yet);
             PyErr_Clear();
         }
         Py_XDECREF(why);
@@ -451,7 +449,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         sj_stats.recompiles++;
         if (sj_log_on(LOG_RECOMPILES, SJ_INFO))
             sj_log(LOG_RECOMPILES, SJ_INFO,
-                   "Recompiling function %U in %U:%d\n    triggered by the following guard failure(s):\n    %U",
+                   "Recompiling function %U in %U:%d\n    triggered by the following guard failure(s):\n    %S",
                    co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
     }
     Py_XDECREF(why);
@@ -472,27 +470,14 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             goto out;   /* fullgraph=True failure, or out of memory: the user sees it */
         goto eager;
     }
-    e->next = st->entries;
-    st->entries = e;
-    st->nentries++;
     if (e->action == ENTRY_EAGER)
         goto eager;
-    /* run the new entry: its guards pass by construction; resolve its sources once */
-    PyObject **memo = PyMem_Calloc((size_t)e->src.n + 1, sizeof(PyObject *));
-    if (!memo) {
-        PyErr_NoMemory();
+    /* run the new entry: its guards pass by construction */
+    if (guard_call_begin(&call, &st->tree, &fv) < 0)
         goto out;
-    }
-    int ok = 1;
-    for (int32_t i = 0; i < e->ninputs && ok; i++)
-        ok = sources_resolve(&e->src, e->inputs[i], &fv, memo) != NULL;
-    if (ok)
-        r = answer(e, memo, &fv);
-    else
-        PyErr_Clear();
-    sources_memo_clear(memo, e->src.n);
-    PyMem_Free(memo);
-    if (!ok || r == RUN_EAGER)
+    r = answer(e, &call);
+    guard_call_end(&call);
+    if (r == RUN_EAGER)
         goto eager;
     r = finish(e, r, f, saved);
 out:

@@ -39,25 +39,13 @@ static int load_torch(PyObject *torch)
     PyObject *m = libs_get_path(torch, "nn.modules.module");
     if (!m)
         return -1;
-    libs.global_hook_dicts = PyTuple_New(0);
-    const char *names[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
-                           "_global_backward_hooks", "_global_backward_pre_hooks",
-                           "_global_forward_hooks_always_called"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        PyObject *d = PyObject_GetAttrString(m, names[i]);
-        if (!d) {
-            PyErr_Clear();
-            continue;
-        }
-        PyObject *one = PyTuple_Pack(1, d);
-        Py_DECREF(d);
-        if (!one)
-            return -1;
-        PyObject *cat = PySequence_Concat(libs.global_hook_dicts, one);
-        Py_DECREF(one);
-        if (!cat)
-            return -1;
-        Py_SETREF(libs.global_hook_dicts, cat);
+    libs.global_hook_dicts = Py_BuildValue("(sssss)", "_global_forward_hooks", "_global_forward_pre_hooks",
+                                           "_global_backward_hooks", "_global_backward_pre_hooks",
+                                           "_global_forward_hooks_always_called");
+    libs.nn_module_globals = PyObject_GetAttrString(m, "__dict__");
+    if (!libs.global_hook_dicts || !libs.nn_module_globals) {
+        Py_DECREF(m);
+        return -1;
     }
     Py_DECREF(m);
     return callables_init();

@@ -19,7 +19,8 @@ typedef struct {
     PyObject *np_generic;       /* numpy.generic (numpy scalars) */
     PyObject *np_dtype_type;    /* numpy.dtype */
     PyObject *partial_type;     /* functools.partial */
-    PyObject *global_hook_dicts;/* tuple of torch.nn.modules.module global hook dicts */
+    PyObject *global_hook_dicts;/* tuple of the names of torch.nn.modules.module's global hook dicts */
+    PyObject *nn_module_globals;/* that module's __dict__ (where those dicts live) */
 } Libs;
 
 extern Libs libs;

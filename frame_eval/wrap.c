@@ -35,6 +35,21 @@ int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected
     return r;
 }
 
+/* DICT_VERSION: the dict d (at source src) must be exactly as it is now. */
+int guard_add_dict_version(Capture *c, int32_t src, PyObject *d)
+{
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_DICT_VERSION;
+    g.src = src;
+    g.src2 = -1;
+    g.version = guards_dict_version(d);
+    g.where = where_str(c);
+    int r = guards_add(&c->guards, &g);
+    Py_XDECREF(g.where);
+    return r;
+}
+
 static int is_constant_type(PyObject *o)
 {
     PyTypeObject *t = Py_TYPE(o);
@@ -235,7 +250,7 @@ static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kt); i++) {
         PyObject *k = PyTuple_GET_ITEM(kt, i);
         if (!is_constant_type(k)) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %U has a non-constant key", src >= 0 ? sources_repr(&c->src, src) : Py_None);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S has a non-constant key", src >= 0 ? sources_repr(&c->src, src) : Py_None);
             return NULL;
         }
         PyObject *val = PyDict_GetItemWithError(obj, k);

@@ -1,53 +1,134 @@
-/* Guard checks and their explanations, dispatched through guard_kinds.def. */
-#include "guards.h"
+/* Guard leaves: the check, the explanation and the printed form of each kind, dispatched
+ * through guard_kinds.def. A check and its explanation share one comparison function per
+ * kind that names the first difference, so a recompile reason is always the reason the
+ * check failed. */
+#include "tree.h"
+#include "tensor_reader.h"
 #include <string.h>
 
-/* ------------------------------------------------------------ global state ---- */
+/* ------------------------------------------------------- shared comparisons ---- */
 
-static PyObject *is_grad_enabled_fn;   /* strong, cached: torch.is_grad_enabled */
+/* What differs between a TENSOR_MATCH leaf and a tensor's facts, first difference first. */
+typedef enum {
+    TM_SAME, TM_TYPE, TM_UNSUPPORTED, TM_LIB, TM_DTYPE, TM_RANK, TM_REQUIRES_GRAD, TM_NP_SCALAR,
+    TM_SIZE, TM_STRIDE,
+} TensorDiff;
 
-int guards_read_global_state(int *grad_enabled, int *default_dtype)
+static TensorDiff tensor_diff(const Guard *g, PyObject *v, const TensorFacts *f, int *index)
 {
-    *grad_enabled = 1;
-    *default_dtype = -1;
-    PyObject *mods = PyImport_GetModuleDict();   /* borrowed */
-    PyObject *torch = PyDict_GetItemString(mods, "torch");   /* borrowed */
-    if (!torch)
-        return 0;
-    if (!is_grad_enabled_fn) {
-        is_grad_enabled_fn = PyObject_GetAttrString(torch, "is_grad_enabled");
-        if (!is_grad_enabled_fn)
-            return -1;
+    *index = -1;
+    if ((PyObject *)Py_TYPE(v) != g->expected)
+        return TM_TYPE;
+    if (!f)
+        return TM_UNSUPPORTED;
+    if (f->m.lib != g->meta.lib)
+        return TM_LIB;
+    if (f->m.dtype != g->meta.dtype)
+        return TM_DTYPE;
+    if (f->m.ndim != g->meta.ndim)
+        return TM_RANK;
+    if (f->m.requires_grad != g->meta.requires_grad)
+        return TM_REQUIRES_GRAD;
+    if (f->m.np_scalar != g->meta.np_scalar)
+        return TM_NP_SCALAR;
+    for (int i = 0; i < f->m.ndim; i++)
+        if (f->m.size[i] != g->meta.size[i]) {
+            *index = i;
+            return TM_SIZE;
+        }
+    for (int i = 0; i < f->m.ndim; i++)
+        if (f->stride[i] != g->stride[i]) {
+            *index = i;
+            return TM_STRIDE;
+        }
+    return TM_SAME;
+}
+
+typedef enum { GS_SAME, GS_GRAD, GS_DTYPE, GS_THREADS } GlobalDiff;
+
+static GlobalDiff global_diff(const Guard *g, const GlobalState *now)
+{
+    if (now->grad_enabled != g->gs.grad_enabled)
+        return GS_GRAD;
+    if (g->gs.default_dtype >= 0 && now->default_dtype != g->gs.default_dtype)
+        return GS_DTYPE;
+    if (g->gs.num_threads >= 0 && now->num_threads != g->gs.num_threads)
+        return GS_THREADS;
+    return GS_SAME;
+}
+
+/* The global state of this call, read once (the leaf is interned, so it is checked once
+ * per call whatever the number of entries). */
+static int call_global(GuardCall *call, GlobalState *out)
+{
+    (void)call;
+    return guards_read_global_state(out);
+}
+
+/* The facts of a tensor value: through the call's cache when the guard has a source. */
+static const TensorFacts *facts_of(const Guard *g, PyObject *v, GuardCall *call, TensorFacts *tmp,
+                                   const char **why)
+{
+    if (call && g->src >= 0)
+        return guard_call_facts(call, g->src, v, why);
+    int r = treader_read(v, &tmp->m, tmp->stride, why);
+    return r == 0 ? tmp : NULL;
+}
+
+/* 1 when the pointers in vals are pairwise distinct (hash set on the stack for up to 512). */
+static int all_distinct(PyObject *const *vals, int32_t n)
+{
+    if (n <= 8) {
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t j = i + 1; j < n; j++)
+                if (vals[i] == vals[j])
+                    return 0;
+        return 1;
     }
-    PyObject *r = PyObject_CallNoArgs(is_grad_enabled_fn);
-    if (!r)
-        return -1;
-    *grad_enabled = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    if (meta_refresh_torch_default() < 0)
-        return -1;
-    *default_dtype = (int)meta_torch_default_float;
-    return 0;
+    if (n > 512) {
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t j = i + 1; j < n; j++)
+                if (vals[i] == vals[j])
+                    return 0;
+        return 1;
+    }
+    uintptr_t slots[1024];
+    uint32_t mask = 15;
+    while (mask + 1 < (uint32_t)n * 2)
+        mask = mask * 2 + 1;
+    memset(slots, 0, sizeof(uintptr_t) * (mask + 1));
+    for (int32_t i = 0; i < n; i++) {
+        uintptr_t p = (uintptr_t)vals[i];
+        uint32_t h = (uint32_t)((p >> 4) * 0x9E3779B1u) & mask;
+        while (slots[h]) {
+            if (slots[h] == p)
+                return 0;
+            h = (h + 1) & mask;
+        }
+        slots[h] = p;
+    }
+    return 1;
 }
 
 /* ----------------------------------------------------------------- checks ---- */
-/* Each check: 1 pass, 0 fail, -1 error (counted as a failure by the caller). */
+/* Each check: 1 pass, 0 fail, -1 error (counted as a failure by the caller). v is the
+ * value at the guard's source (borrowed), Py_None for guards without one. */
 
-static int check_type(const Guard *g, PyObject *v, PyObject **memo)
+static int check_type(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
+    (void)call;
     return (PyObject *)Py_TYPE(v) == g->expected;
 }
 
-static int check_id(const Guard *g, PyObject *v, PyObject **memo)
+static int check_id(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
+    (void)call;
     return v == g->expected;
 }
 
-static int check_equals(const Guard *g, PyObject *v, PyObject **memo)
+static int check_equals(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
+    (void)call;
     if (v == g->expected)
         return 1;
     if (Py_TYPE(v) != Py_TYPE(g->expected))
@@ -55,37 +136,32 @@ static int check_equals(const Guard *g, PyObject *v, PyObject **memo)
     return PyObject_RichCompareBool(v, g->expected, Py_EQ);
 }
 
-static int check_tensor(const Guard *g, PyObject *v, PyObject **memo)
+static int check_tensor(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
     if ((PyObject *)Py_TYPE(v) != g->expected)
         return 0;
-    TensorMeta m;
-    int64_t st[SJ_MAX_RANK];
+    TensorFacts tmp;
     const char *why = NULL;
-    int r = meta_from_value(v, &m, st, &why);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    if (m.dtype != g->meta.dtype || m.ndim != g->meta.ndim || m.requires_grad != g->meta.requires_grad ||
-        m.np_scalar != g->meta.np_scalar)
-        return 0;
-    for (int i = 0; i < m.ndim; i++)
-        if (m.size[i] != g->meta.size[i] || st[i] != g->stride[i])
-            return 0;
-    return 1;
+    const TensorFacts *f = facts_of(g, v, call, &tmp, &why);
+    if (!f && !why)
+        return -1;
+    int index;
+    return tensor_diff(g, v, f, &index) == TM_SAME;
 }
 
-static int check_seq_len(const Guard *g, PyObject *v, PyObject **memo)
+static int check_seq_len(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
+    (void)call;
     if ((PyObject *)Py_TYPE(v) != g->expected)
         return 0;
+    if (PyList_Check(v) || PyTuple_Check(v))
+        return Py_SIZE(v) == g->len;
     return PyObject_Length(v) == g->len;
 }
 
-static int check_dict_keys(const Guard *g, PyObject *v, PyObject **memo)
+static int check_dict_keys(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
+    (void)call;
     if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(g->expected))
         return 0;
     Py_ssize_t pos = 0, i = 0;
@@ -101,189 +177,381 @@ static int check_dict_keys(const Guard *g, PyObject *v, PyObject **memo)
     return 1;
 }
 
-static int check_dict_len(const Guard *g, PyObject *v, PyObject **memo)
+static int check_dict_len(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)memo;
-    if (!PyDict_Check(v))
-        return 0;
-    return PyDict_GET_SIZE(v) == g->len;
+    (void)call;
+    return PyDict_Check(v) && PyDict_GET_SIZE(v) == g->len;
 }
 
-static int check_global(const Guard *g, PyObject *v, PyObject **memo)
+/* CPython 3.11 keeps a version tag on every dict that changes with every write; it is
+ * deprecated from 3.12 on, where this kind would need dict watchers instead. */
+_Pragma("GCC diagnostic push")
+_Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")
+uint64_t guards_dict_version(PyObject *d)
+{
+    return ((PyDictObject *)d)->ma_version_tag;
+}
+_Pragma("GCC diagnostic pop")
+
+static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
+{
+    (void)call;
+    return PyDict_Check(v) && guards_dict_version(v) == g->version;
+}
+
+static int check_global(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)v;
-    (void)memo;
-    int grad, dt;
-    if (guards_read_global_state(&grad, &dt) < 0)
+    GlobalState now;
+    if (call_global(call, &now) < 0)
         return -1;
-    return grad == g->grad_enabled && (g->default_dtype < 0 || dt == g->default_dtype);
+    return global_diff(g, &now) == GS_SAME;
 }
 
-static int check_same(const Guard *g, PyObject *v, PyObject **memo)
+static int check_same(const Guard *g, PyObject *v, GuardCall *call)
 {
-    return memo[g->src2] == v;
+    return call->memo[g->src2] == v;
 }
 
-static int check_distinct(const Guard *g, PyObject *v, PyObject **memo)
+static int check_distinct(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)v;
+    PyObject *small[64];
+    PyObject **vals = g->nsrcs <= 64 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)g->nsrcs);
+    if (!vals) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (int32_t i = 0; i < g->nsrcs; i++)
-        for (int32_t j = i + 1; j < g->nsrcs; j++)
-            if (memo[g->srcs[i]] == memo[g->srcs[j]])
-                return 0;
-    return 1;
+        vals[i] = call->memo[g->srcs[i]];
+    int r = all_distinct(vals, g->nsrcs);
+    if (vals != small)
+        PyMem_Free(vals);
+    return r;
 }
 
-/* -------------------------------------------------------------- explanations ---- */
+/* ------------------------------------------------------------ explanations ---- */
+/* New str: why the leaf fails; name is the short name of its source ("x" for L['x']). */
 
-/* "x" for L['x'], else the whole source. New reference. */
-static PyObject *short_name(const SourceTable *t, int32_t src)
+static PyObject *explain_type(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
-    if (src < 0)
-        return PyUnicode_FromString("<global state>");
-    const SourceEntry *e = &t->e[src];
-    if (e->kind == SRC_LOCAL || e->kind == SRC_FREEVAR)
-        return Py_NewRef(e->key);
-    return Py_NewRef(e->repr);
-}
-
-static PyObject *explain_type(const Guard *g, PyObject *v, PyObject *name)
-{
+    (void)call;
     return PyUnicode_FromFormat("type(%U) changed: expected %s, actual %s", name,
                                 ((PyTypeObject *)g->expected)->tp_name, Py_TYPE(v)->tp_name);
 }
 
-static PyObject *explain_id(const Guard *g, PyObject *v, PyObject *name)
+static PyObject *explain_id(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
+    (void)call;
     (void)g;
     return PyUnicode_FromFormat("%U is a different object now (%.80R)", name, v);
 }
 
-static PyObject *explain_equals(const Guard *g, PyObject *v, PyObject *name)
+static PyObject *explain_equals(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
+    (void)call;
+    if (Py_TYPE(v) != Py_TYPE(g->expected))
+        return PyUnicode_FromFormat("%U == %.80R (type %s), expected %.80R (type %s)", name, v, Py_TYPE(v)->tp_name,
+                                    g->expected, Py_TYPE(g->expected)->tp_name);
     return PyUnicode_FromFormat("%U == %.80R, expected %.80R", name, v, g->expected);
 }
 
-static PyObject *explain_tensor(const Guard *g, PyObject *v, PyObject *name)
+static const char *dtype_prefix(const Guard *g)
 {
-    if ((PyObject *)Py_TYPE(v) != g->expected)
-        return PyUnicode_FromFormat("tensor '%U' type mismatch. expected %s, actual %s", name,
-                                    ((PyTypeObject *)g->expected)->tp_name, Py_TYPE(v)->tp_name);
-    TensorMeta m;
-    int64_t st[SJ_MAX_RANK];
-    const char *why = NULL;
-    int r = meta_from_value(v, &m, st, &why);
-    if (r < 0)
-        return NULL;
-    if (r > 0)
-        return PyUnicode_FromFormat("tensor '%U' is no longer supported: %s", name, why);
-    if (m.dtype != g->meta.dtype)
-        return PyUnicode_FromFormat("tensor '%U' dtype mismatch. expected %s, actual %s", name,
-                                    dtype_info[g->meta.dtype].name, dtype_info[m.dtype].name);
-    if (m.ndim != g->meta.ndim)
-        return PyUnicode_FromFormat("tensor '%U' rank mismatch. expected %d, actual %d", name,
-                                    (int)g->meta.ndim, (int)m.ndim);
-    if (m.requires_grad != g->meta.requires_grad)
-        return PyUnicode_FromFormat("tensor '%U' requires_grad mismatch. expected requires_grad=%d",
-                                    name, (int)g->meta.requires_grad);
-    if (m.np_scalar != g->meta.np_scalar)
-        return PyUnicode_FromFormat("tensor '%U' changed between numpy scalar and array", name);
-    for (int i = 0; i < m.ndim; i++)
-        if (m.size[i] != g->meta.size[i])
-            return PyUnicode_FromFormat("tensor '%U' size mismatch at index %d. expected %lld, actual %lld",
-                                        name, i, (long long)g->meta.size[i], (long long)m.size[i]);
-    for (int i = 0; i < m.ndim; i++)
-        if (st[i] != g->stride[i])
-            return PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d. expected %lld, actual %lld",
-                                        name, i, (long long)g->stride[i], (long long)st[i]);
-    return PyUnicode_FromFormat("tensor '%U' changed", name);
+    return g->meta.lib == LIB_TORCH ? "torch." : "";
 }
 
-static PyObject *explain_seq_len(const Guard *g, PyObject *v, PyObject *name)
+/* Size and stride reasons of nn.Module parameters end with what to do about them. */
+static PyObject *with_param_hint(PyObject *reason, PyObject *name)
 {
+    if (!reason)
+        return NULL;
+    PyObject *needle = PyUnicode_FromString("._parameters[");
+    Py_ssize_t at = needle ? PyUnicode_Find(name, needle, 0, PyUnicode_GET_LENGTH(name), 1) : -2;
+    Py_XDECREF(needle);
+    if (at == -2) {
+        Py_DECREF(reason);
+        return NULL;
+    }
+    if (at < 0)
+        return reason;
+    PyObject *r = PyUnicode_FromFormat("%U. Parameters are compiled with static shapes "
+                                       "(config.force_parameter_static_shapes = True); set it to False to let "
+                                       "their sizes be dynamic instead of recompiling for each", reason);
+    Py_DECREF(reason);
+    return r;
+}
+
+static PyObject *explain_tensor(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    TensorFacts tmp;
+    const char *why = NULL;
+    const TensorFacts *f = (PyObject *)Py_TYPE(v) == g->expected ? facts_of(g, v, call, &tmp, &why) : NULL;
+    if ((PyObject *)Py_TYPE(v) == g->expected && !f && !why)
+        return NULL;
+    int i;
+    switch (tensor_diff(g, v, f, &i)) {
+    case TM_TYPE:
+        return PyUnicode_FromFormat("tensor '%U' type mismatch. expected %s, actual %s", name,
+                                    ((PyTypeObject *)g->expected)->tp_name, Py_TYPE(v)->tp_name);
+    case TM_UNSUPPORTED:
+        return PyUnicode_FromFormat("tensor '%U' is no longer supported: %s", name, why);
+    case TM_LIB:
+        return PyUnicode_FromFormat("tensor '%U' changed library", name);
+    case TM_DTYPE:
+        return PyUnicode_FromFormat("tensor '%U' dtype mismatch. expected %s%s, actual %s%s", name, dtype_prefix(g),
+                                    dtype_info[g->meta.dtype].name, dtype_prefix(g), dtype_info[f->m.dtype].name);
+    case TM_RANK:
+        return PyUnicode_FromFormat("tensor '%U' rank mismatch. expected %d, actual %d", name, (int)g->meta.ndim,
+                                    (int)f->m.ndim);
+    case TM_REQUIRES_GRAD:
+        return PyUnicode_FromFormat("tensor '%U' requires_grad mismatch. expected requires_grad=%d", name,
+                                    (int)g->meta.requires_grad);
+    case TM_NP_SCALAR:
+        return PyUnicode_FromFormat("tensor '%U' changed between numpy scalar and array", name);
+    case TM_SIZE:
+        return with_param_hint(PyUnicode_FromFormat("tensor '%U' size mismatch at index %d. expected %lld, actual %lld",
+                                                    name, i, (long long)g->meta.size[i], (long long)f->m.size[i]),
+                               name);
+    case TM_STRIDE:
+        return with_param_hint(PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d. expected %lld, actual %lld",
+                                                    name, i, (long long)g->stride[i], (long long)f->stride[i]),
+                               name);
+    case TM_SAME:
+        break;
+    }
+    return PyUnicode_FromFormat("tensor '%U' matches now", name);
+}
+
+static PyObject *explain_seq_len(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)call;
     if ((PyObject *)Py_TYPE(v) != g->expected)
         return PyUnicode_FromFormat("type(%U) changed: expected %s, actual %s", name,
                                     ((PyTypeObject *)g->expected)->tp_name, Py_TYPE(v)->tp_name);
-    return PyUnicode_FromFormat("len(%U) == %zd, expected %zd", name, PyObject_Length(v), g->len);
-}
-
-static PyObject *explain_dict_keys(const Guard *g, PyObject *v, PyObject *name)
-{
-    (void)v;
-    return PyUnicode_FromFormat("keys of %U changed, expected %.200R", name, g->expected);
-}
-
-static PyObject *explain_dict_len(const Guard *g, PyObject *v, PyObject *name)
-{
-    return PyUnicode_FromFormat("len(%U) == %zd, expected %zd", name,
-                                PyDict_Check(v) ? PyDict_GET_SIZE(v) : (Py_ssize_t)-1, g->len);
-}
-
-static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name)
-{
-    (void)v;
-    (void)name;
-    int grad, dt;
-    if (guards_read_global_state(&grad, &dt) < 0)
+    Py_ssize_t n = PyObject_Length(v);
+    if (n < 0)
         return NULL;
-    if (grad != g->grad_enabled)
-        return PyUnicode_FromFormat("GLOBAL_STATE changed: grad_mode (expected %s)",
-                                    g->grad_enabled ? "enabled" : "disabled");
-    return PyUnicode_FromFormat("GLOBAL_STATE changed: default_dtype (expected %s)",
-                                g->default_dtype >= 0 ? dtype_info[g->default_dtype].name : "?");
+    return PyUnicode_FromFormat("len(%U) == %zd, expected %zd", name, n, g->len);
 }
 
-static PyObject *explain_same(const Guard *g, PyObject *v, PyObject *name)
+static PyObject *explain_dict_keys(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
-    (void)g;
-    (void)v;
-    return PyUnicode_FromFormat("%U is no longer the same object as at compile time", name);
+    (void)call;
+    if (!PyDict_Check(v))
+        return PyUnicode_FromFormat("%U is no longer a dict (%s)", name, Py_TYPE(v)->tp_name);
+    PyObject *keys = PyDict_Keys(v);
+    if (!keys)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("keys of %U changed: expected %.200R, actual %.200R", name, g->expected, keys);
+    Py_DECREF(keys);
+    return r;
 }
 
-static PyObject *explain_distinct(const Guard *g, PyObject *v, PyObject *name)
+static PyObject *explain_dict_len(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
+    (void)call;
+    if (!PyDict_Check(v))
+        return PyUnicode_FromFormat("%U is no longer a dict (%s)", name, Py_TYPE(v)->tp_name);
+    return PyUnicode_FromFormat("len(%U) == %zd, expected %zd", name, PyDict_GET_SIZE(v), g->len);
+}
+
+static PyObject *explain_dict_ver(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)call;
     (void)g;
+    if (!PyDict_Check(v))
+        return PyUnicode_FromFormat("%U is no longer a dict (%s)", name, Py_TYPE(v)->tp_name);
+    return PyUnicode_FromFormat("%U was modified (dict version changed)", name);
+}
+
+static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
     (void)v;
     (void)name;
-    return PyUnicode_FromString("tensor inputs that were distinct now alias each other");
+    GlobalState now;
+    if (call_global(call, &now) < 0)
+        return NULL;
+    switch (global_diff(g, &now)) {
+    case GS_GRAD:
+        return PyUnicode_FromFormat("GLOBAL_STATE changed: grad_mode (expected %s, actual %s)",
+                                    g->gs.grad_enabled ? "enabled" : "disabled",
+                                    now.grad_enabled ? "enabled" : "disabled");
+    case GS_DTYPE:
+        return PyUnicode_FromFormat("GLOBAL_STATE changed: default_dtype (expected torch.%s, actual torch.%s)",
+                                    dtype_info[g->gs.default_dtype].name,
+                                    now.default_dtype >= 0 ? dtype_info[now.default_dtype].name : "?");
+    case GS_THREADS:
+        return PyUnicode_FromFormat("GLOBAL_STATE changed: num_threads (expected %d, actual %d)",
+                                    g->gs.num_threads, now.num_threads);
+    case GS_SAME:
+        break;
+    }
+    return PyUnicode_FromString("GLOBAL_STATE matches now");
+}
+
+static PyObject *explain_same(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)g;
+    (void)v;
+    (void)call;
+    return PyUnicode_FromFormat("%U is no longer the same object as %U", name, call->t->src.e[g->src2].repr);
+}
+
+static PyObject *explain_distinct(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)v;
+    (void)name;
+    for (int32_t i = 0; i < g->nsrcs; i++)
+        for (int32_t j = i + 1; j < g->nsrcs; j++)
+            if (call->memo[g->srcs[i]] == call->memo[g->srcs[j]])
+                return PyUnicode_FromFormat("tensor inputs that were distinct now alias each other: %U is %U",
+                                            call->t->src.e[g->srcs[i]].repr, call->t->src.e[g->srcs[j]].repr);
+    return PyUnicode_FromString("NO_TENSOR_ALIASING matches now");
+}
+
+/* ---------------------------------------------------------- printed forms ---- */
+
+static PyObject *format_type(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("TYPE_MATCH: ___check_type_id(%U, %s)", src, ((PyTypeObject *)g->expected)->tp_name);
+}
+
+static PyObject *format_id(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("ID_MATCH: ___check_obj_id(%U, %p)", src, (void *)g->expected);
+}
+
+static PyObject *format_equals(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("EQUALS_MATCH: %U == %.80R", src, g->expected);
+}
+
+static PyObject *format_tensor(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    char sz[256], st[256];
+    size_t a = 0, b = 0;
+    sz[0] = st[0] = 0;
+    for (int i = 0; i < g->meta.ndim && a < sizeof sz && b < sizeof st; i++) {
+        a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? ", " : "", (long long)g->meta.size[i]);
+        if (b < sizeof st)
+            b += (size_t)snprintf(st + b, sizeof st - b, "%s%lld", i ? ", " : "", (long long)g->stride[i]);
+    }
+    return PyUnicode_FromFormat("TENSOR_MATCH: check_tensor(%U, %s, %s%s, device=cpu, requires_grad=%s, size=[%s], stride=[%s])",
+                                src, ((PyTypeObject *)g->expected)->tp_name, dtype_prefix(g),
+                                dtype_info[g->meta.dtype].name, g->meta.requires_grad ? "True" : "False", sz, st);
+}
+
+static PyObject *format_seq_len(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("SEQUENCE_LENGTH: check_type_and_len(%U, %s, %zd)", src,
+                                ((PyTypeObject *)g->expected)->tp_name, g->len);
+}
+
+static PyObject *format_dict_keys(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("DICT_KEYS: list(%U.keys()) == %.200R", src, g->expected);
+}
+
+static PyObject *format_dict_len(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("DICT_LENGTH: len(%U) == %zd", src, g->len);
+}
+
+static PyObject *format_dict_ver(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    return PyUnicode_FromFormat("DICT_VERSION: ___dict_version(%U) == %llu", src, (unsigned long long)g->version);
+}
+
+static PyObject *format_global(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)t;
+    (void)src;
+    char threads[32];
+    if (g->gs.num_threads >= 0)
+        snprintf(threads, sizeof threads, "%d", g->gs.num_threads);
+    else
+        strcpy(threads, "n/a");
+    return PyUnicode_FromFormat("GLOBAL_STATE: ___check_global_state(grad_mode=%s, default_dtype=%s%s, num_threads=%s)",
+                                g->gs.grad_enabled ? "True" : "False", g->gs.default_dtype >= 0 ? "torch." : "",
+                                g->gs.default_dtype >= 0 ? dtype_info[g->gs.default_dtype].name : "n/a", threads);
+}
+
+static PyObject *format_same(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    return PyUnicode_FromFormat("OBJECT_ALIASING: %U is %U", src, t->e[g->src2].repr);
+}
+
+static PyObject *format_distinct(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    PyObject *parts = PyList_New(g->nsrcs);
+    if (!parts)
+        return NULL;
+    for (int32_t i = 0; i < g->nsrcs; i++)
+        PyList_SET_ITEM(parts, i, Py_NewRef(t->e[g->srcs[i]].repr));
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    if (!j)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("NO_TENSOR_ALIASING: check_no_aliasing(%U)", j);
+    Py_DECREF(j);
+    return r;
 }
 
 /* ------------------------------------------------------------------ tables ---- */
 
-typedef int (*CheckFn)(const Guard *, PyObject *, PyObject **);
-typedef PyObject *(*ExplainFn)(const Guard *, PyObject *, PyObject *);
+typedef int (*CheckFn)(const Guard *, PyObject *, GuardCall *);
+typedef PyObject *(*ExplainFn)(const Guard *, PyObject *, PyObject *, GuardCall *);
+typedef PyObject *(*FormatFn)(const Guard *, PyObject *, const SourceTable *);
 
 static const struct {
     const char *name;
     CheckFn check;
     ExplainFn explain;
+    FormatFn format;
 } kinds[GK_COUNT] = {
-#define X(e, name, check, explain) [e] = {name, check, explain},
+#define X(e, name, check, explain, format) [e] = {name, check, explain, format},
 #include "guard_kinds.def"
 #undef X
 };
 
+const char *guards_kind_name(GuardKind k)
+{
+    return (unsigned)k < GK_COUNT ? kinds[k].name : "?";
+}
+
 /* ------------------------------------------------------------------ the set ---- */
+
+static void guard_release(Guard *g)
+{
+    Py_CLEAR(g->expected);
+    Py_CLEAR(g->where);
+    PyMem_Free(g->srcs);
+    g->srcs = NULL;
+}
 
 void guards_clear(GuardSet *s)
 {
-    for (int32_t i = 0; i < s->n; i++) {
-        Py_XDECREF(s->g[i].expected);
-        Py_XDECREF(s->g[i].where);
-        PyMem_Free(s->g[i].srcs);
-    }
+    for (int32_t i = 0; i < s->n; i++)
+        guard_release(&s->g[i]);
     PyMem_Free(s->g);
     s->g = NULL;
     s->n = s->cap = 0;
 }
 
-int guards_add(GuardSet *s, const Guard *g)
+int32_t guards_append(GuardSet *s, const Guard *g)
 {
-    for (int32_t i = 0; i < s->n; i++) {
-        const Guard *o = &s->g[i];
-        if (o->kind == g->kind && o->src == g->src && o->src2 == g->src2 && g->kind != GK_DISTINCT)
-            return 0;
-    }
     if (s->n == s->cap) {
         int32_t ncap = s->cap ? s->cap * 2 : 16;
         Guard *p = PyMem_Realloc(s->g, sizeof(Guard) * (size_t)ncap);
@@ -296,74 +564,111 @@ int guards_add(GuardSet *s, const Guard *g)
     }
     Guard *d = &s->g[s->n];
     *d = *g;
-    Py_XINCREF(d->expected);
-    Py_XINCREF(d->where);
+    d->srcs = NULL;
     if (g->nsrcs) {
         d->srcs = PyMem_Malloc(sizeof(int32_t) * (size_t)g->nsrcs);
         if (!d->srcs) {
-            Py_XDECREF(d->expected);
-            Py_XDECREF(d->where);
             PyErr_NoMemory();
             return -1;
         }
         memcpy(d->srcs, g->srcs, sizeof(int32_t) * (size_t)g->nsrcs);
     }
-    s->n++;
+    Py_XINCREF(d->expected);
+    Py_XINCREF(d->where);
+    return s->n++;
+}
+
+int guards_add(GuardSet *s, const Guard *g)
+{
+    for (int32_t i = 0; i < s->n; i++) {
+        const Guard *o = &s->g[i];
+        if (o->kind == g->kind && o->src == g->src && o->src2 == g->src2 && g->kind != GK_DISTINCT)
+            return 0;
+    }
+    return guards_append(s, g) < 0 ? -1 : 0;
+}
+
+int guards_same(const Guard *a, const Guard *b)
+{
+    if (a->kind != b->kind || a->src != b->src || a->src2 != b->src2 || a->len != b->len ||
+        a->version != b->version || a->nsrcs != b->nsrcs)
+        return 0;
+    switch ((GuardKind)a->kind) {
+    case GK_TYPE_MATCH:
+    case GK_ID_MATCH:
+    case GK_SEQ_LENGTH:
+        return a->expected == b->expected;
+    case GK_EQUALS_MATCH:
+    case GK_DICT_KEYS:
+        return sources_same_key(a->expected, b->expected);
+    case GK_TENSOR_MATCH:
+        return a->expected == b->expected && memcmp(&a->meta, &b->meta, sizeof a->meta) == 0 &&
+               memcmp(a->stride, b->stride, sizeof(int64_t) * a->meta.ndim) == 0;
+    case GK_GLOBAL_STATE:
+        return memcmp(&a->gs, &b->gs, sizeof a->gs) == 0;
+    case GK_DISTINCT:
+        return memcmp(a->srcs, b->srcs, sizeof(int32_t) * (size_t)a->nsrcs) == 0;
+    case GK_DICT_LENGTH:
+    case GK_DICT_VERSION:
+    case GK_SAME_OBJECT:
+        return 1;
+    case GK_COUNT:
+        break;
+    }
     return 0;
 }
 
-/* Resolve what guard g looks at; borrowed or NULL (exception set). Py_None for no source. */
-static PyObject *guard_value(const Guard *g, const SourceTable *t, const FrameView *fv, PyObject **memo)
+/* Resolve what leaf g looks at; borrowed or NULL (exception set). Py_None for no source. */
+static PyObject *leaf_value(const Guard *g, const SourceTable *t, GuardCall *call)
 {
     if (g->kind == GK_DISTINCT) {
         for (int32_t i = 0; i < g->nsrcs; i++)
-            if (!sources_resolve(t, g->srcs[i], fv, memo))
+            if (!sources_resolve(t, g->srcs[i], call->fv, call->memo))
                 return NULL;
         return Py_None;
     }
-    if (g->kind == GK_SAME_OBJECT && !sources_resolve(t, g->src2, fv, memo))
+    if (g->kind == GK_SAME_OBJECT && !sources_resolve(t, g->src2, call->fv, call->memo))
         return NULL;
     if (g->src < 0)
         return Py_None;
-    return sources_resolve(t, g->src, fv, memo);
+    return sources_resolve(t, g->src, call->fv, call->memo);
 }
 
-int guards_check(const GuardSet *s, const SourceTable *t, const FrameView *fv, PyObject **memo,
-                 int32_t *failed)
+int guards_check_one(const Guard *g, const SourceTable *t, GuardCall *call)
 {
-    for (int32_t i = 0; i < s->n; i++) {
-        const Guard *g = &s->g[i];
-        PyObject *v = guard_value(g, t, fv, memo);
-        int ok = v ? kinds[g->kind].check(g, v, memo) : -1;
-        if (ok != 1) {
-            if (ok < 0)
-                PyErr_Clear();
-            *failed = i;
-            return 0;
-        }
-    }
-    return 1;
+    PyObject *v = leaf_value(g, t, call);
+    return v ? kinds[g->kind].check(g, v, call) : -1;
 }
 
-PyObject *guards_explain(const GuardSet *s, int32_t i, const SourceTable *t, const FrameView *fv,
-                         PyObject **memo)
+/* "x" for L['x'], else the whole source. New reference. */
+static PyObject *short_name(const SourceTable *t, int32_t src)
 {
-    const Guard *g = &s->g[i];
+    if (src < 0)
+        return PyUnicode_FromString("<global state>");
+    const SourceEntry *e = &t->e[src];
+    if (e->kind == SRC_LOCAL || e->kind == SRC_FREEVAR)
+        return Py_NewRef(e->key);
+    return Py_NewRef(e->repr);
+}
+
+PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *call)
+{
     PyObject *name = short_name(t, g->src);
     if (!name)
         return NULL;
-    PyObject *v = guard_value(g, t, fv, memo);
+    PyObject *v = leaf_value(g, t, call);
     PyObject *r;
     if (!v) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
-        r = PyUnicode_FromFormat("%U could not be read: %S", name, ev ? ev : Py_None);
+        r = PyUnicode_FromFormat("%U could not be read: %s: %S", name, et ? ((PyTypeObject *)et)->tp_name : "?",
+                                 ev ? ev : Py_None);
         Py_XDECREF(et);
         Py_XDECREF(ev);
         Py_XDECREF(tb);
     } else {
-        r = kinds[g->kind].explain(g, v, name);
+        r = kinds[g->kind].explain(g, v, name, call);
         if (!r) {
             PyErr_Clear();
             r = PyUnicode_FromFormat("%s failed on %U", kinds[g->kind].name, name);
@@ -373,87 +678,8 @@ PyObject *guards_explain(const GuardSet *s, int32_t i, const SourceTable *t, con
     return r;
 }
 
-static PyObject *format_one(const Guard *g, const SourceTable *t)
+PyObject *guards_format_one(const Guard *g, const SourceTable *t)
 {
-    PyObject *src = g->src >= 0 ? t->e[g->src].repr : NULL;
-    switch ((GuardKind)g->kind) {
-    case GK_TENSOR_MATCH: {
-        char sz[256], st[256];
-        size_t a = 0, b = 0;
-        sz[0] = st[0] = 0;
-        for (int i = 0; i < g->meta.ndim; i++) {
-            a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? ", " : "", (long long)g->meta.size[i]);
-            b += (size_t)snprintf(st + b, sizeof st - b, "%s%lld", i ? ", " : "", (long long)g->stride[i]);
-            if (a >= sizeof sz || b >= sizeof st)
-                break;
-        }
-        return PyUnicode_FromFormat("TENSOR_MATCH: check_tensor(%U, %s, %s, requires_grad=%s, size=[%s], stride=[%s])",
-                                    src, ((PyTypeObject *)g->expected)->tp_name, dtype_info[g->meta.dtype].name,
-                                    g->meta.requires_grad ? "True" : "False", sz, st);
-    }
-    case GK_TYPE_MATCH:
-        return PyUnicode_FromFormat("TYPE_MATCH: ___check_type_id(%U, %s)", src,
-                                    ((PyTypeObject *)g->expected)->tp_name);
-    case GK_ID_MATCH:
-        return PyUnicode_FromFormat("ID_MATCH: ___check_obj_id(%U, %p)", src, (void *)g->expected);
-    case GK_EQUALS_MATCH:
-        return PyUnicode_FromFormat("EQUALS_MATCH: %U == %.80R", src, g->expected);
-    case GK_SEQ_LENGTH:
-        return PyUnicode_FromFormat("SEQUENCE_LENGTH: check_type_and_len(%U, %s, %zd)", src,
-                                    ((PyTypeObject *)g->expected)->tp_name, g->len);
-    case GK_DICT_KEYS:
-        return PyUnicode_FromFormat("DICT_KEYS: list(%U.keys()) == %.200R", src, g->expected);
-    case GK_DICT_LENGTH:
-        return PyUnicode_FromFormat("DICT_LENGTH: len(%U) == %zd", src, g->len);
-    case GK_GLOBAL_STATE:
-        return PyUnicode_FromFormat("GLOBAL_STATE: ___check_global_state(grad_mode=%s, default_dtype=%s)",
-                                    g->grad_enabled ? "True" : "False",
-                                    g->default_dtype >= 0 ? dtype_info[g->default_dtype].name : "n/a");
-    case GK_SAME_OBJECT:
-        return PyUnicode_FromFormat("OBJECT_ALIASING: %U is %U", src, t->e[g->src2].repr);
-    case GK_DISTINCT: {
-        PyObject *parts = PyList_New(0);
-        if (!parts)
-            return NULL;
-        for (int32_t i = 0; i < g->nsrcs; i++)
-            if (PyList_Append(parts, t->e[g->srcs[i]].repr) < 0) {
-                Py_DECREF(parts);
-                return NULL;
-            }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(parts);
-        if (!j)
-            return NULL;
-        PyObject *r = PyUnicode_FromFormat("NO_TENSOR_ALIASING: check_no_aliasing(%U)", j);
-        Py_DECREF(j);
-        return r;
-    }
-    case GK_COUNT:
-        break;
-    }
-    return PyUnicode_FromString("?");
-}
-
-PyObject *guards_format(const GuardSet *s, const SourceTable *t)
-{
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    for (int32_t i = 0; i < s->n; i++) {
-        PyObject *line = format_one(&s->g[i], t);
-        if (line && s->g[i].where) {
-            PyObject *l2 = PyUnicode_FromFormat("%U  # %U", line, s->g[i].where);
-            Py_DECREF(line);
-            line = l2;
-        }
-        if (!line || PyList_Append(list, line) < 0) {
-            Py_XDECREF(line);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(line);
-    }
-    return list;
+    PyObject *src = g->src >= 0 ? t->e[g->src].repr : Py_None;
+    return kinds[g->kind].format(g, src, t);
 }

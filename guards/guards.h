@@ -1,5 +1,7 @@
-/* Guards: the checks that decide whether a cache entry may run for a frame.
- * (Issue 4 turns this flat list into trees with xxHash dispatch.) */
+/* Guard leaves: the checks that decide whether a cache entry may run for a frame. A
+ * capture collects them in a GuardSet; tree.h files them under the code object's guard
+ * tree, where entries share sources and leaves. Each kind's check, explanation and
+ * printed form come from one row of guard_kinds.def. */
 #ifndef SJ_GUARDS_H
 #define SJ_GUARDS_H
 
@@ -7,11 +9,26 @@
 #include "../graph/meta.h"
 
 typedef enum {
-#define X(e, name, check, explain) e,
+#define X(e, name, check, explain, format) e,
 #include "guard_kinds.def"
 #undef X
     GK_COUNT
 } GuardKind;
+
+/* What the tensor reader (tensor_reader.h) says about a tensor or array. */
+typedef struct {
+    TensorMeta m;
+    int64_t stride[SJ_MAX_RANK];
+} TensorFacts;
+
+/* Interpreter-wide state a graph depends on. */
+typedef struct {
+    int grad_enabled;               /* torch's grad mode (1 when torch is not loaded) */
+    int default_dtype;              /* DType of torch.get_default_dtype(), -1 without torch */
+    int num_threads;                /* torch.get_num_threads(), -1 without torch */
+} GlobalState;
+
+typedef struct GuardCall GuardCall;   /* tree.h: per-call memo */
 
 typedef struct {
     uint8_t kind;                   /* GuardKind */
@@ -19,11 +36,11 @@ typedef struct {
     int32_t src2;                   /* OBJECT_ALIASING: the other source */
     PyObject *expected;             /* strong or NULL: the type, object, value or key tuple */
     Py_ssize_t len;                 /* SEQUENCE_LENGTH / DICT_LENGTH */
+    uint64_t version;               /* DICT_VERSION: ma_version_tag at capture */
     TensorMeta meta;                /* TENSOR_MATCH */
     int64_t stride[SJ_MAX_RANK];    /* TENSOR_MATCH */
     int32_t *srcs, nsrcs;           /* NO_TENSOR_ALIASING: owned array */
-    int grad_enabled;               /* GLOBAL_STATE */
-    int default_dtype;              /* GLOBAL_STATE: DType */
+    GlobalState gs;                 /* GLOBAL_STATE */
     PyObject *where;                /* strong or NULL: "file.py:12 in f: <line>" */
 } Guard;
 
@@ -36,20 +53,24 @@ void guards_clear(GuardSet *s);
 /* Add a guard unless the same check on the same source exists; returns 0 or -1.
  * The guard's expected/where are borrowed and taken as new references. */
 int guards_add(GuardSet *s, const Guard *g);
+/* Append a copy of g (no duplicate check); returns its index or -1. */
+int32_t guards_append(GuardSet *s, const Guard *g);
+/* 1 when a and b check exactly the same thing. */
+int guards_same(const Guard *a, const Guard *b);
 
-/* 1 when every guard passes; 0 when one fails (*failed = its index); any exception raised
- * while checking counts as a failure and is cleared. memo: t->n slots, NULL on entry;
- * the caller clears it (sources_memo_clear). */
-int guards_check(const GuardSet *s, const SourceTable *t, const FrameView *fv, PyObject **memo,
-                 int32_t *failed);
-/* New str: why guard i fails for this frame, in the anchors' words. */
-PyObject *guards_explain(const GuardSet *s, int32_t i, const SourceTable *t, const FrameView *fv,
-                         PyObject **memo);
-/* New list of str: one line per guard, as the guards log prints them. */
-PyObject *guards_format(const GuardSet *s, const SourceTable *t);
+/* Check one leaf: 1 pass, 0 fail, -1 error (a failure for the caller). */
+int guards_check_one(const Guard *g, const SourceTable *t, GuardCall *call);
+/* New str: why leaf g fails for this call, in the anchors' words. */
+PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *call);
+/* New str: the leaf as the guards log prints it (without its user line). */
+PyObject *guards_format_one(const Guard *g, const SourceTable *t);
+/* The version tag CPython 3.11 keeps on a dict (changes with every write). */
+uint64_t guards_dict_version(PyObject *d);
+/* Printed kind name ("TENSOR_MATCH"). */
+const char *guards_kind_name(GuardKind k);
 
-/* Global state read at capture: grad mode and torch's default dtype (-1 when torch is not
- * loaded). Returns 0 or -1. */
-int guards_read_global_state(int *grad_enabled, int *default_dtype);
+/* Read the interpreter-wide state (C calls into torch's own functions, no Python
+ * frames). Returns 0 or -1. global_state.c */
+int guards_read_global_state(GlobalState *gs);
 
 #endif

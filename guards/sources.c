@@ -1,5 +1,6 @@
 /* Interning, printing and resolving sources. */
 #include "sources.h"
+#include "tensor_reader.h"
 
 void sources_clear(SourceTable *t)
 {
@@ -39,12 +40,16 @@ static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, 
         return PyUnicode_FromFormat("%U.__defaults__[%d]", b, index);
     case SRC_KWDEFAULT:
         return PyUnicode_FromFormat("%U.__kwdefaults__[%R]", b, key);
+    case SRC_SIZE:
+        return PyUnicode_FromFormat("%U.size()[%d]", b, index);
+    case SRC_STRIDE:
+        return PyUnicode_FromFormat("%U.stride()[%d]", b, index);
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
     return NULL;
 }
 
-static int same_key(PyObject *a, PyObject *b)
+int sources_same_key(PyObject *a, PyObject *b)
 {
     if (a == b)
         return 1;
@@ -64,7 +69,7 @@ int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index
     for (int32_t i = 0; i < t->n; i++) {
         SourceEntry *e = &t->e[i];
         if (e->kind == kind && e->base == base && e->index == index && e->obj == obj &&
-            same_key(e->key, key))
+            sources_same_key(e->key, key))
             return i;
     }
     if (t->n == t->cap) {
@@ -193,6 +198,23 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
         }
         return Py_NewRef(v);
     }
+    case SRC_SIZE:
+    case SRC_STRIDE: {
+        TensorMeta m;
+        int64_t st[SJ_MAX_RANK];
+        const char *why = NULL;
+        int r = treader_read(base, &m, st, &why);
+        if (r != 0) {
+            if (r > 0)
+                PyErr_Format(PyExc_TypeError, "%s is not a supported tensor: %s", Py_TYPE(base)->tp_name, why);
+            return NULL;
+        }
+        if (e->index >= m.ndim) {
+            PyErr_Format(PyExc_IndexError, "dimension %d out of range for a tensor of rank %d", e->index, (int)m.ndim);
+            return NULL;
+        }
+        return PyLong_FromLongLong(e->kind == SRC_SIZE ? m.size[e->index] : st[e->index]);
+    }
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
     return NULL;
@@ -234,5 +256,65 @@ PyObject *sources_graph_name(const SourceTable *t, int32_t id)
     buf[k] = 0;
     PyObject *r = PyUnicode_FromString(buf);
     PyMem_Free(buf);
+    return r;
+}
+
+/* ------------------------------------------------------------ tests ---- */
+
+/* _C._eval_source(chain, locals, globals, closure) -> (repr, value): builds the source
+ * chain [(kind, index, key, obj), ...] (each item's base is the one before it) and
+ * resolves it against a frame whose localsplus is the tuple locals. For the tests of
+ * every accessor; errors of resolution are raised as they are. */
+PyObject *sources_py_eval(PyObject *self, PyObject *args)
+{
+    (void)self;
+    static const char *const names[] = {"local", "freevar", "global", "modglobal", "attr", "item",
+                                        "cell", "default", "kwdefault", "size", "stride"};
+    static const SourceKind kinds[] = {SRC_LOCAL, SRC_FREEVAR, SRC_GLOBAL, SRC_MODGLOBAL, SRC_ATTR, SRC_ITEM,
+                                       SRC_CELL, SRC_DEFAULT, SRC_KWDEFAULT, SRC_SIZE, SRC_STRIDE};
+    PyObject *chain, *locals, *globals, *closure;
+    if (!PyArg_ParseTuple(args, "O!O!O!O:_eval_source", &PyList_Type, &chain, &PyTuple_Type, &locals, &PyDict_Type,
+                          &globals, &closure))
+        return NULL;
+    if (closure != Py_None && !PyTuple_Check(closure))
+        return PyErr_Format(PyExc_TypeError, "closure must be a tuple of cells or None");
+    SourceTable t = {0};
+    int32_t id = -1;
+    PyObject *r = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(chain); i++) {
+        const char *kind;
+        int index;
+        PyObject *key, *obj;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(chain, i), "siOO", &kind, &index, &key, &obj))
+            goto done;
+        size_t k = 0;
+        while (k < sizeof names / sizeof *names && strcmp(names[k], kind) != 0)
+            k++;
+        if (k == sizeof names / sizeof *names) {
+            PyErr_Format(PyExc_ValueError, "unknown source kind %s", kind);
+            goto done;
+        }
+        id = sources_add(&t, kinds[k], id, index, key == Py_None ? NULL : key, obj == Py_None ? NULL : obj);
+        if (id < 0)
+            goto done;
+    }
+    if (id < 0) {
+        PyErr_SetString(PyExc_ValueError, "empty source chain");
+        goto done;
+    }
+    FrameView fv = {&PyTuple_GET_ITEM(locals, 0), closure == Py_None ? NULL : closure, globals,
+                    PyEval_GetBuiltins()};
+    PyObject **memo = PyMem_Calloc((size_t)t.n, sizeof(PyObject *));
+    if (!memo) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *v = sources_resolve(&t, id, &fv, memo);
+    if (v)
+        r = PyTuple_Pack(2, t.e[id].repr, v);
+    sources_memo_clear(memo, t.n);
+    PyMem_Free(memo);
+done:
+    sources_clear(&t);
     return r;
 }

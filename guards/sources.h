@@ -19,6 +19,8 @@ typedef enum {
     SRC_CELL,       /* base.__closure__[index].cell_contents (base: a function) */
     SRC_DEFAULT,    /* base.__defaults__[index] (base: a function) */
     SRC_KWDEFAULT,  /* base.__kwdefaults__[key] */
+    SRC_SIZE,       /* base.size()[index] (base: a tensor or array), read by the tensor reader */
+    SRC_STRIDE,     /* base.stride()[index], in elements */
 } SourceKind;
 
 typedef struct {
@@ -44,6 +46,8 @@ typedef struct {
 } FrameView;
 
 void sources_clear(SourceTable *t);
+/* 1 when a and b are the same object or equal values of the same type (errors: 0). */
+int sources_same_key(PyObject *a, PyObject *b);
 /* Intern a source; returns its id or -1 with an exception set. key and obj borrowed. */
 int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
                     PyObject *obj);
@@ -58,5 +62,8 @@ void sources_memo_clear(PyObject **memo, int32_t n);
 
 /* "L_self_modules_fc_parameters_weight": the source with non-alphanumerics as '_'. */
 PyObject *sources_graph_name(const SourceTable *t, int32_t id);
+
+/* _C._eval_source (tests): resolve a chain of accessors against given locals. */
+PyObject *sources_py_eval(PyObject *self, PyObject *args);
 
 #endif

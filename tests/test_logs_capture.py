@@ -32,7 +32,8 @@ def test_graph_code_guards_bytecode(capfd):
     code = guards = bc = _messages(capfd, "graph_code")
     assert "L['x']" in code and "float32[3, 4]" in code and "y = x @ w" in code
     assert "test_logs_capture.py:" in code
-    assert "TENSOR_MATCH: check_tensor(L['x'], Tensor, float32, requires_grad=False, size=[3, 4], stride=[4, 1])" in guards
+    assert "TENSOR_MATCH: check_tensor(L['x'], Tensor, torch.float32, device=cpu, requires_grad=False, size=[3, 4], stride=[4, 1])" in guards
+    assert "+- GuardManager: source=L['x'], accessed_by=FrameLocalsGuardAccessor(key='x', framelocals_idx=0)" in guards
     assert "GLOBAL_STATE" in guards
     assert "ORIGINAL BYTECODE" in bc and "BINARY_OP" in bc
 

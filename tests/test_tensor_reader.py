@@ -1,0 +1,180 @@
+"""The tensor reader (guards/tensor_reader.c): torch tensor metadata read from memory.
+
+_C._tensor_read(obj) returns (dtype_name, sizes, strides, requires_grad, path), path
+"fast" (read from the TensorImpl) or "slow" (meta_from_value, through Python attributes),
+or None when the value is unsupported. Every answer is compared with torch's own Python
+API; values the fast path must not touch are checked to take the slow path.
+"""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from shapejit import _C
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+          torch.complex128]
+GRAD_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+               torch.complex128}
+
+
+def expected(t):
+    return (str(t.dtype).replace("torch.", ""), tuple(t.shape), tuple(t.stride()),
+            t.requires_grad)
+
+
+def read(t):
+    r = _C._tensor_read(t)
+    assert r is not None, "unsupported: %r" % (t,)
+    return r[:4], r[4]
+
+
+def test_fast_path_is_on():
+    info = _C._tensor_reader_info()
+    assert info["fast"] is True, info["why_not"]
+    assert info["why_not"] is None
+    assert info["validated_tensors"] > 100
+    assert set(info["offsets"]) >= {"cdata", "key_set", "sizes_strides", "dtype"}
+    assert {"Tensor", "Parameter"} <= set(info["types"])
+    assert len(set(info["dtype_index"].values())) == len(DTYPES)
+
+
+# ---- random tensors and views against the Python API ----
+
+@st.composite
+def tensors(draw):
+    shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=8))
+    dtype = draw(st.sampled_from(DTYPES))
+    t = torch.zeros(shape, dtype=dtype)
+    if dtype in GRAD_DTYPES and draw(st.booleans()):
+        t.requires_grad_(True)
+        if draw(st.booleans()):
+            t = t * 2          # non-leaf
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["permute", "transpose", "slice", "expand", "unsqueeze"]))
+        n = t.dim()
+        if kind == "permute" and n:
+            t = t.permute(*draw(st.permutations(range(n))))
+        elif kind == "transpose" and n >= 2:
+            a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+            t = t.transpose(a, b)
+        elif kind == "slice" and n:
+            d = draw(st.integers(0, n - 1))
+            start, step = draw(st.integers(0, 2)), draw(st.integers(1, 3))
+            idx = [slice(None)] * n
+            idx[d] = slice(start, None, step)
+            t = t[tuple(idx)]
+        elif kind == "expand" and n:
+            sizes = [draw(st.integers(0, 4)) if s == 1 else -1 for s in t.shape]
+            t = t.expand(*sizes)
+        elif kind == "unsqueeze" and n < 8:
+            t = t.unsqueeze(draw(st.integers(0, n)))
+    return t
+
+
+@settings(max_examples=400, deadline=None)
+@given(tensors())
+def test_random_tensors_match_python(t):
+    got, path = read(t)
+    assert got == expected(t)
+    assert path == "fast"
+
+
+@settings(max_examples=100, deadline=None)
+@given(tensors())
+def test_random_parameters_fast(t):
+    if t.dtype not in GRAD_DTYPES:
+        t = t.float()
+    p = torch.nn.Parameter(t.detach(), requires_grad=bool(t.numel() % 2))
+    got, path = read(p)
+    assert got == expected(p)
+    assert path == "fast"
+
+
+def test_parameter_uses_fast_path():
+    p = torch.nn.Parameter(torch.ones(3, 4))
+    assert read(p) == (("float32", (3, 4), (4, 1), True), "fast")
+
+
+def test_resize_changes_rank_both_ways():
+    t = torch.zeros(2, 3)
+    assert read(t)[1] == "fast"
+    t.resize_(1, 2, 3, 1, 2, 1, 2)
+    assert read(t) == (expected(t), "fast")
+    t.resize_(4, 5)
+    assert read(t) == (expected(t), "fast")
+
+
+def test_requires_grad_flip_is_seen():
+    t = torch.ones(2)
+    assert read(t)[0][3] is False
+    t.requires_grad_()
+    assert read(t) == (("float32", (2,), (1,), True), "fast")
+
+
+def test_grad_modes_do_not_matter():
+    t = torch.ones(2, 2, requires_grad=True)
+    with torch.no_grad():
+        assert read(t) == (expected(t), "fast")
+    with torch.inference_mode():
+        assert read(t) == (expected(t), "fast")
+
+
+# ---- values the fast path must leave to meta_from_value ----
+
+def test_sparse_unsupported():
+    assert _C._tensor_read(torch.zeros(2, 2).to_sparse()) is None
+
+
+def test_meta_device_unsupported():
+    assert _C._tensor_read(torch.ones(2, 3, device="meta")) is None
+
+
+def test_conj_bit_slow():
+    t = torch.zeros(2, dtype=torch.complex64).conj()
+    assert _C._tensor_read(t) == expected(t) + ("slow",)
+
+
+def test_neg_bit_slow():
+    t = torch._neg_view(torch.ones(2))
+    assert _C._tensor_read(t) == expected(t) + ("slow",)
+
+
+def test_inference_tensor_slow():
+    with torch.inference_mode():
+        t = torch.ones(2)
+    assert _C._tensor_read(t) == expected(t) + ("slow",)
+
+
+def test_subclass_slow():
+    class Sub(torch.Tensor):
+        pass
+
+    t = torch.ones(2, 3).as_subclass(Sub)
+    assert _C._tensor_read(t) == expected(t) + ("slow",)
+
+
+def test_fake_tensor_not_fast():
+    fake = pytest.importorskip("torch._subclasses.fake_tensor")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fake.FakeTensorMode() as mode:
+            t = mode.from_tensor(torch.ones(2, 3))
+        r = _C._tensor_read(t)
+    assert r is None or r[4] == "slow"
+
+
+def test_unsupported_dtype_and_rank():
+    assert _C._tensor_read(torch.zeros(2, dtype=torch.uint16)) is None
+    assert _C._tensor_read(torch.zeros([1] * 9)) is None
+    assert _C._tensor_read(object()) is None
+
+
+def test_numpy_still_read():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, ::2].transpose(2, 0, 1)
+    assert _C._tensor_read(a) == ("float32", a.shape, tuple(s // 4 for s in a.strides), False, "slow")
+    assert _C._tensor_read(np.float64(1.0)) == ("float64", (), (), False, "slow")
+    assert _C._tensor_read(np.zeros(2, dtype=np.uint16)) is None
