@@ -6,9 +6,24 @@
 
 /* ------------------------------------------------------------------- tree ---- */
 
+static void free_retired(GuardTree *t)
+{
+    for (int32_t i = 0; i < t->nretired; i++)
+        sources_clear(&t->retired[i]);
+    PyMem_Free(t->retired);
+    t->retired = NULL;
+    t->nretired = 0;
+    for (int32_t i = 0; i < t->nretired_leaves; i++)
+        PyMem_Free(t->retired_leaves[i]);   /* shallow copies: the live array owns the guards */
+    PyMem_Free(t->retired_leaves);
+    t->retired_leaves = NULL;
+    t->nretired_leaves = 0;
+}
+
 void guard_tree_clear(GuardTree *t)
 {
     dispatch_clear(t);
+    free_retired(t);
     if (!t->scratch_busy) {   /* a call in progress keeps it; freed with the next clear */
         PyMem_Free(t->scratch);
         t->scratch = NULL;
@@ -63,6 +78,34 @@ static int extends(const SourceTable *src, const SourceTable *t)
         if (src->e[i].repr != t->e[i].repr)   /* copies share the repr objects */
             return 0;
     return 1;
+}
+
+/* Room for n more leaves without moving the array under a reader: a bigger array is a
+ * copy, and the old one is retired, not freed. */
+static int reserve_leaves(GuardTree *t, int32_t n)
+{
+    GuardSet *ls = &t->leaves;
+    if (ls->n + n <= ls->cap)
+        return 0;
+    Guard **r = PyMem_Realloc(t->retired_leaves, sizeof(Guard *) * ((size_t)t->nretired_leaves + 1));
+    if (!r) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->retired_leaves = r;
+    int32_t ncap = (ls->n + n) * 2;
+    Guard *g = PyMem_Malloc(sizeof(Guard) * (size_t)ncap);
+    if (!g) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (ls->n)
+        memcpy(g, ls->g, sizeof(Guard) * (size_t)ls->n);
+    if (ls->g)
+        t->retired_leaves[t->nretired_leaves++] = ls->g;
+    ls->g = g;
+    ls->cap = ncap;
+    return 0;
 }
 
 static int32_t intern_leaf(GuardTree *t, const Guard *g)
@@ -140,8 +183,21 @@ int guard_tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEntr
         t->entries = p;
         t->capentries = ncap;
     }
-    /* the capture's table becomes the tree's: same ids for the old sources */
-    sources_clear(&t->src);
+    /* the capture's table becomes the tree's: same ids for the old sources; the old one is
+     * retired (see GuardTree.retired) */
+    SourceTable *r = PyMem_Realloc(t->retired, sizeof(SourceTable) * ((size_t)t->nretired + 1));
+    if (!r || reserve_leaves(t, gs->n) < 0) {
+        if (r)
+            t->retired = r;
+        PyMem_Free(order);
+        PyMem_Free(ids);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    t->retired = r;
+    if (t->src.e)
+        t->retired[t->nretired++] = t->src;
     t->src = *src;
     memset(src, 0, sizeof *src);
     for (int32_t i = 0; i < gs->n; i++) {

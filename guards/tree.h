@@ -45,6 +45,13 @@ typedef struct {
     Signature **sigs;         /* owned */
     int32_t nsigs;
     uint64_t seq;
+    SourceTable *retired;     /* owned: source tables and leaf arrays replaced while the tree
+                                 grew, kept (with their references) until it is cleared: a
+                                 call on another thread may still be reading them while a
+                                 guard runs Python code that releases the GIL */
+    int32_t nretired;
+    Guard **retired_leaves;   /* owned */
+    int32_t nretired_leaves;
     void *scratch;            /* owned: the per-call arrays of big frames, reused by calls
                                  that do not overlap (a guard can re-enter the function) */
     size_t scratch_size;

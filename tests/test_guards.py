@@ -604,3 +604,45 @@ def test_guards_log_tree(capfd):
     w = [ln for ln in tree if "source=L['self']._modules['0']._parameters['weight']" in ln]
     assert len(w) == 1 and w[0].startswith("| | | | | +- GuardManager:")
     assert "accessed_by=DictGetItemGuardAccessor('weight')" in w[0]
+
+
+def test_threads_compiling_and_hitting_one_function():
+    """Four threads call one function with six shapes: they compile it and hit its entries
+    concurrently (the property's sleep breaks the graph, so each call also runs Python in
+    the interpreter and threads switch between guard checks and compiles). The tree only
+    grows, and arrays it replaces are retired, not freed, so every call reads valid guards
+    and gets eager's result (the ASan run checks the memory side)."""
+    import threading
+    import time
+
+    class Scale:
+        @property
+        def k(self):
+            time.sleep(0)          # a graph break; lets another thread run
+            return 2.0
+
+    s = Scale()
+
+    def f(x):
+        return x * s.k + 1
+
+    cf = shapejit.compile(f, dynamic=False)
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(60):
+                n = 1 + (seed * 7 + i) % 6
+                x = torch.arange(n, dtype=torch.float32)
+                torch.testing.assert_close(cf(x), x * 2.0 + 1)
+        except Exception as e:    # reported below; a thread cannot fail the test itself
+            errors.append(e)
+
+    with shapejit.config.patch(cache_size_limit=64):
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert 6 <= shapejit.stats()["cache_entries"] <= 64
