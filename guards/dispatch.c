@@ -41,8 +41,10 @@ struct Signature {
 /* ---------------------------------------------------------------- fact words ---- */
 
 /* The values of facts as 64-bit words, written the same way from leaves and from live
- * values: a tag word (source, kind), then the fact's words. Equal words mean equal facts,
- * exactly (no hashing), except for str constants, which are written as their hash. */
+ * values, in the signature's order. Each fact's words parse on their own (a value that
+ * could not be read is one 0 word; otherwise a non-NULL type or object pointer first, and
+ * a tensor's header word gives its rank), so equal word sequences mean equal facts,
+ * exactly, except for str constants, which are written as their hash. */
 typedef struct {
     uint64_t *w;      /* small or heap */
     int32_t n, cap;
@@ -50,7 +52,7 @@ typedef struct {
     uint64_t small[512];
 } FactWords;
 
-#define FACT_MAX_WORDS (3 + 2 * SJ_MAX_RANK)   /* the most one fact writes */
+#define FACT_MAX_WORDS (2 + 2 * SJ_MAX_RANK)   /* the most one fact writes */
 
 static void fw_init(FactWords *fw)
 {
@@ -189,7 +191,6 @@ static int fact_of_leaf(const Guard *g, Fact *f, int *exact)
 static void words_of_leaf(const Guard *g, const Fact *f, FactWords *fw)
 {
     int exact;
-    put(fw, (uint64_t)(uint32_t)f->src << 8 | f->kind);
     switch ((FactKind)f->kind) {
     case FACT_TYPE:
         put(fw, (uint64_t)(uintptr_t)g->expected);
@@ -210,7 +211,6 @@ static void words_of_leaf(const Guard *g, const Fact *f, FactWords *fw)
  * entry has (a NULL type). */
 static void words_of_call(GuardCall *call, const Fact *f, FactWords *fw)
 {
-    put(fw, (uint64_t)(uint32_t)f->src << 8 | f->kind);
     PyObject *v = sources_resolve(&call->t->src, f->src, call->fv, call->memo);
     if (!v) {
         PyErr_Clear();
