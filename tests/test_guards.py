@@ -646,3 +646,84 @@ def test_threads_compiling_and_hitting_one_function():
             t.join()
     assert not errors, errors[0]
     assert 6 <= shapejit.stats()["cache_entries"] <= 64
+
+
+# ------------------------------------------------------ dispatch, differential ----
+
+_POOL_SHAPES = [(1,), (2,), (3,), (2, 3), (3, 2), (1, 1), (4, 1)]
+_POOL_DTYPES = [torch.float32, torch.float64, torch.int64]
+
+
+def _make(combo):
+    """The arguments of one combination: a tensor (shape, dtype, maybe transposed), a
+    constant int and a mode string."""
+    shape, dt, transposed, n, mode = combo
+    x = torch.arange(int(np.prod(shape)), dtype=dt).reshape(shape)
+    if transposed and len(shape) == 2:
+        x = x.t()
+    return x, n, mode
+
+
+def _fn(x, n, mode):
+    if mode == "a":
+        return x * n + 1
+    return (x - n) * 2
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:    # hypothesis is in requirements.txt; keep collection working without it
+    given = None
+
+if given is not None:
+    combos = st.tuples(st.sampled_from(_POOL_SHAPES), st.sampled_from(_POOL_DTYPES), st.booleans(),
+                       st.integers(0, 3), st.sampled_from(["a", "b"]))
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(st.lists(combos, min_size=1, max_size=24))
+    def test_dispatch_differential(seq):
+        """Random sequences of calls over many entries: every call equals eager, each
+        distinct combination compiles exactly once, and a second pass hits every entry
+        (the hash and the exact word compare never miss an entry that passes)."""
+        shapejit.reset()
+        cf = shapejit.compile(_fn, dynamic=False)
+        with shapejit.config.patch(cache_size_limit=64):
+            distinct = []
+            for combo in seq:
+                args = _make(combo)
+                torch.testing.assert_close(cf(*args), _fn(*args))
+                x = args[0]
+                key = (tuple(x.shape), x.dtype, x.stride(), combo[3], combo[4])
+                if key not in distinct:
+                    distinct.append(key)
+            assert shapejit.stats()["cache_entries"] == len(distinct)
+            before = shapejit.stats()["recompiles"]
+            for combo in reversed(seq):
+                args = _make(combo)
+                torch.testing.assert_close(cf(*args), _fn(*args))
+            assert shapejit.stats()["recompiles"] == before
+
+
+def test_dispatch_with_many_arguments_and_entries():
+    """100 tensor arguments and 10 entries (the overhead bench's stress shape): the big-frame
+    paths (heap memo, fact words past the stack buffer, scratch reuse) give eager's
+    results and hit without recompiling."""
+    src = "def f(" + ", ".join(f"a{i}" for i in range(100)) + "):\n    return " + \
+          " + ".join(f"a{i}" for i in range(100)) + "\n"
+    ns = {}
+    exec(src, ns)
+    f = ns["f"]
+    cf = shapejit.compile(f, dynamic=False)
+    sets = [[torch.full((k + 1,), float(i)) for i in range(100)] for k in range(10)]
+    with shapejit.config.patch(cache_size_limit=16):
+        for s in sets:
+            torch.testing.assert_close(cf(*s), f(*s))
+        assert shapejit.stats()["cache_entries"] == 10
+        for _ in range(3):
+            for s in reversed(sets):
+                torch.testing.assert_close(cf(*s), f(*s))
+        assert shapejit.stats()["recompiles"] == 9
+        bad = list(sets[3])
+        bad[57] = torch.full((4,), 1.0, dtype=torch.float64)     # one argument's dtype differs
+        torch.testing.assert_close(cf(*bad), f(*bad))
+        assert shapejit.stats()["recompiles"] == 10
