@@ -7,6 +7,7 @@
 #include "../frame_eval/compile.h"
 #include "../frame_eval/events.h"
 #include "../shapes/infer_py.h"
+#include "../shapes/sym.h"
 #include "../guards/tensor_reader.h"
 #define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
 #include "../shapes/np.h"
@@ -103,7 +104,8 @@ PyMODINIT_FUNC PyInit__C(void)
         return NULL;
     if (sj_numpy_import() < 0 || config_init() < 0 || add_methods(m, core_methods) < 0 ||
         add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
-        graph_py_init_types(m) < 0 || hook_init_types(m) < 0) {
+        graph_py_init_types(m) < 0 || hook_init_types(m) < 0 ||
+        sym_py_init_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
