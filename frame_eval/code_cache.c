@@ -27,9 +27,16 @@ void cache_entry_free(CacheEntry *e)
     PyMem_Free(e);
 }
 
+static int busy;            /* hook activities holding pointers into entries and trees */
+static int reset_pending;   /* reset() was asked for while busy */
+static int clear_pending;   /* some state's clear_pending is set */
+
 static void clear_entries(CodeState *st)
 {
+    /* detach first: freeing an entry can run a finalizer that comes back here */
     CacheEntry *e = st->entries;
+    st->entries = NULL;
+    st->nentries = 0;
     while (e) {
         CacheEntry *n = e->next;
         cache_entry_free(e);
@@ -108,13 +115,46 @@ int code_cache_disable(PyCodeObject *co)
     CodeState *st = code_state_get(co);
     if (!st)
         return -1;
-    clear_entries(st);
     st->skip = 2;   /* disabled by the user: reset() keeps it */
+    if (busy) {
+        st->clear_pending = 1;
+        clear_pending = 1;
+        return 0;
+    }
+    clear_entries(st);
     return 0;
+}
+
+void code_cache_busy_enter(void)
+{
+    busy++;
+}
+
+void code_cache_busy_leave(void)
+{
+    if (--busy > 0)
+        return;
+    if (clear_pending) {
+        clear_pending = 0;
+        for (StateLink *l = all_states.next; l != &all_states; l = l->next)
+            if (l->st.clear_pending) {
+                l->st.clear_pending = 0;
+                clear_entries(&l->st);   /* may free other states: restart the walk */
+                l = &all_states;
+            }
+    }
+    if (reset_pending) {
+        reset_pending = 0;
+        code_cache_reset_all();
+    }
 }
 
 void code_cache_reset_all(void)
 {
+    if (busy) {
+        reset_pending = 1;
+        return;
+    }
     /* Freeing an entry can free the continuation and resume codes it holds, and with them
      * their states: unlink everything first, free after the walk. */
     CacheEntry *dead = NULL;

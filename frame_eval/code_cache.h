@@ -51,6 +51,7 @@ typedef struct {
     long calls;            /* frames seen (eager_then_compile counts them) */
     PyObject *last_reason; /* strong: the last recompile reason, or NULL */
     int warned_limit;
+    int clear_pending;     /* disabled while the hook was busy: entries cleared at its end */
     CodeRole role;
     /* ROLE_RESUME: the user's code it continues, the code units of its prologue, and how
      * many argument slots it adds after the user's locals (cells shift by that much) */
@@ -71,7 +72,13 @@ int code_cache_init(void);
 CodeState *code_state_get(PyCodeObject *co);
 /* Mark co as never compiled. */
 int code_cache_disable(PyCodeObject *co);
+/* Forget every entry (reset()). While the hook holds pointers into entries (between
+ * code_cache_busy_enter and _leave: guards, the graph, compiling) this is deferred to the
+ * moment the last such hook activity ends, because any Python code run there (a property,
+ * a backend, a log sink, a finalizer) may call it. */
 void code_cache_reset_all(void);
+void code_cache_busy_enter(void);
+void code_cache_busy_leave(void);
 void cache_entry_free(CacheEntry *e);
 /* Put a new entry in front of st's entries and file its guards (gs; src, a copy of the
  * tree's sources that the capture extended, is taken). 0; 1 when another compile of the

@@ -313,9 +313,13 @@ static PyObject *call_continuation(CacheEntry *e, PyObject *args, _PyInterpreter
         goto done;
     for (Py_ssize_t i = 0; i < n; i++)
         argv[i] = PyTuple_GET_ITEM(args, i);
+    int nargs = (int)n + e->nresume;
     for (int i = 0; i < e->nresume; i++)
         argv[n + i] = fns[i];
-    r = PyObject_Vectorcall(cont, argv, (size_t)(n + e->nresume), NULL);
+    /* e is not touched after this point: user code runs, and may reset() */
+    code_cache_busy_leave();
+    r = PyObject_Vectorcall(cont, argv, (size_t)nargs, NULL);
+    code_cache_busy_enter();
 done:
     PyMem_Free(argv);
     Py_XDECREF(fns[0]);
@@ -353,6 +357,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
      * return a result or hand the frame to the interpreter. */
     int saved = tls_active;
     tls_active = 0;
+    code_cache_busy_enter();   /* entries and trees stay put until busy_leave */
     PyObject *r = NULL;
     PyCodeObject *co = f->f_code;
     CodeState *st = code_state_get(co);
@@ -398,6 +403,9 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         compile = 0;
     else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1)
         compile = 0;
+    else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
+                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit))
+        compile = 0;   /* past the limit and already said so: no reason to work out */
     if (compile && st->nentries > 0) {
         why = explain_failures(st, &call);
         if (!why)
@@ -481,9 +489,11 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
         goto eager;
     r = finish(e, r, f, saved);
 out:
+    code_cache_busy_leave();
     tls_active = saved;
     return r;
 eager:
+    code_cache_busy_leave();
     tls_active = saved;
     return run_default(ts, f, throwflag);
 }

@@ -322,7 +322,7 @@ static int grow(Signature *s)
 
 int dispatch_file(GuardTree *t, GuardEntry *ge)
 {
-    Fact *facts = PyMem_Malloc(sizeof(Fact) * ((size_t)ge->nleaves + 1));
+    Fact *facts = PyMem_Calloc((size_t)ge->nleaves + 1, sizeof(Fact));   /* zeroed: compared with memcmp */
     if (!facts) {
         PyErr_NoMemory();
         return -1;
@@ -449,6 +449,8 @@ int32_t dispatch_candidates(GuardCall *call, GuardEntry **out, int32_t cap)
         }
         Bucket *b = lookup(s, fw_hash(&fw));
         for (GuardEntry *e = b->head; e; e = e->next_same) {
+            if (e->seq > call->seq0)
+                continue;   /* filed while this call ran: its leaves have no slots here */
             if (n == cap) {
                 fw_free(&fw);
                 return -1;

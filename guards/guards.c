@@ -156,7 +156,8 @@ static int check_seq_len(const Guard *g, PyObject *v, GuardCall *call)
         return 0;
     if (PyList_Check(v) || PyTuple_Check(v))
         return Py_SIZE(v) == g->len;
-    return PyObject_Length(v) == g->len;
+    Py_ssize_t n = PyObject_Length(v);
+    return n < 0 ? -1 : n == g->len;
 }
 
 static int check_dict_keys(const Guard *g, PyObject *v, GuardCall *call)
@@ -167,6 +168,8 @@ static int check_dict_keys(const Guard *g, PyObject *v, GuardCall *call)
     Py_ssize_t pos = 0, i = 0;
     PyObject *k, *val;
     while (PyDict_Next(v, &pos, &k, &val)) {
+        if (i >= PyTuple_GET_SIZE(g->expected))
+            return 0;   /* a key's __eq__ grew the dict while we looked */
         PyObject *want = PyTuple_GET_ITEM(g->expected, i++);
         if (k != want) {
             int eq = PyObject_RichCompareBool(k, want, Py_EQ);
@@ -602,8 +605,14 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_DICT_KEYS:
         return sources_same_key(a->expected, b->expected);
     case GK_TENSOR_MATCH:
-        return a->expected == b->expected && memcmp(&a->meta, &b->meta, sizeof a->meta) == 0 &&
-               memcmp(a->stride, b->stride, sizeof(int64_t) * a->meta.ndim) == 0;
+        if (a->expected != b->expected || a->meta.lib != b->meta.lib || a->meta.dtype != b->meta.dtype ||
+            a->meta.ndim != b->meta.ndim || a->meta.requires_grad != b->meta.requires_grad ||
+            a->meta.np_scalar != b->meta.np_scalar)
+            return 0;
+        for (int i = 0; i < a->meta.ndim; i++)
+            if (a->meta.size[i] != b->meta.size[i] || a->stride[i] != b->stride[i])
+                return 0;
+        return 1;
     case GK_GLOBAL_STATE:
         return memcmp(&a->gs, &b->gs, sizeof a->gs) == 0;
     case GK_DISTINCT:
@@ -653,6 +662,11 @@ static PyObject *short_name(const SourceTable *t, int32_t src)
 
 PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *call)
 {
+    int in_range = g->src < call->nsrc && g->src2 < call->nsrc;
+    for (int32_t i = 0; i < g->nsrcs; i++)
+        in_range &= g->srcs[i] < call->nsrc;
+    if (!in_range)
+        return PyUnicode_FromString("(a guard added while this call was checked)");
     PyObject *name = short_name(t, g->src);
     if (!name)
         return NULL;

@@ -278,6 +278,9 @@ PyObject *sources_py_eval(PyObject *self, PyObject *args)
         return NULL;
     if (closure != Py_None && !PyTuple_Check(closure))
         return PyErr_Format(PyExc_TypeError, "closure must be a tuple of cells or None");
+    for (Py_ssize_t i = 0; closure != Py_None && i < PyTuple_GET_SIZE(closure); i++)
+        if (!PyCell_Check(PyTuple_GET_ITEM(closure, i)))
+            return PyErr_Format(PyExc_TypeError, "closure must be a tuple of cells or None");
     SourceTable t = {0};
     int32_t id = -1;
     PyObject *r = NULL;
@@ -292,6 +295,17 @@ PyObject *sources_py_eval(PyObject *self, PyObject *args)
             k++;
         if (k == sizeof names / sizeof *names) {
             PyErr_Format(PyExc_ValueError, "unknown source kind %s", kind);
+            goto done;
+        }
+        /* what the frame hook guarantees by construction, checked here */
+        SourceKind sk = kinds[k];
+        int rooted = sk == SRC_LOCAL || sk == SRC_FREEVAR || sk == SRC_GLOBAL || sk == SRC_MODGLOBAL;
+        int keyed = sk != SRC_CELL && sk != SRC_DEFAULT && sk != SRC_SIZE && sk != SRC_STRIDE;
+        if (index < 0 || (rooted != (id < 0)) || (keyed && key == Py_None) ||
+            (keyed && sk != SRC_ITEM && !PyUnicode_Check(key)) ||
+            (sk == SRC_MODGLOBAL && !PyDict_Check(obj)) ||
+            (sk == SRC_LOCAL && index >= PyTuple_GET_SIZE(locals))) {
+            PyErr_Format(PyExc_ValueError, "bad source chain item %zd: %R", i, PyList_GET_ITEM(chain, i));
             goto done;
         }
         id = sources_add(&t, kinds[k], id, index, key == Py_None ? NULL : key, obj == Py_None ? NULL : obj);

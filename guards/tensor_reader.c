@@ -191,7 +191,7 @@ static int read_impl(PyObject *v, TensorMeta *m, int64_t *strides, const char **
     *fast = 0;
     if (tr.state == TR_UNTRIED && !PyArray_Check(v))
         treader_init_torch();
-    if (tr.fast) {
+    if (tr.fast && tr.state == TR_DONE) {   /* not while another thread's probe validates */
         int r = fast_read(v, m, strides);
         if (r <= 0) {
             *why = NULL;

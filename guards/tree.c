@@ -159,10 +159,20 @@ static int cmp_order(const void *a, const void *b)
     return x->leaf < y->leaf ? -1 : x->leaf > y->leaf;
 }
 
+static int tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEntry *ge, void *owner);
+
 int guard_tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEntry *ge, void *owner)
 {
-    if (!extends(src, &t->src))
-        return 1;
+    if (t->adding || !extends(src, &t->src))
+        return 1;   /* another add is under way (interning runs __eq__) or the sources moved on */
+    t->adding = 1;
+    int r = tree_add(t, src, gs, ge, owner);
+    t->adding = 0;
+    return r;
+}
+
+static int tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEntry *ge, void *owner)
+{
     OrderItem *order = PyMem_Malloc(sizeof(OrderItem) * ((size_t)gs->n + 1));
     int32_t *ids = PyMem_Malloc(sizeof(int32_t) * ((size_t)gs->n + 1));
     if (!order || !ids) {
@@ -239,6 +249,11 @@ int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv)
     call->fv = fv;
     call->nsrc = t->src.n;
     call->nleaves = t->leaves.n;
+    call->seq0 = t->seq;
+    if (call->nsrc > 0x7000) {   /* fslot is an int16 */
+        PyErr_SetString(PyExc_OverflowError, "shapejit: too many sources in one frame's guards");
+        return -1;
+    }
     call->facts = call->small_facts;
     call->nfacts = 0;
     call->capfacts = (int32_t)(sizeof call->small_facts / sizeof call->small_facts[0]);
@@ -374,7 +389,7 @@ GuardEntry *guard_tree_find(GuardCall *call)
     int32_t failed;
     if (t->nentries <= 2) {
         for (int32_t i = t->nentries - 1; i >= 0; i--)
-            if (guard_entry_check(call, t->entries[i], &failed))
+            if (t->entries[i]->seq <= call->seq0 && guard_entry_check(call, t->entries[i], &failed))
                 return t->entries[i];
         return NULL;
     }
@@ -388,7 +403,7 @@ GuardEntry *guard_tree_find(GuardCall *call)
     }
     PyErr_Clear();
     for (int32_t i = t->nentries - 1; i >= 0; i--)
-        if (guard_entry_check(call, t->entries[i], &failed))
+        if (t->entries[i]->seq <= call->seq0 && guard_entry_check(call, t->entries[i], &failed))
             return t->entries[i];
     return NULL;
 }
@@ -396,6 +411,8 @@ GuardEntry *guard_tree_find(GuardCall *call)
 PyObject *guard_entry_explain(GuardCall *call, const GuardEntry *ge)
 {
     int32_t failed;
+    if (ge->seq > call->seq0)
+        return PyUnicode_FromString("(an entry added while this call was checked)");
     if (guard_entry_check(call, ge, &failed))
         Py_RETURN_NONE;
     return guards_explain_one(&call->t->leaves.g[failed], &call->t->src, call);

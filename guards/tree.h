@@ -52,6 +52,7 @@ typedef struct {
     int32_t nretired;
     Guard **retired_leaves;   /* owned */
     int32_t nretired_leaves;
+    int adding;               /* guard_tree_add in progress (it can run Python: __eq__) */
     void *scratch;            /* owned: the per-call arrays of big frames, reused by calls
                                  that do not overlap (a guard can re-enter the function) */
     size_t scratch_size;
@@ -69,6 +70,7 @@ struct GuardCall {
     TensorFacts *facts;       /* read tensor facts (small_facts or heap) */
     int32_t nfacts, capfacts;
     int32_t nsrc, nleaves;    /* sizes at guard_call_begin (the tree may grow later) */
+    uint64_t seq0;            /* entries with a larger seq were added during this call */
     int heap;                 /* 1: memo/res/fslot/facts are t->scratch; 2: a heap block */
     PyObject *small_memo[32];
     int16_t small_fslot[32];

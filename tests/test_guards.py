@@ -727,3 +727,60 @@ def test_dispatch_with_many_arguments_and_entries():
         bad[57] = torch.full((4,), 1.0, dtype=torch.float64)     # one argument's dtype differs
         torch.testing.assert_close(cf(*bad), f(*bad))
         assert shapejit.stats()["recompiles"] == 10
+
+
+def test_eval_source_rejects_bad_chains():
+    x = torch.ones(2)
+    for chain, locals_ in [
+        ([("local", 5, "x", None)], (x,)),                 # index past the locals
+        ([("local", -1, "x", None)], (x,)),
+        ([("attr", 0, "t", None)], (x,)),                  # an accessor without a base
+        ([("local", 0, "x", None), ("attr", 0, None, None)], (x,)),
+        ([("modglobal", 0, "w", None)], ()),
+        ([("local", 0, "x", None), ("local", 0, "x", None)], (x,)),
+    ]:
+        with pytest.raises(ValueError, match="bad source chain item"):
+            _C._eval_source(chain, locals_, {}, None)
+    with pytest.raises(TypeError, match="tuple of cells"):
+        _C._eval_source([("freevar", 0, "x", None)], (), {}, (1,))
+
+
+def test_reset_while_the_hook_is_busy():
+    """Python code that shapejit runs in the middle of a call (here: the compiled graph of
+    a backend) may call reset() or disable(): the reset waits until the hook is done with
+    the entry, then happens; the call returns the right result and nothing is freed under
+    it (ASan)."""
+    calls = []
+
+    def resetting_backend(gm, example):
+        def run(*args):
+            calls.append(1)
+            shapejit.reset()
+            return gm(*args)
+        return run
+
+    def f(x):
+        return x * 3
+
+    cf = shapejit.compile(f, backend=resetting_backend)
+    x = torch.ones(2)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x), f(x))
+    # every call found the cache empty (reset after the previous call), so each compiled
+    assert len(calls) == 3
+    assert shapejit.stats()["cache_entries"] == 0     # the last call's reset happened too
+
+    def disabling_backend(gm, example):
+        def run(*args):
+            shapejit.disable(g_holder[0])
+            return gm(*args)
+        return run
+
+    def g(x):
+        return x - 1
+
+    g_holder = [g]
+    cg = shapejit.compile(g, backend=disabling_backend)
+    torch.testing.assert_close(cg(x), g(x))
+    torch.testing.assert_close(cg(x), g(x))      # disabled: runs eagerly from now on
+    assert shapejit.stats()["graphs"] == 1
