@@ -213,6 +213,12 @@ int treader_read(PyObject *v, TensorMeta *m, int64_t *strides, const char **why)
 /* Module-level code only (no def, lambda or comprehension): its frames are not functions,
  * so a frame hook never treats them as user code. `good` are dense CPU strided tensors the
  * fast path must read exactly as meta_from_value does; `bad` must all be refused by it. */
+/* The probes run outside whatever mode the user's first compiled call is in (inference
+ * mode or no_grad would change the key sets and requires_grad of the "good" probes). */
+static const char PROBE_MODES_SRC[] =
+    "with torch.inference_mode(False), torch.enable_grad():\n"
+    "    exec(PROBES, globals())\n";
+
 static const char PROBE_SRC[] =
     "import warnings\n"
     "good = []\n"
@@ -332,9 +338,11 @@ static PyObject *run_probes(PyObject *torch)
     if (PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) < 0 ||
         PyDict_SetItemString(g, "torch", torch) < 0 || PyDict_SetItemString(g, "NAMES", names) < 0)
         goto fail;
-    if (!(code = Py_CompileString(PROBE_SRC, "<shapejit tensor_reader probes>", Py_file_input)))
+    if (!(code = Py_CompileString(PROBE_SRC, "<shapejit tensor_reader probes>", Py_file_input)) ||
+        PyDict_SetItemString(g, "PROBES", code) < 0)
         goto fail;
-    if (!(res = PyEval_EvalCode(code, g, g)))
+    Py_SETREF(code, Py_CompileString(PROBE_MODES_SRC, "<shapejit tensor_reader probes>", Py_file_input));
+    if (!code || !(res = PyEval_EvalCode(code, g, g)))
         goto fail;
     Py_DECREF(res);
     Py_DECREF(code);

@@ -178,3 +178,21 @@ def test_numpy_still_read():
     assert _C._tensor_read(a) == ("float32", a.shape, tuple(s // 4 for s in a.strides), False, "slow")
     assert _C._tensor_read(np.float64(1.0)) == ("float64", (), (), False, "slow")
     assert _C._tensor_read(np.zeros(2, dtype=np.uint16)) is None
+
+
+@pytest.mark.parametrize("mode", ["torch.inference_mode()", "torch.no_grad()"])
+def test_probes_do_not_depend_on_the_callers_mode(mode):
+    """The reader probes torch once per process, at the first read: a first read inside
+    inference mode or no_grad must still validate the fast path."""
+    import subprocess
+    import sys
+    code = ("import torch, shapejit\n"
+            "from shapejit import _C\n"
+            f"with {mode}:\n"
+            "    r = _C._tensor_read(torch.ones(2, 3))\n"
+            "info = _C._tensor_reader_info()\n"
+            "assert info['fast'], info['why_not']\n"
+            "print(_C._tensor_read(torch.ones(2, 3))[-1])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "fast"
