@@ -46,19 +46,20 @@ struct Signature {
  * a tensor's header word gives its rank), so equal word sequences mean equal facts,
  * exactly, except for str constants, which are written as their hash. */
 typedef struct {
-    uint64_t *w;      /* small or heap */
+    uint64_t *w;      /* the caller's buffer, or heap when it was too small */
+    uint64_t *small;  /* the caller's buffer */
     int32_t n, cap;
     int heap;
-    uint64_t small[512];
 } FactWords;
 
 #define FACT_MAX_WORDS (2 + 2 * SJ_MAX_RANK)   /* the most one fact writes */
+#define FACT_STACK_WORDS 512                   /* the callers' buffers */
 
-static void fw_init(FactWords *fw)
+static void fw_init(FactWords *fw, uint64_t *buf, int32_t cap)
 {
-    fw->w = fw->small;
+    fw->w = fw->small = buf;
     fw->n = 0;
-    fw->cap = (int32_t)(sizeof fw->small / sizeof fw->small[0]);
+    fw->cap = cap;
     fw->heap = 0;
 }
 
@@ -175,10 +176,11 @@ static int fact_of_leaf(const Guard *g, Fact *f, int *exact)
         f->kind = FACT_ID;
         return 1;
     case GK_EQUALS_MATCH: {
-        FactWords fw;
-        fw_init(&fw);
+        uint64_t w[2];   /* put_value writes at most 2 words */
+        FactWords one;
+        fw_init(&one, w, 2);
         f->kind = FACT_VALUE;
-        return put_value(&fw, g->expected, exact) == 0;
+        return put_value(&one, g->expected, exact) == 0;
     }
     case GK_TENSOR_MATCH:
         f->kind = FACT_TENSOR;
@@ -368,8 +370,9 @@ int dispatch_file(GuardTree *t, GuardEntry *ge)
     PyMem_Free(facts);
     Signature *s = t->sigs[sid];
     /* the words and key from the leaves' expected values; the leaves those words decide */
+    uint64_t buf[FACT_STACK_WORDS];
     FactWords fw;
-    fw_init(&fw);
+    fw_init(&fw, buf, FACT_STACK_WORDS);
     int32_t *covered = PyMem_Malloc(sizeof(int32_t) * ((size_t)ge->nleaves + 1));
     int32_t ncovered = 0;
     if (!covered) {
@@ -395,8 +398,9 @@ int dispatch_file(GuardTree *t, GuardEntry *ge)
                 if (exact)
                     covered[ncovered++] = ge->leaves[j];
             } else if (exact) {   /* another leaf on the same fact: covered if its words agree */
+                uint64_t w1[FACT_MAX_WORDS];
                 FactWords one;
-                fw_init(&one);
+                fw_init(&one, w1, FACT_MAX_WORDS);
                 words_of_leaf(g, f, &one);
                 if (one.n == fw.n - at && memcmp(one.w, fw.w + at, sizeof(uint64_t) * (size_t)one.n) == 0)
                     covered[ncovered++] = ge->leaves[j];
@@ -426,7 +430,6 @@ int dispatch_file(GuardTree *t, GuardEntry *ge)
     ge->next_same = b->head;
     b->head = ge;
     ge->sig = sid;
-    ge->key = h;
     return 0;
 }
 
@@ -434,10 +437,11 @@ int32_t dispatch_candidates(GuardCall *call, GuardEntry **out, int32_t cap)
 {
     const GuardTree *t = call->t;
     int32_t n = 0;
+    uint64_t buf[FACT_STACK_WORDS];
     FactWords fw;
     for (int32_t si = 0; si < t->nsigs; si++) {
         Signature *s = t->sigs[si];
-        fw_init(&fw);
+        fw_init(&fw, buf, FACT_STACK_WORDS);
         if (fw_reserve(&fw, s->nfacts) < 0)
             return -1;
         for (int32_t i = 0; i < s->nfacts; i++) {

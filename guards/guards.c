@@ -57,14 +57,6 @@ static GlobalDiff global_diff(const Guard *g, const GlobalState *now)
     return GS_SAME;
 }
 
-/* The global state of this call, read once (the leaf is interned, so it is checked once
- * per call whatever the number of entries). */
-static int call_global(GuardCall *call, GlobalState *out)
-{
-    (void)call;
-    return guards_read_global_state(out);
-}
-
 /* The facts of a tensor value: through the call's cache when the guard has a source. */
 static const TensorFacts *facts_of(const Guard *g, PyObject *v, GuardCall *call, TensorFacts *tmp,
                                    const char **why)
@@ -205,8 +197,9 @@ static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
 static int check_global(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)v;
-    GlobalState now;
-    if (call_global(call, &now) < 0)
+    (void)call;
+    GlobalState now;   /* read once per call: the leaf is interned and its result cached */
+    if (guards_read_global_state(&now) < 0)
         return -1;
     return global_diff(g, &now) == GS_SAME;
 }
@@ -372,8 +365,9 @@ static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name, Gua
 {
     (void)v;
     (void)name;
+    (void)call;
     GlobalState now;
-    if (call_global(call, &now) < 0)
+    if (guards_read_global_state(&now) < 0)
         return NULL;
     switch (global_diff(g, &now)) {
     case GS_GRAD:

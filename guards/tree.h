@@ -25,7 +25,6 @@ struct GuardEntry {
     int32_t *leaves;          /* owned: leaf ids in the tree, in check order */
     int32_t nleaves;
     int32_t sig;              /* dispatch signature id, -1 before guard_tree_add */
-    uint64_t key;             /* xxHash of the signature's facts at capture */
     uint64_t *words;          /* owned: the facts' words (dispatch.c) */
     int32_t nwords;
     int32_t *covered;         /* owned: leaves that equal words prove to pass */
