@@ -44,6 +44,41 @@ static PyObject *shape_object(Capture *c, const TensorMeta *m)
     return t;
 }
 
+/* x.shape with symbolic dims: a torch.Size (numpy: tuple) var of ints and symbolic ints. */
+static Var *shape_var(Capture *c, const TensorMeta *m)
+{
+    int sym = 0;
+    for (int i = 0; i < m->ndim; i++)
+        sym |= m->sym[i] != NULL;
+    if (!sym)
+        return var_const_steal(c, shape_object(c, m));
+    Var *items[SJ_MAX_RANK];
+    for (int i = 0; i < m->ndim; i++)
+        if (!(items[i] = m->sym[i] ? symb_var(c, m->sym[i]) : var_const_steal(c, PyLong_FromLongLong(m->size[i]))))
+            return NULL;
+    Var *v = var_seq(c, VK_TUPLE, items, m->ndim);
+    if (v && m->lib == LIB_TORCH)
+        v->u.seq.subtype = (PyTypeObject *)libs.size_type;
+    return v;
+}
+
+/* x.numel() / ndarray.size: the product of the sizes. */
+Var *tensor_numel_var(Capture *c, const TensorMeta *m)
+{
+    int64_t k = 1;
+    SymNode *e = NULL;
+    for (int i = 0; i < m->ndim; i++) {
+        k *= m->size[i];
+        if (m->sym[i] && !e && !(e = sym_const(c->env, 1)))
+            return NULL;
+    }
+    if (!e)
+        return var_const_steal(c, PyLong_FromLongLong(k));
+    for (int i = 0; e && i < m->ndim; i++)
+        e = sym_mul(c->env, e, m->sym[i] ? m->sym[i] : sym_const(c->env, m->size[i]));
+    return symb_var(c, e);
+}
+
 static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
 {
     const TensorMeta *m = &t->u.t.meta;
@@ -51,7 +86,7 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
     if (!n)
         return NULL;
     if (!strcmp(n, "shape"))
-        return var_const_steal(c, shape_object(c, m));
+        return shape_var(c, m);
     if (!strcmp(n, "dtype"))
         return var_const_steal(c, dtype_to_py((DType)m->dtype, (Lib)m->lib));
     if (!strcmp(n, "ndim"))
@@ -88,12 +123,8 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
             return call_var(c, meth, args, na, NULL);
         }
     } else {
-        if (!strcmp(n, "size")) {
-            int64_t k = 1;
-            for (int i = 0; i < m->ndim; i++)
-                k *= m->size[i];
-            return var_const_steal(c, PyLong_FromLongLong(k));
-        }
+        if (!strcmp(n, "size"))
+            return tensor_numel_var(c, m);
         if (!strcmp(n, "itemsize"))
             return var_const_steal(c, PyLong_FromLong(dtype_info[m->dtype].itemsize));
         if (!strcmp(n, "T")) {

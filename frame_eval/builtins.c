@@ -130,9 +130,9 @@ static int all_foldable(Var **args, int32_t n)
 {
     for (int32_t i = 0; i < n; i++) {
         Var *v = args[i];
-        if (v->kind == VK_CONST)
+        if (v->kind == VK_CONST || v->kind == VK_SYMINT)   /* a symbolic int is specialised */
             continue;
-        if ((v->kind == VK_TUPLE || v->kind == VK_LIST) && var_all_const(v->u.seq.items, v->u.seq.n))
+        if ((v->kind == VK_TUPLE || v->kind == VK_LIST) && all_foldable(v->u.seq.items, v->u.seq.n))
             continue;
         return 0;
     }
@@ -159,6 +159,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
             return shape;
         if (nargs == 2 && var_is_const(args[1])) {
             Var *k = args[1];
+            if (shape->kind != VK_CONST)
+                return op_subscr(c, shape, k);
             return var_const_steal(c, PyObject_GetItem(shape->obj, k->obj));
         }
         cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.size with these arguments");
@@ -166,12 +168,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
     }
     if (!strcmp(name, "dim") || !strcmp(name, "ndimension"))
         return var_const_steal(c, PyLong_FromLong(m->ndim));
-    if (!strcmp(name, "numel") || !strcmp(name, "nelement")) {
-        int64_t k = 1;
-        for (int i = 0; i < m->ndim; i++)
-            k *= m->size[i];
-        return var_const_steal(c, PyLong_FromLongLong(k));
-    }
+    if (!strcmp(name, "numel") || !strcmp(name, "nelement"))
+        return tensor_numel_var(c, m);
     if (!strcmp(name, "element_size"))
         return var_const_steal(c, PyLong_FromLong(dtype_info[m->dtype].itemsize));
     if (!strcmp(name, "is_floating_point"))

@@ -7,6 +7,9 @@
 #include "../graph/ir.h"
 #include "../guards/guards.h"
 #include "../core/breaks.h"
+#include "../shapes/rules.h"
+#include "../shapes/sym.h"
+#include "code_cache.h"
 
 /* ---------------------------------------------------------------- vars ---- */
 
@@ -32,6 +35,8 @@ typedef enum {
                       with record set, a dataclass that is also a dict (transformers'
                       ModelOutput): fields in order, None fields hidden from the dict view */
     VK_SUPER,      /* u.sup: super() inside a method */
+    VK_SYMINT,     /* u.s: a Python int that is a symbolic size (x.size(0), s0 * 2, an int
+                      input made dynamic); never a constant node */
 } VarKind;
 
 typedef struct Var Var;
@@ -56,6 +61,7 @@ struct Var {
         struct { int enabled; int prev; } grad;
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
+        struct { SymNode *e; } s;                                      /* the capture's env */
     } u;
 };
 
@@ -107,6 +113,23 @@ typedef struct Mutated {
     Var *v;
 } Mutated;
 
+/* One symbol of the capture's shape environment (symbolic.c), by slot. */
+typedef struct {
+    int32_t src;           /* where its value is read: L['x'].size()[0], or L['n'] for an int */
+    int32_t value;         /* graph value holding it at run time, -1 until an op needs it */
+    int32_t tensor_value;  /* a size: the graph input whose dim it is; an int: -1 */
+    int8_t dim;
+    uint8_t strict;        /* mark_dynamic: specialising it is an error */
+    uint8_t is_int;        /* an int input (no 0/1 specialisation, no range guard) */
+    SymRange range0;       /* the range it was created with (guarded at the end) */
+} SymInfo;
+
+/* A second source whose size duck sizing gave an existing symbol (guarded equal). */
+typedef struct {
+    int32_t src;
+    int32_t slot;
+} SymAlias;
+
 typedef struct Capture {
     Graph *g;                  /* owned until handed to the entry */
     SourceTable src;           /* owned */
@@ -142,6 +165,17 @@ typedef struct Capture {
     Var **stop_locals;         /* arena: localsplus vars (NULL = unbound or not read yet) */
     PyObject **stop_pending;   /* arena: live arguments not read yet (borrowed) */
     PyObject *stop_kwnames;    /* borrowed: KW_NAMES for a stopped CALL */
+    /* symbolic shapes (symbolic.c) */
+    int dynamic;               /* compile(dynamic=): -1 automatic, 0 False, 1 True */
+    PyObject *fstate;          /* borrowed dict or NULL: the code's frame state (CodeState) */
+    SymEnv *env;               /* borrowed: g->env (the graph owns it); NULL until needed */
+    SymRuleCtx rctx;           /* env + guard callback for the shape rules */
+    SymInfo *syms; int32_t nsyms, capsyms;           /* PyMem */
+    SymAlias *aliases; int32_t naliases, capaliases; /* PyMem */
+    SymNode **sguards; int32_t nsguards, capsguards; /* PyMem: relations the capture relied on */
+    PyObject *sguard_where;    /* strong list of str or None, parallel to sguards */
+    PyObject *symvals;         /* strong dict: node address -> graph value id */
+    PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
     /* the result */
     Var *result;
     int32_t distinct_srcs[256]; int32_t ndistinct;
@@ -209,11 +243,49 @@ int cap_note_mutation(Capture *c, Var *container, const char *what);
 /* 1 when code unit pc of co is covered by an exception handler (try/with). */
 int eval_pc_in_try(PyCodeObject *co, int32_t pc);
 
+/* symbolic.c: the shape environment of a capture */
+/* Create the env (once per capture, on first need). 0 or -1. */
+int symb_ensure(Capture *c);
+void symb_release(Capture *c);
+/* Decide which dims of a tensor input are dynamic and give them symbols: sets m->sym[],
+ * *dyn (bit per dynamic dim), updates the frame state. 0 or -1 (failure recorded). */
+int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int32_t value, uint8_t *dyn);
+/* An int input: a VK_SYMINT var when it is dynamic, else NULL with nothing recorded
+ * (*handled = 0): the caller guards it by value. */
+Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled);
+/* A var for e: a constant int var when e is constant, else VK_SYMINT. */
+Var *symb_var(Capture *c, SymNode *e);
+/* The relation rel holds at the hints: guard it. 0 or -1. */
+int symb_guard(Capture *c, SymNode *rel);
+/* Truth of rel at the hints, guarded (nothing guarded when the ranges decide). */
+int symb_decide(Capture *c, SymNode *rel, int *truth);
+/* The int value of e, guarded equal to it (specialisation). */
+int symb_specialize(Capture *c, SymNode *e, int64_t *value);
+/* A graph value computing e at run time (e not constant). -1 on failure. */
+int32_t symb_materialize(Capture *c, SymNode *e);
+/* Integer arithmetic / comparison on vars holding ints (VK_SYMINT or int constants, at
+ * least one symbolic): a var, or NULL with *handled = 0 when not applicable. */
+Var *symb_binary(Capture *c, int nb, Var *a, Var *b, int *handled);
+Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled);
+/* The node of an int var (constant or symbolic), or NULL when v is not an int. */
+SymNode *symb_node_of(Capture *c, Var *v);
+/* At the end of a successful capture: the shape guards, marks violations. 0 or -1; a
+ * violation of mark_dynamic sets *violation (a new str: the error text). */
+int symb_finish(Capture *c, PyObject **violation);
+extern PyObject *SjConstraintViolation;   /* shapejit._C.ConstraintViolationError */
+/* PGO (TORCH_COMPILE_JOB_ID + TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO=1, shapejit/pgo.py):
+ * a code's first compile starts from the saved frame state; each compile saves it. */
+void symb_pgo_load(CodeState *st, PyCodeObject *co);
+void symb_pgo_save(CodeState *st, PyCodeObject *co);
+int symb_init_module(PyObject *m);
+
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);
 Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
 
 /* attrs.c */
+/* x.numel(): a constant or a symbolic int var. */
+Var *tensor_numel_var(Capture *c, const TensorMeta *m);
 Var *attr_load(Capture *c, Var *obj, PyObject *name);
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
 /* 0 when every outside attribute write ended at its original value, else -1 (failure set). */

@@ -68,6 +68,7 @@ static void free_state(void *p)
     clear_entries(&l->st);
     Py_CLEAR(l->st.orig);
     Py_CLEAR(l->st.resumes);
+    Py_CLEAR(l->st.fstate);
     l->prev->next = l->next;
     l->next->prev = l->prev;
     PyMem_Free(l);
@@ -171,6 +172,7 @@ void code_cache_reset_all(void)
         l->st.nentries = 0;
         guard_tree_clear(&l->st.tree);
         Py_CLEAR(l->st.last_reason);
+        Py_CLEAR(l->st.fstate);   /* automatic dynamic starts over */
         if (l->st.resumes) {
             if (graveyard && PyList_Append(graveyard, l->st.resumes) == 0)
                 Py_CLEAR(l->st.resumes);

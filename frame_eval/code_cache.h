@@ -50,6 +50,8 @@ typedef struct {
     int ncompiles;
     long calls;            /* frames seen (eager_then_compile counts them) */
     PyObject *last_reason; /* strong: the last recompile reason, or NULL */
+    PyObject *fstate;      /* strong dict or NULL: automatic dynamic's frame state, what the
+                              inputs looked like over the compiles so far (symbolic.c) */
     int warned_limit;
     int clear_pending;     /* disabled while the hook was busy: entries cleared at its end */
     CodeRole role;

@@ -30,10 +30,14 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     Capture *c = p->c;
     switch (v->kind) {
+    case VK_SYMINT:
     case VK_TENSOR: {
         if (v->src >= 0)   /* an input, handed back as itself */
             return Py_BuildValue("(si)", "s", (int)v->src);
-        PyObject *key = PyLong_FromLong(v->u.t.value);
+        int32_t value = v->kind == VK_TENSOR ? v->u.t.value : symb_materialize(c, v->u.s.e);
+        if (value < 0)
+            return NULL;
+        PyObject *key = PyLong_FromLong(value);
         if (!key)
             return NULL;
         PyObject *k = PyDict_GetItemWithError(p->outvals, key);
@@ -41,7 +45,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
             Py_DECREF(key);
             return Py_NewRef(k);
         }
-        if (PyErr_Occurred() || graph_add_output(c->g, v->u.t.value) < 0) {
+        if (PyErr_Occurred() || graph_add_output(c->g, value) < 0) {
             Py_DECREF(key);
             return NULL;
         }
@@ -421,6 +425,7 @@ static int add_final_guards(Capture *c)
 
 static void capture_release(Capture *c)
 {
+    symb_release(c);
     graph_free(c->g);
     c->g = NULL;
     sources_clear(&c->src);
@@ -477,9 +482,13 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
 }
 
 /* A capture starts from the sources of the code's guard tree, so ids stay shared. */
-static int capture_init(Capture *c, const CodeState *st)
+static int capture_init(Capture *c, CodeState *st, int dynamic)
 {
     memset(c, 0, sizeof *c);
+    c->dynamic = dynamic;
+    if (!st->fstate && !(st->fstate = PyDict_New()))
+        return -1;
+    c->fstate = st->fstate;
     c->g = graph_new();
     c->keepalive = PyList_New(0);
     c->wrapped = PyDict_New();
@@ -517,8 +526,9 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     long step = c->fail_step;
     BreakReason reason = c->reason;
     PyObject *msg = Py_XNewRef(c->reason_msg), *stack = Py_XNewRef(c->user_stack);
+    int dynamic = c->dynamic;
     capture_release(c);
-    if (capture_init(c, st) < 0)
+    if (capture_init(c, st, dynamic) < 0)
         goto undo;
     int grad0 = c->grad_mode;
     c->stop_step = step;
@@ -587,7 +597,8 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int32_t *inputs = NULL;
     int32_t ninputs = 0;
     int has_mutation = 0;
-    if (capture_init(&c, st) < 0)
+    symb_pgo_load(st, co);
+    if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;
     if (sj_log_on(LOG_BYTECODE, SJ_INFO))
@@ -631,6 +642,14 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     }
     if (add_final_guards(&c) < 0)
         goto internal;
+    PyObject *violation = NULL;
+    if (symb_finish(&c, &violation) < 0)
+        goto internal;
+    if (violation) {
+        PyErr_SetObject(SjConstraintViolation, violation);
+        Py_DECREF(violation);
+        goto done_err;
+    }
     if (c.nops > 0 || c.g->noutputs > 0) {
         /* hand the graph to the backend */
         PyObject *name = PyUnicode_FromFormat("__compiled_fn_%ld", ++graph_counter);
@@ -752,6 +771,7 @@ done:
         }
     }
     capture_release(&c);
+    symb_pgo_save(st, co);
     double dt_s = now_s() - t0;
     sj_stats.compile_time_s += dt_s;
     events_emit_compile_time(dt_s);

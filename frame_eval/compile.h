@@ -7,6 +7,7 @@
 typedef struct {
     PyObject *backend;     /* borrowed: backend(graph, example_inputs) -> callable */
     int fullgraph;
+    int dynamic;           /* compile(dynamic=): -1 None (automatic), 0 False, 1 True */
 } CompileOptions;
 
 /* Capture the frame (code, its live localsplus, closure, globals, builtins). Returns the

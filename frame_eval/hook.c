@@ -550,11 +550,19 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(backend);
         return NULL;
     }
+    PyObject *dyn = PyObject_GetAttrString(options, "dynamic");
+    int dynamic = !dyn ? -2 : dyn == Py_None ? -1 : PyObject_IsTrue(dyn);
+    Py_XDECREF(dyn);
+    if (dynamic < -1) {
+        PyErr_Clear();
+        dynamic = -1;   /* options without the attribute: automatic */
+    }
     SjCompiledFunction *cf = (SjCompiledFunction *)type->tp_alloc(type, 0);
     if (!cf) {
         Py_DECREF(backend);
         return NULL;
     }
+    cf->copts.dynamic = dynamic;
     cf->fn = Py_NewRef(fn);
     cf->options = Py_NewRef(options);
     cf->backend = backend;

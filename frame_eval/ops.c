@@ -21,9 +21,24 @@ static int deep_const(const Var *v)
     return 1;
 }
 
+/* The hint of a symbolic int as a Python int the capture keeps alive (borrowed). */
+static PyObject *hint_obj(Capture *c, SymNode *e, int specialize)
+{
+    int64_t h;
+    if ((specialize ? symb_specialize(c, e, &h) : sym_eval_hint(c->env, e, &h)) < 0) {
+        cap_fail_exc(c, BR_DATA_DEPENDENT);
+        return NULL;
+    }
+    PyObject *o = cap_keep_steal(c, PyLong_FromLongLong(h));
+    if (!o)
+        cap_fail_exc(c, BR_INTERNAL);
+    return o;
+}
+
 /* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
- * constant; those holding tensors become BA_LIST. */
-static int to_bound(Capture *c, Var *v, BoundArg *out)
+ * constant; those holding tensors become BA_LIST. With specialize, symbolic sizes and ints
+ * are pinned to their hints (guarded) for a rule that only handles static shapes. */
+static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
 {
     memset(out, 0, sizeof *out);
     if (!v) {
@@ -32,10 +47,32 @@ static int to_bound(Capture *c, Var *v, BoundArg *out)
         return 0;
     }
     switch (v->kind) {
-    case VK_TENSOR:
+    case VK_TENSOR: {
         out->kind = BA_TENSOR;
         out->meta = &v->u.t.meta;
+        int sym = 0;
+        for (int i = 0; i < v->u.t.meta.ndim; i++)
+            sym |= v->u.t.meta.sym[i] != NULL;
+        if (specialize && sym) {
+            TensorMeta *m = cap_alloc(c, sizeof *m);
+            if (!m)
+                return -1;
+            *m = v->u.t.meta;
+            for (int i = 0; i < m->ndim; i++) {
+                int64_t h;
+                if (m->sym[i] && symb_specialize(c, m->sym[i], &h) < 0)
+                    return cap_fail_exc(c, BR_INTERNAL);
+                m->sym[i] = NULL;
+            }
+            out->meta = m;
+        }
         return 0;
+    }
+    case VK_SYMINT:
+        out->kind = BA_CONST;
+        out->sym = specialize ? NULL : v->u.s.e;
+        out->value = hint_obj(c, v->u.s.e, specialize);
+        return out->value ? 0 : -1;
     case VK_CONST:
         out->kind = BA_CONST;
         out->value = v->obj;
@@ -45,6 +82,14 @@ static int to_bound(Capture *c, Var *v, BoundArg *out)
     case VK_DICT:
     case VK_SLICE: {
         int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
+        if (has_tensor && specialize && (v->kind == VK_TUPLE || v->kind == VK_LIST)) {
+            /* only symbolic ints among constants: specialise them into one constant */
+            int only_ints = 1;
+            for (int32_t i = 0; i < v->u.seq.n; i++)
+                only_ints &= v->u.seq.items[i] && (v->u.seq.items[i]->kind == VK_CONST ||
+                                                   v->u.seq.items[i]->kind == VK_SYMINT);
+            has_tensor = !only_ints;
+        }
         if (!has_tensor) {
             PyObject *py = var_to_py(c, v);
             if (!py || !cap_keep_steal(c, py))
@@ -57,7 +102,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out)
         if (!items)
             return -1;
         for (int32_t i = 0; i < v->u.seq.n; i++)
-            if (to_bound(c, v->u.seq.items[i], &items[i]) < 0)
+            if (to_bound(c, v->u.seq.items[i], &items[i], specialize) < 0)
                 return -1;
         out->kind = BA_LIST;
         out->n = v->u.seq.n;
@@ -86,6 +131,10 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
     } else if (v->kind == VK_TENSOR) {
         a.kind = ARG_VALUE;
         a.a = v->u.t.value;
+    } else if (v->kind == VK_SYMINT) {
+        a.kind = ARG_VALUE;
+        if ((a.a = symb_materialize(c, v->u.s.e)) < 0)
+            return -1;
     } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
         if (!deep_const(v)) {
             int32_t first = graph_pool(g, v->u.seq.n);
@@ -183,7 +232,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (!pos || !kwn)
         return NULL;
     for (int32_t i = 0; i < nargs; i++)
-        if (to_bound(c, args[i], &pos[i]) < 0)
+        if (to_bound(c, args[i], &pos[i], 0) < 0)
             return NULL;
     for (int32_t i = 0; i < nkw; i++)
         if (!(kwn[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i))))
@@ -212,7 +261,32 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     TensorMeta outs[SJ_MAX_OUTS];
     int nout = SJ_MAX_OUTS;
-    if (shapes_infer(r->op, lib, &bound, outs, &nout, &err) < 0) {
+    sj_symctx = c->env ? &c->rctx : NULL;
+    int ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+    sj_symctx = NULL;
+    if (ir == 1) {
+        /* a rule for static shapes only: pin the symbols its arguments use, then bind again
+         * (the args keep their positions; out= was dropped above the same way) */
+        for (int32_t i = 0; i < nargs; i++)
+            if (to_bound(c, args[i], &pos[i], 1) < 0)
+                return NULL;
+        if (out_var)
+            for (int32_t k = 0, j = 0; k < nkw; k++) {
+                if (args[npos + k] == out_var)
+                    continue;
+                if (to_bound(c, args[npos + k], &pos[npos + j++], 1) < 0)
+                    return NULL;
+            }
+        if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
+            cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
+            return NULL;
+        }
+        nout = SJ_MAX_OUTS;
+        ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+    }
+    if (PyErr_Occurred() && ir == 0)
+        PyErr_Clear();
+    if (ir != 0) {
         if (PyErr_Occurred())
             PyErr_Clear();
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
@@ -361,7 +435,7 @@ static int is_tensor(Var *v) { return v && v->kind == VK_TENSOR; }
 
 static int is_foldable(Var *v)
 {
-    return v && (v->kind == VK_CONST ||
+    return v && (v->kind == VK_CONST || v->kind == VK_SYMINT ||
                  ((v->kind == VK_TUPLE || v->kind == VK_LIST) && var_all_const(v->u.seq.items, v->u.seq.n)));
 }
 
@@ -409,6 +483,12 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             snprintf(path, sizeof path, "operator.%s", name + 1);
         }
         return record_operator(c, path, args, 2);
+    }
+    if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
+        int handled;
+        Var *r = symb_binary(c, nb, a, b, &handled);
+        if (handled)
+            return r;   /* otherwise (a float, true division, ...) the int is specialised */
     }
     if (is_foldable(a) && is_foldable(b)) {
         Var *args[2] = {a, b};
@@ -473,6 +553,12 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         Var *args[2] = {a, b};
         return record_operator(c, path, args, 2);
     }
+    if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
+        int handled;
+        Var *r = symb_compare(c, cmp, a, b, &handled);
+        if (handled)
+            return r;
+    }
     if (is_foldable(a) && is_foldable(b)) {
         Var *args[2] = {a, b};
         return fold_operator(c, names[cmp], args, 2);
@@ -481,6 +567,22 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         a->kind != VK_TUPLE && b->kind != VK_TUPLE && a->kind != VK_LIST && b->kind != VK_LIST) {
         Var *args[2] = {a, b};
         return fold_operator(c, names[cmp], args, 2);
+    }
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && c->env && (a->kind == VK_TUPLE || a->kind == VK_LIST ||
+                                                            (var_is_const(a) && PyTuple_Check(a->obj))) &&
+        (b->kind == VK_TUPLE || b->kind == VK_LIST || (var_is_const(b) && PyTuple_Check(b->obj)))) {
+        /* shapes with symbolic sizes: equal when every item is (decided item by item) */
+        Var **ia, **ib;
+        int32_t na, nb;
+        if (op_iterate(c, a, &ia, &na) < 0 || op_iterate(c, b, &ib, &nb) < 0)
+            return NULL;
+        int eq = na == nb;
+        for (int32_t i = 0; eq && i < na; i++) {
+            Var *r = op_compare(c, SJ_CMP_EQ, ia[i], ib[i]);
+            if (!r || op_truth(c, r, &eq) < 0)
+                return NULL;
+        }
+        return var_const(c, (cmp == SJ_CMP_EQ) == (eq != 0) ? Py_True : Py_False);
     }
     if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->kind != b->kind &&
         ((var_is_const(a) && a->obj == Py_None) || (var_is_const(b) && b->obj == Py_None)))
@@ -503,6 +605,10 @@ Var *op_unary(Capture *c, int opcode, Var *a)
         snprintf(path, sizeof path, "operator.%s", name);
         return record_operator(c, path, &a, 1);
     }
+    if (a->kind == VK_SYMINT && opcode == SJOP_UNARY_NEGATIVE)
+        return symb_var(c, sym_neg(c->env, a->u.s.e));
+    if (a->kind == VK_SYMINT && opcode == SJOP_UNARY_POSITIVE)
+        return a;
     if (is_foldable(a))
         return fold_operator(c, name, &a, 1);
     cap_fail(c, BR_UNSUPPORTED_VALUE, "unary %s on a %s", name, var_kind_name(a));
@@ -526,6 +632,12 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_DICT:
         *truth = v->u.dict.n > 0;
         return 0;
+    case VK_SYMINT: {
+        SymNode *z = sym_const(c->env, 0);
+        if (!z || symb_decide(c, sym_ne(c->env, v->u.s.e, z), truth) < 0)
+            return cap_fail_exc(c, BR_INTERNAL);
+        return 0;
+    }
     case VK_TENSOR:
         return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");
@@ -826,6 +938,8 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         if (v->u.t.meta.ndim == 0)
             return cap_fail(c, BR_USER_EXCEPTION, "iteration over a 0-d tensor");
         int64_t cnt = v->u.t.meta.size[0];
+        if (v->u.t.meta.sym[0] && symb_specialize(c, v->u.t.meta.sym[0], &cnt) < 0)
+            return cap_fail_exc(c, BR_INTERNAL);   /* unrolling fixes the count */
         *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
         for (int64_t i = 0; *items && i < cnt; i++) {
             PyObject *k = PyLong_FromLongLong(i);
@@ -890,6 +1004,8 @@ Var *op_len(Capture *c, Var *v)
             cap_fail_exc(c, BR_USER_EXCEPTION);
             return NULL;
         }
+        if (v->u.t.meta.sym[0])
+            return symb_var(c, v->u.t.meta.sym[0]);
         n = (Py_ssize_t)v->u.t.meta.size[0];
         break;
     case VK_CONST:

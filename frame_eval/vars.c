@@ -7,7 +7,7 @@ static const char *const kind_names[] = {
     [VK_DICT] = "dict", [VK_SLICE] = "slice", [VK_ITER] = "iterator", [VK_FUNC] = "function",
     [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
     [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
-    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super",
+    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super", [VK_SYMINT] = "symbolic int",
 };
 
 const char *var_kind_name(const Var *v)
@@ -176,6 +176,13 @@ int var_all_const(Var *const *vs, int32_t n)
 PyObject *var_to_py(Capture *c, Var *v)
 {
     switch (v->kind) {
+    case VK_SYMINT: {
+        /* a symbolic int used where only a value will do: specialise it (guarded) */
+        int64_t h;
+        if (symb_specialize(c, v->u.s.e, &h) < 0)
+            return NULL;
+        return PyLong_FromLongLong(h);
+    }
     case VK_CONST:
     case VK_OBJECT:
     case VK_MODULE:

@@ -70,35 +70,29 @@ static int is_callable_kind(PyObject *o)
            strcmp(Py_TYPE(o)->tp_name, "_ArrayFunctionDispatcher") == 0;
 }
 
-/* torch's own marking functions (torch._dynamo.mark_dynamic & co.) leave index sets on the
- * tensor. Static marks already hold; dynamic ones cannot until symbolic shapes exist, so
- * the user is told once per capture that those sizes are compiled static. */
-static void note_torch_marks(Capture *c, PyObject *t, int32_t src)
+/* With dynamic dims, a tensor laid out densely in some dim order (contiguous, transposed,
+ * permuted) is guarded to keep that order: its strides then follow its sizes. */
+static void dense_layout(const TensorMeta *m, const int64_t *strides, Guard *g)
 {
-    static const char *const attrs[] = {"_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices",
-                                        "_dynamo_unbacked_indices"};
-    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
-        PyObject *marks = PyObject_GetAttrString(t, attrs[i]);
-        if (!marks) {
-            PyErr_Clear();
-            continue;
+    int8_t perm[SJ_MAX_RANK];
+    for (int i = 0; i < m->ndim; i++)
+        perm[i] = (int8_t)(m->ndim - 1 - i);
+    /* innermost first: by stride, ties keep the later dim inner (as contiguity does) */
+    for (int i = 1; i < m->ndim; i++)
+        for (int j = i; j > 0 && strides[perm[j]] < strides[perm[j - 1]]; j--) {
+            int8_t t = perm[j];
+            perm[j] = perm[j - 1];
+            perm[j - 1] = t;
         }
-        Py_ssize_t n = PyObject_Length(marks);
-        if (n > 0) {
-            PyObject *msg = PyUnicode_FromFormat(
-                "shapejit: %U carries %s %R from torch's marking functions; symbolic shapes are not "
-                "implemented yet, so its sizes are compiled static", sources_repr(&c->src, src), attrs[i], marks);
-            if (msg) {
-                if (sj_log_on(LOG_DYNAMIC, SJ_INFO))
-                    sj_log_str(LOG_DYNAMIC, SJ_INFO, msg);
-                if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
-                    PyErr_Clear();
-                Py_DECREF(msg);
-            }
-        }
-        PyErr_Clear();
-        Py_DECREF(marks);
+    int64_t want = 1;
+    for (int k = 0; k < m->ndim; k++) {
+        int i = perm[k];
+        if (strides[i] != want && m->size[i] != 1)
+            return;   /* not dense: strides stay exact */
+        want *= m->size[i] > 1 ? m->size[i] : 1;
     }
+    g->dense = 1;
+    memcpy(g->perm, perm, sizeof perm);
 }
 
 /* A tensor or array input: one graph input per distinct object. */
@@ -147,16 +141,22 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
     }
     v->obj = obj;
     v->src = src;
-    v->u.t.meta = m;
-    v->u.t.value = graph_add_input(c->g, &m, sources_repr(&c->src, src));
-    if (v->u.t.value < 0) {
+    int32_t value = c->g->nvalues;   /* the input's value id (graph_add_input below) */
+    uint8_t dyn = 0;
+    if (symb_wrap_tensor(c, obj, src, &m, value, &dyn) < 0) {
         Py_DECREF(key);
         return NULL;
     }
-    if (m.lib == LIB_TORCH) {
-        c->used_torch = 1;
-        note_torch_marks(c, obj, src);
+    v->u.t.meta = m;
+    v->u.t.value = graph_add_input(c->g, &m, sources_repr(&c->src, src));
+    if (v->u.t.value < 0 || v->u.t.value != value) {
+        Py_DECREF(key);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "shapejit: input value ids out of step");
+        return NULL;
     }
+    if (m.lib == LIB_TORCH)
+        c->used_torch = 1;
     Guard g;
     memset(&g, 0, sizeof g);
     g.kind = GK_TENSOR_MATCH;
@@ -164,7 +164,11 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
     g.src2 = -1;
     g.expected = (PyObject *)Py_TYPE(obj);
     g.meta = m;
+    memset(g.meta.sym, 0, sizeof g.meta.sym);
     memcpy(g.stride, strides, sizeof strides);
+    g.dyn = dyn;
+    if (dyn)
+        dense_layout(&m, strides, &g);
     g.where = where_str(c);
     r = guards_add(&c->guards, &g);
     Py_XDECREF(g.where);
@@ -285,6 +289,14 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     if (libs_refresh() < 0)
         return NULL;
     PyTypeObject *t = Py_TYPE(obj);
+    if (t == &PyLong_Type && src >= 0) {
+        int handled;
+        Var *v = symb_wrap_int(c, obj, src, &handled);
+        if (handled || v)
+            return v;
+        if (PyErr_Occurred())
+            return NULL;
+    }
     if (is_constant_type(obj))
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))

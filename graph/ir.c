@@ -1,5 +1,6 @@
 /* Graph IR construction and eager execution. */
 #include "ir.h"
+#include "../shapes/sym.h"
 #include <string.h>
 
 /* ---------------------------------------------------------------- growth ---- */
@@ -50,6 +51,7 @@ void graph_free(Graph *g)
     PyMem_Free(g->inputs);
     PyMem_Free(g->outputs);
     Py_XDECREF(g->consts);
+    sym_env_free(g->env);
     PyMem_Free(g);
 }
 
@@ -242,6 +244,8 @@ static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyOb
 {
     if (!mismatch || *mismatch)
         return 0;
+    if (g->values[vid].meta.symint)
+        return 0;   /* a size computed at run time: any int */
     int ok = meta_matches_value(&g->values[vid].meta, v);
     if (ok < 0)
         return -1;

@@ -56,6 +56,8 @@ typedef struct Graph {
     int has_mutation;   /* some node mutates a graph input */
     int32_t grad_query; /* constants index of torch.is_grad_enabled when the graph switches
                            grad mode (restored if a run fails midway), else -1 */
+    struct SymEnv *env; /* owned or NULL: the shape environment whose nodes the values'
+                           symbolic sizes point to */
 } Graph;
 
 Graph *graph_new(void);            /* NULL with MemoryError set */

@@ -29,6 +29,8 @@ extern const DTypeInfo dtype_info[DT_COUNT];
 /* ---- which array library a value belongs to ---- */
 typedef enum { LIB_TORCH = 0, LIB_NUMPY = 1 } Lib;
 
+struct SymNode;   /* shapes/sym.h */
+
 typedef struct TensorMeta {
     unsigned char lib;            /* Lib */
     unsigned char dtype;          /* DType */
@@ -36,7 +38,12 @@ typedef struct TensorMeta {
     unsigned char np_scalar;      /* numpy only: the value is a numpy scalar (np.float64(1.0)),
                                      which numpy returns for full reductions; ndim is 0 */
     unsigned char requires_grad;  /* torch only */
-    int64_t size[SJ_MAX_RANK];    /* static sizes (issue 5 makes them symbolic) */
+    unsigned char symint;         /* graph values only: not a tensor but a Python int (a size
+                                     computed at run time: x.size(0), s0 * 2) */
+    int64_t size[SJ_MAX_RANK];    /* sizes; a symbolic dim holds its hint here */
+    struct SymNode *sym[SJ_MAX_RANK];  /* NULL: size[i] is static; else dim i's symbolic size
+                                     (a node of the capture's shape environment, owned by the
+                                     graph's SymEnv) whose hint is size[i] */
 } TensorMeta;
 
 /* Fill *out from a live torch.Tensor or numpy.ndarray / numpy scalar. If strides is not NULL

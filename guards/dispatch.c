@@ -184,7 +184,7 @@ static int fact_of_leaf(const Guard *g, Fact *f, int *exact)
     }
     case GK_TENSOR_MATCH:
         f->kind = FACT_TENSOR;
-        return 1;
+        return g->dyn == 0;   /* a dynamic size is no fact */
     default:
         return 0;
     }

@@ -32,10 +32,22 @@ static TensorDiff tensor_diff(const Guard *g, PyObject *v, const TensorFacts *f,
     if (f->m.np_scalar != g->meta.np_scalar)
         return TM_NP_SCALAR;
     for (int i = 0; i < f->m.ndim; i++)
-        if (f->m.size[i] != g->meta.size[i]) {
+        if (f->m.size[i] != g->meta.size[i] && !(g->dyn >> i & 1)) {
             *index = i;
             return TM_SIZE;
         }
+    if (g->dyn && g->dense) {
+        int64_t want = 1;
+        for (int k = 0; k < f->m.ndim; k++) {
+            int i = g->perm[k];
+            if (f->stride[i] != want && f->m.size[i] != 1) {
+                *index = i;
+                return TM_STRIDE;
+            }
+            want *= f->m.size[i] > 1 ? f->m.size[i] : 1;
+        }
+        return TM_SAME;
+    }
     for (int i = 0; i < f->m.ndim; i++)
         if (f->stride[i] != g->stride[i]) {
             *index = i;
@@ -310,6 +322,10 @@ static PyObject *explain_tensor(const Guard *g, PyObject *v, PyObject *name, Gua
                                                     name, i, (long long)g->meta.size[i], (long long)f->m.size[i]),
                                name);
     case TM_STRIDE:
+        if (g->dyn && g->dense)
+            return PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d: the strides no longer give the "
+                                        "dense layout the entry was compiled for (actual %lld)",
+                                        name, i, (long long)f->stride[i]);
         return with_param_hint(PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d. expected %lld, actual %lld",
                                                     name, i, (long long)g->stride[i], (long long)f->stride[i]),
                                name);
@@ -433,9 +449,24 @@ static PyObject *format_tensor(const Guard *g, PyObject *src, const SourceTable 
     char sz[256], st[256];
     size_t a = 0, b = 0;
     sz[0] = st[0] = 0;
+    uint8_t stride_dyn = 0;   /* strides that depend on a dynamic size print as None */
+    if (g->dyn && g->dense) {
+        int inner_dyn = 0;
+        for (int k = 0; k < g->meta.ndim; k++) {
+            int i = g->perm[k];
+            if (inner_dyn)
+                stride_dyn |= (uint8_t)(1u << i);
+            inner_dyn |= g->dyn >> i & 1;
+        }
+    }
     for (int i = 0; i < g->meta.ndim && a < sizeof sz && b < sizeof st; i++) {
-        a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? ", " : "", (long long)g->meta.size[i]);
-        if (b < sizeof st)
+        if (g->dyn >> i & 1)
+            a += (size_t)snprintf(sz + a, sizeof sz - a, "%sNone", i ? ", " : "");
+        else
+            a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? ", " : "", (long long)g->meta.size[i]);
+        if (b < sizeof st && (stride_dyn >> i & 1))
+            b += (size_t)snprintf(st + b, sizeof st - b, "%sNone", i ? ", " : "");
+        else if (b < sizeof st)
             b += (size_t)snprintf(st + b, sizeof st - b, "%s%lld", i ? ", " : "", (long long)g->stride[i]);
     }
     return PyUnicode_FromFormat("TENSOR_MATCH: check_tensor(%U, %s, %s%s, device=cpu, requires_grad=%s, size=[%s], stride=[%s])",
@@ -504,6 +535,53 @@ static PyObject *format_distinct(const Guard *g, PyObject *src, const SourceTabl
     PyObject *r = PyUnicode_FromFormat("NO_TENSOR_ALIASING: check_no_aliasing(%U)", j);
     Py_DECREF(j);
     return r;
+}
+
+/* ------------------------------------------------------------ shape env ---- */
+
+static int check_shape(const Guard *g, PyObject *v, GuardCall *call)
+{
+    (void)v;
+    int64_t r;
+    int bad = 0;
+    if (shape_guard_eval(g, call, &r, &bad) < 0)
+        return bad ? 0 : -1;
+    return r != 0;
+}
+
+static PyObject *explain_shape(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)v;
+    (void)name;
+    PyObject *vals = PyList_New(0);
+    if (!vals)
+        return NULL;
+    for (int32_t i = 0; i < g->nsrcs; i++) {
+        PyObject *x = sources_resolve(&call->t->src, g->srcs[i], call->fv, call->memo);
+        PyObject *s = x ? PyUnicode_FromFormat("%U = %S", call->t->src.e[g->srcs[i]].repr, x) : NULL;
+        if (!s || PyList_Append(vals, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(vals);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *joined = sep ? PyUnicode_Join(sep, vals) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(vals);
+    if (!joined)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("%U  (%U)", PyTuple_GET_ITEM(g->expected, 1), joined);
+    Py_DECREF(joined);
+    return r;
+}
+
+static PyObject *format_shape(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    (void)t;
+    return PyUnicode_FromFormat("SHAPE_ENV: %U", PyTuple_GET_ITEM(g->expected, 1));
 }
 
 /* ------------------------------------------------------------------ tables ---- */
@@ -579,7 +657,8 @@ int guards_add(GuardSet *s, const Guard *g)
 {
     for (int32_t i = 0; i < s->n; i++) {
         const Guard *o = &s->g[i];
-        if (o->kind == g->kind && o->src == g->src && o->src2 == g->src2 && g->kind != GK_DISTINCT)
+        if (o->kind == g->kind && o->src == g->src && o->src2 == g->src2 && g->kind != GK_DISTINCT &&
+            (g->kind != GK_SHAPE_ENV || guards_same(o, g)))
             return 0;
     }
     return guards_append(s, g) < 0 ? -1 : 0;
@@ -603,10 +682,19 @@ int guards_same(const Guard *a, const Guard *b)
             a->meta.ndim != b->meta.ndim || a->meta.requires_grad != b->meta.requires_grad ||
             a->meta.np_scalar != b->meta.np_scalar)
             return 0;
+        if (a->dyn != b->dyn || a->dense != b->dense)
+            return 0;
         for (int i = 0; i < a->meta.ndim; i++)
-            if (a->meta.size[i] != b->meta.size[i] || a->stride[i] != b->stride[i])
+            if ((!(a->dyn >> i & 1) && a->meta.size[i] != b->meta.size[i]) ||
+                (a->dense ? a->perm[i] != b->perm[i] : a->stride[i] != b->stride[i]))
                 return 0;
         return 1;
+    case GK_SHAPE_ENV: {
+        int eq = PyObject_RichCompareBool(a->expected, b->expected, Py_EQ);
+        if (eq < 0)
+            PyErr_Clear();
+        return eq == 1;
+    }
     case GK_GLOBAL_STATE:
         return memcmp(&a->gs, &b->gs, sizeof a->gs) == 0;
     case GK_DISTINCT:
@@ -624,7 +712,7 @@ int guards_same(const Guard *a, const Guard *b)
 /* Resolve what leaf g looks at; borrowed or NULL (exception set). Py_None for no source. */
 static PyObject *leaf_value(const Guard *g, const SourceTable *t, GuardCall *call)
 {
-    if (g->kind == GK_DISTINCT) {
+    if (g->kind == GK_DISTINCT || g->kind == GK_SHAPE_ENV) {
         for (int32_t i = 0; i < g->nsrcs; i++)
             if (!sources_resolve(t, g->srcs[i], call->fv, call->memo))
                 return NULL;

@@ -34,12 +34,19 @@ typedef struct {
     uint8_t kind;                   /* GuardKind */
     int32_t src;                    /* source id, -1 for GLOBAL_STATE */
     int32_t src2;                   /* OBJECT_ALIASING: the other source */
-    PyObject *expected;             /* strong or NULL: the type, object, value or key tuple */
+    PyObject *expected;             /* strong or NULL: the type, object, value or key tuple;
+                                       SHAPE_ENV: (program bytes, printed relation str) */
     Py_ssize_t len;                 /* SEQUENCE_LENGTH / DICT_LENGTH */
     uint64_t version;               /* DICT_VERSION: ma_version_tag at capture */
-    TensorMeta meta;                /* TENSOR_MATCH */
+    TensorMeta meta;                /* TENSOR_MATCH (sym unused) */
     int64_t stride[SJ_MAX_RANK];    /* TENSOR_MATCH */
-    int32_t *srcs, nsrcs;           /* NO_TENSOR_ALIASING: owned array */
+    uint8_t dyn;                    /* TENSOR_MATCH: bit i set = dim i is dynamic (its size is
+                                       not checked here; SHAPE_ENV leaves constrain it) */
+    uint8_t dense;                  /* TENSOR_MATCH with dyn: 1 = the strides must be the dense
+                                       strides of the actual sizes in the order perm (innermost
+                                       first), 0 = exactly stride[] */
+    int8_t perm[SJ_MAX_RANK];
+    int32_t *srcs, nsrcs;           /* NO_TENSOR_ALIASING, SHAPE_ENV: owned array */
     GlobalState gs;                 /* GLOBAL_STATE */
     PyObject *where;                /* strong or NULL: "file.py:12 in f: <line>" */
 } Guard;
@@ -68,6 +75,14 @@ PyObject *guards_format_one(const Guard *g, const SourceTable *t);
 uint64_t guards_dict_version(PyObject *d);
 /* Printed kind name ("TENSOR_MATCH"). */
 const char *guards_kind_name(GuardKind k);
+
+/* SHAPE_ENV programs (shape_guard.c): a relation over sizes and ints read from sources,
+ * in postfix, two int64 words an instruction. */
+enum { SG_CONST = 1, SG_SRC, SG_ADD, SG_MUL, SG_FLOORDIV, SG_MOD, SG_MIN, SG_MAX, SG_EQ, SG_NE, SG_LT, SG_LE };
+#define SG_MAX_DEPTH 64
+/* Evaluate a program; 0 with *out, or -1 (a source could not be read: exception set; or
+ * the arithmetic failed: *bad set, no exception). */
+int shape_guard_eval(const Guard *g, GuardCall *call, int64_t *out, int *bad);
 
 /* Read the interpreter-wide state (C calls into torch's own functions, no Python
  * frames). Returns 0 or -1. global_state.c */

@@ -125,7 +125,7 @@ class ConfigProxy(types.ModuleType):
 
     def __setattr__(self, name, value):
         if _config.is_knob(name):
-            _C.config_set(name, value)
+            _config.set_value(name, value)  # source lists checked before storing
         else:
             self._extra[name] = value
 
@@ -144,6 +144,10 @@ class ConfigProxy(types.ModuleType):
 
 
 class _ProxyPatch:
+    """patch() of a ConfigProxy: shapejit knobs through shapejit.config.patch (whose
+    constructor rejects a bad source list before anything is set), the rest as plain
+    attributes of the proxy."""
+
     def __init__(self, proxy, changes):
         self._proxy = proxy
         knobs = {k: v for k, v in changes.items() if _config.is_knob(k)}

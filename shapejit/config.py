@@ -12,13 +12,18 @@ function, and puts the previous values back afterwards::
 
     @shapejit.config.patch(specialize_int=True)
     def run(): ...
+
+The source-list knobs (dynamic_sources, static_sources, unbacked_sources) are parsed by
+shapejit.dynsources before a value is stored: a bad entry is a ValueError naming the
+knob and the entry, and the knob keeps its previous value.
 """
 import functools
 import os
 import sys
 import types
+import warnings
 
-from . import _C
+from . import _C, dynsources
 
 # (name, kind, default, doc) rows and {alias: knob}, straight from the C table
 _KNOBS = {row[0]: row for row in _C.config_knobs()}
@@ -27,6 +32,7 @@ _ALIASES = dict(_C.config_aliases())
 # Environment variables read once at import, as the anchor does for the same knobs.
 _ENV = {
     "TORCH_COMPILE_DYNAMIC_SOURCES": "dynamic_sources",
+    "TORCH_COMPILE_STATIC_SOURCES": "static_sources",
     "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
 }
 
@@ -55,6 +61,18 @@ def canonical(name):
     raise AttributeError(name)  # not reached
 
 
+def check_value(name, value):
+    """Raises what setting knob name to value would raise beyond the C type checks (a
+    source-list knob: ValueError for a bad entry), without storing anything."""
+    dynsources.check(canonical(name), value)
+
+
+def set_value(name, value):
+    """Sets a knob after check_value(): on an error the knob keeps its value."""
+    check_value(name, value)
+    _C.config_set(name, value)
+
+
 def doc(name):
     """The doc line of a knob."""
     return _KNOBS[canonical(name)][3]
@@ -80,8 +98,8 @@ class patch:
     """Sets knobs for a ``with`` block, or around every call of a decorated function.
 
     ``patch(cache_size_limit=1)``, ``patch("cache_size_limit", 1)`` or
-    ``patch({"cache_size_limit": 1})``. Names are checked when the patch is made; values
-    when it is entered. On exit every knob gets back the value it had on entry.
+    ``patch({"cache_size_limit": 1})``. Names are checked when the patch is made, and so
+    are the entries of source-list knobs; other values when it is entered. On exit every knob gets back the value it had on entry.
     Re-entrant: the same patch object may be entered recursively.
     """
 
@@ -105,6 +123,8 @@ class patch:
                 raise TypeError("shapejit.config.patch: knob %r given twice" % name)
         changes.update(kwargs)
         self._changes = [(canonical(name), value) for name, value in changes.items()]
+        for name, value in self._changes:
+            check_value(name, value)  # a bad source list fails here, not at entry
         self._saved = []  # a stack: one list of (name, previous value) per active entry
 
     def __enter__(self):
@@ -112,7 +132,7 @@ class patch:
         try:
             for name, value in self._changes:
                 old = _C.config_get(name)
-                _C.config_set(name, value)
+                set_value(name, value)
                 prior.append((name, old))
         except BaseException:
             for name, old in reversed(prior):
@@ -153,7 +173,7 @@ class _ConfigModule(types.ModuleType):
 
     def __setattr__(self, name, value):
         if is_knob(name):
-            _C.config_set(name, value)
+            set_value(name, value)
         elif name.startswith("_") or name in self.__dict__:
             super().__setattr__(name, value)
         else:
@@ -169,10 +189,20 @@ class _ConfigModule(types.ModuleType):
 
 
 def _read_env():
+    """Sets the knobs of _ENV from the environment. A bad value must not make the import
+    fail: it is reported by a warning and the knob keeps its default."""
     for var, knob in _ENV.items():
         val = os.environ.get(var)
-        if val is not None:
-            _C.config_set(knob, val)
+        if val is None:
+            continue
+        try:
+            set_value(knob, val)
+        except ValueError as e:
+            reason = ('bad entry "%s": %s' % (e.entry, e.reason)
+                      if isinstance(e, dynsources.SourceListError) else str(e))
+            warnings.warn("shapejit: environment variable %s ignored (%s left at %r): %s"
+                          % (var, knob, _C.config_get(knob), reason),
+                          UserWarning, stacklevel=2)
 
 
 _read_env()

@@ -1,16 +1,21 @@
 """mark_dynamic, maybe_mark_dynamic, mark_static, mark_unbacked.
 
-The arguments are checked now; the marks themselves need symbolic shapes, which come in a
-later issue, so a valid call raises NotImplementedError saying so.
+A mark is a set of dim indices stored on the tensor under the attribute names torch's own
+marking functions use (``_dynamo_dynamic_indices``, ``_dynamo_weak_dynamic_indices``,
+``_dynamo_static_indices``, ``_dynamo_unbacked_indices``, and ``_dynamo_dynamic_range``
+for mark_dynamic's min/max), so a tensor marked by either library is read the same way by
+the compiler (frame_eval/symbolic.c) at the next compile that sees it.
 """
 import operator
 import sys
 
 
-def _not_yet(name):
-    raise NotImplementedError(
-        "shapejit: %s is not available yet: symbolic shapes are not implemented "
-        "(shapejit compiles static shapes for now)" % name)
+def _add(t, attr, dims):
+    marks = getattr(t, attr, None)
+    if not isinstance(marks, set):
+        marks = set(marks) if marks else set()
+    marks.update(dims)
+    setattr(t, attr, marks)
 
 
 def _check_tensor(name, t):
@@ -64,19 +69,23 @@ def mark_dynamic(t, dim, min=None, max=None, **unsupported):
         raise TypeError("shapejit.mark_dynamic: unsupported argument(s) %s"
                         % ", ".join(sorted(unsupported)))
     _check_tensor("mark_dynamic", t)
-    _check_dims("mark_dynamic", t, dim)
+    dims = _check_dims("mark_dynamic", t, dim)
     lo = _check_bound("mark_dynamic", "min", min)
     hi = _check_bound("mark_dynamic", "max", max)
     if lo is not None and hi is not None and lo > hi:
         raise ValueError("shapejit.mark_dynamic: min (%d) is greater than max (%d)" % (lo, hi))
-    _not_yet("mark_dynamic")
+    _add(t, "_dynamo_dynamic_indices", dims)
+    if lo is not None or hi is not None:
+        ranges = dict(getattr(t, "_dynamo_dynamic_range", None) or {})
+        for d in dims:
+            ranges[d] = (lo if lo is not None else 2, hi)
+        t._dynamo_dynamic_range = ranges
 
 
 def maybe_mark_dynamic(t, dim):
     """Like mark_dynamic, but never an error if the code specialises the dim."""
     _check_tensor("maybe_mark_dynamic", t)
-    _check_dims("maybe_mark_dynamic", t, dim)
-    _not_yet("maybe_mark_dynamic")
+    _add(t, "_dynamo_weak_dynamic_indices", _check_dims("maybe_mark_dynamic", t, dim))
 
 
 def mark_static(t, dim=None):
@@ -86,10 +95,15 @@ def mark_static(t, dim=None):
                               (isinstance(t, type) and issubclass(t, torch.nn.Module))):
         if dim is not None:
             raise TypeError("shapejit.mark_static: dim makes no sense for a module")
-    else:
-        _check_tensor("mark_static", t)
-        _check_dims("mark_static", t, dim, allow_none=True)
-    _not_yet("mark_static")
+        # a module (or module class): its parameters and buffers keep static shapes
+        targets = [t] if isinstance(t, type) else [t]
+        for m in targets:
+            m._dynamo_marked_static = True
+        return t
+    _check_tensor("mark_static", t)
+    dims = _check_dims("mark_static", t, dim, allow_none=True)
+    _add(t, "_dynamo_static_indices", range(t.dim()) if dims is None else dims)
+    return t
 
 
 def mark_unbacked(t, dim, **unsupported):
@@ -98,5 +112,4 @@ def mark_unbacked(t, dim, **unsupported):
         raise TypeError("shapejit.mark_unbacked: unsupported argument(s) %s"
                         % ", ".join(sorted(unsupported)))
     _check_tensor("mark_unbacked", t)
-    _check_dims("mark_unbacked", t, dim)
-    _not_yet("mark_unbacked")
+    _add(t, "_dynamo_unbacked_indices", _check_dims("mark_unbacked", t, dim))

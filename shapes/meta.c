@@ -3,6 +3,7 @@
  * torch is reached only through Python attributes and only when the user already imported
  * it (it is in sys.modules): shapejit must stay cheap for numpy-only programs. numpy is
  * reached through its C API (shapes/np.h). */
+#include "sym.h"
 #include "np.h"
 
 #include <stdio.h>
@@ -400,14 +401,32 @@ void meta_format(const TensorMeta *m, char *buf, size_t n)
     if (n == 0)
         return;
     const char *name = m->dtype < DT_COUNT ? dtype_info[m->dtype].name : "?";
+    if (m->symint) {
+        snprintf(buf, n, "int");
+        return;
+    }
     if (m->np_scalar) {
         snprintf(buf, n, "%s scalar", name);
         return;
     }
     size_t used = (size_t)snprintf(buf, n, "%s[", name);
-    for (int i = 0; i < m->ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld",
-                                 (long long)m->size[i]);
+    for (int i = 0; i < m->ndim && used < n; i++) {
+        const char *text = NULL;
+        PyObject *p = NULL;
+        if (m->sym[i]) {   /* symbolic: its expression (sym_print does not need the env) */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            p = sym_print(NULL, m->sym[i], NULL, NULL);
+            text = p ? PyUnicode_AsUTF8(p) : NULL;
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+        if (text)
+            used += (size_t)snprintf(buf + used, n - used, i ? ", %s" : "%s", text);
+        else
+            used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)m->size[i]);
+        Py_XDECREF(p);
+    }
     if (used < n)
         snprintf(buf + used, n - used, "]");
 }

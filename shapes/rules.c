@@ -8,6 +8,9 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
+
+SymRuleCtx *sj_symctx;
 
 static const ShapeRule rule_table[OP_COUNT] = {
 #define X(e, name, kind, rule) [e] = rule,
@@ -22,7 +25,13 @@ int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return sj_err(err, "bad op id %d", (int)op);
     err->msg[0] = 0;
     int cap = *nout;
+    int symbolic = shapes_rule_is_symbolic(op);
+    if (!symbolic && shapes_args_symbolic(b))
+        return 1;
     int r = rule_table[op](op, lib, b, out, nout, err);
+    if (r == 0 && (!symbolic || !sj_symctx))   /* only symbolic rules produce symbols */
+        for (int i = 0; i < *nout && i < cap; i++)
+            memset(out[i].sym, 0, sizeof out[i].sym);
     if (r == 0 && (*nout < 0 || *nout > cap))
         return sj_err(err, "%s: rule produced %d outputs", op_info[op].name, *nout);
     if (r != 0 && !err->msg[0])
@@ -144,7 +153,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max,
                          ShapeErr *err)
 {
-    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL};
+    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL};
     if (PyTuple_Check(v) || PyList_Check(v)) {
         /* torch.Size is a tuple subclass, so it lands here too */
         Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
@@ -209,35 +218,280 @@ int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
     return 0;
 }
 
+/* Broadcasting one dim: r (the result so far) against s. Static dims compare as numbers. A
+ * symbolic dim is 1 or not by its hint, and equal to another dim by the hints; the
+ * relation that decided is guarded (nothing is guarded when the ranges decide: a size
+ * symbol is never 1). */
+static int broadcast_dim(TensorMeta *r, int k, const TensorMeta *m, int j, int dim, ShapeErr *err)
+{
+    int64_t s = m->size[j];
+    /* without an environment no dim is symbolic (rules for static shapes may hand in
+     * metas whose sym[] they never set) */
+    SymNode *ss = sj_symctx ? m->sym[j] : NULL, *rs = sj_symctx ? r->sym[k] : NULL;
+    if (!ss && !rs) {
+        if (s == r->size[k] || s == 1)
+            return 0;
+        if (r->size[k] == 1) {
+            r->size[k] = s;
+            return 0;
+        }
+        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d",
+                      (long long)s, (long long)r->size[k], dim);
+    }
+    if (ss && ss == rs)
+        return 0;
+    int is1;
+    if (ss) {
+        if (sj_decide(sym_eq(sj_symctx->env, ss, sym_const(sj_symctx->env, 1)), &is1, err) < 0)
+            return -1;
+        if (is1)
+            return 0;
+    } else if (s == 1) {
+        return 0;
+    }
+    if (rs) {
+        if (sj_decide(sym_eq(sj_symctx->env, rs, sym_const(sj_symctx->env, 1)), &is1, err) < 0)
+            return -1;
+    } else {
+        is1 = r->size[k] == 1;
+    }
+    if (is1) {
+        r->size[k] = s;
+        r->sym[k] = ss;
+        return 0;
+    }
+    if (s != r->size[k])
+        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d",
+                      (long long)s, (long long)r->size[k], dim);
+    /* equal hints, different expressions: they must stay equal */
+    SymNode *a = ss ? ss : sym_const(sj_symctx->env, s), *b = rs ? rs : sym_const(sj_symctx->env, r->size[k]);
+    if (sj_require(sym_eq(sj_symctx->env, a, b), err) < 0)
+        return -1;
+    if (!ss || !rs)
+        r->sym[k] = NULL;   /* equal to a constant: the constant */
+    return 0;
+}
+
 int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr *err)
 {
     int nd = 0;
     for (int i = 0; i < n; i++)
         if (ins[i] && ins[i]->ndim > nd)
             nd = ins[i]->ndim;
-    int64_t size[SJ_MAX_RANK];
+    TensorMeta r;
+    memset(&r, 0, sizeof r);
     for (int k = 0; k < nd; k++)
-        size[k] = 1;
+        r.size[k] = 1;
     for (int i = 0; i < n; i++) {
         const TensorMeta *m = ins[i];
         if (!m)
             continue;
         int off = nd - m->ndim;
-        for (int k = 0; k < m->ndim; k++) {
-            int64_t s = m->size[k];
-            int64_t *r = &size[off + k];
-            if (s == *r || s == 1)
-                continue;
-            if (*r == 1) {
-                *r = s;
-                continue;
-            }
-            return sj_err(err, "shapes cannot be broadcast together: size %lld against "
-                          "%lld at dimension %d", (long long)s, (long long)*r, off + k);
-        }
+        for (int k = 0; k < m->ndim; k++)
+            if (broadcast_dim(&r, off + k, m, k, off + k, err) < 0)
+                return -1;
     }
     out->ndim = (unsigned char)nd;
-    memcpy(out->size, size, sizeof(int64_t) * (size_t)nd);
+    memcpy(out->size, r.size, sizeof(int64_t) * (size_t)nd);
+    memcpy(out->sym, r.sym, sizeof(SymNode *) * (size_t)nd);
+    return 0;
+}
+
+/* ------------------------------------------------------- symbolic sizes ---- */
+
+static int sym_fail(ShapeErr *err)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
+    sj_err(err, "symbolic size arithmetic failed: %s", m ? m : "?");
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Clear();
+    return -1;
+}
+
+SymNode *sj_dimsym(const TensorMeta *m, int i, ShapeErr *err)
+{
+    if (m->sym[i])
+        return m->sym[i];
+    if (!sj_symctx) {
+        sj_err(err, "internal: a symbolic size without a shape environment");
+        return NULL;
+    }
+    SymNode *e = sym_const(sj_symctx->env, m->size[i]);
+    if (!e)
+        sym_fail(err);
+    return e;
+}
+
+int sj_set_dim(TensorMeta *out, int i, SymNode *e, ShapeErr *err)
+{
+    if (!e)
+        return sym_fail(err);
+    if (e->kind == SK_CONST) {
+        out->size[i] = e->value;
+        out->sym[i] = NULL;
+        return 0;
+    }
+    int64_t h;
+    if (sym_eval_hint(sj_symctx->env, e, &h) < 0)
+        return sym_fail(err);
+    if (h < 0)
+        return sj_err(err, "negative size %lld", (long long)h);
+    out->size[i] = h;
+    out->sym[i] = e;
+    return 0;
+}
+
+int sj_decide(SymNode *rel, int *truth, ShapeErr *err)
+{
+    if (!rel)
+        return sym_fail(err);
+    SymTruth t = sym_static_truth(sj_symctx->env, rel);
+    if (t != SYM_UNKNOWN) {
+        *truth = t == SYM_TRUE;
+        return 0;
+    }
+    int64_t h;
+    if (sym_eval_hint(sj_symctx->env, rel, &h) < 0)
+        return sym_fail(err);
+    SymNode *held = h ? rel : sym_not(sj_symctx->env, rel);
+    if (!held || sj_symctx->guard(sj_symctx->ctx, held) < 0)
+        return sym_fail(err);
+    *truth = h != 0;
+    return 0;
+}
+
+int sj_require(SymNode *rel, ShapeErr *err)
+{
+    int t;
+    if (sj_decide(rel, &t, err) < 0)
+        return -1;
+    return t ? 0 : sj_err(err, "size relation does not hold");
+}
+
+int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err)
+{
+    if (a->size[i] != b->size[j])
+        return 0;
+    if (!sj_symctx || a->sym[i] == b->sym[j])
+        return 1;
+    SymNode *x = sj_dimsym(a, i, err), *y = x ? sj_dimsym(b, j, err) : NULL;
+    if (!y)
+        return -1;
+    return sj_require(sym_eq(sj_symctx->env, x, y), err) < 0 ? -1 : 1;
+}
+
+int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,
+                    ShapeErr *err)
+{
+    if (sj_int_list(a, what, out, n, max, err))
+        return -1;
+    for (int i = 0; i < *n; i++)
+        syms[i] = NULL;
+    if (a->kind == BA_LIST && !(a->n == 1 && a->items[0].kind == BA_CONST && !a->items[0].sym &&
+                                (PyTuple_Check(a->items[0].value) || PyList_Check(a->items[0].value))))
+        for (int i = 0; i < *n && i < a->n; i++)
+            syms[i] = a->items[i].sym;
+    return 0;
+}
+
+/* a / b when b divides a exactly as expressions (3*s0*s1 / s1 -> 3*s0), else NULL. */
+static SymNode *exact_div(SymEnv *env, SymNode *a, SymNode *b)
+{
+    int64_t ca = 1, cb = 1;
+    SymNode *fa[16], *fb[16];
+    uint32_t na = 0, nb = 0;
+    SymNode *xs[2] = {a, b};
+    for (int w = 0; w < 2; w++) {
+        SymNode *x = xs[w];
+        int64_t *c = w ? &cb : &ca;
+        SymNode **f = w ? fb : fa;
+        uint32_t *n = w ? &nb : &na;
+        if (x->kind == SK_CONST) {
+            *c = x->value;
+        } else if (x->kind == SK_MUL) {
+            for (uint32_t k = 0; k < x->nargs; k++) {
+                if (x->args[k]->kind == SK_CONST)
+                    *c = x->args[k]->value;
+                else if (*n < 16)
+                    f[(*n)++] = x->args[k];
+                else
+                    return NULL;
+            }
+        } else {
+            f[(*n)++] = x;
+        }
+    }
+    if (cb == 0 || ca % cb != 0)
+        return NULL;
+    for (uint32_t k = 0; k < nb; k++) {
+        uint32_t m = 0;
+        while (m < na && fa[m] != fb[k])
+            m++;
+        if (m == na)
+            return NULL;
+        fa[m] = fa[--na];
+    }
+    SymNode *r = sym_const(env, ca / cb);
+    for (uint32_t k = 0; r && k < na; k++)
+        r = sym_mul(env, r, fa[k]);
+    return r;
+}
+
+SymNode *sj_sym_div(SymNode *a, SymNode *b)
+{
+    SymNode *r = exact_div(sj_symctx->env, a, b);
+    return r ? r : sym_floordiv(sj_symctx->env, a, b);
+}
+
+/* The rules that compute symbolic sizes (each reviewed for it: every output dim is copied
+ * from an input with its symbol, is a constant, or is built with sym_* operations). */
+int shapes_rule_is_symbolic(OpId op)
+{
+    static const ShapeRule symbolic[] = {
+        rule_same, rule_unary_float, rule_unary_bool, rule_binary, rule_compare, rule_truediv,
+        rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
+        rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
+        rule_t, rule_unsqueeze, rule_flatten,
+    };
+    if ((int)op < 0 || op >= OP_COUNT)
+        return 0;
+    for (size_t i = 0; i < sizeof symbolic / sizeof *symbolic; i++)
+        if (rule_table[op] == symbolic[i])
+            return 1;
+    return 0;
+}
+
+static int arg_symbolic(const BoundArg *a)
+{
+    switch (a->kind) {
+    case BA_TENSOR:
+        for (int i = 0; i < a->meta->ndim; i++)
+            if (a->meta->sym[i])
+                return 1;
+        return 0;
+    case BA_CONST:
+        return a->sym != NULL;
+    case BA_LIST:
+        for (int i = 0; i < a->n; i++)
+            if (arg_symbolic(&a->items[i]))
+                return 1;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int shapes_args_symbolic(const BoundArgs *b)
+{
+    for (int i = 0; i < b->n; i++)
+        if (arg_symbolic(&b->args[i]))
+            return 1;
     return 0;
 }
 

@@ -28,6 +28,7 @@ typedef struct BoundArg {
     PyObject *value;                   /* BA_CONST (borrowed) */
     int n;                             /* BA_LIST */
     const struct BoundArg *items;      /* BA_LIST (borrowed) */
+    struct SymNode *sym;               /* BA_CONST: a symbolic int (value is its hint), else NULL */
 } BoundArg;
 
 typedef struct {
@@ -48,7 +49,28 @@ typedef struct {
 typedef int (*ShapeRule)(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                          ShapeErr *err);
 
-/* Dispatch through the table in ops.def. */
+/* Symbolic sizes (issue 5). While a rule runs, sj_symctx is the capture's shape
+ * environment when some argument is symbolic (a tensor with a symbolic dim, a symbolic
+ * int), else NULL. A rule that handles symbols (shapes_rule_is_symbolic) builds its output
+ * dims as nodes of env (rules_util.h: sj_dim, sj_set_dim) and, when its answer depends on a
+ * relation between sizes that holds at the hints (two broadcast dims equal), records that
+ * relation with guard(ctx, rel) so the entry is guarded by it. */
+struct SymEnv;
+typedef struct {
+    struct SymEnv *env;
+    int (*guard)(void *ctx, struct SymNode *rel);   /* 0, or -1 with a Python exception */
+    void *ctx;
+} SymRuleCtx;
+extern SymRuleCtx *sj_symctx;
+
+/* 1 when op's rule computes symbolic sizes; the others see only static arguments (capture
+ * specialises the symbols first, guarding their values). */
+int shapes_rule_is_symbolic(OpId op);
+/* 1 when some bound argument (lists included) is symbolic. */
+int shapes_args_symbolic(const BoundArgs *b);
+
+/* Dispatch through the table in ops.def. With symbolic arguments and a rule that does not
+ * handle them, returns 1 without running the rule (err unset): the caller specialises. */
 int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err);
 

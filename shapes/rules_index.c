@@ -199,7 +199,7 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
         IxItem *it = &items[i];
         if (is_adv[i]) {
             if (it->kind == IX_INT && it->obj) {
-                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL};
+                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL};
                 int64_t v;
                 if (sj_int(&tmp, "index", &v, err))
                     return -1;
@@ -226,7 +226,7 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
         case IX_INT: {
             int64_t dimsize = x->size[src];
             if (it->obj) {
-                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL};
+                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL};
                 int64_t v;
                 if (sj_int(&tmp, "index", &v, err))
                     return -1;

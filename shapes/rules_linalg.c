@@ -36,9 +36,12 @@ static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
     if (a->ndim == 0 || b->ndim == 0)
         return sj_err(err, "both arguments to matmul need to be at least 1D");
     int64_t k1 = a->size[a->ndim - 1];
-    int64_t k2 = b->ndim == 1 ? b->size[0] : b->size[b->ndim - 2];
-    if (k1 != k2)
-        return mismatch(err, k1, k2);
+    int jb = b->ndim == 1 ? 0 : b->ndim - 2;
+    int eq = sj_dims_equal(a, a->ndim - 1, b, jb, err);
+    if (eq < 0)
+        return -1;
+    if (!eq)
+        return mismatch(err, k1, b->size[jb]);
     TensorMeta ba = *a, bb = *b;
     /* batch parts */
     ba.ndim = a->ndim >= 2 ? (unsigned char)(a->ndim - 2) : 0;
@@ -47,10 +50,12 @@ static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
     if (sj_broadcast(ms, 2, out, err))
         return -1;
     int nd = out->ndim;
+    if (nd + (a->ndim >= 2) + (b->ndim >= 2) > SJ_MAX_RANK)
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     if (a->ndim >= 2)
-        out->size[nd++] = a->size[a->ndim - 2];
+        sj_copy_dim(out, nd++, a, a->ndim - 2);
     if (b->ndim >= 2)
-        out->size[nd++] = b->size[b->ndim - 1];
+        sj_copy_dim(out, nd++, b, b->ndim - 1);
     if (nd > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     out->ndim = (unsigned char)nd;
@@ -67,16 +72,19 @@ static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
     }
     int64_t k1 = a->size[a->ndim - 1];
     int64_t k2 = b->ndim == 1 ? b->size[0] : b->size[b->ndim - 2];
-    if (k1 != k2)
+    int eq = sj_dims_equal(a, a->ndim - 1, b, b->ndim == 1 ? 0 : b->ndim - 2, err);
+    if (eq < 0)
+        return -1;
+    if (!eq)
         return sj_err(err, "shapes not aligned: %lld (dim %d) != %lld", (long long)k1,
                       a->ndim - 1, (long long)k2);
     int nd = 0;
     for (int i = 0; i + 1 < a->ndim; i++)
-        out->size[nd++] = a->size[i];
+        sj_copy_dim(out, nd++, a, i);
     for (int i = 0; i + 2 < b->ndim; i++)
-        out->size[nd++] = b->size[i];
+        sj_copy_dim(out, nd++, b, i);
     if (b->ndim >= 2)
-        out->size[nd++] = b->size[b->ndim - 1];
+        sj_copy_dim(out, nd++, b, b->ndim - 1);
     out->ndim = (unsigned char)nd;
     return 0;
 }
@@ -94,8 +102,11 @@ int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         if (want && (x->ndim != want || y->ndim != want))
             return sj_err(err, "%s: expected %d-D tensors, got %d-D and %d-D",
                           op_info[op].name, want, x->ndim, y->ndim);
-        if (op == OP_BMM && x->size[0] != y->size[0])
-            return sj_err(err, "bmm: batch sizes differ");
+        if (op == OP_BMM) {
+            int eq = sj_dims_equal(x, 0, y, 0, err);
+            if (eq <= 0)
+                return eq < 0 ? -1 : sj_err(err, "bmm: batch sizes differ");
+        }
     }
     if (product_dtype(lib, x, y, &dt, err))
         return -1;
@@ -128,13 +139,17 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (product_dtype(lib, x, w, &dt, err))
         return -1;
     int64_t in = w->size[w->ndim - 1];
-    if (x->size[x->ndim - 1] != in)
+    int eq = sj_dims_equal(x, x->ndim - 1, w, w->ndim - 1, err);
+    if (eq < 0)
+        return -1;
+    if (!eq)
         return mismatch(err, x->size[x->ndim - 1], in);
     sj_meta(out, lib, dt);
     out->ndim = x->ndim;
-    memcpy(out->size, x->size, sizeof(int64_t) * x->ndim);
+    for (int i = 0; i < x->ndim; i++)
+        sj_copy_dim(out, i, x, i);
     if (w->ndim == 2)
-        out->size[x->ndim - 1] = w->size[0];
+        sj_copy_dim(out, x->ndim - 1, w, 0);
     else
         out->ndim--;
     const BoundArg *bias = ba_get(b, "bias");

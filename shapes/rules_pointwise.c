@@ -184,6 +184,7 @@ static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
             return sj_err(err, "%s needs at least 2 dimensions", op_info[op].name);
         out->ndim = 2;
         out->size[1] = x->size[0];
+        out->sym[1] = x->sym[0];
     }
     out->dtype = (unsigned char)r;
     out->np_scalar = 0;
@@ -417,6 +418,7 @@ int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     *out = *x;
     out->ndim = shape.ndim;
     memcpy(out->size, shape.size, sizeof(int64_t) * shape.ndim);
+    memcpy(out->sym, shape.sym, sizeof(shape.sym[0]) * shape.ndim);
     (void)lib;
     *nout = 1;
     return 0;

@@ -42,9 +42,12 @@ static void reduce_shape(const TensorMeta *x, unsigned mask, int keepdim, Tensor
     int k = 0;
     for (int i = 0; i < x->ndim; i++) {
         if (mask & (1u << i)) {
-            if (keepdim)
+            if (keepdim) {
+                out->sym[k] = NULL;
                 out->size[k++] = 1;
+            }
         } else {
+            out->sym[k] = x->sym[i];
             out->size[k++] = x->size[i];
         }
     }
@@ -254,7 +257,7 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         bb.n = 2;
         bb.names[0] = "input";
         bb.names[1] = "other";
-        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL};
+        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL, NULL};
         bb.args[1] = *other;
         return shapes_infer(op == OP_MAX ? OP_MAXIMUM : OP_MINIMUM, lib, &bb, out, nout, err);
     }

@@ -59,6 +59,34 @@ Lib sj_lib_of(const BoundArgs *b, Lib dflt);
 /* 1 when any tensor argument (lists included) requires grad. */
 int sj_requires_grad(const BoundArgs *b);
 
+/* ---- symbolic sizes (valid while sj_symctx is set: see rules.h) ---- */
+struct SymNode;
+/* Dim i of m as a node: its symbol expression, or a constant. NULL with err set. */
+struct SymNode *sj_dimsym(const TensorMeta *m, int i, ShapeErr *err);
+/* Set out's dim i to e (NULL: an earlier sym_* call failed; its exception becomes err):
+ * a constant is stored static, an expression with its hint. */
+int sj_set_dim(TensorMeta *out, int i, struct SymNode *e, ShapeErr *err);
+/* Truth of a size relation: decided by the ranges, or by the hints, and then the relation
+ * (or its negation) is guarded. */
+int sj_decide(struct SymNode *rel, int *truth, ShapeErr *err);
+/* The relation must hold (guarded); an error when it does not at the hints. */
+int sj_require(struct SymNode *rel, ShapeErr *err);
+
+/* 1 when dim i of a equals dim j of b (equal hints; two different expressions are then
+ * guarded equal), 0 when not, -1 on error. */
+int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err);
+/* Copy dim i of x (size and symbol) into dim k of out. */
+static inline void sj_copy_dim(TensorMeta *out, int k, const TensorMeta *x, int i)
+{
+    out->size[k] = x->size[i];
+    out->sym[k] = x->sym[i];
+}
+/* sj_int_list with the symbols of symbolic entries (NULL for constants). */
+int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,
+                    ShapeErr *err);
+/* a // b for sizes: exact when b's factors divide a's (s0*s1 // s1 -> s0). */
+struct SymNode *sj_sym_div(struct SymNode *a, struct SymNode *b);
+
 /* Every rule named in ops.def (repeats are harmless redeclarations). */
 #define X(e, name, kind, rule) \
     int rule(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);

@@ -6,6 +6,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 /* The output starts as the input with another shape. numpy views of numpy scalars are
  * arrays. */
@@ -15,6 +16,58 @@ static void like(const TensorMeta *x, TensorMeta *out)
     out->np_scalar = 0;
 }
 
+/* view/reshape with symbolic sizes: the element counts must agree as expressions (a
+ * relation the ranges cannot decide is guarded); a -1 entry is numel // known. */
+static int view_symbolic(OpId op, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n,
+                         TensorMeta *out, int *nout, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *total = sym_const(env, 1), *known = total;
+    int infer = -1;
+    for (int i = 0; total && i < x->ndim; i++) {
+        SymNode *d = sj_dimsym(x, i, err);
+        if (!d)
+            return -1;
+        total = sym_mul(env, total, d);
+    }
+    for (int i = 0; known && i < n; i++) {
+        if (!syms[i] && shape[i] == -1) {
+            if (infer >= 0)
+                return sj_err(err, "only one dimension can be inferred");
+            infer = i;
+            continue;
+        }
+        if (!syms[i] && shape[i] < 0)
+            return sj_err(err, "invalid shape dimension %lld", (long long)shape[i]);
+        if (syms[i] && shape[i] < 0)
+            return sj_err(err, "%s: a symbolic size is negative (%lld)", op_info[op].name, (long long)shape[i]);
+        known = sym_mul(env, known, syms[i] ? syms[i] : sym_const(env, shape[i]));
+    }
+    if (!total || !known)
+        return sj_set_dim(out, 0, NULL, err);
+    like(x, out);
+    out->ndim = (unsigned char)n;
+    for (int i = 0; i < n; i++) {
+        out->size[i] = shape[i];
+        out->sym[i] = syms[i];
+    }
+    if (infer >= 0) {
+        int ok;
+        if (known->kind == SK_CONST && known->value == 0)
+            return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
+        if (sj_decide(sym_eq(env, sym_mod(env, total, known), sym_const(env, 0)), &ok, err) < 0)
+            return -1;
+        if (!ok)
+            return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
+        if (sj_set_dim(out, infer, sj_sym_div(total, known), err) < 0)
+            return -1;
+    } else if (sj_require(sym_eq(env, total, known), err) < 0) {
+        return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
+    }
+    *nout = 1;
+    return 0;
+}
+
 int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;
@@ -22,14 +75,17 @@ int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (!x)
         return -1;
     int64_t shape[SJ_MAX_RANK + 1];
+    SymNode *syms[SJ_MAX_RANK + 1];
     int n;
     const BoundArg *s = ba_get(b, "shape");
     if (!s)
         return sj_err(err, "%s needs a shape", op_info[op].name);
-    if (sj_int_list(s, "shape", shape, &n, SJ_MAX_RANK + 1, err))
+    if (sj_int_list_sym(s, "shape", shape, syms, &n, SJ_MAX_RANK + 1, err))
         return -1;
     if (n > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+    if (sj_symctx)
+        return view_symbolic(op, x, shape, syms, n, out, nout, err);
     int infer = -1;
     int64_t known = 1;
     for (int i = 0; i < n; i++) {
@@ -89,7 +145,7 @@ int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         if (seen & (1u << k))
             return sj_err(err, "repeated dim in permute");
         seen |= 1u << k;
-        out->size[i] = x->size[k];
+        sj_copy_dim(out, i, x, k);
     }
     /* np.transpose(scalar) goes through the scalar's own method, which returns a scalar */
     out->np_scalar = x->np_scalar;
@@ -112,8 +168,8 @@ int rule_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return -1;
     like(x, out);
     if (x->ndim) {
-        out->size[a] = x->size[c];
-        out->size[c] = x->size[a];
+        sj_copy_dim(out, a, x, c);
+        sj_copy_dim(out, c, x, a);
     }
     *nout = 1;
     return 0;
@@ -130,8 +186,8 @@ int rule_t(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, Sha
                       x->ndim);
     like(x, out);
     if (x->ndim == 2) {
-        out->size[0] = x->size[1];
-        out->size[1] = x->size[0];
+        sj_copy_dim(out, 0, x, 1);
+        sj_copy_dim(out, 1, x, 0);
     }
     *nout = 1;
     return 0;
@@ -166,8 +222,14 @@ int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     }
     like(x, out);
     out->ndim = (unsigned char)nd;
-    for (int i = 0, j = 0; i < nd; i++)
-        out->size[i] = (mask & (1u << i)) ? 1 : x->size[j++];
+    for (int i = 0, j = 0; i < nd; i++) {
+        if (mask & (1u << i)) {
+            out->size[i] = 1;
+            out->sym[i] = NULL;
+        } else {
+            sj_copy_dim(out, i, x, j++);
+        }
+    }
     *nout = 1;
     return 0;
 }
@@ -230,6 +292,7 @@ int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     if (x->ndim == 0) {
         out->ndim = 1;
         out->size[0] = 1;
+        out->sym[0] = NULL;
         *nout = 1;
         return 0;
     }
@@ -241,12 +304,25 @@ int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     int64_t m = 1;
     for (int i = s; i <= e; i++)
         m *= x->size[i];
+    SymNode *ms = NULL;
+    if (sj_symctx) {
+        ms = sym_const(sj_symctx->env, 1);
+        for (int i = s; ms && i <= e; i++) {
+            SymNode *d = sj_dimsym(x, i, err);
+            if (!d)
+                return -1;
+            ms = sym_mul(sj_symctx->env, ms, d);
+        }
+        if (!ms)
+            return sj_set_dim(out, 0, NULL, err);
+    }
     int k = 0;
-    for (int i = 0; i < s; i++)
-        out->size[k++] = x->size[i];
-    out->size[k++] = m;
-    for (int i = e + 1; i < x->ndim; i++)
-        out->size[k++] = x->size[i];
+    for (int i = 0; i < s; i++, k++)
+        sj_copy_dim(out, k, x, i);
+    out->size[k] = m;
+    out->sym[k++] = ms && ms->kind != SK_CONST ? ms : NULL;
+    for (int i = e + 1; i < x->ndim; i++, k++)
+        sj_copy_dim(out, k, x, i);
     out->ndim = (unsigned char)k;
     *nout = 1;
     return 0;

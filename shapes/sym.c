@@ -1418,3 +1418,22 @@ PyObject *sym_range_str(SymRange r)
         snprintf(hi, sizeof hi, "%lld", (long long)r.hi);
     return PyUnicode_FromFormat("[%s, %s]", lo, hi);
 }
+
+SymNode *sym_not(SymEnv *env, SymNode *rel)
+{
+    switch ((SymKind)rel->kind) {
+    case SK_BOOL:
+        return sym_bool(env, !rel->value);
+    case SK_EQ:
+        return sym_ne(env, rel->args[0], rel->args[1]);
+    case SK_NE:
+        return sym_eq(env, rel->args[0], rel->args[1]);
+    case SK_LT:
+        return sym_le(env, rel->args[1], rel->args[0]);
+    case SK_LE:
+        return sym_lt(env, rel->args[1], rel->args[0]);
+    default:
+        PyErr_SetString(PyExc_TypeError, "shapejit: sym_not of an integer expression");
+        return NULL;
+    }
+}

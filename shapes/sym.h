@@ -134,6 +134,9 @@ SymNode *sym_le(SymEnv *env, SymNode *a, SymNode *b);
 SymNode *sym_gt(SymEnv *env, SymNode *a, SymNode *b);   /* stored as b < a */
 SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b);   /* stored as b <= a */
 
+/* The negation of a relation (Eq <-> Ne, a < b <-> b <= a); True <-> False. */
+SymNode *sym_not(SymEnv *env, SymNode *rel);
+
 /* ---- facts ---- */
 const char *sym_kind_name(SymKind kind);    /* sym_ops.def's name: "Add", "Eq", ... */
 int sym_is_bool(const SymNode *e);          /* a relation or True/False */

@@ -128,14 +128,21 @@ def test_numpy_and_torch_in_one_process_do_not_mix_caches():
     assert shapejit.stats()["cache_entries"] == 2
 
 
-def test_torch_marks_on_tensors_are_reported_and_compiled_static():
+def test_torch_marks_on_tensors_make_dims_dynamic():
+    """torch's own marking functions leave index sets on the tensor; shapejit honours them:
+    the marked dim is symbolic from the first compile, so new sizes reuse the graph."""
     x = torch.randn(5, 3)
     torch._dynamo.mark_dynamic(x, 0)       # torch's own marking function
 
     def f(t):
         return t * 2
 
-    with pytest.warns(UserWarning, match=r"L\['t'\] carries _dynamo_dynamic_indices"):
-        out = shapejit.compile(f)(x)
-    torch.testing.assert_close(out, x * 2)
+    cf = shapejit.compile(f)
+    torch.testing.assert_close(cf(x), x * 2)
+    for n in (6, 9, 40):
+        y = torch.randn(n, 3)
+        torch.testing.assert_close(cf(y), y * 2)
     assert shapejit.stats()["graphs"] == 1
+    y = torch.randn(6, 4)                  # dim 1 was not marked: static, recompiles
+    torch.testing.assert_close(cf(y), y * 2)
+    assert shapejit.stats()["graphs"] == 2

@@ -1,0 +1,496 @@
+"""Profile-guided automatic dynamic ("PGO"): what automatic dynamic learned, kept across runs.
+
+Why: automatic dynamic makes a dim (or an int argument) dynamic only after it has changed,
+so every run pays one recompile per varying dim. With PGO on, the C compiler records each
+code object's decisions here (``record``) and, at the next run of the same job, asks for
+them before the first compile (``lookup``), so dims that varied before are dynamic at once.
+
+On when ``TORCH_COMPILE_JOB_ID`` is set and ``TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO=1``.
+The store is one JSON file per job (``path()``), never pickle. A code object is keyed by
+(filename, firstlineno, name); its frame state maps a source (``"L['x']"``) to an entry:
+
+    {"kind": "tensor", "size": [4, None], "stride": [None, 1]}   # None: dynamic ("?")
+    {"kind": "scalar", "value": 5}                               # None: dynamic
+    {"kind": "dynamic"}                # rank or kind changed: fully dynamic scalar or tensor
+
+Merging is a join: equal values stay, different ones (or None on either side) become None,
+a change of kind or rank makes the entry fully dynamic. So merges commute, and a record
+merges with whatever another process wrote meanwhile (under a lock on the directory). The
+file is rewritten only when the merged content differs from it, atomically (temp file in
+the same directory, fsync, os.replace). A corrupt or foreign file is ignored with one
+warning and overwritten on the next record; I/O errors warn once and never raise.
+
+Human-readable form: ``format_state()``, ``show()``, ``python -m shapejit.pgo [PATH]``.
+"""
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import warnings
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process lock
+    fcntl = None
+
+FORMAT = "shapejit-pgo"
+VERSION = 1
+JOB_ENV = "TORCH_COMPILE_JOB_ID"
+ENABLE_ENV = "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"
+
+_lock = threading.Lock()
+_cache = None      # _Store of the current path (the only cache)
+_warned = set()    # keys of one-time warnings already given
+
+
+class _Corrupt(Exception):
+    """The file's content is not a valid store (the message says what is wrong)."""
+
+
+class _Store:
+    """What this process knows of one store file: ``disk`` as last read (None: missing or
+    invalid), ``stat`` the identity of that read, ``mem`` everything known (disk + records)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.stat = None
+        self.disk = None
+        self.mem = {}
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+# --- environment ---------------------------------------------------------------------
+
+def enabled():
+    """True when TORCH_COMPILE_JOB_ID is non-empty and TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO
+    is on ("1"/"true"). A malformed value warns once and counts as off."""
+    if not os.environ.get(JOB_ENV):
+        return False
+    value = os.environ.get(ENABLE_ENV, "")
+    flag = value.lower()
+    if flag in ("1", "true"):
+        return True
+    if flag not in ("", "0", "false"):
+        _warn_once(("env", value), "%s=%r is not one of 0, 1, true, false; PGO is off"
+                   % (ENABLE_ENV, value))
+    return False
+
+
+def _cache_dir():
+    explicit = os.environ.get("SHAPEJIT_CACHE_DIR")
+    if explicit:
+        return explicit
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return os.path.join(xdg, "shapejit")
+    return os.path.join(os.path.expanduser("~"), ".cache", "shapejit")
+
+
+def path():
+    """The current job's store: <cache dir>/pgo/code_state_<job id>.json (the job id with
+    characters outside [A-Za-z0-9_.-] replaced by "_"). RuntimeError without a job id."""
+    job = os.environ.get(JOB_ENV)
+    if not job:
+        raise RuntimeError("%s is not set: there is no PGO store" % JOB_ENV)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
+    return os.path.join(_cache_dir(), "pgo", "code_state_%s.json" % safe)
+
+
+# --- validation and merging ----------------------------------------------------------
+
+def _is_int(x):
+    return type(x) is int
+
+
+def _check_dims(dims, where, allow_negative):
+    if not isinstance(dims, (list, tuple)):
+        raise _Corrupt("%s is not a list" % where)
+    for d in dims:
+        if d is not None and (not _is_int(d) or (d < 0 and not allow_negative)):
+            raise _Corrupt("%s has %r (not an int%s or null)"
+                           % (where, d, "" if allow_negative else " >= 0"))
+    return list(dims)
+
+
+def _check_entry(entry, where):
+    """A validated, fresh copy of one entry."""
+    if not isinstance(entry, dict):
+        raise _Corrupt("%s is not an object" % where)
+    kind = entry.get("kind")
+    keys = {"tensor": {"kind", "size", "stride"}, "scalar": {"kind", "value"},
+            "dynamic": {"kind"}}.get(kind) if isinstance(kind, str) else None
+    if keys is None:
+        raise _Corrupt("%s has kind %r (not tensor, scalar or dynamic)" % (where, kind))
+    if set(entry) != keys:
+        raise _Corrupt("%s (kind %s) has keys %s, expected %s"
+                       % (where, kind, sorted(entry), sorted(keys)))
+    if kind == "dynamic":
+        return {"kind": "dynamic"}
+    if kind == "scalar":
+        value = entry["value"]
+        if value is not None and not _is_int(value):
+            raise _Corrupt("%s has value %r (not an int or null)" % (where, value))
+        return {"kind": "scalar", "value": value}
+    size = _check_dims(entry["size"], where + " size", False)
+    stride = _check_dims(entry["stride"], where + " stride", True)
+    if len(size) != len(stride):
+        raise _Corrupt("%s has %d sizes but %d strides" % (where, len(size), len(stride)))
+    return {"kind": "tensor", "size": size, "stride": stride}
+
+
+def _check_state(state, where):
+    """A validated, fresh copy of one frame state."""
+    if not isinstance(state, dict):
+        raise _Corrupt("%s is not an object" % where)
+    out = {}
+    for source, entry in state.items():
+        if not isinstance(source, str):
+            raise _Corrupt("%s has a non-string source %r" % (where, source))
+        out[source] = _check_entry(entry, "%s[%r]" % (where, source))
+    return out
+
+
+def _parse(doc, job=None):
+    """The {(file, line, name): state} of a loaded document; _Corrupt if it is not a valid
+    store (or, with ``job``, belongs to another job)."""
+    if not isinstance(doc, dict):
+        raise _Corrupt("the top level is not an object")
+    if doc.get("format") != FORMAT:
+        raise _Corrupt("format is %r, not %r" % (doc.get("format"), FORMAT))
+    if not _is_int(doc.get("version")) or doc["version"] != VERSION:
+        raise _Corrupt("version is %r, not %d" % (doc.get("version"), VERSION))
+    if set(doc) != {"format", "version", "job_id", "codes"}:
+        raise _Corrupt("top-level keys are %s" % sorted(doc))
+    if not isinstance(doc["job_id"], str):
+        raise _Corrupt("job_id is %r, not a string" % (doc["job_id"],))
+    if job is not None and doc["job_id"] != job:
+        raise _Corrupt("it belongs to job %r, not to this job %r" % (doc["job_id"], job))
+    if not isinstance(doc["codes"], list):
+        raise _Corrupt("codes is not a list")
+    codes = {}
+    for i, item in enumerate(doc["codes"]):
+        where = "codes[%d]" % i
+        if not isinstance(item, dict) or set(item) != {"file", "line", "name", "state"}:
+            raise _Corrupt("%s is not an object with keys file, line, name, state" % where)
+        key = (item["file"], item["line"], item["name"])
+        if not (isinstance(key[0], str) and _is_int(key[1]) and key[1] >= 0
+                and isinstance(key[2], str)):
+            raise _Corrupt("%s has file/line/name %r" % (where, key))
+        if key in codes:
+            raise _Corrupt("%s repeats code %s:%d:%s" % ((where,) + key))
+        codes[key] = _check_state(item["state"], where + " state")
+    return codes
+
+
+def _join(a, b):
+    return a if a == b else None
+
+
+def _merge_entry(a, b):
+    if a == b:
+        return _check_entry(a, "")
+    if a["kind"] != b["kind"] or a["kind"] == "dynamic":
+        return {"kind": "dynamic"}
+    if a["kind"] == "scalar":
+        return {"kind": "scalar", "value": None}
+    if len(a["size"]) != len(b["size"]):
+        return {"kind": "dynamic"}
+    return {"kind": "tensor",
+            "size": [_join(x, y) for x, y in zip(a["size"], b["size"])],
+            "stride": [_join(x, y) for x, y in zip(a["stride"], b["stride"])]}
+
+
+def _merge_state(a, b):
+    out = dict(_check_state(a or {}, ""))
+    for source, entry in b.items():
+        out[source] = _merge_entry(out[source], entry) if source in out else \
+            _check_entry(entry, "")
+    return out
+
+
+def _merge_codes(a, b):
+    out = dict(a)
+    for key, state in b.items():
+        out[key] = _merge_state(out.get(key), state)
+    return out
+
+
+# --- the file ------------------------------------------------------------------------
+
+def _read(p, job=None):
+    """(codes, stat identity) of the file at ``p``. (None, None) when it is missing;
+    _Corrupt when it is invalid; OSError for other I/O failures."""
+    try:
+        f = open(p, "rb")
+    except (FileNotFoundError, NotADirectoryError):  # no such file
+        return None, None
+    with f:
+        st = os.fstat(f.fileno())
+        raw = f.read()
+    ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+    try:
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # includes JSON and UTF-8 decode errors
+            raise _Corrupt("not valid JSON (%s)" % e) from None
+        return _parse(doc, job), ident
+    except _Corrupt as e:
+        e.ident = ident  # which version of the file was bad
+        raise
+
+
+def _identity(p):
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):  # no such file
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _store():
+    """The cache for the current path, re-read when the file changed since the last read
+    (the file's content is merged into what this process knows). Call with _lock held."""
+    global _cache
+    p = path()
+    if _cache is None or _cache.path != p:
+        _cache = _Store(p)
+    store = _cache
+    try:
+        if store.stat is not None and _identity(p) == store.stat:
+            return store
+        try:
+            disk, ident = _read(p, os.environ[JOB_ENV])
+        except _Corrupt as e:
+            # warn for each version of the file read (a rewritten file is re-read)
+            store.disk, store.stat = None, e.ident
+            warnings.warn("ignoring the PGO file %s: %s; it will be overwritten"
+                          % (p, e), UserWarning, stacklevel=3)
+            return store
+        store.disk, store.stat = disk, ident
+        if disk:
+            store.mem = _merge_codes(store.mem, disk)
+    except OSError as e:
+        store.disk, store.stat = None, None
+        _warn_once(("read", p), "cannot read the PGO file %s: %s" % (p, e))
+    return store
+
+
+def _document(codes, job):
+    items = []
+    for key in sorted(codes):
+        state = codes[key]
+        items.append({"file": key[0], "line": key[1], "name": key[2],
+                      "state": {source: state[source] for source in sorted(state)}})
+    return {"format": FORMAT, "version": VERSION, "job_id": job, "codes": items}
+
+
+def _write_atomic(p, text):
+    directory = os.path.dirname(p)
+    fd, tmp = tempfile.mkstemp(prefix=".code_state_", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _dir_locked(directory):
+    """An exclusive flock on the directory itself (serialises read-merge-write across
+    processes; leaves no lock file behind)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- API -----------------------------------------------------------------------------
+
+def _key(filename, firstlineno, name):
+    if not (isinstance(filename, str) and _is_int(firstlineno) and isinstance(name, str)):
+        raise TypeError("a code object is keyed by (filename: str, firstlineno: int, "
+                        "name: str), got %r" % ((filename, firstlineno, name),))
+    return (filename, firstlineno, name)
+
+
+def lookup(filename, firstlineno, name):
+    """The saved frame state of that code object (a fresh dict), or None when PGO is off or
+    nothing is saved for it."""
+    if not enabled():
+        return None
+    key = _key(filename, firstlineno, name)
+    with _lock:
+        state = _store().mem.get(key)
+        return _check_state(state, "") if state is not None else None
+
+
+def record(filename, firstlineno, name, state):
+    """Merge ``state`` into what is saved for that code object, and write the file if its
+    content changes. No-op when PGO is off. A malformed ``state`` raises ValueError; I/O
+    problems only warn (once)."""
+    if not enabled():
+        return
+    key = _key(filename, firstlineno, name)
+    try:
+        new = _check_state(state, "state")
+    except _Corrupt as e:
+        raise ValueError("pgo.record: %s" % e) from None
+    with _lock:
+        store = _store()
+        store.mem = _merge_codes(store.mem, {key: new})
+        p = store.path
+        try:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with _dir_locked(os.path.dirname(p)):
+                store = _store()  # another process may have written since
+                if store.mem == store.disk:
+                    return
+                _write_atomic(p, json.dumps(_document(store.mem, os.environ[JOB_ENV]),
+                                            indent=1) + "\n")
+                store.disk, store.stat = _merge_codes({}, store.mem), _identity(p)
+        except OSError as e:
+            _warn_once(("write", p), "cannot write the PGO file %s: %s" % (p, e))
+
+
+# ---- the compiler's side: its frame state <-> this store's entries -------------------
+# The compiler keeps, per code object, {source: [size or None, ...]} for tensors and
+# {source: int or None} for ints (frame_eval/symbolic.c). It calls these two at compile time
+# when enabled(); strides are not tracked there, so they are stored as unknown.
+
+def load_frame_state(filename, firstlineno, name):
+    """The saved decisions of a code object as the compiler's frame state, or None."""
+    if not enabled():
+        return None
+    state = lookup(filename, firstlineno, name)
+    if not state:
+        return None
+    out = {}
+    for src, entry in state.items():
+        kind = entry.get("kind")
+        if kind == "tensor":
+            out[src] = list(entry["size"])
+        elif kind == "scalar":
+            out[src] = entry["value"]
+        else:
+            out[src] = None   # fully dynamic
+    return out
+
+
+def save_frame_state(filename, firstlineno, name, fstate):
+    """Record the compiler's frame state for a code object (no-op when disabled)."""
+    if not enabled() or not fstate:
+        return
+    state = {}
+    for src, v in fstate.items():
+        if isinstance(v, list):
+            state[src] = {"kind": "tensor", "size": list(v), "stride": [None] * len(v)}
+        elif v is None or (isinstance(v, int) and not isinstance(v, bool)):
+            state[src] = {"kind": "scalar", "value": v}
+    if state:
+        record(filename, firstlineno, name, state)
+
+
+def _format_entry(entry):
+    def dims(values):
+        return "[%s]" % ", ".join("?" if v is None else str(v) for v in values)
+    if entry["kind"] == "dynamic":
+        return "fully dynamic scalar or tensor"
+    if entry["kind"] == "scalar":
+        return "scalar %s" % ("?" if entry["value"] is None else entry["value"])
+    return "tensor size=%s stride=%s" % (dims(entry["size"]), dims(entry["stride"]))
+
+
+def format_state(data=None):
+    """The human-readable form: for each code object (sorted) a line ``file:line:name:``
+    then ``  <source>: <entry>`` per source (sorted). ``data``: a store document (as in
+    the file), a {(file, line, name): state} mapping, or None for the current job's store."""
+    if data is None:
+        with _lock:
+            codes = _store().mem
+    elif isinstance(data, dict) and "format" in data:
+        try:
+            codes = _parse(data)
+        except _Corrupt as e:
+            raise ValueError("not a PGO store: %s" % e) from None
+    else:
+        codes = {key: _check_state(state, "") for key, state in data.items()}
+    lines = []
+    for key in sorted(codes):
+        lines.append("%s:%d:%s:" % key)
+        state = codes[key]
+        lines.extend("  %s: %s" % (s, _format_entry(state[s])) for s in sorted(state))
+    return "".join(line + "\n" for line in lines)
+
+
+def _describe(p=None):
+    """(text, ok): the human-readable form of the file at ``p`` (default: the current
+    job's), or a message saying why there is none."""
+    if p is None:
+        if not os.environ.get(JOB_ENV):
+            return ("no PGO file: %s is not set (give a path: python -m shapejit.pgo PATH)"
+                    % JOB_ENV, False)
+        p = path()
+    try:
+        codes, _ = _read(p)
+    except _Corrupt as e:
+        return "the PGO file %s is corrupt: %s" % (p, e), False
+    except OSError as e:
+        return "cannot read the PGO file %s: %s" % (p, e), False
+    if codes is None:
+        return "no PGO file at %s" % p, False
+    if not codes:
+        return "the PGO file %s records no code objects" % p, True
+    return format_state(codes).rstrip("\n"), True
+
+
+def show(path=None, file=None):
+    """Print the human-readable form of the store at ``path`` (default: the current job's)
+    to ``file`` (default sys.stdout); a missing or corrupt file is said so. Returns True
+    when a valid store was shown."""
+    text, ok = _describe(path)
+    print(text, file=file if file is not None else sys.stdout)
+    return ok
+
+
+def main(argv=None):
+    """``python -m shapejit.pgo [PATH]``: 0 after printing a store, 1 for a missing or
+    corrupt one (the message on stderr), 2 for bad arguments."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python -m shapejit.pgo [PATH]  (default: the file of the job in %s)"
+              % JOB_ENV, file=sys.stderr)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    text, ok = _describe(args[0] if args else None)
+    print(text, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+def _reset():
+    """Forget the cache and the one-time warnings (for tests)."""
+    global _cache
+    with _lock:
+        _cache = None
+        _warned.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
