@@ -457,7 +457,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_same, rule_unary_float, rule_unary_bool, rule_binary, rule_compare, rule_truediv,
         rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
         rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
-        rule_t, rule_unsqueeze, rule_flatten,
+        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

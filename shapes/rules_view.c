@@ -799,6 +799,21 @@ int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
             total += sj_numel(ts[i]);
         out->ndim = 1;
         out->size[0] = total;
+        if (sj_symctx) {   /* the sum of the numels, as an expression */
+            SymNode *e = sym_const(sj_symctx->env, 0);
+            for (int i = 0; e && i < n; i++) {
+                SymNode *m = sym_const(sj_symctx->env, 1);
+                for (int k = 0; m && k < ts[i]->ndim; k++) {
+                    SymNode *dk = sj_dimsym(ts[i], k, err);
+                    if (!dk)
+                        return -1;
+                    m = sym_mul(sj_symctx->env, m, dk);
+                }
+                e = m ? sym_add(sj_symctx->env, e, m) : NULL;
+            }
+            if (sj_set_dim(out, 0, e, err) < 0)
+                return -1;
+        }
         *nout = 1;
         return 0;
     }
@@ -825,20 +840,37 @@ int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     if (sj_dim(lib, d0, ref->ndim, &d, err))
         return -1;
     int64_t total = 0;
+    SymNode *stotal = sj_symctx ? sym_const(sj_symctx->env, 0) : NULL;
     for (int i = 0; i < n; i++) {
         const TensorMeta *t = ts[i];
         if (lib == LIB_TORCH && t->ndim == 1 && t->size[0] == 0)
             continue;
         if (t->ndim != ref->ndim)
             return sj_err(err, "all the input arrays must have the same number of dimensions");
-        for (int k = 0; k < t->ndim; k++)
-            if (k != d && t->size[k] != ref->size[k])
+        for (int k = 0; k < t->ndim; k++) {
+            if (k == d)
+                continue;
+            int eq = sj_dims_equal(t, k, ref, k, err);
+            if (eq < 0)
+                return -1;
+            if (!eq)
                 return sj_err(err, "sizes of tensors must match except in dimension %d", d);
+        }
         total += t->size[d];
+        if (stotal) {
+            SymNode *td = sj_dimsym(t, d, err);
+            if (!td)
+                return -1;
+            stotal = sym_add(sj_symctx->env, stotal, td);
+        }
     }
     out->ndim = ref->ndim;
-    memcpy(out->size, ref->size, sizeof(int64_t) * ref->ndim);
+    for (int k = 0; k < ref->ndim; k++)
+        sj_copy_dim(out, k, ref, k);
     out->size[d] = total;
+    out->sym[d] = NULL;
+    if (sj_symctx && sj_set_dim(out, d, stotal, err) < 0)
+        return -1;
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     *nout = 1;
     return 0;
@@ -868,14 +900,27 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     if (sj_dim(LIB_NUMPY, d0, ref->ndim + 1, &d, err))
         return -1;
-    for (int i = 1; i < n; i++)
-        if (ts[i]->ndim != ref->ndim ||
-            memcmp(ts[i]->size, ref->size, sizeof(int64_t) * ref->ndim) != 0)
+    for (int i = 1; i < n; i++) {
+        if (ts[i]->ndim != ref->ndim)
             return sj_err(err, "stack expects each tensor to be equal size");
+        for (int k = 0; k < ref->ndim; k++) {
+            int eq = sj_dims_equal(ts[i], k, ref, k, err);
+            if (eq < 0)
+                return -1;
+            if (!eq)
+                return sj_err(err, "stack expects each tensor to be equal size");
+        }
+    }
     sj_meta(out, lib, dt);
     out->ndim = (unsigned char)(ref->ndim + 1);
-    for (int i = 0, k = 0; i < out->ndim; i++)
-        out->size[i] = i == d ? n : ref->size[k++];
+    for (int i = 0, k = 0; i < out->ndim; i++) {
+        if (i == d) {
+            out->size[i] = n;
+            out->sym[i] = NULL;
+        } else {
+            sj_copy_dim(out, i, ref, k++);
+        }
+    }
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     *nout = 1;
     return 0;
