@@ -284,8 +284,6 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         nout = SJ_MAX_OUTS;
         ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
     }
-    if (PyErr_Occurred() && ir == 0)
-        PyErr_Clear();
     if (ir != 0) {
         if (PyErr_Occurred())
             PyErr_Clear();

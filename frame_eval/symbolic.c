@@ -205,17 +205,6 @@ static PyObject *fstate_merge(Capture *c, PyObject *name, PyObject *now, int is_
     return merged;
 }
 
-static int is_parameter(PyObject *obj)
-{
-    PyObject *ptype = libs.torch ? PyObject_GetAttrString(libs.torch, "nn") : NULL;
-    PyObject *param = ptype ? PyObject_GetAttrString(ptype, "Parameter") : NULL;
-    Py_XDECREF(ptype);
-    int r = param && PyType_Check(param) ? PyObject_TypeCheck(obj, (PyTypeObject *)param) : 0;
-    Py_XDECREF(param);
-    PyErr_Clear();
-    return r;
-}
-
 /* ------------------------------------------------------------- symbols ---- */
 
 static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim,
@@ -293,7 +282,8 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     PyObject *us = sources_listed("unbacked_sources", name);
     PyObject *ss = sources_listed("static_sources", name);
     int is_torch = m->lib == LIB_TORCH;
-    int param = is_torch && sj_config.force_parameter_static_shapes && is_parameter(obj);
+    int param = is_torch && sj_config.force_parameter_static_shapes && libs.param_type &&
+                PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type);
     int rc = 0;
     for (int i = 0; i < m->ndim && rc == 0; i++) {
         DimPolicy p = DIM_STATIC;
@@ -864,16 +854,8 @@ typedef struct {
 
 static int emit(Prog *p, int64_t op, int64_t arg, int delta)
 {
-    if (p->n + 2 > p->cap) {
-        int32_t ncap = p->cap ? p->cap * 2 : 32;
-        int64_t *w = PyMem_Realloc(p->w, sizeof(int64_t) * (size_t)ncap);
-        if (!w) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        p->w = w;
-        p->cap = ncap;
-    }
+    if (grow((void **)&p->w, &p->cap, p->n + 1, sizeof(int64_t)) < 0)   /* room for two words */
+        return -1;
     p->w[p->n++] = op;
     p->w[p->n++] = arg;
     p->depth += delta;
@@ -970,10 +952,9 @@ int symb_finish(Capture *c, PyObject **violation)
 {
     *violation = NULL;
     if (c->violations && PyList_GET_SIZE(c->violations) > 0) {
-        PyObject *names = PyList_New(0), *sep = PyUnicode_FromString("\n");
+        PyObject *sep = PyUnicode_FromString("\n");
         PyObject *body = sep ? PyUnicode_Join(sep, c->violations) : NULL;
         Py_XDECREF(sep);
-        Py_XDECREF(names);
         if (!body)
             return -1;
         *violation = PyUnicode_FromFormat("Constraints violated! For more information, run with TORCH_LOGS=\"+dynamic\".\n%U",

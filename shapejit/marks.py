@@ -95,10 +95,10 @@ def mark_static(t, dim=None):
                               (isinstance(t, type) and issubclass(t, torch.nn.Module))):
         if dim is not None:
             raise TypeError("shapejit.mark_static: dim makes no sense for a module")
-        # a module (or module class): its parameters and buffers keep static shapes
-        targets = [t] if isinstance(t, type) else [t]
-        for m in targets:
-            m._dynamo_marked_static = True
+        # a module or module class: the mark is recorded, but the compiler does not read
+        # it yet (parameters are static anyway under force_parameter_static_shapes;
+        # docs/status.md lists this as not done)
+        t._dynamo_marked_static = True
         return t
     _check_tensor("mark_static", t)
     dims = _check_dims("mark_static", t, dim, allow_none=True)
