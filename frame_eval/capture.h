@@ -121,6 +121,8 @@ typedef struct {
     int8_t dim;
     uint8_t strict;        /* mark_dynamic: specialising it is an error */
     uint8_t is_int;        /* an int input (no 0/1 specialisation, no range guard) */
+    uint8_t duck;          /* made dynamic by dynamic=True / assume_static_by_default=False:
+                              an equal size of the same kind shares it (duck sizing) */
     SymRange range0;       /* the range it was created with (guarded at the end) */
 } SymInfo;
 

@@ -45,7 +45,8 @@ typedef struct {
     GuardTree tree;        /* owned: sources and guards of every entry */
     CacheEntry *entries;   /* most recent first */
     int nentries;
-    int skip;              /* never compile: disabled, library or generator code */
+    int skip;              /* never compile: -1 undecided, 0 compile, 1 library or generator
+                              code or a frame with nothing to capture, 2 disabled by the user */
     int frame_id;          /* -1 until first compiled */
     int ncompiles;
     long calls;            /* frames seen (eager_then_compile counts them) */

@@ -632,12 +632,16 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         goto done;
     }
     if (c.nops == 0 && !is_break) {
-        /* nothing to compile: the frame only does Python work; run it as it is */
+        /* nothing to compile: the frame only does Python work. Like torch ("skipping
+         * because no content in function call"), the code is not looked at again until
+         * reset(), whatever later calls pass. */
         e = entry_new();
         if (e) {
             e->action = ENTRY_EAGER;
             e->reason = PyUnicode_FromString("no tensor ops in the frame");
         }
+        if (st->skip != 2)
+            st->skip = 1;
         goto done;
     }
     if (add_final_guards(&c) < 0)

@@ -102,7 +102,10 @@ static PyObject *where_text(Capture *c)
 
 /* -------------------------------------------------------------- policy ---- */
 
-typedef enum { DIM_STATIC, DIM_DYNAMIC, DIM_STRICT } DimPolicy;
+/* DIM_DUCK: dynamic because everything is (dynamic=True); only such sizes are duck sized,
+ * as in torch, where marks, source lists and automatic dynamic give each size its own
+ * symbol. */
+typedef enum { DIM_STATIC, DIM_DYNAMIC, DIM_STRICT, DIM_DUCK } DimPolicy;
 
 /* 1 when attribute attr of t (a set of dims) holds dim; 0 when not or absent. */
 static int mark_has(PyObject *t, const char *attr, int dim)
@@ -227,6 +230,7 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
     si->strict = (uint8_t)strict;
     si->is_int = (uint8_t)is_int;
     si->range0 = r;
+    si->duck = 0;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value,
@@ -314,7 +318,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
         } else if (param || c->dynamic == 0) {
             p = DIM_STATIC;
         } else if (c->dynamic == 1 || !sj_config.assume_static_by_default) {
-            p = DIM_DYNAMIC;
+            p = DIM_DUCK;
         } else if (PyList_Check(seen) && i < PyList_GET_SIZE(seen) && PyList_GET_ITEM(seen, i) == Py_None) {
             p = DIM_DYNAMIC;
         }
@@ -343,10 +347,10 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
         }
         /* duck sizing: an equal size already symbolic shares its symbol (guarded equal) */
         SymNode *s = NULL;
-        if (p != DIM_STRICT)
+        if (p == DIM_DUCK)
             for (int32_t k = 0; k < c->nsyms; k++) {
                 SymNode *o = sym_env_symbol_at(c->env, k);
-                if (!c->syms[k].is_int && !c->syms[k].strict && o && o->hint == h && c->syms[k].src != ssrc) {
+                if (c->syms[k].duck && o && o->hint == h && c->syms[k].src != ssrc) {
                     s = o;
                     break;
                 }
@@ -365,6 +369,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
                 rc = -1;
                 break;
             }
+            c->syms[s->slot].duck = p == DIM_DUCK;
         }
         m->sym[i] = s;
         *dyn |= (uint8_t)(1u << i);
@@ -711,6 +716,8 @@ static int32_t add_size_node(Capture *c, OpId op, PyObject *target, const int32_
         PyErr_Clear();
     int32_t v = graph_add_node(c->g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
     Py_XDECREF(where);
+    if (v >= 0)
+        c->nops++;   /* size work at run time is work: the frame gets a graph, as in torch */
     return v;
 }
 

@@ -154,6 +154,41 @@ def test_duck_sizing_shares_a_symbol_and_guards_equality():
     assert _graphs() == 2
 
 
+def test_duck_sizing_only_when_everything_is_dynamic():
+    """Listed, marked and automatic-dynamic sizes each get their own symbol (as in
+    torch): equal sizes on the first call do not tie later calls together."""
+    def f(x, y):
+        if x.shape[0] + y.shape[0] <= 30:
+            return x.sum() + y.sum()
+        return x.mean() - y.mean()
+
+    cf = shapejit.compile(f)
+    with shapejit.config.patch(dynamic_sources="L['x'],L['y']"):
+        for n, m in [(5, 5), (10, 12), (20, 15), (3, 4), (30, 40)]:
+            _run(cf, f, torch.rand(n), torch.rand(m))
+    assert _graphs() == 2      # one per branch; no equality guard from (5, 5)
+    shapejit.reset()
+    cf = shapejit.compile(f, dynamic=True)
+    _run(cf, f, torch.rand(5), torch.rand(5))
+    _run(cf, f, torch.rand(10), torch.rand(12))
+    assert _graphs() == 2      # dynamic=True: duck sized on the first call
+
+
+def test_frame_with_only_size_work():
+    """A dynamic size's arithmetic is computed at run time: a graph. A frame with nothing
+    to capture is not looked at again until reset (torch: "no content")."""
+    def f(x):
+        return x.shape[0] * 2 + 1
+
+    cf = shapejit.compile(f, dynamic=True)
+    assert [cf(torch.rand(n)) for n in (3, 4, 9)] == [7, 9, 19]
+    assert _graphs() == 1
+    shapejit.reset()
+    cf = shapejit.compile(f)
+    assert [cf(torch.rand(n)) for n in (3, 4, 9)] == [7, 9, 19]
+    assert _graphs() == 0 and shapejit.stats()["frames"] == 1
+
+
 def test_symbolic_ops_and_returned_sizes():
     def f(x, w):
         b, n = x.shape
