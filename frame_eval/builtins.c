@@ -2,6 +2,7 @@
  * len, isinstance, range, enumerate, zip, ..., torch.no_grad, Tensor.size(), ... */
 #include "capture.h"
 #include "libs.h"
+#include "../core/config.h"
 
 /* The builtins capture models: one row each. X(ENUM, "name") */
 #define SJ_BUILTINS(X)                                                                     \
@@ -195,6 +196,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
         return var_const_steal(c, PyLong_FromLong(-1));
     if (!strcmp(name, "__len__"))
         return op_len(c, self);
+    if (!strcmp(name, "item") && nargs == 1 && m->lib == LIB_TORCH && sj_config.capture_scalar_outputs)
+        return symb_item(c, self);
     if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "numpy") ||
         !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
         cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads tensor data into Python",

@@ -183,6 +183,8 @@ int cap_fail_exc(Capture *c, BreakReason r)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
+    if (et && sym_data_dependent_error && PyErr_GivenExceptionMatches(et, sym_data_dependent_error))
+        r = BR_DATA_DEPENDENT;   /* a relation or size that needs an unbacked value */
     if (r == BR_USER_EXCEPTION && ev && c->reason == BR_NONE)
         Py_XSETREF(c->exc, Py_NewRef(ev));
     PyObject *msg = ev ? PyUnicode_FromFormat("%s: %S", Py_TYPE(ev)->tp_name, ev)

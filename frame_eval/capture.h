@@ -257,6 +257,14 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled);
 /* A var for e: a constant int var when e is constant, else VK_SYMINT. */
 Var *symb_var(Capture *c, SymNode *e);
+/* Unbacked symbols (capture_scalar_outputs / capture_dynamic_output_shape_ops): a new u<N>
+ * whose run-time value is graph value `value` (an item node), or, when value is -1, the
+ * size of dim `dim` of graph tensor `tensor_value` (nonzero's rows). Logged as
+ * create_unbacked_symint. NULL with an exception. */
+SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r);
+/* t.item() of a one-element integer torch tensor: an item node and a VK_SYMINT var over a
+ * new unbacked symbol; other dtypes break the graph (BR_SCALAR_OUTPUT). */
+Var *symb_item(Capture *c, Var *t);
 /* The relation rel holds at the hints: guard it. 0 or -1. */
 int symb_guard(Capture *c, SymNode *rel);
 /* Truth of rel at the hints, guarded (nothing guarded when the ranges decide). */

@@ -1,6 +1,7 @@
 /* Operators and recorded library calls: where vars meet the graph. */
 #include "capture.h"
 #include "libs.h"
+#include "../core/config.h"
 #include "../shapes/rules.h"
 #include "sj_opcodes.h"
 
@@ -25,7 +26,9 @@ static int deep_const(const Var *v)
 static PyObject *hint_obj(Capture *c, SymNode *e, int specialize)
 {
     int64_t h;
-    if ((specialize ? symb_specialize(c, e, &h) : sym_eval_hint(c->env, e, &h)) < 0) {
+    if (!specialize && sym_has_unbacked(e))
+        h = SJ_UNBACKED_HINT;   /* a symbolic rule reads the symbol, not this stand-in */
+    else if ((specialize ? symb_specialize(c, e, &h) : sym_eval_hint(c->env, e, &h)) < 0) {
         cap_fail_exc(c, BR_DATA_DEPENDENT);
         return NULL;
     }
@@ -226,6 +229,11 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }
+    if (op_info[r->op].kind == OPK_SHAPE && r->op == OP_NONZERO && !sj_config.capture_dynamic_output_shape_ops) {
+        cap_fail(c, BR_DYNAMIC_OUTPUT, "%s; to capture it, set shapejit.config.capture_dynamic_output_shape_ops "
+                 "= True", r->path);
+        return NULL;
+    }
     /* bind for the rule */
     BoundArg *pos = cap_alloc(c, sizeof(BoundArg) * (size_t)(nargs + 1));
     const char **kwn = cap_alloc(c, sizeof(char *) * (size_t)(nkw + 1));
@@ -336,6 +344,15 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (v < 0)
         return NULL;
     c->nops++;
+    if (r->op == OP_NONZERO) {
+        /* the row count is data: an unbacked symbol read from the result at run time */
+        SymNode *u = symb_unbacked(c, -1, v, 0, (SymRange){0, SYM_INT_OO});
+        if (!u) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+        outs[0].sym[0] = c->g->values[v].meta.sym[0] = u;
+    }
     if (r->op == OP_SET_GRAD_ENABLED && c->g->grad_query < 0) {
         PyObject *q = PyObject_GetAttrString(libs.torch, "is_grad_enabled");
         if (!q)

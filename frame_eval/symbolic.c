@@ -575,6 +575,87 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value)
     return k ? symb_guard(c, sym_eq(c->env, e, k)) : -1;
 }
 
+/* -------------------------------------------------------------- unbacked ---- */
+
+static int32_t add_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
+                             int n);
+
+SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r)
+{
+    if (symb_ensure(c) < 0 || grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
+        return NULL;
+    SymNode *u = sym_unbacked(c->env, r);
+    if (!u)
+        return NULL;
+    if (u->slot != c->nsyms) {
+        PyErr_SetString(PyExc_SystemError, "shapejit: symbol slots out of step");
+        return NULL;
+    }
+    SymInfo *si = &c->syms[c->nsyms++];
+    memset(si, 0, sizeof *si);
+    si->src = -1;                  /* no input holds it: no guard can read it */
+    si->value = value;             /* the graph value computing it (item), or -1 ... */
+    si->tensor_value = tensor_value;   /* ... then the size of this graph tensor's dim */
+    si->dim = (int8_t)dim;
+    si->range0 = r;
+    if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *range = sym_range_str(r), *w = where_text(c);
+        sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_symint u%lld %U (%U)", (long long)u->value,
+               range ? range : Py_None, w ? w : Py_None);
+        Py_XDECREF(range);
+        Py_XDECREF(w);
+        PyErr_Clear();
+    }
+    return u;
+}
+
+Var *symb_item(Capture *c, Var *t)
+{
+    const TensorMeta *m = &c->g->values[t->u.t.value].meta;
+    int64_t numel = 1;
+    for (int i = 0; i < m->ndim; i++) {
+        if (m->sym[i]) {
+            cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a tensor with symbolic sizes");
+            return NULL;
+        }
+        numel *= m->size[i];
+    }
+    if (numel != 1) {
+        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a tensor with %lld elements", (long long)numel);
+        return NULL;
+    }
+    DTypeCategory cat = dtype_info[m->dtype].category;
+    if (cat != CAT_INT) {
+        /* torch gives an unbacked float (or bool); shapejit's symbols are integers */
+        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a %s tensor: only integer values are captured "
+                 "(capture_scalar_outputs)", dtype_info[m->dtype].name);
+        return NULL;
+    }
+    if (symb_ensure(c) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *fn = libs.tensor_type ? PyObject_GetAttrString(libs.tensor_type, "item") : NULL;
+    int32_t vals[1] = {t->u.t.value};
+    const SymNode *consts[1] = {NULL};
+    int32_t v = fn ? add_size_node(c, OP_ITEM, fn, vals, consts, 1) : -1;
+    Py_XDECREF(fn);
+    SymNode *u = v >= 0 ? symb_unbacked(c, v, -1, 0, sym_range_full()) : NULL;
+    if (!u) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *key = PyLong_FromVoidPtr(u), *val = PyLong_FromLong(v);
+    int r = key && val ? PyDict_SetItem(c->symvals, key, val) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    if (r < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    return symb_var(c, u);
+}
+
 /* ---------------------------------------------------------------- vars ---- */
 
 Var *symb_var(Capture *c, SymNode *e)
@@ -749,7 +830,8 @@ int32_t symb_materialize(Capture *c, SymNode *e)
     }
     int32_t v = -1;
     switch ((SymKind)e->kind) {
-    case SK_SYMBOL: {
+    case SK_SYMBOL:
+    case SK_UNBACKED: {
         SymInfo *si = &c->syms[e->slot];
         if (si->value >= 0) {
             v = si->value;
@@ -974,8 +1056,8 @@ int symb_finish(Capture *c, PyObject **violation)
     /* ranges of size symbols: what the capture assumed about every value (2 <= s0 from
      * 0/1 specialisation, a mark's min and max) */
     for (int32_t k = 0; k < c->nsyms; k++) {
-        if (c->syms[k].is_int)
-            continue;
+        if (c->syms[k].is_int || c->syms[k].src < 0)
+            continue;   /* ints have no range guard; unbacked symbols have no source */
         SymRange r = c->syms[k].range0;
         for (int side = 0; side < 2; side++) {
             int64_t bound = side ? r.hi : r.lo;

@@ -246,6 +246,9 @@ static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyOb
         return 0;
     if (g->values[vid].meta.symint)
         return 0;   /* a size computed at run time: any int */
+    for (int i = 0; i < g->values[vid].meta.ndim; i++)
+        if (g->values[vid].meta.sym[i] && sym_has_unbacked(g->values[vid].meta.sym[i]))
+            return 0;   /* a data-dependent size has no prediction to check */
     int ok = meta_matches_value(&g->values[vid].meta, v);
     if (ok < 0)
         return -1;

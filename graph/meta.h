@@ -46,6 +46,11 @@ typedef struct TensorMeta {
                                      graph's SymEnv) whose hint is size[i] */
 } TensorMeta;
 
+/* size[i] of a dim whose size depends on the data (an unbacked symbol: nonzero()'s rows):
+ * there is no hint, so rules see this stand-in (torch's fallback for unbacked sizes) and
+ * must decide relations through the symbol, which fails as data-dependent. */
+#define SJ_UNBACKED_HINT 8192
+
 /* Fill *out from a live torch.Tensor or numpy.ndarray / numpy scalar. If strides is not NULL
  * it receives the strides in elements (ndim entries). Returns 0 on success, 1 when the value
  * is not a supported tensor (wrong device, unsupported dtype, sparse, rank > SJ_MAX_RANK, or

@@ -282,14 +282,23 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
     memset(&r, 0, sizeof r);
     for (int k = 0; k < nd; k++)
         r.size[k] = 1;
+    unsigned seen = 0;   /* dims some input has reached: the first one is copied as is, so a
+                            lone (even data-dependent) size needs no relation decided */
     for (int i = 0; i < n; i++) {
         const TensorMeta *m = ins[i];
         if (!m)
             continue;
         int off = nd - m->ndim;
-        for (int k = 0; k < m->ndim; k++)
+        for (int k = 0; k < m->ndim; k++) {
+            if (!(seen & (1u << (off + k)))) {
+                seen |= 1u << (off + k);
+                r.size[off + k] = m->size[k];
+                r.sym[off + k] = sj_symctx ? m->sym[k] : NULL;
+                continue;
+            }
             if (broadcast_dim(&r, off + k, m, k, off + k, err) < 0)
                 return -1;
+        }
     }
     out->ndim = (unsigned char)nd;
     memcpy(out->size, r.size, sizeof(int64_t) * (size_t)nd);

@@ -245,6 +245,16 @@ const char *sym_kind_name(SymKind kind) { return (unsigned)kind < SK_COUNT ? kin
 int sym_is_bool(const SymNode *e) { return (kinds[e->kind].flags & SF_BOOL) != 0; }
 int sym_is_symbol(const SymNode *e) { return e->kind == SK_SYMBOL || e->kind == SK_UNBACKED; }
 
+int sym_has_unbacked(const SymNode *e)
+{
+    if (e->kind == SK_UNBACKED)
+        return 1;
+    for (uint32_t i = 0; i < e->nargs; i++)
+        if (sym_has_unbacked(e->args[i]))
+            return 1;
+    return 0;
+}
+
 /* ------------------------------------------------ the env and its arena ---- */
 
 typedef struct Block {

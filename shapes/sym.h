@@ -141,6 +141,7 @@ SymNode *sym_not(SymEnv *env, SymNode *rel);
 const char *sym_kind_name(SymKind kind);    /* sym_ops.def's name: "Add", "Eq", ... */
 int sym_is_bool(const SymNode *e);          /* a relation or True/False */
 int sym_is_symbol(const SymNode *e);        /* SYMBOL or UNBACKED */
+int sym_has_unbacked(const SymNode *e);     /* 1 when an unbacked symbol occurs in e */
 
 /* Value range of e under the symbols' current ranges; a relation: [1,1], [0,0] or [0,1].
  * Never fails. */

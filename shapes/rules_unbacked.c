@@ -1,0 +1,26 @@
+/* Rules of ops whose output sizes depend on the data (nonzero): the size is an unbacked
+ * symbol that capture attaches after the rule runs (frame_eval/symbolic.c,
+ * symb_unbacked_outputs); the rule leaves SJ_UNBACKED_HINT in its place. */
+#include "rules_util.h"
+
+int rule_nonzero(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    int as_tuple;
+    if (sj_get_bool(b, "as_tuple", 0, &as_tuple, err) < 0)
+        return -1;
+    if (as_tuple)
+        return sj_err(err, "nonzero(as_tuple=True) is not supported yet");
+    if (lib != LIB_TORCH)
+        return sj_err(err, "nonzero: torch tensors only");
+    sj_meta(out, lib, DT_I64);
+    /* a 0-d input counts as one element: (n, 0) */
+    out->ndim = 2;
+    out->size[0] = SJ_UNBACKED_HINT;
+    out->size[1] = x->ndim;
+    *nout = 1;
+    return 0;
+}

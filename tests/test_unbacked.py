@@ -1,0 +1,132 @@
+"""Unbacked sizes (issue 5): t.item() under capture_scalar_outputs and nonzero() under
+capture_dynamic_output_shape_ops give unbacked symbols u<N>; with the knobs off they break
+the graph; a branch on an unbacked value breaks the graph. Results equal eager, and the
+graph counts equal torch.compile's in the same run."""
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.testing import CompileCounter
+
+import shapejit
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    shapejit.reset()
+    yield
+    shapejit.reset()
+    shapejit.set_logs(dynamic=False)
+
+
+def nonzero_sum(x):
+    idx = x.nonzero()
+    return idx.sum() + idx.shape[0] * 2, idx
+
+
+def nonzero_method_chain(x):
+    idx = torch.nonzero(x > 0)
+    return (idx * 2 + 1).float().mean(0), idx.shape[0] - 1
+
+
+def item_arith(x, y):
+    n = x.sum().item()
+    return y * n + n * 3, n - 1, n // 2
+
+
+def item_branch(x, y):
+    n = x.sum().item()
+    if n > 3:
+        return y + 1
+    return y - 1
+
+
+def item_float(x, y):
+    return y * x.sum().item()
+
+
+CASES = [
+    (nonzero_sum, lambda: (torch.tensor([0., 1., 2., 0.]),)),
+    (nonzero_method_chain, lambda: (torch.randn(5, 3, generator=torch.Generator().manual_seed(3)),)),
+    (item_arith, lambda: (torch.tensor([2, 3]), torch.randn(3))),
+    (item_branch, lambda: (torch.tensor([2, 3]), torch.randn(3))),
+    (item_branch, lambda: (torch.tensor([0, 1]), torch.randn(3))),
+    (item_float, lambda: (torch.tensor([0.5, 1.5]), torch.randn(3))),
+]
+
+
+def _torch_graphs(fn, args, knob):
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    with torch._dynamo.config.patch(capture_scalar_outputs=knob, capture_dynamic_output_shape_ops=knob):
+        out = torch.compile(fn, backend=cnt)(*args)
+    torch._dynamo.reset()
+    return cnt.frame_count, out
+
+
+def _same(a, b):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for p, q in zip(a, b):
+            _same(p, q)
+    elif isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("knob", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("fn,make", CASES, ids=[f.__name__ + str(i) for i, (f, _) in enumerate(CASES)])
+def test_graph_counts_match_torch(fn, make, knob):
+    args = make()
+    want = fn(*args)
+    expected, tout = _torch_graphs(fn, args, knob)
+    _same(tout, want)
+    with shapejit.config.patch(capture_scalar_outputs=knob, capture_dynamic_output_shape_ops=knob):
+        got = shapejit.compile(fn)(*args)
+    _same(got, want)
+    if fn is item_float and knob:
+        # torch captures an unbacked float; shapejit's symbols are integers, so it breaks
+        assert shapejit.stats()["graph_breaks"] == 1
+        return
+    assert shapejit.stats()["graphs"] == expected
+
+
+def test_knobs_on_capture_without_breaks_and_log(capfd):
+    shapejit.set_logs(dynamic=True)
+    with shapejit.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+        cf = shapejit.compile(nonzero_sum)
+        for x in (torch.tensor([0., 1., 2., 0.]), torch.tensor([3., 0., 0., 1.]), torch.tensor([1., 1., 1., 1.])):
+            _same(cf(x), nonzero_sum(x))
+        ci = shapejit.compile(item_arith)
+        for a in ([2, 3], [7, -1], [0, 0]):
+            x, y = torch.tensor(a), torch.randn(3)
+            _same(ci(x, y), item_arith(x, y))
+    s = shapejit.stats()
+    # the data changes, the sizes do not: one graph each, never recompiled
+    assert s["graphs"] == 2 and s["graph_breaks"] == 0 and s["recompiles"] == 0
+    err = capfd.readouterr().err
+    assert "create_unbacked_symint u0 [0, int_oo] (idx = x.nonzero()" in err
+    assert "create_unbacked_symint u0 [-int_oo, int_oo] (n = x.sum().item()" in err
+
+
+def test_knobs_off_break_with_reasons():
+    with shapejit.config.patch(capture_scalar_outputs=False, capture_dynamic_output_shape_ops=False):
+        ex = shapejit.explain(nonzero_sum)(torch.tensor([0., 1.]))
+        (r,) = ex.break_reasons
+        assert "dynamic shape operator" in r.reason and "capture_dynamic_output_shape_ops" in r.reason
+        ex = shapejit.explain(item_arith)(torch.tensor([2, 3]), torch.randn(3))
+        (r,) = ex.break_reasons
+        assert "Tensor.item()" in r.reason
+    with shapejit.config.patch(capture_scalar_outputs=True):
+        ex = shapejit.explain(item_branch)(torch.tensor([2, 3]), torch.randn(3))
+        (r,) = ex.break_reasons
+        assert "data-dependent" in r.reason and "u0" in r.reason
+
+
+def test_branch_on_unbacked_breaks_and_runs_both_ways():
+    with shapejit.config.patch(capture_scalar_outputs=True):
+        cf = shapejit.compile(item_branch)
+        for a in ([2, 3], [0, 1], [5, 5]):
+            x, y = torch.tensor(a), torch.randn(3)
+            _same(cf(x, y), item_branch(x, y))
+    assert shapejit.stats()["graph_breaks"] >= 1
