@@ -29,4 +29,9 @@ void compile_forget_breaks(void);
 
 extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
 
+/* frame_eval/symbolic.c: eager_then_compile's first call runs eagerly; record the sizes of
+ * its tensor arguments in st's frame state, so that the first compile already makes dynamic
+ * the dims that changed between the two calls. 0, or -1 with an exception. */
+int symb_record_call(CodeState *st, PyCodeObject *co, PyObject *const *locals);
+
 #endif

@@ -399,10 +399,13 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     if (!is_top && st->role != ROLE_RESUME &&
         (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
         compile = 0;   /* comprehension bodies reached from eager code iterate live iterators */
-    else if (st->nentries > 0 && sj_stance == STANCE_EAGER_ON_RECOMPILE)
+    else if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
+        compile = 0;   /* as torch: cached entries only, a first compile included */
+    else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
         compile = 0;
-    else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1)
-        compile = 0;
+        if (symb_record_call(st, co, f->localsplus) < 0)
+            PyErr_Clear();   /* a missing record only costs a static first compile */
+    }
     else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
                                   sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit))
         compile = 0;   /* past the limit and already said so: no reason to work out */

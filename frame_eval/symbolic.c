@@ -1102,6 +1102,47 @@ int symb_finish(Capture *c, PyObject **violation)
     return 0;
 }
 
+/* -------------------------------------------------- eager_then_compile ---- */
+
+int symb_record_call(CodeState *st, PyCodeObject *co, PyObject *const *locals)
+{
+    if (!sj_config.automatic_dynamic_shapes)
+        return 0;
+    if (!st->fstate && !(st->fstate = PyDict_New()))
+        return -1;
+    int nargs = co->co_argcount + co->co_kwonlyargcount;
+    for (int i = 0; i < nargs; i++) {
+        PyObject *v = locals[i];   /* borrowed */
+        if (!v)
+            continue;
+        TensorMeta m;
+        const char *why;
+        int r = meta_from_value(v, &m, NULL, &why);
+        if (r < 0)
+            return -1;
+        if (r > 0 || m.np_scalar)
+            continue;   /* not a tensor (ints too: torch's eager call records tensors only) */
+        PyObject *now = PyList_New(m.ndim);
+        if (!now)
+            return -1;
+        for (int d = 0; d < m.ndim; d++) {
+            PyObject *n = PyLong_FromLongLong(m.size[d]);
+            if (!n) {
+                Py_DECREF(now);
+                return -1;
+            }
+            PyList_SET_ITEM(now, d, n);
+        }
+        PyObject *name = PyUnicode_FromFormat("L[%R]", PyTuple_GET_ITEM(co->co_localsplusnames, i));
+        r = name ? PyDict_SetItem(st->fstate, name, now) : -1;
+        Py_XDECREF(name);
+        Py_DECREF(now);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ PGO ---- */
 
 /* shapejit.pgo.<name>, or NULL (not enabled: no job id in the environment). */
