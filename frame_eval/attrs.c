@@ -153,6 +153,19 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
 
 /* ---- objects and modules ---- */
 
+/* wrap_value for an attribute of an nn.Module: the shape policy (symbolic.c) reads the
+ * module through c->wrap_owner (mark_static on it, builtin torch.nn modules, int
+ * attributes). */
+static Var *wrap_attr(Capture *c, Var *o, PyObject *v, int32_t s)
+{
+    PyObject *saved = c->wrap_owner;
+    if (o->kind == VK_MODULE)
+        c->wrap_owner = o->obj;
+    Var *r = wrap_value(c, v, s);
+    c->wrap_owner = saved;
+    return r;
+}
+
 static Var *obj_attr(Capture *c, Var *o, PyObject *name)
 {
     PyObject *obj = o->obj;
@@ -183,7 +196,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
             int32_t s = attr_source(c, o, name);
             if (o->src >= 0 && s < 0)
                 return NULL;
-            return wrap_value(c, v, s);
+            return wrap_attr(c, o, v, s);
         }
         if (PyErr_Occurred())
             return NULL;
@@ -216,7 +229,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
                 Py_XDECREF(dn);
                 if (o->src >= 0 && s < 0)
                     return NULL;
-                return wrap_value(c, v, s);
+                return wrap_attr(c, o, v, s);
             }
             if (PyErr_Occurred())
                 return NULL;
@@ -229,7 +242,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         return NULL;
     }
     int32_t s = attr_source(c, o, name);
-    Var *r = (o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
+    Var *r = (o->src >= 0 && s < 0) ? NULL : wrap_attr(c, o, v, s);
     Py_DECREF(v);
     return r;
 }

@@ -178,6 +178,8 @@ typedef struct Capture {
     PyObject *sguard_where;    /* strong list of str or None, parallel to sguards */
     PyObject *symvals;         /* strong dict: node address -> graph value id */
     PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
+    PyObject *wrap_owner;      /* borrowed or NULL: while an nn.Module's attribute is wrapped,
+                                  that module (attrs.c wrap_attr) */
     /* the result */
     Var *result;
     int32_t distinct_srcs[256]; int32_t ndistinct;

@@ -261,6 +261,27 @@ static int add_violation(Capture *c, int32_t slot, int64_t value)
     return r;
 }
 
+/* mark_static(module) or mark_static(ModuleClass) (torch's attribute name). */
+static int module_marked_static(PyObject *mod)
+{
+    PyObject *v = PyObject_GetAttrString(mod, "_dynamo_marked_static");
+    int r = v ? PyObject_IsTrue(v) == 1 : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return r;
+}
+
+/* A module class of torch.nn itself (nn.BatchNorm1d, nn.Linear), not a user subclass. */
+static int builtin_nn_module(PyObject *mod)
+{
+    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(mod), "__module__");
+    const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    int r = n && !strncmp(n, "torch.nn.", 9);
+    Py_XDECREF(name);
+    PyErr_Clear();
+    return r;
+}
+
 int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int32_t value, uint8_t *dyn)
 {
     *dyn = 0;
@@ -288,12 +309,18 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     int is_torch = m->lib == LIB_TORCH;
     int param = is_torch && sj_config.force_parameter_static_shapes && libs.param_type &&
                 PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type);
+    /* under force_nn_module_property_static_shapes, tensors held by a torch.nn module (its
+     * buffers) or by a module whose class is marked static are static like parameters */
+    int modstatic = is_torch && c->wrap_owner && sj_config.force_nn_module_property_static_shapes &&
+                    (module_marked_static(c->wrap_owner) || builtin_nn_module(c->wrap_owner));
     int rc = 0;
     for (int i = 0; i < m->ndim && rc == 0; i++) {
         DimPolicy p = DIM_STATIC;
         int64_t lo = 2, hi = SYM_INT_OO;
         if (listed_dim(ds, i) || listed_dim(us, i)) {
             p = DIM_DYNAMIC;
+        } else if (param || modstatic) {
+            p = DIM_STATIC;   /* torch: static shapes before any mark is read */
         } else if (listed_dim(ss, i) || (is_torch && mark_has(obj, "_dynamo_static_indices", i))) {
             p = DIM_STATIC;
         } else if (is_torch && mark_has(obj, "_dynamo_dynamic_indices", i)) {
@@ -315,7 +342,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
         } else if (is_torch && (mark_has(obj, "_dynamo_weak_dynamic_indices", i) ||
                                 mark_has(obj, "_dynamo_unbacked_indices", i))) {
             p = DIM_DYNAMIC;
-        } else if (param || c->dynamic == 0) {
+        } else if (c->dynamic == 0) {
             p = DIM_STATIC;
         } else if (c->dynamic == 1 || !sj_config.assume_static_by_default) {
             p = DIM_DUCK;
@@ -394,12 +421,14 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
         PyErr_Clear();
         return NULL;
     }
-    /* only the frame's own locals and their items: module attributes stay constants */
+    /* the frame's own locals and their items; nn.Module int attributes stay constants
+     * unless allow_unspec_int_on_nn_module (then they change like any int) */
     const SourceEntry *e = &c->src.e[src];
     int32_t root = src;
     while (c->src.e[root].base >= 0)
         root = c->src.e[root].base;
-    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM))
+    int module_int = e->kind == SRC_ATTR && c->wrap_owner && sj_config.allow_unspec_int_on_nn_module;
+    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_int))
         return NULL;
     PyObject *name = sources_repr(&c->src, src);
     PyObject *ds = sources_listed("dynamic_sources", name);

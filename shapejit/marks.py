@@ -95,9 +95,8 @@ def mark_static(t, dim=None):
                               (isinstance(t, type) and issubclass(t, torch.nn.Module))):
         if dim is not None:
             raise TypeError("shapejit.mark_static: dim makes no sense for a module")
-        # a module or module class: the mark is recorded, but the compiler does not read
-        # it yet (parameters are static anyway under force_parameter_static_shapes;
-        # docs/status.md lists this as not done)
+        # a module or module class: under force_nn_module_property_static_shapes (the
+        # default) the tensors it holds get static shapes, as a torch.nn module's do
         t._dynamo_marked_static = True
         return t
     _check_tensor("mark_static", t)
