@@ -38,6 +38,44 @@ static PyObject *hint_obj(Capture *c, SymNode *e, int specialize)
     return o;
 }
 
+/* A slice with a symbolic int among its parts (x[:n], x[s0 // 2:]). */
+static int slice_symbolic(const Var *v)
+{
+    return v->kind == VK_SLICE && ((v->u.slice.start && v->u.slice.start->kind == VK_SYMINT) ||
+                                   (v->u.slice.stop && v->u.slice.stop->kind == VK_SYMINT) ||
+                                   (v->u.slice.step && v->u.slice.step->kind == VK_SYMINT));
+}
+
+/* A symbolic slice for a rule that handles symbols: the slice of the parts' hints, and
+ * their symbols in out->slice_sym (getitem's rule computes the slice length from them). */
+static int bound_slice(Capture *c, Var *v, BoundArg *out)
+{
+    Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
+    SymNode **syms = cap_alloc(c, sizeof(SymNode *) * 3);
+    PyObject *objs[3] = {NULL, NULL, NULL};   /* new references */
+    if (!syms)
+        return -1;
+    int ok = 1;
+    for (int k = 0; k < 3 && ok; k++) {
+        if (parts[k] && parts[k]->kind == VK_SYMINT) {
+            syms[k] = parts[k]->u.s.e;
+            objs[k] = Py_XNewRef(hint_obj(c, syms[k], 0));   /* hint_obj's is the capture's */
+        } else {
+            objs[k] = parts[k] ? var_to_py(c, parts[k]) : Py_NewRef(Py_None);
+        }
+        ok = objs[k] != NULL;
+    }
+    PyObject *sl = ok ? PySlice_New(objs[0], objs[1], objs[2]) : NULL;   /* new */
+    for (int k = 0; k < 3; k++)
+        Py_XDECREF(objs[k]);
+    if (!sl || !cap_keep_steal(c, sl))
+        return cap_failed(c) ? -1 : cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+    out->kind = BA_CONST;
+    out->value = sl;
+    out->slice_sym = syms;
+    return 0;
+}
+
 /* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
  * constant; those holding tensors become BA_LIST. With specialize, symbolic sizes and ints
  * are pinned to their hints (guarded) for a rule that only handles static shapes. */
@@ -84,6 +122,8 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
     case VK_LIST:
     case VK_DICT:
     case VK_SLICE: {
+        if (!specialize && slice_symbolic(v))
+            return bound_slice(c, v, out);
         int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
         if (has_tensor && specialize && (v->kind == VK_TUPLE || v->kind == VK_LIST)) {
             /* only symbolic ints among constants: specialise them into one constant */
@@ -122,6 +162,29 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
     }
 }
 
+static int to_arg(Capture *c, Var *v, int32_t slot);
+
+/* slice(start, stop, step) built at run time from symbolic parts: its value id. */
+static int32_t slice_node(Capture *c, Var *v)
+{
+    Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
+    int32_t first = graph_pool(c->g, 3);
+    if (first < 0)
+        return -1;
+    for (int k = 0; k < 3; k++)
+        if (to_arg(c, parts[k], first + k) < 0)
+            return -1;
+    TensorMeta m;
+    memset(&m, 0, sizeof m);
+    m.symint = 1;   /* not a tensor: the meta check skips it */
+    PyObject *where = cap_where(c);   /* new or NULL */
+    if (!where)
+        PyErr_Clear();
+    int32_t r = graph_add_node(c->g, OP_SYM_SLICE, 0, (PyObject *)&PySlice_Type, first, 3, first + 3, 0, NULL, &m, 1, where);
+    Py_XDECREF(where);
+    return r;
+}
+
 /* Var -> graph Arg (pool slot already reserved at *slot). */
 static int to_arg(Capture *c, Var *v, int32_t slot)
 {
@@ -137,6 +200,10 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
     } else if (v->kind == VK_SYMINT) {
         a.kind = ARG_VALUE;
         if ((a.a = symb_materialize(c, v->u.s.e)) < 0)
+            return -1;
+    } else if (slice_symbolic(v)) {
+        a.kind = ARG_VALUE;
+        if ((a.a = slice_node(c, v)) < 0)
             return -1;
     } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
         if (!deep_const(v)) {

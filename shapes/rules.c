@@ -80,7 +80,8 @@ const TensorMeta *sj_tensor(const BoundArgs *b, const char *name, ShapeErr *err)
     return a->meta;
 }
 
-int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
+/* sj_int without the specialisation of a symbolic int (the hint is read). */
+static int int_value(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
 {
     if (!a || a->kind != BA_CONST)
         return sj_err(err, "%s must be a constant int", what);
@@ -101,6 +102,14 @@ int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
     }
     *out = x;
     return 0;
+}
+
+int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
+{
+    if (int_value(a, what, out, err))
+        return -1;
+    /* a rule that reads the value of a symbolic int relies on it: guard it */
+    return a->sym && sj_symctx ? sj_pin(a->sym, out, err) : 0;
 }
 
 int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err)
@@ -153,7 +162,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max,
                          ShapeErr *err)
 {
-    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL};
+    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL};
     if (PyTuple_Check(v) || PyList_Check(v)) {
         /* torch.Size is a tuple subclass, so it lands here too */
         Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
@@ -176,8 +185,9 @@ static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, in
     return 0;
 }
 
-int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
-                ShapeErr *err)
+/* sj_int_list; pin: specialise symbolic items (sj_int) or only read their hints. */
+static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max, int pin,
+                    ShapeErr *err)
 {
     *n = 0;
     if (!a)
@@ -194,7 +204,7 @@ int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int m
             if (a->items[i].kind != BA_CONST)
                 return sj_err(err, "%s must be constant ints (data-dependent sizes are "
                               "not supported)", what);
-            if (sj_int(&a->items[i], what, &out[*n], err))
+            if ((pin ? sj_int : int_value)(&a->items[i], what, &out[*n], err))
                 return -1;
             (*n)++;
         }
@@ -202,6 +212,12 @@ int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int m
     }
     return sj_err(err, "%s must be constant ints (data-dependent sizes are not supported)",
                   what);
+}
+
+int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
+                ShapeErr *err)
+{
+    return int_list(a, what, out, n, max, 1, err);
 }
 
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
@@ -308,7 +324,7 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
 
 /* ------------------------------------------------------- symbolic sizes ---- */
 
-static int sym_fail(ShapeErr *err)
+int sj_sym_error(ShapeErr *err)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -333,14 +349,14 @@ SymNode *sj_dimsym(const TensorMeta *m, int i, ShapeErr *err)
     }
     SymNode *e = sym_const(sj_symctx->env, m->size[i]);
     if (!e)
-        sym_fail(err);
+        sj_sym_error(err);
     return e;
 }
 
 int sj_set_dim(TensorMeta *out, int i, SymNode *e, ShapeErr *err)
 {
     if (!e)
-        return sym_fail(err);
+        return sj_sym_error(err);
     if (e->kind == SK_CONST) {
         out->size[i] = e->value;
         out->sym[i] = NULL;
@@ -348,7 +364,7 @@ int sj_set_dim(TensorMeta *out, int i, SymNode *e, ShapeErr *err)
     }
     int64_t h;
     if (sym_eval_hint(sj_symctx->env, e, &h) < 0)
-        return sym_fail(err);
+        return sj_sym_error(err);
     if (h < 0)
         return sj_err(err, "negative size %lld", (long long)h);
     out->size[i] = h;
@@ -359,7 +375,7 @@ int sj_set_dim(TensorMeta *out, int i, SymNode *e, ShapeErr *err)
 int sj_decide(SymNode *rel, int *truth, ShapeErr *err)
 {
     if (!rel)
-        return sym_fail(err);
+        return sj_sym_error(err);
     SymTruth t = sym_static_truth(sj_symctx->env, rel);
     if (t != SYM_UNKNOWN) {
         *truth = t == SYM_TRUE;
@@ -367,10 +383,10 @@ int sj_decide(SymNode *rel, int *truth, ShapeErr *err)
     }
     int64_t h;
     if (sym_eval_hint(sj_symctx->env, rel, &h) < 0)
-        return sym_fail(err);
+        return sj_sym_error(err);
     SymNode *held = h ? rel : sym_not(sj_symctx->env, rel);
     if (!held || sj_symctx->guard(sj_symctx->ctx, held) < 0)
-        return sym_fail(err);
+        return sj_sym_error(err);
     *truth = h != 0;
     return 0;
 }
@@ -381,6 +397,18 @@ int sj_require(SymNode *rel, ShapeErr *err)
     if (sj_decide(rel, &t, err) < 0)
         return -1;
     return t ? 0 : sj_err(err, "size relation does not hold");
+}
+
+int sj_pin(SymNode *e, int64_t *value, ShapeErr *err)
+{
+    if (!e)
+        return sj_sym_error(err);
+    if (sym_eval_hint(sj_symctx->env, e, value) < 0)
+        return sj_sym_error(err);
+    if (e->kind == SK_CONST)
+        return 0;
+    SymNode *k = sym_const(sj_symctx->env, *value);
+    return k ? sj_require(sym_eq(sj_symctx->env, e, k), err) : sj_sym_error(err);
 }
 
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err)
@@ -398,7 +426,10 @@ int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeE
 int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,
                     ShapeErr *err)
 {
-    if (sj_int_list(a, what, out, n, max, err))
+    /* varargs holding one sequence with symbolic items: x.view((s0, 2)), x.new_ones(x.shape) */
+    if (a && a->kind == BA_LIST && a->n == 1 && a->items[0].kind == BA_LIST)
+        a = &a->items[0];
+    if (int_list(a, what, out, n, max, 0, err))
         return -1;
     for (int i = 0; i < *n; i++)
         syms[i] = NULL;
@@ -466,7 +497,9 @@ int shapes_rule_is_symbolic(OpId op)
         rule_same, rule_unary_float, rule_unary_bool, rule_binary, rule_compare, rule_truediv,
         rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
         rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
-        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack,
+        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_getitem, rule_expand, rule_expand_as,
+        rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
+        rule_squeeze,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;
@@ -485,7 +518,7 @@ static int arg_symbolic(const BoundArg *a)
                 return 1;
         return 0;
     case BA_CONST:
-        return a->sym != NULL;
+        return a->sym != NULL || a->slice_sym != NULL;
     case BA_LIST:
         for (int i = 0; i < a->n; i++)
             if (arg_symbolic(&a->items[i]))

@@ -29,6 +29,9 @@ typedef struct BoundArg {
     int n;                             /* BA_LIST */
     const struct BoundArg *items;      /* BA_LIST (borrowed) */
     struct SymNode *sym;               /* BA_CONST: a symbolic int (value is its hint), else NULL */
+    struct SymNode *const *slice_sym;  /* BA_CONST slice with symbolic parts (x[:n]): the
+                                          symbols of start, stop, step (NULL for a constant
+                                          part; value is the slice of the hints), else NULL */
 } BoundArg;
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 /* The dtype a library gives a Python scalar when it makes a tensor of it. */
 static int dtype_of_scalar(Lib lib, PyObject *v, DType *out, ShapeErr *err)
@@ -66,19 +67,35 @@ static int set_requires_grad(Lib lib, const BoundArgs *b, TensorMeta *out, Shape
     return 0;
 }
 
+/* Sizes of a new tensor must be >= 0; a symbolic one is guarded so (torch checks it
+ * on the symbol: check_size_nonnegative). */
+static int check_sizes(const int64_t *size, SymNode *const *syms, int n, ShapeErr *err)
+{
+    for (int i = 0; i < n; i++) {
+        if (size[i] < 0)
+            return sj_err(err, "negative dimensions are not allowed");
+        if (!syms[i])
+            continue;
+        SymNode *zero = sym_const(sj_symctx->env, 0);
+        if (!zero || sj_require(sym_ge(sj_symctx->env, syms[i], zero), err) < 0)
+            return zero ? -1 : sj_sym_error(err);
+    }
+    return 0;
+}
+
 int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
     int64_t size[SJ_MAX_RANK];
+    SymNode *syms[SJ_MAX_RANK];
     int n;
     const BoundArg *sa = ba_get(b, "size");
     if (op == OP_FULL && lib == LIB_TORCH && sa && sa->kind == BA_CONST && PyLong_Check(sa->value))
         return sj_err(err, "full(): argument 'size' must be tuple of ints, not int");
-    if (sj_int_list(sa, "size", size, &n, SJ_MAX_RANK, err))
+    if (!sa)
+        return sj_err(err, "size is required");
+    if (sj_int_list_sym(sa, "size", size, syms, &n, SJ_MAX_RANK, err) || check_sizes(size, syms, n, err))
         return -1;
-    for (int i = 0; i < n; i++)
-        if (size[i] < 0)
-            return sj_err(err, "negative dimensions are not allowed");
     DType dflt = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
     if (op == OP_FULL) {
         const BoundArg *fv = ba_get(b, "fill_value");
@@ -98,6 +115,7 @@ int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     sj_meta(out, lib, dt);
     out->ndim = (unsigned char)n;
     memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+    memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)n);
     if (set_requires_grad(lib, b, out, err))
         return -1;
     *nout = 1;
@@ -122,11 +140,14 @@ int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     if (shape) {
         /* numpy's *_like(a, shape=...) */
         int64_t size[SJ_MAX_RANK];
+        SymNode *syms[SJ_MAX_RANK];
         int n;
-        if (sj_int_list(shape, "shape", size, &n, SJ_MAX_RANK, err))
+        if (sj_int_list_sym(shape, "shape", size, syms, &n, SJ_MAX_RANK, err) || check_sizes(size, syms, n, err))
             return -1;
         out->ndim = (unsigned char)n;
         memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+        memset(out->sym, 0, sizeof out->sym);
+        memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)n);
     }
     if (set_requires_grad(lib, b, out, err))
         return -1;
@@ -157,6 +178,52 @@ static int number(const BoundArg *a, const char *what, double *v, int *is_float,
     return sj_err(err, "%s must be a number, not %.60s", what, Py_TYPE(o)->tp_name);
 }
 
+/* arange's length with symbolic ints (torch's ref: integer arguments give
+ * (end - start + step - sign(step)) // step, after checking end and start agree with the
+ * step's sign, guarded). A symbolic step is specialised; so are the symbols of float
+ * arguments and numpy's (which clamps at 0): *len_sym then stays NULL. */
+static int arange_sym(Lib lib, const BoundArg *const args[3], SymNode **len_sym, ShapeErr *err)
+{
+    *len_sym = NULL;
+    int64_t v;
+    if (args[2] && args[2]->kind == BA_CONST && args[2]->sym && sj_pin(args[2]->sym, &v, err) < 0)
+        return -1;
+    int ints = lib == LIB_TORCH;
+    for (int k = 0; k < 3; k++)
+        ints &= !args[k] || (args[k]->kind == BA_CONST && PyLong_Check(args[k]->value) && !PyBool_Check(args[k]->value));
+    if (!ints) {
+        for (int k = 0; k < 3; k++)
+            if (args[k] && args[k]->kind == BA_CONST && args[k]->sym && sj_pin(args[k]->sym, &v, err) < 0)
+                return -1;
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *node[3];   /* start, end, step (pinned: a constant) */
+    for (int k = 0; k < 3; k++) {
+        if (k < 2 && args[k] && args[k]->sym) {
+            node[k] = args[k]->sym;
+        } else {
+            int64_t dflt = k == 2 ? 1 : 0;
+            if (args[k] && sj_int(args[k], k == 2 ? "step" : "start", &dflt, err))
+                return -1;
+            if (!(node[k] = sym_const(env, dflt)))
+                return sj_sym_error(err);
+        }
+    }
+    int64_t step = node[2]->value;   /* a constant: a symbolic step was pinned above */
+    if (step == 0)
+        return sj_err(err, "step must be nonzero");
+    int ok;
+    if (sj_decide(step > 0 ? sym_ge(env, node[1], node[0]) : sym_le(env, node[1], node[0]), &ok, err) < 0)
+        return -1;
+    if (!ok)
+        return sj_err(err, "upper bound and larger bound inconsistent with step sign");
+    SymNode *diff = sym_sub(env, node[1], node[0]), *adj = sym_const(env, step - (step > 0 ? 1 : -1));
+    SymNode *span = diff && adj ? sym_add(env, diff, adj) : NULL;
+    *len_sym = span ? sym_floordiv(env, span, node[2]) : NULL;
+    return *len_sym ? 0 : sj_sym_error(err);
+}
+
 int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
@@ -166,6 +233,12 @@ int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     const BoundArg *a0 = ba_get(b, "start"), *a1 = ba_get(b, "end"), *a2 = ba_get(b, "step");
     if (!a0 && !a1)
         return sj_err(err, "arange needs an end");
+    SymNode *len_sym = NULL;
+    if (sj_symctx && shapes_args_symbolic(b)) {
+        const BoundArg *args[3] = {a1 ? a0 : NULL, a1 ? a1 : a0, a2};   /* arange(n): end n */
+        if (arange_sym(lib, args, &len_sym, err) < 0)
+            return -1;
+    }
     if (a1) {
         if ((a0 && number(a0, "start", &start, &fl, err)) || number(a1, "end", &end, &fl, err))
             return -1;
@@ -191,6 +264,8 @@ int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     sj_meta(out, lib, dt);
     out->ndim = 1;
     out->size[0] = (int64_t)len;
+    if (len_sym && sj_set_dim(out, 0, len_sym, err) < 0)
+        return -1;
     if (set_requires_grad(lib, b, out, err))
         return -1;
     *nout = 1;
@@ -356,16 +431,19 @@ int rule_new_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
         return -1;
     const BoundArg *s = ba_get(b, "size");
     int64_t shape[SJ_MAX_RANK + 1];
+    SymNode *syms[SJ_MAX_RANK + 1];
     int n = 0;
     if (!s)
         return sj_err(err, "new_*() needs a size");
-    if (sj_int_list(s, "size", shape, &n, SJ_MAX_RANK + 1, err))
+    if (sj_int_list_sym(s, "size", shape, syms, &n, SJ_MAX_RANK + 1, err))
         return -1;
     if (n > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     for (int i = 0; i < n; i++)
         if (shape[i] < 0)
             return sj_err(err, "Trying to create tensor with negative dimension %lld", (long long)shape[i]);
+    if (check_sizes(shape, syms, n, err))
+        return -1;
     DType dt = (DType)x->dtype;
     int given = 0;
     if (sj_get_dtype(b, "dtype", lib, &dt, &given, err))
@@ -376,8 +454,10 @@ int rule_new_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     }
     sj_meta(out, lib, dt);
     out->ndim = (unsigned char)n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         out->size[i] = shape[i];
+        out->sym[i] = syms[i];
+    }
     int rg = 0;
     if (sj_get_bool(b, "requires_grad", 0, &rg, err))
         return -1;

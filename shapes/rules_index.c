@@ -7,6 +7,7 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 typedef enum { IX_INT, IX_SLICE, IX_NONE, IX_ELLIPSIS, IX_ADV } IxKind;
 
@@ -14,8 +15,11 @@ typedef struct {
     IxKind kind;
     PyObject *obj;              /* IX_INT/IX_SLICE: the constant (borrowed); NULL for an
                                    int we only know the type of (a numpy integer scalar) */
+    SymNode *sym;               /* IX_INT: a symbolic index (obj is its hint), else NULL */
+    SymNode *const *slice_sym;  /* IX_SLICE: symbolic start/stop/step (BoundArg.slice_sym) */
     int adv_ndim;               /* IX_ADV: the index's shape */
     int64_t adv_size[SJ_MAX_RANK];
+    SymNode *adv_sym[SJ_MAX_RANK];
 } IxItem;
 
 #define MAX_ITEMS (SJ_MAX_RANK * 2 + 2)
@@ -57,6 +61,16 @@ static int classify_const(PyObject *v, IxItem *it, ShapeErr *err)
     return 0;
 }
 
+/* A bound constant item: classify_const plus its symbols. */
+static int classify_bound(const BoundArg *a, IxItem *it, ShapeErr *err)
+{
+    if (classify_const(a->value, it, err))
+        return -1;
+    it->sym = a->sym;
+    it->slice_sym = a->slice_sym;
+    return 0;
+}
+
 static int classify_tensor(Lib lib, const TensorMeta *m, IxItem *it, ShapeErr *err)
 {
     memset(it, 0, sizeof *it);
@@ -73,6 +87,8 @@ static int classify_tensor(Lib lib, const TensorMeta *m, IxItem *it, ShapeErr *e
     it->kind = IX_ADV;
     it->adv_ndim = m->ndim;
     memcpy(it->adv_size, m->size, sizeof(int64_t) * m->ndim);
+    if (sj_symctx)
+        memcpy(it->adv_sym, m->sym, sizeof(SymNode *) * m->ndim);
     return 0;
 }
 
@@ -82,6 +98,7 @@ static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, Shape
     *n = 0;
     if (!ix) {
         /* x[None] arrives as None, which ba_get hides */
+        memset(&items[0], 0, sizeof items[0]);
         items[0].kind = IX_NONE;
         items[0].obj = Py_None;
         *n = 1;
@@ -92,7 +109,7 @@ static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, Shape
         return classify_tensor(lib, ix->meta, &items[0], err);
     }
     if (ix->kind == BA_LIST) {
-        /* a tuple (or list) holding at least one tensor */
+        /* a tuple (or list) holding at least one tensor or symbolic item */
         if (ix->n > MAX_ITEMS)
             return sj_err(err, "too many indices");
         for (int i = 0; i < ix->n; i++) {
@@ -101,7 +118,7 @@ static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, Shape
             if (a->kind == BA_TENSOR)
                 r = classify_tensor(lib, a->meta, &items[i], err);
             else if (a->kind == BA_CONST)
-                r = classify_const(a->value, &items[i], err);
+                r = classify_bound(a, &items[i], err);
             else
                 r = sj_err(err, "nested sequences of tensors as indices are not supported");
             if (r)
@@ -124,10 +141,147 @@ static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, Shape
         return 0;
     }
     *n = 1;
-    return classify_const(v, &items[0], err);
+    return classify_bound(ix, &items[0], err);
 }
 
-/* The shape x[index] selects; *scalar tells numpy's "every dim taken by an int" case. */
+/* x[i] on dim src must be in range. With a symbolic size or index, torch's checks
+ * (size > -1 - i and size > i) are decided, guarded, and so is a symbolic index's sign
+ * (select adds the size to a negative index, so torch guards it). */
+static int check_int_index(const TensorMeta *x, int src, const IxItem *it, ShapeErr *err)
+{
+    if (!it->obj)
+        return 0;   /* a numpy integer scalar of unknown value: numpy checks at run time */
+    BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL, NULL};
+    int64_t v;
+    if (sj_int(&tmp, "index", &v, err))
+        return -1;
+    int64_t dimsize = x->size[src];
+    if (!sj_symctx || (!x->sym[src] && !it->sym)) {
+        if (v < -dimsize || v >= dimsize)
+            return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
+                          (long long)v, src, (long long)dimsize);
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *size = sj_dimsym(x, src, err);
+    if (!size)
+        return -1;
+    SymNode *i = it->sym ? it->sym : sym_const(env, v), *zero = sym_const(env, 0), *m1 = sym_const(env, -1);
+    SymNode *lo = i && zero && m1 ? sym_sub(env, m1, i) : NULL;
+    if (!lo)
+        return sj_sym_error(err);
+    int above, below = 0, neg;
+    if (sj_decide(sym_gt(env, size, lo), &above, err) < 0 ||
+        (above && sj_decide(sym_gt(env, size, i), &below, err) < 0))
+        return -1;
+    if (!below)
+        return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
+                      (long long)v, src, (long long)dimsize);
+    if (it->sym && sj_decide(sym_lt(env, i, zero), &neg, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Python's slice index i on a dim of size s, as torch computes it for symbolic sizes
+ * (fake_impls' _compute_slice_index): i when 0 <= i <= s, i + s when -s <= i < 0, else
+ * clamped to 0 or s. Each comparison the ranges cannot decide is guarded. NULL with err
+ * set on failure. */
+static SymNode *slice_index(SymNode *s, SymNode *i, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *zero = sym_const(env, 0), *neg_s = sym_neg(env, s);
+    int t;
+    if (!i || !zero || !neg_s) {
+        sj_sym_error(err);
+        return NULL;
+    }
+    if (sj_decide(sym_ge(env, i, zero), &t, err) < 0)
+        return NULL;
+    if (t) {
+        if (sj_decide(sym_le(env, i, s), &t, err) < 0)
+            return NULL;
+        return t ? i : s;
+    }
+    if (sj_decide(sym_ge(env, i, neg_s), &t, err) < 0)
+        return NULL;
+    SymNode *r = t ? sym_add(env, i, s) : zero;
+    if (!r)
+        sj_sym_error(err);
+    return r;
+}
+
+/* A constant slice bound as a node; bounds past any size are clamped (same result). */
+static SymNode *bound_const(Py_ssize_t v)
+{
+    const int64_t far = (int64_t)1 << 62;
+    return sym_const(sj_symctx->env, v > far ? far : v < -far ? -far : (int64_t)v);
+}
+
+/* The length x[start:stop:step] selects on dim src: *len, and *lsym when it is symbolic.
+ * Symbolic (a symbolic dim or bound) with a positive step, it follows torch's slice meta:
+ * both bounds through slice_index, then (stop - start + step - 1) // step when
+ * stop >= start, else 0. A symbolic step, or numpy's negative steps, are specialised. */
+static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, int64_t *len,
+                     SymNode **lsym, ShapeErr *err)
+{
+    Py_ssize_t start, stop, step;
+    *lsym = NULL;
+    if (PySlice_Unpack(it->obj, &start, &stop, &step) < 0) {
+        PyErr_Clear();
+        return sj_err(err, "slice indices must be integers or None");
+    }
+    int symbolic = sj_symctx && (x->sym[src] || it->slice_sym);
+    SymNode *const *ss = it->slice_sym;
+    int64_t pinned;
+    if (symbolic && ss && ss[2] && sj_pin(ss[2], &pinned, err) < 0)
+        return -1;
+    if (step == 0)
+        return sj_err(err, "slice step cannot be zero");
+    if (step < 0 && lib == LIB_TORCH)
+        return sj_err(err, "step must be greater than zero");
+    if (symbolic && step < 0) {
+        /* numpy's reversed slices: specialise the size and the bounds */
+        if ((x->sym[src] && sj_pin(x->sym[src], &pinned, err) < 0) ||
+            (ss && ss[0] && sj_pin(ss[0], &pinned, err) < 0) || (ss && ss[1] && sj_pin(ss[1], &pinned, err) < 0))
+            return -1;
+        symbolic = 0;
+    }
+    if (!symbolic) {
+        *len = PySlice_AdjustIndices((Py_ssize_t)x->size[src], &start, &stop, step);
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *s = sj_dimsym(x, src, err);
+    if (!s)
+        return -1;
+    const PySliceObject *sl = (const PySliceObject *)it->obj;
+    SymNode *a = slice_index(s, (ss && ss[0]) ? ss[0] : sl->start == Py_None ? sym_const(env, 0) : bound_const(start), err);
+    if (!a)
+        return -1;
+    SymNode *b = s;   /* no stop, or torch's end == sys.maxsize: the size */
+    if ((ss && ss[1]) || (sl->stop != Py_None && (int64_t)stop != INT64_MAX))
+        b = slice_index(s, (ss && ss[1]) ? ss[1] : bound_const(stop), err);
+    if (!b)
+        return -1;
+    int ordered;
+    if (sj_decide(sym_ge(env, b, a), &ordered, err) < 0)
+        return -1;
+    SymNode *n = ordered ? sym_sub(env, b, a) : sym_const(env, 0);
+    if (n && ordered && step != 1) {
+        SymNode *up = sym_add(env, n, sym_const(env, step - 1));
+        n = up ? sym_floordiv(env, up, sym_const(env, step)) : NULL;
+    }
+    TensorMeta one;
+    if (sj_set_dim(&one, 0, n, err) < 0)
+        return -1;
+    *len = one.size[0];
+    *lsym = one.sym[0];
+    return 0;
+}
+
+/* The shape x[index] selects; *scalar tells numpy's "every dim taken by an int" case. With
+ * sj_symctx set, dims keep their symbols and slices of symbolic dims or with symbolic
+ * bounds get symbolic lengths (slice_len). */
 static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorMeta *out,
                        int *scalar, ShapeErr *err)
 {
@@ -162,15 +316,13 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
             last = i;
         }
     }
-    int64_t bshape[SJ_MAX_RANK];
-    int bnd = 0;
+    TensorMeta acc;   /* B: size and sym */
+    memset(&acc, 0, sizeof acc);
     int adjacent = 1;
     if (nadv > 0) {
         for (int i = first; i <= last; i++)
             if (!is_adv[i] && !(lib == LIB_TORCH && items[i].kind == IX_INT))
                 adjacent = 0;
-        TensorMeta acc;
-        memset(&acc, 0, sizeof acc);
         for (int i = 0; i < n; i++) {
             if (!is_adv[i] || items[i].kind != IX_ADV)
                 continue;
@@ -178,38 +330,37 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
             memset(&one, 0, sizeof one);
             one.ndim = (unsigned char)items[i].adv_ndim;
             memcpy(one.size, items[i].adv_size, sizeof(int64_t) * (size_t)items[i].adv_ndim);
+            memcpy(one.sym, items[i].adv_sym, sizeof(SymNode *) * (size_t)items[i].adv_ndim);
             const TensorMeta *pair[2] = {&acc, &one};
             TensorMeta res = acc;
             if (sj_broadcast(pair, 2, &res, err))
                 return sj_err(err, "shape mismatch: indexing tensors could not be broadcast together");
             acc.ndim = res.ndim;
             memcpy(acc.size, res.size, sizeof(int64_t) * res.ndim);
+            memcpy(acc.sym, res.sym, sizeof(SymNode *) * res.ndim);
         }
-        bnd = acc.ndim;
-        memcpy(bshape, acc.size, sizeof(int64_t) * (size_t)bnd);
     }
+    int bnd = acc.ndim;
     int64_t size[SJ_MAX_RANK * 2 + SJ_MAX_RANK];
+    SymNode *syms[SJ_MAX_RANK * 2 + SJ_MAX_RANK];
     int nd = 0, src = 0, placed = 0;
     if (nadv > 0 && !adjacent) {
-        for (int k = 0; k < bnd; k++)
-            size[nd++] = bshape[k];
+        for (int k = 0; k < bnd; k++, nd++) {
+            size[nd] = acc.size[k];
+            syms[nd] = acc.sym[k];
+        }
         placed = 1;
     }
     for (int i = 0; i < n; i++) {
         IxItem *it = &items[i];
         if (is_adv[i]) {
-            if (it->kind == IX_INT && it->obj) {
-                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL};
-                int64_t v;
-                if (sj_int(&tmp, "index", &v, err))
-                    return -1;
-                if (v < -x->size[src] || v >= x->size[src])
-                    return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
-                                  (long long)v, src, (long long)x->size[src]);
-            }
+            if (it->kind == IX_INT && check_int_index(x, src, it, err))
+                return -1;
             if (!placed) {
-                for (int k = 0; k < bnd; k++)
-                    size[nd++] = bshape[k];
+                for (int k = 0; k < bnd; k++, nd++) {
+                    size[nd] = acc.size[k];
+                    syms[nd] = acc.sym[k];
+                }
                 placed = 1;
             }
             src++;
@@ -217,40 +368,26 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
         }
         switch (it->kind) {
         case IX_NONE:
+            syms[nd] = NULL;
             size[nd++] = 1;
             break;
         case IX_ELLIPSIS:
-            for (int k = 0; k < x->ndim - consumed; k++)
-                size[nd++] = x->size[src++];
-            break;
-        case IX_INT: {
-            int64_t dimsize = x->size[src];
-            if (it->obj) {
-                BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL};
-                int64_t v;
-                if (sj_int(&tmp, "index", &v, err))
-                    return -1;
-                if (v < -dimsize || v >= dimsize)
-                    return sj_err(err, "index %lld is out of bounds for dimension %d with "
-                                  "size %lld", (long long)v, src, (long long)dimsize);
+            for (int k = 0; k < x->ndim - consumed; k++, nd++, src++) {
+                size[nd] = x->size[src];
+                syms[nd] = sj_symctx ? x->sym[src] : NULL;
             }
+            break;
+        case IX_INT:
+            if (check_int_index(x, src, it, err))
+                return -1;
             src++;
             break;
-        }
-        case IX_SLICE: {
-            Py_ssize_t start, stop, step;
-            if (PySlice_Unpack(it->obj, &start, &stop, &step) < 0) {
-                PyErr_Clear();
-                return sj_err(err, "slice indices must be integers or None");
-            }
-            if (step == 0)
-                return sj_err(err, "slice step cannot be zero");
-            if (step < 0 && lib == LIB_TORCH)
-                return sj_err(err, "step must be greater than zero");
-            size[nd++] = PySlice_AdjustIndices((Py_ssize_t)x->size[src], &start, &stop, step);
+        case IX_SLICE:
+            if (slice_len(lib, x, src, it, &size[nd], &syms[nd], err))
+                return -1;
+            nd++;
             src++;
             break;
-        }
         case IX_ADV:
             break;   /* handled above */
         }
@@ -260,12 +397,15 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
     while (src < x->ndim) {
         if (nd >= SJ_MAX_RANK)
             return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+        syms[nd] = sj_symctx ? x->sym[src] : NULL;
         size[nd++] = x->size[src++];
     }
     *out = *x;
     out->np_scalar = 0;
     out->ndim = (unsigned char)nd;
     memcpy(out->size, size, sizeof(int64_t) * (size_t)nd);
+    memset(out->sym, 0, sizeof out->sym);
+    memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)nd);
     *scalar = nd == 0 && ellipses == 0 && advs == 0;
     return 0;
 }

@@ -3,6 +3,7 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 static int need_float(const TensorMeta *x, const char *name, ShapeErr *err)
 {
@@ -28,13 +29,49 @@ static int same_dtype_opt(const BoundArgs *b, const char *name, const TensorMeta
     return 0;
 }
 
-static int vec_of(const TensorMeta *m, int64_t n, const char *name, ShapeErr *err)
+/* m (optional) must be a vector as long as dim d of x (guarded equal when symbolic). */
+static int vec_of(const TensorMeta *m, const TensorMeta *x, int d, const char *name, ShapeErr *err)
 {
-    if (m && (m->ndim != 1 || m->size[0] != n))
-        return sj_err(err, "%s should have %lld elements", name, (long long)n);
-    return 0;
+    if (!m)
+        return 0;
+    int eq = m->ndim == 1 ? sj_dims_equal(m, 0, x, d, err) : 0;
+    if (eq < 0)
+        return -1;
+    return eq ? 0 : sj_err(err, "%s should have %lld elements", name, (long long)x->size[d]);
 }
 
+/* The product of x's dims other than d > 1 (batch_norm's "more than 1 value per channel"),
+ * decided (guarded) when some of those dims are symbolic. */
+static int values_per_channel_above_1(const TensorMeta *x, int d, int *above, ShapeErr *err)
+{
+    int symbolic = 0;
+    int64_t n = 1;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d) {
+            n *= x->size[i];
+            symbolic |= sj_symctx && x->sym[i];
+        }
+    if (!symbolic) {
+        *above = n > 1;
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *p = sym_const(env, 1);
+    for (int i = 0; p && i < x->ndim; i++)
+        if (i != d) {
+            SymNode *di = sj_dimsym(x, i, err);
+            if (!di)
+                return -1;
+            p = sym_mul(env, p, di);
+        }
+    SymNode *one = sym_const(env, 1);
+    if (!p || !one)
+        return sj_sym_error(err);
+    return sj_decide(sym_gt(env, p, one), above, err);
+}
+
+/* Output: the input's metadata, its symbolic dims kept. The sizes the parameters must
+ * match are compared with sj_dims_equal (guarded when symbolic). */
 int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                    ShapeErr *err)
 {
@@ -46,43 +83,63 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     if (same_dtype_opt(b, "weight", x, &w, err) || same_dtype_opt(b, "bias", x, &bias, err))
         return -1;
     if (op == OP_LAYER_NORM) {
-        int64_t ns[SJ_MAX_RANK];
+        TensorMeta ns;   /* normalized_shape as a meta, to compare dims with their symbols */
+        SymNode *syms[SJ_MAX_RANK];
         int n;
-        if (sj_int_list(ba_get(b, "normalized_shape"), "normalized_shape", ns, &n,
-                        SJ_MAX_RANK, err))
+        const BoundArg *nsa = ba_get(b, "normalized_shape");
+        memset(&ns, 0, sizeof ns);
+        if (!nsa)
+            return sj_err(err, "normalized_shape is required");
+        if (sj_int_list_sym(nsa, "normalized_shape", ns.size, syms, &n, SJ_MAX_RANK, err))
             return -1;
         if (n > x->ndim)
             return sj_err(err, "layer_norm: normalized_shape is longer than the input rank");
-        for (int i = 0; i < n; i++)
-            if (x->size[x->ndim - n + i] != ns[i])
-                return sj_err(err, "layer_norm: input shape does not end with "
-                              "normalized_shape");
+        ns.ndim = (unsigned char)n;
+        memcpy(ns.sym, syms, sizeof(SymNode *) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            int eq = sj_dims_equal(x, x->ndim - n + i, &ns, i, err);
+            if (eq < 0)
+                return -1;
+            if (!eq)
+                return sj_err(err, "layer_norm: input shape does not end with normalized_shape");
+        }
         for (int k = 0; k < 2; k++) {
             const TensorMeta *m = k ? bias : w;
-            if (m && (m->ndim != n || memcmp(m->size, ns, sizeof(int64_t) * (size_t)n)))
+            if (!m)
+                continue;
+            if (m->ndim != n)
                 return sj_err(err, "layer_norm: weight/bias must have normalized_shape");
+            for (int i = 0; i < n; i++) {
+                int eq = sj_dims_equal(m, i, &ns, i, err);
+                if (eq < 0)
+                    return -1;
+                if (!eq)
+                    return sj_err(err, "layer_norm: weight/bias must have normalized_shape");
+            }
         }
     } else if (op == OP_BATCH_NORM) {
         if (x->ndim < 2)
             return sj_err(err, "batch_norm expects at least 2-D input");
-        int64_t c = x->size[1];
         const TensorMeta *rm, *rv;
         if (same_dtype_opt(b, "running_mean", x, &rm, err) ||
             same_dtype_opt(b, "running_var", x, &rv, err))
             return -1;
-        if (vec_of(rm, c, "running_mean", err) || vec_of(rv, c, "running_var", err) ||
-            vec_of(w, c, "weight", err) || vec_of(bias, c, "bias", err))
+        if (vec_of(rm, x, 1, "running_mean", err) || vec_of(rv, x, 1, "running_var", err) ||
+            vec_of(w, x, 1, "weight", err) || vec_of(bias, x, 1, "bias", err))
             return -1;
-        int training;
+        int training, above;
         if (sj_get_bool(b, "training", 0, &training, err))
             return -1;
         if (!training && (!rm || !rv))
             return sj_err(err, "batch_norm in eval mode needs running_mean and running_var");
-        if (training && sj_numel(x) / (c ? c : 1) <= 1 && c)
+        if (training && x->size[1] && values_per_channel_above_1(x, 1, &above, err) < 0)
+            return -1;
+        if (training && x->size[1] && !above)
             return sj_err(err, "Expected more than 1 value per channel when training");
     } else {    /* group_norm */
         int64_t g;
-        if (sj_int(ba_get(b, "num_groups"), "num_groups", &g, err))
+        const BoundArg *ga = ba_get(b, "num_groups");
+        if (sj_int(ga, "num_groups", &g, err))
             return -1;
         if (x->ndim < 2)
             return sj_err(err, "group_norm expects at least 2-D input");
@@ -90,7 +147,17 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         if (g <= 0 || c % g != 0)
             return sj_err(err, "Expected number of channels in input to be divisible by "
                           "num_groups");
-        if (vec_of(w, c, "weight", err) || vec_of(bias, c, "bias", err))
+        if (sj_symctx && x->sym[1]) {
+            /* the channels stay a multiple of the groups */
+            SymEnv *env = sj_symctx->env;
+            SymNode *gk = sym_const(env, g), *zero = sym_const(env, 0);
+            SymNode *rem = gk ? sym_mod(env, x->sym[1], gk) : NULL;
+            if (!rem || !zero)
+                return sj_sym_error(err);
+            if (sj_require(sym_eq(env, rem, zero), err) < 0)
+                return -1;
+        }
+        if (vec_of(w, x, 1, "weight", err) || vec_of(bias, x, 1, "bias", err))
             return -1;
     }
     *out = *x;
@@ -172,7 +239,7 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return sj_err(err, "expected input to have %lld channels, but got %lld channels",
                       (long long)(w->size[1] * groups), (long long)cin);
     const TensorMeta *bias;
-    if (same_dtype_opt(b, "bias", x, &bias, err) || vec_of(bias, w->size[0], "bias", err))
+    if (same_dtype_opt(b, "bias", x, &bias, err) || vec_of(bias, w, 0, "bias", err))
         return -1;
     *out = *x;
     if (batched)
@@ -282,7 +349,7 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
             PyObject *e = PySequence_Fast_GET_ITEM(v, i);
             if (e == Py_None)
                 continue;    /* None keeps the input size */
-            BoundArg t = {BA_CONST, NULL, e, 0, NULL, NULL};
+            BoundArg t = {BA_CONST, NULL, e, 0, NULL, NULL, NULL};
             int64_t n;
             if (sj_int(&t, "output_size", &n, err))
                 return -1;
@@ -444,7 +511,7 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
         if (m != x->ndim && m != 1)
             return sj_err(err, "pad_width does not match the array rank");
         for (int i = 0; i < x->ndim; i++) {
-            BoundArg t = {BA_CONST, NULL, PySequence_Fast_GET_ITEM(v, m == 1 ? 0 : i), 0, NULL, NULL};
+            BoundArg t = {BA_CONST, NULL, PySequence_Fast_GET_ITEM(v, m == 1 ? 0 : i), 0, NULL, NULL, NULL};
             if (sj_int_list(&t, "pad_width", flat, &n, 2, err))
                 return -1;
             before[i] = flat[0];

@@ -5,6 +5,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 /* Which dims a `dim`/`axis` argument reduces, as a bitmask over input dims. Absent means
  * all dims; so does an empty list in torch (numpy reduces nothing for axis=()). */
@@ -257,7 +258,7 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         bb.n = 2;
         bb.names[0] = "input";
         bb.names[1] = "other";
-        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL, NULL};
+        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL, NULL, NULL};
         bb.args[1] = *other;
         return shapes_infer(op == OP_MAX ? OP_MAXIMUM : OP_MINIMUM, lib, &bb, out, nout, err);
     }
@@ -308,6 +309,18 @@ int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         /* numpy scans the flattened array */
         out->ndim = 1;
         out->size[0] = sj_numel(x);
+        out->sym[0] = NULL;
+        if (sj_symctx) {
+            SymNode *p = sym_const(sj_symctx->env, 1);
+            for (int i = 0; p && i < x->ndim; i++) {
+                SymNode *d = sj_dimsym(x, i, err);
+                if (!d)
+                    return -1;
+                p = sym_mul(sj_symctx->env, p, d);
+            }
+            if (sj_set_dim(out, 0, p, err) < 0)
+                return -1;
+        }
         *nout = 1;
         return 0;
     }

@@ -22,7 +22,8 @@ void sj_meta(TensorMeta *out, Lib lib, DType dt);
 const TensorMeta *sj_tensor(const BoundArgs *b, const char *name, ShapeErr *err);
 
 /* Python int constant (bool refused; numpy integer scalars accepted). 0 = ok, -1 = not an
- * int (err set, naming what). */
+ * int (err set, naming what). A symbolic int is specialised to its hint (sj_pin): rules
+ * that handle symbolic ints read them with sj_int_list_sym or BoundArg.sym instead. */
 int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err);
 /* Optional int/bool/float parameters: absent (or None) gives dflt. */
 int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err);
@@ -61,6 +62,8 @@ int sj_requires_grad(const BoundArgs *b);
 
 /* ---- symbolic sizes (valid while sj_symctx is set: see rules.h) ---- */
 struct SymNode;
+/* A sym_* call returned NULL: its Python exception becomes err (and is cleared). -1. */
+int sj_sym_error(ShapeErr *err);
 /* Dim i of m as a node: its symbol expression, or a constant. NULL with err set. */
 struct SymNode *sj_dimsym(const TensorMeta *m, int i, ShapeErr *err);
 /* Set out's dim i to e (NULL: an earlier sym_* call failed; its exception becomes err):
@@ -72,6 +75,10 @@ int sj_decide(struct SymNode *rel, int *truth, ShapeErr *err);
 /* The relation must hold (guarded); an error when it does not at the hints. */
 int sj_require(struct SymNode *rel, ShapeErr *err);
 
+/* Specialise e to its hint *value, guarded (e == hint): what capture does to the arguments
+ * of a rule without symbolic support, for the cases a symbolic rule does not handle. */
+int sj_pin(struct SymNode *e, int64_t *value, ShapeErr *err);
+
 /* 1 when dim i of a equals dim j of b (equal hints; two different expressions are then
  * guarded equal), 0 when not, -1 on error. */
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err);
@@ -81,7 +88,8 @@ static inline void sj_copy_dim(TensorMeta *out, int k, const TensorMeta *x, int 
     out->size[k] = x->size[i];
     out->sym[k] = x->sym[i];
 }
-/* sj_int_list with the symbols of symbolic entries (NULL for constants). */
+/* sj_int_list with the symbols of symbolic entries (NULL for constants; their hints in
+ * out), which it does not specialise. */
 int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,
                     ShapeErr *err);
 /* a // b for sizes: exact when b's factors divide a's (s0*s1 // s1 -> s0). */

@@ -234,6 +234,14 @@ int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
+/* Whether a symbolic dim is 1 (squeeze drops it): decided, guarded unless the range
+ * decides (a size symbol is never 1). */
+static int is_one_sym(SymNode *d, int *one, ShapeErr *err)
+{
+    SymNode *k = sym_const(sj_symctx->env, 1);
+    return k ? sj_decide(sym_eq(sj_symctx->env, d, k), one, err) : sj_sym_error(err);
+}
+
 int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
@@ -244,9 +252,13 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     const BoundArg *d = ba_get(b, "dim");
     unsigned mask = 0;
     if (!d) {
-        for (int i = 0; i < x->ndim; i++)
-            if (x->size[i] == 1)
+        for (int i = 0; i < x->ndim; i++) {
+            int one = x->size[i] == 1;
+            if (sj_symctx && x->sym[i] && is_one_sym(x->sym[i], &one, err) < 0)
+                return -1;
+            if (one)
                 mask |= 1u << i;
+        }
     } else {
         int64_t dims[SJ_MAX_RANK];
         int n;
@@ -258,7 +270,10 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
                 return -1;
             if (x->ndim == 0)
                 continue;
-            if (x->size[k] != 1) {
+            int one = x->size[k] == 1;
+            if (sj_symctx && x->sym[k] && is_one_sym(x->sym[k], &one, err) < 0)
+                return -1;
+            if (!one) {
                 /* torch leaves a non-1 dim alone; numpy refuses */
                 if (lib == LIB_NUMPY)
                     return sj_err(err, "cannot select an axis to squeeze out which has "
@@ -272,7 +287,7 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     int k = 0;
     for (int i = 0; i < x->ndim; i++)
         if (!(mask & (1u << i)))
-            out->size[k++] = x->size[i];
+            sj_copy_dim(out, k++, x, i);
     out->ndim = (unsigned char)k;
     *nout = 1;
     return 0;
@@ -381,7 +396,42 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
-static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, int n,
+/* One dim of expand with symbols: the wanted size want (node) against the input's dim
+ * have (node, or NULL for a new leading dim). As torch: -1 keeps the input's dim, an equal
+ * size stays, otherwise the input's dim must be 1. Each relation the ranges cannot decide
+ * is guarded. *res receives the output dim. */
+static int expand_dim_sym(Lib lib, SymNode *want, SymNode *have, int i, SymNode **res, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    int t;
+    if (want->kind != SK_CONST || want->value == -1) {
+        if (sj_decide(sym_eq(env, want, sym_const(env, -1)), &t, err) < 0)
+            return -1;
+        if (t) {
+            if (!have || lib == LIB_NUMPY)
+                return sj_err(err, "-1 is not allowed in a leading, non-existing dimension");
+            *res = have;
+            return 0;
+        }
+    }
+    if (sj_decide(sym_ge(env, want, sym_const(env, 0)), &t, err) < 0)
+        return -1;
+    if (!t)
+        return sj_err(err, "invalid size %lld at dimension %d", want->kind == SK_CONST ? (long long)want->value : -1LL, i);
+    *res = want;
+    if (!have)
+        return 0;
+    if (sj_decide(sym_eq(env, have, want), &t, err) < 0)
+        return -1;
+    if (t)
+        return 0;
+    if (sj_decide(sym_eq(env, have, sym_const(env, 1)), &t, err) < 0)
+        return -1;
+    return t ? 0 : sj_err(err, "the expanded size must match the existing size at non-singleton dimension %d", i);
+}
+
+/* x expanded to shape (syms: the symbols of its entries, or NULL). */
+static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n,
                      TensorMeta *out, ShapeErr *err)
 {
     if (n < x->ndim)
@@ -389,8 +439,19 @@ static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, int n,
                       "the number of dimensions in the tensor (%d)", n, x->ndim);
     like(x, out);
     out->ndim = (unsigned char)n;
-    int off = n - x->ndim;
+    int off = n - x->ndim, symbolic = 0;
+    for (int i = 0; sj_symctx && i < n; i++)
+        symbolic |= (syms && syms[i]) || (i >= off && x->sym[i - off]);
     for (int i = 0; i < n; i++) {
+        if (symbolic) {
+            SymNode *have = i >= off ? sj_dimsym(x, i - off, err) : NULL, *res;
+            SymNode *want = syms && syms[i] ? syms[i] : sym_const(sj_symctx->env, shape[i]);
+            if ((i >= off && !have) || !want)
+                return want ? -1 : sj_sym_error(err);
+            if (expand_dim_sym(lib, want, have, i, &res, err) < 0 || sj_set_dim(out, i, res, err) < 0)
+                return -1;
+            continue;
+        }
         int64_t want = shape[i];
         int64_t have = i >= off ? x->size[i - off] : -2;
         if (want == -1) {
@@ -416,9 +477,13 @@ int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!x)
         return -1;
     int64_t shape[SJ_MAX_RANK];
+    SymNode *syms[SJ_MAX_RANK];
     int n;
-    if (sj_int_list(ba_get(b, "size"), "size", shape, &n, SJ_MAX_RANK, err) ||
-        expand_to(lib, x, shape, n, out, err))
+    const BoundArg *size = ba_get(b, "size");
+    if (!size)
+        return sj_err(err, "expand needs a size");
+    if (sj_int_list_sym(size, "size", shape, syms, &n, SJ_MAX_RANK, err) ||
+        expand_to(lib, x, shape, syms, n, out, err))
         return -1;
     *nout = 1;
     return 0;
@@ -430,7 +495,7 @@ int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
     const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
-    if (!o || expand_to(lib, x, o->size, o->ndim, out, err))
+    if (!o || expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
         return -1;
     *nout = 1;
     return 0;
@@ -715,8 +780,12 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!x)
         return -1;
     int64_t reps[SJ_MAX_RANK];
+    SymNode *syms[SJ_MAX_RANK];
     int n;
-    if (sj_int_list(ba_get(b, "sizes"), "sizes", reps, &n, SJ_MAX_RANK, err))
+    const BoundArg *sizes = ba_get(b, "sizes");
+    if (!sizes)
+        return sj_err(err, "repeat needs sizes");
+    if (sj_int_list_sym(sizes, "sizes", reps, syms, &n, SJ_MAX_RANK, err))
         return -1;
     if (n < x->ndim) {
         if (lib == LIB_TORCH)
@@ -725,8 +794,11 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         /* np.tile pads the repetitions with leading ones */
         int pad = x->ndim - n;
         memmove(reps + pad, reps, sizeof(int64_t) * (size_t)n);
-        for (int i = 0; i < pad; i++)
+        memmove(syms + pad, syms, sizeof(SymNode *) * (size_t)n);
+        for (int i = 0; i < pad; i++) {
             reps[i] = 1;
+            syms[i] = NULL;
+        }
         n = x->ndim;
     }
     like(x, out);
@@ -736,6 +808,18 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         if (reps[i] < 0)
             return sj_err(err, "repeat: negative repetitions");
         out->size[i] = reps[i] * (i >= off ? x->size[i - off] : 1);
+        out->sym[i] = NULL;
+        if (sj_symctx && (syms[i] || (i >= off && x->sym[i - off]))) {
+            /* a symbolic count must stay non-negative (guarded); the size is the product */
+            SymEnv *env = sj_symctx->env;
+            SymNode *r = syms[i] ? syms[i] : sym_const(env, reps[i]);
+            SymNode *d = i >= off ? sj_dimsym(x, i - off, err) : sym_const(env, 1);
+            if (!d || !r)
+                return d ? sj_sym_error(err) : -1;
+            if ((syms[i] && sj_require(sym_ge(env, r, sym_const(env, 0)), err) < 0) ||
+                sj_set_dim(out, i, sym_mul(env, r, d), err) < 0)
+                return -1;
+        }
     }
     *nout = 1;
     return 0;

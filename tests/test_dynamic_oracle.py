@@ -519,29 +519,10 @@ _GRID_CASES = {
 
 
 # Cases where shapejit does not give torch.compile's count yet, each a strict xfail (a fix
-# turns it into an XPASS failure, so the list only shrinks). Why, by group (session 5):
-# - shape rules that are not symbolic yet specialise their inputs (expand,
-#   slicing, factories, arange, layer_norm, the encoder layer): more graphs than torch;
-# - int attributes of modules, ints in branches; the 0/1 grid (follows from the above).
-NOT_YET_CORPUS = frozenset([
-    "arange_n-auto", "arange_n-dyn_true", "arange_n-sources", "arange_size-auto",
-    "arange_size-dyn_true", "arange_size-mark", "arange_size-sources", "batch_seq_small-auto",
-    "batch_seq_small-dyn_true", "batch_seq_small-mark", "batch_seq_small-sources",
-    "encoder_module-auto", "encoder_module-dyn_true", "encoder_module-mark",
-    "encoder_module-sources", "int_branch-auto", "int_branch-dyn_true", "int_branch-mark",
-    "int_branch-sources", "layernorm_seq-auto", "layernorm_seq-dyn_true", "layernorm_seq-mark",
-    "layernorm_seq-sources", "module_int_attr-auto", "module_int_attr-dyn_true",
-    "module_int_attr-mark", "module_int_attr-sources", "new_ones-auto", "new_ones-dyn_true",
-    "new_ones-mark", "new_ones-sources", "reshape_expr-auto", "reshape_expr-dyn_true",
-    "reshape_expr-mark", "reshape_expr-sources", "slice_half-auto", "slice_half-dyn_true", "slice_half-mark", "slice_half-sources",
-    "slice_int-auto", "slice_int-dyn_true", "slice_int-sources", "slice_neg_int-auto",
-    "slice_neg_int-dyn_true", "slice_neg_int-mark", "slice_neg_int-sources",
-    "unsqueeze_expand-auto", "unsqueeze_expand-dyn_true", "unsqueeze_expand-mark",
-    "unsqueeze_expand-sources", "view_minus1-auto", "view_minus1-dyn_true", "view_minus1-mark",
-    "view_minus1-sources", "zeros_factory-auto", "zeros_factory-dyn_true",
-    "zeros_factory-mark", "zeros_factory-sources",
-])
-NOT_YET_GRID = frozenset(["batch_outer", "cross", "descending", "seq_outer"])
+# turns it into an XPASS failure, so the lists only shrink). Empty since session 5: every
+# corpus pair and every grid order matches; a regression fails outright.
+NOT_YET_CORPUS = frozenset()
+NOT_YET_GRID = frozenset()
 
 
 def _mark(ids, not_yet):

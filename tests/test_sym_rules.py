@@ -1,0 +1,274 @@
+"""Symbolic twins of the shape rules (issue 5): slicing and integer indexing, expand /
+expand_as / repeat, the factories and arange, layer/group/batch norm, scans.
+
+Each test compiles with shapejit.compile(dynamic=...), checks every result against eager
+on several sizes, and counts graphs: a rule that handles symbols keeps one graph across
+the sizes; one that specialised its arguments would compile once per size. Where a case
+is specialised on purpose (a symbolic slice step, numpy's reversed slices, an int used as a
+dim), the count shows the specialisation and its guard."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shapejit
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    shapejit.reset()
+    yield
+    shapejit.reset()
+
+
+def _graphs():
+    return shapejit.stats()["graphs"]
+
+
+def _check(fn, calls, graphs, dynamic=True):
+    """Runs fn compiled on each argument tuple of calls, comparing with eager, then checks
+    the graph count (and that nothing broke the graph)."""
+    cf = shapejit.compile(fn, dynamic=dynamic)
+    for args in calls:
+        got, want = cf(*args), fn(*args)
+        if isinstance(want, np.ndarray):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        else:
+            torch.testing.assert_close(got, want)
+    assert shapejit.stats()["graph_breaks"] == 0
+    assert _graphs() == graphs
+
+
+def _sizes(*ns, extra=()):
+    return [(torch.randn(n, *extra),) for n in ns]
+
+
+# ------------------------------------------------------------------ slicing ----
+
+def test_half_slice_of_a_symbolic_dim_compiles_once():
+    def f(x):
+        return x[: x.shape[0] // 2] * 2 + x[x.shape[0] // 2: 2 * (x.shape[0] // 2)]
+    _check(f, _sizes(6, 8, 10, 14, 13), 1)
+
+
+def test_int_argument_bounds():
+    def f(x, n):
+        return x[:n] * 2, x[-n:] + 1, x[n:], x[1:n]
+    _check(f, [(torch.randn(12), n) for n in (3, 4, 5, 7, 9)], 1)
+
+
+def test_bounds_past_the_size_clamp_like_python():
+    def f(x, n):
+        return x[:n].sum(), x[-n:].sum(), x[n:].sum()
+    # n past the size on the second call: clamped (guarded), a second graph
+    _check(f, [(torch.randn(5), 3), (torch.randn(5), 9), (torch.randn(5), 8)], 2)
+
+
+def test_constant_bound_on_a_symbolic_dim_guards_it():
+    def f(x):
+        return x[:3] * 2 + x[-3:]
+    # 3 <= s0 holds for 5, 6, 7; size 2 breaks that guard (x[:3] is then 2 long)
+    _check(f, _sizes(5, 6, 7), 1)
+    _check(f, _sizes(5, 6, 2), 2)
+
+
+def test_slices_of_several_dims_none_and_ellipsis():
+    def f(x):
+        return (x[1:-1, :1] * x[1:-1, 1:].sum(1, keepdim=True)).sum() + x[:, :1].sum() + x[None, ..., 2:].sum() + x[..., 0].sum()
+    # x[1:-1] of 3 rows is 1 long: broadcasting it guards Eq(s0, 3), so start at 4 rows
+    _check(f, [(torch.randn(a, b),) for a, b in [(4, 5), (5, 6), (7, 3), (4, 9)]], 1)
+
+
+def test_stepped_slices():
+    def f(x):
+        return x[1::2].sum() + x[::3].sum() * x[: x.shape[0] - 1: 2].numel()
+    _check(f, _sizes(5, 6, 9, 10, 17), 1)
+
+
+def test_symbolic_slice_of_a_static_dim_and_in_a_tuple():
+    def f(x, n):
+        return x[:, :n].sum(0), x[n]
+    _check(f, [(torch.randn(6, 8), n) for n in (2, 3, 5)], 1)
+
+
+def test_integer_index_on_a_symbolic_dim():
+    def f(x):
+        return x[2] + x[-1] + x[0]
+    _check(f, _sizes(4, 5, 7, extra=(3,)), 1)
+
+
+def test_symbolic_step_is_specialised():
+    def f(x, k):
+        return x[::k] * 2
+    # the step is pinned: one graph per step value, the sizes stay symbolic
+    _check(f, [(torch.randn(n), k) for n, k in [(8, 2), (9, 2), (8, 3), (10, 3), (7, 2)]], 2)
+
+
+def test_numpy_slices_and_reversed_slices():
+    def fwd(a, n):
+        return a[:n] * 2
+    _check(fwd, [(np.arange(10.0), n) for n in (2, 3, 6)], 1)
+    shapejit.reset()
+
+    def rev(a):
+        return a[::-1] * 2
+    # numpy's negative steps are specialised: one graph per size
+    _check(rev, [(np.arange(float(n)),) for n in (4, 5, 6)], 3)
+
+
+def test_static_mode_keeps_one_graph_per_size():
+    def f(x):
+        return x[: x.shape[0] // 2] + 1
+    _check(f, _sizes(6, 8, 10), 3, dynamic=False)
+
+
+def test_mark_dynamic_slice_is_not_a_violation():
+    def f(x):
+        return x[: x.shape[0] // 2].sum() + x[1:].sum()
+    cf = shapejit.compile(f)
+    x = torch.randn(6)
+    shapejit.mark_dynamic(x, 0)
+    torch.testing.assert_close(cf(x), f(x))
+    for n in (8, 10, 11):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), f(x))
+    assert _graphs() == 1
+
+
+# ------------------------------------------------------- expand and repeat ----
+
+def test_expand_keeps_the_symbol_for_minus_one():
+    def f(x):
+        return x.unsqueeze(0).expand(3, -1, -1) + x.unsqueeze(1).expand(-1, 2, -1).sum(1)
+    _check(f, _sizes(2, 4, 5, 7, extra=(3,)), 1)
+
+
+def test_expand_to_symbolic_sizes_and_expand_as():
+    def f(x, y):
+        return x.expand(y.shape[0], x.shape[1]) + y, x.expand_as(y) * 2
+    _check(f, [(torch.randn(1, m), torch.randn(n, m)) for n, m in [(3, 4), (5, 6), (7, 2)]], 1)
+
+
+def test_expand_of_a_non_singleton_dim_must_match():
+    def f(x, n):
+        return x.expand(n, -1)
+    cf = shapejit.compile(f, dynamic=True)
+    x = torch.randn(4, 2)
+    torch.testing.assert_close(cf(x, 4), f(x, 4))
+    with pytest.raises(RuntimeError):
+        cf(x, 5)
+
+
+def test_repeat_with_symbolic_counts_and_dims():
+    def f(x, k):
+        return x.repeat(k, 1) * k, x.repeat(1, 2)
+    _check(f, [(torch.randn(n, 2), k) for n, k in [(3, 2), (5, 3), (7, 4), (9, 2)]], 1)
+
+
+def test_squeeze_keeps_symbols_and_drops_ones():
+    def f(x):
+        return x.squeeze(), x.squeeze(1).sum(0), x.unsqueeze(0).squeeze(0) * 2, x.squeeze(0)
+    _check(f, [(torch.randn(n, 1, m),) for n, m in [(2, 3), (4, 5), (6, 7)]], 1)
+
+
+def test_squeeze_of_an_int_sized_dim_guards_it():
+    def f(n):
+        return torch.zeros(n, 2).squeeze(0) + 1
+    # n == 1 would drop the dim: n is guarded != 1 (one graph for 2, 3, 4), then == 1
+    cf = shapejit.compile(f, dynamic=True)
+    for n in (2, 3, 4, 1):
+        torch.testing.assert_close(cf(n), f(n))
+    assert _graphs() == 2
+
+
+# ---------------------------------------------------------------- factories ----
+
+def test_factories_from_sizes():
+    def f(x):
+        z = torch.zeros(x.shape[0]) + torch.ones(x.shape[0], 1).sum(1)
+        w = torch.full((x.shape[0], x.shape[1]), 1.5) + torch.empty(x.shape).zero_()
+        return z, w + torch.zeros_like(x) + torch.ones(x.shape, dtype=torch.float32)
+    _check(f, [(torch.randn(a, b),) for a, b in [(3, 2), (4, 5), (6, 2), (8, 3)]], 1)
+
+
+def test_new_factories():
+    def f(x):
+        return (x.new_ones(x.shape[0], 2) * x[:, :1] + x.new_zeros(x.shape).sum(1, keepdim=True),
+                x.new_full((x.shape[1],), 3.0), x.new_empty(x.shape).fill_(1.0))
+    _check(f, [(torch.randn(a, b),) for a, b in [(3, 4), (5, 4), (6, 5), (9, 5)]], 1)
+
+
+def test_factories_from_int_arguments():
+    def f(x, n):
+        return torch.zeros(n, 2) + 1, torch.arange(n) * 1.5, x.new_ones(n).sum()
+    _check(f, [(torch.randn(3), n) for n in (2, 3, 4, 6)], 1)
+
+
+def test_arange_lengths():
+    def f(x):
+        n = x.shape[0]
+        return (x * torch.arange(n).float(), torch.arange(1, n, 2).sum(), torch.arange(n, 0, -3).sum(),
+                torch.arange(2, n + 5))
+    _check(f, _sizes(3, 4, 7, 10, 11), 1)
+
+
+def test_arange_with_a_float_argument_specialises():
+    def f(n):
+        return torch.arange(0, n, 0.5) + 1
+    cf = shapejit.compile(f, dynamic=True)
+    for n in (2, 3, 4):
+        torch.testing.assert_close(cf(n), f(n))
+    assert _graphs() == 3
+
+
+# ------------------------------------------------------------ norms, scans ----
+
+def test_layer_norm_and_log_softmax_over_a_symbolic_seq():
+    def f(x):
+        return F.layer_norm(x, (8,)) + F.log_softmax(x, dim=1)
+    _check(f, [(torch.randn(b, s, 8),) for b, s in [(2, 3), (2, 5), (3, 9), (4, 12)]], 1)
+
+
+def test_layer_norm_over_a_symbolic_last_dim():
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],))
+    _check(f, [(torch.randn(2, n),) for n in (3, 5, 8)], 1)
+
+
+def test_layer_norm_module_with_weights():
+    ln = torch.nn.LayerNorm(6)
+
+    def f(x):
+        return ln(x).sum(-1)
+    _check(f, [(torch.randn(b, s, 6),) for b, s in [(2, 3), (3, 4), (5, 7)]], 1)
+
+
+def test_group_and_batch_norm():
+    gn = torch.nn.GroupNorm(2, 4)
+    bn = torch.nn.BatchNorm1d(4).eval()
+
+    def f(x):
+        return gn(x) + bn(x)
+    with torch.no_grad():
+        _check(f, [(torch.randn(b, 4, s),) for b, s in [(2, 3), (3, 5), (5, 8)]], 1)
+
+
+def test_group_norm_with_symbolic_channels_guards_divisibility():
+    def f(x):
+        return F.group_norm(x, 2)
+    _check(f, [(torch.randn(2, c, 3),) for c in (4, 6, 8)], 1)
+
+
+def test_cumsum_and_cumprod_keep_symbols():
+    def f(x):
+        return x.reshape(x.shape[0] * x.shape[1], x.shape[2]).cumsum(0), x.cumprod(1)
+    _check(f, [(torch.randn(a, b, 4),) for a, b in [(2, 3), (3, 3), (3, 5), (4, 5)]], 1)
+
+
+# ----------------------------------------------- ints read by value are pinned ----
+
+def test_int_used_as_a_dim_is_specialised():
+    def f(x, d):
+        return x.sum(d) + 1
+    # the dim is guarded equal to its value: d = 0, 1, 0 gives two graphs
+    _check(f, [(torch.randn(3, 4), 0), (torch.randn(3, 4), 1), (torch.randn(5, 4), 0)], 2)
