@@ -80,6 +80,8 @@ static PyObject *var_type(Capture *c, Var *v)
         return Py_NewRef(libs.partial_type);
     case VK_USEROBJ:
         return Py_NewRef((PyObject *)v->u.uobj.type);
+    case VK_SYMINT:
+        return Py_NewRef((PyObject *)&PyLong_Type);   /* a size is a plain int in eager */
     default:
         if (v->obj)
             return Py_NewRef((PyObject *)Py_TYPE(v->obj));

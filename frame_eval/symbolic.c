@@ -261,6 +261,18 @@ static int add_violation(Capture *c, int32_t slot, int64_t value)
     return r;
 }
 
+/* A module buffer: reached through ..._buffers['name'] (torch treats buffers like
+ * parameters under force_parameter_static_shapes). */
+static int from_buffers(Capture *c, int32_t src)
+{
+    const SourceEntry *e = &c->src.e[src];
+    if (e->kind != SRC_ITEM || e->base < 0)
+        return 0;
+    const SourceEntry *b = &c->src.e[e->base];
+    return b->kind == SRC_ATTR && b->key && PyUnicode_Check(b->key) &&
+           PyUnicode_CompareWithASCIIString(b->key, "_buffers") == 0;
+}
+
 /* mark_static(module) or mark_static(ModuleClass) (torch's attribute name). */
 static int module_marked_static(PyObject *mod)
 {
@@ -307,8 +319,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     PyObject *us = sources_listed("unbacked_sources", name);
     PyObject *ss = sources_listed("static_sources", name);
     int is_torch = m->lib == LIB_TORCH;
-    int param = is_torch && sj_config.force_parameter_static_shapes && libs.param_type &&
-                PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type);
+    int param = is_torch && sj_config.force_parameter_static_shapes &&
+                ((libs.param_type && PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type)) ||
+                 from_buffers(c, src));
     /* under force_nn_module_property_static_shapes, tensors held by a torch.nn module (its
      * buffers) or by a module whose class is marked static are static like parameters */
     int modstatic = is_torch && c->wrap_owner && sj_config.force_nn_module_property_static_shapes &&
@@ -427,7 +440,9 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     int32_t root = src;
     while (c->src.e[root].base >= 0)
         root = c->src.e[root].base;
-    int module_int = e->kind == SRC_ATTR && c->wrap_owner && sj_config.allow_unspec_int_on_nn_module;
+    if (c->wrap_owner && !sj_config.allow_unspec_int_on_nn_module)
+        return NULL;   /* read from a module (self.k, self.normalized_shape[0]) */
+    int module_int = e->kind == SRC_ATTR && c->wrap_owner;
     if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_int))
         return NULL;
     PyObject *name = sources_repr(&c->src, src);

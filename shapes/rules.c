@@ -497,7 +497,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_same, rule_unary_float, rule_unary_bool, rule_binary, rule_compare, rule_truediv,
         rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
         rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
-        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_getitem, rule_expand, rule_expand_as,
+        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_gather, rule_embedding, rule_unflatten, rule_sdpa, rule_getitem, rule_expand, rule_expand_as,
         rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
         rule_squeeze,
     };

@@ -386,8 +386,9 @@ int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     *out = *w;
     out->ndim = (unsigned char)(ix->ndim + 1);
-    memcpy(out->size, ix->size, sizeof(int64_t) * ix->ndim);
-    out->size[ix->ndim] = w->size[1];
+    for (int i = 0; i < ix->ndim; i++)
+        sj_copy_dim(out, i, ix, i);   /* the indices' shape, symbols included ... */
+    sj_copy_dim(out, ix->ndim, w, 1);   /* ... then the embedding width */
     *nout = 1;
     return 0;
 }
@@ -404,10 +405,14 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return sj_err(err, "Expected query, key, and value to have the same dtype");
     if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2)
         return sj_err(err, "query, key and value must be at least 2-D");
-    int64_t e = q->size[q->ndim - 1];
-    if (k->size[k->ndim - 1] != e)
+    int same = sj_dims_equal(k, k->ndim - 1, q, q->ndim - 1, err);
+    if (same < 0)
+        return -1;
+    if (!same)
         return sj_err(err, "query and key must have the same embedding size");
-    if (k->size[k->ndim - 2] != v->size[v->ndim - 2])
+    if ((same = sj_dims_equal(k, k->ndim - 2, v, v->ndim - 2, err)) < 0)
+        return -1;
+    if (!same)
         return sj_err(err, "key and value must have the same sequence length");
     int gqa;
     if (sj_get_bool(b, "enable_gqa", 0, &gqa, err))
@@ -419,6 +424,13 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (gqa && bq.ndim >= 1 && bk.ndim >= 1 && bq.ndim == bk.ndim && bk.ndim == bv.ndim) {
         /* grouped-query attention: key/value heads divide the query heads */
         int h = bq.ndim - 1;
+        TensorMeta *heads[3] = {&bq, &bk, &bv};
+        for (int i = 0; i < 3; i++)   /* head counts: pinned (divisibility is not modelled) */
+            if (sj_symctx && heads[i]->sym[h]) {
+                if (sj_pin(heads[i]->sym[h], &heads[i]->size[h], err) < 0)
+                    return -1;
+                heads[i]->sym[h] = NULL;
+            }
         if (bk.size[h] != bv.size[h] || bk.size[h] == 0 || bq.size[h] % bk.size[h] != 0)
             return sj_err(err, "number of heads in key/value must divide the query heads");
         bk.size[h] = bv.size[h] = bq.size[h];
@@ -429,8 +441,8 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (out->ndim + 2 > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     int nd = out->ndim;
-    out->size[nd] = q->size[q->ndim - 2];
-    out->size[nd + 1] = v->size[v->ndim - 1];
+    sj_copy_dim(out, nd, q, q->ndim - 2);       /* query length */
+    sj_copy_dim(out, nd + 1, v, v->ndim - 1);   /* value width */
     out->ndim = (unsigned char)(nd + 2);
     out->lib = q->lib;
     out->dtype = q->dtype;
@@ -448,12 +460,19 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         if (m->dtype != DT_BOOL && m->dtype != q->dtype)
             return sj_err(err, "attn_mask dtype must be bool or match the query dtype");
         TensorMeta sc = *out, r;
-        sc.size[sc.ndim - 1] = k->size[k->ndim - 2];
+        sj_copy_dim(&sc, sc.ndim - 1, k, k->ndim - 2);   /* scores: (..., L, S) */
         const TensorMeta *mm[2] = {&sc, m};
         if (sj_broadcast(mm, 2, &r, err))
             return -1;
-        if (r.ndim != sc.ndim || memcmp(r.size, sc.size, sizeof(int64_t) * r.ndim))
+        if (r.ndim != sc.ndim)
             return sj_err(err, "attn_mask does not broadcast to the attention scores");
+        for (int i = 0; i < r.ndim; i++) {
+            int eq = r.sym[i] == sc.sym[i] && r.size[i] == sc.size[i];
+            if (!eq && (eq = sj_dims_equal(&r, i, &sc, i, err)) < 0)
+                return -1;
+            if (!eq)
+                return sj_err(err, "attn_mask does not broadcast to the attention scores");
+        }
     }
     *nout = 1;
     return 0;

@@ -358,6 +358,11 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return -1;
     if (!sa || sj_int_list(sa, "sizes", sizes, &n, SJ_MAX_RANK, err))
         return sa ? -1 : sj_err(err, "unflatten() needs sizes");
+    /* a symbolic dim being split: pinned (its parts would need exact division); the other
+     * dims keep their symbols below */
+    int64_t pinned = x->size[d];
+    if (sj_symctx && x->sym[d] && sj_pin(x->sym[d], &pinned, err) < 0)
+        return -1;
     if (n == 0)
         return sj_err(err, "unflatten: sizes must be non-empty");
     if (x->ndim - 1 + n > SJ_MAX_RANK)
@@ -385,12 +390,14 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     }
     like(x, out);
     int k = 0;
-    for (int i = 0; i < d; i++)
-        out->size[k++] = x->size[i];
-    for (int i = 0; i < n; i++)
-        out->size[k++] = sizes[i];
-    for (int i = d + 1; i < x->ndim; i++)
-        out->size[k++] = x->size[i];
+    for (int i = 0; i < d; i++, k++)
+        sj_copy_dim(out, k, x, i);
+    for (int i = 0; i < n; i++, k++) {
+        out->size[k] = sizes[i];
+        out->sym[k] = NULL;
+    }
+    for (int i = d + 1; i < x->ndim; i++, k++)
+        sj_copy_dim(out, k, x, i);
     out->ndim = (unsigned char)k;
     *nout = 1;
     return 0;
@@ -1027,13 +1034,22 @@ int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return sj_err(err, "gather(): Expected dtype int32/int64 for index");
     if (ix->ndim != x->ndim && !(x->ndim == 0 && ix->ndim <= 1))
         return sj_err(err, "Index tensor must have the same number of dimensions as input tensor");
-    for (int i = 0; i < ix->ndim && i < x->ndim; i++)
-        if (i != d && ix->size[i] > x->size[i])
+    for (int i = 0; i < ix->ndim && i < x->ndim; i++) {
+        if (i == d)
+            continue;
+        int ok = ix->size[i] <= x->size[i];
+        if (sj_symctx && (ix->sym[i] || x->sym[i])) {
+            SymNode *a = sj_dimsym(ix, i, err), *c = a ? sj_dimsym(x, i, err) : NULL;
+            if (!c || sj_decide(sym_le(sj_symctx->env, a, c), &ok, err) < 0)
+                return -1;
+        }
+        if (!ok)
             return sj_err(err, "Size does not match at dimension %d", i);
+    }
     like(x, out);
     out->ndim = ix->ndim;
     for (int i = 0; i < ix->ndim; i++)
-        out->size[i] = ix->size[i];
+        sj_copy_dim(out, i, ix, i);   /* the output has the index's shape */
     *nout = 1;
     return 0;
 }

@@ -272,3 +272,57 @@ def test_int_used_as_a_dim_is_specialised():
         return x.sum(d) + 1
     # the dim is guarded equal to its value: d = 0, 1, 0 gives two graphs
     _check(f, [(torch.randn(3, 4), 0), (torch.randn(3, 4), 1), (torch.randn(5, 4), 0)], 2)
+
+
+# ------------------------------------------ gather, embedding, unflatten, sdpa ----
+
+def test_gather_and_embedding_keep_the_index_shape_symbolic():
+    table = torch.randn(10, 4)
+
+    def f(x, idx):
+        return torch.gather(x, 1, idx) + F.embedding(idx, table).sum(-1)
+    calls = [(torch.randn(2, n), torch.randint(0, n, (2, n))) for n in (5, 7, 9)]
+    _check(f, calls, 1)
+
+
+def test_unflatten_of_a_static_dim_keeps_the_others_symbolic():
+    def f(x):
+        return x.unflatten(-1, (3, 4)).sum(-1)
+    _check(f, _sizes(3, 5, 8, extra=(12,)), 1)
+
+
+def test_sdpa_with_symbolic_lengths_and_mask():
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    calls = []
+    for L, S in [(3, 4), (5, 6), (7, 9)]:
+        calls.append((torch.randn(2, L, 8), torch.randn(2, S, 8), torch.randn(2, S, 6),
+                      torch.randn(L, S)))
+    _check(f, calls, 1)
+
+
+def test_type_of_a_size_is_int():
+    def f(x):
+        n = x.shape[0]
+        return x * (2 if type(n) is int and isinstance(n, int) else 3)
+    _check(f, _sizes(3, 5, 8), 1)
+
+
+@pytest.mark.parametrize("seq", [(16, 32, 64)])
+def test_encoder_layer_and_bert_one_graph_across_lengths(seq):
+    enc = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    with torch.no_grad():
+        _check(enc, [(torch.randn(2, s, 32),) for s in seq], 1)
+    shapejit.reset()
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    bert = BertModel(cfg).eval()
+    cb = shapejit.compile(bert, dynamic=True)
+    with torch.no_grad():
+        for s in seq:
+            ids = torch.randint(0, 100, (2, s))
+            torch.testing.assert_close(cb(ids).last_hidden_state, bert(ids).last_hidden_state)
+    s = shapejit.stats()
+    assert s["graphs"] == 1 and s["recompiles"] == 0 and s["graph_breaks"] == 0
