@@ -296,7 +296,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }
-    if (op_info[r->op].kind == OPK_SHAPE && r->op == OP_NONZERO && !sj_config.capture_dynamic_output_shape_ops) {
+    if (r->op == OP_NONZERO && !sj_config.capture_dynamic_output_shape_ops) {
         cap_fail(c, BR_DYNAMIC_OUTPUT, "%s; to capture it, set shapejit.config.capture_dynamic_output_shape_ops "
                  "= True", r->path);
         return NULL;

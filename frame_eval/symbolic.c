@@ -210,19 +210,28 @@ static PyObject *fstate_merge(Capture *c, PyObject *name, PyObject *now, int is_
 
 /* ------------------------------------------------------------- symbols ---- */
 
+/* The SymInfo of a symbol just made in c->env (room reserved by the caller), zeroed; NULL
+ * with SystemError if the environment's slots and the capture's drifted apart. */
+static SymInfo *info_for(Capture *c, const SymNode *s)
+{
+    if (s->slot != c->nsyms) {
+        PyErr_SetString(PyExc_SystemError, "shapejit: symbol slots out of step");
+        return NULL;
+    }
+    SymInfo *si = &c->syms[c->nsyms++];
+    memset(si, 0, sizeof *si);
+    return si;
+}
+
 static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim,
                            int strict, int is_int)
 {
     if (grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
         return NULL;
     SymNode *s = sym_symbol(c->env, hint, r);
-    if (!s)
+    SymInfo *si = s ? info_for(c, s) : NULL;
+    if (!si)
         return NULL;
-    if (s->slot != c->nsyms) {
-        PyErr_SetString(PyExc_SystemError, "shapejit: symbol slots out of step");
-        return NULL;
-    }
-    SymInfo *si = &c->syms[c->nsyms++];
     si->src = src;
     si->value = -1;
     si->tensor_value = tensor_value;
@@ -230,7 +239,6 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
     si->strict = (uint8_t)strict;
     si->is_int = (uint8_t)is_int;
     si->range0 = r;
-    si->duck = 0;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value,
@@ -629,14 +637,9 @@ SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim,
     if (symb_ensure(c) < 0 || grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
         return NULL;
     SymNode *u = sym_unbacked(c->env, r);
-    if (!u)
+    SymInfo *si = u ? info_for(c, u) : NULL;
+    if (!si)
         return NULL;
-    if (u->slot != c->nsyms) {
-        PyErr_SetString(PyExc_SystemError, "shapejit: symbol slots out of step");
-        return NULL;
-    }
-    SymInfo *si = &c->syms[c->nsyms++];
-    memset(si, 0, sizeof *si);
     si->src = -1;                  /* no input holds it: no guard can read it */
     si->value = value;             /* the graph value computing it (item), or -1 ... */
     si->tensor_value = tensor_value;   /* ... then the size of this graph tensor's dim */
