@@ -75,42 +75,37 @@ def build(name):
     raise KeyError(name)
 
 
+def system_hooks(system, sj):
+    """(reset, compile(fn, dynamic), stats) of one system; stats() is a dict with graphs,
+    graph_breaks, recompiles and compile_time_s since the last reset."""
+    import torch
+    if system == "shapejit":
+        return sj.reset, lambda fn, dyn: sj.compile(fn, dynamic=dyn, backend="eager"), sj.stats
+    dc = common.DynamoCounters()
+    return dc.reset, lambda fn, dyn: torch.compile(fn, dynamic=dyn, backend="eager"), dc.snapshot
+
+
 def cold(system, fn, inputs, dynamic, runs, sj):
     """Median self-reported compile time over cold runs, and the sweep's graph counts."""
     import torch
+    reset, compile_fn, stats = system_hooks(system, sj)
     times = []
     sweep = None
     for i in range(1 + runs):   # the first run pays lazy imports: dropped
         gc.collect()
-        if system == "shapejit":
-            sj.reset()
-            cf = sj.compile(fn, dynamic=dynamic, backend="eager")
-            with torch.no_grad():
-                cf(*inputs[0])
-            t = sj.stats()["compile_time_s"]
-            if i == runs:
-                with torch.no_grad():
-                    for args in inputs[1:]:
-                        cf(*args)
-                st = sj.stats()
-                sweep = (st["graphs"], st["graph_breaks"], st["recompiles"])
-            sj.reset()
-        else:
-            dc = common.DynamoCounters()
-            dc.reset()
-            cf = torch.compile(fn, dynamic=dynamic, backend="eager")
-            with torch.no_grad():
-                cf(*inputs[0])
-            t = dc.snapshot()["compile_time_s"]
-            if i == runs:
-                with torch.no_grad():
-                    for args in inputs[1:]:
-                        cf(*args)
-                st = dc.snapshot()
-                sweep = (st["graphs"], st["graph_breaks"], st["recompiles"])
-            dc.reset()
+        reset()
+        cf = compile_fn(fn, dynamic)
+        with torch.no_grad():
+            cf(*inputs[0])
         if i > 0:
-            times.append(t)
+            times.append(stats()["compile_time_s"])
+        if i == runs:
+            with torch.no_grad():
+                for args in inputs[1:]:
+                    cf(*args)
+            st = stats()
+            sweep = (st["graphs"], st["graph_breaks"], st["recompiles"])
+        reset()
     return common.median(times), sweep
 
 

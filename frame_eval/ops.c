@@ -296,7 +296,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }
-    if (r->op == OP_NONZERO && !sj_config.capture_dynamic_output_shape_ops) {
+    if (op_info[r->op].kind == OPK_DATA_SHAPE && !sj_config.capture_dynamic_output_shape_ops) {
         cap_fail(c, BR_DYNAMIC_OUTPUT, "%s; to capture it, set shapejit.config.capture_dynamic_output_shape_ops "
                  "= True", r->path);
         return NULL;
@@ -411,7 +411,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (v < 0)
         return NULL;
     c->nops++;
-    if (r->op == OP_NONZERO) {
+    if (op_info[r->op].kind == OPK_DATA_SHAPE) {
         /* the row count is data: an unbacked symbol read from the result at run time */
         SymNode *u = symb_unbacked(c, -1, v, 0, (SymRange){0, SYM_INT_OO});
         if (!u) {

@@ -281,6 +281,20 @@ static int from_buffers(Capture *c, int32_t src)
            PyUnicode_CompareWithASCIIString(b->key, "_buffers") == 0;
 }
 
+/* The frame-state form of a tensor's sizes: a new list of ints. */
+static PyObject *sizes_list(const TensorMeta *m)
+{
+    PyObject *now = PyList_New(m->ndim);
+    for (int i = 0; now && i < m->ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(m->size[i]);
+        if (!d)
+            Py_CLEAR(now);
+        else
+            PyList_SET_ITEM(now, i, d);
+    }
+    return now;
+}
+
 /* mark_static(module) or mark_static(ModuleClass) (torch's attribute name). */
 static int module_marked_static(PyObject *mod)
 {
@@ -308,17 +322,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     if (m->ndim == 0)
         return 0;
     PyObject *name = sources_repr(&c->src, src);
-    PyObject *now = PyList_New(m->ndim);
+    PyObject *now = sizes_list(m);
     if (!now)
         return -1;
-    for (int i = 0; i < m->ndim; i++) {
-        PyObject *d = PyLong_FromLongLong(m->size[i]);
-        if (!d) {
-            Py_DECREF(now);
-            return -1;
-        }
-        PyList_SET_ITEM(now, i, d);
-    }
     PyObject *seen = fstate_merge(c, name, now, 1);
     Py_DECREF(now);
     if (!seen)
@@ -1157,37 +1163,28 @@ int symb_record_call(CodeState *st, PyCodeObject *co, PyObject *const *locals)
         return 0;
     if (!st->fstate && !(st->fstate = PyDict_New()))
         return -1;
+    /* names from a source table, so that they are the ones capture will look up */
+    SourceTable names = {0};
+    int rc = 0;
     int nargs = co->co_argcount + co->co_kwonlyargcount;
-    for (int i = 0; i < nargs; i++) {
+    for (int i = 0; i < nargs && rc == 0; i++) {
         PyObject *v = locals[i];   /* borrowed */
         if (!v)
             continue;
         TensorMeta m;
         const char *why;
         int r = meta_from_value(v, &m, NULL, &why);
-        if (r < 0)
-            return -1;
-        if (r > 0 || m.np_scalar)
+        if (r != 0 || m.np_scalar) {
+            rc = r < 0 ? -1 : 0;
             continue;   /* not a tensor (ints too: torch's eager call records tensors only) */
-        PyObject *now = PyList_New(m.ndim);
-        if (!now)
-            return -1;
-        for (int d = 0; d < m.ndim; d++) {
-            PyObject *n = PyLong_FromLongLong(m.size[d]);
-            if (!n) {
-                Py_DECREF(now);
-                return -1;
-            }
-            PyList_SET_ITEM(now, d, n);
         }
-        PyObject *name = PyUnicode_FromFormat("L[%R]", PyTuple_GET_ITEM(co->co_localsplusnames, i));
-        r = name ? PyDict_SetItem(st->fstate, name, now) : -1;
-        Py_XDECREF(name);
-        Py_DECREF(now);
-        if (r < 0)
-            return -1;
+        int32_t src = sources_add(&names, SRC_LOCAL, -1, i, PyTuple_GET_ITEM(co->co_localsplusnames, i), NULL);
+        PyObject *now = src >= 0 ? sizes_list(&m) : NULL;
+        rc = now ? PyDict_SetItem(st->fstate, sources_repr(&names, src), now) : -1;
+        Py_XDECREF(now);
     }
-    return 0;
+    sources_clear(&names);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ PGO ---- */

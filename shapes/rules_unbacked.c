@@ -1,6 +1,6 @@
-/* Rules of ops whose output sizes depend on the data (nonzero): the size is an unbacked
- * symbol that capture attaches after the rule runs (frame_eval/symbolic.c,
- * symb_unbacked_outputs); the rule leaves SJ_UNBACKED_HINT in its place. */
+/* Rules of OPK_DATA_SHAPE ops (nonzero): the length of the output's dim 0 depends on the
+ * data. The rule leaves SJ_UNBACKED_HINT there; capture attaches an unbacked symbol after
+ * recording the node (frame_eval/ops.c, record). */
 #include "rules_util.h"
 
 int rule_nonzero(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
