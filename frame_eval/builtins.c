@@ -637,6 +637,9 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
             *handled = 1;
             return call_builtin(c, (BuiltinId)i, args, nargs, kwnames);
         }
+    Var *r = check_call(c, fn, args, nargs, kwnames, handled);
+    if (*handled)
+        return r;
     if (fn == libs.partial_type) {
         *handled = 1;
         int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;

@@ -609,6 +609,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
+            int handled = 0;
+            Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled)
+                return r;
+        }
         if (fn->obj && nargs == 1 && !kwnames) {
             Var *r = fold_signature(c, fn->obj, args[0]);
             if (r || cap_failed(c))

@@ -269,6 +269,27 @@ SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim,
 Var *symb_item(Capture *c, Var *t);
 /* The relation rel holds at the hints: guard it. 0 or -1. */
 int symb_guard(Capture *c, SymNode *rel);
+/* Narrow a symbol's range by a relation guarded or asserted between it and a constant. */
+void symb_refine(Capture *c, SymNode *rel);
+/* "<line>  # file:line in fn" of the instruction being captured (new str, never NULL
+ * unless out of memory). */
+PyObject *symb_where_text(Capture *c);
+/* A size-arithmetic node of op calling target over graph values vals[i] (or, where
+ * vals[i] < 0, the constant consts[i]): its value id, counted as graph work. -1. */
+int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
+                       int n);
+
+/* ops.c: a graph node that computes a Python value, not a tensor (size arithmetic, a
+ * slice, an assertion): op calling target over pool args [first, first + n). -1. */
+int32_t cap_scalar_node(Capture *c, OpId op, PyObject *target, int32_t first, int32_t n);
+
+/* checks.c: user hints and run-time assertions */
+/* rel (over unbacked symbols, undecidable by the ranges) must hold: narrow the ranges by
+ * it and assert it in the graph at run time (logged as runtime_assert). 0 or -1. */
+int symb_runtime_assert(Capture *c, SymNode *rel);
+/* shapejit.check / constrain_range, torch._check / _check_is_size: handled (*handled = 1)
+ * as hints on symbolic ints; NULL with *handled = 0 for any other function. */
+Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* Truth of rel at the hints, guarded (nothing guarded when the ranges decide). */
 int symb_decide(Capture *c, SymNode *rel, int *truth);
 /* The int value of e, guarded equal to it (specialisation). */
@@ -290,6 +311,7 @@ extern PyObject *SjConstraintViolation;   /* shapejit._C.ConstraintViolationErro
 void symb_pgo_load(CodeState *st, PyCodeObject *co);
 void symb_pgo_save(CodeState *st, PyCodeObject *co);
 int symb_init_module(PyObject *m);
+int checks_init_module(PyObject *m);
 
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);

@@ -110,6 +110,8 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
         return 0;
     }
     case VK_SYMINT:
+        if (sym_is_bool(v->u.s.e))
+            return cap_fail(c, BR_DATA_DEPENDENT, "a condition on data-dependent sizes passed to an op");
         out->kind = BA_CONST;
         out->sym = specialize ? NULL : v->u.s.e;
         out->value = hint_obj(c, v->u.s.e, specialize);
@@ -174,13 +176,19 @@ static int32_t slice_node(Capture *c, Var *v)
     for (int k = 0; k < 3; k++)
         if (to_arg(c, parts[k], first + k) < 0)
             return -1;
+    return cap_scalar_node(c, OP_SYM_SLICE, (PyObject *)&PySlice_Type, first, 3);
+}
+
+int32_t cap_scalar_node(Capture *c, OpId op, PyObject *target, int32_t first, int32_t n)
+{
     TensorMeta m;
     memset(&m, 0, sizeof m);
     m.symint = 1;   /* not a tensor: the meta check skips it */
+    m.dtype = DT_I64;
     PyObject *where = cap_where(c);   /* new or NULL */
     if (!where)
         PyErr_Clear();
-    int32_t r = graph_add_node(c->g, OP_SYM_SLICE, 0, (PyObject *)&PySlice_Type, first, 3, first + 3, 0, NULL, &m, 1, where);
+    int32_t r = graph_add_node(c->g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
     Py_XDECREF(where);
     return r;
 }
@@ -715,8 +723,8 @@ int op_truth(Capture *c, Var *v, int *truth)
         *truth = v->u.dict.n > 0;
         return 0;
     case VK_SYMINT: {
-        SymNode *z = sym_const(c->env, 0);
-        if (!z || symb_decide(c, sym_ne(c->env, v->u.s.e, z), truth) < 0)
+        SymNode *e = v->u.s.e, *z = sym_is_bool(e) ? NULL : sym_const(c->env, 0);
+        if (sym_is_bool(e) ? symb_decide(c, e, truth) < 0 : !z || symb_decide(c, sym_ne(c->env, e, z), truth) < 0)
             return cap_fail_exc(c, BR_INTERNAL);
         return 0;
     }

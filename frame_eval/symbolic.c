@@ -30,6 +30,11 @@ static int rule_guard(void *ctx, SymNode *rel)
     return symb_guard((Capture *)ctx, rel);
 }
 
+static int rule_expect(void *ctx, SymNode *rel)
+{
+    return symb_runtime_assert((Capture *)ctx, rel);
+}
+
 int symb_ensure(Capture *c)
 {
     if (c->env)
@@ -39,6 +44,7 @@ int symb_ensure(Capture *c)
     c->env = c->g->env;
     c->rctx.env = c->env;
     c->rctx.guard = rule_guard;
+    c->rctx.expect = rule_expect;
     c->rctx.ctx = c;
     if (!c->symvals && !(c->symvals = PyDict_New()))
         return -1;
@@ -86,7 +92,7 @@ static const char *source_name(void *ctx, const SymNode *sym)
     return PyUnicode_AsUTF8(sources_repr(&c->src, c->syms[sym->slot].src));
 }
 
-static PyObject *where_text(Capture *c)
+PyObject *symb_where_text(Capture *c)
 {
     PyObject *w = cap_where(c);
     if (!w) {
@@ -105,7 +111,9 @@ static PyObject *where_text(Capture *c)
 /* DIM_DUCK: dynamic because everything is (dynamic=True); only such sizes are duck sized,
  * as in torch, where marks, source lists and automatic dynamic give each size its own
  * symbol. */
-typedef enum { DIM_STATIC, DIM_DYNAMIC, DIM_STRICT, DIM_DUCK } DimPolicy;
+/* DIM_UNBACKED: mark_unbacked / unbacked_sources: an unbacked symbol u<N> read from the
+ * input at run time, with no hint to decide by and no guard (not even 0/1). */
+typedef enum { DIM_STATIC, DIM_DYNAMIC, DIM_STRICT, DIM_DUCK, DIM_UNBACKED } DimPolicy;
 
 /* 1 when attribute attr of t (a set of dims) holds dim; 0 when not or absent. */
 static int mark_has(PyObject *t, const char *attr, int dim)
@@ -240,7 +248,7 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
     si->is_int = (uint8_t)is_int;
     si->range0 = r;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
-        PyObject *range = sym_range_str(r), *w = where_text(c);
+        PyObject *range = sym_range_str(r), *w = symb_where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value,
                (long long)hint, sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
@@ -255,7 +263,7 @@ static int add_violation(Capture *c, int32_t slot, int64_t value)
     if (!c->violations && !(c->violations = PyList_New(0)))
         return -1;
     PyObject *name = sources_repr(&c->src, c->syms[slot].src);
-    PyObject *w = where_text(c);
+    PyObject *w = symb_where_text(c);
     PyObject *msg = PyUnicode_FromFormat(
         "  - You marked %U as dynamic but your code specialized it to be a constant (%lld). If you're using "
         "mark_dynamic, either remove it or use maybe_mark_dynamic.\n    (at %U)",
@@ -316,6 +324,37 @@ static int builtin_nn_module(PyObject *mod)
     return r;
 }
 
+/* Dim `dim` of input tensor graph value `value` as an unbacked symbol: range [0, int_oo],
+ * or mark_unbacked's min/max (kept in _dynamo_unbacked_range). Read at run time. */
+static SymNode *unbacked_input(Capture *c, PyObject *obj, int32_t src, int32_t value, int dim)
+{
+    SymRange r = {0, SYM_INT_OO};
+    PyObject *ranges = PyObject_GetAttrString(obj, "_dynamo_unbacked_range");   /* new or NULL */
+    PyObject *key = ranges ? PyLong_FromLong(dim) : NULL;
+    PyObject *rg = key && PyDict_Check(ranges) ? PyDict_GetItemWithError(ranges, key) : NULL;   /* borrowed */
+    if (rg && PyTuple_Check(rg) && PyTuple_GET_SIZE(rg) == 2) {
+        PyObject *a = PyTuple_GET_ITEM(rg, 0), *b = PyTuple_GET_ITEM(rg, 1);
+        if (PyLong_Check(a))
+            r.lo = PyLong_AsLongLong(a);
+        if (PyLong_Check(b))
+            r.hi = PyLong_AsLongLong(b);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(ranges);
+    PyErr_Clear();
+    if (r.lo < 0 || r.lo > r.hi)
+        r = (SymRange){0, SYM_INT_OO};
+    SymNode *u = symb_unbacked(c, -1, value, dim, r);
+    if (u && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *rs = sym_range_str(r);
+        sj_log(LOG_DYNAMIC, SJ_INFO, "constrain_symbol_range u%lld %U for %U", (long long)u->value,
+               rs ? rs : Py_None, sources_repr(&c->src, src));
+        Py_XDECREF(rs);
+        PyErr_Clear();
+    }
+    return u;
+}
+
 int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int32_t value, uint8_t *dyn)
 {
     *dyn = 0;
@@ -344,7 +383,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     for (int i = 0; i < m->ndim && rc == 0; i++) {
         DimPolicy p = DIM_STATIC;
         int64_t lo = 2, hi = SYM_INT_OO;
-        if (listed_dim(ds, i) || listed_dim(us, i)) {
+        if (listed_dim(us, i)) {
+            p = DIM_UNBACKED;
+        } else if (listed_dim(ds, i)) {
             p = DIM_DYNAMIC;
         } else if (param || modstatic) {
             p = DIM_STATIC;   /* torch: static shapes before any mark is read */
@@ -366,8 +407,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             Py_XDECREF(key);
             Py_XDECREF(ranges);
             PyErr_Clear();
-        } else if (is_torch && (mark_has(obj, "_dynamo_weak_dynamic_indices", i) ||
-                                mark_has(obj, "_dynamo_unbacked_indices", i))) {
+        } else if (is_torch && mark_has(obj, "_dynamo_unbacked_indices", i)) {
+            p = DIM_UNBACKED;
+        } else if (is_torch && mark_has(obj, "_dynamo_weak_dynamic_indices", i)) {
             p = DIM_DYNAMIC;
         } else if (c->dynamic == 0) {
             p = DIM_STATIC;
@@ -378,6 +420,15 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
         }
         if (p == DIM_STATIC)
             continue;
+        if (p == DIM_UNBACKED) {
+            if (symb_ensure(c) < 0 || !(m->sym[i] = unbacked_input(c, obj, src, value, i))) {
+                rc = -1;
+                break;
+            }
+            m->size[i] = SJ_UNBACKED_HINT;   /* rules never see the value, as for nonzero() */
+            *dyn |= (uint8_t)(1u << i);
+            continue;
+        }
         int64_t h = m->size[i];
         if ((h == 0 || h == 1) && !sj_config.backed_size_oblivious) {
             /* sizes 0 and 1 stay static, marked or not (torch does not call a mark on
@@ -513,19 +564,21 @@ static void log_range(Capture *c, SymNode *s, const char *why)
         return;
     PyObject *r = sym_range_str(s->range);
     if (r)
-        sj_log(LOG_DYNAMIC, SJ_DEBUG, "_update_var_to_range s%lld = VR%U (%s)", (long long)s->value, r, why);
+        sj_log(LOG_DYNAMIC, SJ_DEBUG, "_update_var_to_range %s%lld = VR%U (%s)", s->kind == SK_UNBACKED ? "u" : "s",
+               (long long)s->value, r, why);
     Py_XDECREF(r);
     PyErr_Clear();
     (void)c;
 }
 
-/* Narrow symbol ranges from a guarded relation between a symbol and a constant. */
-static void refine(Capture *c, SymNode *rel)
+/* Narrow symbol ranges from a guarded (or asserted) relation between a symbol and a
+ * constant. */
+void symb_refine(Capture *c, SymNode *rel)
 {
     if (rel->nargs != 2)
         return;
     SymNode *a = rel->args[0], *b = rel->args[1];
-    SymNode *s = a->kind == SK_SYMBOL && b->kind == SK_CONST ? a : b->kind == SK_SYMBOL && a->kind == SK_CONST ? b : NULL;
+    SymNode *s = sym_is_symbol(a) && b->kind == SK_CONST ? a : sym_is_symbol(b) && a->kind == SK_CONST ? b : NULL;
     if (!s)
         return;
     int64_t k = s == a ? b->value : a->value;
@@ -585,7 +638,7 @@ int symb_guard(Capture *c, SymNode *rel)
     if (grow((void **)&c->sguards, &c->capsguards, c->nsguards, sizeof(SymNode *)) < 0)
         return -1;
     c->sguards[c->nsguards++] = rel;
-    PyObject *w = where_text(c);
+    PyObject *w = symb_where_text(c);
     if (!w || PyList_Append(c->sguard_where, w) < 0) {
         Py_XDECREF(w);
         return -1;
@@ -600,7 +653,7 @@ int symb_guard(Capture *c, SymNode *rel)
     Py_DECREF(w);
     if (check_strict(c, rel) < 0)
         return -1;
-    refine(c, rel);
+    symb_refine(c, rel);
     return 0;
 }
 
@@ -635,8 +688,6 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value)
 
 /* -------------------------------------------------------------- unbacked ---- */
 
-static int32_t add_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
-                             int n);
 
 SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r)
 {
@@ -652,7 +703,7 @@ SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim,
     si->dim = (int8_t)dim;
     si->range0 = r;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
-        PyObject *range = sym_range_str(r), *w = where_text(c);
+        PyObject *range = sym_range_str(r), *w = symb_where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_symint u%lld %U (%U)", (long long)u->value,
                range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
@@ -691,7 +742,7 @@ Var *symb_item(Capture *c, Var *t)
     PyObject *fn = libs.tensor_type ? PyObject_GetAttrString(libs.tensor_type, "item") : NULL;
     int32_t vals[1] = {t->u.t.value};
     const SymNode *consts[1] = {NULL};
-    int32_t v = fn ? add_size_node(c, OP_ITEM, fn, vals, consts, 1) : -1;
+    int32_t v = fn ? symb_size_node(c, OP_ITEM, fn, vals, consts, 1) : -1;
     Py_XDECREF(fn);
     SymNode *u = v >= 0 ? symb_unbacked(c, v, -1, 0, sym_range_full()) : NULL;
     if (!u) {
@@ -736,7 +787,7 @@ Var *symb_var(Capture *c, SymNode *e)
 SymNode *symb_node_of(Capture *c, Var *v)
 {
     if (v->kind == VK_SYMINT)
-        return v->u.s.e;
+        return sym_is_bool(v->u.s.e) ? NULL : v->u.s.e;   /* a symbolic bool is no int */
     if (v->kind == VK_CONST && PyLong_CheckExact(v->obj) && c->env) {
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v->obj, &overflow);
@@ -811,6 +862,14 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     default: return NULL;
     }
     *handled = 1;
+    if (r && sym_is_bool(r) && sym_static_truth(env, r) == SYM_UNKNOWN && sym_has_unbacked(r)) {
+        /* a relation on data-dependent values stays a symbolic bool: a branch on it
+         * breaks the graph, shapejit.check(rel) asserts it at run time */
+        Var *v = var_new(c, VK_SYMINT);
+        if (v)
+            v->u.s.e = r;
+        return v;
+    }
     int t;
     if (!r || symb_decide(c, r, &t) < 0) {
         cap_fail_exc(c, BR_INTERNAL);
@@ -823,7 +882,7 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 
 static PyObject *size_fn;   /* strong: _C._size_of */
 
-static int32_t add_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
+int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
                              int n)
 {
     int32_t first = graph_pool(c->g, n);
@@ -841,15 +900,7 @@ static int32_t add_size_node(Capture *c, OpId op, PyObject *target, const int32_
         }
         c->g->pool[first + i] = a;
     }
-    TensorMeta m;
-    memset(&m, 0, sizeof m);
-    m.symint = 1;
-    m.dtype = DT_I64;
-    PyObject *where = cap_where(c);
-    if (!where)
-        PyErr_Clear();
-    int32_t v = graph_add_node(c->g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
-    Py_XDECREF(where);
+    int32_t v = cap_scalar_node(c, op, target, first, n);
     if (v >= 0)
         c->nops++;   /* size work at run time is work: the frame gets a graph, as in torch */
     return v;
@@ -900,7 +951,7 @@ int32_t symb_materialize(Capture *c, SymNode *e)
         int32_t vals[2] = {si->tensor_value, -1};
         SymNode *dim = sym_const(c->env, si->dim);
         const SymNode *consts[2] = {NULL, dim};
-        v = dim ? add_size_node(c, OP_SYM_SIZE, size_fn, vals, consts, 2) : -1;
+        v = dim ? symb_size_node(c, OP_SYM_SIZE, size_fn, vals, consts, 2) : -1;
         si->value = v;
         break;
     }
@@ -940,7 +991,7 @@ int32_t symb_materialize(Capture *c, SymNode *e)
                 vals[i] = e->args[i]->kind == SK_CONST ? -1 : symb_materialize(c, e->args[i]);
                 ok = e->args[i]->kind == SK_CONST || vals[i] >= 0;
             }
-            v = ok ? add_size_node(c, map[m].op, target, vals, cs, (int)n) : -1;
+            v = ok ? symb_size_node(c, map[m].op, target, vals, cs, (int)n) : -1;
             PyMem_Free(vals);
             PyMem_Free(cs);
             break;
@@ -958,7 +1009,7 @@ int32_t symb_materialize(Capture *c, SymNode *e)
             }
             int32_t vals[2] = {acc, x};
             const SymNode *cs[2] = {acc_const, e->args[i]};
-            acc = add_size_node(c, map[m].op, target, vals, cs, 2);
+            acc = symb_size_node(c, map[m].op, target, vals, cs, 2);
             acc_const = NULL;
             if (acc < 0) {
                 acc = -2;
@@ -966,6 +1017,21 @@ int32_t symb_materialize(Capture *c, SymNode *e)
             }
         }
         v = acc >= 0 ? acc : -1;
+        break;
+    }
+    case SK_EQ:
+    case SK_NE:
+    case SK_LT:
+    case SK_LE: {
+        /* a relation the capture could not decide (it depends on data): its truth at run
+         * time, for the interpreter to branch on after a graph break */
+        PyObject *target = operator_fn(e->kind == SK_EQ ? "eq" : e->kind == SK_NE ? "ne" : e->kind == SK_LT ? "lt" : "le");
+        int32_t vals[2];
+        const SymNode *cs[2] = {e->args[0], e->args[1]};
+        for (int i = 0; i < 2; i++)
+            vals[i] = e->args[i]->kind == SK_CONST ? -1 : symb_materialize(c, e->args[i]);
+        if (target && (vals[0] >= 0 || e->args[0]->kind == SK_CONST) && (vals[1] >= 0 || e->args[1]->kind == SK_CONST))
+            v = symb_size_node(c, OP_SYM_CMP, target, vals, cs, 2);
         break;
     }
     default:

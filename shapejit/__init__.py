@@ -22,6 +22,7 @@ from .backends import list_backends, register_backend  # noqa: E402
 from .compat import install_torch_compat, uninstall_torch_compat  # noqa: E402
 from .explain import ExplainOutput, explain  # noqa: E402
 from .logs import set_logs  # noqa: E402
+from .checks import check, constrain_range  # noqa: E402
 from .marks import mark_dynamic, mark_static, mark_unbacked, maybe_mark_dynamic  # noqa: E402
 from .stance import set_stance  # noqa: E402
 
@@ -30,6 +31,6 @@ __version__ = "0.0.1"
 __all__ = [
     "compile", "reset", "stats", "explain", "disable", "config", "set_logs", "set_stance",
     "install_torch_compat", "uninstall_torch_compat",
-    "mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked",
+    "mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked", "check", "constrain_range",
     "ExplainOutput", "list_backends", "register_backend",
 ]

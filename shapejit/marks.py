@@ -63,23 +63,29 @@ def _check_bound(name, which, v):
     return v
 
 
+def _mark_with_range(name, t, dim, lo, hi, unsupported, attr, range_attr, default_lo):
+    """Validates and records a mark with optional bounds: the dims go into attr, the bounds
+    into range_attr as {dim: (min, max)}."""
+    if unsupported:
+        raise TypeError("shapejit.%s: unsupported argument(s) %s" % (name, ", ".join(sorted(unsupported))))
+    _check_tensor(name, t)
+    dims = _check_dims(name, t, dim)
+    lo = _check_bound(name, "min", lo)
+    hi = _check_bound(name, "max", hi)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError("shapejit.%s: min (%d) is greater than max (%d)" % (name, lo, hi))
+    _add(t, attr, dims)
+    if lo is not None or hi is not None:
+        ranges = dict(getattr(t, range_attr, None) or {})
+        for d in dims:
+            ranges[d] = (lo if lo is not None else default_lo, hi)
+        setattr(t, range_attr, ranges)
+
+
 def mark_dynamic(t, dim, min=None, max=None, **unsupported):
     """Marks dim(s) of t dynamic from the first compile, optionally within [min, max]."""
-    if unsupported:
-        raise TypeError("shapejit.mark_dynamic: unsupported argument(s) %s"
-                        % ", ".join(sorted(unsupported)))
-    _check_tensor("mark_dynamic", t)
-    dims = _check_dims("mark_dynamic", t, dim)
-    lo = _check_bound("mark_dynamic", "min", min)
-    hi = _check_bound("mark_dynamic", "max", max)
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError("shapejit.mark_dynamic: min (%d) is greater than max (%d)" % (lo, hi))
-    _add(t, "_dynamo_dynamic_indices", dims)
-    if lo is not None or hi is not None:
-        ranges = dict(getattr(t, "_dynamo_dynamic_range", None) or {})
-        for d in dims:
-            ranges[d] = (lo if lo is not None else 2, hi)
-        t._dynamo_dynamic_range = ranges
+    _mark_with_range("mark_dynamic", t, dim, min, max, unsupported, "_dynamo_dynamic_indices",
+                     "_dynamo_dynamic_range", 2)
 
 
 def maybe_mark_dynamic(t, dim):
@@ -105,10 +111,8 @@ def mark_static(t, dim=None):
     return t
 
 
-def mark_unbacked(t, dim, **unsupported):
-    """Marks dim(s) of t unbacked: never assumed 0 or 1, no hint used for branching."""
-    if unsupported:
-        raise TypeError("shapejit.mark_unbacked: unsupported argument(s) %s"
-                        % ", ".join(sorted(unsupported)))
-    _check_tensor("mark_unbacked", t)
-    _add(t, "_dynamo_unbacked_indices", _check_dims("mark_unbacked", t, dim))
+def mark_unbacked(t, dim, min=None, max=None, **unsupported):
+    """Marks dim(s) of t unbacked: never assumed 0 or 1, no hint used for branching, no
+    guard on the size (a branch on it breaks the graph); within [min, max] when given."""
+    _mark_with_range("mark_unbacked", t, dim, min, max, unsupported, "_dynamo_unbacked_indices",
+                     "_dynamo_unbacked_range", 0)

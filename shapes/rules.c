@@ -256,6 +256,7 @@ static int broadcast_dim(TensorMeta *r, int k, const TensorMeta *m, int j, int d
     }
     if (ss && ss == rs)
         return 0;
+    int unbacked = (ss && sym_has_unbacked(ss)) || (rs && sym_has_unbacked(rs));
     int is1;
     if (ss) {
         if (sj_decide(sym_eq(sj_symctx->env, ss, sym_const(sj_symctx->env, 1)), &is1, err) < 0)
@@ -276,15 +277,17 @@ static int broadcast_dim(TensorMeta *r, int k, const TensorMeta *m, int j, int d
         r->sym[k] = ss;
         return 0;
     }
-    if (s != r->size[k])
+    if (s != r->size[k] && !unbacked)
         return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d",
                       (long long)s, (long long)r->size[k], dim);
-    /* equal hints, different expressions: they must stay equal */
+    /* equal hints (or a size without one), different expressions: they must stay equal */
     SymNode *a = ss ? ss : sym_const(sj_symctx->env, s), *b = rs ? rs : sym_const(sj_symctx->env, r->size[k]);
     if (sj_require(sym_eq(sj_symctx->env, a, b), err) < 0)
         return -1;
-    if (!ss || !rs)
+    if (!ss || !rs) {
         r->sym[k] = NULL;   /* equal to a constant: the constant */
+        r->size[k] = ss ? r->size[k] : s;
+    }
     return 0;
 }
 
@@ -362,6 +365,16 @@ int sj_set_dim(TensorMeta *out, int i, SymNode *e, ShapeErr *err)
         out->sym[i] = NULL;
         return 0;
     }
+    if (sym_has_unbacked(e)) {
+        /* no hint: the stand-in size, and the size must not be negative (asserted at run
+         * time unless the ranges show it) */
+        SymNode *zero = sym_const(sj_symctx->env, 0);
+        if (!zero || sj_require(sym_ge(sj_symctx->env, e, zero), err) < 0)
+            return -1;
+        out->size[i] = SJ_UNBACKED_HINT;
+        out->sym[i] = e;
+        return 0;
+    }
     int64_t h;
     if (sym_eval_hint(sj_symctx->env, e, &h) < 0)
         return sj_sym_error(err);
@@ -376,7 +389,10 @@ int sj_decide(SymNode *rel, int *truth, ShapeErr *err)
 {
     if (!rel)
         return sj_sym_error(err);
-    SymTruth t = sym_static_truth(sj_symctx->env, rel);
+    /* a question about sizes that depend on data is answered size-obliviously (such a
+     * size is never 0 or 1), with no guard and no assertion, as torch does; a question
+     * the ranges cannot answer that way needs the data: an error (a graph break) */
+    SymTruth t = sym_static_truth_oblivious(sj_symctx->env, rel);
     if (t != SYM_UNKNOWN) {
         *truth = t == SYM_TRUE;
         return 0;
@@ -393,6 +409,14 @@ int sj_decide(SymNode *rel, int *truth, ShapeErr *err)
 
 int sj_require(SymNode *rel, ShapeErr *err)
 {
+    if (rel && sym_has_unbacked(rel) && sj_symctx->expect) {
+        SymTruth st = sym_static_truth(sj_symctx->env, rel);
+        if (st == SYM_FALSE)
+            return sj_err(err, "size relation does not hold");
+        if (st == SYM_UNKNOWN && sj_symctx->expect(sj_symctx->ctx, rel) < 0)
+            return sj_sym_error(err);
+        return 0;
+    }
     int t;
     if (sj_decide(rel, &t, err) < 0)
         return -1;
@@ -413,6 +437,11 @@ int sj_pin(SymNode *e, int64_t *value, ShapeErr *err)
 
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err)
 {
+    if (sj_symctx && ((a->sym[i] && sym_has_unbacked(a->sym[i])) || (b->sym[j] && sym_has_unbacked(b->sym[j])))) {
+        /* a size without a hint: the dims the op needs equal are asserted equal */
+        SymNode *x = sj_dimsym(a, i, err), *y = x ? sj_dimsym(b, j, err) : NULL;
+        return !y || sj_require(sym_eq(sj_symctx->env, x, y), err) < 0 ? -1 : 1;
+    }
     if (a->size[i] != b->size[j])
         return 0;
     if (!sj_symctx || a->sym[i] == b->sym[j])

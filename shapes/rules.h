@@ -62,6 +62,9 @@ struct SymEnv;
 typedef struct {
     struct SymEnv *env;
     int (*guard)(void *ctx, struct SymNode *rel);   /* 0, or -1 with a Python exception */
+    /* rel must hold and depends on unbacked symbols (no hint to decide it by): asserted at
+     * run time instead (torch's deferred runtime assertion). 0, or -1 with an exception. */
+    int (*expect)(void *ctx, struct SymNode *rel);
     void *ctx;
 } SymRuleCtx;
 extern SymRuleCtx *sj_symctx;

@@ -52,12 +52,11 @@ static int view_symbolic(OpId op, const TensorMeta *x, const int64_t *shape, Sym
         out->sym[i] = syms[i];
     }
     if (infer >= 0) {
-        int ok;
         if (known->kind == SK_CONST && known->value == 0)
             return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
-        if (sj_decide(sym_eq(env, sym_mod(env, total, known), sym_const(env, 0)), &ok, err) < 0)
-            return -1;
-        if (!ok)
+        /* the known sizes must divide the total (asserted at run time when that depends
+         * on data) */
+        if (sj_require(sym_eq(env, sym_mod(env, total, known), sym_const(env, 0)), err) < 0)
             return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
         if (sj_set_dim(out, infer, sj_sym_div(total, known), err) < 0)
             return -1;

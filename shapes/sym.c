@@ -859,6 +859,37 @@ SymTruth sym_static_truth(SymEnv *env, SymNode *e)
     return SYM_UNKNOWN;
 }
 
+SymTruth sym_static_truth_oblivious(SymEnv *env, SymNode *e)
+{
+    SymTruth t = sym_static_truth(env, e);
+    if (t != SYM_UNKNOWN || !sym_has_unbacked(e))
+        return t;
+    /* size-oblivious: every unbacked size (a symbol whose range lies in [0, int_oo]) is
+     * taken to be at least 2 for this one question, then the ranges are put back */
+    int32_t n = env->nsyms;
+    int64_t *lo = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!lo)
+        return SYM_UNKNOWN;   /* no memory: no answer (the caller treats it as undecided) */
+    int changed = 0;
+    for (int32_t i = 0; i < n; i++) {
+        SymNode *s = env->syms[i];
+        lo[i] = s->range.lo;
+        if (s->kind == SK_UNBACKED && s->range.lo >= 0 && s->range.lo < 2 && s->range.hi >= 2) {
+            s->range.lo = 2;
+            changed = 1;
+        }
+    }
+    if (changed) {
+        env->epoch++;
+        t = sym_static_truth(env, e);
+        for (int32_t i = 0; i < n; i++)
+            env->syms[i]->range.lo = lo[i];
+        env->epoch++;
+    }
+    PyMem_Free(lo);
+    return t;
+}
+
 int sym_set_range(SymEnv *env, SymNode *s, SymRange r)
 {
     if (!sym_is_symbol(s)) {

@@ -151,6 +151,10 @@ SymRange sym_range(SymEnv *env, SymNode *e);
 int sym_set_range(SymEnv *env, SymNode *sym, SymRange r);
 /* Truth of a relation under the current ranges (True/False nodes: their value). */
 SymTruth sym_static_truth(SymEnv *env, SymNode *e);
+/* The same, size-obliviously: unbacked symbols whose range lies in [0, int_oo] are taken
+ * to be >= 2 (never 0 or 1), the answer torch's size-oblivious checks give about sizes that
+ * depend on data. Nothing is narrowed for good. */
+SymTruth sym_static_truth_oblivious(SymEnv *env, SymNode *e);
 
 /* ---- evaluation (relations give 0 or 1) ---- */
 /* With every backed symbol at its hint; an unbacked symbol raises

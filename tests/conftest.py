@@ -1,4 +1,5 @@
 """Shared pytest set-up. Keep each concern in its own function."""
+import pytest
 
 
 def _register_markers(config):
@@ -8,3 +9,13 @@ def _register_markers(config):
 
 def pytest_configure(config):
     _register_markers(config)
+
+
+@pytest.fixture
+def fresh_shapejit():
+    """A fresh shapejit around a test: no compiled code, default logs."""
+    import shapejit
+    shapejit.reset()
+    yield shapejit
+    shapejit.reset()
+    shapejit.set_logs()
