@@ -109,6 +109,11 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
         }
         return 0;
     }
+    case VK_GSCALAR:
+        out->kind = BA_CONST;
+        out->data = 1;
+        out->value = gscalar_standin(c, v);
+        return out->value ? 0 : -1;
     case VK_SYMINT:
         out->kind = BA_CONST;
         out->sym = specialize ? NULL : v->u.s.e;
@@ -177,6 +182,7 @@ static int32_t slice_node(Capture *c, Var *v)
     TensorMeta m;
     memset(&m, 0, sizeof m);
     m.symint = 1;   /* not a tensor: the meta check skips it */
+    m.dtype = DT_I64;   /* printed as a Python scalar (meta_format): not a float or bool */
     PyObject *where = cap_where(c);   /* new or NULL */
     if (!where)
         PyErr_Clear();
@@ -201,6 +207,9 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
         a.kind = ARG_VALUE;
         if ((a.a = symb_materialize(c, v->u.s.e)) < 0)
             return -1;
+    } else if (v->kind == VK_GSCALAR) {
+        a.kind = ARG_VALUE;   /* the Python float/bool the graph computes */
+        a.a = v->u.gs.value;
     } else if (slice_symbolic(v)) {
         a.kind = ARG_VALUE;
         if ((a.a = slice_node(c, v)) < 0)
@@ -566,6 +575,8 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         }
         return record_operator(c, path, args, 2);
     }
+    if (a->kind == VK_GSCALAR || b->kind == VK_GSCALAR)
+        return gscalar_binary(c, nb, a, b);
     if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
         int handled;
         Var *r = symb_binary(c, nb, a, b, &handled);
@@ -635,6 +646,8 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         Var *args[2] = {a, b};
         return record_operator(c, path, args, 2);
     }
+    if (a->kind == VK_GSCALAR || b->kind == VK_GSCALAR)
+        return gscalar_compare(c, cmp, a, b);
     if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
         int handled;
         Var *r = symb_compare(c, cmp, a, b, &handled);
@@ -675,6 +688,8 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
 
 Var *op_unary(Capture *c, int opcode, Var *a)
 {
+    if (a->kind == VK_GSCALAR)
+        return gscalar_unary(c, opcode, a);   /* `not b` too: a graph bool, decided at run time */
     if (opcode == SJOP_UNARY_NOT) {
         int t;
         if (op_truth(c, a, &t) < 0)
@@ -720,6 +735,8 @@ int op_truth(Capture *c, Var *v, int *truth)
             return cap_fail_exc(c, BR_INTERNAL);
         return 0;
     }
+    case VK_GSCALAR:
+        return gscalar_truth_fail(c, v);
     case VK_TENSOR:
         return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");

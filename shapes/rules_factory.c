@@ -161,6 +161,8 @@ static int number(const BoundArg *a, const char *what, double *v, int *is_float,
 {
     if (!a || a->kind != BA_CONST)
         return sj_err(err, "%s must be a constant number", what);
+    if (a->data)
+        return sj_err(err, "%s is data (computed in the graph): the size it decides is not known", what);
     PyObject *o = a->value;
     if (PyFloat_Check(o)) {
         *is_float = 1;
