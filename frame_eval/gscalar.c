@@ -146,6 +146,8 @@ static int result_kind(ResultRule rule, const int *k, Var *const *args, int n, c
     case R_POW:
         if (any_float)
             return NK_FLOAT;
+        if (k[1] == NK_BOOL)
+            return NK_INT;   /* a bool exponent is never negative */
         if (n == 2 && args[1]->kind == VK_CONST && PyLong_Check(args[1]->obj)) {
             int overflow;
             long long e = PyLong_AsLongLongAndOverflow(args[1]->obj, &overflow);

@@ -47,6 +47,11 @@ def clamp_where(x, y):
     return y.clamp(min=-f, max=f), torch.where(y > 0, y, f)
 
 
+def factories_of_data(x, y):
+    f = x.sum().item()
+    return torch.linspace(0, f, 5), torch.tensor(f) * y
+
+
 def branch(x, y):
     f = x.sum().item()
     if f > 0:   # f is live across the break: the first graph returns it
@@ -98,7 +103,7 @@ def half_item(x, y):
     return y * f, f
 
 
-CASES = [arith_then_op, two_items, with_size, fill_value, clamp_where, branch, bool_item, bool_branch,
+CASES = [arith_then_op, two_items, with_size, fill_value, clamp_where, factories_of_data, branch, bool_item, bool_branch,
          returns_float, returns_bool, conversions, int_and_float, math_exp_breaks, half_item]
 INPUTS = [torch.tensor([0.5, 1.5]), torch.tensor([-2.0, 0.75])]
 
@@ -117,7 +122,7 @@ def test_graph_counts_match_torch(fn, xi, knob):
     assert shapejit.stats()["graphs"] == expected
 
 
-@pytest.mark.parametrize("fn", [arith_then_op, fill_value, clamp_where, bool_item, returns_float, returns_bool,
+@pytest.mark.parametrize("fn", [arith_then_op, fill_value, clamp_where, factories_of_data, bool_item, returns_float, returns_bool,
                                 conversions, int_and_float, half_item])
 def test_captured_whole_and_reused_across_values(fn):
     """The value changes, the sizes do not: one graph, no break, no recompile."""
@@ -128,6 +133,22 @@ def test_captured_whole_and_reused_across_values(fn):
             same(cf(x, y), fn(x, y))
     s = shapejit.stats()
     assert s["graphs"] == 1 and s["graph_breaks"] == 0 and s["recompiles"] == 0
+
+
+def bool_power(x, y):
+    b = (x > 0).any().item()
+    return y * 2 ** b, y * b ** 2
+
+
+def test_bool_power_is_an_int():
+    """2 ** b is an int (a bool exponent is never negative); torch.compile 2.13 raises a
+    TypeError on it (int ** SymBool), so eager is the only oracle."""
+    with shapejit.config.patch(capture_scalar_outputs=True):
+        cf = shapejit.compile(bool_power)
+        for a in ([0.5, 1.5], [-1.0, -2.0]):
+            x, y = torch.tensor(a), torch.randn(3)
+            same(cf(x, y), bool_power(x, y))
+    assert shapejit.stats()["graph_breaks"] == 0
 
 
 def test_returned_scalars_are_python_values():
