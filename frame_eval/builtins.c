@@ -82,6 +82,8 @@ static PyObject *var_type(Capture *c, Var *v)
         return Py_NewRef((PyObject *)v->u.uobj.type);
     case VK_SYMINT:
         return Py_NewRef((PyObject *)&PyLong_Type);   /* a size is a plain int in eager */
+    case VK_GSCALAR:
+        return Py_NewRef(v->u.gs.type == GS_BOOL ? (PyObject *)&PyBool_Type : (PyObject *)&PyFloat_Type);
     default:
         if (v->obj)
             return Py_NewRef((PyObject *)Py_TYPE(v->obj));
@@ -200,6 +202,11 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
         return op_len(c, self);
     if (!strcmp(name, "item") && nargs == 1 && m->lib == LIB_TORCH && sj_config.capture_scalar_outputs)
         return symb_item(c, self);
+    if (!strcmp(name, "item") && m->lib == LIB_TORCH) {
+        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() reads tensor data into Python; to capture it, set "
+                 "shapejit.config.capture_scalar_outputs = True");
+        return NULL;
+    }
     if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "numpy") ||
         !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
         cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads tensor data into Python",
@@ -632,6 +639,9 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
+    Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled);   /* float(f), math.sqrt(f) */
+    if (*handled)
+        return gs;
     for (int i = 0; i < B_COUNT; i++)
         if (fn == builtin_objs[i]) {
             *handled = 1;

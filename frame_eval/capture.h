@@ -37,7 +37,14 @@ typedef enum {
     VK_SUPER,      /* u.sup: super() inside a method */
     VK_SYMINT,     /* u.s: a Python int that is a symbolic size (x.size(0), s0 * 2, an int
                       input made dynamic); never a constant node */
+    VK_GSCALAR,    /* u.gs: a Python float or bool computed in the graph at run time (t.item()
+                      of a float or bool tensor under capture_scalar_outputs, and arithmetic
+                      on it: torch's unbacked SymFloat/SymBool); see gscalar.c */
 } VarKind;
+
+/* The Python type of a VK_GSCALAR. Ints are never graph scalars: an int computed in the
+ * graph is an unbacked symbol u<N> (a VK_SYMINT). */
+typedef enum { GS_FLOAT, GS_BOOL } GScalarType;
 
 typedef struct Var Var;
 struct Var {
@@ -62,6 +69,9 @@ struct Var {
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
+        struct { int32_t value; uint8_t type; PyObject *text; } gs;    /* value: its graph value;
+                                      type: GScalarType; text: borrowed (keepalive) str naming
+                                      it in messages: zuf0, 2.0*zuf0 */
     } u;
 };
 
@@ -180,6 +190,7 @@ typedef struct Capture {
     PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
     PyObject *wrap_owner;      /* borrowed or NULL: while an nn.Module's attribute is wrapped,
                                   that module (attrs.c wrap_attr) */
+    int32_t nufloats;          /* graph floats made so far (zuf<N>, gscalar.c) */
     /* the result */
     Var *result;
     int32_t distinct_srcs[256]; int32_t ndistinct;
@@ -264,9 +275,16 @@ Var *symb_var(Capture *c, SymNode *e);
  * size of dim `dim` of graph tensor `tensor_value` (nonzero's rows). Logged as
  * create_unbacked_symint. NULL with an exception. */
 SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r);
-/* t.item() of a one-element integer torch tensor: an item node and a VK_SYMINT var over a
- * new unbacked symbol; other dtypes break the graph (BR_SCALAR_OUTPUT). */
+/* t.item() of a one-element torch tensor: an item node and, for an integer tensor, a
+ * VK_SYMINT var over a new unbacked symbol, for a float or bool tensor a VK_GSCALAR
+ * (gscalar_item); complex tensors break the graph (BR_SCALAR_OUTPUT). */
 Var *symb_item(Capture *c, Var *t);
+/* An int computed by graph value `value` at run time: a VK_SYMINT var over a new unbacked
+ * symbol u<N> bound to it. NULL with the failure recorded. */
+Var *symb_unbacked_value(Capture *c, int32_t value);
+/* A bool computed by graph value `value`: a new unbacked symbol u<N> in [0, 1] naming it
+ * (torch's create_unbacked_symbool; the VK_GSCALAR holds the value). NULL with an exception. */
+SymNode *symb_unbacked_bool(Capture *c, int32_t value);
 /* The relation rel holds at the hints: guard it. 0 or -1. */
 int symb_guard(Capture *c, SymNode *rel);
 /* Narrow a symbol's range by a relation guarded or asserted between it and a constant. */
@@ -312,6 +330,23 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co);
 void symb_pgo_save(CodeState *st, PyCodeObject *co);
 int symb_init_module(PyObject *m);
 int checks_init_module(PyObject *m);
+
+/* gscalar.c: graph scalars (VK_GSCALAR) */
+/* The item node of one-element torch tensor t (float or bool dtype) and its graph scalar. */
+Var *gscalar_item(Capture *c, Var *t);
+/* Python operators with a graph scalar among the operands (no tensor): a new graph scalar,
+ * an unbacked VK_SYMINT for an int result, or NULL with the failure recorded. */
+Var *gscalar_binary(Capture *c, int nb, Var *a, Var *b);
+Var *gscalar_compare(Capture *c, int cmp, Var *a, Var *b);
+Var *gscalar_unary(Capture *c, int opcode, Var *a);   /* UNARY_* opcodes, UNARY_NOT included */
+/* A call of fn with a graph scalar among args (float(), abs(), math.sqrt(), ...): *handled
+ * = 0 when no argument is a graph scalar; else the result or NULL with the failure set. */
+Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* A branch on a graph scalar: fails with BR_DATA_DEPENDENT naming it. Returns -1. */
+int gscalar_truth_fail(Capture *c, Var *v);
+/* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
+ * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
+PyObject *gscalar_standin(Capture *c, Var *v);
 
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);

@@ -31,10 +31,13 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     Capture *c = p->c;
     switch (v->kind) {
     case VK_SYMINT:
+    case VK_GSCALAR:   /* the Python float/bool the graph computed */
     case VK_TENSOR: {
         if (v->src >= 0)   /* an input, handed back as itself */
             return Py_BuildValue("(si)", "s", (int)v->src);
-        int32_t value = v->kind == VK_TENSOR ? v->u.t.value : symb_materialize(c, v->u.s.e);
+        int32_t value = v->kind == VK_TENSOR    ? v->u.t.value
+                        : v->kind == VK_GSCALAR ? v->u.gs.value
+                                                : symb_materialize(c, v->u.s.e);
         if (value < 0)
             return NULL;
         PyObject *key = PyLong_FromLong(value);

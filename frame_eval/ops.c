@@ -109,6 +109,11 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
         }
         return 0;
     }
+    case VK_GSCALAR:
+        out->kind = BA_CONST;
+        out->data = 1;
+        out->value = gscalar_standin(c, v);
+        return out->value ? 0 : -1;
     case VK_SYMINT:
         if (sym_is_bool(v->u.s.e))
             return cap_fail(c, BR_DATA_DEPENDENT, "a condition on data-dependent sizes passed to an op");
@@ -184,7 +189,7 @@ int32_t cap_scalar_node(Capture *c, OpId op, PyObject *target, int32_t first, in
     TensorMeta m;
     memset(&m, 0, sizeof m);
     m.symint = 1;   /* not a tensor: the meta check skips it */
-    m.dtype = DT_I64;
+    m.dtype = DT_I64;   /* printed as a Python scalar (meta_format): not a float or bool */
     PyObject *where = cap_where(c);   /* new or NULL */
     if (!where)
         PyErr_Clear();
@@ -209,6 +214,9 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
         a.kind = ARG_VALUE;
         if ((a.a = symb_materialize(c, v->u.s.e)) < 0)
             return -1;
+    } else if (v->kind == VK_GSCALAR) {
+        a.kind = ARG_VALUE;   /* the Python float/bool the graph computes */
+        a.a = v->u.gs.value;
     } else if (slice_symbolic(v)) {
         a.kind = ARG_VALUE;
         if ((a.a = slice_node(c, v)) < 0)
@@ -574,6 +582,8 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         }
         return record_operator(c, path, args, 2);
     }
+    if (a->kind == VK_GSCALAR || b->kind == VK_GSCALAR)
+        return gscalar_binary(c, nb, a, b);
     if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
         int handled;
         Var *r = symb_binary(c, nb, a, b, &handled);
@@ -643,6 +653,8 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         Var *args[2] = {a, b};
         return record_operator(c, path, args, 2);
     }
+    if (a->kind == VK_GSCALAR || b->kind == VK_GSCALAR)
+        return gscalar_compare(c, cmp, a, b);
     if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
         int handled;
         Var *r = symb_compare(c, cmp, a, b, &handled);
@@ -683,6 +695,8 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
 
 Var *op_unary(Capture *c, int opcode, Var *a)
 {
+    if (a->kind == VK_GSCALAR)
+        return gscalar_unary(c, opcode, a);   /* `not b` too: a graph bool, decided at run time */
     if (opcode == SJOP_UNARY_NOT) {
         int t;
         if (op_truth(c, a, &t) < 0)
@@ -728,6 +742,8 @@ int op_truth(Capture *c, Var *v, int *truth)
             return cap_fail_exc(c, BR_INTERNAL);
         return 0;
     }
+    case VK_GSCALAR:
+        return gscalar_truth_fail(c, v);
     case VK_TENSOR:
         return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");

@@ -689,7 +689,10 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value)
 /* -------------------------------------------------------------- unbacked ---- */
 
 
-SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r)
+/* A new unbacked symbol and its SymInfo, logged as create_unbacked_<what> (torch's words:
+ * symint, symbool). */
+static SymNode *unbacked_symbol(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r,
+                                const char *what)
 {
     if (symb_ensure(c) < 0 || grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
         return NULL;
@@ -704,13 +707,42 @@ SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim,
     si->range0 = r;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = symb_where_text(c);
-        sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_symint u%lld %U (%U)", (long long)u->value,
+        sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_%s u%lld %U (%U)", what, (long long)u->value,
                range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
         PyErr_Clear();
     }
     return u;
+}
+
+SymNode *symb_unbacked(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r)
+{
+    return unbacked_symbol(c, value, tensor_value, dim, r, "symint");
+}
+
+SymNode *symb_unbacked_bool(Capture *c, int32_t value)
+{
+    return unbacked_symbol(c, value, -1, 0, (SymRange){0, 1}, "symbool");
+}
+
+Var *symb_unbacked_value(Capture *c, int32_t value)
+{
+    SymNode *u = symb_unbacked(c, value, -1, 0, sym_range_full());
+    if (!u) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    /* symb_materialize finds the value without making a node */
+    PyObject *key = PyLong_FromVoidPtr(u), *val = PyLong_FromLong(value);   /* new */
+    int r = key && val ? PyDict_SetItem(c->symvals, key, val) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    if (r < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    return symb_var(c, u);
 }
 
 Var *symb_item(Capture *c, Var *t)
@@ -729,9 +761,10 @@ Var *symb_item(Capture *c, Var *t)
         return NULL;
     }
     DTypeCategory cat = dtype_info[m->dtype].category;
+    if (cat == CAT_FLOAT || m->dtype == DT_BOOL)
+        return gscalar_item(c, t);   /* torch's unbacked SymFloat / SymBool */
     if (cat != CAT_INT) {
-        /* torch gives an unbacked float (or bool); shapejit's symbols are integers */
-        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a %s tensor: only integer values are captured "
+        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a %s tensor: only real and bool values are captured "
                  "(capture_scalar_outputs)", dtype_info[m->dtype].name);
         return NULL;
     }
@@ -739,25 +772,16 @@ Var *symb_item(Capture *c, Var *t)
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    PyObject *fn = libs.tensor_type ? PyObject_GetAttrString(libs.tensor_type, "item") : NULL;
+    PyObject *fn = libs.tensor_type ? PyObject_GetAttrString(libs.tensor_type, "item") : NULL;   /* new */
     int32_t vals[1] = {t->u.t.value};
     const SymNode *consts[1] = {NULL};
     int32_t v = fn ? symb_size_node(c, OP_ITEM, fn, vals, consts, 1) : -1;
     Py_XDECREF(fn);
-    SymNode *u = v >= 0 ? symb_unbacked(c, v, -1, 0, sym_range_full()) : NULL;
-    if (!u) {
+    if (v < 0) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    PyObject *key = PyLong_FromVoidPtr(u), *val = PyLong_FromLong(v);
-    int r = key && val ? PyDict_SetItem(c->symvals, key, val) : -1;
-    Py_XDECREF(key);
-    Py_XDECREF(val);
-    if (r < 0) {
-        cap_fail_exc(c, BR_INTERNAL);
-        return NULL;
-    }
-    return symb_var(c, u);
+    return symb_unbacked_value(c, v);
 }
 
 /* ---------------------------------------------------------------- vars ---- */

@@ -8,6 +8,7 @@ static const char *const kind_names[] = {
     [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
     [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
     [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super", [VK_SYMINT] = "symbolic int",
+    [VK_GSCALAR] = "graph scalar",
 };
 
 const char *var_kind_name(const Var *v)
@@ -183,6 +184,12 @@ PyObject *var_to_py(Capture *c, Var *v)
             return NULL;
         return PyLong_FromLongLong(h);
     }
+    case VK_GSCALAR:
+        /* its value is data: the use breaks the graph as data-dependent (cap_fail_exc) */
+        PyErr_Format(sym_data_dependent_error ? sym_data_dependent_error : PyExc_RuntimeError,
+                     "%U is a %s computed in the graph (Tensor.item()); its Python value is data", v->u.gs.text,
+                     v->u.gs.type == GS_BOOL ? "bool" : "float");
+        return NULL;
     case VK_CONST:
     case VK_OBJECT:
     case VK_MODULE:

@@ -38,8 +38,9 @@ typedef struct TensorMeta {
     unsigned char np_scalar;      /* numpy only: the value is a numpy scalar (np.float64(1.0)),
                                      which numpy returns for full reductions; ndim is 0 */
     unsigned char requires_grad;  /* torch only */
-    unsigned char symint;         /* graph values only: not a tensor but a Python int (a size
-                                     computed at run time: x.size(0), s0 * 2) */
+    unsigned char symint;         /* graph values only: not a tensor but a Python scalar (a size
+                                     computed at run time: x.size(0), s0 * 2; or a float/bool
+                                     from t.item(): dtype F64 or BOOL) */
     int64_t size[SJ_MAX_RANK];    /* sizes; a symbolic dim holds its hint here */
     struct SymNode *sym[SJ_MAX_RANK];  /* NULL: size[i] is static; else dim i's symbolic size
                                      (a node of the capture's shape environment, owned by the

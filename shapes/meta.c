@@ -401,8 +401,8 @@ void meta_format(const TensorMeta *m, char *buf, size_t n)
     if (n == 0)
         return;
     const char *name = m->dtype < DT_COUNT ? dtype_info[m->dtype].name : "?";
-    if (m->symint) {
-        snprintf(buf, n, "int");
+    if (m->symint) {   /* a Python scalar: the graph floats and bools of t.item(), else an int */
+        snprintf(buf, n, "%s", m->dtype == DT_F64 ? "float" : m->dtype == DT_BOOL ? "bool" : "int");
         return;
     }
     if (m->np_scalar) {

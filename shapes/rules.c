@@ -147,7 +147,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
         *out = dflt;
         return 0;
     }
-    if (a->kind != BA_CONST || !(PyFloat_Check(a->value) || PyLong_Check(a->value)))
+    if (a->kind != BA_CONST || a->data || !(PyFloat_Check(a->value) || PyLong_Check(a->value)))
         return sj_err(err, "%s must be a constant number", name);
     double v = PyFloat_AsDouble(a->value);
     if (v == -1.0 && PyErr_Occurred()) {
@@ -162,7 +162,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max,
                          ShapeErr *err)
 {
-    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL};
+    BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0};
     if (PyTuple_Check(v) || PyList_Check(v)) {
         /* torch.Size is a tuple subclass, so it lands here too */
         Py_ssize_t len = PySequence_Fast_GET_SIZE(v);

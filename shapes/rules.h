@@ -32,6 +32,9 @@ typedef struct BoundArg {
     struct SymNode *const *slice_sym;  /* BA_CONST slice with symbolic parts (x[:n]): the
                                           symbols of start, stop, step (NULL for a constant
                                           part; value is the slice of the hints), else NULL */
+    int data;                          /* BA_CONST: a scalar computed in the graph at run time
+                                          (a float from t.item()); value is a stand-in of its
+                                          Python type, for dtype logic only: never read it */
 } BoundArg;
 
 typedef struct {

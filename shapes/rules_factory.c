@@ -161,6 +161,8 @@ static int number(const BoundArg *a, const char *what, double *v, int *is_float,
 {
     if (!a || a->kind != BA_CONST)
         return sj_err(err, "%s must be a constant number", what);
+    if (a->data)
+        return sj_err(err, "%s is data (computed in the graph): the size it decides is not known", what);
     PyObject *o = a->value;
     if (PyFloat_Check(o)) {
         *is_float = 1;
@@ -278,8 +280,10 @@ int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     (void)op;
     double v;
     int fl = 0;
-    if (number(ba_get(b, "start"), "start", &v, &fl, err) ||
-        number(ba_get(b, "end"), "end", &v, &fl, err))
+    /* the bounds decide the values, not the size: a graph scalar (data) is fine */
+    const BoundArg *start = ba_get(b, "start"), *end = ba_get(b, "end");
+    if ((!(start && start->data) && number(start, "start", &v, &fl, err)) ||
+        (!(end && end->data) && number(end, "end", &v, &fl, err)))
         return -1;
     int64_t steps;
     if (sj_get_int(b, "steps", lib == LIB_NUMPY ? 50 : -1, &steps, err))

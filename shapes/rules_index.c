@@ -151,7 +151,7 @@ static int check_int_index(const TensorMeta *x, int src, const IxItem *it, Shape
 {
     if (!it->obj)
         return 0;   /* a numpy integer scalar of unknown value: numpy checks at run time */
-    BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL, NULL};
+    BoundArg tmp = {BA_CONST, NULL, it->obj, 0, NULL, NULL, NULL, 0};
     int64_t v;
     if (sj_int(&tmp, "index", &v, err))
         return -1;

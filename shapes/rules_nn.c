@@ -349,7 +349,7 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
             PyObject *e = PySequence_Fast_GET_ITEM(v, i);
             if (e == Py_None)
                 continue;    /* None keeps the input size */
-            BoundArg t = {BA_CONST, NULL, e, 0, NULL, NULL, NULL};
+            BoundArg t = {BA_CONST, NULL, e, 0, NULL, NULL, NULL, 0};
             int64_t n;
             if (sj_int(&t, "output_size", &n, err))
                 return -1;
@@ -530,7 +530,7 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
         if (m != x->ndim && m != 1)
             return sj_err(err, "pad_width does not match the array rank");
         for (int i = 0; i < x->ndim; i++) {
-            BoundArg t = {BA_CONST, NULL, PySequence_Fast_GET_ITEM(v, m == 1 ? 0 : i), 0, NULL, NULL, NULL};
+            BoundArg t = {BA_CONST, NULL, PySequence_Fast_GET_ITEM(v, m == 1 ? 0 : i), 0, NULL, NULL, NULL, 0};
             if (sj_int_list(&t, "pad_width", flat, &n, 2, err))
                 return -1;
             before[i] = flat[0];

@@ -258,7 +258,7 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         bb.n = 2;
         bb.names[0] = "input";
         bb.names[1] = "other";
-        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL, NULL, NULL};
+        bb.args[0] = (BoundArg){BA_TENSOR, x, NULL, 0, NULL, NULL, NULL, 0};
         bb.args[1] = *other;
         return shapes_infer(op == OP_MAX ? OP_MAXIMUM : OP_MINIMUM, lib, &bb, out, nout, err);
     }

@@ -1,0 +1,470 @@
+/* Graph scalars: Python floats and bools whose values exist only at run time.
+ *
+ * Under capture_scalar_outputs, t.item() of a one-element float or bool torch tensor is
+ * captured as an item node, as torch.compile does (its unbacked SymFloat zuf<N> and SymBool
+ * u<N>). Design: a var kind of its own, VK_GSCALAR, holding the graph value that computes
+ * the scalar and its Python type, rather than a VK_TENSOR (the scalar is not a tensor: no
+ * attributes, methods or shape) or a VK_SYMINT (no symbolic expression, no hint, nothing to
+ * guard: a float's value is data).
+ *   - Arithmetic and comparisons on it, with Python numbers, other graph scalars and
+ *     symbolic ints, record OP_PY_SCALAR nodes whose target is the Python function
+ *     (operator.mul, math.sqrt, float) and give a new graph scalar. An int result (int(f),
+ *     math.floor(f), b + 1) is an unbacked symbol u<N> over its node (symb_unbacked_value),
+ *     so that everything written for unbacked ints applies to it.
+ *   - Passed to a tensor op (x * f, torch.full((n,), f), x.clamp(max=f)), the op's argument
+ *     is the graph value (ops.c to_arg); its shape rule sees a stand-in of the same Python
+ *     type, flagged BoundArg.data so that a rule never reads the number.
+ *   - A branch on it (if f > 0:, and/or) is a data-dependent graph break (the comparison
+ *     itself is recorded, as torch does); any other use that needs its Python value raises
+ *     DataDependentError, which capture turns into a data-dependent break.
+ *   - Returned, or live at a graph break, it is a graph output: the Python float or bool.
+ *
+ * Memory: graph scalar vars live in the capture's arena; their text (for messages) is kept
+ * alive by the capture's keepalive list. Targets are owned by the graph's constants. */
+#include "capture.h"
+#include "libs.h"
+#include "../core/log.h"
+#include "sj_opcodes.h"
+
+/* Number kinds of an operand: what Python type it has at run time. */
+enum { NK_NONE = 0, NK_BOOL, NK_INT, NK_FLOAT };
+
+/* How a result's Python type follows from its operands' (Python's numeric tower). */
+typedef enum {
+    R_ARITH,     /* float if any operand is a float, else int (True + True == 2) */
+    R_FLOAT,     /* always float: true division, float(), math.sqrt() */
+    R_INT,       /* always int: int(), round(x), math.floor() */
+    R_BOOL,      /* comparisons, not, bool() */
+    R_POW,       /* float if any float; int ** int only with a constant exponent >= 0 */
+    R_BITS,      /* & | ^: bool with bools, int with ints, never floats */
+    R_INTS,      /* << >>: ints only */
+    R_SAME,      /* neg, abs: a float stays float, a bool becomes int */
+    R_PICK,      /* min/max return an operand: one type among them, or unknown */
+} ResultRule;
+
+/* BINARY_OP on graph scalars, by the binary op (in-place forms share the row: floats and
+ * bools are immutable). */
+#define GS_BINARY_OPS(X)                                                                        \
+    X(SJ_NB_ADD, "add", R_ARITH) X(SJ_NB_SUBTRACT, "sub", R_ARITH)                              \
+    X(SJ_NB_MULTIPLY, "mul", R_ARITH) X(SJ_NB_FLOOR_DIVIDE, "floordiv", R_ARITH)                \
+    X(SJ_NB_REMAINDER, "mod", R_ARITH) X(SJ_NB_TRUE_DIVIDE, "truediv", R_FLOAT)                 \
+    X(SJ_NB_POWER, "pow", R_POW) X(SJ_NB_AND, "and_", R_BITS) X(SJ_NB_OR, "or_", R_BITS)        \
+    X(SJ_NB_XOR, "xor", R_BITS) X(SJ_NB_LSHIFT, "lshift", R_INTS) X(SJ_NB_RSHIFT, "rshift", R_INTS)
+
+/* Functions called on graph scalars that become nodes: module, name, argument count,
+ * result rule. Other functions of a graph scalar break the graph (torch breaks on
+ * math.exp and math.isnan too). */
+#define GS_CALLS(X)                                                                             \
+    X("builtins", "float", 1, R_FLOAT) X("builtins", "int", 1, R_INT)                           \
+    X("builtins", "bool", 1, R_BOOL) X("builtins", "abs", 1, R_SAME)                            \
+    X("builtins", "round", 1, R_INT) X("builtins", "min", 2, R_PICK)                            \
+    X("builtins", "max", 2, R_PICK) X("math", "sqrt", 1, R_FLOAT) X("math", "floor", 1, R_INT) \
+    X("math", "ceil", 1, R_INT) X("math", "trunc", 1, R_INT)
+
+/* The in-place binary ops follow the plain ones in the same order (BINARY_OP's oparg). */
+_Static_assert(SJ_NB_ADD == 0 && SJ_NB_INPLACE_XOR - SJ_NB_INPLACE_ADD == SJ_NB_XOR - SJ_NB_ADD,
+               "BINARY_OP in-place opargs are the plain ones shifted");
+
+static const struct { int nb; const char *fn; ResultRule rule; } binary_ops[] = {
+#define X(nb, fn, rule) {nb, fn, rule},
+    GS_BINARY_OPS(X)
+#undef X
+};
+
+static const struct { const char *mod, *name; int nargs; ResultRule rule; } calls[] = {
+#define X(mod, name, nargs, rule) {mod, name, nargs, rule},
+    GS_CALLS(X)
+#undef X
+};
+enum { NCALLS = sizeof calls / sizeof calls[0] };
+static PyObject *call_objs[NCALLS];   /* strong: the resolved functions of calls[] */
+static PyObject *standin_float;       /* strong: what the shape rules see for a graph float */
+
+/* ------------------------------------------------------------ operands ---- */
+
+static int num_kind(const Var *v)
+{
+    if (!v)
+        return NK_NONE;
+    switch (v->kind) {
+    case VK_GSCALAR:
+        return v->u.gs.type == GS_BOOL ? NK_BOOL : NK_FLOAT;
+    case VK_SYMINT:
+        return NK_INT;
+    case VK_CONST:
+        if (PyBool_Check(v->obj))
+            return NK_BOOL;
+        if (PyLong_CheckExact(v->obj))
+            return NK_INT;
+        if (PyFloat_CheckExact(v->obj))
+            return NK_FLOAT;
+        return NK_NONE;
+    default:
+        return NK_NONE;
+    }
+}
+
+/* New reference: how an operand reads in messages (zuf0, u1, 2.0). */
+static PyObject *text_of(Capture *c, const Var *v)
+{
+    if (v->kind == VK_GSCALAR)
+        return Py_NewRef(v->u.gs.text);
+    if (v->kind == VK_SYMINT)
+        return sym_print(c->env, v->u.s.e, NULL, NULL);
+    return PyObject_Repr(v->obj);
+}
+
+/* New reference: an operand's text, in parentheses when it is not atomic. */
+static PyObject *operand_text(Capture *c, const Var *v)
+{
+    PyObject *t = text_of(c, v);
+    if (!t || PyUnicode_FindChar(t, ' ', 0, PyUnicode_GET_LENGTH(t), 1) < 0)
+        return t;
+    Py_SETREF(t, PyUnicode_FromFormat("(%U)", t));
+    return t;
+}
+
+/* The result type of rule over operands of kinds k[0..n); NK_NONE when Python would raise
+ * or the type depends on the values (*why says which). */
+static int result_kind(ResultRule rule, const int *k, Var *const *args, int n, const char **why)
+{
+    int any_float = 0, all_bool = 1, same = 1;
+    for (int i = 0; i < n; i++) {
+        any_float |= k[i] == NK_FLOAT;
+        all_bool &= k[i] == NK_BOOL;
+        same &= k[i] == k[0];
+    }
+    switch (rule) {
+    case R_ARITH:
+        return any_float ? NK_FLOAT : NK_INT;
+    case R_FLOAT:
+        return NK_FLOAT;
+    case R_INT:
+        return NK_INT;
+    case R_BOOL:
+        return NK_BOOL;
+    case R_POW:
+        if (any_float)
+            return NK_FLOAT;
+        if (k[1] == NK_BOOL)
+            return NK_INT;   /* a bool exponent is never negative */
+        if (n == 2 && args[1]->kind == VK_CONST && PyLong_Check(args[1]->obj)) {
+            int overflow;
+            long long e = PyLong_AsLongLongAndOverflow(args[1]->obj, &overflow);
+            PyErr_Clear();
+            if (overflow > 0 || (!overflow && e >= 0))
+                return NK_INT;
+        }
+        *why = "an int to a power known only at run time (int or float, by its sign)";
+        return NK_NONE;
+    case R_BITS:
+        if (any_float)
+            break;
+        return all_bool ? NK_BOOL : NK_INT;
+    case R_INTS:
+        if (any_float)
+            break;
+        return NK_INT;
+    case R_SAME:
+        return k[0] == NK_FLOAT ? NK_FLOAT : NK_INT;
+    case R_PICK:
+        if (same)
+            return k[0];
+        *why = "min/max of mixed types (the type of the result depends on the values)";
+        return NK_NONE;
+    }
+    *why = "a float operand (Python raises TypeError)";
+    return NK_NONE;
+}
+
+/* ---------------------------------------------------------------- nodes ---- */
+
+/* An OP_PY_SCALAR (or OP_ITEM) node calling target on args (graph scalars, symbolic ints,
+ * constants, or one tensor for item), whose value has Python kind nk. -1 on error. */
+static int32_t scalar_node(Capture *c, OpId op, PyObject *target, Var *const *args, int n, int nk)
+{
+    Graph *g = c->g;
+    int32_t first = graph_pool(g, n);
+    if (first < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        Arg a = {ARG_VALUE, 0, 0};
+        Var *v = args[i];
+        if (v->kind == VK_GSCALAR)
+            a.a = v->u.gs.value;
+        else if (v->kind == VK_TENSOR)
+            a.a = v->u.t.value;
+        else if (v->kind == VK_SYMINT)
+            a.a = symb_materialize(c, v->u.s.e);
+        else {
+            a.kind = ARG_CONST;
+            a.a = graph_const(g, v->obj);
+        }
+        if (a.a < 0)
+            return -1;
+        g->pool[first + i] = a;
+    }
+    TensorMeta m;
+    memset(&m, 0, sizeof m);
+    m.symint = 1;   /* not a tensor: the meta check skips it */
+    m.dtype = nk == NK_FLOAT ? DT_F64 : nk == NK_BOOL ? DT_BOOL : DT_I64;
+    PyObject *where = cap_where(c);   /* new or NULL */
+    if (!where)
+        PyErr_Clear();
+    int32_t v = graph_add_node(g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
+    Py_XDECREF(where);
+    if (v >= 0)
+        c->nops++;   /* scalar work at run time is work: the frame gets a graph */
+    return v;
+}
+
+/* The var of node v's result: a graph scalar named text (stolen), or for an int an
+ * unbacked symbol. NULL with the failure recorded. */
+static Var *result_var(Capture *c, int32_t v, int nk, PyObject *text)
+{
+    if (v < 0 || !text) {
+        Py_XDECREF(text);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (nk == NK_INT) {
+        Py_DECREF(text);
+        return symb_unbacked_value(c, v);
+    }
+    if (!cap_keep_steal(c, text)) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    Var *r = var_new(c, VK_GSCALAR);
+    if (!r)
+        return NULL;
+    r->u.gs.value = v;
+    r->u.gs.type = nk == NK_BOOL ? GS_BOOL : GS_FLOAT;
+    r->u.gs.text = text;
+    return r;
+}
+
+static PyObject *operator_fn(const char *name)   /* borrowed (the operator module keeps it) */
+{
+    static PyObject *mod;   /* strong */
+    if (!mod && !(mod = PyImport_ImportModule("operator")))
+        return NULL;
+    PyObject *f = PyObject_GetAttrString(mod, name);
+    Py_XDECREF(f);
+    return f;
+}
+
+/* Record fn(args) with result kind nk; text: new reference (stolen). */
+static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int nk, PyObject *text)
+{
+    if (!fn) {
+        Py_XDECREF(text);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (symb_ensure(c) < 0) {   /* symbolic-int operands and int results need the env */
+        Py_XDECREF(text);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    int32_t v = text ? scalar_node(c, OP_PY_SCALAR, fn, args, n, nk) : -1;
+    return result_var(c, v, nk, text);
+}
+
+/* ----------------------------------------------------------------- item ---- */
+
+Var *gscalar_item(Capture *c, Var *t)
+{
+    int is_bool = t->u.t.meta.dtype == DT_BOOL;
+    if (symb_ensure(c) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *fn = libs.tensor_type ? PyObject_GetAttrString(libs.tensor_type, "item") : NULL;   /* new */
+    int32_t v = fn ? scalar_node(c, OP_ITEM, fn, &t, 1, is_bool ? NK_BOOL : NK_FLOAT) : -1;
+    Py_XDECREF(fn);
+    PyObject *text = NULL;
+    if (v >= 0 && is_bool) {
+        /* torch names it as an unbacked int in [0, 1] (create_unbacked_symbool u<N>) */
+        SymNode *u = symb_unbacked_bool(c, v);
+        text = u ? PyUnicode_FromFormat("u%lld", (long long)u->value) : NULL;
+    } else if (v >= 0) {
+        text = PyUnicode_FromFormat("zuf%d", (int)c->nufloats++);
+        if (text && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+            PyObject *w = symb_where_text(c);
+            sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_symfloat %U [-oo, oo] (%U)", text, w ? w : Py_None);
+            Py_XDECREF(w);
+            PyErr_Clear();
+        }
+    }
+    return result_var(c, v, is_bool ? NK_BOOL : NK_FLOAT, text);
+}
+
+/* ------------------------------------------------------------ operators ---- */
+
+static Var *fail_types(Capture *c, const char *what, Var *const *args, int n, const char *why)
+{
+    PyObject *t[2] = {NULL, NULL};   /* new references */
+    for (int i = 0; i < n && i < 2; i++)
+        if (!(t[i] = text_of(c, args[i]))) {
+            PyErr_Clear();
+            t[i] = PyUnicode_FromString("?");
+        }
+    if (n > 1)
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s on %S and %S (graph scalars): %s", what, t[0] ? t[0] : Py_None,
+                 t[1] ? t[1] : Py_None, why);
+    else
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s on %S (a graph scalar): %s", what, t[0] ? t[0] : Py_None, why);
+    Py_XDECREF(t[0]);
+    Py_XDECREF(t[1]);
+    return NULL;
+}
+
+Var *gscalar_binary(Capture *c, int nb, Var *a, Var *b)
+{
+    int base = nb >= SJ_NB_INPLACE_ADD ? nb - SJ_NB_INPLACE_ADD : nb;
+    const char *sym = nb >= 0 && nb < SJ_NB_COUNT ? sj_nb_symbols[base] : "?";
+    Var *args[2] = {a, b};
+    int k[2] = {num_kind(a), num_kind(b)};
+    size_t row = 0;
+    while (row < sizeof binary_ops / sizeof *binary_ops && binary_ops[row].nb != base)
+        row++;
+    if (row == sizeof binary_ops / sizeof *binary_ops)
+        return fail_types(c, sym, args, 2, "not a number operator");
+    if (!k[0] || !k[1])
+        return fail_types(c, sym, args, 2, "an operand is not a number");
+    const char *why = NULL;
+    int nk = result_kind(binary_ops[row].rule, k, args, 2, &why);
+    if (!nk)
+        return fail_types(c, sym, args, 2, why);
+    PyObject *ta = operand_text(c, a), *tb = ta ? operand_text(c, b) : NULL;
+    PyObject *text = tb ? PyUnicode_FromFormat("%U %s %U", ta, sym, tb) : NULL;
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return record_call(c, operator_fn(binary_ops[row].fn), args, 2, nk, text);
+}
+
+Var *gscalar_compare(Capture *c, int cmp, Var *a, Var *b)
+{
+    static const char *const fns[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+    static const char *const syms[] = {"<", "<=", "==", "!=", ">", ">="};
+    Var *args[2] = {a, b};
+    Var *other = a->kind == VK_GSCALAR ? b : a;
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && other->kind == VK_CONST && !num_kind(other) &&
+        !PyNumber_Check(other->obj))
+        return var_const(c, cmp == SJ_CMP_NE ? Py_True : Py_False);   /* f == None, b != "x" */
+    if (cmp < 0 || cmp > 5 || !num_kind(a) || !num_kind(b))
+        return fail_types(c, cmp >= 0 && cmp <= 5 ? syms[cmp] : "?", args, 2, "an operand is not a number");
+    PyObject *ta = operand_text(c, a), *tb = ta ? operand_text(c, b) : NULL;
+    PyObject *text = tb ? PyUnicode_FromFormat("%U %s %U", ta, syms[cmp], tb) : NULL;
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return record_call(c, operator_fn(fns[cmp]), args, 2, NK_BOOL, text);
+}
+
+Var *gscalar_unary(Capture *c, int opcode, Var *a)
+{
+    int k = num_kind(a);
+    if (opcode == SJOP_UNARY_POSITIVE && k == NK_FLOAT)
+        return a;   /* +f is f */
+    const char *fn = opcode == SJOP_UNARY_NOT ? "not_" : opcode == SJOP_UNARY_NEGATIVE ? "neg"
+                     : opcode == SJOP_UNARY_POSITIVE ? "pos" : "invert";
+    const char *sym = opcode == SJOP_UNARY_NOT ? "not " : opcode == SJOP_UNARY_NEGATIVE ? "-"
+                      : opcode == SJOP_UNARY_POSITIVE ? "+" : "~";
+    if (opcode == SJOP_UNARY_INVERT && k == NK_FLOAT)
+        return fail_types(c, "~", &a, 1, "a float operand (Python raises TypeError)");
+    int nk = opcode == SJOP_UNARY_NOT ? NK_BOOL : k == NK_FLOAT ? NK_FLOAT : NK_INT;
+    PyObject *t = operand_text(c, a);
+    PyObject *text = t ? PyUnicode_FromFormat("%s%U", sym, t) : NULL;
+    Py_XDECREF(t);
+    return record_call(c, operator_fn(fn), &a, 1, nk, text);
+}
+
+/* ---------------------------------------------------------------- calls ---- */
+
+static int calls_init(void)
+{
+    if (call_objs[0])
+        return 0;
+    for (int i = 0; i < NCALLS; i++) {
+        PyObject *mod = PyImport_ImportModule(calls[i].mod);   /* new */
+        PyObject *f = mod ? PyObject_GetAttrString(mod, calls[i].name) : NULL;
+        Py_XDECREF(mod);
+        if (!f) {
+            for (int j = 0; j < i; j++)
+                Py_CLEAR(call_objs[j]);
+            return -1;
+        }
+        call_objs[i] = f;   /* strong, for the life of the process */
+    }
+    return 0;
+}
+
+Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
+{
+    *handled = 0;
+    int any = 0;
+    for (int32_t i = 0; i < nargs; i++) {
+        if (args[i] && args[i]->kind == VK_TENSOR)
+            return NULL;   /* a tensor op: the graph scalar is one of its arguments */
+        any |= args[i] && args[i]->kind == VK_GSCALAR;
+    }
+    if (!any)
+        return NULL;
+    if (calls_init() < 0) {
+        *handled = 1;
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    int row = 0;
+    while (row < NCALLS && call_objs[row] != fn)
+        row++;
+    if (row == NCALLS)
+        return NULL;   /* not modelled: a use of its value breaks (DataDependentError) */
+    *handled = 1;
+    if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != calls[row].nargs) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s() of a graph scalar with %d arguments", calls[row].mod,
+                 calls[row].name, (int)nargs);
+        return NULL;
+    }
+    int k[2] = {0, 0};
+    for (int32_t i = 0; i < nargs; i++)
+        if (!(k[i] = num_kind(args[i])))
+            return fail_types(c, calls[row].name, args, (int)nargs, "an argument is not a number");
+    const char *why = NULL;
+    int nk = result_kind(calls[row].rule, k, args, (int)nargs, &why);
+    if (!nk)
+        return fail_types(c, calls[row].name, args, (int)nargs, why);
+    /* float(f) and bool(b) are the value itself (torch records nothing either) */
+    if (nargs == 1 && args[0]->kind == VK_GSCALAR &&
+        ((calls[row].rule == R_FLOAT && nk == k[0] && !strcmp(calls[row].name, "float")) ||
+         (calls[row].rule == R_BOOL && k[0] == NK_BOOL)))
+        return args[0];
+    PyObject *ta = text_of(c, args[0]), *tb = ta && nargs > 1 ? text_of(c, args[1]) : NULL;   /* new */
+    PyObject *text = !ta ? NULL
+                     : nargs > 1 ? (tb ? PyUnicode_FromFormat("%s(%U, %U)", calls[row].name, ta, tb) : NULL)
+                                 : PyUnicode_FromFormat("%s(%U)", calls[row].name, ta);
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return record_call(c, fn, args, (int)nargs, nk, text);
+}
+
+/* ------------------------------------------------------------- consumers ---- */
+
+int gscalar_truth_fail(Capture *c, Var *v)
+{
+    return cap_fail(c, BR_DATA_DEPENDENT, "branching on %U, a %s computed in the graph (Tensor.item() under "
+                    "capture_scalar_outputs); its value is data", v->u.gs.text,
+                    v->u.gs.type == GS_BOOL ? "bool" : "float");
+}
+
+PyObject *gscalar_standin(Capture *c, Var *v)
+{
+    if (v->u.gs.type == GS_BOOL)
+        return Py_True;
+    if (!standin_float && !(standin_float = PyFloat_FromDouble(1.0))) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    return standin_float;
+}
