@@ -29,9 +29,9 @@ C_DIRS = ["core", "frame_eval", "graph", "guards", "shapes", "codegen"]
 GEN_DIR = os.path.join("build", "gen")
 OPCODES_H = os.path.join(GEN_DIR, "sj_opcodes.h")
 
-# Libraries linked into _C. Later issues add their own here:
-#   "dnnl" (oneDNN backend, libdnnl-dev), "ffi" (libffi-dev).
-LIBRARIES = ["xxhash"]
+# Libraries linked into _C: xxhash (libxxhash-dev), ffi (libffi-dev: calls into generated
+# kernels), dl (dlopen of kernel libraries). Later: "dnnl" (oneDNN backend, libdnnl-dev).
+LIBRARIES = ["xxhash", "ffi", "dl"]
 
 # -fvisibility=hidden: only PyInit__C is exported, so calls between our own functions are
 # direct (no PLT) and can be inlined; -flto lets that happen across files. Both matter on

@@ -9,6 +9,7 @@
 #include "../shapes/infer_py.h"
 #include "../shapes/sym.h"
 #include "../guards/tensor_reader.h"
+#include "../codegen/codegen.h"
 #define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
 #include "../shapes/np.h"
 
@@ -107,7 +108,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (sj_numpy_import() < 0 || config_init() < 0 || add_methods(m, core_methods) < 0 ||
         add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
         graph_py_init_types(m) < 0 || hook_init_types(m) < 0 || symb_init_module(m) < 0 || checks_init_module(m) < 0 ||
-        sym_py_init_types(m) < 0) {
+        sym_py_init_types(m) < 0 || codegen_init_module(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,0 +1,200 @@
+/* Loading kernel libraries and describing calls into them.
+ *
+ * A library is dlopened (RTLD_NOW | RTLD_LOCAL) through /proc/self/fd/<n> of the
+ * descriptor the disk cache verified, and kept with that descriptor for the process
+ * lifetime. Keeping the descriptor is what makes the name unique: glibc answers dlopen of
+ * a name it has already loaded with the old object, so a reused fd number would bring back
+ * a previous library. (For the same file, glibc matches the inode and returns the handle
+ * it has; we then close the extra descriptor and reuse our CgLib.)
+ *
+ * Call descriptions are libffi cifs. The argument-type array a cif points to is interned
+ * per signature string and never freed, so a prepared CgFn is a plain value. */
+#include "codegen_int.h"
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct CgLib {
+    void *handle;             /* from dlopen; never closed */
+    int fd;                   /* the verified entry, open for the process lifetime */
+    char key[DC_KEY_HEX];     /* the source's cache key */
+    char *tag;                /* owned: names the library in messages */
+    int memo;                 /* answers cg_build for its key (cleared by cg_forget) */
+    CgLib *next;
+};
+
+static CgLib *libs;           /* every library loaded, newest first; immortal */
+
+/* ------------------------------------------------------------------ libraries ---- */
+
+static CgLib *memo_find(const char *key)
+{
+    for (CgLib *l = libs; l; l = l->next)
+        if (l->memo && !strcmp(l->key, key))
+            return l;
+    return NULL;
+}
+
+CgLib *cg_build(const char *src, size_t len, const char *tag)
+{
+    char key[DC_KEY_HEX], name[64], path[4096];
+    if (dc_key(src, len, key) < 0)
+        return NULL;
+    CgLib *lib = memo_find(key);
+    if (lib) {
+        dc_stats.mem_hits++;
+        return lib;
+    }
+    int fd = dc_entry_fd(key, src, len, tag);
+    if (fd < 0)
+        return NULL;
+    if (dc_entry_path(key, path, sizeof path) < 0)
+        snprintf(path, sizeof path, "<%s>", key);
+    int via_proc = access("/proc/self/fd", X_OK) == 0;   /* else (no /proc) the path itself */
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    void *h = dlopen(via_proc ? name : path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        PyErr_Format(PyExc_ImportError, "shapejit: cannot load the kernel library for %s (%s): %s", tag, path,
+                     e ? e : "unknown dlopen error");
+        close(fd);
+        return NULL;
+    }
+    for (CgLib *l = libs; l; l = l->next) {
+        if (l->handle == h) {   /* the same file, loaded before */
+            dlclose(h);         /* drops the reference this dlopen added; ours stays */
+            close(fd);
+            l->memo = 1;
+            return l;
+        }
+    }
+    lib = calloc(1, sizeof *lib);
+    char *tag_copy = strdup(tag);
+    if (!lib || !tag_copy) {
+        free(lib);
+        free(tag_copy);
+        dlclose(h);
+        close(fd);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    lib->handle = h;
+    lib->fd = fd;
+    memcpy(lib->key, key, sizeof key);
+    lib->tag = tag_copy;
+    lib->memo = 1;
+    lib->next = libs;
+    libs = lib;
+    return lib;
+}
+
+void *cg_sym(CgLib *lib, const char *name)
+{
+    dlerror();
+    void *p = dlsym(lib->handle, name);
+    if (!p) {
+        PyErr_Format(PyExc_AttributeError, "shapejit: the kernel library for %s (key %s) exports no symbol "
+                     "'%s' (entry points must be declared CG_EXPORT)", lib->tag, lib->key, name);
+        return NULL;
+    }
+    return p;
+}
+
+/* The memo forgets every library, so the next cg_build of any source goes to the disk
+ * cache again (tests). The libraries stay loaded. */
+void cg_forget(void)
+{
+    for (CgLib *l = libs; l; l = l->next)
+        l->memo = 0;
+}
+
+/* ----------------------------------------------------------------- signatures ---- */
+
+typedef struct Sig {
+    struct Sig *next;
+    char *text;               /* owned: the signature string */
+    ffi_type *ret;
+    int nargs;
+    ffi_type *args[];         /* what a cif's arg_types points at */
+} Sig;
+
+static Sig *sigs;             /* interned signatures; immortal */
+
+static const char sig_letters[] = {
+#define X(ch, ft, ctype, doc) ch,
+#include "sig.def"
+#undef X
+    '\0'};
+
+static ffi_type *letter_type(char c)
+{
+    switch (c) {
+#define X(ch, ft, ctype, doc) case ch: return &ft;
+#include "sig.def"
+#undef X
+    default:
+        return NULL;
+    }
+}
+
+/* The interned Sig for `text`, parsing it the first time; NULL + ValueError. */
+static Sig *sig_get(const char *text)
+{
+    for (Sig *s = sigs; s; s = s->next)
+        if (!strcmp(s->text, text))
+            return s;
+    size_t n = strlen(text);
+    if (n == 0) {
+        PyErr_Format(PyExc_ValueError, "shapejit: empty kernel signature (expected a return letter then one "
+                     "letter per argument, from \"%s\")", sig_letters);
+        return NULL;
+    }
+    if (n - 1 > CG_MAX_ARGS) {
+        PyErr_Format(PyExc_ValueError, "shapejit: kernel signature has %zu arguments; at most %d",
+                     n - 1, CG_MAX_ARGS);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!letter_type(text[i]) || (i > 0 && text[i] == 'v')) {
+            PyErr_Format(PyExc_ValueError, "shapejit: kernel signature '%s': bad letter '%c' at %zu (the "
+                         "first letter is the return type, from \"%s\"; the others are arguments, from "
+                         "\"%s\" without v)", text, text[i], i, sig_letters, sig_letters);
+            return NULL;
+        }
+    }
+    Sig *s = malloc(sizeof *s + (n - 1) * sizeof(ffi_type *));
+    char *copy = strdup(text);
+    if (!s || !copy) {
+        free(s);
+        free(copy);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->text = copy;
+    s->ret = letter_type(text[0]);
+    s->nargs = (int)(n - 1);
+    for (size_t i = 1; i < n; i++)
+        s->args[i - 1] = letter_type(text[i]);
+    s->next = sigs;
+    sigs = s;
+    return s;
+}
+
+int cg_fn_prepare(CgFn *f, void *fn, const char *sig)
+{
+    Sig *s = sig_get(sig);
+    if (!s)
+        return -1;
+    ffi_status st = ffi_prep_cif(&f->cif, FFI_DEFAULT_ABI, (unsigned)s->nargs, s->ret, s->args);
+    if (st != FFI_OK) {
+        PyErr_Format(PyExc_RuntimeError, "shapejit: libffi cannot prepare a call of signature '%s' (status %d)",
+                     sig, (int)st);
+        return -1;
+    }
+    f->fn = fn;
+    f->nargs = s->nargs;
+    f->ret = sig[0];
+    f->sig = s->text;
+    return 0;
+}
