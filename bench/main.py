@@ -8,7 +8,7 @@ its peers, all in the same run, and prints one table:
              a numpy statistics/physics kernel (Lennard-Jones energies + z-scores),
              BertModel from a small BertConfig (eval, no_grad)
   systems:   eager (the baseline), torch.compile(backend="eager") (capture only),
-             torch.compile (Inductor), shapejit backend="eager" and backend="default";
+             torch.compile (Inductor), shapejit backend="eager", "default" and "cpu" (generated C);
              on the numpy kernel also numba (same numpy source, and hand-written loops)
              and jax.jit (the same kernel in jax.numpy, float64)
   columns:   graphs, graph breaks, recompiles, capture/compile time, median call time,
@@ -42,7 +42,7 @@ TITLES = {
     "numpy_lj": "numpy LJ energies+stats (512 particles, f64)",
     "bert": "BertModel (2 layers, hidden 128, seq 64, batch 2)",
 }
-SJ_BACKENDS = ["eager", "default"]
+SJ_BACKENDS = ["eager", "default", "cpu"]
 
 
 def parse_args(argv=None):

@@ -268,7 +268,60 @@ static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyOb
     return *mismatch ? 0 : -1;
 }
 
+int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch)
+{
+    const Node *nd = &g->nodes[ni];
+    PyObject *r = run_node(g, nd, vals);
+    if (!r)
+        return -1;
+    if (nd->nout == 1) {
+        vals[nd->first_value] = r;
+        if (verify_value(g, nd, nd->first_value, r, mismatch) < 0)
+            return -1;
+    } else {
+        /* multi-output ops return a tuple or list; state ops return None (nout 0) */
+        if (nd->nout > 0) {
+            PyObject *seq = PySequence_Fast(r, "shapejit: multi-output op did not return a sequence");
+            if (!seq || PySequence_Fast_GET_SIZE(seq) != nd->nout) {
+                if (seq) {
+                    PyErr_Format(PyExc_RuntimeError, "shapejit: op '%s' returned %zd values, expected %d",
+                                 op_info[nd->op].name, PySequence_Fast_GET_SIZE(seq), nd->nout);
+                    Py_DECREF(seq);
+                }
+                Py_DECREF(r);
+                return -1;
+            }
+            for (int32_t k = 0; k < nd->nout; k++) {
+                PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+                vals[nd->first_value + k] = Py_NewRef(item);
+                if (verify_value(g, nd, nd->first_value + k, item, mismatch) < 0) {
+                    Py_DECREF(seq);
+                    Py_DECREF(r);
+                    return -1;
+                }
+            }
+            Py_DECREF(seq);
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static int exec_all(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
+{
+    (void)ctx;
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        if (g->nodes[ni].op != OP_INPUT && graph_exec_node(g, ni, vals, mismatch) < 0)
+            return -1;
+    return 0;
+}
+
 PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch)
+{
+    return graph_run_with(g, inputs, mismatch, exec_all, NULL);
+}
+
+PyObject *graph_run_with(Graph *g, PyObject *const *inputs, PyObject **mismatch, GraphExec exec, void *ctx)
 {
     PyObject *small[32];
     PyObject **vals = g->nvalues <= 32 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)g->nvalues);
@@ -284,44 +337,8 @@ PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch)
     }
     for (int32_t i = 0; i < g->ninputs; i++)
         vals[g->inputs[i]] = Py_NewRef(inputs[i]);
-    for (int32_t ni = 0; ni < g->nnodes; ni++) {
-        const Node *nd = &g->nodes[ni];
-        if (nd->op == OP_INPUT)
-            continue;
-        PyObject *r = run_node(g, nd, vals);
-        if (!r)
-            goto done;
-        if (nd->nout == 1) {
-            vals[nd->first_value] = r;
-            if (verify_value(g, nd, nd->first_value, r, mismatch) < 0)
-                goto done;
-        } else {
-            /* multi-output ops return a tuple or list; state ops return None (nout 0) */
-            if (nd->nout > 0) {
-                PyObject *seq = PySequence_Fast(r, "shapejit: multi-output op did not return a sequence");
-                if (!seq || PySequence_Fast_GET_SIZE(seq) != nd->nout) {
-                    if (seq) {
-                        PyErr_Format(PyExc_RuntimeError, "shapejit: op '%s' returned %zd values, expected %d",
-                                     op_info[nd->op].name, PySequence_Fast_GET_SIZE(seq), nd->nout);
-                        Py_DECREF(seq);
-                    }
-                    Py_DECREF(r);
-                    goto done;
-                }
-                for (int32_t k = 0; k < nd->nout; k++) {
-                    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
-                    vals[nd->first_value + k] = Py_NewRef(item);
-                    if (verify_value(g, nd, nd->first_value + k, item, mismatch) < 0) {
-                        Py_DECREF(seq);
-                        Py_DECREF(r);
-                        goto done;
-                    }
-                }
-                Py_DECREF(seq);
-            }
-            Py_DECREF(r);
-        }
-    }
+    if (exec(ctx, g, vals, mismatch) < 0)
+        goto done;
     out = PyTuple_New(g->noutputs);
     if (!out)
         goto done;

@@ -82,6 +82,15 @@ int graph_add_output(Graph *g, int32_t value);
  * not NULL, each node's outputs are checked against their predicted metadata and the first
  * disagreement is described in *mismatch (a new str; the run itself completes). */
 PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch);
+/* The same with the nodes run by exec(ctx, g, vals, mismatch) instead of one by one:
+ * vals[] holds the inputs on entry (strong references), exec fills the value of every
+ * node it runs (a strong reference each; slots it leaves NULL read as None) and returns 0,
+ * or -1 with an exception. A backend's steps (codegen/runtime.c). */
+typedef int (*GraphExec)(void *ctx, struct Graph *g, PyObject **vals, PyObject **mismatch);
+PyObject *graph_run_with(Graph *g, PyObject *const *inputs, PyObject **mismatch, GraphExec exec, void *ctx);
+/* Run node ni the original way, storing its outputs in vals (strong) and, when mismatch is
+ * given, checking them against their predicted metadata. 0 or -1 with an exception. */
+int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch);
 
 /* Readable listing (the graph_code log): new str. */
 PyObject *graph_format(Graph *g, const char *name);

@@ -6,7 +6,9 @@ is itself callable, so the simplest backend returns it unchanged.
 
 Named backends:
 - ``"eager"``: runs the captured ops through the original library calls.
-- ``"default"``: the oneDNN backend of a later issue; until it exists, the same as eager.
+- ``"cpu"``: generated C kernels for fused float32 pointwise runs, eager steps for the
+  rest (codegen/; issue 6, first slice).
+- ``"default"``: the same as eager until the cpu backend covers every op.
 """
 
 
@@ -15,9 +17,23 @@ def eager(graph, example_inputs):
     return graph
 
 
+def cpu(graph, example_inputs):
+    """Fuses runs of float32 pointwise ops into generated C loops (compiled once, cached on
+    disk, shape-generic); every other op runs with its original library call."""
+    from . import _C
+    try:
+        return _C._cg_compile_graph(graph)
+    except _C.CompileError as e:   # a bug of ours: the graph still runs, eagerly
+        import warnings
+        warnings.warn("shapejit: the cpu backend could not compile %s; it runs eagerly: %s"
+                      % (graph.name, e), RuntimeWarning, stacklevel=2)
+        return graph
+
+
 _BACKENDS = {
     "eager": eager,
-    "default": eager,  # becomes the oneDNN backend when it lands
+    "cpu": cpu,
+    "default": eager,  # becomes "cpu" once every op lowers or falls back per node (issue 6)
 }
 
 

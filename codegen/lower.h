@@ -1,0 +1,64 @@
+/* The generated-C backend's view of a graph (issue 6, first slice): which nodes become
+ * fused loops (plan.c), the C source of each loop (emit.c), and the compiled graph that
+ * runs the steps (runtime.c). Data flows graph -> codegen, never back.
+ *
+ * Memory: plans, steps and kernels are PyMem arrays owned by the CompiledGraph; the graph
+ * they describe is owned (a strong reference to its _C.Graph object) by the same. */
+#ifndef SJ_LOWER_H
+#define SJ_LOWER_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#include "../graph/ir.h"
+#include "codegen.h"
+
+#define SJ_KMAX_OPERANDS 32   /* tensor operands (inputs + outputs) of one kernel */
+
+/* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over
+ * an iteration space of `rank` dims (the broadcast of its tensor inputs at run time). */
+typedef struct {
+    int32_t *nodes;  int32_t nnodes;    /* PyMem: graph node indices */
+    int32_t ins[SJ_KMAX_OPERANDS];  int32_t nin;    /* value ids read from outside */
+    int32_t outs[SJ_KMAX_OPERANDS]; int32_t nout;   /* value ids written (used later) */
+    int rank;
+    Lib lib;
+    char name[32];                      /* the C function's name */
+    void *fn;                           /* the compiled function, after the build */
+    CgFn call;                          /* its libffi call description */
+} Kernel;
+
+typedef enum { STEP_EAGER, STEP_KERNEL } StepKind;
+
+typedef struct {
+    StepKind kind;
+    int32_t index;     /* EAGER: node index; KERNEL: kernel index */
+} Step;
+
+typedef struct {
+    Step *steps;     int32_t nsteps;
+    Kernel *kernels; int32_t nkernels;
+} LowerPlan;
+
+/* Partition g into steps (plan.c). 0, or -1 with an exception. */
+int lower_plan(Graph *g, LowerPlan *out);
+void lower_plan_free(LowerPlan *p);
+
+/* C source (new str) of every kernel of p, one translation unit (emit.c); names the
+ * kernels' functions. NULL with an exception. */
+PyObject *lower_emit(Graph *g, LowerPlan *p);
+
+/* The kernels' expressions (lower.def), by op: NULL when the op has no row. */
+typedef struct {
+    int nin;
+    const char *expr;
+    const char *pname[2];
+    double pdefault[2];
+} LowerRow;
+const LowerRow *lower_row(OpId op);
+
+/* The compiled-graph type (runtime.c) and the backend entry: _C._cg_compile_graph(graph). */
+extern PyTypeObject SjCompiledGraph_Type;
+int lower_init_module(PyObject *m);
+
+#endif

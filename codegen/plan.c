@@ -1,0 +1,292 @@
+/* Partitioning a graph into steps: runs of pointwise nodes that lower.def computes, over
+ * float32 tensors of one iteration space, become one fused kernel each; every other node
+ * is an eager step (its original library call).
+ *
+ * A node joins the open kernel when it is lowerable, has the kernel's output shape (the
+ * same dims, symbol for symbol), the same library, and reads only values that are either
+ * made by the kernel or available before it. A value a kernel makes is written to memory
+ * only when something after the kernel (a later node or the graph's outputs) reads it.
+ *
+ * Memory: the plan's arrays are PyMem; nothing here holds a Python reference. */
+#include <string.h>
+
+#include "lower.h"
+#include "../frame_eval/capture.h"
+#include "../shapes/rules.h"
+
+static const LowerRow rows[OP_COUNT] = {
+#define SJ_INF __builtin_inf()
+#define X(op, nin, expr, p0, d0, p1, d1) [op] = {nin, expr, {p0, p1}, {d0, d1}},
+#include "lower.def"
+#undef X
+#undef SJ_INF
+};
+
+const LowerRow *lower_row(OpId op)
+{
+    return (int)op >= 0 && op < OP_COUNT && rows[op].expr ? &rows[op] : NULL;
+}
+
+/* Parameters a schema may bind that change nothing here when passed as their default. */
+static int harmless(const char *name, PyObject *v)
+{
+    return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "approximate") &&
+                                                                 PyUnicode_Check(v) &&
+                                                                 PyUnicode_CompareWithASCIIString(v, "none") == 0);
+}
+
+static int is_f32_tensor(const TensorMeta *m, Lib lib)
+{
+    return m->dtype == DT_F32 && !m->symint && !m->requires_grad && !m->np_scalar && m->lib == lib;
+}
+
+/* A Python number usable as a float operand (bool and int included, as eager promotes). */
+static int is_number(PyObject *v)
+{
+    return PyFloat_Check(v) || PyLong_Check(v);
+}
+
+/* 1 when node ni can be computed by a kernel; its operand args in *a, *b (NULL when
+ * absent) and parameter values in p[2]. */
+int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->op == OP_INPUT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
+        return 0;
+    const LowerRow *row = lower_row((OpId)nd->op);
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    Lib lib = (Lib)om->lib;
+    if (!row || !is_f32_tensor(om, lib) || om->ndim > SJ_MAX_RANK)
+        return 0;
+    int crow = callables_lookup(PyList_GET_ITEM(g->consts, nd->target));
+    if (crow < 0)
+        return 0;
+    /* bind the node's arguments by its callable's schema (as the shape rule did) */
+    BoundArg pos[SJ_MAX_PARAMS], kw[SJ_MAX_PARAMS];
+    const char *kwn[SJ_MAX_PARAMS];
+    const Arg *src[2 * SJ_MAX_PARAMS];
+    if (nd->nargs > SJ_MAX_PARAMS || nd->nkw > SJ_MAX_PARAMS)
+        return 0;
+    for (int32_t i = 0; i < nd->nargs + nd->nkw; i++) {
+        const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + i - nd->nargs];
+        BoundArg *ba = i < nd->nargs ? &pos[i] : &kw[i - nd->nargs];
+        memset(ba, 0, sizeof *ba);
+        src[i] = x;
+        if (x->kind == ARG_VALUE) {
+            ba->kind = BA_TENSOR;
+            ba->meta = &g->values[x->a].meta;
+        } else if (x->kind == ARG_CONST) {
+            ba->kind = BA_CONST;
+            ba->value = PyList_GET_ITEM(g->consts, x->a);
+        } else {
+            return 0;
+        }
+        if (i >= nd->nargs) {
+            kwn[i - nd->nargs] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames),
+                                                                   i - nd->nargs));
+            if (!kwn[i - nd->nargs]) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+    }
+    BoundArgs bound;
+    ShapeErr err;
+    if (shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, &bound, &err) < 0)
+        return 0;
+    *a = *b = NULL;
+    p[0] = row->pdefault[0];
+    p[1] = row->pdefault[1];
+    for (int i = 0; i < bound.n; i++) {
+        const BoundArg *ba = &bound.args[i];
+        if (ba->kind == BA_ABSENT)
+            continue;
+        const char *name = bound.names[i];
+        /* which argument of the node this is (by identity of the bound item) */
+        const Arg *x = NULL;
+        for (int32_t k = 0; k < nd->nargs + nd->nkw && !x; k++)
+            if (ba == (k < nd->nargs ? &pos[k] : &kw[k - nd->nargs]) ||
+                (ba->kind == BA_TENSOR && ba->meta == (k < nd->nargs ? pos[k].meta : kw[k - nd->nargs].meta)) ||
+                (ba->kind == BA_CONST && ba->value == (k < nd->nargs ? pos[k].value : kw[k - nd->nargs].value)))
+                x = src[k];
+        int operand = !strcmp(name, "input") ? 0 : !strcmp(name, "other") && row->nin == 2 ? 1 : -1;
+        if (operand >= 0) {
+            if (!x || (ba->kind == BA_TENSOR ? !is_f32_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
+                                              : !(ba->kind == BA_CONST && is_number(ba->value))))
+                return 0;
+            if (operand == 0)
+                *a = x;
+            else
+                *b = x;
+            continue;
+        }
+        int pi = row->pname[0][0] && !strcmp(name, row->pname[0]) ? 0
+                 : row->pname[1][0] && !strcmp(name, row->pname[1]) ? 1 : -1;
+        if (pi >= 0) {
+            if (ba->kind != BA_CONST || (!is_number(ba->value) && ba->value != Py_None))
+                return 0;
+            if (ba->value != Py_None) {
+                p[pi] = PyFloat_AsDouble(ba->value);
+                if (p[pi] == -1.0 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    return 0;
+                }
+            }
+            continue;
+        }
+        if (ba->kind != BA_CONST || !harmless(name, ba->value))
+            return 0;
+    }
+    return *a && (row->nin == 1 || *b);
+}
+
+/* ----------------------------------------------------------------- plan ---- */
+
+static int same_space(const TensorMeta *x, const TensorMeta *y)
+{
+    if (x->ndim != y->ndim)
+        return 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->sym[i] != y->sym[i] || (!x->sym[i] && x->size[i] != y->size[i]))
+            return 0;
+    return 1;
+}
+
+static int push(void **arr, int32_t *n, size_t item, const void *x)
+{
+    void *q = PyMem_Realloc(*arr, item * (size_t)(*n + 1));
+    if (!q) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy((char *)q + item * (size_t)*n, x, item);
+    *arr = q;
+    (*n)++;
+    return 0;
+}
+
+/* Adds value v as an input of k (once). 0, or 1 when k has no room left. */
+static int add_input(Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < k->nin; i++)
+        if (k->ins[i] == v)
+            return 0;
+    if (k->nin + k->nout >= SJ_KMAX_OPERANDS - 2)
+        return 1;
+    k->ins[k->nin++] = v;
+    return 0;
+}
+
+static int kernel_makes(const Graph *g, const Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (g->nodes[k->nodes[i]].first_value == v)
+            return 1;
+    return 0;
+}
+
+/* Which values made inside k are read after it: its outputs. */
+static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
+{
+    int32_t last = k->nodes[k->nnodes - 1];
+    k->nout = 0;
+    for (int32_t i = 0; i < k->nnodes; i++) {
+        int32_t v = g->nodes[k->nodes[i]].first_value;
+        if (last_use[v] > last)
+            k->outs[k->nout++] = v;
+    }
+}
+
+int lower_plan(Graph *g, LowerPlan *out)
+{
+    memset(out, 0, sizeof *out);
+    /* last reader of each value (graph outputs read at the end: nnodes) */
+    int32_t *last_use = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(int32_t));
+    if (!last_use) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t v = 0; v < g->nvalues; v++)
+        last_use[v] = -1;
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        for (int part = 0; part < 2; part++) {
+            int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
+            for (int32_t i = 0; i < n; i++) {
+                const Arg *x = &g->pool[first + i];
+                if (x->kind == ARG_VALUE)
+                    last_use[x->a] = ni;
+                else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
+                    for (int32_t k = 0; k < x->n; k++)
+                        if (g->pool[x->a + k].kind == ARG_VALUE)
+                            last_use[g->pool[x->a + k].a] = ni;
+            }
+        }
+    }
+    for (int32_t i = 0; i < g->noutputs; i++)
+        last_use[g->outputs[i]] = g->nnodes;
+    Kernel *open = NULL;
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        if (nd->op == OP_INPUT)
+            continue;
+        const Arg *a, *b;
+        double p[2];
+        int ok = lower_node_args(g, ni, &a, &b, p);
+        const TensorMeta *om = &g->values[nd->first_value].meta;
+        if (open && !(ok && (Lib)om->lib == open->lib &&
+                      same_space(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
+            open = NULL;
+        if (ok && open) {
+            /* the operands it reads from outside become the kernel's inputs */
+            const Arg *xs[2] = {a, b};
+            int full = 0;
+            for (int k = 0; k < 2; k++)
+                if (xs[k] && xs[k]->kind == ARG_VALUE && !kernel_makes(g, open, xs[k]->a))
+                    full |= add_input(open, xs[k]->a);
+            if (full)
+                open = NULL;
+        }
+        if (ok && !open) {
+            Kernel k;
+            memset(&k, 0, sizeof k);
+            k.rank = om->ndim;
+            k.lib = (Lib)om->lib;
+            snprintf(k.name, sizeof k.name, "sj_k%d", (int)out->nkernels);
+            Step s = {STEP_KERNEL, out->nkernels};
+            if (push((void **)&out->kernels, &out->nkernels, sizeof k, &k) < 0 ||
+                push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+                goto fail;
+            open = &out->kernels[out->nkernels - 1];
+            const Arg *xs[2] = {a, b};
+            for (int k2 = 0; k2 < 2; k2++)
+                if (xs[k2] && xs[k2]->kind == ARG_VALUE)
+                    add_input(open, xs[k2]->a);
+        }
+        if (ok) {
+            if (push((void **)&open->nodes, &open->nnodes, sizeof(int32_t), &ni) < 0)
+                goto fail;
+            continue;
+        }
+        Step s = {STEP_EAGER, ni};
+        if (push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+            goto fail;
+    }
+    for (int32_t i = 0; i < out->nkernels; i++)
+        find_outputs(g, &out->kernels[i], last_use);
+    PyMem_Free(last_use);
+    return 0;
+fail:
+    PyMem_Free(last_use);
+    lower_plan_free(out);
+    return -1;
+}
+
+void lower_plan_free(LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++)
+        PyMem_Free(p->kernels[i].nodes);
+    PyMem_Free(p->kernels);
+    PyMem_Free(p->steps);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,366 @@
+/* The compiled graph of the generated-C backend: a callable that runs a graph's steps,
+ * eager nodes through their library calls and fused kernels through generated C.
+ *
+ * Per kernel call: read each input's sizes, strides and data pointer (the tensor reader
+ * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
+ * allocate the outputs (torch.empty / numpy.empty, contiguous float32) and call the
+ * kernel through its libffi description. Anything unexpected about an input (a dtype or
+ * a shape the plan did not foresee) runs that kernel's nodes eagerly instead: never wrong,
+ * only slower.
+ *
+ * Memory: the object holds a strong reference to its _C.Graph and owns its plan (PyMem);
+ * the kernels' library stays loaded for the life of the process (codegen.h). Values live
+ * in the run's vals[] as strong references (graph_run_with). */
+#include <string.h>
+
+#include "lower.h"
+#include "../guards/tensor_reader.h"
+#include "../frame_eval/libs.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *graph;     /* strong: the _C.Graph */
+    PyObject *source;    /* strong str: the kernels' C source */
+    LowerPlan plan;
+    vectorcallfunc vectorcall;
+    int64_t kernel_calls, eager_fallbacks;
+} CompiledGraph;
+
+/* ------------------------------------------------------------- operands ---- */
+
+typedef struct {
+    int64_t size[SJ_MAX_RANK], stride[SJ_MAX_RANK];   /* elements */
+    int ndim;
+    char *data;
+    Py_buffer view;     /* numpy: held while the kernel runs */
+    int has_view;
+} Operand;
+
+static PyObject *str_data_ptr;   /* strong, interned "data_ptr" */
+
+/* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
+static int read_input(PyObject *obj, Lib lib, Operand *op)
+{
+    memset(op, 0, sizeof *op);
+    if (lib == LIB_TORCH) {
+        TensorMeta m;
+        const char *why = NULL;
+        int r = treader_read(obj, &m, op->stride, &why);
+        if (r != 0)
+            return r;
+        if (m.dtype != DT_F32 || m.lib != LIB_TORCH || m.ndim > SJ_MAX_RANK)
+            return 1;
+        op->ndim = m.ndim;
+        memcpy(op->size, m.size, sizeof(int64_t) * (size_t)m.ndim);
+        if (!str_data_ptr && !(str_data_ptr = PyUnicode_InternFromString("data_ptr")))
+            return -1;
+        PyObject *p = PyObject_CallMethodNoArgs(obj, str_data_ptr);   /* new */
+        if (!p)
+            return -1;
+        op->data = (char *)PyLong_AsVoidPtr(p);
+        Py_DECREF(p);
+        return op->data || !PyErr_Occurred() ? 0 : -1;
+    }
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, &op->view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    op->has_view = 1;
+    if (op->view.itemsize != 4 || !op->view.format || strcmp(op->view.format, "f") != 0 ||
+        op->view.ndim > SJ_MAX_RANK)
+        return 1;
+    op->ndim = op->view.ndim;
+    op->data = op->view.buf;
+    for (int d = 0; d < op->ndim; d++) {
+        op->size[d] = op->view.shape[d];
+        if (op->view.strides[d] % 4 != 0)
+            return 1;
+        op->stride[d] = op->view.strides[d] / 4;
+    }
+    return 0;
+}
+
+static PyObject *torch_empty, *torch_f32, *np_empty, *np_f32, *kw_dtype;   /* strong, once */
+
+/* A new contiguous float32 array or tensor of the given sizes. */
+static PyObject *new_output(Lib lib, const int64_t *n, int r)
+{
+    if (!kw_dtype) {
+        PyObject *t = libs.torch ? PyImport_ImportModule("torch") : NULL;
+        PyObject *np = libs.numpy ? PyImport_ImportModule("numpy") : NULL;
+        if ((libs.torch && !t) || (libs.numpy && !np)) {
+            Py_XDECREF(t);
+            Py_XDECREF(np);
+            return NULL;
+        }
+        if (t) {
+            torch_empty = PyObject_GetAttrString(t, "empty");
+            torch_f32 = PyObject_GetAttrString(t, "float32");
+        }
+        if (np) {
+            np_empty = PyObject_GetAttrString(np, "empty");
+            np_f32 = PyObject_GetAttrString(np, "float32");
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(np);
+        kw_dtype = Py_BuildValue("(s)", "dtype");
+        if (!kw_dtype)
+            return NULL;
+    }
+    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dt = lib == LIB_TORCH ? torch_f32 : np_f32;
+    if (!empty || !dt) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
+        return NULL;
+    }
+    PyObject *shape = PyTuple_New(r);   /* new */
+    if (!shape)
+        return NULL;
+    for (int d = 0; d < r; d++) {
+        PyObject *x = PyLong_FromLongLong(n[d]);
+        if (!x) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, d, x);
+    }
+    PyObject *args[2] = {shape, dt};
+    PyObject *res = PyObject_Vectorcall(empty, args, 1, kw_dtype);
+    Py_DECREF(shape);
+    return res;
+}
+
+/* -------------------------------------------------------------- kernels ---- */
+
+/* The kernel's nodes, run the original way (an input the plan did not foresee). */
+static int run_eagerly(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
+{
+    cg->eager_fallbacks++;
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+            return -1;
+    return 0;
+}
+
+static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
+{
+    if (k->nout == 0)
+        return 0;   /* nothing it computes is read */
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    Operand ops[SJ_KMAX_OPERANDS];
+    int nread = 0, rc = 0;
+    int64_t n[SJ_MAX_RANK + 1];
+    for (int d = 0; d < r; d++)
+        n[d] = 1;
+    for (int32_t i = 0; i < k->nin && rc == 0; i++) {
+        Operand *op = &ops[k->nout + i];
+        rc = read_input(vals[k->ins[i]], k->lib, op);
+        nread = i + 1;
+        if (rc == 0 && op->ndim > r)
+            rc = 1;
+        /* broadcast into the iteration space, right-aligned */
+        for (int d = 0; rc == 0 && d < op->ndim; d++) {
+            int64_t s = op->size[d], *t = &n[r - op->ndim + d];
+            if (s != 1 && *t != 1 && s != *t)
+                rc = 1;
+            else if (s != 1)
+                *t = s;
+        }
+    }
+    int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
+    char *ptrs[SJ_KMAX_OPERANDS];
+    int64_t dense = 1;
+    if (rc == 0) {
+        for (int32_t i = 0; i < k->nin; i++) {
+            Operand *op = &ops[k->nout + i];
+            int64_t expect = 1;
+            for (int d = r - 1; d >= 0; d--) {
+                int od = d - (r - op->ndim);
+                int64_t s = od >= 0 ? op->size[od] : 1;
+                st[(k->nout + i) * r + d] = od < 0 || (s == 1 && n[d] != 1) ? 0 : op->stride[od];
+                if (s != n[d] || (n[d] != 1 && op->stride[od] != expect))
+                    dense = 0;
+                expect *= n[d];
+            }
+            ptrs[k->nout + i] = op->data;
+        }
+        for (int32_t j = 0; j < k->nout && rc == 0; j++) {
+            PyObject *o = new_output(k->lib, n, r);
+            if (!o) {
+                rc = -1;
+                break;
+            }
+            Py_XSETREF(vals[k->outs[j]], o);
+            Operand *op = &ops[j];
+            if ((rc = read_input(o, k->lib, op)) != 0) {
+                if (op->has_view)
+                    PyBuffer_Release(&op->view);
+                break;
+            }
+            int64_t expect = 1;
+            for (int d = r - 1; d >= 0; d--) {
+                st[j * r + d] = expect;
+                expect *= n[d];
+            }
+            ptrs[j] = op->data;
+            /* an output array's buffer is only needed for its pointer: numpy keeps the
+             * array (vals holds it) */
+            if (op->has_view)
+                PyBuffer_Release(&op->view);
+        }
+    }
+    if (rc == 0) {
+        void *args[4];
+        const int64_t *pn = n;
+        char *const *pp = ptrs;
+        const int64_t *pst = st;
+        args[0] = &pn;
+        args[1] = &pp;
+        args[2] = &pst;
+        args[3] = &dense;
+        Py_BEGIN_ALLOW_THREADS
+        cg_fn_call((CgFn *)&k->call, NULL, args);
+        Py_END_ALLOW_THREADS
+        cg->kernel_calls++;
+    }
+    for (int i = 0; i < nread; i++)
+        if (ops[k->nout + i].has_view)
+            PyBuffer_Release(&ops[k->nout + i].view);
+    (void)nops;
+    if (rc > 0)
+        return run_eagerly(cg, g, k, vals);
+    return rc;
+}
+
+static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
+{
+    CompiledGraph *cg = ctx;
+    for (int32_t i = 0; i < cg->plan.nsteps; i++) {
+        const Step *s = &cg->plan.steps[i];
+        int r = s->kind == STEP_EAGER ? graph_exec_node(g, s->index, vals, mismatch)
+                                      : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- object ---- */
+
+static PyObject *cg_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    CompiledGraph *cg = (CompiledGraph *)self;
+    Graph *g = ((SjGraphObject *)cg->graph)->g;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_SetString(PyExc_TypeError, "shapejit compiled graph: no keyword arguments");
+        return NULL;
+    }
+    if (n != g->ninputs) {
+        PyErr_Format(PyExc_TypeError, "shapejit compiled graph: expected %d inputs, got %zd", (int)g->ninputs, n);
+        return NULL;
+    }
+    return graph_run_with(g, args, NULL, exec_steps, cg);
+}
+
+static void cg_dealloc(CompiledGraph *cg)
+{
+    Py_XDECREF(cg->graph);
+    Py_XDECREF(cg->source);
+    lower_plan_free(&cg->plan);
+    Py_TYPE(cg)->tp_free((PyObject *)cg);
+}
+
+static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return Py_BuildValue("{s:i,s:i,s:L,s:L}", "kernels", (int)cg->plan.nkernels, "steps", (int)cg->plan.nsteps,
+                         "kernel_calls", (long long)cg->kernel_calls, "eager_fallbacks",
+                         (long long)cg->eager_fallbacks);
+}
+
+static PyObject *cg_get_source(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(cg->source ? cg->source : Py_None);
+}
+
+static PyObject *cg_get_graph(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(cg->graph);
+}
+
+static PyGetSetDef cg_getset[] = {
+    {"stats", (getter)cg_get_stats, NULL, "kernels, steps, kernel calls, eager fallbacks", NULL},
+    {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
+    {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject SjCompiledGraph_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shapejit._C.CompiledGraph",
+    .tp_basicsize = sizeof(CompiledGraph),
+    .tp_dealloc = (destructor)cg_dealloc,
+    .tp_vectorcall_offset = offsetof(CompiledGraph, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_getset = cg_getset,
+    .tp_doc = "A graph lowered to generated C kernels and eager steps (the 'cpu' backend).",
+};
+
+/* _C._cg_compile_graph(graph): a CompiledGraph, or the graph itself when no node of it
+ * lowers (nothing to gain). */
+static PyObject *compile_graph(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyObject_TypeCheck(arg, &SjGraph_Type)) {
+        PyErr_Format(PyExc_TypeError, "_cg_compile_graph expects a shapejit graph, got %s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Graph *g = ((SjGraphObject *)arg)->g;
+    CompiledGraph *cg = PyObject_New(CompiledGraph, &SjCompiledGraph_Type);
+    if (!cg)
+        return NULL;
+    cg->graph = Py_NewRef(arg);
+    cg->source = NULL;
+    cg->vectorcall = cg_vectorcall;
+    cg->kernel_calls = cg->eager_fallbacks = 0;
+    memset(&cg->plan, 0, sizeof cg->plan);
+    if (lower_plan(g, &cg->plan) < 0)
+        goto fail;
+    if (cg->plan.nkernels == 0) {
+        Py_DECREF(cg);
+        return Py_NewRef(arg);
+    }
+    if (!(cg->source = lower_emit(g, &cg->plan)))
+        goto fail;
+    Py_ssize_t len;
+    const char *src = PyUnicode_AsUTF8AndSize(cg->source, &len);
+    CgLib *lib = src ? cg_build(src, (size_t)len, "graph") : NULL;
+    if (!lib)
+        goto fail;
+    for (int32_t i = 0; i < cg->plan.nkernels; i++) {
+        Kernel *k = &cg->plan.kernels[i];
+        if (!(k->fn = cg_sym(lib, k->name)) || cg_fn_prepare(&k->call, k->fn, "vpppl") < 0)
+            goto fail;
+    }
+    return (PyObject *)cg;
+fail:
+    Py_DECREF(cg);
+    return NULL;
+}
+
+static PyMethodDef lower_methods[] = {
+    {"_cg_compile_graph", compile_graph, METH_O,
+     "_cg_compile_graph(graph): the graph lowered to generated C kernels (the 'cpu' backend)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int lower_init_module(PyObject *m)
+{
+    if (PyType_Ready(&SjCompiledGraph_Type) < 0 ||
+        PyModule_AddObjectRef(m, "CompiledGraph", (PyObject *)&SjCompiledGraph_Type) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, lower_methods);
+}
