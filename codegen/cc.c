@@ -399,7 +399,7 @@ const char *cc_identity(void)
     if (!cc_copy)
         goto nomem;
     free(probe.cc);
-    free(probe.ident);   /* only replaced when $CC changed: nothing borrows the old text past a build */
+    free(probe.ident);   /* callers use the text under the GIL before any release: no one holds the old */
     probe.cc = cc_copy;
     probe.ident = t;
     free(r.out);

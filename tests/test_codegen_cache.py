@@ -17,7 +17,8 @@ import pytest
 import shapejit
 from shapejit import _C
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# children import the same shapejit (and _C: in-place, or the sanitized build) as this process
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(shapejit.__file__)))
 
 SAXPY = r"""
 #include <stdint.h>
@@ -211,7 +212,7 @@ CHILD = textwrap.dedent("""
 def test_two_processes_build_the_same_source_at_once(cache, tmp_path):
     src = unique(SAXPY)
     go = tmp_path / "go"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TORCH_LOGS", None)
     procs = []
     for i in range(2):
