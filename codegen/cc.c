@@ -229,10 +229,13 @@ static void run_failed(const RunResult *r, const char *cc, const char *doing, co
     else if (r->err)
         compile_error(r, source_path, "shapejit: could not run the C compiler '%s' while %s: %s: %s",
                       cc, doing, r->what, strerror(r->err));
-    else if (r->timed_out)
-        compile_error(r, source_path, "shapejit: the C compiler '%s' timed out after %d s while %s "
-                      "(killed; SHAPEJIT_CC_TIMEOUT sets the limit)%s%s", cc, (int)timeout_s, doing,
+    else if (r->timed_out) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%g", timeout_s);   /* PyUnicode_FromFormat has no %g */
+        compile_error(r, source_path, "shapejit: the C compiler '%s' timed out after %s s while %s "
+                      "(killed; SHAPEJIT_CC_TIMEOUT sets the limit)%s%s", cc, limit, doing,
                       source_path ? "; source kept at " : "", source_path ? source_path : "");
+    }
     else if (WIFSIGNALED(r->status))
         compile_error(r, source_path, "shapejit: the C compiler '%s' was killed by signal %d while %s%s%s",
                       cc, WTERMSIG(r->status), doing, source_path ? "; source kept at " : "",
@@ -396,7 +399,7 @@ const char *cc_identity(void)
     if (!cc_copy)
         goto nomem;
     free(probe.cc);
-    free(probe.ident);   /* only replaced when $CC changed: nothing borrows the old text past a build */
+    free(probe.ident);   /* callers use the text under the GIL before any release: no one holds the old */
     probe.cc = cc_copy;
     probe.ident = t;
     free(r.out);

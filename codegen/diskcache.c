@@ -534,9 +534,9 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
 
 PyObject *dc_info(void)
 {
-    PyObject *requested = dc.requested ? PyUnicode_DecodeFSDefault(dc.requested) : Py_NewRef(Py_None);
-    PyObject *dir = dc.requested ? PyUnicode_DecodeFSDefault(dc.dir) : Py_NewRef(Py_None);
-    PyObject *r = NULL;
+    PyObject *requested = dc.requested ? PyUnicode_DecodeFSDefault(dc.requested) : Py_NewRef(Py_None);   /* new */
+    PyObject *dir = dc.requested ? PyUnicode_DecodeFSDefault(dc.dir) : Py_NewRef(Py_None);   /* new */
+    PyObject *r = NULL;   /* new: the result */
     if (requested && dir)
         r = Py_BuildValue("{sOsOsOslslslslsl}", "dir", dir, "requested", requested, "private",
                           dc.is_private ? Py_True : Py_False, "mem_hits", dc_stats.mem_hits, "hits",

@@ -3,9 +3,12 @@
  * A library is dlopened (RTLD_NOW | RTLD_LOCAL) through /proc/self/fd/<n> of the
  * descriptor the disk cache verified, and kept with that descriptor for the process
  * lifetime. Keeping the descriptor is what makes the name unique: glibc answers dlopen of
- * a name it has already loaded with the old object, so a reused fd number would bring back
- * a previous library. (For the same file, glibc matches the inode and returns the handle
- * it has; we then close the extra descriptor and reuse our CgLib.)
+ * a name any loaded object has carried with that object, so a reused fd number would
+ * bring back a previous library. For the same reason a file that is already loaded (same
+ * device and inode: the memo forgot it, or another source hashed to a file we hold) is
+ * never dlopened again under a second name (glibc would attach that name to the old
+ * object): its CgLib is reused and the new descriptor closed unused. The held descriptor
+ * also keeps the inode alive, so its number cannot be reused by another file.
  *
  * Call descriptions are libffi cifs. The argument-type array a cif points to is interned
  * per signature string and never freed, so a prepared CgFn is a plain value. */
@@ -13,11 +16,14 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct CgLib {
     void *handle;             /* from dlopen; never closed */
     int fd;                   /* the verified entry, open for the process lifetime */
+    dev_t dev;                /* fd's file identity */
+    ino_t ino;
     char key[DC_KEY_HEX];     /* the source's cache key */
     char *tag;                /* owned: names the library in messages */
     int memo;                 /* answers cg_build for its key (cleared by cg_forget) */
@@ -51,6 +57,19 @@ CgLib *cg_build(const char *src, size_t len, const char *tag)
         return NULL;
     if (dc_entry_path(key, path, sizeof path) < 0)
         snprintf(path, sizeof path, "<%s>", key);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        close(fd);
+        return NULL;
+    }
+    for (CgLib *l = libs; l; l = l->next) {
+        if (l->dev == st.st_dev && l->ino == st.st_ino) {   /* loaded before: never a second name */
+            close(fd);
+            l->memo = 1;
+            return l;
+        }
+    }
     int via_proc = access("/proc/self/fd", X_OK) == 0;   /* else (no /proc) the path itself */
     snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
     void *h = dlopen(via_proc ? name : path, RTLD_NOW | RTLD_LOCAL);
@@ -60,14 +79,6 @@ CgLib *cg_build(const char *src, size_t len, const char *tag)
                      e ? e : "unknown dlopen error");
         close(fd);
         return NULL;
-    }
-    for (CgLib *l = libs; l; l = l->next) {
-        if (l->handle == h) {   /* the same file, loaded before */
-            dlclose(h);         /* drops the reference this dlopen added; ours stays */
-            close(fd);
-            l->memo = 1;
-            return l;
-        }
     }
     lib = calloc(1, sizeof *lib);
     char *tag_copy = strdup(tag);
@@ -81,6 +92,8 @@ CgLib *cg_build(const char *src, size_t len, const char *tag)
     }
     lib->handle = h;
     lib->fd = fd;
+    lib->dev = st.st_dev;
+    lib->ino = st.st_ino;
     memcpy(lib->key, key, sizeof key);
     lib->tag = tag_copy;
     lib->memo = 1;

@@ -672,8 +672,10 @@ def test_compat_logs_and_stance():
     lv = shapejit.logs.levels()
     assert lv["graph_breaks"] == logging.INFO and lv["graph_code"] == logging.INFO
     shapejit.compat._warned.clear()
-    with pytest.warns(UserWarning, match="output_code"):
-        torch._logging.set_logs(output_code=True)
+    with pytest.warns(UserWarning, match="aot_graphs"):   # a torch channel shapejit lacks
+        torch._logging.set_logs(aot_graphs=True)
+    torch._logging.set_logs(output_code=True)              # torch's name for generated code: ours too
+    assert shapejit.logs.levels()["output_code"] == logging.INFO
     with pytest.raises(ValueError, match="valid channels"):
         torch._logging.set_logs(not_a_channel=True)
     with torch.compiler.set_stance("force_eager"):
