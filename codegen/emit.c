@@ -59,7 +59,17 @@ static const char prelude[] =
     "{ float t = a < lo ? lo : a; return t > hi ? hi : t; }\n"
     "static inline float sj_max(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\n"
     "static inline float sj_min(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\n"
-    "static inline float sj_pow(float a, float b) { return b == 2.f ? a * a : powf(a, b); }\n";
+    "static inline float sj_pow(float a, float b) { return b == 2.f ? a * a : powf(a, b); }\n"
+    /* glibc's vector math (libmvec, linked by cc.c): declared SIMD-callable, so loops that
+     * call them vectorise without -ffast-math */
+    "#define SJ_VEC __attribute__((simd(\"notinbranch\"), const, nothrow))\n"
+    "SJ_VEC float expf(float); SJ_VEC float exp2f(float); SJ_VEC float expm1f(float);\n"
+    "SJ_VEC float logf(float); SJ_VEC float log2f(float); SJ_VEC float log10f(float);\n"
+    "SJ_VEC float log1pf(float); SJ_VEC float powf(float, float); SJ_VEC float erff(float);\n"
+    "SJ_VEC float sinf(float); SJ_VEC float cosf(float); SJ_VEC float tanf(float);\n"
+    "SJ_VEC float asinf(float); SJ_VEC float acosf(float); SJ_VEC float atanf(float);\n"
+    "SJ_VEC float atan2f(float, float); SJ_VEC float sinhf(float); SJ_VEC float coshf(float);\n"
+    "SJ_VEC float tanhf(float); SJ_VEC float hypotf(float, float);\n";
 
 /* A float literal for a C source (inf and nan spelled out). */
 static void put_float(Buf *b, double x)
@@ -103,7 +113,7 @@ static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x)
 static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
 {
     for (int32_t i = 0; i < k->nin; i++) {
-        put(b, "            const float x%d = ((const float *)p[%d])[", (int)i, (int)(k->nout + i));
+        put(b, "            const float x%d = in%d[", (int)i, (int)i);
         put(b, off_fmt, (int)(k->nout + i), (int)(k->nout + i));
         put(b, "];\n");
     }
@@ -130,7 +140,7 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
         put(b, "; (void)P0; (void)P1; t%d = %s; }\n", (int)nd->first_value, row->expr);
     }
     for (int32_t j = 0; j < k->nout; j++) {
-        put(b, "            ((float *)p[%d])[", (int)j);
+        put(b, "            out%d[", (int)j);
         put(b, off_fmt, (int)j, (int)j);
         put(b, "] = t%d;\n", (int)k->outs[j]);
     }
@@ -140,6 +150,10 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
     put(b, "\nCG_EXPORT void %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
+    for (int32_t j = 0; j < k->nout; j++)
+        put(b, "    float *restrict out%d = (float *)p[%d];\n", (int)j, (int)j);
+    for (int32_t i = 0; i < k->nin; i++)
+        put(b, "    const float *restrict in%d = (const float *)p[%d];\n", (int)i, (int)(k->nout + i));
     put(b, "    (void)st;\n    int64_t total = 1;\n    for (int d = 0; d < %d; d++)\n        total *= n[d];\n", r);
     put(b, "    if (total == 0)\n        return;\n");
     /* dense: one flat loop */
@@ -152,10 +166,15 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put_body(b, g, k, "i * st[%d]");
         put(b, "        }\n        return;\n        }\n");
     }
-    put(b, "#pragma omp parallel for simd if (total >= 32768) schedule(static)\n");
-    put(b, "        for (int64_t i = 0; i < total; i++) {\n");
+    /* blocks of 4096 elements across threads, each a vector loop */
+    put(b, "        const int64_t nblk = (total + 4095) / 4096;\n");
+    put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
+    put(b, "        for (int64_t blk = 0; blk < nblk; blk++) {\n");
+    put(b, "        const int64_t lo = blk * 4096, hi = lo + 4096 < total ? lo + 4096 : total;\n");
+    put(b, "#pragma omp simd\n");
+    put(b, "        for (int64_t i = lo; i < hi; i++) {\n");
     put_body(b, g, k, "i");
-    put(b, "        }\n        return;\n    }\n");
+    put(b, "        }\n        }\n        return;\n    }\n");
     if (r >= 2) {
         /* strided: the outer dims by index decomposition, the last dim innermost */
         put(b, "    const int64_t inner = n[%d], outer = total / inner;\n", r - 1);

@@ -198,9 +198,8 @@ def test_fusion_writes_only_what_is_read():
     backend, made = _lowering()
     shapejit.compile(chain10, backend=backend)(_t(5, 5))
     src = made[0].source
-    stores = src.count("((float *)p[0])[")
-    assert "p[1]" in src and "((float *)p[1])[" not in src.replace("(const float *)p[1]", "")
-    assert stores >= 1
+    # one input, one output: the nine intermediates stay in registers
+    assert "out0[" in src and "out1" not in src and "in0[" in src and "in1" not in src
 
 
 def test_backend_by_name():
