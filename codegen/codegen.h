@@ -29,8 +29,11 @@ typedef struct CgLib CgLib;
  * from this process's memo, else a verified disk-cache entry, else one compiler run.
  * `tag` names the source in messages and logs (e.g. the graph's function); not part of
  * the key. NULL with an exception set on failure: shapejit._C.CompileError when the
- * compiler fails (its stderr and the kept source path in the exception), OSError for the
- * file system. Borrowed result, valid for the process lifetime. */
+ * compiler fails, cannot be run or times out (its output and the kept source path in the
+ * exception), ValueError for a bad $CC or SHAPEJIT_CC_TIMEOUT, OSError for the file
+ * system, ImportError when dlopen refuses a verified entry, or whatever the cache
+ * directory's warning raised under -W error. Borrowed result, valid for the process
+ * lifetime. */
 CgLib *cg_build(const char *src, size_t len, const char *tag);
 
 /* The address of the exported symbol `name` in `lib`; NULL with AttributeError set when
