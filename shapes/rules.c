@@ -201,6 +201,13 @@ static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, i
     *n = 0;
     if (!a)
         return sj_err(err, "%s is required", what);
+    if (a->kind == BA_CONST && a->sym) {
+        /* one symbolic int (ints_of_const would read only its hint) */
+        if ((pin ? sj_int : int_value)(a, what, &out[0], err))
+            return -1;
+        *n = 1;
+        return 0;
+    }
     if (a->kind == BA_CONST)
         return ints_of_const(a->value, what, out, n, max, err);
     if (a->kind == BA_LIST) {
@@ -475,6 +482,8 @@ int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct Sy
         return -1;
     for (int i = 0; i < *n; i++)
         syms[i] = NULL;
+    if (a->kind == BA_CONST && a->sym)
+        syms[0] = a->sym;
     if (a->kind == BA_LIST && !(a->n == 1 && a->items[0].kind == BA_CONST && !a->items[0].sym &&
                                 (PyTuple_Check(a->items[0].value) || PyList_Check(a->items[0].value))))
         for (int i = 0; i < *n && i < a->n; i++)
