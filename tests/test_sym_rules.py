@@ -1,5 +1,6 @@
 """Symbolic twins of the shape rules (issue 5): slicing and integer indexing, expand /
-expand_as / repeat, the factories and arange, layer/group/batch norm, scans.
+expand_as / repeat, the factories and arange, layer/group/batch norm, scans, narrow /
+select / split / chunk / unbind / setitem, conv and pooling.
 
 Each test compiles with shapejit.compile(dynamic=...), checks every result against eager
 on several sizes, and counts graphs: a rule that handles symbols keeps one graph across
