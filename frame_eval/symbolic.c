@@ -413,10 +413,12 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             p = DIM_DYNAMIC;
         } else if (c->dynamic == 0) {
             p = DIM_STATIC;
+        } else if (PyList_Check(seen) && i < PyList_GET_SIZE(seen) && PyList_GET_ITEM(seen, i) == Py_None) {
+            /* automatic dynamic comes before dynamic=True, as in torch: a size that changed
+             * since an earlier compile gets its own symbol, never a duck-sized one */
+            p = DIM_DYNAMIC;
         } else if (c->dynamic == 1 || !sj_config.assume_static_by_default) {
             p = DIM_DUCK;
-        } else if (PyList_Check(seen) && i < PyList_GET_SIZE(seen) && PyList_GET_ITEM(seen, i) == Py_None) {
-            p = DIM_DYNAMIC;
         }
         if (p == DIM_STATIC)
             continue;
@@ -523,8 +525,8 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     int dynamic = listed || (!stat && c->dynamic != 0 &&
                              (c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
     Py_DECREF(seen);
-    if (!dynamic || (!listed && (v == 0 || v == 1)))
-        return NULL;
+    if (!dynamic)
+        return NULL;   /* an int is not a size: 0 and 1 get a symbol too, as in torch */
     *handled = 1;
     if (symb_ensure(c) < 0 || guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)&PyLong_Type) < 0) {
         cap_fail_exc(c, BR_INTERNAL);

@@ -112,6 +112,15 @@ int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err)
     return a->sym && sj_symctx ? sj_pin(a->sym, out, err) : 0;
 }
 
+int sj_int_sym(const BoundArg *a, const char *what, int64_t *out, SymNode **sym, ShapeErr *err)
+{
+    *sym = NULL;
+    if (int_value(a, what, out, err))
+        return -1;
+    *sym = sj_symctx ? a->sym : NULL;
+    return 0;
+}
+
 int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err)
 {
     const BoundArg *a = ba_get(b, name);
@@ -192,6 +201,13 @@ static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, i
     *n = 0;
     if (!a)
         return sj_err(err, "%s is required", what);
+    if (a->kind == BA_CONST && a->sym) {
+        /* one symbolic int (ints_of_const would read only its hint) */
+        if ((pin ? sj_int : int_value)(a, what, &out[0], err))
+            return -1;
+        *n = 1;
+        return 0;
+    }
     if (a->kind == BA_CONST)
         return ints_of_const(a->value, what, out, n, max, err);
     if (a->kind == BA_LIST) {
@@ -452,6 +468,39 @@ int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeE
     return sj_require(sym_eq(sj_symctx->env, x, y), err) < 0 ? -1 : 1;
 }
 
+int sj_dim_equals(const TensorMeta *m, int i, int64_t v, ShapeErr *err)
+{
+    if (!sj_symctx || !m->sym[i])
+        return m->size[i] == v;
+    SymNode *k = sym_const(sj_symctx->env, v);
+    int t;
+    return sj_decide(k ? sym_eq(sj_symctx->env, m->sym[i], k) : NULL, &t, err) < 0 ? -1 : t;
+}
+
+int sj_index_in_range(const TensorMeta *x, int d, int64_t v, SymNode *isym, ShapeErr *err)
+{
+    if (!sj_symctx || (!x->sym[d] && !isym))
+        return v < -x->size[d] || v >= x->size[d];
+    SymEnv *env = sj_symctx->env;
+    SymNode *size = sj_dimsym(x, d, err);
+    if (!size)
+        return -1;
+    SymNode *i = isym ? isym : sym_const(env, v), *zero = sym_const(env, 0);
+    SymNode *lo = i ? sym_neg(env, size) : NULL;
+    if (!lo || !zero)
+        return sj_sym_error(err);
+    int above, below = 0, neg;
+    if (sj_decide(sym_ge(env, i, lo), &above, err) < 0 ||
+        (above && sj_decide(sym_lt(env, i, size), &below, err) < 0))
+        return -1;
+    if (!below)
+        return 1;
+    /* a negative index counts from the end (size + i): which one it is, is guarded */
+    if (isym && sj_decide(sym_lt(env, i, zero), &neg, err) < 0)
+        return -1;
+    return 0;
+}
+
 int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,
                     ShapeErr *err)
 {
@@ -462,6 +511,8 @@ int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct Sy
         return -1;
     for (int i = 0; i < *n; i++)
         syms[i] = NULL;
+    if (a->kind == BA_CONST && a->sym)
+        syms[0] = a->sym;
     if (a->kind == BA_LIST && !(a->n == 1 && a->items[0].kind == BA_CONST && !a->items[0].sym &&
                                 (PyTuple_Check(a->items[0].value) || PyList_Check(a->items[0].value))))
         for (int i = 0; i < *n && i < a->n; i++)
@@ -528,7 +579,8 @@ int shapes_rule_is_symbolic(OpId op)
         rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
         rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_gather, rule_embedding, rule_unflatten, rule_sdpa, rule_getitem, rule_expand, rule_expand_as,
         rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
-        rule_squeeze,
+        rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
+        rule_conv, rule_pool, rule_adaptive_pool,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

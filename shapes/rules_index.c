@@ -144,9 +144,8 @@ static int index_items(Lib lib, const BoundArg *ix, IxItem *items, int *n, Shape
     return classify_bound(ix, &items[0], err);
 }
 
-/* x[i] on dim src must be in range. With a symbolic size or index, torch's checks
- * (size > -1 - i and size > i) are decided, guarded, and so is a symbolic index's sign
- * (select adds the size to a negative index, so torch guards it). */
+/* x[i] on dim src must be in range (sj_index_in_range: symbolic sizes and indices are
+ * decided as torch does, guarded). */
 static int check_int_index(const TensorMeta *x, int src, const IxItem *it, ShapeErr *err)
 {
     if (!it->obj)
@@ -155,31 +154,11 @@ static int check_int_index(const TensorMeta *x, int src, const IxItem *it, Shape
     int64_t v;
     if (sj_int(&tmp, "index", &v, err))
         return -1;
-    int64_t dimsize = x->size[src];
-    if (!sj_symctx || (!x->sym[src] && !it->sym)) {
-        if (v < -dimsize || v >= dimsize)
-            return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
-                          (long long)v, src, (long long)dimsize);
-        return 0;
-    }
-    SymEnv *env = sj_symctx->env;
-    SymNode *size = sj_dimsym(x, src, err);
-    if (!size)
-        return -1;
-    SymNode *i = it->sym ? it->sym : sym_const(env, v), *zero = sym_const(env, 0), *m1 = sym_const(env, -1);
-    SymNode *lo = i && zero && m1 ? sym_sub(env, m1, i) : NULL;
-    if (!lo)
-        return sj_sym_error(err);
-    int above, below = 0, neg;
-    if (sj_decide(sym_gt(env, size, lo), &above, err) < 0 ||
-        (above && sj_decide(sym_gt(env, size, i), &below, err) < 0))
-        return -1;
-    if (!below)
+    int out = sj_index_in_range(x, src, v, it->sym, err);
+    if (out > 0)
         return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
-                      (long long)v, src, (long long)dimsize);
-    if (it->sym && sj_decide(sym_lt(env, i, zero), &neg, err) < 0)
-        return -1;
-    return 0;
+                      (long long)v, src, (long long)x->size[src]);
+    return out;
 }
 
 /* Python's slice index i on a dim of size s, as torch computes it for symbolic sizes
@@ -437,9 +416,12 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
     if (!ix || ix->kind != BA_TENSOR || ix->meta->dtype != DT_BOOL)
         return 0;
     const TensorMeta *m = ix->meta;
-    if (m->ndim > x->ndim || memcmp(m->size, x->size, sizeof(int64_t) * m->ndim) != 0)
-        return sj_err(err, "the shape of the mask does not match the shape of the indexed "
-                      "tensor");
+    int same = m->ndim <= x->ndim;
+    for (int i = 0; same > 0 && i < m->ndim; i++)
+        same = sj_dims_equal(m, i, x, i, err);
+    if (same <= 0)
+        return same < 0 ? -1 : sj_err(err, "the shape of the mask does not match the shape of the indexed "
+                                      "tensor");
     if (v && v->kind == BA_TENSOR) {
         if (m->ndim != x->ndim || sj_numel(v->meta) != 1)
             return sj_err(err, "assigning a tensor through a boolean mask depends on the "
@@ -476,15 +458,19 @@ int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         /* the value broadcasts to the selected region; leading 1-dims are allowed */
         const TensorMeta *m = v->meta;
         int extra = m->ndim - target.ndim;
-        for (int i = 0; i < extra; i++)
-            if (m->size[i] != 1)
-                return sj_err(err, "shape mismatch: value of rank %d cannot be broadcast to "
-                              "indexing result of rank %d", m->ndim, target.ndim);
+        for (int i = 0; i < extra; i++) {
+            int one = sj_dim_equals(m, i, 1, err);
+            if (one <= 0)
+                return one < 0 ? -1 : sj_err(err, "shape mismatch: value of rank %d cannot be broadcast to "
+                                             "indexing result of rank %d", m->ndim, target.ndim);
+        }
         for (int i = extra > 0 ? extra : 0; i < m->ndim; i++) {
-            int64_t s = m->size[i], t = target.size[i - extra];
-            if (s != t && s != 1)
-                return sj_err(err, "shape mismatch: value of size %lld cannot be broadcast "
-                              "to size %lld", (long long)s, (long long)t);
+            int ok = sj_dims_equal(m, i, &target, i - extra, err);
+            if (ok == 0)
+                ok = sj_dim_equals(m, i, 1, err);
+            if (ok <= 0)
+                return ok < 0 ? -1 : sj_err(err, "shape mismatch: value of size %lld cannot be broadcast "
+                                            "to size %lld", (long long)m->size[i], (long long)target.size[i - extra]);
         }
         if (lib == LIB_TORCH && dtype_info[m->dtype].category == CAT_COMPLEX &&
             dtype_info[x->dtype].category != CAT_COMPLEX)

@@ -191,6 +191,77 @@ static int int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, 
     return 0;
 }
 
+/* The extent of a sliding window over dim i of x, into dim i of out: effective kernel k
+ * (ksym: its node when symbolic, else NULL), padding p on each side, stride s. The count of
+ * window positions is floor((in + 2p - k) / s) + 1; with ceil_mode the division rounds up,
+ * less one when the last window would start past the input and its left pad (torch's
+ * pooling). conv refuses a padded input shorter than the kernel, pooling an empty output.
+ * With a symbolic input size or kernel the extent is an expression, and each of those
+ * checks is a decided relation (guarded unless the ranges decide it). */
+static int window_extent(const TensorMeta *x, int i, int64_t k, SymNode *ksym, int64_t p, int64_t s,
+                         int ceil_mode, int conv, TensorMeta *out, ShapeErr *err)
+{
+    int64_t c = ceil_mode ? s - 1 : 0;
+    if (!sj_symctx || (!x->sym[i] && !ksym)) {
+        int64_t in = x->size[i], num = in + 2 * p - k + c;
+        if (conv && in + 2 * p < k)
+            return sj_err(err, "kernel size can't be greater than actual input size");
+        /* floor division, also for a negative numerator */
+        int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+        if (ceil_mode && (o - 1) * s >= in + p)
+            o--;
+        if (!conv && o <= 0)
+            return sj_err(err, "output size is too small");
+        out->size[i] = o;
+        out->sym[i] = NULL;
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *in = sj_dimsym(x, i, err);
+    if (!in)
+        return -1;
+    SymNode *kn = ksym ? ksym : sym_const(env, k), *two_p = sym_const(env, 2 * p), *sn = sym_const(env, s);
+    SymNode *one = sym_const(env, 1), *cn = sym_const(env, c), *pn = sym_const(env, p);
+    SymNode *span = kn && two_p && sn && one && cn && pn ? sym_add(env, in, two_p) : NULL;
+    SymNode *num = span ? sym_sub(env, span, kn) : NULL;
+    num = num ? sym_add(env, num, cn) : NULL;
+    SymNode *q = num ? sym_floordiv(env, num, sn) : NULL, *o = q ? sym_add(env, q, one) : NULL;
+    if (!o)
+        return sj_sym_error(err);
+    int t;
+    if (conv && sj_decide(sym_ge(env, span, kn), &t, err) < 0)
+        return -1;
+    if (conv && !t)
+        return sj_err(err, "kernel size can't be greater than actual input size");
+    if (ceil_mode) {
+        SymNode *last = sym_mul(env, q, sn), *edge = sym_add(env, in, pn);
+        if (sj_decide(last && edge ? sym_ge(env, last, edge) : NULL, &t, err) < 0)
+            return -1;
+        if (t && !(o = q))
+            return sj_sym_error(err);
+    }
+    if (!conv && sj_decide(sym_ge(env, o, one), &t, err) < 0)
+        return -1;
+    if (!conv && !t)
+        return sj_err(err, "output size is too small");
+    return sj_set_dim(out, i, o, err);
+}
+
+/* a * g == b for dims (a of m, b of n, g a constant): compared, or guarded when symbolic. */
+static int dims_times_equal(const TensorMeta *m, int a, int64_t g, const TensorMeta *n, int b, ShapeErr *err)
+{
+    if (!sj_symctx || (!m->sym[a] && !n->sym[b]))
+        return m->size[a] * g == n->size[b];
+    if (m->size[a] * g != n->size[b])
+        return 0;
+    SymEnv *env = sj_symctx->env;
+    SymNode *x = sj_dimsym(m, a, err), *y = x ? sj_dimsym(n, b, err) : NULL, *gn = sym_const(env, g);
+    if (!y)
+        return -1;
+    SymNode *xg = gn ? sym_mul(env, x, gn) : NULL;
+    return sj_require(xg ? sym_eq(env, xg, y) : NULL, err) < 0 ? -1 : 1;
+}
+
 int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;
@@ -235,27 +306,38 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     int64_t cin = x->size[off];
     if (w->size[0] % groups != 0)
         return sj_err(err, "out_channels must be divisible by groups");
-    if (w->size[1] * groups != cin)
+    if (sj_symctx && w->sym[0] && groups != 1) {
+        /* symbolic out_channels stay a multiple of groups */
+        SymNode *gk = sym_const(sj_symctx->env, groups), *zero = sym_const(sj_symctx->env, 0);
+        SymNode *rem = gk && zero ? sym_mod(sj_symctx->env, w->sym[0], gk) : NULL;
+        if (sj_require(rem ? sym_eq(sj_symctx->env, rem, zero) : NULL, err) < 0)
+            return -1;
+    }
+    int match = dims_times_equal(w, 1, groups, x, off, err);
+    if (match < 0)
+        return -1;
+    if (!match)
         return sj_err(err, "expected input to have %lld channels, but got %lld channels",
                       (long long)(w->size[1] * groups), (long long)cin);
     const TensorMeta *bias;
     if (same_dtype_opt(b, "bias", x, &bias, err) || vec_of(bias, w, 0, "bias", err))
         return -1;
-    *out = *x;
-    if (batched)
-        out->size[0] = x->size[0];
-    out->size[off] = w->size[0];
-    for (int i = 0; i < sp; i++) {
-        int64_t in = x->size[off + 1 + i];
+    *out = *x;   /* the batch dim, and the spatial dims under padding='same' */
+    sj_copy_dim(out, off, w, 0);
+    for (int i = 0; i < sp && !same; i++) {
+        /* the effective kernel d * (k - 1) + 1, an expression when the weight's is */
         int64_t k = dil[i] * (w->size[2 + i] - 1) + 1;
-        if (same) {
-            out->size[off + 1 + i] = in;
-            continue;
+        SymNode *ks = NULL;
+        if (sj_symctx && w->sym[2 + i]) {
+            SymEnv *env = sj_symctx->env;
+            SymNode *m1 = sym_const(env, -1), *dn = sym_const(env, dil[i]), *one = sym_const(env, 1);
+            SymNode *km = m1 && dn && one ? sym_add(env, w->sym[2 + i], m1) : NULL;
+            km = km ? sym_mul(env, km, dn) : NULL;
+            if (!km || !(ks = sym_add(env, km, one)))
+                return sj_sym_error(err);
         }
-        int64_t span = in + 2 * pad[i];
-        if (span < k)
-            return sj_err(err, "kernel size can't be greater than actual input size");
-        out->size[off + 1 + i] = (span - k) / stride[i] + 1;
+        if (window_extent(x, off + 1 + i, k, ks, pad[i], stride[i], 0, 1, out, err) < 0)
+            return -1;
     }
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     *nout = 1;
@@ -300,19 +382,12 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
             return sj_err(err, "kernel size, stride and dilation must be greater than zero");
         if (p[i] < 0 || p[i] > k[i] / 2)
             return sj_err(err, "pad should be at most half of effective kernel size");
-        int64_t in = x->size[off + i];
-        int64_t num = in + 2 * p[i] - d[i] * (k[i] - 1) - 1 + (ceil_mode ? s[i] - 1 : 0);
-        /* floor division, also for a negative numerator */
-        int64_t o = (num >= 0 ? num / s[i] : -((-num + s[i] - 1) / s[i])) + 1;
-        /* with ceil_mode the last window must start inside the input or its left pad */
-        if (ceil_mode && (o - 1) * s[i] >= in + p[i])
-            o--;
-        if (o <= 0)
-            return sj_err(err, "output size is too small");
-        out->size[off + i] = o;
+        if (window_extent(x, off + i, d[i] * (k[i] - 1) + 1, NULL, p[i], s[i], ceil_mode, 0, out, err) < 0)
+            return -1;
     }
-    if (x->size[off - 1] == 0)
-        return sj_err(err, "expected non-empty channels");
+    int empty = sj_dim_equals(x, off - 1, 0, err);
+    if (empty)
+        return empty < 0 ? -1 : sj_err(err, "expected non-empty channels");
     out[0].requires_grad = x->requires_grad;
     if (ret_idx) {
         out[1] = out[0];
@@ -322,6 +397,29 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     } else {
         *nout = 1;
     }
+    return 0;
+}
+
+/* One output size of adaptive pooling into dim i of out: None keeps the input's, an int
+ * (a symbolic one stays symbolic, non-negative guarded) is the size. */
+static int adaptive_size(const BoundArg *a, TensorMeta *out, int i, ShapeErr *err)
+{
+    if (a->kind == BA_CONST && a->value == Py_None)
+        return 0;
+    int64_t n;
+    SymNode *ns;
+    if (sj_int_sym(a, "output_size", &n, &ns, err))
+        return -1;
+    if (ns) {
+        SymNode *zero = sym_const(sj_symctx->env, 0);
+        if (sj_require(zero ? sym_ge(sj_symctx->env, ns, zero) : NULL, err) < 0)
+            return sj_err(err, "output_size must be non-negative");
+        return sj_set_dim(out, i, ns, err);
+    }
+    if (n < 0)
+        return sj_err(err, "output_size must be non-negative");
+    out->size[i] = n;
+    out->sym[i] = NULL;
     return 0;
 }
 
@@ -335,36 +433,32 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     if (x->ndim != 3 && x->ndim != 4)
         return sj_err(err, "adaptive_avg_pool2d expects 3-D or 4-D input");
     int off = x->ndim - 2;
-    if (x->size[off] == 0 || x->size[off + 1] == 0)
-        return sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
+    for (int i = 0; i < 2; i++) {
+        int empty = sj_dim_equals(x, off + i, 0, err);
+        if (empty)
+            return empty < 0 ? -1 : sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
+    }
     const BoundArg *os = ba_get(b, "output_size");
-    if (!os || os->kind != BA_CONST)
+    if (!os || (os->kind != BA_CONST && os->kind != BA_LIST))
         return sj_err(err, "output_size must be constant");
     *out = *x;
-    PyObject *v = os->value;
-    if (PyTuple_Check(v) || PyList_Check(v)) {
-        if (PySequence_Fast_GET_SIZE(v) != 2)
+    BoundArg items[2] = {{BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}, {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}};
+    const BoundArg *its = items;
+    if (os->kind == BA_LIST) {
+        if (os->n != 2)
             return sj_err(err, "output_size must be an int or a pair");
-        for (int i = 0; i < 2; i++) {
-            PyObject *e = PySequence_Fast_GET_ITEM(v, i);
-            if (e == Py_None)
-                continue;    /* None keeps the input size */
-            BoundArg t = {BA_CONST, NULL, e, 0, NULL, NULL, NULL, 0};
-            int64_t n;
-            if (sj_int(&t, "output_size", &n, err))
-                return -1;
-            if (n < 0)
-                return sj_err(err, "output_size must be non-negative");
-            out->size[off + i] = n;
-        }
+        its = os->items;
+    } else if (PyTuple_Check(os->value) || PyList_Check(os->value)) {
+        if (PySequence_Fast_GET_SIZE(os->value) != 2)
+            return sj_err(err, "output_size must be an int or a pair");
+        for (int i = 0; i < 2; i++)
+            items[i].value = PySequence_Fast_GET_ITEM(os->value, i);
     } else {
-        int64_t n;
-        if (sj_int(os, "output_size", &n, err))
-            return -1;
-        if (n < 0)
-            return sj_err(err, "output_size must be non-negative");
-        out->size[off] = out->size[off + 1] = n;
+        items[0] = items[1] = *os;   /* one int for both */
     }
+    for (int i = 0; i < 2; i++)
+        if (adaptive_size(&its[i], out, off + i, err) < 0)
+            return -1;
     *nout = 1;
     return 0;
 }

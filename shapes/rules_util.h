@@ -25,6 +25,9 @@ const TensorMeta *sj_tensor(const BoundArgs *b, const char *name, ShapeErr *err)
  * int (err set, naming what). A symbolic int is specialised to its hint (sj_pin): rules
  * that handle symbolic ints read them with sj_int_list_sym or BoundArg.sym instead. */
 int sj_int(const BoundArg *a, const char *what, int64_t *out, ShapeErr *err);
+/* sj_int for rules that handle a symbolic int: *out is its hint and *sym its symbol (NULL
+ * for a constant, or without a shape environment); nothing is specialised. */
+int sj_int_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **sym, ShapeErr *err);
 /* Optional int/bool/float parameters: absent (or None) gives dflt. */
 int sj_get_int(const BoundArgs *b, const char *name, int64_t dflt, int64_t *out, ShapeErr *err);
 int sj_get_bool(const BoundArgs *b, const char *name, int dflt, int *out, ShapeErr *err);
@@ -82,6 +85,14 @@ int sj_pin(struct SymNode *e, int64_t *value, ShapeErr *err);
 /* 1 when dim i of a equals dim j of b (equal hints; two different expressions are then
  * guarded equal), 0 when not, -1 on error. */
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err);
+/* 1 when dim i of m equals v, 0 when not, -1 on error. A symbolic dim is decided
+ * (guarded unless its range decides: a size symbol is never 0 or 1). */
+int sj_dim_equals(const TensorMeta *m, int i, int64_t v, ShapeErr *err);
+/* Whether the index v (its symbol isym, or NULL) is out of range for dim d of x: 0 in
+ * [-size, size), 1 outside, -1 on error. With a symbolic size or index it decides, as
+ * torch, i >= -size, then i < size, then a symbolic index's sign (select and x[i] add the
+ * size to a negative index), each relation guarded unless the ranges decide it. */
+int sj_index_in_range(const TensorMeta *x, int d, int64_t v, struct SymNode *isym, ShapeErr *err);
 /* Copy dim i of x (size and symbol) into dim k of out. */
 static inline void sj_copy_dim(TensorMeta *out, int k, const TensorMeta *x, int i)
 {

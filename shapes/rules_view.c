@@ -233,14 +233,6 @@ int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
-/* Whether a symbolic dim is 1 (squeeze drops it): decided, guarded unless the range
- * decides (a size symbol is never 1). */
-static int is_one_sym(SymNode *d, int *one, ShapeErr *err)
-{
-    SymNode *k = sym_const(sj_symctx->env, 1);
-    return k ? sj_decide(sym_eq(sj_symctx->env, d, k), one, err) : sj_sym_error(err);
-}
-
 int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
@@ -252,8 +244,8 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     unsigned mask = 0;
     if (!d) {
         for (int i = 0; i < x->ndim; i++) {
-            int one = x->size[i] == 1;
-            if (sj_symctx && x->sym[i] && is_one_sym(x->sym[i], &one, err) < 0)
+            int one = sj_dim_equals(x, i, 1, err);   /* a symbolic dim: decided, guarded */
+            if (one < 0)
                 return -1;
             if (one)
                 mask |= 1u << i;
@@ -269,8 +261,8 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
                 return -1;
             if (x->ndim == 0)
                 continue;
-            int one = x->size[k] == 1;
-            if (sj_symctx && x->sym[k] && is_one_sym(x->sym[k], &one, err) < 0)
+            int one = sj_dim_equals(x, k, 1, err);
+            if (one < 0)
                 return -1;
             if (!one) {
                 /* torch leaves a non-1 dim alone; numpy refuses */
@@ -507,6 +499,42 @@ int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
+/* narrow(dim, start, length) with a symbolic size, start or length, checked as torch does
+ * (each relation guarded unless the ranges decide it): length >= 0, -size <= start <= size,
+ * the sign of start (a negative start counts from the end), start + length <= size. */
+static int narrow_sym(const TensorMeta *x, int d, int64_t start, SymNode *ss, int64_t length, SymNode *ls,
+                      TensorMeta *out, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *size = sj_dimsym(x, d, err);
+    if (!size)
+        return -1;
+    SymNode *st = ss ? ss : sym_const(env, start), *len = ls ? ls : sym_const(env, length);
+    SymNode *zero = sym_const(env, 0), *lo = sym_neg(env, size);
+    if (!st || !len || !zero || !lo)
+        return sj_sym_error(err);
+    int ok, neg;
+    if (sj_decide(sym_ge(env, len, zero), &ok, err) < 0)
+        return -1;
+    if (!ok)
+        return sj_err(err, "narrow(): length must be non-negative.");
+    if (sj_decide(sym_le(env, lo, st), &ok, err) < 0 || (ok && sj_decide(sym_le(env, st, size), &ok, err) < 0))
+        return -1;
+    if (!ok)
+        return sj_err(err, "start out of range");
+    if (sj_decide(sym_lt(env, st, zero), &neg, err) < 0)
+        return -1;
+    if (neg && !(st = sym_add(env, st, size)))
+        return sj_sym_error(err);
+    if (sj_decide(sym_le(env, st, sym_sub(env, size, len)), &ok, err) < 0)
+        return -1;
+    if (!ok)
+        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).",
+                      (long long)start, (long long)length, (long long)x->size[d]);
+    like(x, out);
+    return sj_set_dim(out, d, len, err);
+}
+
 int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
@@ -515,15 +543,19 @@ int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!x)
         return -1;
     int64_t d0, start, length;
+    SymNode *ss, *ls;
     int d;
     if (sj_int(ba_get(b, "dim"), "dim", &d0, err) ||
-        sj_int(ba_get(b, "start"), "start", &start, err) ||
-        sj_int(ba_get(b, "length"), "length", &length, err))
+        sj_int_sym(ba_get(b, "start"), "start", &start, &ss, err) ||
+        sj_int_sym(ba_get(b, "length"), "length", &length, &ls, err))
         return -1;
     if (x->ndim == 0)
         return sj_err(err, "narrow() cannot be applied to a 0-dim tensor.");
     if (sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
+    *nout = 1;
+    if (sj_symctx && (x->sym[d] || ss || ls))
+        return narrow_sym(x, d, start, ss, length, ls, out, err);
     int64_t size = x->size[d];
     if (start < -size || start > size)
         return sj_err(err, "start out of range");
@@ -534,7 +566,6 @@ int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                       (long long)start, (long long)length, (long long)size);
     like(x, out);
     out->size[d] = length;
-    *nout = 1;
     return 0;
 }
 
@@ -546,20 +577,23 @@ int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!x)
         return -1;
     int64_t d0, index;
+    SymNode *is;
     int d;
-    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) ||
-        sj_int(ba_get(b, "index"), "index", &index, err))
+    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) || sj_int_sym(ba_get(b, "index"), "index", &index, &is, err))
         return -1;
     if (x->ndim == 0)
         return sj_err(err, "select() cannot be applied to a 0-dim tensor.");
     if (sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
-    if (index < -x->size[d] || index >= x->size[d])
+    int outside = sj_index_in_range(x, d, index, is, err);
+    if (outside < 0)
+        return -1;
+    if (outside)
         return sj_err(err, "select(): index %lld out of range for tensor of size %lld",
                       (long long)index, (long long)x->size[d]);
     like(x, out);
     for (int i = d; i + 1 < x->ndim; i++)
-        out->size[i] = x->size[i + 1];
+        sj_copy_dim(out, i, x, i + 1);
     out->ndim--;
     *nout = 1;
     return 0;
@@ -609,18 +643,134 @@ int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
-/* The tensor pieces of dim d with the given lengths. */
-static int pieces(const TensorMeta *x, int d, const int64_t *len, int n, TensorMeta *out,
-                  int *nout, ShapeErr *err)
+/* The tensor pieces of dim d with the given lengths: lsym[i] (a node) when lsym and
+ * lsym[i] are set, else len[i]. */
+static int pieces(const TensorMeta *x, int d, const int64_t *len, SymNode *const *lsym, int n,
+                  TensorMeta *out, int *nout, ShapeErr *err)
 {
     if (n > *nout)
         return sj_err(err, "more than %d outputs are not supported", *nout);
     for (int i = 0; i < n; i++) {
         like(x, &out[i]);
-        out[i].size[d] = len[i];
+        if (lsym && lsym[i]) {
+            if (sj_set_dim(&out[i], d, lsym[i], err) < 0)
+                return -1;
+        } else {
+            out[i].size[d] = len[i];
+            out[i].sym[d] = NULL;
+        }
     }
     *nout = n;
     return 0;
+}
+
+/* ceil(a / b) for sizes, b > 0: (a + b - 1) // b. NULL with a Python exception on failure. */
+static SymNode *ceil_div(SymEnv *env, SymNode *a, SymNode *b)
+{
+    SymNode *m1 = a && b ? sym_const(env, -1) : NULL;
+    SymNode *up = m1 ? sym_add(env, a, b) : NULL;
+    up = up ? sym_add(env, up, m1) : NULL;
+    return up ? sym_floordiv(env, up, b) : NULL;
+}
+
+/* torch's split of dim d into pieces of k (k > 0 decided), the last one shorter, with a
+ * symbolic size or k: the number of pieces, ceil(size / k), is a Python-level count, so it
+ * is specialised (guarded equal to its value at the hints, as torch does); the pieces are
+ * then k, ..., k and size - (count - 1) * k, which the count guard keeps in [1, k]. A count
+ * of 0 (size 0 at the hints) gives one empty piece, as torch. */
+static int split_by_sym(const TensorMeta *x, int d, SymNode *k, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *size = sj_dimsym(x, d, err), *lsym[SJ_MAX_OUTS];
+    if (!size)
+        return -1;
+    int64_t count;
+    if (sj_pin(ceil_div(env, size, k), &count, err) < 0)
+        return -1;
+    if (count > *nout)
+        return sj_err(err, "more than %d outputs are not supported", *nout);
+    if (count == 0) {
+        int64_t zero = 0;
+        return pieces(x, d, &zero, NULL, 1, out, nout, err);
+    }
+    for (int64_t i = 0; i + 1 < count; i++)
+        lsym[i] = k;
+    SymNode *before = sym_const(env, count - 1), *done = before ? sym_mul(env, before, k) : NULL;
+    if (!done || !(lsym[count - 1] = sym_sub(env, size, done)))
+        return sj_sym_error(err);
+    return pieces(x, d, NULL, lsym, (int)count, out, nout, err);
+}
+
+/* torch.split(x, k) with a symbolic size or k: k >= 0; k == 0 only for an empty dim (one
+ * empty piece); else split_by_sym. */
+static int split_size_sym(const TensorMeta *x, int d, SymNode *k, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *zero = sym_const(env, 0), *size = sj_dimsym(x, d, err);
+    if (!size)
+        return -1;
+    if (!zero || !k)
+        return sj_sym_error(err);
+    int ok, empty;
+    if (sj_decide(sym_ge(env, k, zero), &ok, err) < 0 || (ok && sj_decide(sym_eq(env, k, zero), &empty, err) < 0))
+        return -1;
+    if (ok && !empty)
+        return split_by_sym(x, d, k, out, nout, err);
+    if (ok && sj_decide(sym_eq(env, size, zero), &ok, err) < 0)
+        return -1;
+    if (!ok)
+        return sj_err(err, "split_size can only be 0 if dimension size is 0");
+    return pieces(x, d, &x->size[d], NULL, 1, out, nout, err);
+}
+
+/* torch.split(x, [a, b, ...]) with symbolic entries or size: each entry >= 0 and their sum
+ * equal to the size (guarded unless the ranges decide: a constant sum against a symbolic
+ * size specialises it, as torch). The pieces are the entries. */
+static int split_sizes_sym(const TensorMeta *x, int d, const int64_t *v, SymNode **vs, int m, TensorMeta *out,
+                           int *nout, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *sum = sym_const(env, 0), *zero = sum, *size = sj_dimsym(x, d, err);
+    if (!size)
+        return -1;
+    for (int i = 0; sum && i < m; i++) {
+        int ok;
+        if (!vs[i] && !(vs[i] = sym_const(env, v[i])))
+            return sj_sym_error(err);
+        if (sj_decide(sym_ge(env, vs[i], zero), &ok, err) < 0)
+            return -1;
+        if (!ok)
+            return sj_err(err, "split_with_sizes expects non-negative sizes");
+        sum = sym_add(env, sum, vs[i]);
+    }
+    if (!sum)
+        return sj_sym_error(err);
+    if (sj_require(sym_eq(env, sum, size), err) < 0)
+        return sj_err(err, "split_with_sizes expects split_sizes to sum exactly to %lld", (long long)x->size[d]);
+    return pieces(x, d, NULL, vs, m, out, nout, err);
+}
+
+/* numpy.split(a, k) into k equal sections of a symbolic dim: k divides it (guarded). */
+static int split_sections_sym(const TensorMeta *x, int d, int64_t k, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    SymEnv *env = sj_symctx->env;
+    SymNode *size = sj_dimsym(x, d, err), *lsym[SJ_MAX_OUTS];
+    if (!size)
+        return -1;
+    if (k <= 0)
+        return sj_err(err, "array split does not result in an equal division");
+    if (k > *nout)
+        return sj_err(err, "more than %d outputs are not supported", *nout);
+    SymNode *kn = sym_const(env, k), *zero = sym_const(env, 0);
+    SymNode *rem = kn && zero ? sym_mod(env, size, kn) : NULL;
+    if (!rem)
+        return sj_sym_error(err);
+    if (sj_require(sym_eq(env, rem, zero), err) < 0)
+        return sj_err(err, "array split does not result in an equal division");
+    SymNode *part = sj_sym_div(size, kn);
+    for (int64_t i = 0; i < k; i++)
+        lsym[i] = part;
+    return part ? pieces(x, d, NULL, lsym, (int)k, out, nout, err) : sj_sym_error(err);
 }
 
 int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -639,23 +789,31 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     if (sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
     const BoundArg *s = ba_get(b, "split_size");
-    if (!s || s->kind != BA_CONST)
+    if (!s || (s->kind != BA_CONST && s->kind != BA_LIST))
         return sj_err(err, "split needs constant sizes");
     int64_t size = x->size[d];
+    SymNode *ds = sj_symctx ? x->sym[d] : NULL;
     int64_t len[SJ_MAX_OUTS];
     int n = 0;
-    if (PyLong_Check(s->value)) {
+    if (s->kind == BA_CONST && PyLong_Check(s->value)) {
         int64_t k;
-        if (sj_int(s, "split_size", &k, err))
+        SymNode *ks;
+        if (sj_int_sym(s, "split_size", &k, &ks, err))
             return -1;
         if (lib == LIB_NUMPY) {
-            /* numpy: k equal sections */
+            /* numpy: k equal sections (the count is pinned) */
+            if (ks && sj_pin(ks, &k, err) < 0)
+                return -1;
+            if (ds)
+                return split_sections_sym(x, d, k, out, nout, err);
             if (k <= 0 || size % k != 0)
                 return sj_err(err, "array split does not result in an equal division");
             if (k > SJ_MAX_OUTS)
                 return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
             for (n = 0; n < k; n++)
                 len[n] = size / k;
+        } else if (ds || ks) {
+            return split_size_sym(x, d, ks ? ks : sym_const(sj_symctx->env, k), out, nout, err);
         } else {
             /* torch: pieces of k, the last one shorter */
             if (k < 0 || (k == 0 && size != 0))
@@ -675,9 +833,14 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         }
     } else {
         int64_t v[SJ_MAX_OUTS];
-        int m;
-        if (sj_int_list(s, "split_size", v, &m, SJ_MAX_OUTS, err))
+        SymNode *vs[SJ_MAX_OUTS];
+        int m, symbolic = ds != NULL;
+        if (sj_int_list_sym(s, "split_size", v, vs, &m, SJ_MAX_OUTS, err))
             return -1;
+        for (int i = 0; sj_symctx && i < m; i++)
+            symbolic |= vs[i] != NULL;
+        if (lib == LIB_TORCH && symbolic)
+            return split_sizes_sym(x, d, v, vs, m, out, nout, err);
         if (lib == LIB_TORCH) {
             int64_t sum = 0;
             for (int i = 0; i < m; i++) {
@@ -690,7 +853,13 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 return sj_err(err, "split_with_sizes expects split_sizes to sum exactly to "
                               "%lld", (long long)size);
         } else {
-            /* numpy: split points, clipped to the axis like slices */
+            /* numpy: split points, clipped to the axis like slices (a symbolic axis or
+             * point is specialised) */
+            for (int i = 0; symbolic && i < m; i++)
+                if (vs[i] && sj_pin(vs[i], &v[i], err) < 0)
+                    return -1;
+            if (ds && sj_pin(ds, &size, err) < 0)
+                return -1;
             if (m + 1 > SJ_MAX_OUTS)
                 return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
             int64_t prev = 0;
@@ -710,7 +879,7 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
             }
         }
     }
-    return pieces(x, d, len, n, out, nout, err);
+    return pieces(x, d, len, NULL, n, out, nout, err);
 }
 
 int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -735,6 +904,18 @@ int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     int64_t len[SJ_MAX_OUTS];
     int n = 0;
     int64_t step = (size + chunks - 1) / chunks;
+    if (sj_symctx && x->sym[d]) {
+        /* as torch: a split by ceil(size / chunks), unless that is 0 (decided) */
+        SymEnv *env = sj_symctx->env;
+        SymNode *n = sym_const(env, chunks), *k = n ? ceil_div(env, x->sym[d], n) : NULL;
+        SymNode *none = k ? sym_const(env, 0) : NULL;
+        int zero;
+        if (sj_decide(none ? sym_eq(env, k, none) : NULL, &zero, err) < 0)
+            return -1;
+        if (!zero)
+            return split_by_sym(x, d, k, out, nout, err);
+        step = 0;
+    }
     if (step == 0) {
         /* an empty dim still gives `chunks` empty pieces */
         if (chunks > SJ_MAX_OUTS)
@@ -748,7 +929,7 @@ int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
             len[n++] = size - at < step ? size - at : step;
         }
     }
-    return pieces(x, d, len, n, out, nout, err);
+    return pieces(x, d, len, NULL, n, out, nout, err);
 }
 
 int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -766,15 +947,20 @@ int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return sj_err(err, "Dimension specified as 0 but tensor has no dimensions");
     if (sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
-    if (x->size[d] > *nout)
+    /* the number of results is the size: a symbolic one is specialised (as torch); the
+     * other dims keep their symbols */
+    int64_t count = x->size[d];
+    if (sj_symctx && x->sym[d] && sj_pin(x->sym[d], &count, err) < 0)
+        return -1;
+    if (count > *nout)
         return sj_err(err, "more than %d outputs are not supported", *nout);
-    for (int i = 0; i < x->size[d]; i++) {
+    for (int i = 0; i < count; i++) {
         like(x, &out[i]);
         for (int k = d; k + 1 < x->ndim; k++)
-            out[i].size[k] = x->size[k + 1];
+            sj_copy_dim(&out[i], k, x, k + 1);
         out[i].ndim--;
     }
-    *nout = (int)x->size[d];
+    *nout = (int)count;
     return 0;
 }
 

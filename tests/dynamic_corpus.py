@@ -360,6 +360,18 @@ def int_branch(x, k):
     return x
 
 
+@case(lambda: [(R(4), n) for n in (1, 2, 3, 0, 5)], sources="L['n']",
+      note="ints 0 and 1 are not sizes: no 0/1 specialisation")
+def int_zero_one(x, n):
+    return x * n + n
+
+
+@case(lambda: [(R(3, 4), d) for d in (0, 1, 0)], sources="L['d']",
+      note="an int read as a dim is specialised (guarded) even when it is symbolic")
+def int_as_dim(x, d):
+    return x.sum(d) + 1
+
+
 # =======================================================================================
 # 0/1 sizes in the sequence
 # =======================================================================================
@@ -478,6 +490,50 @@ class _Encoderish(nn.Module):
       mark=((0, 0), (0, 1)), sources="L['x']")
 def encoder_module():
     return _Encoderish()
+
+
+# =======================================================================================
+# narrow/select/split/chunk/unbind, setitem, conv/pool (symbolic twins)
+# =======================================================================================
+@case(each([(8, 3), (9, 4), (11, 5), (12, 6)]), mark=((0, 0),), sources="L['x']",
+      note="split(3) guards the piece count: 8 and 9 rows are 3 pieces, 11 and 12 four")
+def split_count(x):
+    a = x.split(3)
+    return torch.cat([t * i for i, t in enumerate(a)]) + x.narrow(0, 1, 3).sum() + x.select(1, -1).sum()
+
+
+@case(each([(8, 3), (9, 5), (10, 7), (13, 4)]), mark=((0, 0),), sources="L['x']")
+def chunk_unbind(x):
+    a, b, c = x.chunk(3)
+    return a.sum(0) + b.sum(0) + c.sum(0), [t * 2 for t in x[:2].unbind(0)]
+
+
+@case(lambda: [(R(n, 3), R(m, 3)) for n, m in [(7, 4), (8, 5), (9, 6), (12, 4)]],
+      mark=((0, 0), (1, 0)), sources="L['x'],L['y']")
+def setitem_slice(x, y):
+    x = x.clone()
+    x[1:y.shape[0] + 1] = y * 2
+    return x
+
+
+class _SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.conv(x)), 2)
+        h = F.avg_pool2d(self.conv2(h), 2, ceil_mode=True)
+        return self.head(F.adaptive_avg_pool2d(h, (2, 2)).flatten(1))
+
+
+@case(each([(2, 3, 16, 16), (3, 3, 20, 17), (5, 3, 33, 29), (4, 3, 15, 15)]), module=True,
+      mark=((0, 0), (0, 2), (0, 3)), sources="L['x']",
+      note="square images first: H and W duck-sized, then a recompile gives them their own symbols")
+def small_cnn():
+    return _SmallCNN()
 
 
 # =======================================================================================

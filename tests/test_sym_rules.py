@@ -1,5 +1,6 @@
 """Symbolic twins of the shape rules (issue 5): slicing and integer indexing, expand /
-expand_as / repeat, the factories and arange, layer/group/batch norm, scans.
+expand_as / repeat, the factories and arange, layer/group/batch norm, scans, narrow /
+select / split / chunk / unbind / setitem, conv and pooling.
 
 Each test compiles with shapejit.compile(dynamic=...), checks every result against eager
 on several sizes, and counts graphs: a rule that handles symbols keeps one graph across
@@ -326,3 +327,144 @@ def test_encoder_layer_and_bert_one_graph_across_lengths(seq):
             torch.testing.assert_close(cb(ids).last_hidden_state, bert(ids).last_hidden_state)
     s = shapejit.stats()
     assert s["graphs"] == 1 and s["recompiles"] == 0 and s["graph_breaks"] == 0
+
+
+# ------------------------- narrow/select/split/chunk/unbind/setitem, conv/pool ----
+# Each case also runs under torch.compile(dynamic=True) with a graph-counting backend in
+# the same test: shapejit's graph count must be torch's (and the stated one).
+
+def _torch_graphs(fn, calls):
+    """torch.compile's graph count for fn over calls (dynamic=True), checked against eager."""
+    from torch._dynamo.testing import CompileCounter
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    cf = torch.compile(fn, backend=counter, dynamic=True)
+    try:
+        for args in calls:
+            torch.testing.assert_close(cf(*args), fn(*args))
+    finally:
+        torch._dynamo.reset()
+    return counter.frame_count
+
+
+def _oracle(fn, calls, graphs):
+    """_check, and torch.compile gives the same count."""
+    assert _torch_graphs(fn, calls) == graphs
+    _check(fn, calls, graphs)
+
+
+def test_narrow_with_symbolic_start_length_and_size():
+    def f(x, s, n):
+        return x.narrow(0, s, n) * 2, x.narrow(1, 0, x.shape[1] // 2), x.narrow(0, 1, 3).sum(0)
+    _oracle(f, [(torch.randn(a, b), s, n) for a, b, s, n in [(7, 4, 1, 3), (8, 6, 2, 4), (9, 9, 3, 5), (11, 5, 0, 2)]], 1)
+
+
+def test_narrow_negative_start_guards_its_sign():
+    def f(x, s):
+        return x.narrow(0, s, 2) * 2
+    _oracle(f, [(torch.randn(n, 3), s) for n, s in [(7, -3), (8, -4), (9, -3)]], 1)
+    shapejit.reset()
+    # a start that turns non-negative fails the sign guard: a second graph, as torch
+    _oracle(f, [(torch.randn(n, 3), s) for n, s in [(7, -3), (8, -4), (9, 3)]], 2)
+
+
+def test_select_keeps_the_other_dims_and_guards_the_index_sign():
+    def f(x, i):
+        return x.select(0, i) * 2 + x.select(1, -1).sum(), x.select(1, 0)
+    _oracle(f, [(torch.randn(n, m), i) for n, m, i in [(7, 3, 1), (8, 5, 2), (9, 4, 6)]], 1)
+    shapejit.reset()
+    _oracle(f, [(torch.randn(n, m), i) for n, m, i in [(7, 3, 1), (8, 5, -2), (9, 4, 6)]], 2)
+
+
+def test_split_by_int_guards_the_piece_count():
+    def f(x):
+        return [t * 2 for t in x.split(3)]
+    # 8 and 9 rows are 3 pieces ((s0 + 2)//3 == 3); 11 and 12 are 4: a second graph
+    _oracle(f, [(torch.randn(n, 2),) for n in (8, 9)], 1)
+    shapejit.reset()
+    _oracle(f, [(torch.randn(n, 2),) for n in (8, 9, 11, 12)], 2)
+
+
+def test_split_by_a_symbolic_int_and_by_sizes():
+    def f(x, k):
+        return x.split(k, dim=1)[0] * 2, [t.sum(0) for t in x.split([2, x.shape[0] - 2])]
+    _oracle(f, [(torch.randn(n, m), k) for n, m, k in [(5, 7, 3), (7, 8, 3), (9, 9, 4)]], 1)
+
+
+def test_split_sizes_summing_to_a_dim_specialise_it():
+    def f(x):
+        a, b = x.split([2, 3], dim=1)
+        return a.sum(1) + b.sum(1)
+    # Eq(s1, 5) is guarded (torch's guard too); the rows stay symbolic
+    _oracle(f, [(torch.randn(n, 5),) for n in (4, 7, 9)], 1)
+
+
+def test_chunk_guards_the_piece_count():
+    def f(x):
+        return [t * 2 for t in x.chunk(3)]
+    _oracle(f, [(torch.randn(n, 2),) for n in (8, 9, 10, 13)], 1)
+    shapejit.reset()
+    # 4 rows make chunks of 2: two pieces, a second graph; 6 rows are three again
+    _oracle(f, [(torch.randn(n, 2),) for n in (8, 9, 4, 6)], 2)
+
+
+def test_unbind_specialises_the_count_only():
+    def f(x):
+        return [t * 2 for t in x.unbind(1)]
+    _oracle(f, [(torch.randn(n, 3),) for n in (7, 8, 9)], 1)
+    shapejit.reset()
+
+    def g(x):
+        return [t * 2 for t in x.unbind(0)]
+    _oracle(g, [(torch.randn(n, 3),) for n in (4, 5, 4)], 2)
+
+
+def test_setitem_with_symbolic_bounds():
+    def f(x, i, j):
+        x = x.clone()
+        x[i:j] = torch.ones(j - i, x.shape[1])
+        return x
+
+    def g(x, y):
+        x = x.clone()
+        x[1:y.shape[0] + 1] = y
+        x[:, 1:-1] = 0.5
+        x[x.shape[0] // 2] = x[0]
+        return x
+    _oracle(f, [(torch.randn(n, 3), i, j) for n, i, j in [(7, 1, 3), (8, 2, 5), (9, 3, 7)]], 1)
+    shapejit.reset()
+    _oracle(g, [(torch.randn(n, 3), torch.randn(m, 3)) for n, m in [(7, 4), (8, 5), (9, 6)]], 1)
+
+
+def test_conv_and_pool_over_batch_and_spatial_sizes():
+    torch.manual_seed(0)
+    w, w1 = torch.randn(4, 3, 3, 3), torch.randn(4, 3, 3)
+
+    def f(x):
+        y = F.conv2d(x, w, padding=1, stride=2)
+        return (y, F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), F.avg_pool2d(y, 2),
+                F.adaptive_avg_pool2d(x, (2, 3)), F.conv1d(x[:, :, 0], w1, stride=2))
+    calls = [(torch.randn(b, 3, h, ww),) for b, h, ww in [(2, 8, 9), (3, 11, 13), (4, 16, 7), (5, 9, 10)]]
+    _oracle(f, calls, 1)
+    shapejit.reset()
+    # batch 1 is 0/1-specialised: a second graph, as torch
+    _oracle(f, calls + [(torch.randn(1, 3, 12, 12),)], 2)
+
+
+def test_conv_with_a_symbolic_weight():
+    def f(x, w):
+        return F.conv2d(x, w, padding=1, stride=2)
+    calls = [(torch.randn(b, 3, h, ww), torch.randn(4, 3, 3, 3)) for b, h, ww in [(2, 8, 9), (3, 11, 13), (4, 16, 7)]]
+    _oracle(f, calls, 1)
+
+
+def test_small_cnn_one_graph_across_batch_and_image_sizes():
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3), torch.nn.AvgPool2d(2, ceil_mode=True),
+        torch.nn.AdaptiveAvgPool2d((2, 2)), torch.nn.Flatten(), torch.nn.Linear(32, 5))
+    calls = [(torch.randn(b, 3, h, w),) for b, h, w in [(2, 16, 18), (3, 20, 17), (5, 33, 29), (4, 15, 15)]]
+    with torch.no_grad():
+        _oracle(cnn, calls, 1)
