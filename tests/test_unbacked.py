@@ -1,5 +1,5 @@
-"""Unbacked sizes (issue 5): t.item() under capture_scalar_outputs and nonzero() under
-capture_dynamic_output_shape_ops give unbacked symbols u<N>; with the knobs off they break
+"""Unbacked sizes (issue 5): t.item() under capture_scalar_outputs and nonzero() /
+masked_select() under capture_dynamic_output_shape_ops give unbacked symbols u<N>; with the knobs off they break
 the graph; a branch on an unbacked value breaks the graph. Results equal eager, and the
 graph counts equal torch.compile's in the same run."""
 import pytest
@@ -43,7 +43,20 @@ def item_float(x, y):
     return y * x.sum().item()
 
 
+def masked_select_stats(x, m):
+    sel = torch.masked_select(x, m)
+    return sel.sum() / (sel.shape[0] + 1), sel * 2
+
+
+def masked_select_broadcast(x, t):
+    sel = x.masked_select(x > t)          # mask (3, 4) against x (3, 4); t broadcasts
+    return sel.exp().mean(), sel.shape[0] + 1
+
+
 CASES = [
+    (masked_select_stats, lambda: (torch.arange(6.), torch.tensor([True, False, True, True, False, False]))),
+    (masked_select_broadcast, lambda: (torch.randn(3, 4, generator=torch.Generator().manual_seed(1)),
+                                       torch.zeros(4))),
     (nonzero_sum, lambda: (torch.tensor([0., 1., 2., 0.]),)),
     (nonzero_method_chain, lambda: (torch.randn(5, 3, generator=torch.Generator().manual_seed(3)),)),
     (item_arith, lambda: (torch.tensor([2, 3]), torch.randn(3))),
@@ -105,3 +118,14 @@ def test_branch_on_unbacked_breaks_and_runs_both_ways():
             x, y = torch.tensor(a), torch.randn(3)
             same(cf(x, y), item_branch(x, y))
     assert shapejit.stats()["graph_breaks"] >= 1
+
+
+def test_masked_select_counts_change_without_recompile():
+    with shapejit.config.patch(capture_dynamic_output_shape_ops=True):
+        cf = shapejit.compile(masked_select_stats)
+        x = torch.arange(6.)
+        for bits in ([1, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]):
+            m = torch.tensor(bits, dtype=torch.bool)
+            same(cf(x, m), masked_select_stats(x, m))
+    s = shapejit.stats()
+    assert s["graphs"] == 1 and s["recompiles"] == 0 and s["graph_breaks"] == 0
