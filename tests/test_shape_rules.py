@@ -694,6 +694,15 @@ def nonzero_cases(lib, row):
     return cases
 
 
+def masked_select_cases(lib, row):
+    cases = [Case([mk(lib, dt, sh), mk(lib, "bool", sh)]) for dt in ("float32", "int64") for sh in SHAPES]
+    cases.append(Case([mk(lib, "float32", (2, 3)), mk(lib, "bool", (3,))]))       # mask broadcasts
+    cases.append(Case([mk(lib, "float32", (3,)), mk(lib, "bool", (2, 3))]))       # input broadcasts
+    cases.append(Case([mk(lib, "float32", (2, 3)), mk(lib, "bool", (4,))]))       # eager raises
+    cases.append(Case([mk(lib, "float32", (2, 3)), mk(lib, "float32", (2, 3))]))  # eager raises
+    return cases
+
+
 UNBACKED_HINT = 8192   # graph/meta.h SJ_UNBACKED_HINT: nonzero's row count has no hint
 
 
@@ -815,7 +824,7 @@ FAMILIES = {
     "rule_adaptive_pool": adaptive_cases, "rule_embedding": embedding_cases, "rule_sdpa": sdpa_cases,
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
-    "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
+    "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
 }
 
 
@@ -879,7 +888,7 @@ def run_case(row, case):
     if case.refuse:
         return f"expected a refusal, rule gave {got}"
     got = [tuple(g) for g in got]
-    if op == "nonzero":   # the data decides the rows: the rule gives the stand-in
+    if op in ("nonzero", "masked_select"):   # the data decides the rows: the rule gives the stand-in
         want = [(d, (UNBACKED_HINT,) + sh[1:], sc) for d, sh, sc in want]
     if got != want:
         return f"rule gave {got}, eager gave {want}"
