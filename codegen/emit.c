@@ -13,15 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lower.h"
+#include "lower_int.h"
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int failed;
-} Buf;
-
-static void put(Buf *b, const char *fmt, ...)
+void emit_put(Buf *b, const char *fmt, ...)
 {
     if (b->failed)
         return;
@@ -48,6 +42,8 @@ static void put(Buf *b, const char *fmt, ...)
         b->cap = cap;
     }
 }
+
+#define put emit_put
 
 /* Helpers the expressions of lower.def use; NaN behaves as in torch and numpy. */
 static const char prelude[] =
@@ -82,8 +78,6 @@ static void put_float(Buf *b, double x)
         put(b, "((float)%.17g)", x);   /* rounded to float as eager rounds a Python scalar */
 }
 
-int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2]);
-
 /* The C operand for argument x of a node in kernel k: a temporary, an input's element,
  * or a constant. */
 static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x)
@@ -99,25 +93,27 @@ static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x)
         put_float(b, d);
         return;
     }
+    emit_value(b, k, x->a);
+}
+
+void emit_value(Buf *b, const Kernel *k, int32_t v)
+{
     for (int32_t i = 0; i < k->nin; i++)
-        if (k->ins[i] == x->a) {
+        if (k->ins[i] == v) {
             put(b, "x%d", (int)i);
             return;
         }
-    put(b, "t%d", (int)x->a);
+    put(b, "t%d", (int)v);
 }
 
-/* The loop body: load each input once, compute every node, store the outputs. off_fmt is
- * the element offset of operand j (outputs first): a format given j for each %d (at most
- * two). */
-static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
+void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
 {
     for (int32_t i = 0; i < k->nin; i++) {
         put(b, "            const float x%d = in%d[", (int)i, (int)i);
         put(b, off_fmt, (int)(k->nout + i), (int)(k->nout + i));
         put(b, "];\n");
     }
-    for (int32_t i = 0; i < k->nnodes; i++) {
+    for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
         const Node *nd = &g->nodes[ni];
         const LowerRow *row = lower_row((OpId)nd->op);
@@ -139,6 +135,12 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
         put_float(b, p[1]);
         put(b, "; (void)P0; (void)P1; t%d = %s; }\n", (int)nd->first_value, row->expr);
     }
+}
+
+/* The loop body: load each input once, compute every node, store the outputs. */
+static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
+{
+    emit_compute(b, g, k, off_fmt, k->nnodes);
     for (int32_t j = 0; j < k->nout; j++) {
         put(b, "            out%d[", (int)j);
         put(b, off_fmt, (int)j, (int)j);
@@ -206,7 +208,10 @@ PyObject *lower_emit(Graph *g, LowerPlan *p)
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s", prelude);
     for (int32_t i = 0; i < p->nkernels; i++)
-        put_kernel(&b, g, &p->kernels[i]);
+        if (p->kernels[i].flavour != KF_POINTWISE)
+            emit_reduce_kernel(&b, g, &p->kernels[i]);
+        else
+            put_kernel(&b, g, &p->kernels[i]);
     PyObject *r = NULL;
     if (b.failed)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");

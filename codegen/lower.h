@@ -15,6 +15,20 @@
 
 #define SJ_KMAX_OPERANDS 32   /* tensor operands (inputs + outputs) of one kernel */
 
+/* What a kernel computes (plan_reduce.c, emit_reduce.c): a pointwise loop, or a reduction
+ * or row operation over the dims `mask` of its iteration space with the kernel's other
+ * nodes as a fused prologue. */
+typedef enum { KF_POINTWISE = 0, KF_SUM, KF_MEAN, KF_MAX, KF_MIN, KF_SOFTMAX, KF_LOG_SOFTMAX,
+               KF_LAYER_NORM } KernelFlavour;
+
+typedef struct {
+    uint32_t mask;      /* the reduced (or row) dims of the iteration space */
+    int keepdim;        /* reductions: reduced dims stay as 1 in the output */
+    double eps;         /* layer_norm */
+    int32_t src;        /* the value reduced: made by the prologue or a kernel input */
+    int32_t weight, bias;   /* layer_norm: input values, or -1 */
+} ReduceInfo;
+
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over
  * an iteration space of `rank` dims (the broadcast of its tensor inputs at run time). */
 typedef struct {
@@ -23,6 +37,8 @@ typedef struct {
     int32_t outs[SJ_KMAX_OPERANDS]; int32_t nout;   /* value ids written (used later) */
     int rank;
     Lib lib;
+    KernelFlavour flavour;              /* KF_POINTWISE, or a reduction with `red` */
+    ReduceInfo red;
     char name[32];                      /* the C function's name */
     void *fn;                           /* the compiled function, after the build */
     CgFn call;                          /* its libffi call description */
@@ -43,6 +59,15 @@ typedef struct {
 /* Partition g into steps (plan.c). 0, or -1 with an exception. */
 int lower_plan(Graph *g, LowerPlan *out);
 void lower_plan_free(LowerPlan *p);
+
+/* plan_reduce.c: when node ni is a reduction or row op a kernel computes, adds it to the
+ * plan (fused after `open`, the kernel of the nodes just before it, when that kernel only
+ * feeds it) and returns 1; 0 when it is not; -1 with an exception. */
+int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use);
+/* The output layout of kernel k for iteration sizes n: its sizes (returns the rank) and its
+ * strides over the k->rank dims of the iteration space; -1 when these sizes must run
+ * eagerly (max of an empty dim). */
+int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t *ost);
 
 /* C source (new str) of every kernel of p, one translation unit (emit.c); names the
  * kernels' functions. NULL with an exception. */

@@ -10,7 +10,7 @@
  * Memory: the plan's arrays are PyMem; nothing here holds a Python reference. */
 #include <string.h>
 
-#include "lower.h"
+#include "lower_int.h"
 #include "../frame_eval/capture.h"
 #include "../shapes/rules.h"
 
@@ -46,32 +46,26 @@ static int is_number(PyObject *v)
     return PyFloat_Check(v) || PyLong_Check(v);
 }
 
-/* 1 when node ni can be computed by a kernel; its operand args in *a, *b (NULL when
- * absent) and parameter values in p[2]. */
-int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
+int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
 {
+    BoundArgs *bound = &na->bound;
+    BoundArg *pos = na->pos, *kw = na->kw;
+    const Arg **src = na->src;
     const Node *nd = &g->nodes[ni];
-    if (nd->op == OP_INPUT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
-        return 0;
-    const LowerRow *row = lower_row((OpId)nd->op);
-    const TensorMeta *om = &g->values[nd->first_value].meta;
-    Lib lib = (Lib)om->lib;
-    if (!row || !is_f32_tensor(om, lib) || om->ndim > SJ_MAX_RANK)
+    if (nd->target < 0)
         return 0;
     int crow = callables_lookup(PyList_GET_ITEM(g->consts, nd->target));
     if (crow < 0)
         return 0;
-    /* bind the node's arguments by its callable's schema (as the shape rule did) */
-    BoundArg pos[SJ_MAX_PARAMS], kw[SJ_MAX_PARAMS];
     const char *kwn[SJ_MAX_PARAMS];
-    const Arg *src[2 * SJ_MAX_PARAMS];
+    const Arg *from[2 * SJ_MAX_PARAMS];
     if (nd->nargs > SJ_MAX_PARAMS || nd->nkw > SJ_MAX_PARAMS)
         return 0;
     for (int32_t i = 0; i < nd->nargs + nd->nkw; i++) {
         const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + i - nd->nargs];
         BoundArg *ba = i < nd->nargs ? &pos[i] : &kw[i - nd->nargs];
         memset(ba, 0, sizeof *ba);
-        src[i] = x;
+        from[i] = x;
         if (x->kind == ARG_VALUE) {
             ba->kind = BA_TENSOR;
             ba->meta = &g->values[x->a].meta;
@@ -90,25 +84,48 @@ int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p
             }
         }
     }
-    BoundArgs bound;
     ShapeErr err;
-    if (shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, &bound, &err) < 0)
+    if (shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, bound, &err) < 0)
         return 0;
-    *a = *b = NULL;
-    p[0] = row->pdefault[0];
-    p[1] = row->pdefault[1];
-    for (int i = 0; i < bound.n; i++) {
-        const BoundArg *ba = &bound.args[i];
-        if (ba->kind == BA_ABSENT)
-            continue;
-        const char *name = bound.names[i];
+    for (int i = 0; i < bound->n; i++) {
+        const BoundArg *ba = &bound->args[i];
         /* which argument of the node this is (by identity of the bound item) */
-        const Arg *x = NULL;
-        for (int32_t k = 0; k < nd->nargs + nd->nkw && !x; k++)
+        src[i] = NULL;
+        for (int32_t k = 0; ba->kind != BA_ABSENT && k < nd->nargs + nd->nkw && !src[i]; k++)
             if (ba == (k < nd->nargs ? &pos[k] : &kw[k - nd->nargs]) ||
                 (ba->kind == BA_TENSOR && ba->meta == (k < nd->nargs ? pos[k].meta : kw[k - nd->nargs].meta)) ||
                 (ba->kind == BA_CONST && ba->value == (k < nd->nargs ? pos[k].value : kw[k - nd->nargs].value)))
-                x = src[k];
+                src[i] = from[k];
+    }
+    return 1;
+}
+
+/* 1 when node ni can be computed by a kernel; its operand args in *a, *b (NULL when
+ * absent) and parameter values in p[2]. */
+int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->op == OP_INPUT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
+        return 0;
+    const LowerRow *row = lower_row((OpId)nd->op);
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    Lib lib = (Lib)om->lib;
+    if (!row || !is_f32_tensor(om, lib) || om->ndim > SJ_MAX_RANK)
+        return 0;
+    NodeArgs na;
+    if (!lower_bind_node(g, ni, &na))
+        return 0;
+    const BoundArgs *bound = &na.bound;
+    const Arg *const *src = na.src;
+    *a = *b = NULL;
+    p[0] = row->pdefault[0];
+    p[1] = row->pdefault[1];
+    for (int i = 0; i < bound->n; i++) {
+        const BoundArg *ba = &bound->args[i];
+        if (ba->kind == BA_ABSENT)
+            continue;
+        const char *name = bound->names[i];
+        const Arg *x = src[i];
         int operand = !strcmp(name, "input") ? 0 : !strcmp(name, "other") && row->nin == 2 ? 1 : -1;
         if (operand >= 0) {
             if (!x || (ba->kind == BA_TENSOR ? !is_f32_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
@@ -142,7 +159,7 @@ int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p
 
 /* ----------------------------------------------------------------- plan ---- */
 
-static int same_space(const TensorMeta *x, const TensorMeta *y)
+int plan_same_space(const TensorMeta *x, const TensorMeta *y)
 {
     if (x->ndim != y->ndim)
         return 0;
@@ -152,7 +169,7 @@ static int same_space(const TensorMeta *x, const TensorMeta *y)
     return 1;
 }
 
-static int push(void **arr, int32_t *n, size_t item, const void *x)
+int plan_push(void **arr, int32_t *n, size_t item, const void *x)
 {
     void *q = PyMem_Realloc(*arr, item * (size_t)(*n + 1));
     if (!q) {
@@ -166,7 +183,7 @@ static int push(void **arr, int32_t *n, size_t item, const void *x)
 }
 
 /* Adds value v as an input of k (once). 0, or 1 when k has no room left. */
-static int add_input(Kernel *k, int32_t v)
+int plan_add_input(Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < k->nin; i++)
         if (k->ins[i] == v)
@@ -177,7 +194,7 @@ static int add_input(Kernel *k, int32_t v)
     return 0;
 }
 
-static int kernel_makes(const Graph *g, const Kernel *k, int32_t v)
+int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < k->nnodes; i++)
         if (g->nodes[k->nodes[i]].first_value == v)
@@ -233,17 +250,28 @@ int lower_plan(Graph *g, LowerPlan *out)
         const Arg *a, *b;
         double p[2];
         int ok = lower_node_args(g, ni, &a, &b, p);
+        if (!ok) {
+            /* a reduction or row op: a kernel of its own, or the open kernel's last node with the
+             * open kernel's nodes as its prologue (plan_reduce.c) */
+            int red = plan_reduce_node(g, ni, out, open, last_use);
+            if (red < 0)
+                goto fail;
+            if (red) {
+                open = NULL;
+                continue;
+            }
+        }
         const TensorMeta *om = &g->values[nd->first_value].meta;
         if (open && !(ok && (Lib)om->lib == open->lib &&
-                      same_space(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
+                      plan_same_space(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
             open = NULL;
         if (ok && open) {
             /* the operands it reads from outside become the kernel's inputs */
             const Arg *xs[2] = {a, b};
             int full = 0;
             for (int k = 0; k < 2; k++)
-                if (xs[k] && xs[k]->kind == ARG_VALUE && !kernel_makes(g, open, xs[k]->a))
-                    full |= add_input(open, xs[k]->a);
+                if (xs[k] && xs[k]->kind == ARG_VALUE && !plan_kernel_makes(g, open, xs[k]->a))
+                    full |= plan_add_input(open, xs[k]->a);
             if (full)
                 open = NULL;
         }
@@ -254,22 +282,22 @@ int lower_plan(Graph *g, LowerPlan *out)
             k.lib = (Lib)om->lib;
             snprintf(k.name, sizeof k.name, "sj_k%d", (int)out->nkernels);
             Step s = {STEP_KERNEL, out->nkernels};
-            if (push((void **)&out->kernels, &out->nkernels, sizeof k, &k) < 0 ||
-                push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+            if (plan_push((void **)&out->kernels, &out->nkernels, sizeof k, &k) < 0 ||
+                plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
                 goto fail;
             open = &out->kernels[out->nkernels - 1];
             const Arg *xs[2] = {a, b};
             for (int k2 = 0; k2 < 2; k2++)
                 if (xs[k2] && xs[k2]->kind == ARG_VALUE)
-                    add_input(open, xs[k2]->a);
+                    plan_add_input(open, xs[k2]->a);
         }
         if (ok) {
-            if (push((void **)&open->nodes, &open->nnodes, sizeof(int32_t), &ni) < 0)
+            if (plan_push((void **)&open->nodes, &open->nnodes, sizeof(int32_t), &ni) < 0)
                 goto fail;
             continue;
         }
         Step s = {STEP_EAGER, ni};
-        if (push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+        if (plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
             goto fail;
     }
     for (int32_t i = 0; i < out->nkernels; i++)

@@ -184,7 +184,13 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
             ptrs[k->nout + i] = op->data;
         }
         for (int32_t j = 0; j < k->nout && rc == 0; j++) {
-            PyObject *o = new_output(k->lib, n, r);
+            int64_t osize[SJ_MAX_RANK + 1];
+            int orank = lower_out_layout(k, n, osize, &st[j * r]);
+            if (orank < 0) {
+                rc = 1;
+                break;
+            }
+            PyObject *o = new_output(k->lib, osize, orank);
             if (!o) {
                 rc = -1;
                 break;
@@ -195,11 +201,6 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
                 if (op->has_view)
                     PyBuffer_Release(&op->view);
                 break;
-            }
-            int64_t expect = 1;
-            for (int d = r - 1; d >= 0; d--) {
-                st[j * r + d] = expect;
-                expect *= n[d];
             }
             ptrs[j] = op->data;
             /* an output array's buffer is only needed for its pointer: numpy keeps the

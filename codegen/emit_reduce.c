@@ -1,0 +1,263 @@
+/* C source of reduction and row kernels (plan_reduce.c plans them). Same signature as the
+ * pointwise kernels (emit.c):
+ *   void sj_kN(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)
+ * over the iteration space of the reduced tensor (rank sizes n). The dims of k->red.mask
+ * (fixed when the graph is planned, since the rank is) are the reduced or row dims R; the
+ * others, K, index the outputs. A reduction's output has stride 0 over R (runtime.c asks
+ * lower_out_layout); a row kernel's output has the input's shape. `dense` is unused: the
+ * kernel looks at the strides itself.
+ *
+ * Loop nest: one parallel loop over the K positions (o), each computing its base offset per
+ * operand; inside, a flat index i over the R positions. When every operand walks its R
+ * dims contiguously (the common case: the last dims of dense tensors) element i of a row is
+ * at base + i and the inner loops vectorise; otherwise the offset of i is decomposed over
+ * the R dims (a multiply for a single R dim).
+ *
+ * Accuracy: sums run in float, in blocks of 1024 elements (a vectorised loop: 8 or 16 lane
+ * partial sums of 64..128 elements each) whose block sums are combined pairwise through a
+ * binary-counter cascade, so the error grows with log2 of the block count instead of the
+ * element count (torch and numpy also sum float32 pairwise/cascaded in float). max/min
+ * propagate NaN as eager does. softmax/log_softmax subtract the row's max; layer_norm
+ * takes the mean, then the variance of the centred values (two passes, biased).
+ *
+ * Memory: writes into the caller's Buf (emit.c); no Python objects. */
+#include <stdio.h>
+
+#include "lower_int.h"
+
+#define put emit_put
+
+#define BLOCK 1024
+
+/* Cascade helpers, defined once per translation unit (guarded). */
+static const char helpers[] =
+    "#ifndef SJ_CASCADE\n"
+    "#define SJ_CASCADE\n"
+    /* lv[l] holds the sum of 2^l blocks when bit l of *cnt is set */
+    "static inline void sj_cascade_push(float *lv, int64_t *cnt, float s)\n"
+    "{ int64_t c = (*cnt)++; int l = 0; while (c & 1) { s += lv[l++]; c >>= 1; } lv[l] = s; }\n"
+    "static inline float sj_cascade_sum(const float *lv, int64_t cnt)\n"
+    "{ float s = 0.f; for (int l = 0; cnt; l++, cnt >>= 1) if (cnt & 1) s += lv[l]; return s; }\n"
+    "#endif\n";
+
+/* The operand index of value v among k's inputs (outputs come first), or -1. */
+static int operand_of(const Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < k->nin; i++)
+        if (k->ins[i] == v)
+            return (int)(k->nout + i);
+    return -1;
+}
+
+static int is_row(const Kernel *k)
+{
+    return k->flavour >= KF_SOFTMAX;
+}
+
+/* The offset of operand j at row element i, by format fmt (see emit_compute). */
+static void put_off(Buf *b, const char *fmt, int j)
+{
+    put(b, fmt, j, j);
+}
+
+/* A blocked, cascaded float sum into a new `float <into>`: `body` writes the statements of
+ * element i, then `term` (a float expression over what they define) is added. */
+typedef void (*BodyFn)(Buf *b, Graph *g, const Kernel *k, const char *fmt);
+
+static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body,
+                    const char *term)
+{
+    put(b, "        float %s;\n        {\n", into);
+    put(b, "        float lv[64]; int64_t cnt = 0;\n");
+    put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK);
+    put(b, "            const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
+    put(b, "            float acc = 0.f;\n");
+    put(b, "#pragma omp simd reduction(+:acc)\n");
+    put(b, "            for (int64_t i = i0; i < i1; i++) {\n");
+    body(b, g, k, fmt);
+    put(b, "            acc += %s;\n", term);
+    put(b, "            }\n");
+    put(b, "            sj_cascade_push(lv, &cnt, acc);\n");
+    put(b, "        }\n");
+    put(b, "        %s = sj_cascade_sum(lv, cnt);\n        }\n", into);
+}
+
+/* The prologue at element i, leaving the reduced value in `const float v`. */
+static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    emit_compute(b, g, k, fmt, k->nnodes - 1);
+    put(b, "            const float v = ");
+    emit_value(b, k, k->red.src);
+    put(b, ";\n");
+}
+
+/* The prologue, stored into the (row kernel's) output as the later passes read it. */
+static void body_prologue_store(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    body_prologue(b, g, k, fmt);
+    put(b, "            out0[");
+    put_off(b, fmt, 0);
+    put(b, "] = v;\n");
+}
+
+static void body_softmax_exp(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    (void)g;
+    put(b, "            const float e = expf(out0[");
+    put_off(b, fmt, 0);
+    put(b, "] - m);\n");
+    if (k->flavour == KF_SOFTMAX) {
+        put(b, "            out0[");
+        put_off(b, fmt, 0);
+        put(b, "] = e;\n");
+    }
+}
+
+static void body_centred_square(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    (void)g;
+    (void)k;
+    put(b, "            const float c = out0[");
+    put_off(b, fmt, 0);
+    put(b, "] - mean;\n");
+}
+
+/* The max (or min) over the row into `m`, NaN when some element is NaN. */
+static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int is_max, int store)
+{
+    put(b, "        float m = %sSJ_INF; int nan = 0;\n", is_max ? "-" : "");
+    put(b, "#pragma omp simd reduction(%s:m) reduction(|:nan)\n", is_max ? "max" : "min");
+    put(b, "        for (int64_t i = 0; i < N; i++) {\n");
+    (store ? body_prologue_store : body_prologue)(b, g, k, fmt);
+    put(b, "            nan |= v != v;\n");
+    put(b, "            m = v %s m ? v : m;\n", is_max ? ">" : "<");
+    put(b, "        }\n");
+    put(b, "        if (nan)\n            m = __builtin_nanf(\"\");\n");
+}
+
+/* One row (or one output element): the flavour's passes with offsets by fmt. */
+static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    switch (k->flavour) {
+    case KF_SUM:
+    case KF_MEAN:
+        put_sum(b, g, k, fmt, "s", body_prologue, "v");
+        put(b, "        out0[base[0]] = %s;\n", k->flavour == KF_MEAN ? "s / (float)N" : "s");
+        break;
+    case KF_MAX:
+    case KF_MIN:
+        put_extreme(b, g, k, fmt, k->flavour == KF_MAX, 0);
+        put(b, "        out0[base[0]] = m;\n");
+        break;
+    case KF_SOFTMAX:
+    case KF_LOG_SOFTMAX:
+        put_extreme(b, g, k, fmt, 1, 1);
+        put_sum(b, g, k, fmt, "s", body_softmax_exp, "e");
+        if (k->flavour == KF_SOFTMAX)
+            put(b, "        const float inv = 1.f / s;\n");
+        else
+            put(b, "        const float ls = logf(s);\n");
+        put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
+        put(b, "            const float y = out0[");
+        put_off(b, fmt, 0);
+        put(b, "];\n            out0[");
+        put_off(b, fmt, 0);
+        put(b, "] = %s;\n        }\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
+        break;
+    case KF_LAYER_NORM: {
+        put_sum(b, g, k, fmt, "s", body_prologue_store, "v");
+        put(b, "        const float mean = s / (float)N;\n");
+        put_sum(b, g, k, fmt, "q", body_centred_square, "c * c");
+        put(b, "        const float rstd = 1.f / sqrtf(q / (float)N + (float)%.17g);\n", k->red.eps);
+        put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
+        put(b, "            float y = out0[");
+        put_off(b, fmt, 0);
+        put(b, "];\n            y = (y - mean) * rstd;\n");
+        int w = operand_of(k, k->red.weight), bb = operand_of(k, k->red.bias);
+        if (k->red.weight >= 0) {
+            put(b, "            y = y * in%d[", w - (int)k->nout);
+            put_off(b, fmt, w);
+            put(b, "];\n");
+        }
+        if (k->red.bias >= 0) {
+            put(b, "            y = y + in%d[", bb - (int)k->nout);
+            put_off(b, fmt, bb);
+            put(b, "];\n");
+        }
+        put(b, "            out0[");
+        put_off(b, fmt, 0);
+        put(b, "] = y;\n        }\n");
+        break;
+    }
+    default:
+        b->failed = 1;
+    }
+}
+
+void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
+{
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    uint32_t mask = k->red.mask;
+    int nr = 0, last = 0;
+    for (int d = 0; d < r; d++)
+        if ((mask >> d) & 1) {
+            nr++;
+            last = d;
+        }
+    put(b, "%s", helpers);
+    /* the element offset when R walks are not contiguous (%d is the operand) */
+    char slow[160];
+    if (nr == 0) {
+        snprintf(slow, sizeof slow, "base[%%d] + i");   /* N == 1, i == 0 */
+    } else if (nr == 1) {
+        snprintf(slow, sizeof slow, "base[%%d] + i * st[%%d * %d + %d]", r, last);
+    } else {
+        /* i decomposed over the R dims, the last one innermost */
+        snprintf(slow, sizeof slow, "base[%%d] + sj_roff_%s(n, st, %%d, i)", k->name);
+        put(b, "\nstatic inline int64_t sj_roff_%s(const int64_t *n, const int64_t *st, int j, int64_t i)\n{\n",
+            k->name);
+        put(b, "    int64_t o = 0, q;\n");
+        for (int d = r - 1; d >= 0; d--)
+            if ((mask >> d) & 1)
+                put(b, "    q = i %% n[%d]; i /= n[%d]; o += q * st[j * %d + %d];\n", d, d, r, d);
+        put(b, "    return o;\n}\n");
+    }
+    put(b, "\nCG_EXPORT void %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
+    put(b, "    (void)n; (void)p; (void)st; (void)dense;\n");
+    if (k->nout == 0 || nops > SJ_KMAX_OPERANDS) {
+        put(b, "}\n");   /* nothing it computes is read: never called */
+        return;
+    }
+    put(b, "    float *restrict out0 = (float *)p[0];\n");
+    for (int32_t i = 0; i < k->nin; i++)
+        put(b, "    const float *restrict in%d = (const float *)p[%d];\n", (int)i, (int)(k->nout + i));
+    put(b, "    int64_t N = 1, outer = 1;\n");
+    for (int d = 0; d < r; d++)
+        put(b, "    %s *= n[%d];\n", (mask >> d) & 1 ? "N" : "outer", d);
+    put(b, "    if (outer == 0)\n        return;\n");
+    /* fast: every operand read or written per element walks the R dims contiguously */
+    put(b, "    int fast = 1;\n");
+    for (int j = is_row(k) ? 0 : (int)k->nout; j < nops; j++) {
+        put(b, "    { int64_t e = 1;");
+        for (int d = r - 1; d >= 0; d--)
+            if ((mask >> d) & 1)
+                put(b, " if (n[%d] != 1 && st[%d] != e) fast = 0; e *= n[%d];", d, j * r + d, d);
+        put(b, " (void)e; }\n");
+    }
+    put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
+    put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
+    put(b, "        int64_t base[%d] = {0}, rem = o;\n        (void)rem;\n", nops);
+    for (int d = r - 1; d >= 0; d--) {
+        if ((mask >> d) & 1)
+            continue;
+        put(b, "        { const int64_t idx = rem %% n[%d]; rem /= n[%d];", d, d);
+        for (int j = 0; j < nops; j++)
+            put(b, " base[%d] += idx * st[%d];", j, j * r + d);
+        put(b, " }\n");
+    }
+    put(b, "        if (fast) {\n");
+    put_row(b, g, k, "base[%d] + i");
+    put(b, "        } else {\n");
+    put_row(b, g, k, slow);
+    put(b, "        }\n    }\n}\n");
+}

@@ -1,0 +1,266 @@
+/* Planning reductions and row operations: sum, mean, amax/amin (and numpy's max/min,
+ * torch's max/min without a dim) over any set of dims, softmax and log_softmax over one
+ * dim, layer_norm over the trailing normalized_shape. Float32 only, either library; any
+ * other argument form (a dtype= other than float32, numpy's initial=/where=, a reduction
+ * to a numpy scalar, torch's max(x, dim) with its indices) stays an eager step.
+ *
+ * A kernel's iteration space is the reduced tensor's shape; `mask` marks the dims reduced
+ * (or the row dims). When the pointwise kernel planned just before the node makes the
+ * reduced value, has the same iteration space, and nothing after the node reads any value
+ * it makes, the node joins it: the pointwise nodes become a prologue computed inside the
+ * reduction loop and never written.
+ *
+ * Memory: kernels and steps are PyMem arrays of the plan; nothing here holds a Python
+ * reference. */
+#include <string.h>
+
+#include "lower_int.h"
+#include "../shapes/rules_util.h"
+
+static KernelFlavour flavour_of(OpId op)
+{
+    switch (op) {
+    case OP_SUM: return KF_SUM;
+    case OP_MEAN: return KF_MEAN;
+    case OP_AMAX: case OP_MAX: return KF_MAX;
+    case OP_AMIN: case OP_MIN: return KF_MIN;
+    case OP_SOFTMAX: return KF_SOFTMAX;
+    case OP_LOG_SOFTMAX: return KF_LOG_SOFTMAX;
+    case OP_LAYER_NORM: return KF_LAYER_NORM;
+    default: return KF_POINTWISE;
+    }
+}
+
+/* A float32 tensor value of library lib (requires_grad is the output's business: a node
+ * whose output needs no grad may read parameters that do). */
+static int f32_value(const BoundArg *ba, const Arg *src, Lib lib)
+{
+    return ba->kind == BA_TENSOR && src && src->kind == ARG_VALUE && ba->meta->dtype == DT_F32 &&
+           !ba->meta->symint && !ba->meta->np_scalar && ba->meta->lib == lib && ba->meta->ndim <= SJ_MAX_RANK;
+}
+
+static int is_int(PyObject *v)
+{
+    return PyLong_Check(v) && !PyBool_Check(v);
+}
+
+/* The dims a reduction's dim/axis constant names, as a mask over rank r: None means all;
+ * an empty sequence all in torch, none in numpy. 0, or -1 when the form is not a constant
+ * int or sequence of distinct ints in range. */
+static int dims_mask(PyObject *dim, Lib lib, int r, uint32_t *mask)
+{
+    uint32_t all = r ? (uint32_t)((1ull << r) - 1) : 0;
+    if (!dim || dim == Py_None) {
+        *mask = all;
+        return 0;
+    }
+    PyObject *items[SJ_MAX_RANK + 1];
+    Py_ssize_t n;
+    if (is_int(dim)) {
+        items[0] = dim;
+        n = 1;
+    } else if (PyTuple_Check(dim) || PyList_Check(dim)) {
+        n = PySequence_Fast_GET_SIZE(dim);
+        if (n > SJ_MAX_RANK)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            items[i] = PySequence_Fast_GET_ITEM(dim, i);
+        if (n == 0) {
+            *mask = lib == LIB_TORCH ? all : 0;
+            return 0;
+        }
+    } else {
+        return -1;
+    }
+    *mask = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!is_int(items[i]))
+            return -1;
+        long long d = PyLong_AsLongLong(items[i]);
+        if (d == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        int lim = r ? r : 1;   /* torch: a 0-d tensor takes dims 0 and -1 (reducing nothing) */
+        if (d < -lim || d >= lim)
+            return -1;
+        if (r == 0)
+            continue;
+        d = d < 0 ? d + r : d;
+        if (*mask & (1u << d))
+            return -1;
+        *mask |= 1u << d;
+    }
+    return 0;
+}
+
+/* The length of a layer_norm normalized_shape (an int, a sequence, or a list holding
+ * symbolic sizes), or -1. */
+static int shape_len(const BoundArg *ba)
+{
+    if (ba->kind == BA_LIST)
+        return ba->n;
+    if (ba->kind != BA_CONST)
+        return -1;
+    if (is_int(ba->value))
+        return 1;
+    if (PyTuple_Check(ba->value) || PyList_Check(ba->value))
+        return (int)PySequence_Fast_GET_SIZE(ba->value);
+    return -1;
+}
+
+/* Parameters that change nothing when passed as these values. */
+static int ignorable(const char *name, PyObject *v)
+{
+    return v == Py_None || !strcmp(name, "_stacklevel") || !strcmp(name, "implicit_dim_ok");
+}
+
+/* Reads node ni into *red and its reduced tensor's value: 1 when a kernel computes it. */
+static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, int *rank)
+{
+    const Node *nd = &g->nodes[ni];
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    Lib lib = (Lib)om->lib;
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->symint || om->np_scalar ||
+        om->requires_grad || om->ndim > SJ_MAX_RANK)
+        return 0;
+    NodeArgs na;
+    if (!lower_bind_node(g, ni, &na))
+        return 0;
+    memset(red, 0, sizeof *red);
+    red->src = red->weight = red->bias = -1;
+    red->eps = 1e-5;
+    PyObject *dim = NULL;   /* borrowed */
+    int dim_given = 0, nshape = -1;
+    for (int i = 0; i < na.bound.n; i++) {
+        const BoundArg *ba = &na.bound.args[i];
+        const char *name = na.bound.names[i];
+        if (ba->kind == BA_ABSENT)
+            continue;
+        if (!strcmp(name, "input")) {
+            if (!f32_value(ba, na.src[i], lib))
+                return 0;
+            red->src = na.src[i]->a;
+            *rank = ba->meta->ndim;
+        } else if (!strcmp(name, "weight") || !strcmp(name, "bias")) {
+            if (fl != KF_LAYER_NORM || (ba->kind == BA_CONST && ba->value == Py_None))
+                continue;
+            if (!f32_value(ba, na.src[i], lib))
+                return 0;
+            *(name[0] == 'w' ? &red->weight : &red->bias) = na.src[i]->a;
+        } else if (ba->kind != BA_CONST || ba->sym || ba->data) {
+            if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM)
+                nshape = shape_len(ba);
+            else
+                return 0;
+        } else if (!strcmp(name, "dim") && fl != KF_LAYER_NORM) {
+            dim = ba->value;
+            dim_given = ba->value != Py_None;
+        } else if (!strcmp(name, "keepdim")) {
+            if (!PyBool_Check(ba->value) && !is_int(ba->value))
+                return 0;
+            red->keepdim = PyObject_IsTrue(ba->value);
+        } else if (!strcmp(name, "dtype")) {
+            if (ba->value == Py_None)
+                continue;
+            DType dt;
+            int given;
+            ShapeErr err;
+            BoundArgs one = {.n = 1, .names = {"dtype"}, .args = {*ba}};
+            if (sj_get_dtype(&one, "dtype", lib, &dt, &given, &err) < 0 || (given && dt != DT_F32))
+                return 0;
+        } else if (!strcmp(name, "eps") && fl == KF_LAYER_NORM) {
+            if (!PyFloat_Check(ba->value) && !is_int(ba->value))
+                return 0;
+            red->eps = PyFloat_AsDouble(ba->value);
+            if (red->eps == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        } else if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM) {
+            nshape = shape_len(ba);
+        } else if (!ignorable(name, ba->value)) {
+            return 0;   /* numpy's initial=, torch.max's other=, ... */
+        }
+    }
+    int r = *rank;
+    if (red->src < 0 || r > 31)
+        return 0;
+    switch (fl) {
+    case KF_SOFTMAX:
+    case KF_LOG_SOFTMAX:
+        /* the dim is required (F.softmax's implicit dim is deprecated: eager) */
+        if (!dim_given || !is_int(dim) || dims_mask(dim, lib, r, &red->mask) < 0)
+            return 0;
+        return 1;
+    case KF_LAYER_NORM:
+        if (nshape < 0 || nshape > r)
+            return 0;
+        red->mask = (uint32_t)(((1ull << r) - 1) & ~((1ull << (r - nshape)) - 1));
+        return 1;
+    default:
+        return dims_mask(dim, lib, r, &red->mask) == 0;
+    }
+}
+
+int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use)
+{
+    const Node *nd = &g->nodes[ni];
+    KernelFlavour fl = flavour_of((OpId)nd->op);
+    ReduceInfo red;
+    int rank = 0;
+    if (fl == KF_POINTWISE || !read_node(g, ni, fl, &red, &rank))
+        return 0;
+    Lib lib = (Lib)g->values[nd->first_value].meta.lib;
+    const TensorMeta *xm = &g->values[red.src].meta;
+    int32_t extra[2] = {red.weight, red.bias};
+    /* fuse: the open kernel makes the reduced value over the same space, and only feeds this
+     * node (every value it makes is last read here at the latest, and not as weight/bias) */
+    int fuse = open && open->flavour == KF_POINTWISE && open->lib == lib && plan_kernel_makes(g, open, red.src) &&
+               plan_same_space(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta) &&
+               open->nin + 3 < SJ_KMAX_OPERANDS - 2;
+    for (int32_t i = 0; fuse && i < open->nnodes; i++)
+        fuse = last_use[g->nodes[open->nodes[i]].first_value] <= ni;
+    for (int e = 0; fuse && e < 2; e++)
+        fuse = extra[e] < 0 || !plan_kernel_makes(g, open, extra[e]);
+    Kernel *k = open;
+    if (!fuse) {
+        Kernel nk;
+        memset(&nk, 0, sizeof nk);
+        nk.rank = rank;
+        nk.lib = lib;
+        snprintf(nk.name, sizeof nk.name, "sj_k%d", (int)out->nkernels);
+        plan_add_input(&nk, red.src);
+        Step s = {STEP_KERNEL, out->nkernels};
+        if (plan_push((void **)&out->kernels, &out->nkernels, sizeof nk, &nk) < 0 ||
+            plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+            return -1;
+        k = &out->kernels[out->nkernels - 1];
+    }
+    for (int e = 0; e < 2; e++)
+        if (extra[e] >= 0)
+            plan_add_input(k, extra[e]);
+    k->flavour = fl;
+    k->red = red;
+    return plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0 ? -1 : 1;
+}
+
+int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t *ost)
+{
+    int r = k->rank, reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN, o = 0;
+    uint32_t mask = reduces ? k->red.mask : 0;
+    int64_t expect = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        int cut = (mask >> d) & 1;
+        if (cut && n[d] == 0 && (k->flavour == KF_MAX || k->flavour == KF_MIN))
+            return -1;   /* no identity: eager raises as it should */
+        ost[d] = cut ? 0 : expect;
+        expect *= cut ? 1 : n[d];
+    }
+    for (int d = 0; d < r; d++)
+        if (!((mask >> d) & 1))
+            osize[o++] = n[d];
+        else if (k->red.keepdim)
+            osize[o++] = 1;
+    return o;
+}

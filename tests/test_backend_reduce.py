@@ -1,0 +1,325 @@
+"""Generated-C reductions and row kernels (issue 6): sum, mean, amax/amin (numpy max/min,
+torch max/min without a dim) over any dims with keepdim, softmax/log_softmax over one dim
+and layer_norm over the trailing dims, float32, torch and numpy. Compared with eager over
+random shapes (sizes 0, 1, odd, 1e6 for summation accuracy), non-contiguous and
+broadcast-produced inputs; a pointwise chain feeding the reduction fuses as its prologue."""
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shapejit
+from shapejit import _C
+from test_backend_cpu import _lowering   # a backend that lowers and keeps what it made
+
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _close(got, want):
+    """Same types (numpy scalars included), dtypes and shapes; torch results contiguous."""
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _close(g, w)
+        return
+    assert type(got) is type(want)
+    if isinstance(want, torch.Tensor):
+        assert got.is_contiguous()
+        got, want = got.numpy(), want.numpy()
+    assert got.dtype == want.dtype and np.shape(got) == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def _stats(made):
+    cgs = [m for m in made if isinstance(m, _C.CompiledGraph)]
+    return {k: sum(m.stats[k] for m in cgs) for k in ("kernels", "kernel_calls", "eager_fallbacks")}
+
+
+def _run(fn, *args, kernels=None):
+    backend, made = _lowering()
+    _close(shapejit.compile(fn, backend=backend)(*args), fn(*args))
+    st = _stats(made)
+    assert st["eager_fallbacks"] == 0
+    if kernels is not None:
+        assert st["kernels"] == kernels and st["kernel_calls"] >= 1, st
+    return made
+
+
+def _dim_choices(rank, rng):
+    """None, every single dim (positive and negative), a pair and all dims as a tuple."""
+    out = [None] + list(range(rank)) + [d - rank for d in range(rank)]
+    if rank >= 2:
+        out.append(tuple(sorted(rng.sample(range(rank), 2))))
+        out.append((-1, 0))
+    if rank:
+        out.append(tuple(range(rank)))
+    return out
+
+
+SHAPES = [(7,), (1,), (3, 5), (1, 9), (4, 1, 6), (2, 3, 4, 5)]
+
+
+def _reduction_cases():
+    rng = random.Random(6)
+    cases = []
+    for shape in SHAPES:
+        for dim in _dim_choices(len(shape), rng):
+            for op in ("sum", "mean", "amax", "amin"):
+                keepdim = rng.random() < 0.5
+                cases.append((op, shape, dim, keepdim))
+    return cases
+
+
+@pytest.mark.parametrize("op,shape,dim,keepdim", _reduction_cases())
+def test_torch_reduction(op, shape, dim, keepdim):
+    x = torch.randn(*shape)
+    if dim is None:
+        if op in ("amax", "amin"):
+            def fn(x):
+                return getattr(x, op)()
+        else:
+            def fn(x):
+                return getattr(torch, op)(x)
+    else:
+        def fn(x):
+            return getattr(x, op)(dim, keepdim=keepdim)
+    _run(fn, x, kernels=1)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_sum_over_empty(op):
+    x = torch.randn(0, 4)
+    _run(lambda x: getattr(x, op)(0), x, kernels=1)            # 0 / 0 is nan for mean
+    _run(lambda x: getattr(x, op)(1, keepdim=True), x, kernels=1)
+    _run(lambda x: getattr(x, op)(), x, kernels=1)
+
+
+def test_max_min_full_and_0d():
+    x = torch.randn(5, 3)
+    _run(lambda x: (torch.max(x), torch.min(x), x.max(), x.amax(())), x, kernels=4)
+    _run(lambda x: x.sum(), torch.randn(()), kernels=1)
+
+
+def test_nan_propagates():
+    x = torch.tensor([[1.0, float("nan"), 3.0], [-1.0, 2.0, float("inf")], [float("-inf")] * 3])
+    _run(lambda x: (x.amax(1), x.amin(1), x.sum(1), torch.softmax(x, 1), torch.log_softmax(x, 1)), x)
+
+
+@pytest.mark.parametrize("n", [1_000_000, 1_000_003])
+def test_sum_accuracy_large(n):
+    """Blocked pairwise accumulation in float: within 1e-4 of torch for a million floats."""
+    x = torch.rand(n)
+    _run(lambda x: (x.sum(), x.mean(), (x - 0.25).sum()), x)
+    y = torch.rand(1000, n // 1000 + 1)
+    _run(lambda y: (y.sum(), y.sum(0), y.sum(1)), y)
+
+
+def test_non_contiguous_inputs():
+    base = torch.randn(6, 14)
+    _run(lambda x: (x.sum(0), x.amax(1), x.mean((0, 1))), base[:, ::2], kernels=3)
+    _run(lambda x: (x.sum(0), x.amin(-1, keepdim=True)), base.t(), kernels=2)
+    p = torch.randn(3, 4, 5).permute(2, 0, 1)
+    _run(lambda x: (x.sum((1, 2)), x.mean(0), torch.softmax(x, 1)), p, kernels=3)
+    neg = torch.randn(9, 8).flip(0)
+    _run(lambda x: x.sum(1), neg, kernels=1)
+
+
+def test_broadcast_produced_inputs():
+    """A stride-0 input (an expand) and a prologue whose operands broadcast."""
+    a, b = torch.randn(5, 1), torch.randn(1, 7)
+    _run(lambda a, b: (a + b).sum(0), a, b, kernels=1)
+    _run(lambda a, b: (a * b).amax(-1, keepdim=True), a, b, kernels=1)
+    _run(lambda a: a.expand(5, 9).sum(1), a, kernels=1)
+    _run(lambda a: torch.softmax(a.expand(5, 9), -1), a, kernels=1)
+
+
+def test_prologue_fuses():
+    """The pointwise chain is computed inside the reduction loop and never written."""
+    made = _run(lambda x: torch.tanh(x * 2 + 1).sum(-1), torch.randn(8, 33), kernels=1)
+    src = made[0].source
+    assert "tanhf" in src and "sj_cascade_push" in src
+    assert "in1" not in src and "out1" not in src
+
+
+def test_prologue_not_fused_when_read_later():
+    def fn(x):
+        h = x * 2 + 1
+        return h.sum(-1), h
+    _run(fn, torch.randn(4, 6), kernels=2)
+
+
+def test_reduction_then_pointwise():
+    def fn(x, w):
+        h = torch.relu(x * 2 + 1)
+        s = h.sum(-1, keepdim=True)
+        return h / s, s.mean()
+    _run(fn, torch.randn(6, 10), torch.randn(10, 3))
+
+
+def test_unsupported_forms_stay_eager():
+    x = torch.randn(4, 5)
+    backend, made = _lowering()
+    fn = shapejit.compile(lambda x: (x.sum(1, dtype=torch.float64), torch.max(x, 1)), backend=backend)
+    _close(fn(x), (x.sum(1, dtype=torch.float64), torch.max(x, 1)))
+    assert _stats(made)["kernels"] == 0
+    i = torch.arange(12).reshape(3, 4)
+    _close(shapejit.compile(lambda i: i.sum(0), backend=backend)(i), i.sum(0))
+    _run(lambda x: x.sum(1, dtype=torch.float32), x, kernels=1)
+
+
+# ------------------------------------------------------------------ numpy ----
+
+@pytest.mark.parametrize("shape", [(5, 7), (1, 3, 4), (0, 3), (9,)])
+def test_numpy_reductions(shape):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    r = len(shape)
+
+    def fn(x):
+        out = [np.sum(x, axis=-1), x.mean(axis=0, keepdims=True)]
+        if r >= 2:
+            out += [x.sum(axis=(0, r - 1)), np.mean(x, axis=(-1,), keepdims=True)]
+            if 0 not in shape:
+                out += [np.max(x, axis=1), x.min(axis=0), np.min(x, axis=-1, keepdims=True)]
+        return tuple(out)
+    made = _run(fn, x)
+    # reductions to 0-d give numpy scalars: those stay eager
+    assert _stats(made)["kernels"] == sum(isinstance(o, np.ndarray) for o in fn(x))
+
+
+def test_numpy_scalar_results_stay_eager():
+    x = np.random.default_rng(1).standard_normal(10).astype(np.float32)
+    backend, made = _lowering()
+    got = shapejit.compile(lambda x: (np.sum(x * 2), x.max(), np.mean(x, axis=0)), backend=backend)(x)
+    want = (np.sum(x * 2), x.max(), np.mean(x, axis=0))
+    _close(got, want)
+    assert isinstance(got[0], np.float32)
+    assert _stats(made)["eager_fallbacks"] == 0
+
+
+def test_numpy_strided():
+    x = np.random.default_rng(2).standard_normal((8, 12)).astype(np.float32)[::2, ::-3]
+    _run(lambda x: (x.sum(axis=0), np.max(x * 2, axis=1), x.mean(axis=1)), x, kernels=3)
+
+
+# ------------------------------------------------------------ row kernels ----
+
+ROW_SHAPES = [(3, 7), (1, 1), (0, 5), (2, 3, 5), (4, 129), (5,)]
+
+
+@pytest.mark.parametrize("op", [torch.softmax, torch.log_softmax, F.softmax, F.log_softmax])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_softmax_every_dim(op, shape):
+    x = torch.randn(*shape) * 3
+    for d in list(range(len(shape))) + [-1]:
+        _run(lambda x: op(x, dim=d), x, kernels=1)
+        shapejit.reset()
+
+
+def test_softmax_method_and_large_rows():
+    x = torch.randn(3, 5000) * 4
+    _run(lambda x: (x.softmax(-1), x.log_softmax(1), x.softmax(0)), x, kernels=3)
+
+
+def test_softmax_scale_mask_prologue():
+    q = torch.randn(2, 4, 9, 9)
+    mask = torch.zeros(1, 1, 9, 9)
+    mask[..., 5:] = float("-inf")
+
+    def fn(s, m):
+        return torch.softmax(s * 0.125 + m, dim=-1)
+    made = _run(fn, q, mask, kernels=1)
+    assert "out1" not in made[0].source
+
+
+@pytest.mark.parametrize("shape,nd", [((4, 16), 1), ((2, 3, 8), 1), ((2, 3, 8), 2), ((5, 1), 1), ((0, 7), 1),
+                                      ((3, 769), 1), ((6,), 1)])
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+def test_layer_norm(shape, nd, affine):
+    x = torch.randn(*shape) * 2 + 0.5
+    ns = shape[-nd:]
+    w = torch.rand(*ns) + 0.5
+    b = torch.randn(*ns)
+    if affine == "none":
+        def fn(x, w, b):
+            return F.layer_norm(x, ns)
+    elif affine == "weight":
+        def fn(x, w, b):
+            return F.layer_norm(x, ns, w, eps=1e-3)
+    else:
+        def fn(x, w, b):
+            return F.layer_norm(x, ns, w, b)
+    _run(fn, x, w, b, kernels=1)
+
+
+def test_layer_norm_residual_prologue_and_strided():
+    x, r = torch.randn(6, 32), torch.randn(6, 32)
+    w, b = torch.rand(32), torch.randn(32)
+    made = _run(lambda x, r, w, b: F.layer_norm(x + r, (32,), w, b), x, r, w, b, kernels=1)
+    assert "out1" not in made[0].source
+    xs = torch.randn(32, 12).t()
+    _run(lambda x, w, b: F.layer_norm(x, (32,), w, b), xs, w, b, kernels=1)
+    _run(lambda x, w, b: F.layer_norm(x, (32,), w[::1], b), torch.randn(3, 64)[:, ::2], w, b, kernels=1)
+
+
+def test_layer_norm_module_no_grad():
+    ln = torch.nn.LayerNorm(24)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.normal_()
+        x = torch.randn(5, 24)
+        backend, made = _lowering()
+        _close(shapejit.compile(ln, backend=backend)(x), ln(x))
+        assert _stats(made)["kernel_calls"] >= 1
+
+
+# --------------------------------------------------------------- dynamic ----
+
+def test_dynamic_one_build():
+    def fn(x, w, b):
+        return (x * 2).sum(-1), torch.softmax(x, -1), F.layer_norm(x, (x.shape[-1],), w, b), x.amax(0)
+    backend, made = _lowering()
+    g = shapejit.compile(fn, backend=backend, dynamic=True)
+    for n, m in ((3, 8), (17, 8), (64, 8), (5, 8), (2, 8)):
+        x, w, b = torch.randn(n, m), torch.rand(m), torch.randn(m)
+        _close(g(x, w, b), fn(x, w, b))
+    assert len(made) == 1 and shapejit.stats()["graphs"] == 1
+    assert made[0].stats["eager_fallbacks"] == 0
+    assert made[0].stats["kernel_calls"] == 5 * made[0].stats["kernels"]
+
+
+def test_dynamic_last_dim():
+    backend, made = _lowering()
+
+    def fn(x):
+        return torch.log_softmax(x * 0.5, -1), x.mean(1)
+    g = shapejit.compile(fn, backend=backend, dynamic=True)
+    for m in (7, 100, 3, 2049):
+        x = torch.randn(4, m)
+        _close(g(x), fn(x))
+    assert len(made) == 1
+    assert "2049" not in made[0].source and "100" not in made[0].source
+
+
+def test_random_differential():
+    """Random shapes, dims and prologues against eager."""
+    rng = random.Random(61)
+    for _ in range(25):
+        rank = rng.randint(1, 4)
+        shape = tuple(rng.choice([1, 2, 3, 5, 8, 13]) for _ in range(rank))
+        dims = tuple(sorted(rng.sample(range(rank), rng.randint(1, rank))))
+        keep = rng.random() < 0.5
+        op = rng.choice(["sum", "mean", "amax", "amin"])
+        x = torch.randn(*shape)
+        if rng.random() < 0.3:
+            x = x.transpose(0, rank - 1)
+
+        def fn(x):
+            return getattr(torch.sigmoid(x) * 3 - 1, op)(dims, keepdim=keep)
+        shapejit.reset()
+        _run(fn, x, kernels=1)
