@@ -30,8 +30,10 @@ GEN_DIR = os.path.join("build", "gen")
 OPCODES_H = os.path.join(GEN_DIR, "sj_opcodes.h")
 
 # Libraries linked into _C: xxhash (libxxhash-dev), ffi (libffi-dev: calls into generated
-# kernels), dl (dlopen of kernel libraries). Later: "dnnl" (oneDNN backend, libdnnl-dev).
-LIBRARIES = ["xxhash", "ffi", "dl"]
+# kernels), dl (dlopen of kernel libraries), dnnl (oneDNN 2.6, libdnnl-dev: the matmul
+# steps, codegen/dnnl_api.c) and gomp (omp_get_max_threads: the OpenMP runtime libdnnl
+# and torch already share).
+LIBRARIES = ["xxhash", "ffi", "dl", "dnnl", "gomp"]
 
 # -fvisibility=hidden: only PyInit__C is exported, so calls between our own functions are
 # direct (no PLT) and can be inlined; -flto lets that happen across files. Both matter on

@@ -4,10 +4,12 @@
  *     _C._cg_call(fn, *args)          # ints for p/l/i, floats (or ints) for d/f
  *     _C._cg_cache_info()             # {"dir", "requested", "private", counters...}
  *     _C._cg_forget()                 # next build goes to the disk cache again
+ *     _C._cg_primcache_info()         # oneDNN primitive cache: hits, creations, impls...
  *
  * The cache directory is read from the environment at every build (diskcache.c), so
  * tests switch it with SHAPEJIT_CACHE_DIR. */
 #include "codegen_int.h"
+#include "dnnl_api.h"
 
 #define FN_CAPSULE "shapejit._C.cg_fn"
 
@@ -149,7 +151,23 @@ static PyObject *py_cg_forget(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* _C._cg_primcache_info(): the oneDNN primitive cache's counters (primcache.c). */
+static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PcStats st;
+    primcache_stats(&st);
+    PyObject *impls = primcache_impls();   /* new */
+    if (!impls)
+        return NULL;
+    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N}", "hits", st.hits, "misses", st.misses, "creations",
+                         st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
+                         st.entries, "capacity", st.capacity, "impls", impls);   /* N steals impls */
+}
+
 static PyMethodDef codegen_methods[] = {
+    {"_cg_primcache_info", py_primcache_info, METH_NOARGS, "The oneDNN primitive cache's counters (tests)."},
     {"_cg_build", py_cg_build, METH_VARARGS,
      "_cg_build(source, symbol, signature[, tag]): compile (or load from the cache) and prepare a call (tests)"},
     {"_cg_call", (PyCFunction)(void (*)(void))py_cg_call, METH_FASTCALL,

@@ -44,17 +44,25 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL } StepKind;
+typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL } StepKind;
 
 typedef struct {
     StepKind kind;
-    int32_t index;     /* EAGER: node index; KERNEL: kernel index */
+    int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index */
 } Step;
+
+typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 
 typedef struct {
     Step *steps;     int32_t nsteps;
     Kernel *kernels; int32_t nkernels;
+    MatmulStep *matmuls; int32_t nmatmuls;
 } LowerPlan;
+
+/* Calls fn(ctx, ni, v) for every value v node ni reads (arguments and list items). */
+void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx);
+/* 1 when x and y have the same dims, symbol for symbol. */
+int lower_same_dims(const TensorMeta *x, const TensorMeta *y);
 
 /* Partition g into steps (plan.c). 0, or -1 with an exception. */
 int lower_plan(Graph *g, LowerPlan *out);
@@ -81,6 +89,34 @@ typedef struct {
     double pdefault[2];
 } LowerRow;
 const LowerRow *lower_row(OpId op);
+
+/* ------------------------------------------------------- step_matmul.c ---- */
+
+/* Node ni as a oneDNN matmul step (with the pointwise nodes right after it folded in as
+ * post-ops), appended to p: the index of the last node the step computes (the caller
+ * resumes after it), -1 when ni is not such a step, -2 with an exception. */
+int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p);
+/* Runs matmul step i of p: 0 or -1 with an exception; an operand the step cannot take
+ * runs the step's nodes eagerly. */
+int step_matmul_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_matmul_free(LowerPlan *p);
+/* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
+int step_matmul_stats(const LowerPlan *p, PyObject *d);
+
+/* An input of a step, read for a kernel or a primitive (runtime.c). */
+typedef struct {
+    int64_t size[SJ_MAX_RANK], stride[SJ_MAX_RANK];   /* elements */
+    int ndim;
+    char *data;
+    Py_buffer view;     /* numpy: held while the step runs */
+    int has_view;
+} Operand;
+
+/* 0 and op filled; 1 when obj is not a float32 array of lib (the step runs eagerly); -1
+ * with an exception. Release op->view when op->has_view. */
+int lower_read_input(PyObject *obj, Lib lib, Operand *op);
+/* A new contiguous float32 tensor or array of lib with sizes n[0..r). New reference. */
+PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
 
 /* The compiled-graph type (runtime.c) and the backend entry: _C._cg_compile_graph(graph). */
 extern PyTypeObject SjCompiledGraph_Type;

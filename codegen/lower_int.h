@@ -25,8 +25,6 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na);
  * *b (NULL when absent) and parameter values in p[2]. */
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2]);
 
-/* 1 when x and y have the same dims, symbol for symbol. */
-int plan_same_space(const TensorMeta *x, const TensorMeta *y);
 /* Appends item x (of `item` bytes) to the PyMem array *arr of *n. 0, or -1 (MemoryError). */
 int plan_push(void **arr, int32_t *n, size_t item, const void *x);
 /* Adds value v as an input of k (once). 0, or 1 when k has no room left. */

@@ -30,9 +30,9 @@ const LowerRow *lower_row(OpId op)
 /* Parameters a schema may bind that change nothing here when passed as their default. */
 static int harmless(const char *name, PyObject *v)
 {
-    return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "approximate") &&
-                                                                 PyUnicode_Check(v) &&
-                                                                 PyUnicode_CompareWithASCIIString(v, "none") == 0);
+    return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "inplace") && v == Py_False) ||
+           (!strcmp(name, "approximate") && PyUnicode_Check(v) &&
+            PyUnicode_CompareWithASCIIString(v, "none") == 0);
 }
 
 static int is_f32_tensor(const TensorMeta *m, Lib lib)
@@ -159,7 +159,7 @@ int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p
 
 /* ----------------------------------------------------------------- plan ---- */
 
-int plan_same_space(const TensorMeta *x, const TensorMeta *y)
+int lower_same_dims(const TensorMeta *x, const TensorMeta *y)
 {
     if (x->ndim != y->ndim)
         return 0;
@@ -214,6 +214,28 @@ static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
     }
 }
 
+void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
+{
+    const Node *nd = &g->nodes[ni];
+    for (int part = 0; part < 2; part++) {
+        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
+        for (int32_t i = 0; i < n; i++) {
+            const Arg *x = &g->pool[first + i];
+            if (x->kind == ARG_VALUE)
+                fn(ctx, ni, x->a);
+            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
+                for (int32_t k = 0; k < x->n; k++)
+                    if (g->pool[x->a + k].kind == ARG_VALUE)
+                        fn(ctx, ni, g->pool[x->a + k].a);
+        }
+    }
+}
+
+static void note_use(void *last_use, int32_t ni, int32_t v)
+{
+    ((int32_t *)last_use)[v] = ni;
+}
+
 int lower_plan(Graph *g, LowerPlan *out)
 {
     memset(out, 0, sizeof *out);
@@ -225,21 +247,8 @@ int lower_plan(Graph *g, LowerPlan *out)
     }
     for (int32_t v = 0; v < g->nvalues; v++)
         last_use[v] = -1;
-    for (int32_t ni = 0; ni < g->nnodes; ni++) {
-        const Node *nd = &g->nodes[ni];
-        for (int part = 0; part < 2; part++) {
-            int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
-            for (int32_t i = 0; i < n; i++) {
-                const Arg *x = &g->pool[first + i];
-                if (x->kind == ARG_VALUE)
-                    last_use[x->a] = ni;
-                else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
-                    for (int32_t k = 0; k < x->n; k++)
-                        if (g->pool[x->a + k].kind == ARG_VALUE)
-                            last_use[g->pool[x->a + k].a] = ni;
-            }
-        }
-    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        lower_node_reads(g, ni, note_use, last_use);
     for (int32_t i = 0; i < g->noutputs; i++)
         last_use[g->outputs[i]] = g->nnodes;
     Kernel *open = NULL;
@@ -247,6 +256,14 @@ int lower_plan(Graph *g, LowerPlan *out)
         const Node *nd = &g->nodes[ni];
         if (nd->op == OP_INPUT)
             continue;
+        int32_t upto = step_matmul_plan(g, ni, out);
+        if (upto < -1)
+            goto fail;
+        if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
+            open = NULL;
+            ni = upto;
+            continue;
+        }
         const Arg *a, *b;
         double p[2];
         int ok = lower_node_args(g, ni, &a, &b, p);
@@ -263,7 +280,7 @@ int lower_plan(Graph *g, LowerPlan *out)
         }
         const TensorMeta *om = &g->values[nd->first_value].meta;
         if (open && !(ok && (Lib)om->lib == open->lib &&
-                      plan_same_space(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
+                      lower_same_dims(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
             open = NULL;
         if (ok && open) {
             /* the operands it reads from outside become the kernel's inputs */
@@ -316,5 +333,6 @@ void lower_plan_free(LowerPlan *p)
         PyMem_Free(p->kernels[i].nodes);
     PyMem_Free(p->kernels);
     PyMem_Free(p->steps);
+    step_matmul_free(p);
     memset(p, 0, sizeof *p);
 }

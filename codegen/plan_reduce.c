@@ -217,7 +217,7 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     /* fuse: the open kernel makes the reduced value over the same space, and only feeds this
      * node (every value it makes is last read here at the latest, and not as weight/bias) */
     int fuse = open && open->flavour == KF_POINTWISE && open->lib == lib && plan_kernel_makes(g, open, red.src) &&
-               plan_same_space(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta) &&
+               lower_same_dims(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta) &&
                open->nin + 3 < SJ_KMAX_OPERANDS - 2;
     for (int32_t i = 0; fuse && i < open->nnodes; i++)
         fuse = last_use[g->nodes[open->nodes[i]].first_value] <= ni;

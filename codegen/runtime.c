@@ -28,18 +28,10 @@ typedef struct {
 
 /* ------------------------------------------------------------- operands ---- */
 
-typedef struct {
-    int64_t size[SJ_MAX_RANK], stride[SJ_MAX_RANK];   /* elements */
-    int ndim;
-    char *data;
-    Py_buffer view;     /* numpy: held while the kernel runs */
-    int has_view;
-} Operand;
-
 static PyObject *str_data_ptr;   /* strong, interned "data_ptr" */
 
 /* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
-static int read_input(PyObject *obj, Lib lib, Operand *op)
+int lower_read_input(PyObject *obj, Lib lib, Operand *op)
 {
     memset(op, 0, sizeof *op);
     if (lib == LIB_TORCH) {
@@ -83,7 +75,7 @@ static int read_input(PyObject *obj, Lib lib, Operand *op)
 static PyObject *torch_empty, *torch_f32, *np_empty, *np_f32, *kw_dtype;   /* strong, once */
 
 /* A new contiguous float32 array or tensor of the given sizes. */
-static PyObject *new_output(Lib lib, const int64_t *n, int r)
+PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
 {
     if (!kw_dtype) {
         PyObject *t = libs.torch ? PyImport_ImportModule("torch") : NULL;
@@ -153,7 +145,7 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
         n[d] = 1;
     for (int32_t i = 0; i < k->nin && rc == 0; i++) {
         Operand *op = &ops[k->nout + i];
-        rc = read_input(vals[k->ins[i]], k->lib, op);
+        rc = lower_read_input(vals[k->ins[i]], k->lib, op);
         nread = i + 1;
         if (rc == 0 && op->ndim > r)
             rc = 1;
@@ -190,14 +182,14 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
                 rc = 1;
                 break;
             }
-            PyObject *o = new_output(k->lib, osize, orank);
+            PyObject *o = lower_new_output(k->lib, osize, orank);
             if (!o) {
                 rc = -1;
                 break;
             }
             Py_XSETREF(vals[k->outs[j]], o);
             Operand *op = &ops[j];
-            if ((rc = read_input(o, k->lib, op)) != 0) {
+            if ((rc = lower_read_input(o, k->lib, op)) != 0) {
                 if (op->has_view)
                     PyBuffer_Release(&op->view);
                 break;
@@ -237,8 +229,9 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
     CompiledGraph *cg = ctx;
     for (int32_t i = 0; i < cg->plan.nsteps; i++) {
         const Step *s = &cg->plan.steps[i];
-        int r = s->kind == STEP_EAGER ? graph_exec_node(g, s->index, vals, mismatch)
-                                      : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
+        int r = s->kind == STEP_EAGER    ? graph_exec_node(g, s->index, vals, mismatch)
+                : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
+                                         : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
     }
@@ -274,9 +267,12 @@ static void cg_dealloc(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    return Py_BuildValue("{s:i,s:i,s:L,s:L}", "kernels", (int)cg->plan.nkernels, "steps", (int)cg->plan.nsteps,
-                         "kernel_calls", (long long)cg->kernel_calls, "eager_fallbacks",
-                         (long long)cg->eager_fallbacks);
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L}", "kernels", (int)cg->plan.nkernels, "steps",
+                                (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
+                                "eager_fallbacks", (long long)cg->eager_fallbacks);   /* new */
+    if (d && step_matmul_stats(&cg->plan, d) < 0)
+        Py_CLEAR(d);
+    return d;
 }
 
 static PyObject *cg_get_source(CompiledGraph *cg, void *unused)
@@ -330,10 +326,12 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     memset(&cg->plan, 0, sizeof cg->plan);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;
-    if (cg->plan.nkernels == 0) {
+    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0) {
         Py_DECREF(cg);
         return Py_NewRef(arg);
     }
+    if (cg->plan.nkernels == 0)
+        return (PyObject *)cg;   /* oneDNN steps only: no C to compile */
     if (!(cg->source = lower_emit(g, &cg->plan)))
         goto fail;
     Py_ssize_t len;

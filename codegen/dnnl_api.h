@@ -1,0 +1,104 @@
+/* The oneDNN layer of the cpu backend: every call into oneDNN (libdnnl 2.6, C API) lives
+ * in dnnl_api.c, so a port to oneDNN 3.x is that one file; primcache.c keeps the
+ * primitives it creates. Nothing here knows graphs or Python objects: callers describe a
+ * matmul by an MmKey (what the primitive is made from) and its operands by MmTensor.
+ *
+ * Threads: libdnnl here is a GNU OpenMP build, and the process maps one libgomp (torch's
+ * or the system's, same SONAME), so oneDNN's pool is torch's pool and
+ * torch.set_num_threads(n) governs it (omp_get_max_threads() of the calling thread). The
+ * count is part of the key (docs/notes/issue6_plan.md section 2). */
+#ifndef SJ_DNNL_API_H
+#define SJ_DNNL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MM_MAX_RANK 4    /* oneDNN's permuted tags exist for 2-D to 4-D */
+#define MM_MAX_POST 4    /* post-ops folded into one matmul */
+
+/* Post-ops a matmul applies to its result, in order; dnnl_api.c maps each to oneDNN.
+ * Order matters only for the numbering of MmKey contents (part of the key). */
+typedef enum {
+    MMPO_RELU = 1,      /* eltwise relu, slope 0 */
+    MMPO_GELU_ERF,      /* eltwise gelu (erf form, F.gelu's default) */
+    MMPO_TANH,
+    MMPO_SIGMOID,       /* eltwise logistic */
+    MMPO_SILU,          /* eltwise swish, alpha 1 */
+    MMPO_LINEAR,        /* alpha * x + beta (a scalar add or mul) */
+    MMPO_ADD_ROW,       /* binary add of a [N] row, broadcast over the rows */
+} MmPostKind;
+
+typedef struct {
+    uint8_t kind;       /* MmPostKind */
+    uint8_t pad[3];
+    float alpha, beta;  /* MMPO_LINEAR; 0 otherwise */
+} MmPost;
+
+enum { MM_CLASS_MATMUL = 1 };
+
+/* What a matmul primitive is made from: the packed key of the primitive cache (compared
+ * and hashed as bytes, so always memset to 0 before filling). Every dim is a runtime dim:
+ * sizes are not in the key (but row_n), so one primitive serves every size. */
+typedef struct {
+    uint8_t op_class;                 /* MM_CLASS_MATMUL */
+    uint8_t dtype;                    /* DType of every operand (DT_F32 only, for now) */
+    uint8_t rank;                     /* 2..MM_MAX_RANK: the rank of all operands */
+    uint8_t has_bias;                 /* a [1, N] bias (rank 2 only) */
+    uint8_t perm[2][MM_MAX_RANK];     /* src and weights: dims from outermost to innermost
+                                         stride (the layout tag); dst is row-major */
+    uint8_t npost;
+    uint8_t pad[3];
+    MmPost post[MM_MAX_POST];
+    int32_t threads;                  /* omp_get_max_threads() when created */
+    int32_t pad2;
+    int64_t row_n;                    /* with MMPO_ADD_ROW rows: N, concrete (oneDNN 2.6
+                                         refuses a runtime dim in a binary post-op's
+                                         operand, and picks ref:any unless the product's N
+                                         is concrete too); else 0 */
+} MmKey;
+
+/* An operand at execution: sizes and strides in elements, rank of the key. */
+typedef struct {
+    int64_t dims[MM_MAX_RANK], strides[MM_MAX_RANK];
+    void *data;
+} MmTensor;
+
+/* The primitive for key, or NULL when oneDNN refuses it (the message in err). The engine
+ * is created on first use. Needs no GIL. */
+void *dnnl_api_matmul_create(const MmKey *key, char *err, size_t errlen);
+
+/* Runs prim (made from key) on src x wei (+ bias) into dst; post[i] is the [N] row of
+ * MMPO_ADD_ROW post-op i (unused entries ignored). 0, or a oneDNN status (nonzero) when
+ * it refused the operands (the caller runs the op another way). Needs no GIL. */
+int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei,
+                         const MmTensor *bias, const MmTensor *dst, const MmTensor *post);
+
+/* The implementation oneDNN chose ("gemm:jit"), for tests and logs; static string. */
+const char *dnnl_api_impl(void *prim);
+
+void dnnl_api_destroy(void *prim);
+
+/* omp_get_max_threads() of the calling thread: the count oneDNN will use. */
+int dnnl_api_threads(void);
+
+/* --------------------------------------------------------------- primcache.c ---- */
+
+/* A pinned cache entry: its primitive cannot be evicted until released. */
+typedef struct PcEntry PcEntry;
+
+/* The entry for key (len bytes), creating the primitive with dnnl_api_matmul_create on a
+ * miss. A refused key is cached too (prim NULL), so it is not retried on every call.
+ * NULL only when out of memory. The GIL (or one caller at a time) is required. */
+PcEntry *primcache_get(const MmKey *key);
+void *primcache_prim(const PcEntry *e);   /* NULL when oneDNN refused the key */
+void primcache_release(PcEntry *e);
+
+typedef struct {
+    long hits, misses, creations, failures, evictions, entries, capacity;
+} PcStats;
+void primcache_stats(PcStats *out);
+/* The implementations oneDNN chose for the cached primitives: a new set of str, or NULL
+ * with an exception. (Declared with a plain PyObject so this header needs no Python.h.) */
+struct _object *primcache_impls(void);
+
+#endif

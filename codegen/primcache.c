@@ -1,0 +1,118 @@
+/* The oneDNN primitive cache: primitives by the XXH3-64 hash of their packed MmKey (op
+ * class, dtype, rank, layout permutation of each operand, post-op list, thread count),
+ * the full key compared on a hit. Matmul keys hold no sizes (every dim is a runtime dim),
+ * so a sweep over sizes creates nothing after the first call.
+ *
+ * Bounded: at most PC_CAPACITY entries; a miss when full evicts the least recently used
+ * entry that no caller has pinned (a pinned primitive may be running with the GIL
+ * released). A key oneDNN refused is kept as an entry without a primitive, so it is not
+ * retried on every call.
+ *
+ * Memory: entries are PyMem, owned by the cache for the process lifetime (or until
+ * evicted); callers hold pins, never ownership. Needs the GIL. */
+#include <Python.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "dnnl_api.h"
+
+#define PC_CAPACITY 1024
+#define PC_BUCKETS 256   /* a power of two */
+
+struct PcEntry {
+    MmKey key;
+    uint64_t hash;
+    void *prim;          /* owned dnnl primitive, or NULL: oneDNN refused the key */
+    uint64_t last_use;   /* tick of the last get */
+    int pins;            /* callers between get and release */
+    PcEntry *next;       /* bucket chain */
+};
+
+static PcEntry *buckets[PC_BUCKETS];
+static uint64_t tick;
+static PcStats stats = {.capacity = PC_CAPACITY};
+
+static void evict_one(void)
+{
+    PcEntry **victim = NULL;
+    for (int b = 0; b < PC_BUCKETS; b++)
+        for (PcEntry **pp = &buckets[b]; *pp; pp = &(*pp)->next)
+            if (!(*pp)->pins && (!victim || (*pp)->last_use < (*victim)->last_use))
+                victim = pp;
+    if (!victim)
+        return;   /* everything pinned: grow past the bound for now */
+    PcEntry *e = *victim;
+    *victim = e->next;
+    dnnl_api_destroy(e->prim);
+    PyMem_Free(e);
+    stats.entries--;
+    stats.evictions++;
+}
+
+PcEntry *primcache_get(const MmKey *key)
+{
+    uint64_t h = XXH3_64bits(key, sizeof *key);
+    PcEntry **head = &buckets[h & (PC_BUCKETS - 1)];
+    for (PcEntry *e = *head; e; e = e->next)
+        if (e->hash == h && !memcmp(&e->key, key, sizeof *key)) {
+            stats.hits++;
+            e->last_use = ++tick;
+            e->pins++;
+            return e;
+        }
+    stats.misses++;
+    if (stats.entries >= PC_CAPACITY)
+        evict_one();
+    PcEntry *e = PyMem_Calloc(1, sizeof *e);
+    if (!e) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    char err[160];
+    e->key = *key;
+    e->hash = h;
+    e->prim = dnnl_api_matmul_create(key, err, sizeof err);
+    if (e->prim)
+        stats.creations++;
+    else
+        stats.failures++;
+    e->last_use = ++tick;
+    e->pins = 1;
+    e->next = *head;
+    *head = e;
+    stats.entries++;
+    return e;
+}
+
+void *primcache_prim(const PcEntry *e)
+{
+    return e->prim;
+}
+
+void primcache_release(PcEntry *e)
+{
+    e->pins--;
+}
+
+void primcache_stats(PcStats *out)
+{
+    *out = stats;
+}
+
+PyObject *primcache_impls(void)
+{
+    PyObject *set = PySet_New(NULL);   /* new */
+    for (int b = 0; set && b < PC_BUCKETS; b++)
+        for (PcEntry *e = buckets[b]; e; e = e->next) {
+            if (!e->prim)
+                continue;
+            PyObject *name = PyUnicode_FromString(dnnl_api_impl(e->prim));   /* new */
+            if (!name || PySet_Add(set, name) < 0) {
+                Py_XDECREF(name);
+                Py_CLEAR(set);
+                break;
+            }
+            Py_DECREF(name);
+        }
+    return set;
+}
