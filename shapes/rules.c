@@ -138,8 +138,13 @@ int sj_get_bool(const BoundArgs *b, const char *name, int dflt, int *out, ShapeE
         *out = dflt;
         return 0;
     }
-    if (a->kind != BA_CONST)
+    if (a->kind != BA_CONST || a->data)
         return sj_err(err, "%s must be a constant", name);
+    if (a->sym && sj_symctx) {
+        /* a symbolic int used as a flag: its truth is decided by the hint and guarded */
+        SymNode *zero = sym_const(sj_symctx->env, 0);
+        return zero ? sj_decide(sym_ne(sj_symctx->env, a->sym, zero), out, err) : sj_sym_error(err);
+    }
     int t = PyObject_IsTrue(a->value);
     if (t < 0) {
         PyErr_Clear();
@@ -158,6 +163,13 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
     }
     if (a->kind != BA_CONST || a->data || !(PyFloat_Check(a->value) || PyLong_Check(a->value)))
         return sj_err(err, "%s must be a constant number", name);
+    if (a->sym && sj_symctx) {
+        int64_t h;   /* a symbolic int read as a number: specialised to its hint, guarded */
+        if (sj_pin(a->sym, &h, err) < 0)
+            return -1;
+        *out = (double)h;
+        return 0;
+    }
     double v = PyFloat_AsDouble(a->value);
     if (v == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();

@@ -10,6 +10,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 
 enum {
     T_NOBOOL = 1 << 0,     /* torch refuses bool */
@@ -245,10 +246,18 @@ static int check_int_pow(Lib lib, DType d, const BoundArg *exp, ShapeErr *err)
     if (dtype_info[d].category != CAT_INT || !exp || exp->kind != BA_CONST ||
         !PyLong_Check(exp->value) || PyBool_Check(exp->value))
         return 0;
-    int overflow = 0;
+    int overflow = 0, neg;
     long long v = PyLong_AsLongLongAndOverflow(exp->value, &overflow);
     if (v == -1 && PyErr_Occurred())
         PyErr_Clear();
+    if (exp->sym && sj_symctx) {
+        /* a symbolic exponent: its sign is decided by the hint and guarded */
+        SymNode *zero = sym_const(sj_symctx->env, 0);
+        if (!zero || sj_decide(sym_lt(sj_symctx->env, exp->sym, zero), &neg, err) < 0)
+            return zero ? -1 : sj_sym_error(err);
+        v = neg ? -1 : 0;
+        overflow = 0;
+    }
     if (v < 0 || overflow < 0)
         return sj_err(err, "%s: integers to negative integer powers are not allowed",
                       lib == LIB_TORCH ? "torch" : "numpy");

@@ -468,3 +468,23 @@ def test_small_cnn_one_graph_across_batch_and_image_sizes():
     calls = [(torch.randn(b, 3, h, w),) for b, h, w in [(2, 16, 18), (3, 20, 17), (5, 33, 29), (4, 15, 15)]]
     with torch.no_grad():
         _oracle(cnn, calls, 1)
+
+
+def test_symbolic_int_exponent_sign_is_guarded():
+    """An int tensor to a symbolic int power: the rule relies on the exponent's sign, so
+    the sign is guarded (not its value): 3 and 5 share a graph, -2 recompiles and raises
+    the library's own error."""
+    shapejit.reset()
+
+    def f(x, n):
+        return x ** n
+
+    g = shapejit.compile(f, dynamic=True)
+    x = torch.arange(1, 5)
+    for n in (3, 5):
+        assert torch.equal(g(x, n), f(x, n))
+    assert shapejit.stats()["graphs"] == 1
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        g(x, -2)
+    assert shapejit.stats()["recompiles"] == 1
+    shapejit.reset()
