@@ -16,6 +16,9 @@
 #include "lower.h"
 #include "../guards/tensor_reader.h"
 #include "../frame_eval/libs.h"
+#include "../core/config.h"
+
+#include <omp.h>
 
 typedef struct {
     PyObject_HEAD
@@ -24,6 +27,7 @@ typedef struct {
     LowerPlan plan;
     vectorcallfunc vectorcall;
     int64_t kernel_calls, eager_fallbacks;
+    int threads;         /* the OpenMP thread count of the last run */
 } CompiledGraph;
 
 /* ------------------------------------------------------------- operands ---- */
@@ -253,7 +257,17 @@ static PyObject *cg_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         PyErr_Format(PyExc_TypeError, "shapejit compiled graph: expected %d inputs, got %zd", (int)g->ninputs, n);
         return NULL;
     }
-    return graph_run_with(g, args, NULL, exec_steps, cg);
+    /* threads: the OpenMP runtime is shared with torch and oneDNN (one libgomp in the
+     * process), so by default kernels run with what torch.set_num_threads set; the knob
+     * overrides it for the run and puts it back after */
+    int want = (int)sj_config.threads, had = omp_get_max_threads();
+    if (want > 0 && want != had)
+        omp_set_num_threads(want);
+    cg->threads = want > 0 ? want : had;
+    PyObject *r = graph_run_with(g, args, NULL, exec_steps, cg);
+    if (want > 0 && want != had)
+        omp_set_num_threads(had);
+    return r;
 }
 
 static void cg_dealloc(CompiledGraph *cg)
@@ -267,9 +281,10 @@ static void cg_dealloc(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L}", "kernels", (int)cg->plan.nkernels, "steps",
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:i}", "kernels", (int)cg->plan.nkernels, "steps",
                                 (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
-                                "eager_fallbacks", (long long)cg->eager_fallbacks);   /* new */
+                                "eager_fallbacks", (long long)cg->eager_fallbacks, "threads",
+                                cg->threads);   /* new */
     if (d && step_matmul_stats(&cg->plan, d) < 0)
         Py_CLEAR(d);
     return d;
@@ -323,6 +338,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     cg->source = NULL;
     cg->vectorcall = cg_vectorcall;
     cg->kernel_calls = cg->eager_fallbacks = 0;
+    cg->threads = 0;
     memset(&cg->plan, 0, sizeof cg->plan);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;

@@ -72,7 +72,7 @@ EXPECTED_DEFAULTS = {
     "backed_size_oblivious": False, "capture_scalar_outputs": False,
     "capture_dynamic_output_shape_ops": False, "dynamic_sources": "", "static_sources": "",
     "unbacked_sources": "", "stance": "default", "inline_depth_limit": 32,
-    "verify_graphs": True, "raise_internal_errors": False,
+    "verify_graphs": True, "raise_internal_errors": False, "threads": 0,
 }
 
 

@@ -207,3 +207,25 @@ def test_backend_by_name():
     got = shapejit.compile(chain10, backend="cpu")(x)
     _close(got, chain10(x))
     assert math.isfinite(float(got.sum()))
+
+
+def test_threads_knob():
+    """threads=0 follows torch.set_num_threads (one OpenMP runtime); a positive value
+    overrides it for the run only. Results do not depend on it."""
+    x = torch.randn(300, 257)
+    want = chain10(x)
+    backend, made = _lowering()
+    g = shapejit.compile(chain10, backend=backend)
+    old = torch.get_num_threads()
+    try:
+        for torch_threads, knob, expect in ((1, 0, 1), (2, 0, 2), (1, 2, 2), (2, 1, 1)):
+            torch.set_num_threads(torch_threads)
+            with shapejit.config.patch(threads=knob):
+                _close(g(x), want)
+            # torch's thread count is global state the guards check: a change recompiles
+            assert made[-1].stats["threads"] == expect
+            assert torch.get_num_threads() == torch_threads   # put back after the run
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises((TypeError, ValueError)):
+        shapejit.config.threads = -1
