@@ -159,12 +159,13 @@ def test_module_training_autograd_still_works():
 
 
 # ---- nn.TransformerEncoderLayer -----------------------------------------------------
+@pytest.mark.parametrize("backend", ["default", "cpu"])
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch_first", "seq_first"])
-def test_transformer_encoder_layer(batch_first):
+def test_transformer_encoder_layer(batch_first, backend):
     layer = _build(nn.TransformerEncoderLayer, d_model=32, nhead=4, dim_feedforward=64,
                    dropout=0.1, batch_first=batch_first)
     shape = (2, 10, 32) if batch_first else (10, 2, 32)
-    cm = shapejit.compile(layer, fullgraph=True)
+    cm = shapejit.compile(layer, fullgraph=True, backend=backend)
     with torch.no_grad():
         for seed in (0, 1):
             x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
@@ -228,13 +229,16 @@ def _model_params():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["default", "cpu"])
 @pytest.mark.parametrize("kind,attn", _model_params())
-def test_transformers_model(kind, attn):
+def test_transformers_model(kind, attn, backend):
+    """Whole models in one graph, with eager's results (rtol 1e-4, float32) through the
+    eager replay and through the generated-C / oneDNN backend."""
     model, inputs = _transformers_model(kind, attn)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = model(**inputs)
-        compiled = shapejit.compile(model, fullgraph=True)
+        compiled = shapejit.compile(model, fullgraph=True, backend=backend)
         actual = compiled(**inputs)
         assert type(actual) is type(expected)
         assert list(actual.keys()) == list(expected.keys())
