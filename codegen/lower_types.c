@@ -5,8 +5,8 @@
  * with torch's and numpy's promotion rules: the output dtype for LK_SAME / LK_SELECT (torch
  * casts every operand to the common dtype, numpy's loops run in the result type), the
  * common dtype of the two operands for comparisons, bool for logical ops. Python numbers
- * are converted to CT when the kernel is written; a number CT cannot hold exactly (a float
- * for an int CT, an int outside int32 for an int32 CT) keeps the node eager.
+ * are converted to CT when the kernel is written; a number CT cannot hold exactly (2.5 for
+ * an int CT, an int outside int32 for an int32 CT) keeps the node eager.
  *
  * Memory: no Python references are kept; the table is static. */
 #include <math.h>
@@ -89,6 +89,8 @@ static int const_fits(PyObject *v, DType ct, LowerKind kind)
     }
     if (ct == DT_BOOL)
         return PyBool_Check(v);
+    if (PyFloat_Check(v))   /* only masked_fill's value: cast to the tensor's int type */
+        return int_holds(ct, PyFloat_AS_DOUBLE(v));
     if (!PyLong_Check(v))
         return 0;
     int overflow = 0;
