@@ -1,11 +1,13 @@
 /* C source for the kernels of a plan: one translation unit, one function per kernel.
  *
  * Every kernel has the same C signature, so one libffi call description serves all:
- *   void sj_kN(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)
+ *   int64_t sj_kN(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)
  * n: the rank sizes of the iteration space; p: the data pointers, outputs first then
  * inputs; st: per operand, rank strides in elements (0 where an input broadcasts); dense:
  * 1 when every operand is contiguous over the whole space (one flat loop). Sizes are run-
- * time arguments: one compiled kernel serves every size.
+ * time arguments: one compiled kernel serves every size. It returns 0, or 1 when an
+ * element needs eager's own handling (an integer division by zero): the caller then runs
+ * the kernel's nodes eagerly. Elements are typed by their values' metas (lower_types.c).
  *
  * Memory: builds a PyUnicode (new reference) through a growing char buffer (PyMem). */
 #include <math.h>
@@ -45,55 +47,127 @@ void emit_put(Buf *b, const char *fmt, ...)
 
 #define put emit_put
 
-/* Helpers the expressions of lower.def use; NaN behaves as in torch and numpy. */
+/* Helpers the expressions of lower.def use; NaN behaves as in torch and numpy. The float
+ * ones are written once for float (no suffix) and double (suffix d). Floor division and
+ * the remainder of floats follow Python's float divmod, as torch and numpy do (a zero
+ * divisor gives a / b; a zero remainder takes the sign of a in torch, of b in numpy).
+ * Integer division flags a zero divisor and MIN / -1 in the kernel's sj_bad (eager then
+ * reruns the nodes: torch raises, numpy warns) instead of trapping. */
 static const char prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
     "#define SJ_INF __builtin_inff()\n"
-    "static inline float sj_relu(float a) { return (a > 0.f || a != a) ? a : 0.f; }\n"
-    "static inline float sj_clamp(float a, float lo, float hi)\n"
-    "{ float t = a < lo ? lo : a; return t > hi ? hi : t; }\n"
-    "static inline float sj_max(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\n"
-    "static inline float sj_min(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\n"
-    "static inline float sj_pow(float a, float b) { return b == 2.f ? a * a : powf(a, b); }\n"
+    "#define SJ_FLOAT_OPS(S, T, FMOD, FLOOR, COPYSIGN, POW)\\\n"
+    "static inline T sj_relu##S(T a) { return (a > 0 || a != a) ? a : 0; }\\\n"
+    "static inline T sj_clamp##S(T a, T lo, T hi) { T t = a < lo ? lo : a; return t > hi ? hi : t; }\\\n"
+    "static inline T sj_max##S(T a, T b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\\\n"
+    "static inline T sj_min##S(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\\\n"
+    "static inline T sj_pow##S(T a, T b) { return b == 2 ? a * a : POW(a, b); }\\\n"
+    "static inline T sj_floordiv##S(T a, T b)\\\n"
+    "{ if (b == 0) return a / b; T m = FMOD(a, b), d = (a - m) / b;\\\n"
+    "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\\\n"
+    "  if (d == 0) return COPYSIGN(0, a / b);\\\n"
+    "  T f = FLOOR(d); return d - f > (T)0.5 ? f + 1 : f; }\\\n"
+    "static inline T sj_mod##S(T a, T b, int np)\\\n"
+    "{ T m = FMOD(a, b); if (m != 0) { if ((b < 0) != (m < 0)) m += b; } else if (np) m = COPYSIGN(0, b);\\\n"
+    "  return m; }\n"
+    "SJ_FLOAT_OPS(, float, fmodf, floorf, copysignf, powf)\n"
+    "SJ_FLOAT_OPS(d, double, fmod, floor, copysign, pow)\n"
+    "#define SJ_INT_OPS(W, T, MIN)\\\n"
+    "static inline int sj_idiv_bad##W(T a, T b, int *bad)\\\n"
+    "{ if (b == 0 || (b == -1 && a == MIN)) { __atomic_store_n(bad, 1, __ATOMIC_RELAXED); return 1; } return 0; }\\\n"
+    "static inline T sj_ifloordiv##W(T a, T b, int *bad)\\\n"
+    "{ if (sj_idiv_bad##W(a, b, bad)) return 0; T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\\\n"
+    "static inline T sj_imod##W(T a, T b, int *bad)\\\n"
+    "{ if (sj_idiv_bad##W(a, b, bad)) return 0; T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }\\\n"
+    "static inline T sj_ifmod##W(T a, T b, int *bad) { return sj_idiv_bad##W(a, b, bad) ? 0 : a % b; }\n"
+    "SJ_INT_OPS(32, int32_t, INT32_MIN)\n"
+    "SJ_INT_OPS(64, int64_t, INT64_MIN)\n"
+    "#define SJ_IPICK(f, a) _Generic((a), int32_t: f##32, default: f##64)\n"
+    "#define sj_ifloordiv(a, b) SJ_IPICK(sj_ifloordiv, a)((a), (b), &sj_bad)\n"
+    "#define sj_imod(a, b) SJ_IPICK(sj_imod, a)((a), (b), &sj_bad)\n"
+    "#define sj_ifmod(a, b) SJ_IPICK(sj_ifmod, a)((a), (b), &sj_bad)\n"
     /* glibc's vector math (libmvec, linked by cc.c): declared SIMD-callable, so loops that
      * call them vectorise without -ffast-math */
     "#define SJ_VEC __attribute__((simd(\"notinbranch\"), const, nothrow))\n"
-    "SJ_VEC float expf(float); SJ_VEC float exp2f(float); SJ_VEC float expm1f(float);\n"
-    "SJ_VEC float logf(float); SJ_VEC float log2f(float); SJ_VEC float log10f(float);\n"
-    "SJ_VEC float log1pf(float); SJ_VEC float powf(float, float); SJ_VEC float erff(float);\n"
-    "SJ_VEC float sinf(float); SJ_VEC float cosf(float); SJ_VEC float tanf(float);\n"
-    "SJ_VEC float asinf(float); SJ_VEC float acosf(float); SJ_VEC float atanf(float);\n"
-    "SJ_VEC float atan2f(float, float); SJ_VEC float sinhf(float); SJ_VEC float coshf(float);\n"
-    "SJ_VEC float tanhf(float); SJ_VEC float hypotf(float, float);\n";
+    "#define SJ_VEC_DECL(T, S)\\\n"
+    "SJ_VEC T exp##S(T); SJ_VEC T exp2##S(T); SJ_VEC T expm1##S(T); SJ_VEC T log##S(T); SJ_VEC T log2##S(T);\\\n"
+    "SJ_VEC T log10##S(T); SJ_VEC T log1p##S(T); SJ_VEC T pow##S(T, T); SJ_VEC T erf##S(T); SJ_VEC T sin##S(T);\\\n"
+    "SJ_VEC T cos##S(T); SJ_VEC T tan##S(T); SJ_VEC T asin##S(T); SJ_VEC T acos##S(T); SJ_VEC T atan##S(T);\\\n"
+    "SJ_VEC T atan2##S(T, T); SJ_VEC T sinh##S(T); SJ_VEC T cosh##S(T); SJ_VEC T tanh##S(T); SJ_VEC T hypot##S(T, T);\n"
+    "SJ_VEC_DECL(float, f)\n"
+    "SJ_VEC_DECL(double, )\n";
 
-/* A float literal for a C source (inf and nan spelled out). */
-static void put_float(Buf *b, double x)
+/* A floating literal of type T (float or double; inf and nan spelled out). */
+static void put_float(Buf *b, double x, DType t)
 {
     if (isnan(x))
-        put(b, "__builtin_nanf(\"\")");
+        put(b, t == DT_F32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")");
     else if (isinf(x))
         put(b, x > 0 ? "SJ_INF" : "(-SJ_INF)");
     else
-        put(b, "((float)%.17g)", x);   /* rounded to float as eager rounds a Python scalar */
+        put(b, "((%s)%.17g)", lower_ctype(t), x);   /* rounded to float as eager rounds a Python scalar */
 }
 
-/* The C operand for argument x of a node in kernel k: a temporary, an input's element,
- * or a constant. */
-static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x)
+/* An integer literal of int type t; x beyond t's range (an absent clamp bound) is its limit. */
+static void put_int(Buf *b, double x, DType t)
+{
+    int w = t == DT_I32 ? 32 : 64;
+    if (x >= ldexp(1.0, w - 1))
+        put(b, "INT%d_MAX", w);
+    else if (x <= -ldexp(1.0, w - 1))
+        put(b, "INT%d_MIN", w);
+    else
+        put(b, "((%s)%lldLL)", lower_ctype(t), (long long)x);
+}
+
+/* A number as a literal of type t. */
+static void put_number(Buf *b, double x, DType t)
+{
+    int c = lower_class(t);
+    if (c == LC_F32 || c == LC_F64)
+        put_float(b, x, t);
+    else if (c == LC_INT)
+        put_int(b, x, t);
+    else
+        put(b, "%d", x != 0);
+}
+
+/* The C operand for argument x of a node in kernel k, as type t: a temporary or an input's
+ * element (converted), or a constant. */
+static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x, DType t)
 {
     if (x->kind == ARG_CONST) {
         PyObject *v = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
-        double d = PyFloat_AsDouble(v);
-        if (d == -1.0 && PyErr_Occurred()) {
+        double d;
+        if (PyLong_Check(v) && lower_class(t) == LC_INT) {
+            long long i = PyLong_AsLongLong(v);
+            d = (double)i;
+            if (i == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                b->failed = 1;
+                return;
+            }
+            if ((double)i != d || d >= 9.2e18 || d <= -9.2e18) {   /* not exact as a double */
+                put(b, "((%s)%lldLL)", lower_ctype(t), i);
+                return;
+            }
+        } else if ((d = PyFloat_AsDouble(v)) == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
             b->failed = 1;
             return;
         }
-        put_float(b, d);
+        put_number(b, d, t);
         return;
     }
+    DType from = (DType)g->values[x->a].meta.dtype;
+    if (from == t) {
+        emit_value(b, k, x->a);
+        return;
+    }
+    put(b, t == DT_BOOL ? "(" : "((%s)", lower_ctype(t));
     emit_value(b, k, x->a);
+    put(b, t == DT_BOOL ? " != 0)" : ")");
 }
 
 void emit_value(Buf *b, const Kernel *k, int32_t v)
@@ -109,31 +183,55 @@ void emit_value(Buf *b, const Kernel *k, int32_t v)
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
 {
     for (int32_t i = 0; i < k->nin; i++) {
-        put(b, "            const float x%d = in%d[", (int)i, (int)i);
+        put(b, "            const %s x%d = in%d[", lower_ctype((DType)g->values[k->ins[i]].meta.dtype), (int)i,
+            (int)i);
         put(b, off_fmt, (int)(k->nout + i), (int)(k->nout + i));
         put(b, "];\n");
     }
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
         const Node *nd = &g->nodes[ni];
-        const LowerRow *row = lower_row((OpId)nd->op);
-        const Arg *x, *y;
-        double p[2];
-        if (!row || !lower_node_args(g, ni, &x, &y, p)) {
+        NodeLower nl;
+        if (!lower_node_typed(g, ni, &nl)) {
             b->failed = 1;
             return;
         }
-        put(b, "            float t%d;\n            { const float a = ", (int)nd->first_value);
-        put_operand(b, g, k, x);
-        if (y) {
+        const char *ct = lower_ctype(nl.ct);
+        put(b, "            %s t%d;\n            { ", lower_ctype(nl.out), (int)nd->first_value);
+        if (lower_class(nl.ct) == LC_INT)
+            put(b, "typedef %s T; typedef u%s U; ", ct, ct);
+        put(b, "const %s a = ", ct);
+        put_operand(b, g, k, nl.x[0], nl.row->kind == LK_LOGIC ? DT_BOOL : nl.ct);
+        if (nl.x[1]) {
             put(b, ", b = ");
-            put_operand(b, g, k, y);
+            put_operand(b, g, k, nl.x[1], nl.row->kind == LK_LOGIC ? DT_BOOL : nl.ct);
         }
         put(b, ", P0 = ");
-        put_float(b, p[0]);
+        put_number(b, nl.p[0], nl.ct);
         put(b, ", P1 = ");
-        put_float(b, p[1]);
-        put(b, "; (void)P0; (void)P1; t%d = %s; }\n", (int)nd->first_value, row->expr);
+        put_number(b, nl.p[1], nl.ct);
+        put(b, "; (void)P0; (void)P1;");
+        if (nl.x[2]) {
+            put(b, " const uint8_t c = ");
+            put_operand(b, g, k, nl.x[2], DT_BOOL);
+            put(b, ";");
+        }
+        put(b, " t%d = %s; }\n", (int)nd->first_value, nl.expr);
+    }
+}
+
+void emit_kernel_head(Buf *b, Graph *g, const Kernel *k)
+{
+    put(b, "\nCG_EXPORT int64_t %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n",
+        k->name);
+    put(b, "    int sj_bad = 0;\n    const int sj_np = %d;\n    (void)sj_np;\n", k->lib == LIB_NUMPY);
+    for (int32_t j = 0; j < k->nout; j++) {
+        const char *t = lower_ctype((DType)g->values[k->outs[j]].meta.dtype);
+        put(b, "    %s *restrict out%d = (%s *)p[%d];\n", t, (int)j, t, (int)j);
+    }
+    for (int32_t i = 0; i < k->nin; i++) {
+        const char *t = lower_ctype((DType)g->values[k->ins[i]].meta.dtype);
+        put(b, "    const %s *restrict in%d = (const %s *)p[%d];\n", t, (int)i, t, (int)(k->nout + i));
     }
 }
 
@@ -151,13 +249,9 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
 static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
-    put(b, "\nCG_EXPORT void %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
-    for (int32_t j = 0; j < k->nout; j++)
-        put(b, "    float *restrict out%d = (float *)p[%d];\n", (int)j, (int)j);
-    for (int32_t i = 0; i < k->nin; i++)
-        put(b, "    const float *restrict in%d = (const float *)p[%d];\n", (int)i, (int)(k->nout + i));
+    emit_kernel_head(b, g, k);
     put(b, "    (void)st;\n    int64_t total = 1;\n    for (int d = 0; d < %d; d++)\n        total *= n[d];\n", r);
-    put(b, "    if (total == 0)\n        return;\n");
+    put(b, "    if (total == 0)\n        return 0;\n");
     /* dense: one flat loop */
     put(b, "    if (dense || %d <= 1) {\n", r);
     if (r == 1) {
@@ -166,7 +260,7 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
         put(b, "        for (int64_t i = 0; i < total; i++) {\n");
         put_body(b, g, k, "i * st[%d]");
-        put(b, "        }\n        return;\n        }\n");
+        put(b, "        }\n        return sj_bad;\n        }\n");
     }
     /* blocks of 4096 elements across threads, each a vector loop */
     put(b, "        const int64_t nblk = (total + 4095) / 4096;\n");
@@ -176,7 +270,7 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "#pragma omp simd\n");
     put(b, "        for (int64_t i = lo; i < hi; i++) {\n");
     put_body(b, g, k, "i");
-    put(b, "        }\n        }\n        return;\n    }\n");
+    put(b, "        }\n        }\n        return sj_bad;\n    }\n");
     if (r >= 2) {
         /* strided: the outer dims by index decomposition, the last dim innermost */
         put(b, "    const int64_t inner = n[%d], outer = total / inner;\n", r - 1);
@@ -200,7 +294,7 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put_body(b, g, k, fmt);
         put(b, "        }\n        }\n    }\n");
     }
-    put(b, "}\n");
+    put(b, "    return sj_bad;\n}\n");
 }
 
 PyObject *lower_emit(Graph *g, LowerPlan *p)

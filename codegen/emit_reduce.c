@@ -1,6 +1,6 @@
 /* C source of reduction and row kernels (plan_reduce.c plans them). Same signature as the
  * pointwise kernels (emit.c):
- *   void sj_kN(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)
+ *   int64_t sj_kN(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)
  * over the iteration space of the reduced tensor (rank sizes n). The dims of k->red.mask
  * (fixed when the graph is planned, since the rank is) are the reduced or row dims R; the
  * others, K, index the outputs. A reduction's output has stride 0 over R (runtime.c asks
@@ -13,7 +13,10 @@
  * at base + i and the inner loops vectorise; otherwise the offset of i is decomposed over
  * the R dims (a multiply for a single R dim).
  *
- * Accuracy: sums run in float, in blocks of 1024 elements (a vectorised loop: 8 or 16 lane
+ * Types: a reduction computes in its output's dtype (the metas say: torch sums int32 to
+ * int64, numpy's mean of ints is float64), converting each element; row kernels are float32.
+ *
+ * Accuracy: float sums run in their type, in blocks of 1024 elements (a vectorised loop: 8 or 16 lane
  * partial sums of 64..128 elements each) whose block sums are combined pairwise through a
  * binary-counter cascade, so the error grows with log2 of the block count instead of the
  * element count (torch and numpy also sum float32 pairwise/cascaded in float). max/min
@@ -29,16 +32,26 @@
 
 #define BLOCK 1024
 
-/* Cascade helpers, defined once per translation unit (guarded). */
+/* Cascade helpers for float (no suffix) and double (d), defined once per translation unit
+ * (guarded). */
 static const char helpers[] =
     "#ifndef SJ_CASCADE\n"
     "#define SJ_CASCADE\n"
     /* lv[l] holds the sum of 2^l blocks when bit l of *cnt is set */
-    "static inline void sj_cascade_push(float *lv, int64_t *cnt, float s)\n"
-    "{ int64_t c = (*cnt)++; int l = 0; while (c & 1) { s += lv[l++]; c >>= 1; } lv[l] = s; }\n"
-    "static inline float sj_cascade_sum(const float *lv, int64_t cnt)\n"
-    "{ float s = 0.f; for (int l = 0; cnt; l++, cnt >>= 1) if (cnt & 1) s += lv[l]; return s; }\n"
+    "#define SJ_CASCADE_OPS(S, T)\\\n"
+    "static inline void sj_cascade_push##S(T *lv, int64_t *cnt, T s)\\\n"
+    "{ int64_t c = (*cnt)++; int l = 0; while (c & 1) { s += lv[l++]; c >>= 1; } lv[l] = s; }\\\n"
+    "static inline T sj_cascade_sum##S(const T *lv, int64_t cnt)\\\n"
+    "{ T s = 0; for (int l = 0; cnt; l++, cnt >>= 1) if (cnt & 1) s += lv[l]; return s; }\n"
+    "SJ_CASCADE_OPS(, float)\n"
+    "SJ_CASCADE_OPS(d, double)\n"
     "#endif\n";
+
+/* The type a kernel reduces in: its output's dtype (float32 for row kernels). */
+static DType acc_type(Graph *g, const Kernel *k)
+{
+    return k->flavour >= KF_SOFTMAX || k->nout == 0 ? DT_F32 : (DType)g->values[k->outs[0]].meta.dtype;
+}
 
 /* The operand index of value v among k's inputs (outputs come first), or -1. */
 static int operand_of(const Kernel *k, int32_t v)
@@ -60,33 +73,46 @@ static void put_off(Buf *b, const char *fmt, int j)
     put(b, fmt, j, j);
 }
 
-/* A blocked, cascaded float sum into a new `float <into>`: `body` writes the statements of
- * element i, then `term` (a float expression over what they define) is added. */
+/* A blocked, cascaded sum of type t (float or double) into a new `t <into>`: `body` writes
+ * the statements of element i, then `term` (an expression over what they define) is added.
+ * Integers add in uint64_t (wrapping as eager does), in one loop: their sum is exact. */
 typedef void (*BodyFn)(Buf *b, Graph *g, const Kernel *k, const char *fmt);
 
 static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body,
-                    const char *term)
+                    const char *term, DType t)
 {
-    put(b, "        float %s;\n        {\n", into);
-    put(b, "        float lv[64]; int64_t cnt = 0;\n");
+    const char *ct = lower_ctype(t), *sfx = t == DT_F64 ? "d" : "";
+    put(b, "        %s %s;\n        {\n", ct, into);
+    if (lower_class(t) == LC_INT) {
+        put(b, "        uint64_t acc = 0;\n");
+        put(b, "#pragma omp simd reduction(+:acc)\n");
+        put(b, "        for (int64_t i = 0; i < N; i++) {\n");
+        body(b, g, k, fmt);
+        put(b, "            acc += (uint64_t)(%s);\n", term);
+        put(b, "        }\n");
+        put(b, "        %s = (%s)acc;\n        }\n", into, ct);
+        return;
+    }
+    put(b, "        %s lv[64]; int64_t cnt = 0;\n", ct);
     put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK);
     put(b, "            const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
-    put(b, "            float acc = 0.f;\n");
+    put(b, "            %s acc = 0;\n", ct);
     put(b, "#pragma omp simd reduction(+:acc)\n");
     put(b, "            for (int64_t i = i0; i < i1; i++) {\n");
     body(b, g, k, fmt);
     put(b, "            acc += %s;\n", term);
     put(b, "            }\n");
-    put(b, "            sj_cascade_push(lv, &cnt, acc);\n");
+    put(b, "            sj_cascade_push%s(lv, &cnt, acc);\n", sfx);
     put(b, "        }\n");
-    put(b, "        %s = sj_cascade_sum(lv, cnt);\n        }\n", into);
+    put(b, "        %s = sj_cascade_sum%s(lv, cnt);\n        }\n", into, sfx);
 }
 
-/* The prologue at element i, leaving the reduced value in `const float v`. */
+/* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     emit_compute(b, g, k, fmt, k->nnodes - 1);
-    put(b, "            const float v = ");
+    const char *at = lower_ctype(acc_type(g, k));
+    put(b, "            const %s v = (%s)", at, at);
     emit_value(b, k, k->red.src);
     put(b, ";\n");
 }
@@ -125,14 +151,21 @@ static void body_centred_square(Buf *b, Graph *g, const Kernel *k, const char *f
 /* The max (or min) over the row into `m`, NaN when some element is NaN. */
 static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int is_max, int store)
 {
-    put(b, "        float m = %sSJ_INF; int nan = 0;\n", is_max ? "-" : "");
+    DType t = acc_type(g, k);
+    int fl = lower_class(t) != LC_INT, w = t == DT_I32 ? 32 : 64;
+    if (fl)
+        put(b, "        %s m = %sSJ_INF; int nan = 0;\n", lower_ctype(t), is_max ? "-" : "");
+    else
+        put(b, "        %s m = INT%d_%s; int nan = 0;\n", lower_ctype(t), w, is_max ? "MIN" : "MAX");
     put(b, "#pragma omp simd reduction(%s:m) reduction(|:nan)\n", is_max ? "max" : "min");
     put(b, "        for (int64_t i = 0; i < N; i++) {\n");
     (store ? body_prologue_store : body_prologue)(b, g, k, fmt);
-    put(b, "            nan |= v != v;\n");
+    if (fl)
+        put(b, "            nan |= v != v;\n");
     put(b, "            m = v %s m ? v : m;\n", is_max ? ">" : "<");
     put(b, "        }\n");
-    put(b, "        if (nan)\n            m = __builtin_nanf(\"\");\n");
+    if (fl)
+        put(b, "        if (nan)\n            m = __builtin_nan(\"\");\n");
 }
 
 /* One row (or one output element): the flavour's passes with offsets by fmt. */
@@ -141,8 +174,11 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     switch (k->flavour) {
     case KF_SUM:
     case KF_MEAN:
-        put_sum(b, g, k, fmt, "s", body_prologue, "v");
-        put(b, "        out0[base[0]] = %s;\n", k->flavour == KF_MEAN ? "s / (float)N" : "s");
+        put_sum(b, g, k, fmt, "s", body_prologue, "v", acc_type(g, k));
+        if (k->flavour == KF_MEAN)
+            put(b, "        out0[base[0]] = s / (%s)N;\n", lower_ctype(acc_type(g, k)));
+        else
+            put(b, "        out0[base[0]] = s;\n");
         break;
     case KF_MAX:
     case KF_MIN:
@@ -152,7 +188,7 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     case KF_SOFTMAX:
     case KF_LOG_SOFTMAX:
         put_extreme(b, g, k, fmt, 1, 1);
-        put_sum(b, g, k, fmt, "s", body_softmax_exp, "e");
+        put_sum(b, g, k, fmt, "s", body_softmax_exp, "e", DT_F32);
         if (k->flavour == KF_SOFTMAX)
             put(b, "        const float inv = 1.f / s;\n");
         else
@@ -165,9 +201,9 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
         put(b, "] = %s;\n        }\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
         break;
     case KF_LAYER_NORM: {
-        put_sum(b, g, k, fmt, "s", body_prologue_store, "v");
+        put_sum(b, g, k, fmt, "s", body_prologue_store, "v", DT_F32);
         put(b, "        const float mean = s / (float)N;\n");
-        put_sum(b, g, k, fmt, "q", body_centred_square, "c * c");
+        put_sum(b, g, k, fmt, "q", body_centred_square, "c * c", DT_F32);
         put(b, "        const float rstd = 1.f / sqrtf(q / (float)N + (float)%.17g);\n", k->red.eps);
         put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
         put(b, "            float y = out0[");
@@ -222,19 +258,16 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
                 put(b, "    q = i %% n[%d]; i /= n[%d]; o += q * st[j * %d + %d];\n", d, d, r, d);
         put(b, "    return o;\n}\n");
     }
-    put(b, "\nCG_EXPORT void %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
+    emit_kernel_head(b, g, k);
     put(b, "    (void)n; (void)p; (void)st; (void)dense;\n");
     if (k->nout == 0 || nops > SJ_KMAX_OPERANDS) {
-        put(b, "}\n");   /* nothing it computes is read: never called */
+        put(b, "    return 0;\n}\n");   /* nothing it computes is read: never called */
         return;
     }
-    put(b, "    float *restrict out0 = (float *)p[0];\n");
-    for (int32_t i = 0; i < k->nin; i++)
-        put(b, "    const float *restrict in%d = (const float *)p[%d];\n", (int)i, (int)(k->nout + i));
     put(b, "    int64_t N = 1, outer = 1;\n");
     for (int d = 0; d < r; d++)
         put(b, "    %s *= n[%d];\n", (mask >> d) & 1 ? "N" : "outer", d);
-    put(b, "    if (outer == 0)\n        return;\n");
+    put(b, "    if (outer == 0)\n        return 0;\n");
     /* fast: every operand read or written per element walks the R dims contiguously */
     put(b, "    int fast = 1;\n");
     for (int j = is_row(k) ? 0 : (int)k->nout; j < nops; j++) {
@@ -259,5 +292,5 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     put_row(b, g, k, "base[%d] + i");
     put(b, "        } else {\n");
     put_row(b, g, k, slow);
-    put(b, "        }\n    }\n}\n");
+    put(b, "        }\n    }\n    return sj_bad;\n}\n");
 }

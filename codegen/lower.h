@@ -81,10 +81,17 @@ int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t 
  * kernels' functions. NULL with an exception. */
 PyObject *lower_emit(Graph *g, LowerPlan *p);
 
+/* How a pointwise op types its operands (lower.def says which is which). */
+typedef enum { LK_SAME, LK_SELECT, LK_CMP, LK_LOGIC } LowerKind;
+
+/* The expression columns of lower.def: the class of the type a node computes in. */
+typedef enum { LC_F32 = 0, LC_F64, LC_INT, LC_BOOL, LC_COUNT } LowerClass;
+
 /* The kernels' expressions (lower.def), by op: NULL when the op has no row. */
 typedef struct {
     int nin;
-    const char *expr;
+    LowerKind kind;
+    const char *expr[LC_COUNT];   /* "" where the class stays eager */
     const char *pname[2];
     double pdefault[2];
 } LowerRow;
@@ -115,8 +122,12 @@ typedef struct {
 /* 0 and op filled; 1 when obj is not a float32 array of lib (the step runs eagerly); -1
  * with an exception. Release op->view when op->has_view. */
 int lower_read_input(PyObject *obj, Lib lib, Operand *op);
+/* The same for an array of dtype dt (float32, float64, int64, int32 or bool). */
+int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op);
 /* A new contiguous float32 tensor or array of lib with sizes n[0..r). New reference. */
 PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
+/* The same of dtype dt. New reference. */
+PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
 
 /* The compiled-graph type (runtime.c) and the backend entry: _C._cg_compile_graph(graph). */
 extern PyTypeObject SjCompiledGraph_Type;

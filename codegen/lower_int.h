@@ -21,9 +21,33 @@ typedef struct {
 /* Binds node ni's arguments into *na. 1 when bound, 0 when not (no exception). */
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na);
 
-/* 1 when node ni is a pointwise op a kernel computes (lower.def): its operand args in *a,
- * *b (NULL when absent) and parameter values in p[2]. */
+/* 1 when node ni is a float32 pointwise op of at most two operands a kernel computes
+ * (lower.def): its operand args in *a, *b (NULL when absent) and parameter values in p[2].
+ * (oneDNN post-ops ask this; kernels use lower_node_typed.) */
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2]);
+
+/* ---------------------------------------------------------- lower_types.c ---- */
+
+/* 1 when generated kernels read and write dtype d: float32, float64, int64, int32, bool. */
+int lower_dtype_ok(DType d);
+/* The C type of an element of dtype d ("float", ..., "uint8_t" for bool); NULL if none. */
+const char *lower_ctype(DType d);
+/* The lower.def column of dtype d, or -1. */
+int lower_class(DType d);
+
+/* A pointwise node as a kernel computes it. */
+typedef struct {
+    const LowerRow *row;
+    const Arg *x[3];     /* operands a, b, c (NULL when absent); c is converted to bool */
+    double p[2];         /* parameter values (integers in range when ct is an int) */
+    DType ct;            /* the type a and b are converted to and the expression computes in */
+    DType out;           /* the node's result (ct, or bool for LK_CMP / LK_LOGIC) */
+    const char *expr;    /* row->expr of ct's class */
+} NodeLower;
+
+/* 1 and *nl filled when node ni is a pointwise op a kernel computes for its dtypes (every
+ * tensor operand of library lib, a kernel dtype, no grad); 0 when it runs eagerly. */
+int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl);
 
 /* Appends item x (of `item` bytes) to the PyMem array *arr of *n. 0, or -1 (MemoryError). */
 int plan_push(void **arr, int32_t *n, size_t item, const void *x);
@@ -43,13 +67,17 @@ typedef struct {
 void emit_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The statements computing nodes [0, upto) of k at one element: each input loaded once
- * (`const float xI = inI[off]`), each node into `float tV` (V its value id). off_fmt is the
- * element offset of operand j (outputs first): a format given j for each %d (at most
- * two). */
+ * (`const float xI = inI[off]`, typed by its meta), each node into `tV` (V its value id).
+ * off_fmt is the element offset of operand j (outputs first): a format given j for each
+ * %d (at most two). */
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto);
 
 /* The C name of value v inside k's loop body: "xI" for an input, "tV" for a node's. */
 void emit_value(Buf *b, const Kernel *k, int32_t v);
+
+/* The opening of k's function: its signature, `int sj_bad` (returned: 1 hands the nodes
+ * back to eager), `sj_np`, and typed pointers outJ / inI to the operands' data. */
+void emit_kernel_head(Buf *b, Graph *g, const Kernel *k);
 
 /* ---------------------------------------------------------- emit_reduce.c ---- */
 

@@ -1,6 +1,6 @@
 /* Partitioning a graph into steps: runs of pointwise nodes that lower.def computes, over
- * float32 tensors of one iteration space, become one fused kernel each; every other node
- * is an eager step (its original library call).
+ * tensors of the kernel dtypes (lower_types.c) of one iteration space, become one fused
+ * kernel each; every other node is an eager step (its original library call).
  *
  * A node joins the open kernel when it is lowerable, has the kernel's output shape (the
  * same dims, symbol for symbol), the same library, and reads only values that are either
@@ -13,38 +13,6 @@
 #include "lower_int.h"
 #include "../frame_eval/capture.h"
 #include "../shapes/rules.h"
-
-static const LowerRow rows[OP_COUNT] = {
-#define SJ_INF __builtin_inf()
-#define X(op, nin, expr, p0, d0, p1, d1) [op] = {nin, expr, {p0, p1}, {d0, d1}},
-#include "lower.def"
-#undef X
-#undef SJ_INF
-};
-
-const LowerRow *lower_row(OpId op)
-{
-    return (int)op >= 0 && op < OP_COUNT && rows[op].expr ? &rows[op] : NULL;
-}
-
-/* Parameters a schema may bind that change nothing here when passed as their default. */
-static int harmless(const char *name, PyObject *v)
-{
-    return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "inplace") && v == Py_False) ||
-           (!strcmp(name, "approximate") && PyUnicode_Check(v) &&
-            PyUnicode_CompareWithASCIIString(v, "none") == 0);
-}
-
-static int is_f32_tensor(const TensorMeta *m, Lib lib)
-{
-    return m->dtype == DT_F32 && !m->symint && !m->requires_grad && !m->np_scalar && m->lib == lib;
-}
-
-/* A Python number usable as a float operand (bool and int included, as eager promotes). */
-static int is_number(PyObject *v)
-{
-    return PyFloat_Check(v) || PyLong_Check(v);
-}
 
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
 {
@@ -100,61 +68,19 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
     return 1;
 }
 
-/* 1 when node ni can be computed by a kernel; its operand args in *a, *b (NULL when
- * absent) and parameter values in p[2]. */
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
 {
-    const Node *nd = &g->nodes[ni];
-    if (nd->op == OP_INPUT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
+    NodeLower nl;
+    if (!lower_node_typed(g, ni, &nl) || nl.row->nin > 2 || nl.out != DT_F32 || nl.ct != DT_F32)
         return 0;
-    const LowerRow *row = lower_row((OpId)nd->op);
-    const TensorMeta *om = &g->values[nd->first_value].meta;
-    Lib lib = (Lib)om->lib;
-    if (!row || !is_f32_tensor(om, lib) || om->ndim > SJ_MAX_RANK)
-        return 0;
-    NodeArgs na;
-    if (!lower_bind_node(g, ni, &na))
-        return 0;
-    const BoundArgs *bound = &na.bound;
-    const Arg *const *src = na.src;
-    *a = *b = NULL;
-    p[0] = row->pdefault[0];
-    p[1] = row->pdefault[1];
-    for (int i = 0; i < bound->n; i++) {
-        const BoundArg *ba = &bound->args[i];
-        if (ba->kind == BA_ABSENT)
-            continue;
-        const char *name = bound->names[i];
-        const Arg *x = src[i];
-        int operand = !strcmp(name, "input") ? 0 : !strcmp(name, "other") && row->nin == 2 ? 1 : -1;
-        if (operand >= 0) {
-            if (!x || (ba->kind == BA_TENSOR ? !is_f32_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
-                                              : !(ba->kind == BA_CONST && is_number(ba->value))))
-                return 0;
-            if (operand == 0)
-                *a = x;
-            else
-                *b = x;
-            continue;
-        }
-        int pi = row->pname[0][0] && !strcmp(name, row->pname[0]) ? 0
-                 : row->pname[1][0] && !strcmp(name, row->pname[1]) ? 1 : -1;
-        if (pi >= 0) {
-            if (ba->kind != BA_CONST || (!is_number(ba->value) && ba->value != Py_None))
-                return 0;
-            if (ba->value != Py_None) {
-                p[pi] = PyFloat_AsDouble(ba->value);
-                if (p[pi] == -1.0 && PyErr_Occurred()) {
-                    PyErr_Clear();
-                    return 0;
-                }
-            }
-            continue;
-        }
-        if (ba->kind != BA_CONST || !harmless(name, ba->value))
+    for (int s = 0; s < 2; s++)
+        if (nl.x[s] && nl.x[s]->kind == ARG_VALUE && g->values[nl.x[s]->a].meta.dtype != DT_F32)
             return 0;
-    }
-    return *a && (row->nin == 1 || *b);
+    *a = nl.x[0];
+    *b = nl.x[1];
+    p[0] = nl.p[0];
+    p[1] = nl.p[1];
+    return 1;
 }
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -264,9 +190,8 @@ int lower_plan(Graph *g, LowerPlan *out)
             ni = upto;
             continue;
         }
-        const Arg *a, *b;
-        double p[2];
-        int ok = lower_node_args(g, ni, &a, &b, p);
+        NodeLower nl;
+        int ok = lower_node_typed(g, ni, &nl);
         if (!ok) {
             /* a reduction or row op: a kernel of its own, or the open kernel's last node with the
              * open kernel's nodes as its prologue (plan_reduce.c) */
@@ -284,11 +209,10 @@ int lower_plan(Graph *g, LowerPlan *out)
             open = NULL;
         if (ok && open) {
             /* the operands it reads from outside become the kernel's inputs */
-            const Arg *xs[2] = {a, b};
             int full = 0;
-            for (int k = 0; k < 2; k++)
-                if (xs[k] && xs[k]->kind == ARG_VALUE && !plan_kernel_makes(g, open, xs[k]->a))
-                    full |= plan_add_input(open, xs[k]->a);
+            for (int k = 0; k < 3; k++)
+                if (nl.x[k] && nl.x[k]->kind == ARG_VALUE && !plan_kernel_makes(g, open, nl.x[k]->a))
+                    full |= plan_add_input(open, nl.x[k]->a);
             if (full)
                 open = NULL;
         }
@@ -303,10 +227,9 @@ int lower_plan(Graph *g, LowerPlan *out)
                 plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
                 goto fail;
             open = &out->kernels[out->nkernels - 1];
-            const Arg *xs[2] = {a, b};
-            for (int k2 = 0; k2 < 2; k2++)
-                if (xs[k2] && xs[k2]->kind == ARG_VALUE)
-                    plan_add_input(open, xs[k2]->a);
+            for (int k2 = 0; k2 < 3; k2++)
+                if (nl.x[k2] && nl.x[k2]->kind == ARG_VALUE)
+                    plan_add_input(open, nl.x[k2]->a);
         }
         if (ok) {
             if (plan_push((void **)&open->nodes, &open->nnodes, sizeof(int32_t), &ni) < 0)

@@ -1,8 +1,10 @@
 /* Planning reductions and row operations: sum, mean, amax/amin (and numpy's max/min,
  * torch's max/min without a dim) over any set of dims, softmax and log_softmax over one
- * dim, layer_norm over the trailing normalized_shape. Float32 only, either library; any
- * other argument form (a dtype= other than float32, numpy's initial=/where=, a reduction
- * to a numpy scalar, torch's max(x, dim) with its indices) stays an eager step.
+ * dim, layer_norm over the trailing normalized_shape. Reductions take float32, float64,
+ * int64 and int32 (and bool for sum) and compute in their output's dtype; row kernels are
+ * float32 only; either library. Any other argument form (a dtype= the meta does not
+ * have, numpy's initial=/where=, a reduction to a numpy scalar, torch's max(x, dim) with
+ * its indices) stays an eager step.
  *
  * A kernel's iteration space is the reduced tensor's shape; `mask` marks the dims reduced
  * (or the row dims). When the pointwise kernel planned just before the node makes the
@@ -31,11 +33,13 @@ static KernelFlavour flavour_of(OpId op)
     }
 }
 
-/* A float32 tensor value of library lib (requires_grad is the output's business: a node
- * whose output needs no grad may read parameters that do). */
-static int f32_value(const BoundArg *ba, const Arg *src, Lib lib)
+/* A tensor value of library lib whose dtype kernels read (float32 only for row kernels;
+ * requires_grad is the output's business: a node whose output needs no grad may read
+ * parameters that do). */
+static int kernel_value(const BoundArg *ba, const Arg *src, Lib lib, int any_dtype)
 {
-    return ba->kind == BA_TENSOR && src && src->kind == ARG_VALUE && ba->meta->dtype == DT_F32 &&
+    return ba->kind == BA_TENSOR && src && src->kind == ARG_VALUE &&
+           (any_dtype ? lower_dtype_ok((DType)ba->meta->dtype) : ba->meta->dtype == DT_F32) &&
            !ba->meta->symint && !ba->meta->np_scalar && ba->meta->lib == lib && ba->meta->ndim <= SJ_MAX_RANK;
 }
 
@@ -121,8 +125,12 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
     const Node *nd = &g->nodes[ni];
     const TensorMeta *om = &g->values[nd->first_value].meta;
     Lib lib = (Lib)om->lib;
-    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->symint || om->np_scalar ||
-        om->requires_grad || om->ndim > SJ_MAX_RANK)
+    /* reductions compute in their output's dtype: a float for mean, no bool (amax of a mask);
+     * row kernels are float32 */
+    int is_red = fl <= KF_MIN, ocls = lower_class((DType)om->dtype);
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->symint || om->np_scalar || om->requires_grad ||
+        om->ndim > SJ_MAX_RANK || (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT)
+                                          : om->dtype != DT_F32))
         return 0;
     NodeArgs na;
     if (!lower_bind_node(g, ni, &na))
@@ -138,14 +146,16 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
         if (ba->kind == BA_ABSENT)
             continue;
         if (!strcmp(name, "input")) {
-            if (!f32_value(ba, na.src[i], lib))
+            /* max/min read their own dtype; a bool input is summed (counted) only */
+            if (!kernel_value(ba, na.src[i], lib, is_red) || (ba->meta->dtype == DT_BOOL && fl != KF_SUM) ||
+                ((fl == KF_MAX || fl == KF_MIN) && ba->meta->dtype != om->dtype))
                 return 0;
             red->src = na.src[i]->a;
             *rank = ba->meta->ndim;
         } else if (!strcmp(name, "weight") || !strcmp(name, "bias")) {
             if (fl != KF_LAYER_NORM || (ba->kind == BA_CONST && ba->value == Py_None))
                 continue;
-            if (!f32_value(ba, na.src[i], lib))
+            if (!kernel_value(ba, na.src[i], lib, 0))
                 return 0;
             *(name[0] == 'w' ? &red->weight : &red->bias) = na.src[i]->a;
         } else if (ba->kind != BA_CONST || ba->sym || ba->data) {
@@ -167,7 +177,8 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             int given;
             ShapeErr err;
             BoundArgs one = {.n = 1, .names = {"dtype"}, .args = {*ba}};
-            if (sj_get_dtype(&one, "dtype", lib, &dt, &given, &err) < 0 || (given && dt != DT_F32))
+            /* the output meta holds it: elements are converted to it, as eager does */
+            if (sj_get_dtype(&one, "dtype", lib, &dt, &given, &err) < 0 || (given && dt != om->dtype))
                 return 0;
         } else if (!strcmp(name, "eps") && fl == KF_LAYER_NORM) {
             if (!PyFloat_Check(ba->value) && !is_int(ba->value))

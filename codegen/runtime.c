@@ -3,8 +3,9 @@
  *
  * Per kernel call: read each input's sizes, strides and data pointer (the tensor reader
  * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
- * allocate the outputs (torch.empty / numpy.empty, contiguous float32) and call the
- * kernel through its libffi description. Anything unexpected about an input (a dtype or
+ * allocate the outputs (torch.empty / numpy.empty, contiguous, of each value's meta dtype)
+ * and call the kernel through its libffi description; a kernel that returns nonzero (an
+ * integer division by zero) has its nodes rerun eagerly. Anything unexpected about an input (a dtype or
  * a shape the plan did not foresee) runs that kernel's nodes eagerly instead: never wrong,
  * only slower.
  *
@@ -34,8 +35,33 @@ typedef struct {
 
 static PyObject *str_data_ptr;   /* strong, interned "data_ptr" */
 
-/* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
+/* 1 when a numpy buffer's format and itemsize are dtype dt's (native byte order). */
+static int buffer_is(const Py_buffer *v, DType dt)
+{
+    const char *f = v->format;
+    if (!f || v->itemsize != dtype_info[dt].itemsize)
+        return 0;
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[0] == 0 || f[1] != 0)
+        return 0;
+    switch (dt) {
+    case DT_F32: return *f == 'f';
+    case DT_F64: return *f == 'd';
+    case DT_I64: return *f == 'l' || *f == 'q';
+    case DT_I32: return *f == 'i' || *f == 'l';
+    case DT_BOOL: return *f == '?';
+    default: return 0;
+    }
+}
+
 int lower_read_input(PyObject *obj, Lib lib, Operand *op)
+{
+    return lower_read_input_dt(obj, lib, DT_F32, op);
+}
+
+/* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
+int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op)
 {
     memset(op, 0, sizeof *op);
     if (lib == LIB_TORCH) {
@@ -44,7 +70,7 @@ int lower_read_input(PyObject *obj, Lib lib, Operand *op)
         int r = treader_read(obj, &m, op->stride, &why);
         if (r != 0)
             return r;
-        if (m.dtype != DT_F32 || m.lib != LIB_TORCH || m.ndim > SJ_MAX_RANK)
+        if (m.dtype != dt || m.lib != LIB_TORCH || m.ndim > SJ_MAX_RANK)
             return 1;
         op->ndim = m.ndim;
         memcpy(op->size, m.size, sizeof(int64_t) * (size_t)m.ndim);
@@ -62,24 +88,29 @@ int lower_read_input(PyObject *obj, Lib lib, Operand *op)
         return 1;
     }
     op->has_view = 1;
-    if (op->view.itemsize != 4 || !op->view.format || strcmp(op->view.format, "f") != 0 ||
-        op->view.ndim > SJ_MAX_RANK)
+    if (!buffer_is(&op->view, dt) || op->view.ndim > SJ_MAX_RANK)
         return 1;
     op->ndim = op->view.ndim;
     op->data = op->view.buf;
     for (int d = 0; d < op->ndim; d++) {
         op->size[d] = op->view.shape[d];
-        if (op->view.strides[d] % 4 != 0)
+        if (op->view.strides[d] % op->view.itemsize != 0)
             return 1;
-        op->stride[d] = op->view.strides[d] / 4;
+        op->stride[d] = op->view.strides[d] / op->view.itemsize;
     }
     return 0;
 }
 
-static PyObject *torch_empty, *torch_f32, *np_empty, *np_f32, *kw_dtype;   /* strong, once */
+static PyObject *torch_empty, *np_empty, *kw_dtype;   /* strong, once */
+static PyObject *dtypes[2][DT_COUNT];                 /* strong, per library: each on first use */
 
-/* A new contiguous float32 array or tensor of the given sizes. */
 PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
+{
+    return lower_new_output_dt(lib, DT_F32, n, r);
+}
+
+/* A new contiguous array or tensor of dtype dt and the given sizes. */
+PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
 {
     if (!kw_dtype) {
         PyObject *t = libs.torch ? PyImport_ImportModule("torch") : NULL;
@@ -89,22 +120,20 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
             Py_XDECREF(np);
             return NULL;
         }
-        if (t) {
+        if (t)
             torch_empty = PyObject_GetAttrString(t, "empty");
-            torch_f32 = PyObject_GetAttrString(t, "float32");
-        }
-        if (np) {
+        if (np)
             np_empty = PyObject_GetAttrString(np, "empty");
-            np_f32 = PyObject_GetAttrString(np, "float32");
-        }
         Py_XDECREF(t);
         Py_XDECREF(np);
         kw_dtype = Py_BuildValue("(s)", "dtype");
         if (!kw_dtype)
             return NULL;
     }
-    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dt = lib == LIB_TORCH ? torch_f32 : np_f32;
-    if (!empty || !dt) {
+    if (!dtypes[lib][dt] && !(dtypes[lib][dt] = dtype_to_py(dt, lib)))
+        PyErr_Clear();
+    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt];
+    if (!empty || !dto) {
         PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
         return NULL;
     }
@@ -119,7 +148,7 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
         }
         PyTuple_SET_ITEM(shape, d, x);
     }
-    PyObject *args[2] = {shape, dt};
+    PyObject *args[2] = {shape, dto};
     PyObject *res = PyObject_Vectorcall(empty, args, 1, kw_dtype);
     Py_DECREF(shape);
     return res;
@@ -149,7 +178,7 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
         n[d] = 1;
     for (int32_t i = 0; i < k->nin && rc == 0; i++) {
         Operand *op = &ops[k->nout + i];
-        rc = lower_read_input(vals[k->ins[i]], k->lib, op);
+        rc = lower_read_input_dt(vals[k->ins[i]], k->lib, (DType)g->values[k->ins[i]].meta.dtype, op);
         nread = i + 1;
         if (rc == 0 && op->ndim > r)
             rc = 1;
@@ -186,14 +215,15 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
                 rc = 1;
                 break;
             }
-            PyObject *o = lower_new_output(k->lib, osize, orank);
+            DType odt = (DType)g->values[k->outs[j]].meta.dtype;
+            PyObject *o = lower_new_output_dt(k->lib, odt, osize, orank);
             if (!o) {
                 rc = -1;
                 break;
             }
             Py_XSETREF(vals[k->outs[j]], o);
             Operand *op = &ops[j];
-            if ((rc = lower_read_input(o, k->lib, op)) != 0) {
+            if ((rc = lower_read_input_dt(o, k->lib, odt, op)) != 0) {
                 if (op->has_view)
                     PyBuffer_Release(&op->view);
                 break;
@@ -207,6 +237,7 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
     }
     if (rc == 0) {
         void *args[4];
+        int64_t bad = 0;
         const int64_t *pn = n;
         char *const *pp = ptrs;
         const int64_t *pst = st;
@@ -215,9 +246,10 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
         args[2] = &pst;
         args[3] = &dense;
         Py_BEGIN_ALLOW_THREADS
-        cg_fn_call((CgFn *)&k->call, NULL, args);
+        cg_fn_call((CgFn *)&k->call, &bad, args);
         Py_END_ALLOW_THREADS
         cg->kernel_calls++;
+        rc = bad != 0;   /* an element eager must handle (integer division by zero) */
     }
     for (int i = 0; i < nread; i++)
         if (ops[k->nout + i].has_view)
@@ -357,7 +389,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
         goto fail;
     for (int32_t i = 0; i < cg->plan.nkernels; i++) {
         Kernel *k = &cg->plan.kernels[i];
-        if (!(k->fn = cg_sym(lib, k->name)) || cg_fn_prepare(&k->call, k->fn, "vpppl") < 0)
+        if (!(k->fn = cg_sym(lib, k->name)) || cg_fn_prepare(&k->call, k->fn, "lpppl") < 0)
             goto fail;
     }
     return (PyObject *)cg;
