@@ -291,9 +291,13 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
             nj++;
         if (nj >= g->nnodes || !as_post(g, &s, nj, s.out, &s.post[s.npost], &s.post_arg[s.npost]))
             break;
-        /* oneDNN 2.6.3 (gemm:jit) computes two eltwise-linear post-ops in a row wrongly
-         * ((x@w) * 0.5 - 1.25 was off by units, checked): the second stays a kernel */
-        if (s.npost && s.post[s.npost].kind == MMPO_LINEAR && s.post[s.npost - 1].kind == MMPO_LINEAR)
+        /* oneDNN 2.6.3 (gemm:jit) computes two eltwise-linear post-ops in one chain wrongly,
+         * next to each other ((x@w) * 0.5 - 1.25 was off by units) or not (relu((x@w) * 2)
+         * + 1 lost the + 1; both checked): the second stays a kernel */
+        int linear_before = 0;
+        for (int q = 0; q < s.npost; q++)
+            linear_before |= s.post[q].kind == MMPO_LINEAR;
+        if (s.post[s.npost].kind == MMPO_LINEAR && linear_before)
             break;
         /* a leading row add on a 2-D product is the product's bias */
         if (s.post[s.npost].kind == MMPO_ADD_ROW && s.npost == 0 && s.bias < 0)

@@ -193,6 +193,18 @@ def test_two_linear_post_ops_do_not_fold():
     assert _stats(made, "matmul_fused") == 1 and _stats(made, "kernel_calls") == 1
 
 
+def test_linear_post_ops_apart_do_not_fold():
+    """... nor two apart (relu between them lost the + 1): found by the suite run with the
+    cpu backend as default (tests/test_guards.py's module)."""
+    def f(x, w, b):
+        return torch.relu(F.linear(x, w, b) * 2.0) + 1.0
+    args = (_t(3, 4), _t(4, 4), _t(4))
+    backend, made = _lowering()
+    with torch.no_grad():
+        _close(shapejit.compile(f, backend=backend)(*args), f(*args))
+    assert _stats(made, "matmul_fused") == 2 and _stats(made, "kernel_calls") == 1
+
+
 def test_shared_value_is_not_folded():
     """A product read twice keeps its value; the activation runs as a kernel."""
     def f(x, w):
