@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
+#include <xxhash.h>
 
 #include "dnnl_api.h"
 
@@ -488,7 +489,7 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         return (int)dnnl_runtime_error;
     /* the scratch: reordered source, weights and result, each 64-byte aligned */
     size_t ns = o->src_in ? up64(dnnl_memory_desc_get_size(&o->src)) : 0;
-    size_t nw = o->wei_in ? up64(dnnl_memory_desc_get_size(&o->wei)) : 0;
+    size_t nw = o->wei_in && !a->wei_ready ? up64(dnnl_memory_desc_get_size(&o->wei)) : 0;
     size_t nd = o->dst_out ? up64(dnnl_memory_desc_get_size(&o->dst)) : 0;
     char *base = ns + nw + nd ? scratch_get(ns + nw + nd) : NULL;
     if (ns + nw + nd && !base)
@@ -498,7 +499,9 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
     dnnl_status_t s = dnnl_success;
     if (o->src_in)
         s = run_reorder(o->src_in, &o->psrc, a->src, &o->src, (void *)(src = base));
-    if (s == dnnl_success && o->wei_in)
+    if (a->wei_ready)
+        wei = a->wei_ready;
+    else if (s == dnnl_success && o->wei_in)
         s = run_reorder(o->wei_in, &o->pwei, a->wei, &o->wei, (void *)(wei = base + ns));
     if (s == dnnl_success && a->residual) {   /* the sum post-op accumulates onto dst */
         if (o->sum_in)
@@ -545,5 +548,27 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         s = dnnl_stream_wait(stream);
     for (int i = 0; i < n; i++)
         dnnl_memory_destroy(mems[i]);
+    return (int)s;
+}
+
+size_t dnnl_api_conv_weights_layout(void *op, uint64_t *layout)
+{
+    CvOp *o = op;
+    if (!o->wei_in)
+        return 0;
+    /* the desc is a plain struct that oneDNN fills whole (zeroed first) */
+    *layout = XXH3_64bits(&o->wei, sizeof o->wei);
+    return dnnl_memory_desc_get_size(&o->wei);
+}
+
+int dnnl_api_conv_weights(void *op, const void *plain, void *out)
+{
+    CvOp *o = op;
+    char err[96];
+    if (ready(err, sizeof err) < 0)
+        return (int)dnnl_runtime_error;
+    dnnl_status_t s = run_reorder(o->wei_in, &o->pwei, plain, &o->wei, out);
+    if (s == dnnl_success)
+        s = dnnl_stream_wait(stream);
     return (int)s;
 }

@@ -128,6 +128,8 @@ typedef struct {
     const void *residual;              /* CVPO_SUM: a tensor of dst's shape */
     const void *chan[CV_MAX_POST];     /* CVPO_MUL_C / CVPO_ADD_C: [C] vectors, by post index */
     const void *mean, *var, *scale, *shift;   /* batch norm */
+    const void *wei_ready;             /* convolution: weights already in the primitive's
+                                          layout (dnnl_api_conv_weights), or NULL */
     void *dst;
 } CvArgs;
 
@@ -138,6 +140,12 @@ void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen);
  * Needs no GIL. */
 int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *args);
 void dnnl_api_conv_destroy(void *op);
+/* A convolution's weights layout: the bytes the reordered weights take (0 when the
+ * primitive reads the plain weights as they are) and in *layout a hash of the layout. */
+size_t dnnl_api_conv_weights_layout(void *op, uint64_t *layout);
+/* Reorders plain weights into out (dnnl_api_conv_weights_layout bytes, 64-byte aligned).
+ * 0, or a oneDNN status. Needs no GIL. */
+int dnnl_api_conv_weights(void *op, const void *plain, void *out);
 const char *dnnl_api_conv_impl(void *op);
 
 /* --------------------------------------------------------------- primcache.c ---- */

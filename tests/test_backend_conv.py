@@ -122,6 +122,26 @@ def test_conv_bn_relu_residual_folds():
     assert _stats(made, "conv_fused") == 2
 
 
+def test_kept_weights_follow_writes():
+    """Reordered weights are kept across calls, and redone after an in-place write or for
+    another weight tensor."""
+    torch.manual_seed(3)
+    x, wt = torch.randn(2, 16, 12, 12), torch.randn(32, 16, 3, 3)
+    f = lambda x, wt: F.conv2d(x, wt, padding=1)   # noqa: E731
+    backend, made = _lowering()
+    g = shapejit.compile(f, backend=backend)
+    _close(g(x, wt), f(x, wt))
+    _close(g(x, wt), f(x, wt))
+    first = made[0].stats["conv_weight_reorders"]
+    assert first == 1   # brgconv reads blocked weights
+    with torch.no_grad():
+        wt.mul_(-2.0)
+    _close(g(x, wt), f(x, wt))
+    w2 = torch.randn(32, 16, 3, 3)
+    _close(g(x, w2), f(x, w2))
+    assert made[0].stats["conv_weight_reorders"] == 3
+
+
 def test_shared_result_is_not_folded():
     x, wt = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
 
