@@ -158,12 +158,32 @@ static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
     (void)unused;
     PcStats st;
     primcache_stats(&st);
-    PyObject *impls = primcache_impls();   /* new */
-    if (!impls)
+    static const struct {
+        const char *name;
+        int op_class;
+    } classes[4] = {{"matmul", MM_CLASS_MATMUL}, {"conv", CV_CLASS_CONV}, {"pool", CV_CLASS_POOL},
+                    {"batch_norm", CV_CLASS_BNORM}};
+    PyObject *by = PyDict_New(), *impls_by = PyDict_New();   /* new, new */
+    PyObject *impls = by && impls_by ? primcache_impls(0) : NULL;   /* new */
+    for (int i = 0; impls && i < 4; i++) {
+        PyObject *n = PyLong_FromLong(st.created[classes[i].op_class]);   /* new */
+        PyObject *set = n ? primcache_impls(classes[i].op_class) : NULL;  /* new */
+        if (!set || PyDict_SetItemString(by, classes[i].name, n) < 0 ||
+            PyDict_SetItemString(impls_by, classes[i].name, set) < 0)
+            Py_CLEAR(impls);
+        Py_XDECREF(n);
+        Py_XDECREF(set);
+    }
+    if (!impls) {
+        Py_XDECREF(by);
+        Py_XDECREF(impls_by);
         return NULL;
-    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N}", "hits", st.hits, "misses", st.misses, "creations",
-                         st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
-                         st.entries, "capacity", st.capacity, "impls", impls);   /* N steals impls */
+    }
+    /* N steals impls, by and impls_by */
+    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
+                         "creations", st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
+                         st.entries, "capacity", st.capacity, "impls", impls, "created", by, "impls_by_class",
+                         impls_by);
 }
 
 static PyMethodDef codegen_methods[] = {

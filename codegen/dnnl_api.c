@@ -16,9 +16,11 @@
  * runs primitives gets its own stream. */
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
+#include <xxhash.h>
 
 #include "dnnl_api.h"
 
@@ -26,6 +28,17 @@ static dnnl_engine_t engine;                 /* process lifetime */
 static _Thread_local dnnl_stream_t stream;   /* one per thread that runs primitives (a
                                                 stream is not for concurrent use); kept
                                                 for the thread's life */
+
+/* Drops what making a primitive needed (each may be NULL). */
+static void drop_makings(dnnl_primitive_desc_t pd, dnnl_post_ops_t po, dnnl_primitive_attr_t attr)
+{
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+}
 
 static int ready(char *err, size_t errlen)
 {
@@ -166,12 +179,7 @@ done:
         snprintf(err, errlen, "oneDNN matmul: %s refused (status %d)", what, (int)s);
         prim = NULL;
     }
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
+    drop_makings(pd, po, attr);
     return prim;
 }
 
@@ -242,4 +250,325 @@ void dnnl_api_destroy(void *prim)
 {
     if (prim)
         dnnl_primitive_destroy((dnnl_primitive_t)prim);
+}
+
+/* ---------------------------------------- convolution, pooling, batch norm ---- */
+
+/* The primitives of one CvKey: the main one, and the reorders between the caller's plain
+ * layout and the layouts the main one chose (NULL when it chose plain). */
+typedef struct {
+    dnnl_primitive_t main;
+    dnnl_primitive_t src_in;     /* plain source -> main's source layout */
+    dnnl_primitive_t wei_in;     /* plain weights -> main's weights layout */
+    dnnl_primitive_t sum_in;     /* plain residual -> main's result layout (CVPO_SUM) */
+    dnnl_primitive_t dst_out;    /* main's result layout -> plain */
+    dnnl_memory_desc_t src, wei, dst;      /* main's layouts */
+    dnnl_memory_desc_t psrc, pwei, pdst;   /* the plain ones */
+    dnnl_memory_desc_t chan, vec;          /* a [1, C, 1(, 1)] post-op operand; a [C] vector */
+} CvOp;
+
+/* Per-thread scratch for the reordered operands: grown on demand, kept for the thread's
+ * life (like the stream). */
+static _Thread_local struct {
+    char *p;
+    size_t cap;
+} scratch;
+
+static char *scratch_get(size_t need)
+{
+    if (need <= scratch.cap)
+        return scratch.p;
+    free(scratch.p);
+    size_t cap = (need + 4095) & ~(size_t)4095;
+    scratch.p = aligned_alloc(64, cap);
+    scratch.cap = scratch.p ? cap : 0;
+    return scratch.p;
+}
+
+static size_t up64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Plain row-major desc of rank r. */
+static dnnl_status_t plain_desc(dnnl_memory_desc_t *d, int r, const int64_t *dims)
+{
+    static const dnnl_format_tag_t by_rank[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd,
+                                                dnnl_abcde};
+    dnnl_dims_t dd;
+    for (int i = 0; i < r; i++)
+        dd[i] = dims[i];
+    return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, by_rank[r]);
+}
+
+/* A reorder from *from to *to, or NULL when they are the same layout. */
+static dnnl_status_t reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s;
+    *out = NULL;
+    if (dnnl_memory_desc_equal(from, to))
+        return dnnl_success;
+    if ((s = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL)) != dnnl_success)
+        return s;
+    s = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+void dnnl_api_conv_destroy(void *op)
+{
+    CvOp *o = op;
+    if (!o)
+        return;
+    dnnl_primitive_t ps[5] = {o->main, o->src_in, o->wei_in, o->sum_in, o->dst_out};
+    for (int i = 0; i < 5; i++)
+        if (ps[i])
+            dnnl_primitive_destroy(ps[i]);
+    free(o);
+}
+
+void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
+{
+    int sp = key->sp, r = sp + 2, any = key->op_class == CV_CLASS_CONV;
+    dnnl_memory_desc_t src, wei, dst, bias;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_success;
+    const char *what = "";
+    CvOp *o;
+    if (ready(err, errlen) < 0)
+        return NULL;
+    if (sp < 1 || sp > 2 || key->npost > CV_MAX_POST || key->op_class < CV_CLASS_CONV ||
+        key->op_class > CV_CLASS_BNORM || !(o = calloc(1, sizeof *o))) {
+        snprintf(err, errlen, "oneDNN conv: unsupported key (or out of memory)");
+        return NULL;
+    }
+    int64_t sd[5] = {key->n, key->c}, dd[5] = {key->n, key->op_class == CV_CLASS_CONV ? key->oc : key->c};
+    int64_t wd[6], cd[5] = {1, dd[1]};
+    dnnl_dims_t strides, dil, pl, pr, kern;
+    for (int i = 0; i < sp; i++) {
+        sd[2 + i] = key->in[i];
+        dd[2 + i] = key->out[i];
+        cd[2 + i] = 1;
+        strides[i] = key->stride[i];
+        dil[i] = key->dil[i] - 1;   /* oneDNN: 0 is no dilation */
+        pl[i] = key->pad_l[i];
+        pr[i] = key->pad_r[i];
+        kern[i] = key->k[i];
+    }
+    /* weights: [OC, C/G, k...], or [G, OC/G, C/G, k...] grouped (the same bytes) */
+    int wr = r, g = key->groups > 1;
+    if (g) {
+        wd[0] = key->groups;
+        wd[1] = key->oc / key->groups;
+        wd[2] = key->c / key->groups;
+        wr++;
+    } else {
+        wd[0] = key->oc;
+        wd[1] = key->c;
+    }
+    for (int i = 0; i < sp; i++)
+        wd[wr - sp + i] = key->k[i];
+#define TRY(call, name) do { what = name; if ((s = (call)) != dnnl_success) goto done; } while (0)
+    TRY(plain_desc(&o->psrc, r, sd), "src");
+    TRY(plain_desc(&o->pdst, r, dd), "dst");
+    TRY(plain_desc(&o->chan, r, cd), "channel operand");
+    TRY(plain_desc(&o->vec, 1, &dd[1]), "vector");
+    src = o->psrc;
+    dst = o->pdst;
+    TRY(dnnl_primitive_attr_create(&attr), "attr");
+    if (key->op_class == CV_CLASS_CONV) {
+        dnnl_dims_t wdd;
+        for (int i = 0; i < wr; i++)
+            wdd[i] = wd[i];
+        TRY(plain_desc(&o->pwei, wr, wd), "plain weights");
+        /* oneDNN picks the layouts: its blocked kernels beat the plain-layout path */
+        TRY(dnnl_memory_desc_init_by_tag(&src, r, o->psrc.dims, dnnl_f32, dnnl_format_tag_any), "src any");
+        TRY(dnnl_memory_desc_init_by_tag(&dst, r, o->pdst.dims, dnnl_f32, dnnl_format_tag_any), "dst any");
+        TRY(dnnl_memory_desc_init_by_tag(&wei, wr, wdd, dnnl_f32, dnnl_format_tag_any), "weights any");
+        if (key->has_bias)
+            TRY(plain_desc(&bias, 1, &key->oc), "bias");
+        if (key->npost) {
+            TRY(dnnl_post_ops_create(&po), "post-ops");
+            for (int i = 0; i < key->npost; i++) {
+                switch (key->post[i]) {
+                case CVPO_RELU:
+                    TRY(dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f), "relu post-op");
+                    break;
+                case CVPO_SUM:
+                    TRY(dnnl_post_ops_append_sum(po, 1.f), "sum post-op");
+                    break;
+                case CVPO_MUL_C: case CVPO_ADD_C:
+                    TRY(dnnl_post_ops_append_binary(po, key->post[i] == CVPO_MUL_C ? dnnl_binary_mul : dnnl_binary_add,
+                                                    &o->chan), "binary post-op");
+                    break;
+                default:
+                    s = dnnl_invalid_arguments;
+                    what = "post-op kind";
+                    goto done;
+                }
+            }
+            TRY(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
+        }
+        dnnl_convolution_desc_t desc;
+        TRY(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct, &src,
+                                                       &wei, key->has_bias ? &bias : NULL, &dst, strides, dil, pl,
+                                                       pr), "convolution desc");
+        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "convolution");
+    } else if (key->op_class == CV_CLASS_POOL) {
+        dnnl_alg_kind_t alg = key->alg == CV_POOL_MAX           ? dnnl_pooling_max
+                              : key->alg == CV_POOL_AVG_INCLUDE ? dnnl_pooling_avg_include_padding
+                                                                : dnnl_pooling_avg_exclude_padding;
+        dnnl_pooling_v2_desc_t desc;
+        TRY(dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &src, &dst, strides, kern, dil, pl,
+                                              pr), "pooling desc");
+        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "pooling");
+    } else {
+        unsigned flags = dnnl_use_global_stats | (key->alg & CV_BN_SCALE ? dnnl_use_scale : 0) |
+                         (key->alg & CV_BN_SHIFT ? dnnl_use_shift : 0) |
+                         (key->alg & CV_BN_RELU ? dnnl_fuse_norm_relu : 0);
+        dnnl_batch_normalization_desc_t desc;
+        TRY(dnnl_batch_normalization_forward_desc_init(&desc, dnnl_forward_inference, &src, key->eps, flags),
+            "batch norm desc");
+        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "batch norm");
+    }
+    o->src = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    o->dst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    TRY(dnnl_primitive_create(&o->main, pd), "primitive");
+    TRY(reorder(&o->src_in, &o->psrc, &o->src), "source reorder");
+    TRY(reorder(&o->dst_out, &o->dst, &o->pdst), "result reorder");
+    if (any) {
+        o->wei = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        TRY(reorder(&o->wei_in, &o->pwei, &o->wei), "weights reorder");
+        for (int i = 0; i < key->npost; i++)
+            if (key->post[i] == CVPO_SUM)
+                TRY(reorder(&o->sum_in, &o->pdst, &o->dst), "residual reorder");
+    }
+#undef TRY
+done:
+    drop_makings(pd, po, attr);
+    if (s != dnnl_success) {
+        snprintf(err, errlen, "oneDNN conv/pool/bnorm: %s refused (status %d)", what, (int)s);
+        dnnl_api_conv_destroy(o);
+        return NULL;
+    }
+    return o;
+}
+
+const char *dnnl_api_conv_impl(void *op)
+{
+    return op ? dnnl_api_impl(((CvOp *)op)->main) : "?";
+}
+
+/* Runs reorder p from (from, pf) to (to, pt). */
+static dnnl_status_t run_reorder(dnnl_primitive_t p, const dnnl_memory_desc_t *from, const void *pf,
+                                 const dnnl_memory_desc_t *to, void *pt)
+{
+    dnnl_memory_t a = NULL, b = NULL;
+    dnnl_status_t s = dnnl_memory_create(&a, from, engine, (void *)pf);
+    if (s == dnnl_success)
+        s = dnnl_memory_create(&b, to, engine, pt);
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
+        s = dnnl_primitive_execute(p, stream, 2, args);
+    }
+    if (a)
+        dnnl_memory_destroy(a);
+    if (b)
+        dnnl_memory_destroy(b);
+    return s;
+}
+
+int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
+{
+    CvOp *o = op;
+    char err[96];
+    if (ready(err, sizeof err) < 0)
+        return (int)dnnl_runtime_error;
+    /* the scratch: reordered source, weights and result, each 64-byte aligned */
+    size_t ns = o->src_in ? up64(dnnl_memory_desc_get_size(&o->src)) : 0;
+    size_t nw = o->wei_in && !a->wei_ready ? up64(dnnl_memory_desc_get_size(&o->wei)) : 0;
+    size_t nd = o->dst_out ? up64(dnnl_memory_desc_get_size(&o->dst)) : 0;
+    char *base = ns + nw + nd ? scratch_get(ns + nw + nd) : NULL;
+    if (ns + nw + nd && !base)
+        return (int)dnnl_out_of_memory;
+    const void *src = a->src, *wei = a->wei;
+    void *dst = o->dst_out ? base + ns + nw : a->dst;
+    dnnl_status_t s = dnnl_success;
+    if (o->src_in)
+        s = run_reorder(o->src_in, &o->psrc, a->src, &o->src, (void *)(src = base));
+    if (a->wei_ready)
+        wei = a->wei_ready;
+    else if (s == dnnl_success && o->wei_in)
+        s = run_reorder(o->wei_in, &o->pwei, a->wei, &o->wei, (void *)(wei = base + ns));
+    if (s == dnnl_success && a->residual) {   /* the sum post-op accumulates onto dst */
+        if (o->sum_in)
+            s = run_reorder(o->sum_in, &o->pdst, a->residual, &o->dst, dst);
+        else
+            memcpy(dst, a->residual, dnnl_memory_desc_get_size(&o->pdst));
+    }
+    dnnl_exec_arg_t args[8 + CV_MAX_POST];
+    dnnl_memory_t mems[8 + CV_MAX_POST];
+    int n = 0;
+#define ARG(id, desc, ptr)                                                                      \
+    do {                                                                                        \
+        if (s == dnnl_success && (s = dnnl_memory_create(&mems[n], desc, engine, (void *)(ptr))) == dnnl_success) { \
+            args[n].arg = (id);                                                                 \
+            args[n].memory = mems[n];                                                           \
+            n++;                                                                                \
+        }                                                                                       \
+    } while (0)
+    ARG(DNNL_ARG_SRC, &o->src, src);
+    ARG(DNNL_ARG_DST, &o->dst, dst);
+    if (key->op_class == CV_CLASS_CONV) {
+        ARG(DNNL_ARG_WEIGHTS, &o->wei, wei);
+        if (key->has_bias)
+            ARG(DNNL_ARG_BIAS, &o->vec, a->bias);
+        for (int i = 0; i < key->npost; i++)
+            if (key->post[i] == CVPO_MUL_C || key->post[i] == CVPO_ADD_C)
+                ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, &o->chan, a->chan[i]);
+    } else if (key->op_class == CV_CLASS_BNORM) {
+        ARG(DNNL_ARG_MEAN, &o->vec, a->mean);
+        ARG(DNNL_ARG_VARIANCE, &o->vec, a->var);
+        if (key->alg & CV_BN_SCALE)
+            ARG(DNNL_ARG_SCALE, &o->vec, a->scale);
+        if (key->alg & CV_BN_SHIFT)
+            ARG(DNNL_ARG_SHIFT, &o->vec, a->shift);
+    }
+#undef ARG
+    if (s == dnnl_success)
+        s = dnnl_primitive_execute(o->main, stream, n, args);
+    /* the CPU runtime executes synchronously (the memory objects may go now); the wait
+     * is for form's sake, as in the matmul path */
+    if (s == dnnl_success && o->dst_out)
+        s = run_reorder(o->dst_out, &o->dst, dst, &o->pdst, a->dst);
+    if (s == dnnl_success)
+        s = dnnl_stream_wait(stream);
+    for (int i = 0; i < n; i++)
+        dnnl_memory_destroy(mems[i]);
+    return (int)s;
+}
+
+size_t dnnl_api_conv_weights_layout(void *op, uint64_t *layout)
+{
+    CvOp *o = op;
+    if (!o->wei_in)
+        return 0;
+    /* the desc is a plain struct that oneDNN fills whole (zeroed first) */
+    *layout = XXH3_64bits(&o->wei, sizeof o->wei);
+    return dnnl_memory_desc_get_size(&o->wei);
+}
+
+int dnnl_api_conv_weights(void *op, const void *plain, void *out)
+{
+    CvOp *o = op;
+    char err[96];
+    if (ready(err, sizeof err) < 0)
+        return (int)dnnl_runtime_error;
+    dnnl_status_t s = run_reorder(o->wei_in, &o->pwei, plain, &o->wei, out);
+    if (s == dnnl_success)
+        s = dnnl_stream_wait(stream);
+    return (int)s;
 }

@@ -81,24 +81,95 @@ void dnnl_api_destroy(void *prim);
 /* omp_get_max_threads() of the calling thread: the count oneDNN will use. */
 int dnnl_api_threads(void);
 
+/* ---------------------------------------- convolution, pooling, batch norm ---- */
+
+/* Concrete-dims primitives (oneDNN has no fast runtime-dims path for these): one per
+ * shape, made on first use of that shape and kept by primcache.c. Callers pass plain
+ * (row-major) NCHW / NCW operands and get a plain result; a convolution reorders its
+ * source, weights and result through the blocked layouts oneDNN picks, which is
+ * 1.2-15x faster than its plain-layout (im2col + gemm) path even with the three reorders
+ * (measured, docs/notes/issue6_plan.md section 9). */
+
+#define CV_MAX_POST 6    /* post-ops of one convolution */
+
+typedef enum {
+    CVPO_RELU = 1,       /* eltwise relu, slope 0 */
+    CVPO_SUM,            /* dst += a same-shape tensor (a residual), before the rest */
+    CVPO_MUL_C,          /* binary mul by a per-channel [C] vector (a folded batch norm) */
+    CVPO_ADD_C,          /* binary add of a per-channel [C] vector */
+} CvPostKind;
+
+enum { CV_CLASS_CONV = 2, CV_CLASS_POOL, CV_CLASS_BNORM };   /* MmKey's op_class numbering */
+enum { CV_POOL_MAX = 1, CV_POOL_AVG_INCLUDE, CV_POOL_AVG_EXCLUDE };
+enum { CV_BN_SCALE = 1, CV_BN_SHIFT = 2, CV_BN_RELU = 4 };   /* CvKey.alg of a batch norm */
+
+/* What a convolution, pooling or batch-norm primitive is made from: concrete sizes. The
+ * packed key of the primitive cache: memset to 0 before filling. */
+typedef struct {
+    uint8_t op_class;                 /* CV_CLASS_* */
+    uint8_t sp;                       /* spatial dims: 1 or 2 */
+    uint8_t has_bias;                 /* convolution: a [OC] bias */
+    uint8_t alg;                      /* pooling: CV_POOL_*; batch norm: CV_BN_* bits */
+    uint8_t npost;
+    uint8_t post[CV_MAX_POST];        /* CvPostKind, in order */
+    uint8_t pad[5];
+    int32_t threads;                  /* omp_get_max_threads() when created */
+    float eps;                        /* batch norm */
+    int64_t n, c, oc, groups;         /* batch, input and output channels, groups */
+    int64_t in[2], out[2];            /* spatial sizes of the source and the result */
+    int64_t k[2], stride[2], dil[2];  /* kernel, stride, dilation (torch's: 1 = none) */
+    int64_t pad_l[2], pad_r[2];       /* padding before and after (pad_r may exceed pad_l
+                                         for 'same' and ceil_mode) */
+} CvKey;
+
+/* The operands of one execution, plain and contiguous (NULL when absent). */
+typedef struct {
+    const void *src, *wei, *bias;
+    const void *residual;              /* CVPO_SUM: a tensor of dst's shape */
+    const void *chan[CV_MAX_POST];     /* CVPO_MUL_C / CVPO_ADD_C: [C] vectors, by post index */
+    const void *mean, *var, *scale, *shift;   /* batch norm */
+    const void *wei_ready;             /* convolution: weights already in the primitive's
+                                          layout (dnnl_api_conv_weights), or NULL */
+    void *dst;
+} CvArgs;
+
+/* The primitives for key (the main one and its reorders), or NULL when oneDNN refuses it
+ * (the message in err). Needs no GIL. */
+void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen);
+/* Runs them: 0, or a oneDNN status when it failed (the caller runs the op another way).
+ * Needs no GIL. */
+int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *args);
+void dnnl_api_conv_destroy(void *op);
+/* A convolution's weights layout: the bytes the reordered weights take (0 when the
+ * primitive reads the plain weights as they are) and in *layout a hash of the layout. */
+size_t dnnl_api_conv_weights_layout(void *op, uint64_t *layout);
+/* Reorders plain weights into out (dnnl_api_conv_weights_layout bytes, 64-byte aligned).
+ * 0, or a oneDNN status. Needs no GIL. */
+int dnnl_api_conv_weights(void *op, const void *plain, void *out);
+const char *dnnl_api_conv_impl(void *op);
+
 /* --------------------------------------------------------------- primcache.c ---- */
 
 /* A pinned cache entry: its primitive cannot be evicted until released. */
 typedef struct PcEntry PcEntry;
 
-/* The entry for key (len bytes), creating the primitive with dnnl_api_matmul_create on a
- * miss. A refused key is cached too (prim NULL), so it is not retried on every call.
- * NULL only when out of memory. The GIL (or one caller at a time) is required. */
+/* The entry for key, creating the primitive with dnnl_api_matmul_create on a miss. A
+ * refused key is cached too (prim NULL), so it is not retried on every call. NULL only
+ * when out of memory. The GIL (or one caller at a time) is required. */
 PcEntry *primcache_get(const MmKey *key);
+/* The same for a convolution, pooling or batch-norm key (dnnl_api_conv_create). */
+PcEntry *primcache_get_conv(const CvKey *key);
 void *primcache_prim(const PcEntry *e);   /* NULL when oneDNN refused the key */
 void primcache_release(PcEntry *e);
 
 typedef struct {
     long hits, misses, creations, failures, evictions, entries, capacity;
+    long created[8];     /* creations by op class (MM_CLASS_MATMUL, CV_CLASS_*) */
 } PcStats;
 void primcache_stats(PcStats *out);
-/* The implementations oneDNN chose for the cached primitives: a new set of str, or NULL
- * with an exception. (Declared with a plain PyObject so this header needs no Python.h.) */
-struct _object *primcache_impls(void);
+/* The implementations oneDNN chose for the cached primitives of op_class (0: all): a new
+ * set of str, or NULL with an exception. (Declared with a plain PyObject so this header
+ * needs no Python.h.) */
+struct _object *primcache_impls(int op_class);
 
 #endif

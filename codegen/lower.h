@@ -44,19 +44,22 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL } StepKind;
+typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV } StepKind;
 
 typedef struct {
     StepKind kind;
-    int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index */
+    int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index;
+                          CONV: conv index */
 } Step;
 
 typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
+typedef struct ConvStep ConvStep;       /* step_conv.c */
 
 typedef struct {
     Step *steps;     int32_t nsteps;
     Kernel *kernels; int32_t nkernels;
     MatmulStep *matmuls; int32_t nmatmuls;
+    ConvStep *convs; int32_t nconvs;
 } LowerPlan;
 
 /* Calls fn(ctx, ni, v) for every value v node ni reads (arguments and list items). */
@@ -109,6 +112,32 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_matmul_free(LowerPlan *p);
 /* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
 int step_matmul_stats(const LowerPlan *p, PyObject *d);
+
+/* ------------------------------------------------------- step_common.c ---- */
+
+struct BoundArg;
+/* The value id behind a bound tensor argument (its meta points into g->values), or -1. */
+int32_t lower_value_of(const Graph *g, const struct BoundArg *ba);
+/* Appends item x to the step array *arr of *n and a step of kind for it. 0, or -1
+ * (MemoryError). */
+int lower_push_step(LowerPlan *p, StepKind kind, void **arr, int32_t *n, size_t item, const void *x);
+/* Runs node first and nodes more[0..n) the original way. 0 or -1 with an exception. */
+int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObject **vals);
+/* d[names[i]] = vals[i] for i < n. 0 or -1 with an exception. */
+int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals);
+
+/* --------------------------------------------------------- step_conv.c ---- */
+
+/* Node ni as a oneDNN convolution, pooling or batch-norm step (a convolution with the
+ * batch norm, relu and residual add right after it folded in), appended to p: the index
+ * of the last node the step computes, -1 when ni is not such a step, -2 with an
+ * exception. */
+int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p);
+/* Runs conv step i of p: 0 or -1 with an exception; what it cannot take runs eagerly. */
+int step_conv_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_conv_free(LowerPlan *p);
+/* {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused"} added to d. */
+int step_conv_stats(const LowerPlan *p, PyObject *d);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {

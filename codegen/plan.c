@@ -183,6 +183,8 @@ int lower_plan(Graph *g, LowerPlan *out)
         if (nd->op == OP_INPUT)
             continue;
         int32_t upto = step_matmul_plan(g, ni, out);
+        if (upto == -1)
+            upto = step_conv_plan(g, ni, out);
         if (upto < -1)
             goto fail;
         if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
@@ -257,5 +259,6 @@ void lower_plan_free(LowerPlan *p)
     PyMem_Free(p->kernels);
     PyMem_Free(p->steps);
     step_matmul_free(p);
+    step_conv_free(p);
     memset(p, 0, sizeof *p);
 }

@@ -1,7 +1,11 @@
-/* The oneDNN primitive cache: primitives by the XXH3-64 hash of their packed MmKey (op
- * class, dtype, rank, layout permutation of each operand, post-op list, thread count),
- * the full key compared on a hit. Matmul keys hold no sizes (every dim is a runtime dim),
- * so a sweep over sizes creates nothing after the first call.
+/* The oneDNN primitive cache: primitives by the XXH3-64 hash of their packed key (an
+ * MmKey: op class, dtype, rank, layout permutation of each operand, post-op list, thread
+ * count; or a CvKey: op class, concrete sizes, parameters, post-ops, thread count), the
+ * full key compared on a hit. Matmul keys hold no sizes (every dim is a runtime dim), so
+ * a sweep over sizes creates nothing after the first call; convolution, pooling and batch
+ * norm keys hold every size, so each new shape creates its primitives once (never a new
+ * graph). The first byte of both keys is the op class, so the two kinds never compare
+ * equal.
  *
  * Bounded: at most PC_CAPACITY entries; a miss when full evicts the least recently used
  * entry that no caller has pinned (a pinned primitive may be running with the GIL
@@ -19,10 +23,17 @@
 #define PC_CAPACITY 1024
 #define PC_BUCKETS 256   /* a power of two */
 
+typedef union {
+    MmKey mm;
+    CvKey cv;
+} AnyKey;
+
 struct PcEntry {
-    MmKey key;
+    AnyKey key;          /* the key's bytes, zero past len */
+    size_t len;
     uint64_t hash;
-    void *prim;          /* owned dnnl primitive, or NULL: oneDNN refused the key */
+    void *prim;          /* owned: a dnnl primitive (matmul) or a dnnl_api_conv_create
+                            bundle (conv); NULL: oneDNN refused the key */
     uint64_t last_use;   /* tick of the last get */
     int pins;            /* callers between get and release */
     PcEntry *next;       /* bucket chain */
@@ -31,6 +42,11 @@ struct PcEntry {
 static PcEntry *buckets[PC_BUCKETS];
 static uint64_t tick;
 static PcStats stats = {.capacity = PC_CAPACITY};
+
+static int is_conv(const PcEntry *e)
+{
+    return e->key.mm.op_class != MM_CLASS_MATMUL;
+}
 
 static void evict_one(void)
 {
@@ -43,18 +59,21 @@ static void evict_one(void)
         return;   /* everything pinned: grow past the bound for now */
     PcEntry *e = *victim;
     *victim = e->next;
-    dnnl_api_destroy(e->prim);
+    if (is_conv(e))
+        dnnl_api_conv_destroy(e->prim);
+    else
+        dnnl_api_destroy(e->prim);
     PyMem_Free(e);
     stats.entries--;
     stats.evictions++;
 }
 
-PcEntry *primcache_get(const MmKey *key)
+static PcEntry *get(const void *key, size_t len)
 {
-    uint64_t h = XXH3_64bits(key, sizeof *key);
+    uint64_t h = XXH3_64bits(key, len);
     PcEntry **head = &buckets[h & (PC_BUCKETS - 1)];
     for (PcEntry *e = *head; e; e = e->next)
-        if (e->hash == h && !memcmp(&e->key, key, sizeof *key)) {
+        if (e->hash == h && e->len == len && !memcmp(&e->key, key, len)) {
             stats.hits++;
             e->last_use = ++tick;
             e->pins++;
@@ -69,19 +88,33 @@ PcEntry *primcache_get(const MmKey *key)
         return NULL;
     }
     char err[160];
-    e->key = *key;
+    memcpy(&e->key, key, len);
+    e->len = len;
     e->hash = h;
-    e->prim = dnnl_api_matmul_create(key, err, sizeof err);
-    if (e->prim)
+    e->prim = is_conv(e) ? dnnl_api_conv_create(&e->key.cv, err, sizeof err)
+                         : dnnl_api_matmul_create(&e->key.mm, err, sizeof err);
+    if (e->prim) {
         stats.creations++;
-    else
+        stats.created[e->key.mm.op_class & 7]++;
+    } else {
         stats.failures++;
+    }
     e->last_use = ++tick;
     e->pins = 1;
     e->next = *head;
     *head = e;
     stats.entries++;
     return e;
+}
+
+PcEntry *primcache_get(const MmKey *key)
+{
+    return get(key, sizeof *key);
+}
+
+PcEntry *primcache_get_conv(const CvKey *key)
+{
+    return get(key, sizeof *key);
 }
 
 void *primcache_prim(const PcEntry *e)
@@ -99,14 +132,15 @@ void primcache_stats(PcStats *out)
     *out = stats;
 }
 
-PyObject *primcache_impls(void)
+PyObject *primcache_impls(int op_class)
 {
     PyObject *set = PySet_New(NULL);   /* new */
     for (int b = 0; set && b < PC_BUCKETS; b++)
         for (PcEntry *e = buckets[b]; e; e = e->next) {
-            if (!e->prim)
+            if (!e->prim || (op_class && e->key.mm.op_class != op_class))
                 continue;
-            PyObject *name = PyUnicode_FromString(dnnl_api_impl(e->prim));   /* new */
+            const char *impl = is_conv(e) ? dnnl_api_conv_impl(e->prim) : dnnl_api_impl(e->prim);
+            PyObject *name = PyUnicode_FromString(impl);   /* new */
             if (!name || PySet_Add(set, name) < 0) {
                 Py_XDECREF(name);
                 Py_CLEAR(set);

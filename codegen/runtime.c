@@ -267,6 +267,7 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
         const Step *s = &cg->plan.steps[i];
         int r = s->kind == STEP_EAGER    ? graph_exec_node(g, s->index, vals, mismatch)
                 : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_CONV   ? step_conv_run(g, &cg->plan, s->index, vals)
                                          : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
@@ -317,7 +318,7 @@ static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
                                 (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
                                 "eager_fallbacks", (long long)cg->eager_fallbacks, "threads",
                                 cg->threads);   /* new */
-    if (d && step_matmul_stats(&cg->plan, d) < 0)
+    if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0))
         Py_CLEAR(d);
     return d;
 }
@@ -374,7 +375,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     memset(&cg->plan, 0, sizeof cg->plan);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;
-    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0) {
+    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0) {
         Py_DECREF(cg);
         return Py_NewRef(arg);
     }

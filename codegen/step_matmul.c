@@ -81,14 +81,6 @@ static int bind(Graph *g, int32_t ni, BoundArgs *out, BoundArg *pos, BoundArg *k
     return shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, out, &err) < 0;
 }
 
-/* The value id behind a bound tensor (metas point into g->values), or -1. */
-static int32_t value_of(const Graph *g, const BoundArg *ba)
-{
-    if (!ba || ba->kind != BA_TENSOR)
-        return -1;
-    return (int32_t)((const Value *)(const void *)ba->meta - g->values);
-}
-
 static int f32_value(const Graph *g, int32_t v, Lib lib)
 {
     const TensorMeta *m = &g->values[v].meta;
@@ -146,22 +138,22 @@ static int plan_product(Graph *g, int32_t ni, MatmulStep *s)
     const char *known[5] = {"input", "other", NULL, NULL, NULL};
     switch (nd->op) {
     case OP_MATMUL: case OP_MM: case OP_BMM:
-        s->a = value_of(g, ba_get(&b, "input"));
-        s->b = value_of(g, ba_get(&b, "other"));
+        s->a = lower_value_of(g, ba_get(&b, "input"));
+        s->b = lower_value_of(g, ba_get(&b, "other"));
         break;
     case OP_LINEAR:
-        s->a = value_of(g, ba_get(&b, "input"));
-        s->b = value_of(g, ba_get(&b, "weight"));
+        s->a = lower_value_of(g, ba_get(&b, "input"));
+        s->b = lower_value_of(g, ba_get(&b, "weight"));
         s->trans_b = 1;
         known[1] = "weight";
         known[2] = "bias";
-        if (!absent_or(ba_get(&b, "bias"), 0) && (s->bias = value_of(g, ba_get(&b, "bias"))) < 0)
+        if (!absent_or(ba_get(&b, "bias"), 0) && (s->bias = lower_value_of(g, ba_get(&b, "bias"))) < 0)
             return 1;
         break;
     case OP_ADDMM:
-        s->a = value_of(g, ba_get(&b, "mat1"));
-        s->b = value_of(g, ba_get(&b, "mat2"));
-        s->bias = value_of(g, ba_get(&b, "input"));
+        s->a = lower_value_of(g, ba_get(&b, "mat1"));
+        s->b = lower_value_of(g, ba_get(&b, "mat2"));
+        s->bias = lower_value_of(g, ba_get(&b, "input"));
         known[1] = "mat1";
         known[2] = "mat2";
         known[3] = "beta";
@@ -308,18 +300,8 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
         last = nj;
         s.out = g->nodes[nj].first_value;
     }
-    MatmulStep *q = PyMem_Realloc(p->matmuls, sizeof *q * (size_t)(p->nmatmuls + 1));
-    Step *st = q ? PyMem_Realloc(p->steps, sizeof *st * (size_t)(p->nsteps + 1)) : NULL;
-    if (q)
-        p->matmuls = q;
-    if (!st) {
-        PyErr_NoMemory();
+    if (lower_push_step(p, STEP_MATMUL, (void **)&p->matmuls, &p->nmatmuls, sizeof s, &s) < 0)
         return -2;
-    }
-    p->steps = st;
-    p->steps[p->nsteps].kind = STEP_MATMUL;
-    p->steps[p->nsteps++].index = p->nmatmuls;
-    p->matmuls[p->nmatmuls++] = s;
     return last;
 }
 
@@ -338,17 +320,9 @@ int step_matmul_stats(const LowerPlan *p, PyObject *d)
         fallbacks += p->matmuls[i].fallbacks;
         post += p->matmuls[i].nfused;
     }
-    const char *names[4] = {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused"};
+    static const char *const names[4] = {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused"};
     long long vals[4] = {p->nmatmuls, calls, fallbacks, post};
-    for (int i = 0; i < 4; i++) {
-        PyObject *v = PyLong_FromLongLong(vals[i]);   /* new */
-        if (!v || PyDict_SetItemString(d, names[i], v) < 0) {
-            Py_XDECREF(v);
-            return -1;
-        }
-        Py_DECREF(v);
-    }
-    return 0;
+    return lower_put_counts(d, 4, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -450,12 +424,7 @@ static int fold_rows(const Operand *a, MmTensor *t)
 static int run_eagerly(Graph *g, MatmulStep *s, PyObject **vals)
 {
     s->fallbacks++;
-    if (graph_exec_node(g, s->node, vals, NULL) < 0)
-        return -1;
-    for (int i = 0; i < s->nfused; i++)
-        if (graph_exec_node(g, s->fused[i], vals, NULL) < 0)
-            return -1;
-    return 0;
+    return lower_exec_nodes(g, s->node, s->fused, s->nfused, vals);
 }
 
 /* A row operand ([N]) as [1, N] of rank r; 1 when it is not one. */
