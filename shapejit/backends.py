@@ -6,9 +6,10 @@ is itself callable, so the simplest backend returns it unchanged.
 
 Named backends:
 - ``"eager"``: runs the captured ops through the original library calls.
-- ``"cpu"``: generated C kernels for fused float32 pointwise runs, eager steps for the
-  rest (codegen/; issue 6, first slice).
-- ``"default"``: the same as eager until the cpu backend covers every op.
+- ``"cpu"``: generated C kernels (fused pointwise runs, reductions, softmax, layer norm;
+  float32/float64/int/bool) and oneDNN (matmul, conv, pooling, batch norm); every other
+  node runs as an eager step (codegen/, docs/internals/backend.md).
+- ``"default"``: ``"cpu"``.
 """
 
 
@@ -33,7 +34,7 @@ def cpu(graph, example_inputs):
 _BACKENDS = {
     "eager": eager,
     "cpu": cpu,
-    "default": eager,  # becomes "cpu" once every op lowers or falls back per node (issue 6)
+    "default": cpu,    # every op lowers or runs as an eager step of its own
 }
 
 

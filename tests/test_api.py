@@ -400,7 +400,7 @@ def test_decorator_forms_match_eager():
     d = shapejit.compile(_f)
     e = shapejit.compile(_f, backend=lambda graph, example_inputs: graph)
     assert d.__wrapped__ is _f and d.__name__ == "_f"
-    assert d._options.backend is shapejit.backends.eager
+    assert d._options.backend is shapejit.backends.cpu   # the default backend
     assert d._options.fullgraph is False and d._options.dynamic is None
 
     tx, ty = torch.arange(6.0).reshape(2, 3), torch.ones(2, 3)
