@@ -220,6 +220,34 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
     }
 }
 
+void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
+{
+    int32_t cur = g->nodes[k->nodes[k->nnodes - 1 - k->red.nepi]].first_value;
+    for (int i = 0; i < k->red.nepi; i++) {
+        int32_t nj = k->nodes[k->nnodes - k->red.nepi + i];
+        NodeLower nl;
+        if (!lower_node_typed(g, nj, &nl)) {
+            b->failed = 1;
+            return;
+        }
+        put(b, "            { ");
+        for (int j = 0; j < 2 && nl.x[j]; j++) {
+            put(b, "const float %s = ", j ? "b" : "a");
+            if (nl.x[j]->kind == ARG_VALUE && nl.x[j]->a == cur)
+                put(b, "%s", var);
+            else
+                put_operand(b, g, k, nl.x[j], DT_F32);   /* a constant (plan_reduce.c) */
+            put(b, "; ");
+        }
+        put(b, "const float P0 = ");
+        put_number(b, nl.p[0], DT_F32);
+        put(b, ", P1 = ");
+        put_number(b, nl.p[1], DT_F32);
+        put(b, "; (void)P0; (void)P1; %s = %s; }\n", var, nl.expr);
+        cur = g->nodes[nj].first_value;
+    }
+}
+
 void emit_kernel_head(Buf *b, Graph *g, const Kernel *k)
 {
     put(b, "\nCG_EXPORT int64_t %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n",

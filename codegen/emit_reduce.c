@@ -110,7 +110,7 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
 /* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
-    emit_compute(b, g, k, fmt, k->nnodes - 1);
+    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi);
     const char *at = lower_ctype(acc_type(g, k));
     put(b, "            const %s v = (%s)", at, at);
     emit_value(b, k, k->red.src);
@@ -194,11 +194,13 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
         else
             put(b, "        const float ls = logf(s);\n");
         put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
-        put(b, "            const float y = out0[");
+        put(b, "            float y = out0[");
         put_off(b, fmt, 0);
-        put(b, "];\n            out0[");
+        put(b, "];\n            y = %s;\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
+        emit_epilogue(b, g, k, "y");
+        put(b, "            out0[");
         put_off(b, fmt, 0);
-        put(b, "] = %s;\n        }\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
+        put(b, "] = y;\n        }\n");
         break;
     case KF_LAYER_NORM: {
         put_sum(b, g, k, fmt, "s", body_prologue_store, "v", DT_F32);
@@ -220,6 +222,7 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
             put_off(b, fmt, bb);
             put(b, "];\n");
         }
+        emit_epilogue(b, g, k, "y");
         put(b, "            out0[");
         put_off(b, fmt, 0);
         put(b, "] = y;\n        }\n");

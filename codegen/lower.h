@@ -27,6 +27,9 @@ typedef struct {
     double eps;         /* layer_norm */
     int32_t src;        /* the value reduced: made by the prologue or a kernel input */
     int32_t weight, bias;   /* layer_norm: input values, or -1 */
+    int nepi;           /* row ops: the last nepi nodes of the kernel are an epilogue, float
+                           pointwise ops of the row's result and constants, applied as each
+                           result is stored (layer_norm then GELU: one pass) */
 } ReduceInfo;
 
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over
@@ -74,7 +77,7 @@ void lower_plan_free(LowerPlan *p);
 /* plan_reduce.c: when node ni is a reduction or row op a kernel computes, adds it to the
  * plan (fused after `open`, the kernel of the nodes just before it, when that kernel only
  * feeds it) and returns 1; 0 when it is not; -1 with an exception. */
-int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use);
+int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, int32_t *last);
 /* The output layout of kernel k for iteration sizes n: its sizes (returns the rank) and its
  * strides over the k->rank dims of the iteration space; -1 when these sizes must run
  * eagerly (max of an empty dim). */

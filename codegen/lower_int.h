@@ -75,6 +75,10 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
 /* The C name of value v inside k's loop body: "xI" for an input, "tV" for a node's. */
 void emit_value(Buf *b, const Kernel *k, int32_t v);
 
+/* The epilogue of row kernel k (its last red.nepi nodes) applied to the float variable
+ * var holding the row's result at one element. */
+void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var);
+
 /* The opening of k's function: its signature, `int sj_bad` (returned: 1 hands the nodes
  * back to eager), `sj_np`, and typed pointers outJ / inI to the operands' data. */
 void emit_kernel_head(Buf *b, Graph *g, const Kernel *k);

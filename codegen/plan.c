@@ -197,11 +197,13 @@ int lower_plan(Graph *g, LowerPlan *out)
         if (!ok) {
             /* a reduction or row op: a kernel of its own, or the open kernel's last node with the
              * open kernel's nodes as its prologue (plan_reduce.c) */
-            int red = plan_reduce_node(g, ni, out, open, last_use);
+            int32_t last = ni;
+            int red = plan_reduce_node(g, ni, out, open, last_use, &last);
             if (red < 0)
                 goto fail;
             if (red) {
                 open = NULL;
+                ni = last;   /* past an epilogue the row kernel took */
                 continue;
             }
         }

@@ -214,7 +214,47 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
     }
 }
 
-int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use)
+/* 1 when node nj can be applied to a row op's float result `cur` as it is stored: a float
+ * pointwise op of cur and constants only. */
+static int epilogue_ok(Graph *g, int32_t nj, int32_t cur)
+{
+    NodeLower nl;
+    if (!lower_node_typed(g, nj, &nl) || nl.ct != DT_F32 || nl.out != DT_F32 || nl.x[2])
+        return 0;
+    int reads = 0;
+    for (int i = 0; i < 2; i++) {
+        const Arg *x = nl.x[i];
+        if (x && x->kind == ARG_VALUE && x->a == cur)
+            reads++;
+        else if (x && x->kind != ARG_CONST)
+            return 0;
+    }
+    return reads == 1;
+}
+
+/* Takes the float pointwise nodes right after row node ni that only transform its result
+ * into kernel k (its epilogue); *last is the last node taken. */
+static int take_epilogue(Graph *g, int32_t ni, Kernel *k, const int32_t *last_use, int32_t *last)
+{
+    int32_t cur = g->nodes[ni].first_value;
+    *last = ni;
+    while (k->red.nepi < 4 && g->values[cur].meta.dtype == DT_F32) {
+        int32_t nj = *last + 1;
+        while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
+            nj++;
+        /* nj must be the value's only reader (then last_use is nj: no one reads it later) */
+        if (nj >= g->nnodes || last_use[cur] != nj || !epilogue_ok(g, nj, cur))
+            break;
+        if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &nj) < 0)
+            return -1;
+        k->red.nepi++;
+        cur = g->nodes[nj].first_value;
+        *last = nj;
+    }
+    return 0;
+}
+
+int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, int32_t *last)
 {
     const Node *nd = &g->nodes[ni];
     KernelFlavour fl = flavour_of((OpId)nd->op);
@@ -253,7 +293,13 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
             plan_add_input(k, extra[e]);
     k->flavour = fl;
     k->red = red;
-    return plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0 ? -1 : 1;
+    k->red.nepi = 0;
+    if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0)
+        return -1;
+    if ((fl == KF_SOFTMAX || fl == KF_LOG_SOFTMAX || fl == KF_LAYER_NORM) &&
+        take_epilogue(g, ni, k, last_use, last) < 0)
+        return -1;
+    return 1;
 }
 
 int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t *ost)

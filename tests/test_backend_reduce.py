@@ -325,3 +325,31 @@ def test_random_differential():
             return getattr(torch.sigmoid(x) * 3 - 1, op)(dims, keepdim=keep)
         shapejit.reset()
         _run(fn, x, kernels=1)
+
+
+def test_row_epilogue_fuses():
+    """Float pointwise ops of a row op's result and constants are applied as it is stored:
+    layer_norm then GELU, softmax then scale and shift, one kernel each; a result read by
+    anything else is not taken."""
+    x, w, b = torch.randn(33, 96), torch.randn(96), torch.randn(96)
+
+    def ln_gelu(x, w, b):
+        return F.gelu(F.layer_norm(x, (96,), w, b))
+
+    def sm_affine(x):
+        return 1.0 - torch.softmax(x * 0.5, -1) * 2.0
+
+    def lsm_relu(x):
+        return torch.relu(torch.log_softmax(x, 0) + 3.0)
+
+    def shared(x):
+        s = torch.softmax(x, -1)
+        return torch.tanh(s), s
+
+    for fn, args, kernels in ((ln_gelu, (x, w, b), 1), (sm_affine, (x,), 1), (lsm_relu, (x,), 1),
+                              (shared, (x,), 2)):
+        shapejit.reset()
+        backend, made = _lowering()
+        _close(shapejit.compile(fn, backend=backend)(*args), fn(*args))
+        assert made[0].stats["kernels"] == kernels, fn.__name__
+        assert made[0].stats["kernel_calls"] == kernels and made[0].stats["eager_fallbacks"] == 0
