@@ -3,9 +3,12 @@
 #   make test    build, then run the test suite
 #   make asan    build an AddressSanitizer + UBSan _C into build/asan/shapejit/ (next to
 #                links to the Python package files) and run the whole suite against it
+#   make bench   build, then run the benchmark suite (bench/suite.py; BENCH_ARGS=--quick etc.);
+#                table and plots in bench/results/suite/
 #   make clean   remove build products
 PYTHON ?= python3
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 PYTEST := $(PYTHON) -m pytest -q -ra -p no:cacheprovider
 
 ASAN_DIR := build/asan
@@ -19,7 +22,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test asan asan-build clean
+.PHONY: build test bench asan asan-build clean
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -27,6 +30,9 @@ build:
 # exit status 5 = no tests collected: not a failure
 test: build
 	$(PYTEST) tests $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+bench: build
+	$(PYTHON) bench/suite.py $(BENCH_ARGS)
 
 asan-build:
 	SHAPEJIT_SANITIZE=1 $(PYTHON) setup.py -q build_ext --build-lib $(ASAN_DIR) --build-temp $(ASAN_TMP)

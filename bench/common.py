@@ -77,6 +77,37 @@ def early_setup(threads: int, fresh_inductor_cache: bool = True) -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+# Compile caches on disk, per system: the environment variable naming each directory.
+COMPILE_CACHE_ENV = {
+    "inductor": "TORCHINDUCTOR_CACHE_DIR",
+    "shapejit": "SHAPEJIT_CACHE_DIR",
+    "numba": "NUMBA_CACHE_DIR",
+    "jax": "JAX_COMPILATION_CACHE_DIR",
+}
+
+
+def compile_cache_env(root: str, tag: str) -> dict:
+    """Environment that points every system's disk cache at `root/tag/<system>` (created
+    empty, mode 0700): a first process started with it compiles cold, a second one
+    started with the same environment compiles warm.  One tag per system compared, so
+    that no system finds another's cache entries."""
+    env = {}
+    for system, var in COMPILE_CACHE_ENV.items():
+        path = os.path.join(root, tag, system)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        env[var] = path
+    return env
+
+
+def temporary_root(prefix: str) -> str:
+    """A new private temporary directory, removed when this process exits."""
+    import atexit
+    import shutil
+    root = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
 def late_setup(threads: int) -> dict:
     """Apply thread counts through library calls; returns what each library reports."""
     out = {}
@@ -169,6 +200,10 @@ def machine_facts() -> dict:
         "versions": lib_versions(),
     }
     try:
+        facts["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())  # other load on the machine
+    except OSError:
+        pass
+    try:
         facts["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         pass
@@ -203,7 +238,7 @@ def facts_lines(facts: dict) -> list[str]:
         f"amx={facts['amx']} torch_cpu_capability={facts.get('torch_cpu_capability', '?')}",
         f"OPENBLAS_CORETYPE={facts['OPENBLAS_CORETYPE']}  numpy_blas={facts.get('numpy_blas', '?')}",
         "versions: " + " ".join(f"{k}={val}" for k, val in v.items()),
-        f"platform: {facts['platform']}",
+        f"platform: {facts['platform']}  load average (1/5/15 min) at start: {facts.get('loadavg', '?')}",
     ]
     return lines
 
@@ -259,6 +294,84 @@ def time_once(fn):
     t0 = time.perf_counter()
     r = fn()
     return time.perf_counter() - t0, r
+
+
+def timing_params(quick: bool) -> dict:
+    """Keyword arguments of time_per_call / paired_samples for a quick or a full run."""
+    if quick:
+        return dict(repeat=5, min_sample_s=0.01, max_total_s=2.0)
+    return dict(repeat=15, min_sample_s=0.02, max_total_s=10.0)
+
+
+def positive_int(text: str) -> int:
+    """argparse type of --threads and other counts."""
+    n = int(text)
+    if n < 1:
+        raise ValueError(text)
+    return n
+
+
+def paired_samples(call, eager_call, *, repeat: int, min_sample_s: float, max_total_s: float):
+    """Per-call samples of `call` and `eager_call` taken alternately (one of each per
+    round), so that load from other processes hits both alike.
+
+    Returns (samples of call, samples of eager_call, loop count of call).
+    """
+    n_c = calibrate_number(call, min_sample_s)
+    n_e = calibrate_number(eager_call, min_sample_s)
+    t_c, t_e = timeit.Timer(call), timeit.Timer(eager_call)
+    sc, se = [], []
+    t0 = time.perf_counter()
+    for i in range(repeat):
+        se.append(t_e.timeit(n_e) / n_e)
+        sc.append(t_c.timeit(n_c) / n_c)
+        if i >= 2 and time.perf_counter() - t0 > 2 * max_total_s:
+            break
+    return sc, se, n_c
+
+
+def geomean(xs):
+    """Geometric mean of the positive finite values of xs (nan if there are none)."""
+    xs = [x for x in xs if isinstance(x, (int, float)) and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def flat_arrays(x):
+    """Flatten an output (tensor, ndarray, jax array, scalar, tuple, dict, ModelOutput)
+    to a list of numpy arrays."""
+    import numpy as np
+    if hasattr(x, "to_tuple") and not isinstance(x, (tuple, list)):
+        x = x.to_tuple()
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (tuple, list)):
+        return [a for e in x for a in flat_arrays(e)]
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return [x.detach().cpu().numpy()]
+    return [np.asarray(x)]
+
+
+def max_abs_diff(ref, got) -> float:
+    """Largest absolute difference of any output element (inf: different structure)."""
+    import numpy as np
+    a, b = flat_arrays(ref), flat_arrays(got)
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return float("inf")
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))))
+    return worst
+
+
+def tolerance(ref) -> float:
+    """The max |difference| allowed against eager: 1e-4 of the output's scale (>= 1)."""
+    import numpy as np
+    scale = max((float(np.max(np.abs(a))) for a in flat_arrays(ref) if a.size), default=1.0)
+    return 1e-4 * max(scale, 1.0)
 
 
 def fmt_time(s) -> str:
@@ -393,6 +506,37 @@ class DynamoCounters:
         return out
 
 
+# --------------------------------------------------------------------------- plots
+
+def bar_chart(path: str, groups, series: dict, *, ylabel: str, title: str,
+              log: bool = True, hline: float | None = None) -> str:
+    """Grouped bar chart: one group of bars per entry of `groups`, one bar per series
+    (series: {label: [value or None per group]}).  Writes a PNG, returns its path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(groups) + 2), 5.6))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        pts = [(j + (i - (len(series) - 1) / 2) * width, v) for j, v in enumerate(values)
+               if isinstance(v, (int, float)) and v > 0 and math.isfinite(v)]
+        if pts:
+            ax.bar([x for x, _ in pts], [v for _, v in pts], width=width, label=label)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([str(g).replace("_", "\n") for g in groups], fontsize=8)
+    if log:
+        ax.set_yscale("log")
+    if hline is not None:
+        ax.axhline(hline, color="black", linewidth=0.8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # --------------------------------------------------------------------------- output
 
 def shorten(s: str, width: int) -> str:
@@ -451,17 +595,18 @@ def emit(tag: str, payload) -> None:
     print(f"@@{tag} " + json.dumps(payload, default=str), flush=True)
 
 
-def run_child(argv, timeout: float) -> dict:
+def run_child(argv, timeout: float, env: dict | None = None) -> dict:
     """Run `python3 <argv>` (a worker that emits @@TAG lines) and collect its results.
 
     Returns dict(records=[(tag, payload)], rc, timed_out, died (None or a description such
     as "crashed (signal 11)"), err_tail).  The child is ours; on timeout subprocess kills it.
+    env: variables set for the child on top of this process's environment.
     """
     import subprocess
     cmd = [sys.executable] + list(argv)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env=os.environ.copy())
+                           env=dict(os.environ, **(env or {})))
         out, err, rc, timed_out = p.stdout, p.stderr, p.returncode, False
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -491,3 +636,32 @@ def run_child(argv, timeout: float) -> dict:
     return dict(records=records, rc=rc, timed_out=timed_out, died=died,
                 err_tail=shorten(" / ".join(lines[-2:]), 200) if lines else "",
                 stderr=err or "")
+
+
+def run_children_resumable(make_argv, items, timeout: float, env: dict | None = None):
+    """Run worker children over `items` until each is done or blamed for a death.
+
+    make_argv(todo) gives the argv of a worker for the items still to do; the worker
+    emits `@@START <item>` before each item and `@@DONE <item>` after it.  When a child
+    crashes or hangs, the item it had started is blamed and a new child goes on with the
+    rest.  Returns (records of every child, [(item, death description, stderr tail)]).
+    """
+    records, deaths = [], []
+    todo = list(items)
+    while todo:
+        child = run_child(make_argv(todo), timeout, env)
+        started, done = None, set()
+        for tag, payload in child["records"]:
+            records.append((tag, payload))
+            if tag == "START":
+                started = payload
+            elif tag == "DONE":
+                done.add(payload)
+        if child["died"] is None:
+            break
+        culprit = started if started in todo and started not in done else \
+            next((i for i in todo if i not in done), None)
+        if culprit is not None:
+            deaths.append((culprit, child["died"], child["err_tail"]))
+        todo = [i for i in todo if i not in done and i != culprit]
+    return records, deaths

@@ -74,37 +74,7 @@ def parse_args(argv=None):
     return a
 
 
-def timing_params(quick: bool) -> dict:
-    if quick:
-        return dict(repeat=5, min_sample_s=0.01, max_total_s=2.0)
-    return dict(repeat=15, min_sample_s=0.02, max_total_s=10.0)
-
-
 # --------------------------------------------------------------------------- workloads
-
-def lj_stats(pos):
-    """Lennard-Jones energy per particle of a particle cloud, with z-scores (numpy)."""
-    n = pos.shape[0]
-    d = pos[:, None, :] - pos[None, :, :]
-    r2 = (d * d).sum(axis=-1) + np.eye(n)
-    inv6 = (1.0 / r2) ** 3
-    e = 4.0 * (inv6 * inv6 - inv6) * (1.0 - np.eye(n))
-    per = 0.5 * e.sum(axis=1)
-    z = (per - per.mean()) / per.std()
-    return per.sum(), z
-
-
-def lj_stats_jax(pos):
-    import jax.numpy as jnp
-    n = pos.shape[0]
-    d = pos[:, None, :] - pos[None, :, :]
-    r2 = (d * d).sum(axis=-1) + jnp.eye(n)
-    inv6 = (1.0 / r2) ** 3
-    e = 4.0 * (inv6 * inv6 - inv6) * (1.0 - jnp.eye(n))
-    per = 0.5 * e.sum(axis=1)
-    z = (per - per.mean()) / per.std()
-    return per.sum(), z
-
 
 def make_lj_numba_loops():
     import numba
@@ -179,7 +149,7 @@ def build_workload(name: str) -> dict:
     if name == "numpy_lj":
         g = np.stack(np.meshgrid(*[np.arange(8) * 1.2] * 3, indexing="ij"), -1).reshape(-1, 3)
         pos = g + rng.uniform(-0.1, 0.1, g.shape)
-        return dict(fn=lj_stats, args=(pos,), lib="numpy")
+        return dict(fn=workloads.lj_stats, args=(pos,), lib="numpy")
     if name == "bert":
         from transformers import BertConfig, BertModel
         cfg = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
@@ -193,35 +163,6 @@ def build_workload(name: str) -> dict:
 
 
 # --------------------------------------------------------------------------- helpers
-
-def flat_arrays(x):
-    """Flatten an output (tensor, ndarray, scalar, tuple, dict, ModelOutput) to ndarrays."""
-    if hasattr(x, "to_tuple") and not isinstance(x, (tuple, list)):
-        x = x.to_tuple()
-    if isinstance(x, dict):
-        x = list(x.values())
-    if isinstance(x, (tuple, list)):
-        out = []
-        for e in x:
-            out.extend(flat_arrays(e))
-        return out
-    if isinstance(x, torch.Tensor):
-        return [x.detach().cpu().numpy()]
-    return [np.asarray(x)]
-
-
-def max_abs_diff(ref, got):
-    a, b = flat_arrays(ref), flat_arrays(got)
-    if len(a) != len(b):
-        return float("inf")
-    worst = 0.0
-    for x, y in zip(a, b):
-        if x.shape != y.shape:
-            return float("inf")
-        if x.size:
-            worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))))
-    return worst
-
 
 def grad_ctx(lib):
     return torch.no_grad() if lib == "torch" else _Null()
@@ -245,18 +186,8 @@ def new_row(workload, system):
 def paired_timing(row, call, eager_call, tp, lib):
     """Time `call` and eager alternately (one sample of each per round), so that machine
     noise hits both alike; fills median, speedup and capture time of row."""
-    import timeit
     with grad_ctx(lib):
-        n_c = common.calibrate_number(call, tp["min_sample_s"])
-        n_e = common.calibrate_number(eager_call, tp["min_sample_s"])
-        t_c, t_e = timeit.Timer(call), timeit.Timer(eager_call)
-        sc, se = [], []
-        t0 = time.perf_counter()
-        for i in range(tp["repeat"]):
-            se.append(t_e.timeit(n_e) / n_e)
-            sc.append(t_c.timeit(n_c) / n_c)
-            if i >= 2 and time.perf_counter() - t0 > 2 * tp["max_total_s"]:
-                break
+        sc, se, n_c = common.paired_samples(call, eager_call, **tp)
     row.update(samples=sc, number=n_c, median_s=common.median(sc),
                eager_paired_s=common.median(se))
     row["speedup"] = row["eager_paired_s"] / row["median_s"]
@@ -270,7 +201,7 @@ def first_calls(row, call, ref, lib):
         first, out = common.time_once(call)
         call()
     row["first_call_s"] = first
-    row["max_abs_diff"] = max_abs_diff(ref, out)
+    row["max_abs_diff"] = common.max_abs_diff(ref, out)
     return out
 
 
@@ -346,7 +277,7 @@ def run_jax(name, w, ref, tp):
     try:
         import jax
         jax.config.update("jax_enable_x64", True)
-        jf = jax.jit(lj_stats_jax)
+        jf = jax.jit(workloads.with_module(workloads.lj_stats, "np", jax.numpy))
         arg = jax.device_put(w["args"][0])
         call = lambda: jax.block_until_ready(jf(arg))  # noqa: E731
         first_calls(row, call, ref, "numpy")
@@ -384,7 +315,7 @@ def run_shapejit(sj, name, w, ref, tp, backend):
             with grad_ctx(w["lib"]):
                 reason = common.shapejit_explain_reason(sj, w["fn"], args)
             row["note"] = f"{st.get('graph_breaks')} break(s), {eager_frames} eager frame(s): {reason}"
-        if not (row["max_abs_diff"] <= tolerance(ref)):
+        if not (row["max_abs_diff"] <= common.tolerance(ref)):
             row["note"] = (row["note"] + "; " if row["note"] else "") + "MISMATCH vs eager"
             row["status"] = "mismatch"
         paired_timing(row, call, eager_call_of(w), tp, w["lib"])
@@ -397,11 +328,6 @@ def run_shapejit(sj, name, w, ref, tp, backend):
         except Exception:
             pass
     return row
-
-
-def tolerance(ref):
-    scale = max((float(np.max(np.abs(a))) for a in flat_arrays(ref) if a.size), default=1.0)
-    return 1e-4 * max(scale, 1.0)
 
 
 def shapejit_rows_inprocess(workloads, tp, built=None, emit=None):
@@ -487,7 +413,7 @@ def worker_main(args):
     if sj is None:
         emit("UNAVAILABLE", why)
         return 0
-    shapejit_rows_inprocess(args.workloads, timing_params(args.quick), emit=emit)
+    shapejit_rows_inprocess(args.workloads, common.timing_params(args.quick), emit=emit)
     return 0
 
 
@@ -592,19 +518,20 @@ def write_markdown(path, facts, thread_line, rows, sj_line, args, elapsed):
 # --------------------------------------------------------------------------- main
 
 def main(argv=None):
-    global torch, F, np
+    global torch, F, np, workloads
     args = parse_args(argv)
     common.early_setup(args.threads, fresh_inductor_cache=not args.warm_inductor_cache)
     import numpy as np  # noqa: F811
     import torch  # noqa: F811
     import torch.nn.functional as F  # noqa: F811
+    import workloads  # noqa: F811  (imports torch and numpy: after early_setup)
     reported = common.late_setup(args.threads)
 
     if args.worker_shapejit:
         return worker_main(args)
 
     t_start = time.perf_counter()
-    tp = timing_params(args.quick)
+    tp = common.timing_params(args.quick)
     facts = common.machine_facts()
     tline = common.thread_line(args.threads, reported)
     print("shapejit demo benchmark" + (" (--quick)" if args.quick else ""))
