@@ -403,13 +403,14 @@ static int calls_init(void)
 Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
-    int any = 0;
+    int any = 0, symint = 0;
     for (int32_t i = 0; i < nargs; i++) {
         if (args[i] && args[i]->kind == VK_TENSOR)
             return NULL;   /* a tensor op: the graph scalar is one of its arguments */
         any |= args[i] && args[i]->kind == VK_GSCALAR;
+        symint |= args[i] && args[i]->kind == VK_SYMINT && !sym_is_bool(args[i]->u.s.e);
     }
-    if (!any)
+    if (!any && !symint)
         return NULL;
     if (calls_init() < 0) {
         *handled = 1;
@@ -421,6 +422,11 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         row++;
     if (row == NCALLS)
         return NULL;   /* not modelled: a use of its value breaks (DataDependentError) */
+    /* math.sqrt of a symbolic size (attention's 1 / sqrt(head_dim) under dynamic=True) is a
+     * graph float computed at run time, as torch's SymFloat is, not a specialisation; the
+     * other calls of symbolic ints keep their own (symbolic or specialising) handling */
+    if (!any && strcmp(calls[row].name, "sqrt") != 0)
+        return NULL;
     *handled = 1;
     if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != calls[row].nargs) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s() of a graph scalar with %d arguments", calls[row].mod,

@@ -488,3 +488,30 @@ def test_symbolic_int_exponent_sign_is_guarded():
         g(x, -2)
     assert shapejit.stats()["recompiles"] == 1
     shapejit.reset()
+
+
+def test_sqrt_of_a_symbolic_size_is_a_graph_float():
+    """attention's 1 / math.sqrt(head_dim) under dynamic=True: a float computed in the graph
+    (torch's SymFloat), so one graph serves every head size, as in torch.compile."""
+    import math
+    from torch._dynamo.testing import CompileCounter
+
+    def attention(q, k, v):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = torch.matmul(q, k.transpose(-2, -1)) * scale
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    sizes = ((2, 16, 64), (4, 64, 64), (3, 32, 32), (2, 40, 16))
+    shapejit.reset()
+    g = shapejit.compile(attention, dynamic=True)
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    tg = torch.compile(attention, backend=cnt, dynamic=True)
+    for b, s, d in sizes:
+        q, k, v = (torch.randn(b, 4, s, d) for _ in range(3))
+        torch.testing.assert_close(g(q, k, v), attention(q, k, v), rtol=1e-4, atol=1e-5)
+        tg(q, k, v)
+    st = shapejit.stats()
+    assert st["graph_breaks"] == 0 and st["graphs"] == cnt.frame_count == 1
+    torch._dynamo.reset()
+    shapejit.reset()
