@@ -179,7 +179,10 @@ int rule_addmm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     int want = op == OP_BADDBMM ? 3 : 2;
     if (m1->ndim != want || m2->ndim != want)
         return sj_err(err, "%s: expected %d-D matrices", op_info[op].name, want);
-    if (op == OP_BADDBMM && m1->size[0] != m2->size[0])
+    int same_batch = op == OP_BADDBMM ? sj_dims_equal(m1, 0, m2, 0, err) : 1;   /* guarded when symbolic */
+    if (same_batch < 0)
+        return -1;
+    if (!same_batch)
         return sj_err(err, "baddbmm: batch sizes differ");
     DType dt;
     if (product_dtype(lib, m1, m2, &dt, err) || product_dtype(lib, c, m1, &dt, err))

@@ -382,6 +382,9 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (n < 0)
         return sj_err(err, "order must be non-negative but got %lld", (long long)n);
     int64_t len = x->size[d];
+    SymNode *slen = sj_symctx ? sj_dimsym(x, d, err) : NULL;   /* the same, symbolic */
+    if (sj_symctx && !slen)
+        return -1;
     DType dt = (DType)x->dtype;
     const char *const ends[2] = {"prepend", "append"};
     for (int k = 0; k < 2; k++) {
@@ -397,14 +400,33 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         if (promote_pair(lib, dt, (DType)m->dtype, &p, err))   /* the ends are concatenated */
             return -1;
         dt = p;
-        for (int i = 0; i < x->ndim; i++)
-            if (i != d && m->size[i] != x->size[i])
+        for (int i = 0; i < x->ndim; i++) {
+            int eq = i == d ? 1 : sj_dims_equal(m, i, x, i, err);   /* guarded when symbolic */
+            if (eq < 0)
+                return -1;
+            if (!eq)
                 return sj_err(err, "diff %s= size mismatch at dimension %d", ends[k], i);
+        }
         len += m->size[d];
+        if (slen) {
+            SymNode *e = sj_dimsym(m, d, err);
+            if (!e || !(slen = sym_add(sj_symctx->env, slen, e)))
+                return e ? sj_sym_error(err) : -1;
+        }
     }
     *out = *x;
     out->dtype = (unsigned char)dt;
     out->np_scalar = 0;
+    if (slen) {
+        /* n differences shorten the dim by n, down to 0: which case it is, is guarded */
+        SymEnv *env = sj_symctx->env;
+        SymNode *kn = sym_const(env, n);
+        int longer;
+        if (!kn || sj_decide(sym_gt(env, slen, kn), &longer, err) < 0)
+            return kn ? -1 : sj_sym_error(err);
+        return sj_set_dim(out, d, longer ? sym_sub(env, slen, kn) : sym_const(env, 0), err) < 0 ? -1
+               : (*nout = 1, 0);
+    }
     out->size[d] = len > n ? len - n : 0;
     *nout = 1;
     return 0;

@@ -515,3 +515,59 @@ def test_sqrt_of_a_symbolic_size_is_a_graph_float():
     assert st["graph_breaks"] == 0 and st["graphs"] == cnt.frame_count == 1
     torch._dynamo.reset()
     shapejit.reset()
+
+
+def _graphs_vs_torch(fn, calls, **compile_kw):
+    """(shapejit graphs, torch.compile graphs) over the same calls; results equal eager."""
+    from torch._dynamo.testing import CompileCounter
+    shapejit.reset()
+    torch._dynamo.reset()
+    g = shapejit.compile(fn, **compile_kw)
+    cnt = CompileCounter()
+    tg = torch.compile(fn, backend=cnt, **compile_kw)
+    with torch.no_grad():
+        for args in calls:
+            want = fn(*args)
+            got = g(*args)
+            for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            tg(*args)
+    out = shapejit.stats()["graphs"], cnt.frame_count
+    torch._dynamo.reset()
+    shapejit.reset()
+    return out
+
+
+def test_diff_and_addmm_keep_sizes_symbolic():
+    """torch.diff with prepend (transformers' packed-sequence check) and addmm (GPT-2's
+    Conv1D) used to pin their sizes: one graph per size where torch.compile needs one."""
+    w, bias = torch.randn(8, 5), torch.randn(5)
+
+    def f(x, first):
+        d = torch.diff(x, prepend=first, dim=-1)
+        h = torch.addmm(bias, x.view(-1, x.size(-1))[:, :8] if x.size(-1) >= 8 else x.new_zeros(1, 8), w)
+        return d, h
+
+    calls = [(torch.randn(3, 12), torch.randn(3, 1)), (torch.randn(4, 20), torch.randn(4, 1)),
+             (torch.randn(6, 9), torch.randn(6, 1))]
+    ours, theirs = _graphs_vs_torch(f, calls, dynamic=True)
+    assert ours == theirs == 1
+
+
+def test_gpt2_dynamic_sweep_matches_torch():
+    import logging
+    import transformers
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                                  use_cache=False)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = transformers.GPT2Model(cfg).eval()
+
+    def run(ids):
+        return model(input_ids=ids).last_hidden_state
+
+    gen = torch.Generator().manual_seed(1)
+    calls = [(torch.randint(0, 100, (b, s), generator=gen),) for b, s in ((3, 16), (2, 8), (4, 24), (5, 32))]
+    ours, theirs = _graphs_vs_torch(run, calls, dynamic=True)
+    assert ours == theirs
