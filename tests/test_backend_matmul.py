@@ -289,3 +289,25 @@ def test_backend_by_name_and_threads():
                 _close(cmod(x), mlp(x))
     finally:
         torch.set_num_threads(old)
+
+
+def test_linear_weight_kept_row_major():
+    """linear's weight is column-major as oneDNN sees it (K x N): a row-major copy is made
+    once and kept while the weight is unchanged; an in-place write (a new _version) or
+    another weight object makes a fresh one; results always equal eager's."""
+    lin = torch.nn.Linear(64, 32)
+    x = _t(8, 64)
+    backend, made = _lowering()
+    f = shapejit.compile(lambda x: lin(x), backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            _close(f(x), lin(x))
+        assert _stats(made, "matmul_weight_copies") == 1
+        lin.weight.mul_(0.5)                      # in place: _version moves
+        _close(f(x), lin(x))
+        assert _stats(made, "matmul_weight_copies") == 2
+        lin.load_state_dict({"weight": torch.randn(32, 64), "bias": torch.randn(32)})
+        _close(f(x), lin(x))
+        assert _stats(made, "matmul_weight_copies") == 3
+        _close(f(x), lin(x))
+        assert _stats(made, "matmul_weight_copies") == 3
