@@ -313,7 +313,11 @@ int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
 {
     (void)op;
     int64_t n, m;
-    if (sj_int(ba_get(b, "n"), "n", &n, err) || sj_get_int(b, "m", n, &m, err))
+    SymNode *ns = NULL, *ms = NULL;   /* symbolic sizes (np.eye(x.shape[0])) stay symbolic */
+    const BoundArg *ma = ba_get(b, "m");
+    if (sj_int_sym(ba_get(b, "n"), "n", &n, &ns, err))
+        return -1;
+    if (ma ? sj_int_sym(ma, "m", &m, &ms, err) : (m = n, ms = ns, 0))
         return -1;
     if (n < 0 || m < 0)
         return sj_err(err, "negative dimensions are not allowed");
@@ -325,6 +329,8 @@ int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     out->ndim = 2;
     out->size[0] = n;
     out->size[1] = m;
+    out->sym[0] = ns;
+    out->sym[1] = ms;
     if (set_requires_grad(lib, b, out, err))
         return -1;
     *nout = 1;

@@ -571,3 +571,36 @@ def test_gpt2_dynamic_sweep_matches_torch():
     calls = [(torch.randint(0, 100, (b, s), generator=gen),) for b, s in ((3, 16), (2, 8), (4, 24), (5, 32))]
     ours, theirs = _graphs_vs_torch(run, calls, dynamic=True)
     assert ours == theirs
+
+
+def test_eye_of_a_symbolic_size():
+    """np.eye(n) / torch.eye(n) with n a dynamic size keep n symbolic (one graph over the
+    sizes, as torch.compile), where they used to pin it."""
+    import numpy as np
+    from torch._dynamo.testing import CompileCounter
+
+    def lj(pos):
+        n = pos.shape[0]
+        d = pos[:, None, :] - pos[None, :, :]
+        r2 = (d * d).sum(axis=-1) + np.eye(n)
+        inv6 = (1.0 / r2) ** 3
+        return (4.0 * (inv6 * inv6 - inv6) * (1.0 - np.eye(n))).sum(axis=1)
+
+    def teye(x):
+        return x @ torch.eye(x.shape[1]) + torch.eye(x.shape[0], x.shape[1])
+
+    shapejit.reset()
+    torch._dynamo.reset()
+    g, h = shapejit.compile(lj, dynamic=True), shapejit.compile(teye, dynamic=True)
+    cnt = CompileCounter()
+    th = torch.compile(teye, backend=cnt, dynamic=True)
+    for n in (16, 27, 40):
+        pos = np.random.default_rng(n).standard_normal((n, 3))
+        np.testing.assert_allclose(g(pos), lj(pos), rtol=1e-10)
+        x = torch.randn(n, n + 3)
+        torch.testing.assert_close(h(x), teye(x))
+        th(x)
+    assert shapejit.stats()["graphs"] == 2 and shapejit.stats()["recompiles"] == 0
+    assert cnt.frame_count == 1
+    torch._dynamo.reset()
+    shapejit.reset()
