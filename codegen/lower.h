@@ -129,6 +129,26 @@ int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObje
 /* d[names[i]] = vals[i] for i < n. 0 or -1 with an exception. */
 int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals);
 
+/* Which weight tensor a copy kept across calls was made from (step_conv.c's reordered
+ * weights, step_matmul.c's row-major weights): valid while the tensor is the same object
+ * (a weak reference), at the same address, with the same _version (torch bumps it on
+ * every in-place write; a write through `.data` goes unseen, as in torch's own frozen-
+ * weight caches). */
+typedef struct {
+    PyObject *wref;      /* strong: a weak reference to the weight; NULL: nothing kept */
+    const void *ptr;     /* its data pointer then */
+    long long version;   /* its _version then */
+} KeptId;
+/* 1 and *version: w's _version; 0 when it has none (a copy of it cannot be kept).
+ * Never raises (a failed read is cleared). */
+int lower_kept_version(PyObject *w, long long *version);
+/* 1 when id was made from w at ptr with this version. */
+int lower_kept_matches(const KeptId *id, PyObject *w, const void *ptr, long long version);
+/* Records w at ptr with version in id: 1, or 0 when w cannot be weakly referenced (the
+ * error cleared; id left unchanged). */
+int lower_kept_set(KeptId *id, PyObject *w, const void *ptr, long long version);
+void lower_kept_clear(KeptId *id);
+
 /* --------------------------------------------------------- step_conv.c ---- */
 
 /* Node ni as a oneDNN convolution, pooling or batch-norm step (a convolution with the

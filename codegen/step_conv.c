@@ -36,16 +36,11 @@
 #define CV_WSLOTS 2      /* reordered weights kept per step (layouts: a shape sweep mostly
                             keeps one) */
 
-/* A convolution's weights, reordered into a primitive's layout, kept while the weight
- * tensor is the same object (weak reference), at the same address, with the same
- * _version (torch bumps it on every in-place write; a write through `.data` goes unseen,
- * as torch's own frozen-weight caches do). Measured on ResNet-50 at batch 1: reordering
- * the weights on every call took 99 of 257 ms. */
+/* A convolution's weights, reordered into a primitive's layout, kept while they are the
+ * weight's (KeptId, lower.h). Measured on ResNet-50 at batch 1: reordering the weights on
+ * every call took 99 of 257 ms. */
 typedef struct {
-    PyObject *wref;                  /* strong: a weak reference to the weight tensor; NULL:
-                                        a free slot */
-    const void *ptr;                 /* its data pointer when reordered */
-    long long version;               /* its _version then */
+    KeptId id;                       /* id.wref NULL: a free slot */
     uint64_t layout;                 /* dnnl_api_conv_weights_layout */
     void *buf;                       /* owned (free()): the reordered weights, 64-byte aligned */
     uint64_t last_use;
@@ -477,7 +472,7 @@ int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
 
 static void slot_clear(WeightSlot *w)
 {
-    Py_CLEAR(w->wref);
+    lower_kept_clear(&w->id);
     free(w->buf);
     w->buf = NULL;
 }
@@ -673,8 +668,6 @@ static int bn_affine(PyObject **vals, const Fold *f, int64_t c, float *sc, float
     return 0;
 }
 
-static PyObject *str_version;   /* strong, interned "_version" */
-
 /* The reordered weights of wobj (data at ptr) for primitive prim: a kept copy, or a new
  * one, in a slot *out pinned for the caller (unpin after the run); NULL when they cannot
  * be kept (the primitive reorders them itself). -1 on error. */
@@ -685,51 +678,36 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     *out = NULL;
     if (!bytes)
         return 0;   /* plain weights: nothing to keep */
-    if (!str_version && !(str_version = PyUnicode_InternFromString("_version")))
-        return -1;
-    PyObject *v = PyObject_GetAttr(wobj, str_version);   /* new */
-    long long version = v ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    if (version == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+    long long version;
+    if (!lower_kept_version(wobj, &version))
         return 0;
-    }
     WeightSlot *victim = &s->wslot[0];
     for (int k = 0; k < CV_WSLOTS; k++) {
         WeightSlot *w = &s->wslot[k];
-        if (w->wref && PyWeakref_GetObject(w->wref) == wobj && w->ptr == ptr && w->version == version &&
-            w->layout == layout) {
+        if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout) {
             w->last_use = ++s->ticks;
             w->pins++;
             *out = w;
             return 0;
         }
-        if (!w->pins && (!w->wref || victim->pins || (victim->wref && w->last_use < victim->last_use)))
+        if (!w->pins && (!w->id.wref || victim->pins || (victim->id.wref && w->last_use < victim->last_use)))
             victim = w;
     }
     if (victim->pins)
         return 0;   /* every slot in use by another thread's run */
     slot_clear(victim);
-    PyObject *ref = PyWeakref_NewRef(wobj, NULL);   /* new */
-    void *buf = ref ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
-    if (!buf) {
-        Py_XDECREF(ref);
-        PyErr_Clear();
+    void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!buf)
         return 0;
-    }
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = dnnl_api_conv_weights(prim, ptr, buf);
     Py_END_ALLOW_THREADS
-    if (status) {
+    if (status || !lower_kept_set(&victim->id, wobj, ptr, version)) {
         free(buf);
-        Py_DECREF(ref);
         return 0;
     }
-    victim->wref = ref;   /* steals ref */
     victim->buf = buf;
-    victim->ptr = ptr;
-    victim->version = version;
     victim->layout = layout;
     victim->last_use = ++s->ticks;
     victim->pins = 1;

@@ -46,10 +46,8 @@ struct MatmulStep {
      * weight is the same object at the same address with the same _version (a write
      * through `.data` goes unseen, as for the conv step's kept weights). */
     float *kept;                     /* PyMem_RawMalloc'd K x N, or NULL */
-    const void *kept_src;            /* the weight's data when copied */
+    KeptId kept_id;                  /* the weight it was copied from (lower.h) */
     int64_t kept_k, kept_n;
-    long long kept_version;
-    PyObject *kept_ref;              /* strong: a weak reference to the weight */
     int64_t kept_copies;
     int kept_pins;                   /* runs reading `kept` with the GIL released */
 };
@@ -321,7 +319,7 @@ void step_matmul_free(LowerPlan *p)
 {
     for (int32_t i = 0; i < p->nmatmuls; i++) {
         PyMem_RawFree(p->matmuls[i].kept);
-        Py_XDECREF(p->matmuls[i].kept_ref);
+        lower_kept_clear(&p->matmuls[i].kept_id);
     }
     PyMem_Free(p->matmuls);
     p->matmuls = NULL;
@@ -529,41 +527,26 @@ static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTen
     return 0;
 }
 
-static PyObject *str_version;   /* strong, interned "_version" */
-
 /* tb (K x N, column-major) from weight object w: pointed at s's kept row-major copy, made
  * or refreshed when w changed. 0, or -1 with an exception. */
 static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
 {
     int64_t k = tb->dims[0], n = tb->dims[1];
-    if (!str_version && !(str_version = PyUnicode_InternFromString("_version")))
-        return -1;
-    long long version = -1;
-    PyObject *v = s->lib == LIB_TORCH ? PyObject_GetAttr(w, str_version) : NULL;   /* new */
-    if (v) {
-        version = PyLong_AsLongLong(v);
-        Py_DECREF(v);
-        if (version == -1 && PyErr_Occurred())
-            return -1;
-    } else if (s->lib == LIB_TORCH) {
-        return -1;
-    } else {
-        return 0;   /* numpy arrays have no version counter: no copy kept */
-    }
-    if (!(s->kept && s->kept_ref && PyWeakref_GetObject(s->kept_ref) == w && s->kept_src == tb->data &&
-          s->kept_version == version && s->kept_k == k && s->kept_n == n)) {
+    long long version;
+    if (!lower_kept_version(w, &version))
+        return 0;   /* no version counter (numpy): no copy kept, w read as it is */
+    if (!(s->kept && lower_kept_matches(&s->kept_id, w, tb->data, version) && s->kept_k == k && s->kept_n == n)) {
         if (s->kept_pins)
             return 0;   /* in use by a run on another thread: this run reads w as it is */
-        PyObject *ref = PyWeakref_NewRef(w, NULL);   /* new */
-        if (!ref) {
-            PyErr_Clear();
-            return 0;   /* not weak-referenceable: use it as it is */
-        }
         float *buf = PyMem_RawRealloc(s->kept, sizeof(float) * (size_t)(k * n > 0 ? k * n : 1));
         if (!buf) {
-            Py_DECREF(ref);
             PyErr_NoMemory();
             return -1;
+        }
+        s->kept = buf;
+        if (!lower_kept_set(&s->kept_id, w, tb->data, version)) {
+            lower_kept_clear(&s->kept_id);   /* not weak-referenceable: w read as it is */
+            return 0;
         }
         const float *src = tb->data;
         /* src[kk * sk + nn * sn] -> buf[kk * n + nn], in tiles for the caches */
@@ -572,10 +555,6 @@ static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
                 for (int64_t kk = k0; kk < k0 + 32 && kk < k; kk++)
                     for (int64_t nn = n0; nn < n0 + 32 && nn < n; nn++)
                         buf[kk * n + nn] = src[kk * tb->strides[0] + nn * tb->strides[1]];
-        s->kept = buf;
-        Py_XSETREF(s->kept_ref, ref);
-        s->kept_src = tb->data;
-        s->kept_version = version;
         s->kept_k = k;
         s->kept_n = n;
         s->kept_copies++;

@@ -12,12 +12,7 @@ import shapejit
 from unbacked_oracle import same, torch_graphs
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    shapejit.reset()
-    yield
-    shapejit.reset()
-    shapejit.set_logs(dynamic=False)
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
 
 
 def arith_then_op(x, y):
