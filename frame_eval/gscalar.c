@@ -52,14 +52,16 @@ typedef enum {
     X(SJ_NB_XOR, "xor", R_BITS) X(SJ_NB_LSHIFT, "lshift", R_INTS) X(SJ_NB_RSHIFT, "rshift", R_INTS)
 
 /* Functions called on graph scalars that become nodes: module, name, argument count,
- * result rule. Other functions of a graph scalar break the graph (torch breaks on
- * math.exp and math.isnan too). */
-#define GS_CALLS(X)                                                                             \
-    X("builtins", "float", 1, R_FLOAT) X("builtins", "int", 1, R_INT)                           \
-    X("builtins", "bool", 1, R_BOOL) X("builtins", "abs", 1, R_SAME)                            \
-    X("builtins", "round", 1, R_INT) X("builtins", "min", 2, R_PICK)                            \
-    X("builtins", "max", 2, R_PICK) X("math", "sqrt", 1, R_FLOAT) X("math", "floor", 1, R_INT) \
-    X("math", "ceil", 1, R_INT) X("math", "trunc", 1, R_INT)
+ * result rule, and whether a call on symbolic ints alone is a graph scalar too (SI: math.sqrt
+ * of a size is torch's SymFloat, attention's 1 / sqrt(head_dim); the others' symbolic-int
+ * calls keep their own handling). Other functions of a graph scalar break the graph (torch
+ * breaks on math.exp and math.isnan too). */
+#define GS_CALLS(X)                                                                               \
+    X("builtins", "float", 1, R_FLOAT, 0) X("builtins", "int", 1, R_INT, 0)                       \
+    X("builtins", "bool", 1, R_BOOL, 0) X("builtins", "abs", 1, R_SAME, 0)                        \
+    X("builtins", "round", 1, R_INT, 0) X("builtins", "min", 2, R_PICK, 0)                        \
+    X("builtins", "max", 2, R_PICK, 0) X("math", "sqrt", 1, R_FLOAT, 1)                           \
+    X("math", "floor", 1, R_INT, 0) X("math", "ceil", 1, R_INT, 0) X("math", "trunc", 1, R_INT, 0)
 
 /* The in-place binary ops follow the plain ones in the same order (BINARY_OP's oparg). */
 _Static_assert(SJ_NB_ADD == 0 && SJ_NB_INPLACE_XOR - SJ_NB_INPLACE_ADD == SJ_NB_XOR - SJ_NB_ADD,
@@ -71,8 +73,8 @@ static const struct { int nb; const char *fn; ResultRule rule; } binary_ops[] = 
 #undef X
 };
 
-static const struct { const char *mod, *name; int nargs; ResultRule rule; } calls[] = {
-#define X(mod, name, nargs, rule) {mod, name, nargs, rule},
+static const struct { const char *mod, *name; int nargs; ResultRule rule; int symint; } calls[] = {
+#define X(mod, name, nargs, rule, symint) {mod, name, nargs, rule, symint},
     GS_CALLS(X)
 #undef X
 };
@@ -422,11 +424,8 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         row++;
     if (row == NCALLS)
         return NULL;   /* not modelled: a use of its value breaks (DataDependentError) */
-    /* math.sqrt of a symbolic size (attention's 1 / sqrt(head_dim) under dynamic=True) is a
-     * graph float computed at run time, as torch's SymFloat is, not a specialisation; the
-     * other calls of symbolic ints keep their own (symbolic or specialising) handling */
-    if (!any && strcmp(calls[row].name, "sqrt") != 0)
-        return NULL;
+    if (!any && !calls[row].symint)
+        return NULL;   /* symbolic ints only: the call's own (symbolic or specialising) handling */
     *handled = 1;
     if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != calls[row].nargs) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s() of a graph scalar with %d arguments", calls[row].mod,
