@@ -11,7 +11,12 @@
  * operand; inside, a flat index i over the R positions. When every operand walks its R
  * dims contiguously (the common case: the last dims of dense tensors) element i of a row is
  * at base + i and the inner loops vectorise; otherwise the offset of i is decomposed over
- * the R dims (a multiply for a single R dim).
+ * the R dims (a multiply for a single R dim). A reduction that keeps the last dim and
+ * cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
+ * (put_columns): rows into a tile of outputs, vectorised across the outputs.
+ *
+ * A reduction's output 0 is the reduced value; outputs 1.. are prologue values read after
+ * the kernel, stored as each element is computed (every element is visited once).
  *
  * Types: a reduction computes in its output's dtype (the metas say: torch sums int32 to
  * int64, numpy's mean of ints is float64), converting each element; row kernels are float32.
@@ -107,10 +112,16 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
     put(b, "        %s = sj_cascade_sum%s(lv, cnt);\n        }\n", into, sfx);
 }
 
-/* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). */
+/* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). A
+ * reduction also stores the prologue values read after it (its outputs 1..). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi);
+    for (int j = 1; !is_row(k) && j < (int)k->nout; j++) {
+        put(b, "            out%d[", j);
+        put_off(b, fmt, j);
+        put(b, "] = t%d;\n", (int)k->outs[j]);
+    }
     const char *at = lower_ctype(acc_type(g, k));
     put(b, "            const %s v = (%s)", at, at);
     emit_value(b, k, k->red.src);
@@ -233,6 +244,115 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     }
 }
 
+/* Adds to base[j] the offset of operand j at the kept position `rem` decomposes into over
+ * the kept dims top..0 (the reduced dims are skipped). */
+static void put_bases(Buf *b, const Kernel *k, int top)
+{
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    for (int d = top; d >= 0; d--) {
+        if ((k->red.mask >> d) & 1)
+            continue;
+        put(b, "        { const int64_t idx = rem %% n[%d]; rem /= n[%d];", d, d);
+        for (int j = 0; j < nops; j++)
+            put(b, " base[%d] += idx * st[%d];", j, j * r + d);
+        put(b, " }\n");
+    }
+}
+
+/* Column mode: a reduction whose last dim is kept (x.sum(0) of a row-major matrix). The
+ * loop order is kept positions -> reduced positions -> a tile of COLS outputs along the
+ * last dim, so the innermost loop runs over consecutive elements of a row into COLS
+ * accumulators (vectorised across outputs) instead of striding down each column. Float
+ * sums add BLOCK_ROWS rows per block into the tile, then cascade the blocks per column as
+ * put_sum does; integers add exactly in uint64_t; max/min keep NaN per column. `roff`
+ * formats the offset of reduced position i for operand %d (a format of two %d). */
+#define COLS 64
+#define BLOCK_ROWS 128
+
+static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
+{
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    DType t = acc_type(g, k);
+    const char *ct = lower_ctype(t);
+    int sum = k->flavour == KF_SUM || k->flavour == KF_MEAN, fl = lower_class(t) != LC_INT;
+    int is_max = k->flavour == KF_MAX;
+    put(b, "        const int64_t M = n[%d], ntile = (M + %d) / %d, outer2 = outer / M;\n", r - 1, COLS - 1, COLS);
+    put(b, "        int unit = 1;\n");
+    for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
+        put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
+    put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
+    put(b, "        for (int64_t ot = 0; ot < outer2 * ntile; ot++) {\n");
+    put(b, "        const int64_t j0 = (ot %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
+    put(b, "        int64_t base[%d] = {0}, rem = ot / ntile;\n        (void)rem;\n", nops);
+    put_bases(b, k, r - 2);
+    for (int j = 0; j < nops; j++)
+        put(b, "        base[%d] += j0 * st[%d];\n", j, j * r + r - 1);
+    if (sum && fl) {
+        put(b, "        %s acc[%d], lv[48][%d]; int64_t cnt = 0;\n", ct, COLS, COLS);
+        put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK_ROWS);
+        put(b, "        const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK_ROWS, BLOCK_ROWS);
+        put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = 0;\n", COLS);
+    } else {
+        put(b, "        %s acc[%d];\n", sum ? "uint64_t" : ct, COLS);
+        put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = ", COLS);
+        if (sum)
+            put(b, "0;\n");
+        else if (fl)
+            put(b, "%sSJ_INF;\n", is_max ? "-" : "");
+        else
+            put(b, "INT%d_%s;\n", t == DT_I32 ? 32 : 64, is_max ? "MIN" : "MAX");
+        put(b, "        { const int64_t i0 = 0, i1 = N;\n");
+    }
+    put(b, "        for (int64_t i = i0; i < i1; i++) {\n");
+    put(b, "        int64_t cur[%d];\n", nops);
+    for (int j = 1; j < nops; j++) {
+        put(b, "        cur[%d] = ", j);
+        put(b, roff, j, j);
+        put(b, ";\n");
+    }
+    /* the same row body twice: unit strides along the last dim (vectorised), or any */
+    char fmt[96];
+    for (int u = 1; u >= 0; u--) {
+        if (u) {
+            snprintf(fmt, sizeof fmt, "cur[%%d] + jj");
+            put(b, "        if (unit) {\n#pragma omp simd\n");
+        } else {
+            snprintf(fmt, sizeof fmt, "cur[%%d] + jj * st[%%d * %d + %d]", r, r - 1);
+            put(b, "        } else {\n");
+        }
+        put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
+        body_prologue(b, g, k, fmt);
+        if (sum)
+            put(b, "            acc[jj] += %sv;\n", fl ? "" : "(uint64_t)");
+        else if (fl)
+            put(b, "            acc[jj] = (v %s acc[jj] || v != v) ? v : acc[jj];\n", is_max ? ">" : "<");
+        else
+            put(b, "            acc[jj] = v %s acc[jj] ? v : acc[jj];\n", is_max ? ">" : "<");
+        put(b, "        }\n");
+    }
+    put(b, "        }\n        }\n");   /* the else, the loop over i */
+    if (sum && fl) {
+        /* the block's column sums join the cascade (sj_cascade_push, per column) */
+        put(b, "        { int64_t c = cnt++; int l = 0;\n");
+        put(b, "          while (c & 1) { for (int64_t jj = 0; jj < %d; jj++) acc[jj] += lv[l][jj]; l++; c >>= 1; }\n",
+            COLS);
+        put(b, "          for (int64_t jj = 0; jj < %d; jj++) lv[l][jj] = acc[jj]; }\n", COLS);
+        put(b, "        }\n");
+        put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
+        put(b, "            %s s = 0;\n", ct);
+        put(b, "            for (int64_t l = 0, c = cnt; c; l++, c >>= 1)\n");
+        put(b, "                if (c & 1)\n                    s += lv[l][jj];\n");
+        put(b, "            out0[base[0] + jj * st[%d]] = s", r - 1);
+        if (k->flavour == KF_MEAN)
+            put(b, " / (%s)N", ct);
+        put(b, ";\n");
+    } else {
+        put(b, "        }\n        for (int64_t jj = 0; jj < jn; jj++) {\n");
+        put(b, "            out0[base[0] + jj * st[%d]] = (%s)acc[jj];\n", r - 1, ct);
+    }
+    put(b, "        }\n        }\n");
+}
+
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -273,24 +393,22 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "    if (outer == 0)\n        return 0;\n");
     /* fast: every operand read or written per element walks the R dims contiguously */
     put(b, "    int fast = 1;\n");
-    for (int j = is_row(k) ? 0 : (int)k->nout; j < nops; j++) {
+    for (int j = is_row(k) ? 0 : 1; j < nops; j++) {
         put(b, "    { int64_t e = 1;");
         for (int d = r - 1; d >= 0; d--)
             if ((mask >> d) & 1)
                 put(b, " if (n[%d] != 1 && st[%d] != e) fast = 0; e *= n[%d];", d, j * r + d, d);
         put(b, " (void)e; }\n");
     }
+    if (!is_row(k) && r >= 2 && nr >= 1 && !((mask >> (r - 1)) & 1)) {
+        put(b, "    if (!fast && n[%d] > 1) {\n", r - 1);
+        put_columns(b, g, k, slow);
+        put(b, "        return sj_bad;\n    }\n");
+    }
     put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
     put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
     put(b, "        int64_t base[%d] = {0}, rem = o;\n        (void)rem;\n", nops);
-    for (int d = r - 1; d >= 0; d--) {
-        if ((mask >> d) & 1)
-            continue;
-        put(b, "        { const int64_t idx = rem %% n[%d]; rem /= n[%d];", d, d);
-        for (int j = 0; j < nops; j++)
-            put(b, " base[%d] += idx * st[%d];", j, j * r + d);
-        put(b, " }\n");
-    }
+    put_bases(b, k, r - 1);
     put(b, "        if (fast) {\n");
     put_row(b, g, k, "base[%d] + i");
     put(b, "        } else {\n");

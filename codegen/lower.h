@@ -78,10 +78,12 @@ void lower_plan_free(LowerPlan *p);
  * plan (fused after `open`, the kernel of the nodes just before it, when that kernel only
  * feeds it) and returns 1; 0 when it is not; -1 with an exception. */
 int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, int32_t *last);
-/* The output layout of kernel k for iteration sizes n: its sizes (returns the rank) and its
- * strides over the k->rank dims of the iteration space; -1 when these sizes must run
- * eagerly (max of an empty dim). */
-int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t *ost);
+/* The layout of output j of kernel k for iteration sizes n: its sizes (returns the rank)
+ * and its strides over the k->rank dims of the iteration space; -1 when these sizes must
+ * run eagerly (max of an empty dim). A reduction's output 0 is the reduced value; its
+ * other outputs (prologue values read later) and every other kernel's outputs are dense
+ * over the whole space. */
+int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost);
 
 /* C source (new str) of every kernel of p, one translation unit (emit.c); names the
  * kernels' functions. NULL with an exception. */

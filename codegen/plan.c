@@ -128,12 +128,17 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
     return 0;
 }
 
-/* Which values made inside k are read after it: its outputs. */
+/* Which values made inside k are read after it: its outputs. A reduction's value (its
+ * last node: reductions take no epilogue) comes first, then the prologue values it stores
+ * (lower_out_layout). */
 static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
 {
     int32_t last = k->nodes[k->nnodes - 1];
+    int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN;
     k->nout = 0;
-    for (int32_t i = 0; i < k->nnodes; i++) {
+    if (reduces)
+        k->outs[k->nout++] = g->nodes[last].first_value;
+    for (int32_t i = 0; i < k->nnodes - reduces; i++) {
         int32_t v = g->nodes[k->nodes[i]].first_value;
         if (last_use[v] > last)
             k->outs[k->nout++] = v;

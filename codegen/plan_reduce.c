@@ -265,13 +265,19 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     Lib lib = (Lib)g->values[nd->first_value].meta.lib;
     const TensorMeta *xm = &g->values[red.src].meta;
     int32_t extra[2] = {red.weight, red.bias};
-    /* fuse: the open kernel makes the reduced value over the same space, and only feeds this
-     * node (every value it makes is last read here at the latest, and not as weight/bias) */
+    /* fuse: the open kernel makes the reduced value over the same space, and (for a row op)
+     * only feeds this node: every value it makes is last read here at the latest, and not as
+     * weight/bias. A reduction reads each element once, so it also stores the prologue
+     * values read later (extra outputs, find_outputs in plan.c). */
     int fuse = open && open->flavour == KF_POINTWISE && open->lib == lib && plan_kernel_makes(g, open, red.src) &&
-               lower_same_dims(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta) &&
-               open->nin + 3 < SJ_KMAX_OPERANDS - 2;
+               lower_same_dims(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta);
+    int stores = 0;
     for (int32_t i = 0; fuse && i < open->nnodes; i++)
-        fuse = last_use[g->nodes[open->nodes[i]].first_value] <= ni;
+        if (last_use[g->nodes[open->nodes[i]].first_value] > ni) {
+            fuse = fl <= KF_MIN;
+            stores++;
+        }
+    fuse = fuse && open->nin + stores + 3 < SJ_KMAX_OPERANDS - 2;
     for (int e = 0; fuse && e < 2; e++)
         fuse = extra[e] < 0 || !plan_kernel_makes(g, open, extra[e]);
     Kernel *k = open;
@@ -302,9 +308,9 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     return 1;
 }
 
-int lower_out_layout(const Kernel *k, const int64_t *n, int64_t *osize, int64_t *ost)
+int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost)
 {
-    int r = k->rank, reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN, o = 0;
+    int r = k->rank, reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN && j == 0, o = 0;
     uint32_t mask = reduces ? k->red.mask : 0;
     int64_t expect = 1;
     for (int d = r - 1; d >= 0; d--) {

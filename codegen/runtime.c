@@ -210,7 +210,7 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
         }
         for (int32_t j = 0; j < k->nout && rc == 0; j++) {
             int64_t osize[SJ_MAX_RANK + 1];
-            int orank = lower_out_layout(k, n, osize, &st[j * r]);
+            int orank = lower_out_layout(k, (int)j, n, osize, &st[j * r]);
             if (orank < 0) {
                 rc = 1;
                 break;
