@@ -25,12 +25,9 @@ PyObject *cc_CompileError;
 
 /* The compile flags, in order (docs/notes/issue6_plan.md section 3): no -ffast-math (it
  * folds isnan); -ffp-contract=off so chains of + - * / round after every op as eager
- * does; -fno-trapping-math because nothing unmasks FP exceptions, and without it GCC
- * keeps each FP op under the mask of the select that uses it, which made the branch-free
- * exp/tanh (emit_math.c) 10-15% slower (it changes no value); -fvisibility=hidden with
- * CG_EXPORT marking entry points. */
+ * does; -fvisibility=hidden with CG_EXPORT marking entry points. */
 static const char *const cc_flags[] = {
-    "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fPIC", "-shared",
+    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared",
     "-fopenmp", "-fvisibility=hidden", "-DCG_EXPORT=__attribute__((visibility(\"default\")))",
 };
 static const char *const cc_libs[] = {"-lmvec", "-lm"};   /* after the source */
