@@ -328,7 +328,7 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 PyObject *lower_emit(Graph *g, LowerPlan *p)
 {
     Buf b = {NULL, 0, 0, 0};
-    put(&b, "%s", prelude);
+    put(&b, "%s%s", prelude, emit_math_prelude);
     for (int32_t i = 0; i < p->nkernels; i++)
         if (p->kernels[i].flavour != KF_POINTWISE)
             emit_reduce_kernel(&b, g, &p->kernels[i]);

@@ -66,6 +66,9 @@ typedef struct {
 
 void emit_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* emit_math.c: the kernels' own vectorisable float32 exp/tanh/erf (C source text). */
+extern const char emit_math_prelude[];
+
 /* The statements computing nodes [0, upto) of k at one element: each input loaded once
  * (`const float xI = inI[off]`, typed by its meta), each node into `tV` (V its value id).
  * off_fmt is the element offset of operand j (outputs first): a format given j for each
