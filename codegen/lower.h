@@ -116,6 +116,16 @@ void step_matmul_free(LowerPlan *p);
 /* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
 int step_matmul_stats(const LowerPlan *p, PyObject *d);
 
+/* ----------------------------------------------------------- pattern.c ---- */
+
+/* When the nodes from `from` on (OP_INPUT nodes skipped) compute a written-out activation
+ * of value x that oneDNN has as one eltwise op (gelu_new's tanh formula) and nothing else
+ * reads x or the values between: its MmPostKind (dnnl_api.h), the nodes in nodes[0..*n)
+ * in graph order (at most max) and the last in *last. 0 when there is none. */
+int lower_match_activation(Graph *g, int32_t x, int32_t from, int32_t *nodes, int max, int *n, int32_t *last);
+/* References to value v in the graph (arguments, list items, outputs). */
+int lower_value_uses(const Graph *g, int32_t v);
+
 /* ------------------------------------------------------- step_common.c ---- */
 
 struct BoundArg;
