@@ -99,6 +99,7 @@ static dnnl_alg_kind_t eltwise_alg(int kind)
     switch (kind) {
     case MMPO_RELU: return dnnl_eltwise_relu;
     case MMPO_GELU_ERF: return dnnl_eltwise_gelu_erf;
+    case MMPO_GELU_TANH: return dnnl_eltwise_gelu_tanh;
     case MMPO_TANH: return dnnl_eltwise_tanh;
     case MMPO_SIGMOID: return dnnl_eltwise_logistic;
     case MMPO_SILU: return dnnl_eltwise_swish;

@@ -26,6 +26,7 @@ typedef enum {
     MMPO_SILU,          /* eltwise swish, alpha 1 */
     MMPO_LINEAR,        /* alpha * x + beta (a scalar add or mul) */
     MMPO_ADD_ROW,       /* binary add of a [N] row, broadcast over the rows */
+    MMPO_GELU_TANH,     /* eltwise gelu_tanh (F.gelu(approximate='tanh'), gelu_new) */
 } MmPostKind;
 
 typedef struct {

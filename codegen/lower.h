@@ -63,6 +63,12 @@ typedef struct {
     Kernel *kernels; int32_t nkernels;
     MatmulStep *matmuls; int32_t nmatmuls;
     ConvStep *convs; int32_t nconvs;
+    /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
+     * release_at[i + 1]), dropped from the run's vals[] once step i is done, so a run holds
+     * what eager would (intermediates freed at their last use, their memory reused by the
+     * next allocation instead of fresh pages each call). PyMem; release_at has nsteps + 1
+     * entries. */
+    int32_t *release;   int32_t *release_at;
 } LowerPlan;
 
 /* Calls fn(ctx, ni, v) for every value v node ni reads (arguments and list items). */
@@ -70,7 +76,8 @@ void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t 
 /* 1 when x and y have the same dims, symbol for symbol. */
 int lower_same_dims(const TensorMeta *x, const TensorMeta *y);
 
-/* Partition g into steps (plan.c). 0, or -1 with an exception. */
+/* Partition g into steps (plan.c), with each value's release step. 0, or -1 with an
+ * exception. */
 int lower_plan(Graph *g, LowerPlan *out);
 void lower_plan_free(LowerPlan *p);
 
@@ -117,6 +124,16 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_matmul_free(LowerPlan *p);
 /* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
 int step_matmul_stats(const LowerPlan *p, PyObject *d);
+
+/* ----------------------------------------------------------- pattern.c ---- */
+
+/* When the nodes from `from` on (OP_INPUT nodes skipped) compute a written-out activation
+ * of value x that oneDNN has as one eltwise op (gelu_new's tanh formula) and nothing else
+ * reads x or the values between: its MmPostKind (dnnl_api.h), the nodes in nodes[0..*n)
+ * in graph order (at most max) and the last in *last. 0 when there is none. */
+int lower_match_activation(Graph *g, int32_t x, int32_t from, int32_t *nodes, int max, int *n, int32_t *last);
+/* References to value v in the graph (arguments, list items, outputs). */
+int lower_value_uses(const Graph *g, int32_t v);
 
 /* ------------------------------------------------------- step_common.c ---- */
 

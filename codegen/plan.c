@@ -6,6 +6,8 @@
  * same dims, symbol for symbol), the same library, and reads only values that are either
  * made by the kernel or available before it. A value a kernel makes is written to memory
  * only when something after the kernel (a later node or the graph's outputs) reads it.
+ * Each value that is not a graph output is released after the last step that makes or
+ * reads it.
  *
  * Memory: the plan's arrays are PyMem; nothing here holds a Python reference. */
 #include <string.h>
@@ -167,6 +169,61 @@ static void note_use(void *last_use, int32_t ni, int32_t v)
     ((int32_t *)last_use)[v] = ni;
 }
 
+/* ------------------------------------------------------------- releases ---- */
+
+struct late {
+    const Graph *g;
+    const int32_t *node_step;
+    int32_t *at;        /* per value: the last step that makes or reads it */
+};
+
+static void note_step(void *ctx, int32_t ni, int32_t v)
+{
+    struct late *l = ctx;
+    if (l->node_step[ni] > l->at[v])
+        l->at[v] = l->node_step[ni];
+}
+
+/* p->release / p->release_at from node_step (the step that runs each node, -1 for inputs
+ * and nodes no step runs). 0, or -1 with MemoryError. */
+static int plan_releases(const Graph *g, LowerPlan *p, const int32_t *node_step)
+{
+    int32_t *at = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nvalues ? g->nvalues : 1));
+    p->release_at = PyMem_Calloc((size_t)p->nsteps + 1, sizeof(int32_t));
+    p->release = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nvalues ? g->nvalues : 1));
+    if (!at || !p->release_at || !p->release) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t v = 0; v < g->nvalues; v++)
+        at[v] = node_step[g->values[v].node];
+    struct late l = {g, node_step, at};
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        lower_node_reads(g, ni, note_step, &l);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        at[g->outputs[i]] = -1;   /* returned: kept to the end */
+    /* counting sort by step */
+    for (int32_t v = 0; v < g->nvalues; v++)
+        if (at[v] >= 0)
+            p->release_at[at[v] + 1]++;
+    for (int32_t i = 0; i < p->nsteps; i++)
+        p->release_at[i + 1] += p->release_at[i];
+    int32_t *fill = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
+    if (!fill) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(fill, p->release_at, sizeof(int32_t) * (size_t)p->nsteps);
+    for (int32_t v = 0; v < g->nvalues; v++)
+        if (at[v] >= 0)
+            p->release[fill[at[v]]++] = v;
+    PyMem_Free(fill);
+    PyMem_Free(at);
+    return 0;
+}
+
 int lower_plan(Graph *g, LowerPlan *out)
 {
     memset(out, 0, sizeof *out);
@@ -182,17 +239,35 @@ int lower_plan(Graph *g, LowerPlan *out)
         lower_node_reads(g, ni, note_use, last_use);
     for (int32_t i = 0; i < g->noutputs; i++)
         last_use[g->outputs[i]] = g->nnodes;
+    /* the step that runs each node (-1: inputs); kernels' nodes are filled in at the end */
+    int32_t *node_step = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!node_step) {
+        PyMem_Free(last_use);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        node_step[ni] = -1;
     Kernel *open = NULL;
     for (int32_t ni = 0; ni < g->nnodes; ni++) {
         const Node *nd = &g->nodes[ni];
         if (nd->op == OP_INPUT)
             continue;
+        int32_t before = out->nsteps;
         int32_t upto = step_matmul_plan(g, ni, out);
         if (upto == -1)
             upto = step_conv_plan(g, ni, out);
         if (upto < -1)
             goto fail;
         if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
+            /* it runs the nodes [ni, upto] but the eager steps pushed before it (size
+             * arithmetic it moved ahead) */
+            for (int32_t i = before; i < out->nsteps - 1; i++)
+                if (out->steps[i].kind == STEP_EAGER)
+                    node_step[out->steps[i].index] = i;
+            for (int32_t nj = ni; nj <= upto; nj++)
+                if (node_step[nj] < 0 && g->nodes[nj].op != OP_INPUT)
+                    node_step[nj] = out->nsteps - 1;
             open = NULL;
             ni = upto;
             continue;
@@ -246,14 +321,25 @@ int lower_plan(Graph *g, LowerPlan *out)
             continue;
         }
         Step s = {STEP_EAGER, ni};
+        node_step[ni] = out->nsteps;
         if (plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
             goto fail;
     }
     for (int32_t i = 0; i < out->nkernels; i++)
         find_outputs(g, &out->kernels[i], last_use);
+    for (int32_t i = 0; i < out->nsteps; i++)
+        if (out->steps[i].kind == STEP_KERNEL) {
+            const Kernel *k = &out->kernels[out->steps[i].index];
+            for (int32_t j = 0; j < k->nnodes; j++)
+                node_step[k->nodes[j]] = i;
+        }
+    if (plan_releases(g, out, node_step) < 0)
+        goto fail;
+    PyMem_Free(node_step);
     PyMem_Free(last_use);
     return 0;
 fail:
+    PyMem_Free(node_step);
     PyMem_Free(last_use);
     lower_plan_free(out);
     return -1;
@@ -265,6 +351,8 @@ void lower_plan_free(LowerPlan *p)
         PyMem_Free(p->kernels[i].nodes);
     PyMem_Free(p->kernels);
     PyMem_Free(p->steps);
+    PyMem_Free(p->release);
+    PyMem_Free(p->release_at);
     step_matmul_free(p);
     step_conv_free(p);
     memset(p, 0, sizeof *p);

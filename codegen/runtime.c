@@ -11,7 +11,8 @@
  *
  * Memory: the object holds a strong reference to its _C.Graph and owns its plan (PyMem);
  * the kernels' library stays loaded for the life of the process (codegen.h). Values live
- * in the run's vals[] as strong references (graph_run_with). */
+ * in the run's vals[] as strong references (graph_run_with), each dropped after the last
+ * step that reads it (the plan's release lists). */
 #include <string.h>
 
 #include "lower.h"
@@ -271,6 +272,8 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
                                          : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
+        for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++)
+            Py_CLEAR(vals[cg->plan.release[j]]);   /* read by no later step (plan.c) */
     }
     return 0;
 }

@@ -8,8 +8,13 @@
  * take a bias; a batched right operand (bmm, batched matmul) keeps up to 4 dims, batch
  * dims broadcast, no bias. The pointwise nodes right after it (inputs between them do not
  * count) fold in as post-ops while each reads only the previous result, which nothing
- * else reads: relu, gelu (erf), tanh, sigmoid, silu, + or - or * a Python number, + a [N]
- * row (the bias when it comes first on a 2-D product).
+ * else reads: relu, gelu (erf or tanh), tanh, sigmoid, silu, + or - or * a Python number,
+ * + a [N] row (the bias when it comes first on a 2-D product), and the written-out
+ * activations pattern.c recognises (gelu_new's eight nodes: one gelu_tanh). A view or
+ * reshape of the product that keeps its last dim may come first (GPT-2's Conv1D is
+ * addmm(bias, x.view(-1, K), w).view(..., N)): the post-ops apply to the product's buffer
+ * and the view node runs on it afterwards. Size arithmetic between the folded nodes (a
+ * dynamic view's sizes) that reads only earlier values runs as eager steps before the step.
  *
  * Run: sizes and strides come from the live operands. A linear's weight [N, K] is passed
  * as its transpose (a layout, not a copy). An operand whose innermost two dims are neither
@@ -21,17 +26,21 @@
  * from vals[] except the copies, which the run owns and drops before returning. */
 #include <string.h>
 
-#include "lower.h"
+#include "lower_int.h"
 #include "dnnl_api.h"
 #include "../frame_eval/capture.h"
 #include "../shapes/rules.h"
+
+#define MM_MAX_FUSED 24   /* nodes folded into one step (a written-out gelu is 8) */
 
 struct MatmulStep {
     int32_t node;                    /* the matmul node */
     int32_t a, b, bias;              /* value ids; bias -1 when none */
     int32_t out;                     /* the value the step writes (the last fused node's) */
-    int32_t fused[MM_MAX_POST];      /* the pointwise nodes folded in (post-ops, bias), in order */
+    int32_t fused[MM_MAX_FUSED];     /* the nodes folded in (view, post-ops, bias), in order */
     int nfused;
+    int32_t view;                    /* a view/reshape of the product the post-ops follow
+                                        (Conv1D's addmm(...).view(...)), or -1 */
     int32_t post_arg[MM_MAX_POST];   /* MMPO_ADD_ROW: the row's value id; else -1 */
     MmPost post[MM_MAX_POST];
     int npost;
@@ -51,8 +60,6 @@ struct MatmulStep {
     int64_t kept_copies;
     int kept_pins;                   /* runs reading `kept` with the GIL released */
 };
-
-int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2]);
 
 /* ----------------------------------------------------------------- plan ---- */
 
@@ -108,29 +115,6 @@ static int absent_or(const BoundArg *ba, int one)
     if (d == -1.0 && PyErr_Occurred())
         PyErr_Clear();
     return d == 1.0;
-}
-
-struct count {
-    int32_t v;
-    int n;
-};
-
-static void count_read(void *ctx, int32_t ni, int32_t v)
-{
-    struct count *c = ctx;
-    (void)ni;
-    c->n += v == c->v;
-}
-
-/* References to value v in the graph (arguments, list items, outputs). */
-static int uses(const Graph *g, int32_t v)
-{
-    struct count c = {v, 0};
-    for (int32_t ni = 0; ni < g->nnodes; ni++)
-        lower_node_reads(g, ni, count_read, &c);
-    for (int32_t i = 0; i < g->noutputs; i++)
-        c.n += g->outputs[i] == v;
-    return c.n;
 }
 
 /* The operands of the product: 0 and s filled, or 1 when node ni is not one we take. */
@@ -224,6 +208,29 @@ static int row_arg(Graph *g, const Arg *x, int32_t v, Lib lib)
            (r->sym[0] || r->size[0] == m->size[last]);
 }
 
+/* 1 when node nj is F.gelu(v, approximate='tanh') (kernels leave it to eager). */
+static int gelu_tanh_of(Graph *g, int32_t nj, int32_t v)
+{
+    NodeArgs na;
+    int input = 0, tanh = 0;
+    if (g->nodes[nj].op != OP_GELU || !lower_bind_node(g, nj, &na))
+        return 0;
+    for (int i = 0; i < na.bound.n; i++) {
+        const BoundArg *ba = &na.bound.args[i];
+        const char *name = na.bound.names[i];
+        if (ba->kind == BA_ABSENT)
+            continue;
+        if (!strcmp(name, "input") && na.src[i] && na.src[i]->kind == ARG_VALUE && na.src[i]->a == v)
+            input = 1;
+        else if (!strcmp(name, "approximate") && ba->kind == BA_CONST && PyUnicode_Check(ba->value) &&
+                 PyUnicode_CompareWithASCIIString(ba->value, "tanh") == 0)
+            tanh = 1;
+        else
+            return 0;
+    }
+    return input && tanh;
+}
+
 /* Node nj as a post-op on value v: 1 and *po (and *arg for a row) filled, else 0. */
 static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, int32_t *arg)
 {
@@ -231,12 +238,18 @@ static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, i
     const Arg *x, *y;
     double p[2], c;
     const TensorMeta *om = &g->values[nd->first_value].meta;
-    if (!lower_node_args(g, nj, &x, &y, p) || om->requires_grad || om->lib != s->lib ||
+    if (nd->nout != 1 || om->dtype != DT_F32 || om->requires_grad || om->lib != s->lib ||
         !lower_same_dims(om, &g->values[v].meta))
         return 0;
-    int xv = x && x->kind == ARG_VALUE && x->a == v, yv = y && y->kind == ARG_VALUE && y->a == v;
     memset(po, 0, sizeof *po);
     *arg = -1;
+    if (gelu_tanh_of(g, nj, v)) {
+        po->kind = MMPO_GELU_TANH;
+        return 1;
+    }
+    if (!lower_node_args(g, nj, &x, &y, p))
+        return 0;
+    int xv = x && x->kind == ARG_VALUE && x->a == v, yv = y && y->kind == ARG_VALUE && y->a == v;
     switch (nd->op) {
     case OP_RELU: po->kind = MMPO_RELU; return xv;
     case OP_GELU: po->kind = MMPO_GELU_ERF; return xv;   /* lower_node_args refuses 'tanh' */
@@ -278,6 +291,44 @@ static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, i
     }
 }
 
+/* 1 when node nj is a view or reshape of the product v (its only reader) that keeps
+ * the last dim: post-ops may follow it, applied to the product's buffer. */
+static int passes_view(Graph *g, const MatmulStep *s, int32_t nj, int32_t v)
+{
+    const Node *nd = &g->nodes[nj];
+    if ((nd->op != OP_VIEW && nd->op != OP_RESHAPE) || nd->nout != 1 || (nd->flags & NODE_INPLACE) ||
+        nd->nargs < 1 || g->pool[nd->args].kind != ARG_VALUE || g->pool[nd->args].a != v)
+        return 0;
+    const TensorMeta *om = &g->values[nd->first_value].meta, *pm = &g->values[v].meta;
+    int lo = om->ndim - 1, lp = pm->ndim - 1;
+    return om->ndim >= 1 && om->dtype == DT_F32 && om->lib == s->lib && !om->requires_grad &&
+           om->sym[lo] == pm->sym[lp] && (om->sym[lo] || om->size[lo] == pm->size[lp]);
+}
+
+struct before {
+    const Graph *g;
+    int32_t ni;
+    int ok;
+};
+
+static void read_before(void *ctx, int32_t nj, int32_t v)
+{
+    struct before *b = ctx;
+    (void)nj;
+    b->ok &= b->g->values[v].node < b->ni;
+}
+
+/* 1 when node nj is Python int arithmetic on sizes (a dynamic view's sizes) reading only
+ * values made before node ni: it may run before the step that starts at ni. */
+static int hoistable(Graph *g, int32_t nj, int32_t ni)
+{
+    struct before b = {g, ni, 1};
+    if (op_info[g->nodes[nj].op].kind != OPK_SIZE || (g->nodes[nj].flags & NODE_INPLACE))
+        return 0;
+    lower_node_reads(g, nj, read_before, &b);
+    return b.ok;
+}
+
 int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     MatmulStep s;
@@ -285,13 +336,41 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
     if (op_info[g->nodes[ni].op].kind != OPK_MATMUL || plan_product(g, ni, &s))
         return -1;
     s.node = ni;
+    s.view = -1;
     s.out = g->nodes[ni].first_value;
-    int32_t last = ni;
-    while (s.nfused < MM_MAX_POST && uses(g, s.out) == 1) {
+    int32_t last = ni, hoist[MM_MAX_FUSED];   /* size nodes between the fused ones: run first */
+    int nhoist = 0;
+    while (s.npost < MM_MAX_POST && s.nfused < MM_MAX_FUSED) {
         int32_t nj = last + 1;
-        while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
+        while (nj < g->nnodes && (g->nodes[nj].op == OP_INPUT || (nhoist < MM_MAX_FUSED && hoistable(g, nj, ni)))) {
+            if (g->nodes[nj].op != OP_INPUT)
+                hoist[nhoist++] = nj;
             nj++;
-        if (nj >= g->nnodes || !as_post(g, &s, nj, s.out, &s.post[s.npost], &s.post_arg[s.npost]))
+        }
+        if (nj >= g->nnodes)
+            break;
+        int32_t nodes[MM_MAX_FUSED], end;
+        int n, kind = lower_match_activation(g, s.out, nj, nodes, MM_MAX_FUSED - s.nfused, &n, &end);
+        if (kind) {   /* a written-out activation: one post-op */
+            memset(&s.post[s.npost], 0, sizeof s.post[s.npost]);
+            s.post[s.npost].kind = (uint8_t)kind;
+            s.post_arg[s.npost++] = -1;
+            memcpy(&s.fused[s.nfused], nodes, sizeof(int32_t) * (size_t)n);
+            s.nfused += n;
+            last = end;
+            s.out = g->nodes[end].first_value;
+            continue;
+        }
+        if (lower_value_uses(g, s.out) != 1)
+            break;
+        if (s.nfused == 0 && passes_view(g, &s, nj, s.out)) {   /* kept only if a post-op follows */
+            s.view = nj;
+            s.fused[s.nfused++] = nj;
+            last = nj;
+            s.out = g->nodes[nj].first_value;
+            continue;
+        }
+        if (!as_post(g, &s, nj, s.out, &s.post[s.npost], &s.post_arg[s.npost]))
             break;
         /* oneDNN 2.6.3 (gemm:jit) computes two eltwise-linear post-ops in one chain wrongly,
          * next to each other ((x@w) * 0.5 - 1.25 was off by units) or not (relu((x@w) * 2)
@@ -309,6 +388,17 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
         s.fused[s.nfused++] = nj;
         last = nj;
         s.out = g->nodes[nj].first_value;
+    }
+    if (s.view >= 0 && s.nfused == 1) {   /* nothing after the view: it stays a node of its own */
+        s.view = -1;
+        s.nfused = 0;
+        last = ni;
+        s.out = g->nodes[ni].first_value;
+    }
+    for (int i = 0; i < nhoist && hoist[i] < last; i++) {
+        Step st = {STEP_EAGER, hoist[i]};
+        if (plan_push((void **)&p->steps, &p->nsteps, sizeof st, &st) < 0)
+            return -2;
     }
     if (lower_push_step(p, STEP_MATMUL, (void **)&p->matmuls, &p->nmatmuls, sizeof s, &s) < 0)
         return -2;
@@ -527,6 +617,28 @@ static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTen
     return 0;
 }
 
+/* Stores the step's result res (stolen) as its output value. After a view the post-ops
+ * were applied to the product's buffer: the view node runs on it (as the product's value
+ * for that moment) and its result is the output; neither value is read by anything else
+ * (planned so), so both slots are left empty. 0, or -1 with an exception. */
+static int finish(Graph *g, const MatmulStep *s, PyObject **vals, PyObject *res)
+{
+    if (s->view < 0) {
+        Py_XSETREF(vals[s->out], res);
+        return 0;
+    }
+    int32_t pv = g->nodes[s->node].first_value, vv = g->nodes[s->view].first_value;
+    Py_XSETREF(vals[pv], res);
+    Py_CLEAR(vals[vv]);
+    int rc = graph_exec_node(g, s->view, vals, NULL);
+    Py_CLEAR(vals[pv]);
+    if (rc < 0)
+        return -1;
+    Py_XSETREF(vals[s->out], vals[vv]);   /* the view's reference moves */
+    vals[vv] = NULL;
+    return 0;
+}
+
 /* tb (K x N, column-major) from weight object w: pointed at s's kept row-major copy, made
  * or refreshed when w changed. 0, or -1 with an exception. */
 static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
@@ -671,10 +783,8 @@ done:
     if (e)
         primcache_release(e);
     drop(&h);
-    if (rc == 0) {
-        Py_XSETREF(vals[s->out], res);   /* steals res */
-        return 0;
-    }
+    if (rc == 0)
+        return finish(g, s, vals, res);
     Py_XDECREF(res);
     if (rc < 0)
         return -1;

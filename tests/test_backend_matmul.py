@@ -3,6 +3,8 @@ matmul / @ / mm / bmm / linear / addmm on float32 torch tensors and numpy arrays
 eager over random shapes (sizes 0, 1 and odd, transposed and sliced inputs, batch
 broadcast, with and without bias, each fused post-op); one primitive serves every size;
 nn.Linear and a small MLP run through oneDNN steps."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -311,3 +313,146 @@ def test_linear_weight_kept_row_major():
         assert _stats(made, "matmul_weight_copies") == 3
         _close(f(x), lin(x))
         assert _stats(made, "matmul_weight_copies") == 3
+
+
+# --- written-out activations (codegen/pattern.c) and the view after an addmm -------------
+
+def _gelu_new(x):
+    """transformers' NewGELUActivation (GPT-2's gelu_new), as written there."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def conv1d_gelu(b, x, w):
+    """GPT-2's Conv1D (addmm of the rows, weight [in, out], then a view back) and gelu_new."""
+    h = torch.addmm(b, x.view(-1, x.size(-1)), w)
+    return _gelu_new(h.view(x.size()[:-1] + (w.size(-1),)))
+
+
+def conv1d_only(b, x, w):
+    h = torch.addmm(b, x.view(-1, x.size(-1)), w)
+    return h.view(x.size()[:-1] + (w.size(-1),))
+
+
+def mm_gelu_new(x, w):
+    return _gelu_new(x @ w)
+
+
+def linear_gelu_new(x, w, b):
+    return _gelu_new(F.linear(x, w, b))
+
+
+def linear_gelu_tanh(x, w, b):
+    return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+
+def conv1d_gelu_tanh(b, x, w):
+    h = torch.addmm(b, x.view(-1, x.size(-1)), w)
+    return F.gelu(h.view(x.size()[:-1] + (w.size(-1),)), approximate="tanh")
+
+
+ACT_CASES = [
+    (conv1d_gelu, lambda: (_t(12), _t(2, 5, 7), _t(7, 12)), 9),
+    (conv1d_gelu, lambda: (_t(1), _t(1, 1, 1), _t(1, 1)), 9),
+    (conv1d_gelu, lambda: (_t(3), _t(2, 0, 7), _t(7, 3)), 9),              # no rows
+    (conv1d_gelu, lambda: (_t(5), _t(3, 9, 4).transpose(0, 1).contiguous(), _t(5, 4).t()), 9),
+    (conv1d_gelu, lambda: (_t(1).expand(6), _t(3, 2, 5), _t(5, 6)), 9),    # stride-0 bias
+    (mm_gelu_new, lambda: (_t(13, 5), _t(5, 11)), 8),
+    (mm_gelu_new, lambda: (_t(9, 5).t(), _t(9, 3)), 8),                   # column-major left
+    (mm_gelu_new, lambda: (_t(4, 0), _t(0, 3)), 8),                       # K = 0: run eagerly
+    (linear_gelu_new, lambda: (_t(2, 3, 8), _t(16, 8), _t(16)), 8),
+    (linear_gelu_tanh, lambda: (_t(7, 10), _t(12, 10), _t(12)), 1),
+    (conv1d_gelu_tanh, lambda: (_t(6), _t(2, 3, 5), _t(5, 6)), 2),
+]
+
+
+@pytest.mark.parametrize("fn,make,nodes", ACT_CASES,
+                         ids=[f.__name__ + str(i) for i, (f, _, _) in enumerate(ACT_CASES)])
+def test_gelu_tanh_folds(fn, make, nodes):
+    """gelu_new's eight nodes (and F.gelu(approximate='tanh')) after a product are one
+    gelu_tanh post-op, through the view after GPT-2's Conv1D addmm: no kernel."""
+    torch.manual_seed(3)
+    args = make()
+    backend, made = _lowering()
+    _close(shapejit.compile(fn, backend=backend)(*args), fn(*args))
+    assert _stats(made, "matmul_fused") == nodes
+    assert _stats(made, "kernels") == 0
+
+
+def test_gelu_tanh_wide_range():
+    """oneDNN's gelu_tanh against the written-out formula from -30 to 30 (the formula's own
+    cancellation in the negative tail is below the absolute tolerance)."""
+    x = torch.linspace(-30, 30, 64 * 500).view(500, 1, 64)
+    args = (torch.zeros(64), x, torch.eye(64))
+    backend, made = _lowering()
+    _close(shapejit.compile(conv1d_gelu, backend=backend)(*args), conv1d_gelu(*args))
+    assert _stats(made, "matmul_fused") == 9
+
+
+def test_view_alone_is_not_folded():
+    """A view with nothing after it stays a node of its own."""
+    args = (_t(6), _t(2, 3, 5), _t(5, 6))
+    backend, made = _lowering()
+    _close(shapejit.compile(conv1d_only, backend=backend)(*args), conv1d_only(*args))
+    assert _stats(made, "matmul_fused") == 0 and _stats(made, "matmul_calls") == 1
+
+
+def test_view_changing_last_dim_is_not_passed():
+    """A view that does not keep the product's last dim ends the step: relu is a kernel."""
+    def f(x, w):
+        return torch.relu((x @ w).view(-1))
+    args = (_t(4, 5), _t(5, 6))
+    backend, made = _lowering()
+    _close(shapejit.compile(f, backend=backend)(*args), f(*args))
+    assert _stats(made, "matmul_fused") == 0 and _stats(made, "kernel_calls") == 1
+
+
+def _near_miss_constant(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.04 * torch.pow(x, 3.0))))
+
+
+def _x_read_again(x):
+    return _gelu_new(x), x
+
+
+def _inner_read_again(x):
+    c = torch.pow(x, 3.0)
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * c))), c
+
+
+def _tanh_of_other(x, y):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * torch.pow(x, 3.0))))
+
+
+@pytest.mark.parametrize("act", [_near_miss_constant, _x_read_again, _inner_read_again])
+def test_formula_not_matched(act):
+    """Another constant, or the product or a value inside the formula read elsewhere: the
+    formula stays kernels (results still eager's)."""
+    def f(x, w):
+        return act(x @ w)
+    args = (_t(7, 5), _t(5, 9))
+    backend, made = _lowering()
+    got, want = shapejit.compile(f, backend=backend)(*args), f(*args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        _close(g, e)
+    assert _stats(made, "matmul_fused") == 0 and _stats(made, "kernels") >= 1
+
+
+def test_formula_of_two_values_not_matched():
+    def f(x, w, y):
+        return _tanh_of_other(x @ w, y)
+    args = (_t(7, 5), _t(5, 9), _t(7, 9))
+    backend, made = _lowering()
+    _close(shapejit.compile(f, backend=backend)(*args), f(*args))
+    assert _stats(made, "matmul_fused") == 0
+
+
+def test_gelu_new_dynamic_sizes():
+    """dynamic=True: the folded step serves every (batch, seq), the view's sizes come from
+    the run."""
+    backend, made = _lowering()
+    w, b = _t(16, 24), _t(24)
+    g = shapejit.compile(conv1d_gelu, backend=backend, dynamic=True)
+    for bs, sq in ((2, 3), (5, 17), (4, 2), (3, 40)):
+        x = _t(bs, sq, 16)
+        _close(g(b, x, w), conv1d_gelu(b, x, w))
+    assert len(made) == 1 and _stats(made, "matmul_fused") == 9 and _stats(made, "matmul_calls") == 4
