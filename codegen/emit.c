@@ -52,7 +52,9 @@ void emit_put(Buf *b, const char *fmt, ...)
  * the remainder of floats follow Python's float divmod, as torch and numpy do (a zero
  * divisor gives a / b; a zero remainder takes the sign of a in torch, of b in numpy).
  * Integer division flags a zero divisor and MIN / -1 in the kernel's sj_bad (eager then
- * reruns the nodes: torch raises, numpy warns) instead of trapping. */
+ * reruns the nodes: torch raises, numpy warns) instead of trapping. Powers 2 and 3 are
+ * products, as torch computes them (and libmvec's powf goes scalar on negative bases:
+ * GPT-2's x ** 3 cost 20x more). */
 static const char prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
@@ -62,7 +64,7 @@ static const char prelude[] =
     "static inline T sj_clamp##S(T a, T lo, T hi) { T t = a < lo ? lo : a; return t > hi ? hi : t; }\\\n"
     "static inline T sj_max##S(T a, T b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\\\n"
     "static inline T sj_min##S(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\\\n"
-    "static inline T sj_pow##S(T a, T b) { return b == 2 ? a * a : POW(a, b); }\\\n"
+    "static inline T sj_pow##S(T a, T b) { return b == 2 ? a * a : b == 3 ? a * a * a : POW(a, b); }\\\n"
     "static inline T sj_floordiv##S(T a, T b)\\\n"
     "{ if (b == 0) return a / b; T m = FMOD(a, b), d = (a - m) / b;\\\n"
     "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\\\n"
@@ -274,6 +276,17 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
     }
 }
 
+/* 1 when input value v broadcasts along the kernel's last dim whatever the sizes: its meta
+ * has no last dim or a static 1 there, and the kernel's last dim is not a static 1. */
+static int bcast_last(Graph *g, const Kernel *k, int32_t v)
+{
+    const TensorMeta *m = &g->values[v].meta, *o = &g->values[k->nout ? k->outs[0] : v].meta;
+    int r = k->rank;
+    if (r == 0 || (o->ndim == r && !o->sym[r - 1] && o->size[r - 1] == 1))
+        return 0;
+    return m->ndim == 0 || (!m->sym[m->ndim - 1] && m->size[m->ndim - 1] == 1);
+}
+
 static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -309,12 +322,17 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "            const int64_t idx = rem %% n[d];\n            rem /= n[d];\n");
         put(b, "            for (int j = 0; j < %d; j++)\n                base[j] += idx * st[j * %d + d];\n", nops, r);
         put(b, "        }\n");
-        put(b, "        int unit = 1;\n        for (int j = 0; j < %d; j++)\n            unit &= st[j * %d + %d] == 1;\n",
-            nops, r, r - 1);
+        /* unit: every operand walks the last dim with the stride the plan expects, 1, or 0
+         * for an input that broadcasts along it (loaded once per row: the loop vectorises) */
+        put(b, "        int unit = 1;\n");
+        for (int j = 0; j < nops; j++) {
+            int u = j < k->nout || !bcast_last(g, k, k->ins[j - k->nout]);
+            put(b, "        const int64_t u%d = %d;\n        unit &= st[%d] == u%d;\n", j, u, j * r + r - 1, j);
+        }
         put(b, "        if (unit) {\n");
         put(b, "#pragma omp simd\n");
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
-        put_body(b, g, k, "base[%d] + i");
+        put_body(b, g, k, "base[%d] + i * u%d");
         put(b, "        }\n        } else {\n");
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
         char fmt[64];

@@ -200,6 +200,57 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
 /* The same of dtype dt. New reference. */
 PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
 
+/* ------------------------------------------------------------ bufpool.c ---- */
+
+#define SJ_POOL_SIZE 32
+#define SJ_POOL_OURS 64
+#define SJ_POOL_CARRY 4
+
+typedef struct {
+    PyObject *obj;      /* strong */
+    Lib lib;
+    DType dt;
+    int ndim;
+    int64_t size[SJ_MAX_RANK];
+} PoolEntry;
+
+/* Dropped intermediates kept for reuse by a compiled graph (bufpool.c says when). */
+typedef struct {
+    PoolEntry e[SJ_POOL_SIZE];   /* oldest first */
+    int n;
+    /* the objects lower_new_output_dt handed out during the current run (identity only,
+     * borrowed): only those are offered back, so the pool holds what the graph allocates,
+     * not every eager result; emptied when a run ends */
+    PyObject *ours[SJ_POOL_OURS];
+    int nours;
+    /* the storages of large torch outputs returned by earlier calls (strong), reused once
+     * the caller has let go of them (bufpool_keep_outputs) */
+    PyObject *carry[SJ_POOL_CARRY];
+    int64_t carry_bytes[SJ_POOL_CARRY];
+    int ncarry;
+    int64_t kept, reused, recycled;   /* counts over the graph's life (stats) */
+} BufPool;
+
+/* Makes p the pool of the run on this thread; returns the previous one for bufpool_leave,
+ * which also ends p's run (forgets its objects). */
+BufPool *bufpool_enter(BufPool *p);
+void bufpool_leave(BufPool *p, BufPool *prev);
+/* Notes that obj (an output just allocated for the current run) is the run's own. */
+void bufpool_note(BufPool *p, PyObject *obj);
+/* The pool of the run on this thread, or NULL. */
+BufPool *bufpool_current(void);
+/* Steals obj (value of lib and dtype dt, just dropped by the run): kept in p when the run
+ * allocated it and nothing else reaches its memory, else released. Never raises. */
+void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt);
+/* A kept object of lib, dt and sizes n[0..r) taken out of p (new reference), or NULL;
+ * for a large torch output, a new tensor over a returned output's storage nothing else
+ * holds any more. Never raises. */
+PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r);
+/* Keeps the storages of the large torch tensors in outs (the run's result tuple, borrowed)
+ * that the run allocated, for reuse once the caller drops them. Never raises. */
+void bufpool_keep_outputs(BufPool *p, PyObject *outs);
+void bufpool_clear(BufPool *p);
+
 /* The compiled-graph type (runtime.c) and the backend entry: _C._cg_compile_graph(graph). */
 extern PyTypeObject SjCompiledGraph_Type;
 int lower_init_module(PyObject *m);

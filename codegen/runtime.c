@@ -15,7 +15,7 @@
  * step that reads it (the plan's release lists). */
 #include <string.h>
 
-#include "lower.h"
+#include "lower_int.h"
 #include "../guards/tensor_reader.h"
 #include "../frame_eval/libs.h"
 #include "../core/config.h"
@@ -30,6 +30,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     int64_t kernel_calls, eager_fallbacks;
     int threads;         /* the OpenMP thread count of the last run */
+    BufPool pool;        /* dropped intermediates kept for reuse (bufpool.c) */
 } CompiledGraph;
 
 /* ------------------------------------------------------------- operands ---- */
@@ -138,6 +139,12 @@ PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
         return NULL;
     }
+    BufPool *pool = bufpool_current();
+    PyObject *kept = pool ? bufpool_take(pool, lib, dt, n, r) : NULL;
+    if (kept) {
+        bufpool_note(pool, kept);
+        return kept;
+    }
     PyObject *shape = PyTuple_New(r);   /* new */
     if (!shape)
         return NULL;
@@ -152,6 +159,8 @@ PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
     PyObject *args[2] = {shape, dto};
     PyObject *res = PyObject_Vectorcall(empty, args, 1, kw_dtype);
     Py_DECREF(shape);
+    if (res && pool)
+        bufpool_note(pool, res);
     return res;
 }
 
@@ -272,8 +281,18 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
                                          : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
-        for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++)
-            Py_CLEAR(vals[cg->plan.release[j]]);   /* read by no later step (plan.c) */
+        /* drop the values no later step reads (plan.c); intermediates may be kept for reuse */
+        for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++) {
+            int32_t v = cg->plan.release[j];
+            PyObject *o = vals[v];
+            vals[v] = NULL;
+            const TensorMeta *m = &g->values[v].meta;
+            if (o && g->nodes[g->values[v].node].op != OP_INPUT && !m->requires_grad && !m->symint &&
+                !m->np_scalar && lower_dtype_ok((DType)m->dtype))
+                bufpool_offer(&cg->pool, o, (Lib)m->lib, (DType)m->dtype);   /* steals o */
+            else
+                Py_XDECREF(o);
+        }
     }
     return 0;
 }
@@ -300,7 +319,10 @@ static PyObject *cg_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     if (want > 0 && want != had)
         omp_set_num_threads(want);
     cg->threads = want > 0 ? want : had;
+    BufPool *prev = bufpool_enter(&cg->pool);
     PyObject *r = graph_run_with(g, args, NULL, exec_steps, cg);
+    bufpool_keep_outputs(&cg->pool, r);
+    bufpool_leave(&cg->pool, prev);
     if (want > 0 && want != had)
         omp_set_num_threads(had);
     return r;
@@ -310,6 +332,7 @@ static void cg_dealloc(CompiledGraph *cg)
 {
     Py_XDECREF(cg->graph);
     Py_XDECREF(cg->source);
+    bufpool_clear(&cg->pool);
     lower_plan_free(&cg->plan);
     Py_TYPE(cg)->tp_free((PyObject *)cg);
 }
@@ -317,10 +340,12 @@ static void cg_dealloc(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:i}", "kernels", (int)cg->plan.nkernels, "steps",
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:i,s:L,s:L,s:i,s:L}", "kernels", (int)cg->plan.nkernels, "steps",
                                 (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
-                                "eager_fallbacks", (long long)cg->eager_fallbacks, "threads",
-                                cg->threads);   /* new */
+                                "eager_fallbacks", (long long)cg->eager_fallbacks, "threads", cg->threads,
+                                "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
+                                (long long)cg->pool.reused, "buffers_held", cg->pool.n,
+                                "outputs_recycled", (long long)cg->pool.recycled);   /* new */
     if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0))
         Py_CLEAR(d);
     return d;
@@ -376,6 +401,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     cg->kernel_calls = cg->eager_fallbacks = 0;
     cg->threads = 0;
     memset(&cg->plan, 0, sizeof cg->plan);
+    memset(&cg->pool, 0, sizeof cg->pool);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;
     if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0) {

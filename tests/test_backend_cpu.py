@@ -230,3 +230,36 @@ def test_threads_knob():
         torch.set_num_threads(old)
     with pytest.raises((TypeError, ValueError)):
         shapejit.config.threads = -1
+
+
+def test_small_integer_powers_are_products():
+    """x ** 2 and x ** 3 are computed as products, bit for bit what torch gives, negative
+    bases included (GPT-2's gelu_new cubes its input)."""
+    x = torch.linspace(-30, 30, 4099)
+    backend, made = _lowering()
+    fn = shapejit.compile(lambda x: (torch.pow(x, 3.0), x ** 2, 0.044715 * x ** 3), backend=backend)
+    for g, w in zip(fn(x), (torch.pow(x, 3.0), x ** 2, 0.044715 * x ** 3)):
+        assert torch.equal(g, w)
+    assert made and made[0].stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("shape", [(33, 70), (5, 1), (1, 9), (3, 4, 17), (0, 5)])
+def test_broadcast_along_last_dim(shape):
+    """An input of size 1 in the last dim (a per-row scale or a keepdim statistic) is read
+    once per row in the vectorised row loop (stride 0 known when the kernel is written);
+    transposed inputs take the general loop. Compared with eager each way."""
+    x = torch.randn(*shape)
+    m = torch.randn(*shape[:-1], 1)
+
+    def f(x, m):
+        return (x - m) * 2.0 + m
+
+    backend, made = _lowering()
+    fn = shapejit.compile(f, backend=backend)
+    _close(fn(x, m), f(x, m))
+    if shape[-1] != 1:
+        assert "u2 = 0" in made[0].source
+    xt = torch.randn(*reversed(shape)).transpose(0, -1)
+    mt = torch.randn(*reversed(shape[:-1]), 1).transpose(0, -1) if len(shape) > 1 else m
+    if xt.shape == x.shape and mt.shape == m.shape:
+        _close(fn(xt, mt), f(xt, mt))

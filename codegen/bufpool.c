@@ -1,0 +1,308 @@
+/* Buffer reuse for a compiled graph's intermediates.
+ *
+ * The plan (plan.c, plan_releases) says after which step each value is last read; the
+ * runtime drops its reference there (so a run holds only live values, as eager does) and
+ * offers the object to the graph's pool. The pool keeps it only when nothing else can see
+ * its memory: a plain tensor (or array) of the value's dtype, contiguous, at least
+ * SJ_POOL_MIN_BYTES, with one Python reference (ours), no other owner of its TensorImpl
+ * (views, DLPack: `_use_count() == 1`) and no other owner of its storage (`t.numpy()`,
+ * `set_`: the storage's use count is ours plus the probe's); a numpy array with one
+ * reference and no base; and only objects the run allocated itself (bufpool_note), so
+ * eager results do not pile up in a pool nothing takes them from. Outputs that kernels
+ * and oneDNN steps allocate
+ * (lower_new_output_dt) are taken from the pool of the run on this thread when one has
+ * the same library, dtype and sizes: no allocation, no page faults, and the memory stays
+ * with the graph between calls (bounded by SJ_POOL_SIZE entries; freed with the graph).
+ *
+ * Graph outputs are never offered (the caller owns them). But for a large torch output
+ * (1 MB or more) the pool keeps its storage after the run (bufpool_keep_outputs): once the
+ * caller has dropped the tensor and everything sharing its memory (the storage's use
+ * count is the pool's alone), a later output of at most that size gets a new tensor over
+ * it (`torch.empty(0).set_(storage, 0, sizes)`), so a loop calling the graph does not
+ * page-fault fresh memory on every call (glibc maps buffers above 32 MB anew each time).
+ * The caller never sees an object it held change. Pool operations run with the GIL held,
+ * so two threads running one graph never take the same entry.
+ *
+ * Memory: each entry holds a strong reference to its object; bufpool_take hands it to the
+ * caller (new reference), bufpool_offer steals the reference it is given. */
+#include <string.h>
+
+#include "lower.h"
+#include "../guards/tensor_reader.h"
+
+#define SJ_POOL_MIN_BYTES (64 * 1024)
+#define SJ_CARRY_MIN_BYTES (1 << 20)
+
+static _Thread_local BufPool *current;   /* the pool of the run on this thread, or NULL */
+
+static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
+static PyObject *storage_use_count;                                            /* strong: torch._C._storage_Use_Count */
+static PyObject *str_set, *torch_empty0;   /* strong: interned "set_"; torch.empty */
+
+BufPool *bufpool_enter(BufPool *p)
+{
+    BufPool *prev = current;
+    current = p;
+    return prev;
+}
+
+void bufpool_leave(BufPool *p, BufPool *prev)
+{
+    p->nours = 0;
+    current = prev;
+}
+
+void bufpool_note(BufPool *p, PyObject *obj)
+{
+    if (p->nours < SJ_POOL_OURS)
+        p->ours[p->nours++] = obj;
+}
+
+/* 1 (and forgotten) when obj is one of the run's own outputs. */
+static int take_ours(BufPool *p, PyObject *obj)
+{
+    for (int i = 0; i < p->nours; i++)
+        if (p->ours[i] == obj) {
+            p->ours[i] = p->ours[--p->nours];
+            return 1;
+        }
+    return 0;
+}
+
+BufPool *bufpool_current(void)
+{
+    return current;
+}
+
+static int interned(PyObject **slot, const char *s)
+{
+    return *slot || (*slot = PyUnicode_InternFromString(s)) ? 0 : -1;
+}
+
+/* The integer result of obj.name() or of fn(arg); -1 on any failure (cleared). */
+static long long call_int(PyObject *r)
+{
+    long long x = r ? PyLong_AsLongLong(r) : -1;
+    Py_XDECREF(r);
+    if (x == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return x;
+}
+
+/* How many owners torch storage object s's memory has (s itself included), or -1. */
+static long long storage_uses(PyObject *s)
+{
+    if (interned(&str_cdata, "_cdata") < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (!storage_use_count) {
+        PyObject *c = PyImport_ImportModule("torch._C");   /* new */
+        storage_use_count = c ? PyObject_GetAttrString(c, "_storage_Use_Count") : NULL;
+        Py_XDECREF(c);
+        if (!storage_use_count) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    PyObject *cd = PyObject_GetAttr(s, str_cdata);   /* new */
+    long long uses = cd ? call_int(PyObject_CallOneArg(storage_use_count, cd)) : -1;
+    Py_XDECREF(cd);
+    if (uses < 0)
+        PyErr_Clear();
+    return uses;
+}
+
+/* 1 when nothing but our reference reaches torch tensor t's memory. */
+static int torch_exclusive(PyObject *t)
+{
+    if (interned(&str_use_count, "_use_count") < 0 || interned(&str_untyped_storage, "untyped_storage") < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (call_int(PyObject_CallMethodNoArgs(t, str_use_count)) != 1)
+        return 0;
+    PyObject *s = PyObject_CallMethodNoArgs(t, str_untyped_storage);   /* new */
+    long long uses = s ? storage_uses(s) : -1;
+    Py_XDECREF(s);
+    if (uses < 0)
+        PyErr_Clear();
+    /* ours and the probe's storage object (released above, counted while it lived) */
+    return uses == 2;
+}
+
+/* 1 when numpy array a owns its memory and nothing but our reference reaches it. */
+static int numpy_exclusive(PyObject *a)
+{
+    if (interned(&str_base, "base") < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *b = PyObject_GetAttr(a, str_base);   /* new */
+    int none = b == Py_None;
+    Py_XDECREF(b);
+    if (!b)
+        PyErr_Clear();
+    return none;
+}
+
+void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
+{
+    if (!obj)
+        return;
+    Operand op;
+    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && lower_read_input_dt(obj, lib, dt, &op) == 0;
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    int64_t elems = 1;
+    if (ok) {
+        for (int d = op.ndim - 1; d >= 0; d--) {
+            if (op.size[d] != 1 && op.stride[d] != elems)
+                ok = 0;
+            elems *= op.size[d];
+        }
+        if (op.has_view)
+            PyBuffer_Release(&op.view);
+    }
+    ok = ok && elems * dtype_info[dt].itemsize >= SJ_POOL_MIN_BYTES &&
+         (lib == LIB_TORCH ? torch_exclusive(obj) : numpy_exclusive(obj)) && Py_REFCNT(obj) == 1;
+    if (!ok) {
+        Py_DECREF(obj);
+        return;
+    }
+    /* a full pool gives up its oldest entry */
+    if (p->n == SJ_POOL_SIZE) {
+        Py_DECREF(p->e[0].obj);
+        memmove(&p->e[0], &p->e[1], sizeof p->e[0] * (SJ_POOL_SIZE - 1));
+        p->n--;
+    }
+    PoolEntry *e = &p->e[p->n++];
+    e->obj = obj;
+    e->lib = lib;
+    e->dt = dt;
+    e->ndim = op.ndim;
+    memcpy(e->size, op.size, sizeof(int64_t) * (size_t)op.ndim);
+    p->kept++;
+}
+
+/* A new tensor of dt and sizes n over a carried storage of need..2*need bytes that only the
+ * pool holds (the output it came from is gone), or NULL. */
+static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int64_t need)
+{
+    for (int i = 0; i < p->ncarry; i++) {
+        if (p->carry_bytes[i] < need || p->carry_bytes[i] > 2 * need || storage_uses(p->carry[i]) != 1)
+            continue;
+        if (interned(&str_set, "set_") < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (!torch_empty0) {
+            PyObject *t = PyImport_ImportModule("torch");   /* new */
+            torch_empty0 = t ? PyObject_GetAttrString(t, "empty") : NULL;
+            Py_XDECREF(t);
+        }
+        PyObject *dto = dtype_to_py(dt, LIB_TORCH);                   /* new */
+        PyObject *kw = dto ? Py_BuildValue("{s:O}", "dtype", dto) : NULL;   /* new */
+        PyObject *zero = PyLong_FromLong(0), *shape = PyTuple_New(r);  /* new */
+        PyObject *t = NULL, *res = NULL;
+        int ok = torch_empty0 && kw && zero && shape;
+        for (int d = 0; ok && d < r; d++) {
+            PyObject *x = PyLong_FromLongLong(n[d]);
+            ok = x != NULL;
+            if (x)
+                PyTuple_SET_ITEM(shape, d, x);
+        }
+        PyObject *args0 = ok ? PyTuple_Pack(1, zero) : NULL;            /* new */
+        t = args0 ? PyObject_Call(torch_empty0, args0, kw) : NULL;      /* new */
+        if (t) {
+            PyObject *sargs[4] = {t, p->carry[i], zero, shape};
+            res = PyObject_VectorcallMethod(str_set, sargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_XDECREF(args0);
+        Py_XDECREF(t);
+        Py_XDECREF(shape);
+        Py_XDECREF(zero);
+        Py_XDECREF(kw);
+        Py_XDECREF(dto);
+        if (!res) {
+            PyErr_Clear();
+            return NULL;
+        }
+        /* the tensor holds the storage now */
+        Py_DECREF(p->carry[i]);
+        memmove(&p->carry[i], &p->carry[i + 1], sizeof p->carry[0] * (size_t)(p->ncarry - i - 1));
+        memmove(&p->carry_bytes[i], &p->carry_bytes[i + 1], sizeof p->carry_bytes[0] * (size_t)(p->ncarry - i - 1));
+        p->ncarry--;
+        p->recycled++;
+        return res;
+    }
+    return NULL;
+}
+
+void bufpool_keep_outputs(BufPool *p, PyObject *outs)
+{
+    if (!outs || !PyTuple_Check(outs) || interned(&str_untyped_storage, "untyped_storage") < 0) {
+        PyErr_Clear();
+        return;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs); i++) {
+        PyObject *o = PyTuple_GET_ITEM(outs, i);
+        TensorMeta m;
+        const char *why = NULL;
+        if (!take_ours(p, o) || treader_read(o, &m, NULL, &why) != 0 || m.lib != LIB_TORCH) {
+            PyErr_Clear();
+            continue;
+        }
+        int64_t bytes = dtype_info[m.dtype].itemsize;
+        for (int d = 0; d < m.ndim; d++)
+            bytes *= m.size[d];
+        if (bytes < SJ_CARRY_MIN_BYTES)
+            continue;
+        PyObject *s = PyObject_CallMethodNoArgs(o, str_untyped_storage);   /* new */
+        if (!s) {
+            PyErr_Clear();
+            continue;
+        }
+        if (p->ncarry == SJ_POOL_CARRY) {
+            Py_DECREF(p->carry[0]);
+            memmove(&p->carry[0], &p->carry[1], sizeof p->carry[0] * (SJ_POOL_CARRY - 1));
+            memmove(&p->carry_bytes[0], &p->carry_bytes[1], sizeof p->carry_bytes[0] * (SJ_POOL_CARRY - 1));
+            p->ncarry--;
+        }
+        p->carry[p->ncarry] = s;
+        p->carry_bytes[p->ncarry++] = bytes;
+    }
+}
+
+PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r)
+{
+    for (int i = p->n - 1; i >= 0; i--) {
+        PoolEntry *e = &p->e[i];
+        if (e->lib != lib || e->dt != dt || e->ndim != r || memcmp(e->size, n, sizeof(int64_t) * (size_t)r))
+            continue;
+        PyObject *o = e->obj;
+        memmove(&p->e[i], &p->e[i + 1], sizeof p->e[0] * (size_t)(p->n - i - 1));
+        p->n--;
+        p->reused++;
+        return o;
+    }
+    int64_t need = dtype_info[dt].itemsize;
+    for (int d = 0; d < r; d++)
+        need *= n[d];
+    if (lib == LIB_TORCH && need >= SJ_CARRY_MIN_BYTES && p->ncarry)
+        return take_carried(p, dt, n, r, need);
+    return NULL;
+}
+
+void bufpool_clear(BufPool *p)
+{
+    /* at interpreter exit torch may already be torn down: its tensors are left to the
+     * process's end (freeing one then crashes in torch's deallocator) */
+    if (!_Py_IsFinalizing()) {
+        for (int i = 0; i < p->n; i++)
+            Py_DECREF(p->e[i].obj);
+        for (int i = 0; i < p->ncarry; i++)
+            Py_DECREF(p->carry[i]);
+    }
+    p->n = p->ncarry = 0;
+}
