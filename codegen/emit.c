@@ -343,11 +343,11 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "    return sj_bad;\n}\n");
 }
 
-PyObject *lower_emit(Graph *g, LowerPlan *p)
+PyObject *lower_emit(Graph *g, LowerPlan *p, int32_t from, int32_t to)
 {
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s%s", prelude, emit_math_prelude);
-    for (int32_t i = 0; i < p->nkernels; i++)
+    for (int32_t i = from; i < to; i++)
         if (p->kernels[i].flavour != KF_POINTWISE)
             emit_reduce_kernel(&b, g, &p->kernels[i]);
         else

@@ -92,9 +92,12 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
  * over the whole space. */
 int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost);
 
-/* C source (new str) of every kernel of p, one translation unit (emit.c); names the
+/* C source (new str) of kernels [from, to) of p, one translation unit (emit.c); names the
  * kernels' functions. NULL with an exception. */
-PyObject *lower_emit(Graph *g, LowerPlan *p);
+PyObject *lower_emit(Graph *g, LowerPlan *p, int32_t from, int32_t to);
+/* Builds p's kernels (build.c): compiled or found in the disk cache, loaded, each kernel's
+ * fn and call set; *source gets the C source (new str). 0, or -1 with an exception. */
+int lower_build(Graph *g, LowerPlan *p, PyObject **source);
 
 /* How a pointwise op types its operands (lower.def says which is which). */
 typedef enum { LK_SAME, LK_SELECT, LK_CMP, LK_LOGIC } LowerKind;

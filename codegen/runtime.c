@@ -410,18 +410,8 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     }
     if (cg->plan.nkernels == 0)
         return (PyObject *)cg;   /* oneDNN steps only: no C to compile */
-    if (!(cg->source = lower_emit(g, &cg->plan)))
+    if (lower_build(g, &cg->plan, &cg->source) < 0)
         goto fail;
-    Py_ssize_t len;
-    const char *src = PyUnicode_AsUTF8AndSize(cg->source, &len);
-    CgLib *lib = src ? cg_build(src, (size_t)len, "graph") : NULL;
-    if (!lib)
-        goto fail;
-    for (int32_t i = 0; i < cg->plan.nkernels; i++) {
-        Kernel *k = &cg->plan.kernels[i];
-        if (!(k->fn = cg_sym(lib, k->name)) || cg_fn_prepare(&k->call, k->fn, "lpppl") < 0)
-            goto fail;
-    }
     return (PyObject *)cg;
 fail:
     Py_DECREF(cg);

@@ -3,6 +3,7 @@ one generated loop each; every other op runs as an eager step. Compiled results 
 compared with eager over random shapes (sizes 0, 1 and odd, 0-d, non-contiguous and
 broadcast inputs), for torch and numpy; one build serves every size."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -263,3 +264,21 @@ def test_broadcast_along_last_dim(shape):
     mt = torch.randn(*reversed(shape[:-1]), 1).transpose(0, -1) if len(shape) > 1 else m
     if xt.shape == x.shape and mt.shape == m.shape:
         _close(fn(xt, mt), f(xt, mt))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: one compiler at a time")
+def test_many_kernels_compile_as_two_units():
+    """A graph of four kernels or more is compiled as two translation units by two
+    compiler processes at once; every kernel is found and gives eager's results."""
+    def f(x, w):
+        a = torch.tanh(x * 2.0).sum(-1)          # reduction kernels and pointwise runs
+        b = torch.softmax(x - 1.0, -1)           # separated by matmuls
+        c = torch.relu(b @ w) * 3.0
+        d = (c - c.mean(0)).amax(0)
+        return a, torch.sigmoid(c) + 1.0, d
+    x, w = torch.randn(37, 64), torch.randn(64, 48)
+    backend, made = _lowering()
+    fn = shapejit.compile(f, backend=backend)
+    _close(fn(x, w), f(x, w))
+    assert made[0].stats["kernels"] >= 4
+    assert made[0].source.count("#include <math.h>") == 2
