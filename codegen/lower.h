@@ -47,7 +47,7 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV } StepKind;
+typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT } StepKind;
 
 typedef struct {
     StepKind kind;
@@ -57,12 +57,14 @@ typedef struct {
 
 typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 typedef struct ConvStep ConvStep;       /* step_conv.c */
+typedef struct CatStep CatStep;         /* step_cat.c */
 
 typedef struct {
     Step *steps;     int32_t nsteps;
     Kernel *kernels; int32_t nkernels;
     MatmulStep *matmuls; int32_t nmatmuls;
     ConvStep *convs; int32_t nconvs;
+    CatStep *cats;   int32_t ncats;
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
      * release_at[i + 1]), dropped from the run's vals[] once step i is done, so a run holds
      * what eager would (intermediates freed at their last use, their memory reused by the
@@ -183,6 +185,15 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_conv_free(LowerPlan *p);
 /* {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused"} added to d. */
 int step_conv_stats(const LowerPlan *p, PyObject *d);
+
+/* A concatenation step for node ni (step_cat.c): returns ni when planned, -1 when the node
+ * is not one, -2 with an exception. */
+int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p);
+/* Runs cat step i of p: 0 or -1 with an exception; what it cannot take runs eagerly. */
+int step_cat_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_cat_free(LowerPlan *p);
+/* {"cat_steps", "cat_calls", "cat_fallbacks"} added to d. */
+int step_cat_stats(const LowerPlan *p, PyObject *d);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {

@@ -257,6 +257,8 @@ int lower_plan(Graph *g, LowerPlan *out)
         int32_t upto = step_matmul_plan(g, ni, out);
         if (upto == -1)
             upto = step_conv_plan(g, ni, out);
+        if (upto == -1)
+            upto = step_cat_plan(g, ni, out);
         if (upto < -1)
             goto fail;
         if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
@@ -355,5 +357,6 @@ void lower_plan_free(LowerPlan *p)
     PyMem_Free(p->release_at);
     step_matmul_free(p);
     step_conv_free(p);
+    step_cat_free(p);
     memset(p, 0, sizeof *p);
 }

@@ -278,6 +278,7 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
         int r = s->kind == STEP_EAGER    ? graph_exec_node(g, s->index, vals, mismatch)
                 : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
                 : s->kind == STEP_CONV   ? step_conv_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_CAT    ? step_cat_run(g, &cg->plan, s->index, vals)
                                          : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
@@ -346,7 +347,8 @@ static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
                                 "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
                                 (long long)cg->pool.reused, "buffers_held", cg->pool.n,
                                 "outputs_recycled", (long long)cg->pool.recycled);   /* new */
-    if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0))
+    if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0 ||
+              step_cat_stats(&cg->plan, d) < 0))
         Py_CLEAR(d);
     return d;
 }
@@ -404,7 +406,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     memset(&cg->pool, 0, sizeof cg->pool);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;
-    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0) {
+    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0 && cg->plan.ncats == 0) {
         Py_DECREF(cg);
         return Py_NewRef(arg);
     }

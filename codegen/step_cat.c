@@ -1,0 +1,226 @@
+/* Concatenation steps of the cpu backend: torch.cat / concat / concatenate and
+ * numpy.concatenate of tensors of one kernel dtype (float32, float64, int64, int32, bool)
+ * along one dim, written by a strided copy per input into its slice of a new contiguous
+ * output (from the graph's buffer pool). Sizes are read at run time, so one plan serves
+ * every size. Anything the plan or the run cannot take (mixed dtypes or ranks, numpy's
+ * axis=None, out=, dtype=, sizes that do not match) runs the node eagerly, which gives
+ * the library's own result or error.
+ *
+ * Memory: the step array and each step's input list are PyMem of the plan; a run holds
+ * the inputs' buffers (numpy) only while it copies. */
+#include <string.h>
+
+#include "lower_int.h"
+
+struct CatStep {
+    int32_t node, out;
+    int32_t *ins;       /* PyMem: the input values, in order */
+    int32_t nin;
+    int dim, rank;
+    Lib lib;
+    DType dt;
+    long long calls, fallbacks;
+};
+
+/* 1 when the constant is an int (not a bool) and *out its value. */
+static int const_int(PyObject *v, long long *out)
+{
+    if (!v || !PyLong_Check(v) || PyBool_Check(v))
+        return 0;
+    *out = PyLong_AsLongLong(v);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->op != OP_CAT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
+        return -1;
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    if (!lower_dtype_ok((DType)om->dtype) || om->requires_grad || om->symint || om->np_scalar || om->ndim < 1 ||
+        om->ndim > SJ_MAX_RANK)
+        return -1;
+    /* the arguments as written: the list (first positional), the dim (second positional or
+     * dim=/axis=); out=, dtype= (not None) and anything else: eager */
+    const Arg *list = nd->nargs >= 1 ? &g->pool[nd->args] : NULL;
+    PyObject *dimv = nd->nargs >= 2 && g->pool[nd->args + 1].kind == ARG_CONST
+                         ? PyList_GET_ITEM(g->consts, g->pool[nd->args + 1].a)
+                         : NULL;   /* borrowed */
+    if (nd->nargs > 2 || (nd->nargs == 2 && !dimv))
+        return -1;
+    for (int32_t i = 0; i < nd->nkw; i++) {
+        const Arg *x = &g->pool[nd->kwargs + i];
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames), i));
+        if (!name) {
+            PyErr_Clear();
+            return -1;
+        }
+        PyObject *v = x->kind == ARG_CONST ? PyList_GET_ITEM(g->consts, x->a) : NULL;   /* borrowed */
+        if (!strcmp(name, "tensors") || !strcmp(name, "arrays"))
+            list = x;
+        else if ((!strcmp(name, "dim") || !strcmp(name, "axis")) && v && !dimv)
+            dimv = v;
+        else if (!v || (v != Py_None && strcmp(name, "casting")))
+            return -1;
+    }
+    long long dim = 0;
+    if (dimv && !const_int(dimv, &dim))
+        return -1;   /* numpy's axis=None flattens: eager */
+    if (!list || (list->kind != ARG_LIST && list->kind != ARG_TUPLE) || list->n < 1)
+        return -1;
+    int r = om->ndim;
+    if (dim < -r || dim >= r)
+        return -1;
+    CatStep s;
+    memset(&s, 0, sizeof s);
+    s.node = ni;
+    s.out = nd->first_value;
+    s.dim = (int)(dim < 0 ? dim + r : dim);
+    s.rank = r;
+    s.lib = (Lib)om->lib;
+    s.dt = (DType)om->dtype;
+    s.ins = PyMem_Malloc(sizeof(int32_t) * (size_t)list->n);
+    if (!s.ins) {
+        PyErr_NoMemory();
+        return -2;
+    }
+    for (int32_t i = 0; i < list->n; i++) {
+        const Arg *it = &g->pool[list->a + i];
+        const TensorMeta *m = it->kind == ARG_VALUE ? &g->values[it->a].meta : NULL;
+        /* the same dtype, library and rank as the output (no promotion, no legacy empty 1-D) */
+        if (!m || m->dtype != om->dtype || m->lib != om->lib || m->ndim != r || m->symint || m->np_scalar) {
+            PyMem_Free(s.ins);
+            return -1;
+        }
+        s.ins[s.nin++] = it->a;
+    }
+    if (lower_push_step(p, STEP_CAT, (void **)&p->cats, &p->ncats, sizeof s, &s) < 0) {
+        PyMem_Free(s.ins);
+        return -2;
+    }
+    return ni;
+}
+
+/* Copies the elements of src (sizes n, strides ss, in elements of `item` bytes) to dst
+ * (strides ds): the last dim innermost, a memcpy when both walk it contiguously. */
+static void copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
+                         size_t item)
+{
+    int64_t idx[SJ_MAX_RANK] = {0};
+    for (int d = 0; d < r; d++)
+        if (n[d] == 0)
+            return;
+    int64_t inner = n[r - 1];
+    int unit = ds[r - 1] == 1 && ss[r - 1] == 1;
+    for (;;) {
+        int64_t so = 0, dof = 0;
+        for (int d = 0; d < r - 1; d++) {
+            so += idx[d] * ss[d];
+            dof += idx[d] * ds[d];
+        }
+        if (unit) {
+            memcpy(dst + dof * (int64_t)item, src + so * (int64_t)item, (size_t)inner * item);
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dst + (dof + i * ds[r - 1]) * (int64_t)item, src + (so + i * ss[r - 1]) * (int64_t)item, item);
+        }
+        int d = r - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < n[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
+{
+    CatStep *s = &p->cats[idx];
+    int r = s->rank, rc = 0, nread = 0;
+    Operand stack_ops[8];
+    Operand *ops = s->nin <= 8 ? stack_ops : PyMem_Malloc(sizeof(Operand) * (size_t)s->nin);
+    if (!ops) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t osize[SJ_MAX_RANK];
+    for (int32_t i = 0; i < s->nin && rc == 0; i++) {
+        if (!vals[s->ins[i]]) {
+            rc = 1;
+            break;
+        }
+        rc = lower_read_input_dt(vals[s->ins[i]], s->lib, s->dt, &ops[i]);
+        nread = i + 1;
+        if (rc == 0 && ops[i].ndim != r)
+            rc = 1;
+        for (int d = 0; rc == 0 && d < r; d++) {
+            if (i == 0)
+                osize[d] = ops[i].size[d];
+            else if (d == s->dim)
+                osize[d] += ops[i].size[d];
+            else if (osize[d] != ops[i].size[d])
+                rc = 1;   /* eager raises its own error */
+        }
+    }
+    PyObject *res = NULL;   /* strong */
+    Operand o;
+    memset(&o, 0, sizeof o);
+    if (rc == 0 && !(res = lower_new_output_dt(s->lib, s->dt, osize, r)))
+        rc = -1;
+    if (rc == 0)
+        rc = lower_read_input_dt(res, s->lib, s->dt, &o);
+    if (rc == 0) {
+        size_t item = (size_t)dtype_info[s->dt].itemsize;
+        int64_t ost[SJ_MAX_RANK], at = 0;
+        for (int d = 0; d < r; d++)
+            ost[d] = o.stride[d];
+        Py_BEGIN_ALLOW_THREADS
+        for (int32_t i = 0; i < s->nin; i++) {
+            copy_strided(o.data + at * ost[s->dim] * (int64_t)item, ost, ops[i].data, ops[i].stride, ops[i].size, r,
+                         item);
+            at += ops[i].size[s->dim];
+        }
+        Py_END_ALLOW_THREADS
+        s->calls++;
+    }
+    if (o.has_view)
+        PyBuffer_Release(&o.view);
+    for (int i = 0; i < nread; i++)
+        if (ops[i].has_view)
+            PyBuffer_Release(&ops[i].view);
+    if (ops != stack_ops)
+        PyMem_Free(ops);
+    if (rc == 0) {
+        Py_XSETREF(vals[s->out], res);   /* steals res */
+        return 0;
+    }
+    Py_XDECREF(res);
+    if (rc < 0)
+        return -1;
+    s->fallbacks++;
+    return lower_exec_nodes(g, s->node, NULL, 0, vals);
+}
+
+void step_cat_free(LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->ncats; i++)
+        PyMem_Free(p->cats[i].ins);
+    PyMem_Free(p->cats);
+}
+
+int step_cat_stats(const LowerPlan *p, PyObject *d)
+{
+    long long v[3] = {p->ncats, 0, 0};
+    for (int32_t i = 0; i < p->ncats; i++) {
+        v[1] += p->cats[i].calls;
+        v[2] += p->cats[i].fallbacks;
+    }
+    static const char *const names[] = {"cat_steps", "cat_calls", "cat_fallbacks"};
+    return lower_put_counts(d, 3, names, v);
+}
