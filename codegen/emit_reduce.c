@@ -98,6 +98,13 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
         put(b, "        %s = (%s)acc;\n        }\n", into, ct);
         return;
     }
+    if (!is_row(k)) {
+        /* a short row (a sum over a last dim of 3): one plain loop, no blocks */
+        put(b, "        if (N <= 16) {\n        %s acc = 0;\n", ct);
+        put(b, "        for (int64_t i = 0; i < N; i++) {\n");
+        body(b, g, k, fmt);
+        put(b, "            acc += %s;\n        }\n        %s = acc;\n        } else {\n", term, into);
+    }
     put(b, "        %s lv[64]; int64_t cnt = 0;\n", ct);
     put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK);
     put(b, "            const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
@@ -109,7 +116,10 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
     put(b, "            }\n");
     put(b, "            sj_cascade_push%s(lv, &cnt, acc);\n", sfx);
     put(b, "        }\n");
-    put(b, "        %s = sj_cascade_sum%s(lv, cnt);\n        }\n", into, sfx);
+    put(b, "        %s = sj_cascade_sum%s(lv, cnt);\n", into, sfx);
+    if (!is_row(k))
+        put(b, "        }\n");
+    put(b, "        }\n");
 }
 
 /* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). A
@@ -245,18 +255,42 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 }
 
 /* Adds to base[j] the offset of operand j at the kept position `rem` decomposes into over
- * the kept dims top..0 (the reduced dims are skipped). */
-static void put_bases(Buf *b, const Kernel *k, int top)
+ * the kept dims top..0 (the reduced dims are skipped); with `record`, each dim's index
+ * also goes to kD (put_odometer's counters). */
+static void put_bases(Buf *b, const Kernel *k, int top, int record)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
     for (int d = top; d >= 0; d--) {
         if ((k->red.mask >> d) & 1)
             continue;
         put(b, "        { const int64_t idx = rem %% n[%d]; rem /= n[%d];", d, d);
+        if (record)
+            put(b, " k%d = idx;", d);
         for (int j = 0; j < nops; j++)
             put(b, " base[%d] += idx * st[%d];", j, j * r + d);
         put(b, " }\n");
     }
+}
+
+/* Moves base[] to the next kept position: the last kept dim steps (counter kD), carrying
+ * into the kept dims before it as they wrap. */
+static void put_odometer(Buf *b, const Kernel *k)
+{
+    int r = k->rank, nops = (int)(k->nin + k->nout), open = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        if ((k->red.mask >> d) & 1)
+            continue;
+        put(b, "%s        k%d++;", open ? "\n" : "", d);
+        for (int j = 0; j < nops; j++)
+            put(b, " base[%d] += st[%d];", j, j * r + d);
+        put(b, "\n        if (k%d == n[%d]) { k%d = 0;", d, d, d);
+        for (int j = 0; j < nops; j++)
+            put(b, " base[%d] -= n[%d] * st[%d];", j, d, j * r + d);
+        open++;
+    }
+    for (int i = 0; i < open; i++)
+        put(b, " }");
+    put(b, "\n");
 }
 
 /* Column mode: a reduction whose last dim is kept (x.sum(0) of a row-major matrix). The
@@ -284,7 +318,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        for (int64_t ot = 0; ot < outer2 * ntile; ot++) {\n");
     put(b, "        const int64_t j0 = (ot %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
     put(b, "        int64_t base[%d] = {0}, rem = ot / ntile;\n        (void)rem;\n", nops);
-    put_bases(b, k, r - 2);
+    put_bases(b, k, r - 2, 0);
     for (int j = 0; j < nops; j++)
         put(b, "        base[%d] += j0 * st[%d];\n", j, j * r + r - 1);
     if (sum && fl) {
@@ -405,13 +439,26 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
         put_columns(b, g, k, slow);
         put(b, "        return sj_bad;\n    }\n");
     }
-    put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
+    /* each thread walks a run of consecutive outputs: their offsets by an odometer over the
+     * kept dims (divisions only at the start of the run) */
+    put(b, "#pragma omp parallel if (outer * N >= 32768)\n    {\n");
+    put(b, "    int64_t base[%d] = {0}, prev = -2;\n", nops);
+    for (int d = 0; d < r; d++)
+        if (!((mask >> d) & 1))
+            put(b, "    int64_t k%d = 0;\n", d);
+    put(b, "#pragma omp for schedule(static)\n");
     put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
-    put(b, "        int64_t base[%d] = {0}, rem = o;\n        (void)rem;\n", nops);
-    put_bases(b, k, r - 1);
+    put(b, "        if (o != prev + 1) {\n");
+    put(b, "        int64_t rem = o;\n        (void)rem;\n");
+    for (int j = 0; j < nops; j++)
+        put(b, "        base[%d] = 0;\n", j);
+    put_bases(b, k, r - 1, 1);
+    put(b, "        } else {\n");
+    put_odometer(b, k);
+    put(b, "        }\n        prev = o;\n");
     put(b, "        if (fast) {\n");
     put_row(b, g, k, "base[%d] + i");
     put(b, "        } else {\n");
     put_row(b, g, k, slow);
-    put(b, "        }\n    }\n    return sj_bad;\n}\n");
+    put(b, "        }\n    }\n    }\n    return sj_bad;\n}\n");
 }
