@@ -12,12 +12,14 @@
  * and oneDNN steps allocate
  * (lower_new_output_dt) are taken from the pool of the run on this thread when one has
  * the same library, dtype and sizes: no allocation, no page faults, and the memory stays
- * with the graph between calls (bounded by SJ_POOL_SIZE entries; freed with the graph).
+ * with the graph between calls (at most SJ_POOL_SIZE entries; an entry no run offered in
+ * the last two is dropped; all freed with the graph).
  *
  * Graph outputs are never offered (the caller owns them). But for a large torch output
  * (1 MB or more) the pool keeps its storage after the run (bufpool_keep_outputs): once the
- * caller has dropped the tensor and everything sharing its memory (the storage's use
- * count is the pool's alone), a later output of at most that size gets a new tensor over
+ * caller has dropped the tensor and everything sharing its memory (the storage object
+ * has no other reference, the storage's use count is the pool's alone, and it is not
+ * shared with another process), a later output of at most that size gets a new tensor over
  * it (`torch.empty(0).set_(storage, 0, sizes)`), so a loop calling the graph does not
  * page-fault fresh memory on every call (glibc maps buffers above 32 MB anew each time).
  * The caller never sees an object it held change. Pool operations run with the GIL held,
@@ -38,11 +40,13 @@ static _Thread_local BufPool *current;   /* the pool of the run on this thread, 
 static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
 static PyObject *storage_use_count;                                            /* strong: torch._C._storage_Use_Count */
 static PyObject *str_set, *torch_empty0;   /* strong: interned "set_"; torch.empty */
+static PyObject *str_is_shared;            /* strong, interned */
 
 BufPool *bufpool_enter(BufPool *p)
 {
     BufPool *prev = current;
     current = p;
+    p->run++;
     return prev;
 }
 
@@ -50,6 +54,17 @@ void bufpool_leave(BufPool *p, BufPool *prev)
 {
     p->nours = 0;
     current = prev;
+    /* entries no run offered in the last two (sizes a dynamic graph no longer sees) go */
+    PyObject *stale[SJ_POOL_SIZE];
+    int ns = 0, keep = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->e[i].run + 1 < p->run)
+            stale[ns++] = p->e[i].obj;
+        else
+            p->e[keep++] = p->e[i];
+    p->n = keep;
+    for (int i = 0; i < ns; i++)
+        Py_DECREF(stale[i]);
 }
 
 void bufpool_note(BufPool *p, PyObject *obj)
@@ -113,6 +128,22 @@ static long long storage_uses(PyObject *s)
     return uses;
 }
 
+/* 1 when storage object s's memory is shared with other processes (or the question
+ * fails: then it is not reused). */
+static int storage_shared(PyObject *s)
+{
+    if (interned(&str_is_shared, "is_shared") < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(s, str_is_shared);   /* new */
+    int shared = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(r);
+    if (shared < 0)
+        PyErr_Clear();
+    return shared != 0;
+}
+
 /* 1 when nothing but our reference reaches torch tensor t's memory. */
 static int torch_exclusive(PyObject *t)
 {
@@ -123,11 +154,14 @@ static int torch_exclusive(PyObject *t)
     if (call_int(PyObject_CallMethodNoArgs(t, str_use_count)) != 1)
         return 0;
     PyObject *s = PyObject_CallMethodNoArgs(t, str_untyped_storage);   /* new */
-    long long uses = s ? storage_uses(s) : -1;
+    /* torch hands out one storage object per storage, referenced by the storage itself
+     * while a tensor uses it: besides that, nobody else may hold it (ours: 2 references);
+     * its memory has two owners (the tensor and that object); and it is not shared with
+     * another process (share_memory_) */
+    long long uses = s && Py_REFCNT(s) <= 2 && !storage_shared(s) ? storage_uses(s) : -1;
     Py_XDECREF(s);
     if (uses < 0)
         PyErr_Clear();
-    /* ours and the probe's storage object (released above, counted while it lived) */
     return uses == 2;
 }
 
@@ -151,18 +185,17 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
     if (!obj)
         return;
     Operand op;
+    memset(&op, 0, sizeof op);
     int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && lower_read_input_dt(obj, lib, dt, &op) == 0;
     if (PyErr_Occurred())
         PyErr_Clear();
+    if (op.has_view)
+        PyBuffer_Release(&op.view);   /* also when the read refused the buffer */
     int64_t elems = 1;
-    if (ok) {
-        for (int d = op.ndim - 1; d >= 0; d--) {
-            if (op.size[d] != 1 && op.stride[d] != elems)
-                ok = 0;
-            elems *= op.size[d];
-        }
-        if (op.has_view)
-            PyBuffer_Release(&op.view);
+    for (int d = op.ndim - 1; ok && d >= 0; d--) {
+        if (op.size[d] != 1 && op.stride[d] != elems)
+            ok = 0;
+        elems *= op.size[d];
     }
     ok = ok && elems * dtype_info[dt].itemsize >= SJ_POOL_MIN_BYTES &&
          (lib == LIB_TORCH ? torch_exclusive(obj) : numpy_exclusive(obj)) && Py_REFCNT(obj) == 1;
@@ -170,9 +203,11 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
         Py_DECREF(obj);
         return;
     }
-    /* a full pool gives up its oldest entry */
+    /* a full pool gives up its oldest entry (out of the array before its release, which
+     * may run Python code) */
+    PyObject *old = NULL;
     if (p->n == SJ_POOL_SIZE) {
-        Py_DECREF(p->e[0].obj);
+        old = p->e[0].obj;
         memmove(&p->e[0], &p->e[1], sizeof p->e[0] * (SJ_POOL_SIZE - 1));
         p->n--;
     }
@@ -181,67 +216,78 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
     e->lib = lib;
     e->dt = dt;
     e->ndim = op.ndim;
+    e->run = p->run;
     memcpy(e->size, op.size, sizeof(int64_t) * (size_t)op.ndim);
     p->kept++;
+    Py_XDECREF(old);
 }
 
 /* A new tensor of dt and sizes n over a carried storage of need..2*need bytes that only the
  * pool holds (the output it came from is gone), or NULL. */
 static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int64_t need)
 {
-    for (int i = 0; i < p->ncarry; i++) {
-        if (p->carry_bytes[i] < need || p->carry_bytes[i] > 2 * need || storage_uses(p->carry[i]) != 1)
-            continue;
-        if (interned(&str_set, "set_") < 0) {
-            PyErr_Clear();
-            return NULL;
-        }
-        if (!torch_empty0) {
-            PyObject *t = PyImport_ImportModule("torch");   /* new */
-            torch_empty0 = t ? PyObject_GetAttrString(t, "empty") : NULL;
-            Py_XDECREF(t);
-        }
-        PyObject *dto = dtype_to_py(dt, LIB_TORCH);                   /* new */
-        PyObject *kw = dto ? Py_BuildValue("{s:O}", "dtype", dto) : NULL;   /* new */
-        PyObject *zero = PyLong_FromLong(0), *shape = PyTuple_New(r);  /* new */
-        PyObject *t = NULL, *res = NULL;
-        int ok = torch_empty0 && kw && zero && shape;
-        for (int d = 0; ok && d < r; d++) {
-            PyObject *x = PyLong_FromLongLong(n[d]);
-            ok = x != NULL;
-            if (x)
-                PyTuple_SET_ITEM(shape, d, x);
-        }
-        PyObject *args0 = ok ? PyTuple_Pack(1, zero) : NULL;            /* new */
-        t = args0 ? PyObject_Call(torch_empty0, args0, kw) : NULL;      /* new */
-        if (t) {
-            PyObject *sargs[4] = {t, p->carry[i], zero, shape};
-            res = PyObject_VectorcallMethod(str_set, sargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
-        Py_XDECREF(args0);
-        Py_XDECREF(t);
-        Py_XDECREF(shape);
-        Py_XDECREF(zero);
-        Py_XDECREF(kw);
-        Py_XDECREF(dto);
-        if (!res) {
-            PyErr_Clear();
-            return NULL;
-        }
-        /* the tensor holds the storage now */
-        Py_DECREF(p->carry[i]);
-        memmove(&p->carry[i], &p->carry[i + 1], sizeof p->carry[0] * (size_t)(p->ncarry - i - 1));
-        memmove(&p->carry_bytes[i], &p->carry_bytes[i + 1], sizeof p->carry_bytes[0] * (size_t)(p->ncarry - i - 1));
-        p->ncarry--;
-        p->recycled++;
-        return res;
+    int i = 0;
+    /* the pool's storage object must be held by nobody else (torch hands out one object
+     * per storage; with no tensor left on it, ours is its only reference) and its memory
+     * by nothing else, not shared with another process */
+    for (; i < p->ncarry; i++)
+        if (p->carry_bytes[i] >= need && p->carry_bytes[i] <= 2 * need && Py_REFCNT(p->carry[i]) == 1 &&
+            storage_uses(p->carry[i]) == 1 && !storage_shared(p->carry[i]))
+            break;
+    if (i == p->ncarry)
+        return NULL;
+    /* out of the array before any Python code runs (it could run this graph again) */
+    PyObject *st = p->carry[i];   /* strong: now ours */
+    memmove(&p->carry[i], &p->carry[i + 1], sizeof p->carry[0] * (size_t)(p->ncarry - i - 1));
+    memmove(&p->carry_bytes[i], &p->carry_bytes[i + 1], sizeof p->carry_bytes[0] * (size_t)(p->ncarry - i - 1));
+    p->ncarry--;
+    if (interned(&str_set, "set_") < 0) {
+        PyErr_Clear();
+        Py_DECREF(st);
+        return NULL;
     }
-    return NULL;
+    if (!torch_empty0) {
+        PyObject *tm = PyImport_ImportModule("torch");   /* new */
+        torch_empty0 = tm ? PyObject_GetAttrString(tm, "empty") : NULL;
+        Py_XDECREF(tm);
+    }
+    PyObject *dto = dtype_to_py(dt, LIB_TORCH);                         /* new */
+    PyObject *kw = dto ? Py_BuildValue("{s:O}", "dtype", dto) : NULL;   /* new */
+    PyObject *zero = PyLong_FromLong(0), *shape = PyTuple_New(r);       /* new */
+    PyObject *t = NULL, *res = NULL;
+    int ok = torch_empty0 && kw && zero && shape;
+    for (int d = 0; ok && d < r; d++) {
+        PyObject *x = PyLong_FromLongLong(n[d]);
+        ok = x != NULL;
+        if (x)
+            PyTuple_SET_ITEM(shape, d, x);
+    }
+    PyObject *args0 = ok ? PyTuple_Pack(1, zero) : NULL;          /* new */
+    t = args0 ? PyObject_Call(torch_empty0, args0, kw) : NULL;    /* new */
+    if (t) {
+        PyObject *sargs[4] = {t, st, zero, shape};
+        res = PyObject_VectorcallMethod(str_set, sargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(args0);
+    Py_XDECREF(t);
+    Py_XDECREF(shape);
+    Py_XDECREF(zero);
+    Py_XDECREF(kw);
+    Py_XDECREF(dto);
+    Py_DECREF(st);   /* the tensor holds the storage now */
+    if (!res) {
+        PyErr_Clear();
+        return NULL;
+    }
+    p->recycled++;
+    return res;
 }
 
 void bufpool_keep_outputs(BufPool *p, PyObject *outs)
 {
-    if (!outs || !PyTuple_Check(outs) || interned(&str_untyped_storage, "untyped_storage") < 0) {
+    if (!outs || !PyTuple_Check(outs))
+        return;   /* a failed run: its exception stays set */
+    if (interned(&str_untyped_storage, "untyped_storage") < 0) {
         PyErr_Clear();
         return;
     }
@@ -263,14 +309,20 @@ void bufpool_keep_outputs(BufPool *p, PyObject *outs)
             PyErr_Clear();
             continue;
         }
+        if (storage_shared(s)) {
+            Py_DECREF(s);
+            continue;
+        }
+        PyObject *old = NULL;
         if (p->ncarry == SJ_POOL_CARRY) {
-            Py_DECREF(p->carry[0]);
+            old = p->carry[0];
             memmove(&p->carry[0], &p->carry[1], sizeof p->carry[0] * (SJ_POOL_CARRY - 1));
             memmove(&p->carry_bytes[0], &p->carry_bytes[1], sizeof p->carry_bytes[0] * (SJ_POOL_CARRY - 1));
             p->ncarry--;
         }
         p->carry[p->ncarry] = s;
         p->carry_bytes[p->ncarry++] = bytes;
+        Py_XDECREF(old);
     }
 }
 
@@ -298,11 +350,16 @@ void bufpool_clear(BufPool *p)
 {
     /* at interpreter exit torch may already be torn down: its tensors are left to the
      * process's end (freeing one then crashes in torch's deallocator) */
-    if (!_Py_IsFinalizing()) {
-        for (int i = 0; i < p->n; i++)
-            Py_DECREF(p->e[i].obj);
-        for (int i = 0; i < p->ncarry; i++)
-            Py_DECREF(p->carry[i]);
-    }
-    p->n = p->ncarry = 0;
+    PoolEntry e[SJ_POOL_SIZE];
+    PyObject *carry[SJ_POOL_CARRY];
+    int n = p->n, nc = p->ncarry;
+    memcpy(e, p->e, sizeof e[0] * (size_t)n);
+    memcpy(carry, p->carry, sizeof carry[0] * (size_t)nc);
+    p->n = p->ncarry = 0;   /* empty before any release runs Python code */
+    if (_Py_IsFinalizing())
+        return;
+    for (int i = 0; i < n; i++)
+        Py_DECREF(e[i].obj);
+    for (int i = 0; i < nc; i++)
+        Py_DECREF(carry[i]);
 }

@@ -19,6 +19,7 @@
 
 #include "lower.h"
 #include "codegen.h"
+#include "codegen_int.h"
 
 #define SPLIT_MIN_KERNELS 4
 
@@ -86,10 +87,13 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
     if (!c1 || (s2 && !c2))
         goto done;
     Unit second = {c2, (size_t)l2, NULL, NULL, NULL, NULL};
+    /* the compiler's identity is probed once, before two builds could race to probe it */
+    if (!cc_identity())
+        goto done;
     pthread_t th;
     int started = s2 && pthread_create(&th, NULL, build_unit, &second) == 0;
     CgLib *first = cg_build(c1, (size_t)l1, "graph");
-    if (s2 && !started)
+    if (s2 && !started && first)
         build_unit(&second);   /* no thread: one after the other */
     else if (started) {
         Py_BEGIN_ALLOW_THREADS
@@ -103,7 +107,10 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
         goto done;
     }
     if (s2 && !second.lib) {
-        PyErr_Restore(second.et, second.ev, second.tb);
+        if (second.et)
+            PyErr_Restore(second.et, second.ev, second.tb);
+        else
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: the second kernel unit was not built (interpreter exiting?)");
         goto done;
     }
     if (bind(p, first, 0, mid) < 0 || (s2 && bind(p, second.lib, mid, n) < 0))

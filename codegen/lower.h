@@ -226,6 +226,7 @@ typedef struct {
     DType dt;
     int ndim;
     int64_t size[SJ_MAX_RANK];
+    int64_t run;        /* the run that offered it */
 } PoolEntry;
 
 /* Dropped intermediates kept for reuse by a compiled graph (bufpool.c says when). */
@@ -242,6 +243,7 @@ typedef struct {
     PyObject *carry[SJ_POOL_CARRY];
     int64_t carry_bytes[SJ_POOL_CARRY];
     int ncarry;
+    int64_t run;                      /* runs started (bufpool_enter) */
     int64_t kept, reused, recycled;   /* counts over the graph's life (stats) */
 } BufPool;
 

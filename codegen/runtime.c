@@ -265,8 +265,12 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
         if (ops[k->nout + i].has_view)
             PyBuffer_Release(&ops[k->nout + i].view);
     (void)nops;
-    if (rc > 0)
+    if (rc > 0) {
+        /* the outputs allocated for the kernel are replaced by eager's */
+        for (int32_t j = 0; j < k->nout; j++)
+            Py_CLEAR(vals[k->outs[j]]);
         return run_eagerly(cg, g, k, vals);
+    }
     return rc;
 }
 
@@ -322,7 +326,8 @@ static PyObject *cg_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     cg->threads = want > 0 ? want : had;
     BufPool *prev = bufpool_enter(&cg->pool);
     PyObject *r = graph_run_with(g, args, NULL, exec_steps, cg);
-    bufpool_keep_outputs(&cg->pool, r);
+    if (r)
+        bufpool_keep_outputs(&cg->pool, r);
     bufpool_leave(&cg->pool, prev);
     if (want > 0 && want != had)
         omp_set_num_threads(had);

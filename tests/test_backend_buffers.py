@@ -166,3 +166,65 @@ def test_large_outputs_recycled_once_dropped():
     for n in (512, 300, 512, 256):
         y = torch.randn(n, 1024)
         torch.testing.assert_close(fn(y), f(y))
+
+
+def test_failed_run_keeps_its_exception():
+    """A compiled graph whose run raises (here: integer division by zero, rerun eagerly)
+    gives the library's error, not a SystemError from the buffer bookkeeping after it."""
+    fn, made = _compiled(lambda x, y: (x // y) * 2 + x)
+    a, b = torch.randint(1, 9, (4, 5)), torch.randint(1, 9, (4, 5))
+    torch.testing.assert_close(fn(a, b), (a // b) * 2 + a)
+    b[1, 1] = 0
+    with pytest.raises(RuntimeError, match="ZeroDivision|division by zero"):
+        made[0](a, b)
+
+
+def test_storage_the_caller_holds_is_not_recycled():
+    """The caller keeps an output's storage object (or shares it with another process)
+    and drops the tensor: that memory is the caller's and later calls never write it."""
+    def f(x):
+        return torch.relu(x * 1.5 + 0.25) - x * 0.5
+
+    fn, made = _compiled(f)
+    x = torch.randn(512, 1024)
+    y = fn(x)
+    st = y.untyped_storage()
+    want = y.clone()
+    del y
+    for i in range(3):
+        fn(x + i + 1)
+    got = torch.empty(0).set_(st, 0, (512, 1024))
+    assert torch.equal(got, want)
+    shared = set()
+    for i in range(4):
+        y = fn(x * i)
+        assert y.data_ptr() not in shared
+        y.share_memory_()        # another process may be reading it: never reused
+        shared.add(y.data_ptr())
+        del y
+
+
+def test_eager_rerun_does_not_leak_outputs():
+    """A kernel that hands its nodes back to eager (numpy integer // 0) releases the
+    outputs it had allocated."""
+    import tracemalloc
+
+    def f(a, b):
+        return (a // b) * 2 + a
+
+    fn, made = _compiled(f)
+    a = np.arange(1, 256 * 1024 + 1, dtype=np.int64).reshape(256, 1024)
+    b = np.ones_like(a)
+    b[0, 0] = 0
+    with np.errstate(divide="ignore"):
+        fn(a, b)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for _ in range(10):
+                out = fn(a, b)
+            grown = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(out, f(a, b))
+    assert grown < 8 * a.nbytes, grown      # ten leaked 2 MB outputs would be 20+ MB
