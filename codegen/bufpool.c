@@ -39,7 +39,7 @@ static _Thread_local BufPool *current;   /* the pool of the run on this thread, 
 
 static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
 static PyObject *storage_use_count;                                            /* strong: torch._C._storage_Use_Count */
-static PyObject *str_set, *torch_empty0;   /* strong: interned "set_"; torch.empty */
+static PyObject *str_set;                  /* strong: interned "set_" */
 static PyObject *str_is_shared;            /* strong, interned */
 
 BufPool *bufpool_enter(BufPool *p)
@@ -180,17 +180,38 @@ static int numpy_exclusive(PyObject *a)
     return none;
 }
 
+/* 1 and op's sizes and strides filled when obj is an array of lib and dt (torch: through
+ * the tensor reader, no data pointer needed; numpy: its buffer, released at once). Never
+ * raises. */
+static int read_layout(PyObject *obj, Lib lib, DType dt, Operand *op)
+{
+    int ok;
+    if (lib == LIB_TORCH) {
+        TensorMeta m;
+        const char *why = NULL;
+        ok = treader_read(obj, &m, op->stride, &why) == 0 && m.dtype == dt && m.lib == LIB_TORCH &&
+             m.ndim <= SJ_MAX_RANK;
+        if (ok) {
+            op->ndim = m.ndim;
+            memcpy(op->size, m.size, sizeof(int64_t) * (size_t)m.ndim);
+        }
+    } else {
+        ok = lower_read_input_dt(obj, lib, dt, op) == 0;
+        if (op->has_view)
+            PyBuffer_Release(&op->view);   /* also when the read refused the buffer */
+    }
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return ok;
+}
+
 void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
 {
     if (!obj)
         return;
     Operand op;
     memset(&op, 0, sizeof op);
-    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && lower_read_input_dt(obj, lib, dt, &op) == 0;
-    if (PyErr_Occurred())
-        PyErr_Clear();
-    if (op.has_view)
-        PyBuffer_Release(&op.view);   /* also when the read refused the buffer */
+    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && read_layout(obj, lib, dt, &op);
     int64_t elems = 1;
     for (int d = op.ndim - 1; ok && d >= 0; d--) {
         if (op.size[d] != 1 && op.stride[d] != elems)
@@ -246,34 +267,17 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
         Py_DECREF(st);
         return NULL;
     }
-    if (!torch_empty0) {
-        PyObject *tm = PyImport_ImportModule("torch");   /* new */
-        torch_empty0 = tm ? PyObject_GetAttrString(tm, "empty") : NULL;
-        Py_XDECREF(tm);
-    }
-    PyObject *dto = dtype_to_py(dt, LIB_TORCH);                         /* new */
-    PyObject *kw = dto ? Py_BuildValue("{s:O}", "dtype", dto) : NULL;   /* new */
-    PyObject *zero = PyLong_FromLong(0), *shape = PyTuple_New(r);       /* new */
-    PyObject *t = NULL, *res = NULL;
-    int ok = torch_empty0 && kw && zero && shape;
-    for (int d = 0; ok && d < r; d++) {
-        PyObject *x = PyLong_FromLongLong(n[d]);
-        ok = x != NULL;
-        if (x)
-            PyTuple_SET_ITEM(shape, d, x);
-    }
-    PyObject *args0 = ok ? PyTuple_Pack(1, zero) : NULL;          /* new */
-    t = args0 ? PyObject_Call(torch_empty0, args0, kw) : NULL;    /* new */
-    if (t) {
+    const int64_t none[1] = {0};
+    PyObject *t = lower_empty(LIB_TORCH, dt, none, 1);   /* new: torch.empty(0, dtype=dt) */
+    PyObject *zero = PyLong_FromLong(0), *shape = lower_sizes_tuple(n, r);   /* new */
+    PyObject *res = NULL;
+    if (t && zero && shape) {
         PyObject *sargs[4] = {t, st, zero, shape};
         res = PyObject_VectorcallMethod(str_set, sargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
-    Py_XDECREF(args0);
     Py_XDECREF(t);
     Py_XDECREF(shape);
     Py_XDECREF(zero);
-    Py_XDECREF(kw);
-    Py_XDECREF(dto);
     Py_DECREF(st);   /* the tensor holds the storage now */
     if (!res) {
         PyErr_Clear();

@@ -211,8 +211,12 @@ int lower_read_input(PyObject *obj, Lib lib, Operand *op);
 int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op);
 /* A new contiguous float32 tensor or array of lib with sizes n[0..r). New reference. */
 PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
-/* The same of dtype dt. New reference. */
+/* The same of dtype dt (from the run's buffer pool when it has one). New reference. */
 PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
+/* lib's empty(n, dtype=dt), never from the pool. New reference. */
+PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r);
+/* The tuple of the ints n[0..r). New reference. */
+PyObject *lower_sizes_tuple(const int64_t *n, int r);
 
 /* ------------------------------------------------------------ bufpool.c ---- */
 

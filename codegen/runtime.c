@@ -112,7 +112,23 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
 }
 
 /* A new contiguous array or tensor of dtype dt and the given sizes. */
-PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
+PyObject *lower_sizes_tuple(const int64_t *n, int r)
+{
+    PyObject *shape = PyTuple_New(r);   /* new */
+    if (!shape)
+        return NULL;
+    for (int d = 0; d < r; d++) {
+        PyObject *x = PyLong_FromLongLong(n[d]);
+        if (!x) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, d, x);
+    }
+    return shape;
+}
+
+PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
 {
     if (!kw_dtype) {
         PyObject *t = libs.torch ? PyImport_ImportModule("torch") : NULL;
@@ -139,26 +155,23 @@ PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
         return NULL;
     }
-    BufPool *pool = bufpool_current();
-    PyObject *kept = pool ? bufpool_take(pool, lib, dt, n, r) : NULL;
-    if (kept) {
-        bufpool_note(pool, kept);
-        return kept;
-    }
-    PyObject *shape = PyTuple_New(r);   /* new */
+    PyObject *shape = lower_sizes_tuple(n, r);   /* new */
     if (!shape)
         return NULL;
-    for (int d = 0; d < r; d++) {
-        PyObject *x = PyLong_FromLongLong(n[d]);
-        if (!x) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, d, x);
-    }
     PyObject *args[2] = {shape, dto};
     PyObject *res = PyObject_Vectorcall(empty, args, 1, kw_dtype);
     Py_DECREF(shape);
+    return res;
+}
+
+/* A new output: a buffer the run's pool kept, else the library's empty(). Either way the
+ * run notes it as its own (bufpool.c offers back only those). */
+PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
+{
+    BufPool *pool = bufpool_current();
+    PyObject *res = pool ? bufpool_take(pool, lib, dt, n, r) : NULL;
+    if (!res)
+        res = lower_empty(lib, dt, n, r);
     if (res && pool)
         bufpool_note(pool, res);
     return res;
