@@ -426,6 +426,76 @@ static int add_final_guards(Capture *c)
     return 0;
 }
 
+PyObject *SjBackendCompilerFailed;
+
+/* The backend raised, or returned a non-callable (an exception is set either way). An
+ * interrupt, SystemExit or any other non-Exception propagates as it is. A failure of
+ * shapejit's own backends is internal: it becomes c's reason and the frame runs eagerly.
+ * A user backend's error raises BackendCompilerFailed naming the backend, with the error
+ * as __cause__; with config.suppress_errors it is a warning and the frame runs eagerly.
+ * 0 (c holds the reason, no exception), or -1 with the exception to raise. */
+static int backend_failed(Capture *c, const CompileOptions *opts)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    if (opts->internal) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return 0;
+    }
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb && ev)
+        PyException_SetTraceback(ev, tb);
+    PyObject *msg = PyUnicode_FromFormat("backend=%R raised:\n%s: %S", opts->name, Py_TYPE(ev)->tp_name, ev);
+    if (!msg)
+        goto fail;
+    if (sj_config.suppress_errors) {
+        PyObject *w = PyUnicode_FromFormat("shapejit: %U\nThe frame runs eagerly (config.suppress_errors=True).", msg);
+        int r = w ? PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(w), 1) : -1;
+        Py_XDECREF(w);
+        if (r < 0)   /* warnings turned into errors: the user asked to see it */
+            goto fail;
+        cap_fail(c, BR_BACKEND_FAILED, "%U", msg);
+        Py_DECREF(msg);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return 0;
+    }
+    PyObject *exc = PyObject_CallOneArg(SjBackendCompilerFailed, msg);
+    Py_DECREF(msg);
+    if (!exc)
+        goto fail;
+    PyException_SetCause(exc, Py_NewRef(ev));     /* steals the new reference */
+    PyException_SetContext(exc, Py_NewRef(ev));   /* steals the new reference */
+    PyErr_SetObject(SjBackendCompilerFailed, exc);
+    Py_DECREF(exc);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return -1;
+fail:
+    /* msg or exc could not be made: the backend's own error is raised instead */
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+/* Every entry, eager ones included, serves only calls made with the options it was
+ * compiled with: the same function compiled with another backend, fullgraph or dynamic
+ * gets an entry of its own. */
+static int add_options_guard(Capture *c, const CompileOptions *opts)
+{
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_BACKEND_MATCH;
+    g.src = g.src2 = -1;
+    g.expected = opts->key;   /* guards_add takes its own reference */
+    return guards_add(&c->guards, &g);
+}
+
 static void capture_release(Capture *c)
 {
     symb_release(c);
@@ -696,17 +766,18 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         }
         events_emit_graph(gobj);
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
+        if (compiled && !PyCallable_Check(compiled)) {
+            PyErr_Format(PyExc_TypeError, "the backend returned an object of type %s, which is not callable (a backend "
+                         "returns a callable that runs the graph)", Py_TYPE(compiled)->tp_name);
+            Py_CLEAR(compiled);
+        }
         if (!compiled) {
-            cap_fail_exc(&c, BR_INTERNAL);
-            if (opts->fullgraph)
+            if (backend_failed(&c, opts) < 0)
+                goto done_err;
+            if (opts->fullgraph && opts->internal)
                 goto internal_raise;
             e = eager_entry(&c, co, opts, 1);
             goto done;
-        }
-        if (!PyCallable_Check(compiled)) {
-            PyErr_Format(PyExc_TypeError, "shapejit backend %R returned %R, which is not callable", opts->backend,
-                         compiled);
-            goto done_err;
         }
         sj_stats.graphs++;
         sj_stats.unique_graphs++;
@@ -766,6 +837,11 @@ done:
     Py_XDECREF(example);
     Py_XDECREF(gobj);
     Py_XDECREF(compiled);
+    if (e && add_options_guard(&c, opts) < 0) {
+        cache_entry_free(e);
+        e = NULL;
+        PyErr_Clear();   /* out of memory: the frame runs eagerly this time */
+    }
     if (e) {
         int r = code_cache_insert(st, e, &c.src, &c.guards);
         if (r != 0) {

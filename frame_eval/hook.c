@@ -378,7 +378,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 
     /* ---- look for an entry whose guards pass ---- */
     GuardCall call;
-    if (guard_call_begin(&call, &st->tree, &fv) < 0) {
+    if (guard_call_begin(&call, &st->tree, &fv, tls_opts ? tls_opts->key : NULL) < 0) {
         PyErr_Clear();
         goto eager;
     }
@@ -484,7 +484,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     if (e->action == ENTRY_EAGER)
         goto eager;
     /* run the new entry: its guards pass by construction */
-    if (guard_call_begin(&call, &st->tree, &fv) < 0)
+    if (guard_call_begin(&call, &st->tree, &fv, opts->key) < 0)
         goto out;
     r = answer(e, &call);
     guard_call_end(&call);
@@ -507,6 +507,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *fn;          /* strong */
     PyObject *options;     /* strong */
+    PyObject *key;         /* strong: options.key (copts.key borrows it) */
+    PyObject *name;        /* strong: options.backend_name (copts.name borrows it) */
     PyObject *dict;        /* strong: __name__, __doc__, ... */
     CompileOptions copts;  /* backend borrowed from options (kept alive by it) */
     PyObject *backend;     /* strong: options.backend */
@@ -560,11 +562,31 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_Clear();
         dynamic = -1;   /* options without the attribute: automatic */
     }
+    PyObject *key = PyObject_GetAttrString(options, "key");
+    PyObject *name = key ? PyObject_GetAttrString(options, "backend_name") : NULL;
+    PyObject *internal = name ? PyObject_GetAttrString(options, "internal") : NULL;
+    int is_internal = internal ? PyObject_IsTrue(internal) : -1;
+    Py_XDECREF(internal);
+    if (is_internal < 0 || !PyUnicode_Check(name)) {
+        if (name && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "options.backend_name must be a str");
+        Py_DECREF(backend);
+        Py_XDECREF(key);
+        Py_XDECREF(name);
+        return NULL;
+    }
     SjCompiledFunction *cf = (SjCompiledFunction *)type->tp_alloc(type, 0);
     if (!cf) {
         Py_DECREF(backend);
+        Py_DECREF(key);
+        Py_DECREF(name);
         return NULL;
     }
+    cf->key = key;
+    cf->copts.key = key;
+    cf->name = name;
+    cf->copts.name = name;
+    cf->copts.internal = is_internal;
     cf->copts.dynamic = dynamic;
     cf->fn = Py_NewRef(fn);
     cf->options = Py_NewRef(options);
@@ -600,6 +622,8 @@ static int cf_traverse(SjCompiledFunction *cf, visitproc visit, void *arg)
     Py_VISIT(cf->options);
     Py_VISIT(cf->dict);
     Py_VISIT(cf->backend);
+    Py_VISIT(cf->key);
+    Py_VISIT(cf->name);
     return 0;
 }
 
@@ -609,6 +633,8 @@ static int cf_clear(SjCompiledFunction *cf)
     Py_CLEAR(cf->options);
     Py_CLEAR(cf->dict);
     Py_CLEAR(cf->backend);
+    Py_CLEAR(cf->key);
+    Py_CLEAR(cf->name);
     return 0;
 }
 
@@ -670,6 +696,9 @@ int hook_init_types(PyObject *m)
         return -1;
     SjUnsupported = PyErr_NewException("shapejit._C.Unsupported", PyExc_RuntimeError, NULL);
     if (!SjUnsupported || PyModule_AddObjectRef(m, "Unsupported", SjUnsupported) < 0)
+        return -1;
+    SjBackendCompilerFailed = PyErr_NewException("shapejit._C.BackendCompilerFailed", PyExc_RuntimeError, NULL);
+    if (!SjBackendCompilerFailed || PyModule_AddObjectRef(m, "BackendCompilerFailed", SjBackendCompilerFailed) < 0)
         return -1;
     return code_cache_init();
 }

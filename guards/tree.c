@@ -133,6 +133,7 @@ static int depth(const SourceTable *s, int32_t id)
 static int rank_of(const Guard *g, const SourceTable *s)
 {
     switch ((GuardKind)g->kind) {
+    case GK_BACKEND_MATCH:
     case GK_GLOBAL_STATE:
         return 0;
     case GK_DISTINCT:
@@ -243,10 +244,11 @@ static int tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEnt
 
 /* -------------------------------------------------------------- per call ---- */
 
-int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv)
+int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv, PyObject *options)
 {
     call->t = t;
     call->fv = fv;
+    call->options = options;
     call->nsrc = t->src.n;
     call->nleaves = t->leaves.n;
     call->seq0 = t->seq;

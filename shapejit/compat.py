@@ -59,7 +59,9 @@ def _backend_for(backend):
 def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor",
                   mode=None, options=None, disable=False, **others):
     """torch.compile's signature, compiled by shapejit. mode=, options= and the other
-    inductor/dynamo-specific arguments are accepted and ignored (one warning each)."""
+    inductor/dynamo-specific arguments are accepted and ignored (one warning each); they
+    are still recorded with the entries (as torch's backend equality does), so the same
+    function compiled with two modes keeps an entry per mode."""
     ignored = dict(others, mode=mode, options=options)
     for name in sorted(ignored):
         if ignored[name] not in (None, False, {}):
@@ -67,8 +69,10 @@ def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inducto
                        "shapejit (torch compat): torch.compile(%s=...) is ignored" % name)
     if disable:
         return model if model is not None else (lambda fn: fn)
-    return api.compile(model, dynamic=dynamic, fullgraph=fullgraph,
-                       backend=_backend_for(backend))
+    extra = tuple((name, ignored[name]) for name in sorted(ignored)
+                  if ignored[name] not in (None, False, {}))
+    return api.compile_with(model, api.make_options(
+        dynamic=dynamic, fullgraph=fullgraph, backend=_backend_for(backend), extra=extra))
 
 
 def torch_disable(fn=None, recursive=True, *, reason=None, **unused):
