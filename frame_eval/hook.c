@@ -24,6 +24,8 @@
 static _Thread_local int tls_active;                    /* >0: compiled code runs here */
 static _Thread_local const CompileOptions *tls_opts;    /* options of the innermost call */
 static _Thread_local int tls_top_pending;               /* the compiled function's own frame is next */
+static _Thread_local int tls_run_only;                  /* >0: inside a frame past its cache limit:
+                                                           cached entries still serve, nothing compiles */
 static int users;                                       /* threads with tls_active > 0 */
 static _PyFrameEvalFunction prev_eval;
 
@@ -396,7 +398,9 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
     PyObject *why = NULL;
     int compile = 1;
-    if (!is_top && st->role != ROLE_RESUME &&
+    if (tls_run_only)
+        compile = 0;   /* called from a frame past its cache limit */
+    else if (!is_top && st->role != ROLE_RESUME &&
         (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
         compile = 0;   /* comprehension bodies reached from eager code iterate live iterators */
     else if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
@@ -407,8 +411,10 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             PyErr_Clear();   /* a missing record only costs a static first compile */
     }
     else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
-                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit))
-        compile = 0;   /* past the limit and already said so: no reason to work out */
+                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit)) {
+        guard_call_end(&call);
+        goto run_only;   /* past the limit and already said so: no reason to work out */
+    }
     if (compile && st->nentries > 0) {
         why = explain_failures(st, &call);
         if (!why)
@@ -454,7 +460,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             PyErr_Clear();
         }
         Py_XDECREF(why);
-        goto eager;
+        goto run_only;
     }
     if (st->nentries > 0) {
         sj_stats.recompiles++;
@@ -499,6 +505,16 @@ eager:
     code_cache_busy_leave();
     tls_active = saved;
     return run_default(ts, f, throwflag);
+run_only:
+    /* Past the cache limit the frame runs as eager code, and so does everything it
+     * calls, for this call: callees use their cached entries but never compile (as
+     * torch's RUN_ONLY), so no frame is captured on behalf of a frame that is not. */
+    code_cache_busy_leave();
+    tls_active = saved;
+    tls_run_only++;
+    r = run_default(ts, f, throwflag);
+    tls_run_only--;
+    return r;
 }
 
 /* ------------------------------------------------------- CompiledFunction ---- */
@@ -519,14 +535,16 @@ static PyObject *cf_vectorcall(PyObject *self, PyObject *const *args, size_t nar
 {
     SjCompiledFunction *cf = (SjCompiledFunction *)self;
     const CompileOptions *prev = tls_opts;
-    int prev_top = tls_top_pending;
+    int prev_top = tls_top_pending, prev_run_only = tls_run_only;
     tls_opts = &cf->copts;
     tls_top_pending = 1;
+    tls_run_only = 0;   /* a compiled function called from a frame past its limit is compiled */
     hook_enter();
     PyObject *r = PyObject_Vectorcall(cf->fn, args, nargsf, kwnames);
     hook_leave();
     tls_opts = prev;
     tls_top_pending = prev_top;
+    tls_run_only = prev_run_only;
     return r;
 }
 
