@@ -93,7 +93,7 @@ def _make_set_logs(torch_set_logs):
         accepted and ignored (one warning each)."""
         ours = {}
         for name, value in kwargs.items():
-            if name in logs.CHANNELS:
+            if name in logs.CHANNELS or name in logs.GROUPS:
                 ours[name] = value
             elif name in torch_names:
                 if value:

@@ -322,8 +322,8 @@ def test_torch_logs_parsing():
     assert p(" graph_code , ,guards") == {"graph_code": logging.INFO, "guards": logging.INFO}
     assert p("") == {}
     with pytest.raises(ValueError) as info:
-        p("graph_breaks,dynamo")
-    assert "TORCH_LOGS" in str(info.value) and "'dynamo'" in str(info.value)
+        p("graph_breaks,dynamoo")
+    assert "TORCH_LOGS" in str(info.value) and "'dynamoo'" in str(info.value)
 
 
 def test_torch_logs_env_var():
