@@ -7,6 +7,7 @@
 #include "events.h"
 #include "resume.h"
 #include <time.h>
+#include "../core/errors.h"
 
 PyObject *SjUnsupported;
 static long graph_counter;
@@ -141,7 +142,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
             by_name = fn && PyUnicode_Check(fn);
             if (!by_name) {
                 Py_CLEAR(fn);
-                PyErr_Clear();
+                sj_err_clear();
             }
         }
         if (!by_name)
@@ -364,7 +365,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
             seen = -1;
         Py_XDECREF(key);
         if (seen < 0) {
-            PyErr_Clear();
+            sj_err_clear();
             seen = 0;
         }
     }
@@ -373,7 +374,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
                "Graph break (user stack suppressed due to duplicate graph break) in user code at %U:%S\n"
                "Graph Break Reason: %U",
                PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason);
-        PyErr_Clear();
+        sj_err_clear();
     } else if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
         PyObject *tb = format_stack(stack);
         if (top)
@@ -384,7 +385,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
             sj_log(LOG_GRAPH_BREAKS, SJ_INFO, "Graph break in %U (%U:%d)\nGraph Break Reason: %U", co->co_qualname,
                    co->co_filename, co->co_firstlineno, reason);
         Py_XDECREF(tb);
-        PyErr_Clear();
+        sj_err_clear();
     }
     events_emit_break(reason, stack);
 }
@@ -523,6 +524,8 @@ static double now_s(void)
 
 static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOptions *opts, int count_break)
 {
+    if (sj_err_deferred())
+        return NULL;   /* interrupted: no reason of the frame's, nothing reported or kept */
     PyObject *reason = reason_text(c);
     if (!reason)
         return NULL;
@@ -586,7 +589,7 @@ static void log_code(const char *what, PyObject *code)
     Py_XDECREF(dis);
     Py_XDECREF(bc);
     Py_XDECREF(text);
-    PyErr_Clear();
+    sj_err_clear();
 }
 
 /* The first capture failed at an instruction of the frame itself that can be a graph
@@ -611,7 +614,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     if (c->grad_mode != grad0)
         goto undo;   /* the continuation would run with the wrong grad mode */
     if (resume_build(c, co, st, bk) < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         goto undo;
     }
     /* the break is reported with the first capture's reason and user stack */
@@ -621,7 +624,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     c->user_stack = stack;
     return 0;
 undo:
-    PyErr_Clear();
+    sj_err_clear();
     cap_clear_failure(c);
     c->reason = reason;
     c->reason_msg = msg;
@@ -654,7 +657,7 @@ static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
             events_emit_guards(lines);
         Py_XDECREF(lines);
     }
-    PyErr_Clear();
+    sj_err_clear();
 }
 
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
@@ -700,7 +703,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (!r || !plan) {
         if (PyErr_Occurred() && !cap_failed(&c))
             cap_fail_exc(&c, BR_INTERNAL);
-        PyErr_Clear();
+        sj_err_clear();
         e = eager_entry(&c, co, opts, 1);
         goto done;
     }
@@ -762,7 +765,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                 sj_log(LOG_GRAPH_CODE, SJ_INFO, "TRACED GRAPH %U (%U %U:%d)\n%U", ((SjGraphObject *)gobj)->name,
                        co->co_qualname, co->co_filename, co->co_firstlineno, code);
             Py_XDECREF(code);
-            PyErr_Clear();
+            sj_err_clear();
         }
         events_emit_graph(gobj);
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
@@ -811,7 +814,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             report_break(&c, co, reason);
             Py_DECREF(reason);
         }
-        PyErr_Clear();
+        sj_err_clear();
         if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
             log_code("MODIFIED BYTECODE (continuation of)", e->cont);
             for (int i = 0; i < e->nresume; i++)
@@ -837,10 +840,16 @@ done:
     Py_XDECREF(example);
     Py_XDECREF(gobj);
     Py_XDECREF(compiled);
+    if (e && sj_err_deferred()) {
+        /* interrupted while compiling: nothing of this capture is kept (its reason would
+         * be the interrupt, not the frame); the hook raises the interrupt */
+        cache_entry_free(e);
+        e = NULL;
+    }
     if (e && add_options_guard(&c, opts) < 0) {
         cache_entry_free(e);
         e = NULL;
-        PyErr_Clear();   /* out of memory: the frame runs eagerly this time */
+        sj_err_clear();   /* out of memory: the frame runs eagerly this time */
     }
     if (e) {
         int r = code_cache_insert(st, e, &c.src, &c.guards);

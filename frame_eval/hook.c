@@ -18,6 +18,7 @@
 #include "events.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------- hook state ---- */
 
@@ -81,7 +82,7 @@ static int init_skip_prefixes(void)
     Py_XDECREF(os);
     Py_XDECREF(medir);
     if (!skip_prefixes) {
-        PyErr_Clear();
+        sj_err_clear();
         skip_prefixes = PyTuple_New(0);
     }
     return skip_prefixes ? 0 : -1;
@@ -92,7 +93,7 @@ static int skip_file(PyObject *filename)
 {
     const char *f = PyUnicode_AsUTF8(filename);
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         return 1;
     }
     if (f[0] == '<' && strncmp(f, "<string>", 8) != 0 && strncmp(f, "<stdin>", 7) != 0)
@@ -129,7 +130,7 @@ static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
                 events_emit_break(reason, NULL);
                 Py_DECREF(reason);
             }
-            PyErr_Clear();
+            sj_err_clear();
         }
         return 1;
     }
@@ -145,7 +146,7 @@ static int holds_tensor(PyObject *v, int depth)
     if (depth > 0 && (PyList_Check(v) || PyTuple_Check(v))) {
         PyObject *fast = PySequence_Fast(v, "");
         if (!fast) {
-            PyErr_Clear();
+            sj_err_clear();
             return 0;
         }
         int r = 0;
@@ -169,7 +170,7 @@ static int holds_tensor(PyObject *v, int depth)
 static int frame_has_tensors(PyCodeObject *co, _PyInterpreterFrame *f)
 {
     if (libs_refresh() < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) != 0) +
@@ -208,7 +209,7 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
                 return NULL;
             }
         } else if (PyErr_Occurred()) {
-            PyErr_Clear();
+            sj_err_clear();
         }
     }
     PyObject *nl = PyUnicode_FromString("\n    ");
@@ -276,7 +277,7 @@ static PyObject *rerun_eagerly(void)
         Py_XDECREF(ev);
         Py_XDECREF(tb);
     }
-    PyErr_Clear();
+    sj_err_clear();
     return RUN_EAGER;
 }
 
@@ -364,7 +365,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     PyCodeObject *co = f->f_code;
     CodeState *st = code_state_get(co);
     if (!st) {
-        PyErr_Clear();
+        sj_err_clear();
         goto eager;
     }
     if (st->role == ROLE_CONT)
@@ -381,10 +382,14 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     /* ---- look for an entry whose guards pass ---- */
     GuardCall call;
     if (guard_call_begin(&call, &st->tree, &fv, tls_opts ? tls_opts->key : NULL) < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         goto eager;
     }
     GuardEntry *hit = st->nentries ? guard_tree_find(&call) : NULL;
+    if (sj_err_deferred()) {   /* interrupted while guards were read: not a miss */
+        guard_call_end(&call);
+        goto out;
+    }
     if (hit) {
         CacheEntry *e = hit->owner;
         r = answer(e, &call);
@@ -408,7 +413,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
         compile = 0;
         if (symb_record_call(st, co, f->localsplus) < 0)
-            PyErr_Clear();   /* a missing record only costs a static first compile */
+            sj_err_clear();   /* a missing record only costs a static first compile */
     }
     else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
                                   sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit)) {
@@ -418,7 +423,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     if (compile && st->nentries > 0) {
         why = explain_failures(st, &call);
         if (!why)
-            PyErr_Clear();
+            sj_err_clear();
         else
             Py_XSETREF(st->last_reason, Py_NewRef(why));
     }
@@ -439,7 +444,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             st->warned_limit = 1;
             PyObject *none_yet = PyUnicode_FromString("none (no entry of this function yet)");
             if (!none_yet) {
-                PyErr_Clear();
+                sj_err_clear();
                 Py_XDECREF(why);
                 goto eager;
             }
@@ -453,11 +458,11 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                 co->co_name, co->co_filename, co->co_firstlineno, why ? why : none_yet);
             if (msg) {
                 if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
-                    PyErr_Clear();
+                    sj_err_clear();
                 Py_DECREF(msg);
             }
             Py_DECREF(none_yet);
-            PyErr_Clear();
+            sj_err_clear();
         }
         Py_XDECREF(why);
         goto run_only;
@@ -483,8 +488,8 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                                          f->f_builtins, opts, st)
                          : NULL;
     if (!e) {
-        if (PyErr_Occurred())
-            goto out;   /* fullgraph=True failure, or out of memory: the user sees it */
+        if (PyErr_Occurred() || sj_err_deferred())
+            goto out;   /* fullgraph=True failure, out of memory, an interrupt: the user sees it */
         goto eager;
     }
     if (e->action == ENTRY_EAGER)
@@ -500,10 +505,16 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 out:
     code_cache_busy_leave();
     tls_active = saved;
+    if (sj_err_deferred()) {   /* an interrupt met on the way wins over any result */
+        Py_CLEAR(r);
+        sj_err_raise_deferred();
+    }
     return r;
 eager:
     code_cache_busy_leave();
     tls_active = saved;
+    if (sj_err_raise_deferred() < 0)
+        return NULL;   /* interrupted: the frame does not start */
     return run_default(ts, f, throwflag);
 run_only:
     /* Past the cache limit the frame runs as eager code, and so does everything it
@@ -511,6 +522,8 @@ run_only:
      * torch's RUN_ONLY), so no frame is captured on behalf of a frame that is not. */
     code_cache_busy_leave();
     tls_active = saved;
+    if (sj_err_raise_deferred() < 0)
+        return NULL;
     tls_run_only++;
     r = run_default(ts, f, throwflag);
     tls_run_only--;
@@ -542,6 +555,10 @@ static PyObject *cf_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     hook_enter();
     PyObject *r = PyObject_Vectorcall(cf->fn, args, nargsf, kwnames);
     hook_leave();
+    if (sj_err_deferred()) {   /* kept aside by work outside any frame of the hook */
+        Py_CLEAR(r);
+        sj_err_raise_deferred();
+    }
     tls_opts = prev;
     tls_top_pending = prev_top;
     tls_run_only = prev_run_only;
@@ -577,7 +594,7 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int dynamic = !dyn ? -2 : dyn == Py_None ? -1 : PyObject_IsTrue(dyn);
     Py_XDECREF(dyn);
     if (dynamic < -1) {
-        PyErr_Clear();
+        sj_err_clear();
         dynamic = -1;   /* options without the attribute: automatic */
     }
     PyObject *key = PyObject_GetAttrString(options, "key");
@@ -621,7 +638,7 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
         PyObject *v = PyObject_GetAttrString(fn, copied[i]);
         if (!v) {
-            PyErr_Clear();
+            sj_err_clear();
             continue;
         }
         int r = PyDict_SetItemString(cf->dict, copied[i], v);

@@ -5,6 +5,7 @@
 #include "tree.h"
 #include "tensor_reader.h"
 #include <string.h>
+#include "../core/errors.h"
 
 /* ------------------------------------------------------- shared comparisons ---- */
 
@@ -426,7 +427,7 @@ static PyObject *describe_options(PyObject *key)
     PyObject *name = PyObject_GetAttrString(backend, "__qualname__");
     if (!name || !PyUnicode_Check(name)) {
         Py_XDECREF(name);
-        PyErr_Clear();
+        sj_err_clear();
         name = PyUnicode_FromString(Py_TYPE(backend)->tp_name);
         if (!name)
             return NULL;
@@ -753,7 +754,7 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_SHAPE_ENV: {
         int eq = PyObject_RichCompareBool(a->expected, b->expected, Py_EQ);
         if (eq < 0)
-            PyErr_Clear();
+            sj_err_clear();
         return eq == 1;
     }
     case GK_GLOBAL_STATE:
@@ -817,7 +818,10 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
         return NULL;
     PyObject *v = leaf_value(g, t, call);
     PyObject *r;
-    if (!v) {
+    if (!v && sj_err_is_interrupt()) {
+        sj_err_clear();   /* kept aside: the hook raises it */
+        r = PyUnicode_FromFormat("%U could not be read: interrupted", name);
+    } else if (!v) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
@@ -829,7 +833,7 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
     } else {
         r = kinds[g->kind].explain(g, v, name, call);
         if (!r) {
-            PyErr_Clear();
+            sj_err_clear();
             r = PyUnicode_FromFormat("%s failed on %U", kinds[g->kind].name, name);
         }
     }

@@ -3,6 +3,7 @@
 #include "tree.h"
 #include "tensor_reader.h"
 #include <string.h>
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------------- tree ---- */
 
@@ -367,7 +368,7 @@ static int leaf_passes(GuardCall *call, int32_t id)
     if (in_range)   /* else the tree grew during this call: the memo has no slot for it */
         ok = guards_check_one(g, &call->t->src, call);
     if (ok < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         ok = 0;
     }
     if (id < call->nleaves)
@@ -403,7 +404,7 @@ GuardEntry *guard_tree_find(GuardCall *call)
                 return small[i];
         return NULL;
     }
-    PyErr_Clear();
+    sj_err_clear();
     for (int32_t i = t->nentries - 1; i >= 0; i--)
         if (t->entries[i]->seq <= call->seq0 && guard_entry_check(call, t->entries[i], &failed))
             return t->entries[i];
