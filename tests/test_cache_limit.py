@@ -101,3 +101,53 @@ def test_a_compiled_function_called_past_the_limit_still_compiles():
         torch.testing.assert_close(compiled(x, 3), (x * 3).cos() + 1)   # outer past its limit
         assert shapejit.stats()["frames"] == 2                          # inner compiled
         assert shapejit.stats()["graphs"] == 2
+
+
+# ------------------------------------- is_compiling() on every path, as torch reads it ----
+
+ic = torch.compiler.is_compiling
+
+
+def ic_plain(x):
+    return x + ic()
+
+
+def ic_break(x):
+    y = x + ic()
+    print(end="")
+    return y + ic()
+
+
+def ic_break_in_try(x):   # a break inside try: the frame runs as eager code
+    try:
+        y = x + ic()
+        print(end="")
+    except ValueError:
+        y = x
+    return y + ic()
+
+
+def ic_callee(x):
+    return x * 10 + ic()
+
+
+def ic_break_in_with(x):
+    with torch.no_grad():
+        y = ic_callee(x)
+        print(end="")
+    return y
+
+
+def ic_item(x):
+    int(x.sum().item())
+    return x + ic()
+
+
+@pytest.mark.parametrize("fn", [ic_plain, ic_break, ic_break_in_try, ic_break_in_with, ic_item])
+def test_is_compiling_reads_as_under_torch_compile(fn):
+    x = torch.zeros(2)
+    ours = shapejit.compile(fn, backend="eager")(x)
+    theirs = torch.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(ours, theirs)
+    with shapejit.set_stance("force_eager"):
+        torch.testing.assert_close(shapejit.compile(fn, backend="eager")(x), fn(x))
