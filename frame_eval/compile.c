@@ -477,7 +477,8 @@ static int backend_failed(Capture *c, const CompileOptions *opts)
     Py_XDECREF(tb);
     return -1;
 fail:
-    /* msg or exc could not be made: the backend's own error is raised instead */
+    /* the message or the exception could not be made, or the warning was turned into an
+     * error: that error is raised */
     Py_XDECREF(et);
     Py_XDECREF(ev);
     Py_XDECREF(tb);
