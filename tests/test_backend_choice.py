@@ -204,3 +204,17 @@ def test_backend_interrupt_propagates_unchanged(exc, suppress):
     torch.testing.assert_close(shapejit.compile(torch_fn, backend=be)(torch.ones(3)),
                                torch_fn(torch.ones(3)))
     assert be.compiles == 1
+
+
+@pytest.mark.parametrize("value, expect", [("1", "True"), ("0", "False")])
+def test_suppress_errors_from_the_environment(value, expect):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(shapejit.__file__)))
+    env = dict(os.environ, TORCHDYNAMO_SUPPRESS_ERRORS=value)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", "import shapejit; print(shapejit.config.suppress_errors)"],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expect
