@@ -218,3 +218,19 @@ def test_suppress_errors_from_the_environment(value, expect):
                          env=env, cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expect
+
+
+def test_torch_compile_mode_is_part_of_the_entry():
+    """Through the compat layer, mode= and options= are recorded with the entry (torch's
+    backend equality compares them too): two modes, two entries; the same mode, one."""
+    shapejit.install_torch_compat()
+    try:
+        x = torch.randn(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for mode in (None, "max-autotune", None, "max-autotune"):
+                torch.testing.assert_close(torch.compile(torch_fn, mode=mode)(x), torch_fn(x))
+    finally:
+        shapejit.uninstall_torch_compat()
+    st = shapejit.stats()
+    assert (st["cache_entries"], st["frames"]) == (2, 2)
