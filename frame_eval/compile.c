@@ -290,9 +290,14 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
             return l;
         }
         if (tag[0] == 'T') {
-            PyObject *t = PyTuple_GET_ITEM(plan, 1);
-            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "(O)", vals)
-                                                             : PyObject_CallOneArg(t, vals);
+            /* a namedtuple is made with its _make; looked up so that an error other than
+             * AttributeError (an interrupt in a metaclass __getattr__) propagates */
+            static PyObject *str_make;   /* strong, interned */
+            PyObject *t = PyTuple_GET_ITEM(plan, 1), *make = NULL, *r = NULL;
+            if ((str_make || (str_make = PyUnicode_InternFromString("_make"))) &&
+                _PyObject_LookupAttr(t, str_make, &make) >= 0)
+                r = PyObject_CallOneArg(make ? make : t, vals);
+            Py_XDECREF(make);
             Py_DECREF(vals);
             return r;
         }
