@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "errors.h"
 
 int sj_log_levels[LOG_COUNT];
 
@@ -31,12 +32,14 @@ static PyObject *log_sink;  /* strong or NULL: callable(channel_name, level, mes
 static void emit(LogChannel c, int level, PyObject *msg) {
     if (!log_sink) {
         PySys_FormatStderr("[shapejit] %U\n", msg);
-        PyErr_Clear();  /* PySys_FormatStderr reports nothing useful on failure */
+        sj_err_clear();  /* PySys_FormatStderr reports nothing useful on failure */
         return;
     }
     PyObject *sink = Py_NewRef(log_sink);  /* strong: the sink may replace itself */
     PyObject *r = PyObject_CallFunction(sink, "siO", sj_log_names[c], level, msg);  /* strong */
-    if (!r)
+    if (!r && sj_err_is_interrupt())
+        sj_err_clear();   /* kept aside: the hook raises it */
+    else if (!r)
         PyErr_WriteUnraisable(sink);  /* prints and clears */
     Py_XDECREF(r);
     Py_DECREF(sink);

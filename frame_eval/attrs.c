@@ -2,6 +2,7 @@
  * submodules, with their sources), user objects, library modules, containers. */
 #include "capture.h"
 #include "libs.h"
+#include "../core/errors.h"
 
 static Var *method_var(Capture *c, Var *self, Var *fn)
 {
@@ -296,7 +297,7 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
                 }
             }
             Py_XDECREF(fields);
-            PyErr_Clear();
+            sj_err_clear();
         }
         return container_method(c, o, name);
     }
@@ -316,7 +317,7 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
                              !strcmp(mn, "itertools") || !strncmp(mn, "collections", 11));
             Py_DECREF(mname);
         } else {
-            PyErr_Clear();
+            sj_err_clear();
         }
         int32_t s = trusted ? -1 : attr_source(c, o, name);
         Var *r = (!trusted && o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
@@ -366,7 +367,7 @@ int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
                 c->reason = BR_NONE;
                 Py_CLEAR(c->reason_msg);
                 Py_CLEAR(c->user_stack);
-                PyErr_Clear();
+                sj_err_clear();
             }
             if (!(w = cap_alloc(c, sizeof(AttrWrite))) || !cap_keep(c, name))
                 return -1;
@@ -402,7 +403,7 @@ int attr_check_writes(Capture *c)
         else if (w->original && v->kind == VK_CONST && Py_TYPE(v->obj) == Py_TYPE(w->original)) {
             int eq = PyObject_RichCompareBool(v->obj, w->original, Py_EQ);
             if (eq < 0)
-                PyErr_Clear();
+                sj_err_clear();
             same = eq > 0;
         }
         if (!same)

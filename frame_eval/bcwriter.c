@@ -9,6 +9,7 @@
  *    on an entry's first byte: start, length, target (code units), depth << 1 | lasti. */
 #include "bcwriter.h"
 #include "sj_opcodes.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------ building ---- */
 
@@ -78,7 +79,7 @@ static int32_t list_index(PyObject *list, PyObject *obj, int by_value)
                 continue;
             int eq = PyObject_RichCompareBool(x, obj, Py_EQ);
             if (eq < 0)
-                PyErr_Clear();
+                sj_err_clear();
             else if (eq)
                 return (int32_t)i;
         }
@@ -205,7 +206,7 @@ int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins, int32_t *nunits
             pos.end_line = pos_int(PyTuple_GET_ITEM(p, 1));
             pos.col = pos_int(PyTuple_GET_ITEM(p, 2));
             pos.end_col = pos_int(PyTuple_GET_ITEM(p, 3));
-            PyErr_Clear();
+            sj_err_clear();
         }
         int32_t k = bc_emit(a, op, arg, pos);
         if (k < 0) {

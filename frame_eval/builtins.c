@@ -3,6 +3,7 @@
 #include "capture.h"
 #include "libs.h"
 #include "../core/config.h"
+#include "../core/errors.h"
 
 /* The builtins capture models: one row each. X(ENUM, "name") */
 #define SJ_BUILTINS(X)                                                                     \
@@ -227,7 +228,11 @@ static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
     }
     Var *o = args[0];
     if (nargs == 3 && o->obj && o->kind != VK_TENSOR) {
-        int has = PyObject_HasAttr(o->obj, args[1]->obj);
+        int has = sj_hasattr(o->obj, args[1]->obj);
+        if (has < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
         if (!has)
             return args[2];
     }
@@ -248,8 +253,12 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         PyObject *t = var_type(c, o);
         if (!t)
             return NULL;
-        int r = PyObject_HasAttr(t, args[1]->obj);
+        int r = sj_hasattr(t, args[1]->obj);
         Py_DECREF(t);
+        if (r < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
         return const_bool(c, r);
     }
     if (o->kind == VK_TENSOR) {
@@ -257,7 +266,12 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         if (n && (!strcmp(n, "shape") || !strcmp(n, "dtype") || !strcmp(n, "ndim") || !strcmp(n, "T")))
             return const_bool(c, 1);
     }
-    return const_bool(c, PyObject_HasAttr(probe, args[1]->obj));
+    int has = sj_hasattr(probe, args[1]->obj);
+    if (has < 0) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return const_bool(c, has);
 }
 
 static Var *builtin_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyObject *kwnames)
@@ -585,7 +599,7 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     PyObject *name = PyObject_GetAttrString(fn, "__name__");
     PyObject *mod = name ? PyObject_GetAttrString(fn, "__module__") : NULL;
     if (!name || !mod || !PyUnicode_Check(name) || !PyUnicode_Check(mod)) {
-        PyErr_Clear();
+        sj_err_clear();
         Py_XDECREF(name);
         Py_XDECREF(mod);
         *handled = 0;
@@ -594,7 +608,7 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     const char *n = PyUnicode_AsUTF8(name), *m = PyUnicode_AsUTF8(mod);
     Var *r = NULL;
     if (!n || !m) {
-        PyErr_Clear();
+        sj_err_clear();
         *handled = 0;
     } else if (!strcmp(n, "is_grad_enabled")) {
         r = const_bool(c, c->grad_mode);
@@ -695,7 +709,7 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
                 return r;
         } else {
             Py_XDECREF(name);
-            PyErr_Clear();
+            sj_err_clear();
         }
     }
     if (libs.torch)

@@ -3,6 +3,7 @@
 #include "capture.h"
 #include "libs.h"
 #include "../shapes/rules.h"
+#include "../core/errors.h"
 
 const CallableRow callable_rows[] = {
 #define X(id, kind, path, op, schema, flags) {#id, kind, path, op, schema, flags},
@@ -44,7 +45,7 @@ static int resolve_kind(int want_lib)
         PyObject *obj = libs_get_path(root, rest);
         Py_DECREF(root);
         if (!obj) {
-            PyErr_Clear();
+            sj_err_clear();
             PyObject *p = PyUnicode_FromString(r->path);
             if (!p || PyList_Append(missing, p) < 0) {
                 Py_XDECREF(p);
@@ -116,13 +117,13 @@ int callables_lookup(PyObject *fn)
         return -1;
     PyObject *key = PyLong_FromVoidPtr(fn);
     if (!key) {
-        PyErr_Clear();
+        sj_err_clear();
         return -1;
     }
     PyObject *row = PyDict_GetItemWithError(by_id, key);
     Py_DECREF(key);
     if (!row) {
-        PyErr_Clear();
+        sj_err_clear();
         return -1;
     }
     return (int)PyLong_AsLong(row);
@@ -134,7 +135,7 @@ int callables_lookup_method(Lib lib, PyObject *name)
         return -1;
     PyObject *row = PyDict_GetItemWithError(method_rows[lib], name);
     if (!row) {
-        PyErr_Clear();
+        sj_err_clear();
         return -1;
     }
     return (int)PyLong_AsLong(row);

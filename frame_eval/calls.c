@@ -2,6 +2,7 @@
  * containers made during capture. */
 #include "capture.h"
 #include "libs.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------- inlining ---- */
 
@@ -163,7 +164,7 @@ static int guard_no_hooks(Capture *c, Var *m)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         PyObject *d = PyObject_GetAttrString(m->obj, names[i]);
         if (!d) {
-            PyErr_Clear();
+            sj_err_clear();
             continue;
         }
         Py_ssize_t n = PyDict_Check(d) ? PyDict_GET_SIZE(d) : 0;
@@ -238,7 +239,7 @@ static int guard_tree(Capture *c, PyObject *mod, int32_t src)
         PyObject *d = PyObject_GetAttrString(mod, dicts[i]);
         if (!d || !PyDict_Check(d)) {
             Py_XDECREF(d);
-            PyErr_Clear();
+            sj_err_clear();
             continue;
         }
         PyObject *dn = PyUnicode_FromString(dicts[i]);
@@ -520,7 +521,7 @@ static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
         sig_fn = insp ? PyObject_GetAttrString(insp, "signature") : NULL;
         Py_XDECREF(insp);
         if (!sig_fn) {
-            PyErr_Clear();
+            sj_err_clear();
             return NULL;
         }
     }
@@ -583,7 +584,7 @@ static int is_pure_folder(PyObject *fn)
         if (self && PyModule_Check(self)) {
             const char *mn = PyModule_GetName(self);
             if (!mn) {
-                PyErr_Clear();
+                sj_err_clear();
                 return 0;
             }
             return !strcmp(mn, "math");
@@ -732,12 +733,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             return cap_fold_call(c, fn->obj, args, nargs, kwnames);
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {
-            PyErr_Clear();
+            sj_err_clear();
             qn = PyObject_Repr(fn->obj);
         }
         PyObject *mod = PyObject_GetAttrString(fn->obj, "__module__");
         if (!mod || !PyUnicode_Check(mod)) {
-            PyErr_Clear();
+            sj_err_clear();
             Py_XDECREF(mod);
             mod = PyUnicode_FromString("?");
         }

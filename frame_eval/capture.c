@@ -2,6 +2,7 @@
 #include "capture.h"
 #include <stdarg.h>
 #include <stddef.h>
+#include "../core/errors.h"
 
 const char *const break_names[BR_COUNT] = {
     [BR_NONE] = "none",
@@ -108,7 +109,7 @@ PyObject *cap_where(Capture *c)
     PyObject *stripped = text ? PyObject_CallMethod(text, "strip", NULL) : NULL;
     Py_XDECREF(text);
     if (!stripped) {
-        PyErr_Clear();
+        sj_err_clear();
         stripped = PyUnicode_FromString("");
     }
     PyObject *w = stripped ? Py_BuildValue("(OiON)", f->code->co_filename, line, f->code->co_qualname,
@@ -162,7 +163,7 @@ static void set_failure(Capture *c, BreakReason r, PyObject *msg)
     PyErr_Fetch(&et, &ev, &tb);
     c->user_stack = user_stack(c);
     if (!c->user_stack)
-        PyErr_Clear();
+        sj_err_clear();
     PyErr_Restore(et, ev, tb);
 }
 
@@ -173,13 +174,20 @@ int cap_fail(Capture *c, BreakReason r, const char *fmt, ...)
     PyObject *msg = PyUnicode_FromFormatV(fmt, va);
     va_end(va);
     if (!msg)
-        PyErr_Clear();
+        sj_err_clear();
     set_failure(c, r, msg);
     return -1;
 }
 
 int cap_fail_exc(Capture *c, BreakReason r)
 {
+    if (sj_err_is_interrupt()) {
+        /* an interrupt is no reason of the frame's: kept aside for the hook to raise;
+         * the capture stops and its entry is dropped (compile_frame) */
+        sj_err_clear();
+        set_failure(c, BR_INTERNAL, PyUnicode_FromString("interrupted"));
+        return -1;
+    }
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
@@ -193,7 +201,7 @@ int cap_fail_exc(Capture *c, BreakReason r)
     Py_XDECREF(ev);
     Py_XDECREF(tb);
     if (!msg)
-        PyErr_Clear();
+        sj_err_clear();
     set_failure(c, r, msg);
     return -1;
 }

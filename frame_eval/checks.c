@@ -14,6 +14,7 @@
 #include "capture.h"
 #include "libs.h"
 #include "../core/log.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------ assertions ---- */
 
@@ -159,7 +160,7 @@ static int resolve(void)
             Py_XDECREF(m);
         }
         if (!f) {
-            PyErr_Clear();
+            sj_err_clear();
             f = Py_NewRef(Py_None);
         }
         fns[i] = f;   /* fns[CK_CHECK] last: it marks the table complete */
@@ -187,7 +188,7 @@ static int bound_of(Var *v, int64_t *out)
     int overflow;
     *out = PyLong_AsLongLongAndOverflow(v->obj, &overflow);
     if (overflow || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
+        sj_err_clear();
         return -1;
     }
     return 1;

@@ -1,6 +1,7 @@
 /* co_extra storage: the compiled state dies with its code object. */
 #include "code_cache.h"
 #include <stddef.h>
+#include "../core/errors.h"
 
 SjStats sj_stats;
 
@@ -177,7 +178,7 @@ void code_cache_reset_all(void)
             if (graveyard && PyList_Append(graveyard, l->st.resumes) == 0)
                 Py_CLEAR(l->st.resumes);
             else
-                PyErr_Clear();   /* kept: its codes stay cached, which is harmless */
+                sj_err_clear();   /* kept: its codes stay cached, which is harmless */
         }
         if (l->st.skip != 2)
             l->st.skip = -1;
@@ -192,7 +193,7 @@ void code_cache_reset_all(void)
         dead = n;
     }
     Py_XDECREF(graveyard);
-    PyErr_Clear();
+    sj_err_clear();
     memset(&sj_stats, 0, sizeof sj_stats);
 }
 

@@ -7,6 +7,7 @@
 #include "events.h"
 #include "resume.h"
 #include <time.h>
+#include "../core/errors.h"
 
 PyObject *SjUnsupported;
 static long graph_counter;
@@ -141,7 +142,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
             by_name = fn && PyUnicode_Check(fn);
             if (!by_name) {
                 Py_CLEAR(fn);
-                PyErr_Clear();
+                sj_err_clear();
             }
         }
         if (!by_name)
@@ -289,9 +290,14 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
             return l;
         }
         if (tag[0] == 'T') {
-            PyObject *t = PyTuple_GET_ITEM(plan, 1);
-            PyObject *r = PyObject_HasAttrString(t, "_make") ? PyObject_CallMethod(t, "_make", "(O)", vals)
-                                                             : PyObject_CallOneArg(t, vals);
+            /* a namedtuple is made with its _make; looked up so that an error other than
+             * AttributeError (an interrupt in a metaclass __getattr__) propagates */
+            static PyObject *str_make;   /* strong, interned */
+            PyObject *t = PyTuple_GET_ITEM(plan, 1), *make = NULL, *r = NULL;
+            if ((str_make || (str_make = PyUnicode_InternFromString("_make"))) &&
+                _PyObject_LookupAttr(t, str_make, &make) >= 0)
+                r = PyObject_CallOneArg(make ? make : t, vals);
+            Py_XDECREF(make);
             Py_DECREF(vals);
             return r;
         }
@@ -364,7 +370,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
             seen = -1;
         Py_XDECREF(key);
         if (seen < 0) {
-            PyErr_Clear();
+            sj_err_clear();
             seen = 0;
         }
     }
@@ -373,7 +379,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
                "Graph break (user stack suppressed due to duplicate graph break) in user code at %U:%S\n"
                "Graph Break Reason: %U",
                PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), reason);
-        PyErr_Clear();
+        sj_err_clear();
     } else if (sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO)) {
         PyObject *tb = format_stack(stack);
         if (top)
@@ -384,7 +390,7 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
             sj_log(LOG_GRAPH_BREAKS, SJ_INFO, "Graph break in %U (%U:%d)\nGraph Break Reason: %U", co->co_qualname,
                    co->co_filename, co->co_firstlineno, reason);
         Py_XDECREF(tb);
-        PyErr_Clear();
+        sj_err_clear();
     }
     events_emit_break(reason, stack);
 }
@@ -426,6 +432,77 @@ static int add_final_guards(Capture *c)
     return 0;
 }
 
+PyObject *SjBackendCompilerFailed;
+
+/* The backend raised, or returned a non-callable (an exception is set either way). An
+ * interrupt, SystemExit or any other non-Exception propagates as it is. A failure of
+ * shapejit's own backends is internal: it becomes c's reason and the frame runs eagerly.
+ * A user backend's error raises BackendCompilerFailed naming the backend, with the error
+ * as __cause__; with config.suppress_errors it is a warning and the frame runs eagerly.
+ * 0 (c holds the reason, no exception), or -1 with the exception to raise. */
+static int backend_failed(Capture *c, const CompileOptions *opts)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    if (opts->internal) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return 0;
+    }
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb && ev)
+        PyException_SetTraceback(ev, tb);
+    PyObject *msg = PyUnicode_FromFormat("backend=%R raised:\n%s: %S", opts->name, Py_TYPE(ev)->tp_name, ev);
+    if (!msg)
+        goto fail;
+    if (sj_config.suppress_errors) {
+        PyObject *w = PyUnicode_FromFormat("shapejit: %U\nThe frame runs eagerly (config.suppress_errors=True).", msg);
+        int r = w ? PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(w), 1) : -1;
+        Py_XDECREF(w);
+        if (r < 0)   /* warnings turned into errors: the user asked to see it */
+            goto fail;
+        cap_fail(c, BR_BACKEND_FAILED, "%U", msg);
+        Py_DECREF(msg);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return 0;
+    }
+    PyObject *exc = PyObject_CallOneArg(SjBackendCompilerFailed, msg);
+    Py_DECREF(msg);
+    if (!exc)
+        goto fail;
+    PyException_SetCause(exc, Py_NewRef(ev));     /* steals the new reference */
+    PyException_SetContext(exc, Py_NewRef(ev));   /* steals the new reference */
+    PyErr_SetObject(SjBackendCompilerFailed, exc);
+    Py_DECREF(exc);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return -1;
+fail:
+    /* the message or the exception could not be made, or the warning was turned into an
+     * error: that error is raised */
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+/* Every entry, eager ones included, serves only calls made with the options it was
+ * compiled with: the same function compiled with another backend, fullgraph or dynamic
+ * gets an entry of its own. */
+static int add_options_guard(Capture *c, const CompileOptions *opts)
+{
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_BACKEND_MATCH;
+    g.src = g.src2 = -1;
+    g.expected = opts->key;   /* guards_add takes its own reference */
+    return guards_add(&c->guards, &g);
+}
+
 static void capture_release(Capture *c)
 {
     symb_release(c);
@@ -453,6 +530,8 @@ static double now_s(void)
 
 static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOptions *opts, int count_break)
 {
+    if (sj_err_deferred())
+        return NULL;   /* interrupted: no reason of the frame's, nothing reported or kept */
     PyObject *reason = reason_text(c);
     if (!reason)
         return NULL;
@@ -516,7 +595,7 @@ static void log_code(const char *what, PyObject *code)
     Py_XDECREF(dis);
     Py_XDECREF(bc);
     Py_XDECREF(text);
-    PyErr_Clear();
+    sj_err_clear();
 }
 
 /* The first capture failed at an instruction of the frame itself that can be a graph
@@ -541,7 +620,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     if (c->grad_mode != grad0)
         goto undo;   /* the continuation would run with the wrong grad mode */
     if (resume_build(c, co, st, bk) < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         goto undo;
     }
     /* the break is reported with the first capture's reason and user stack */
@@ -551,7 +630,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     c->user_stack = stack;
     return 0;
 undo:
-    PyErr_Clear();
+    sj_err_clear();
     cap_clear_failure(c);
     c->reason = reason;
     c->reason_msg = msg;
@@ -584,7 +663,7 @@ static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
             events_emit_guards(lines);
         Py_XDECREF(lines);
     }
-    PyErr_Clear();
+    sj_err_clear();
 }
 
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
@@ -630,7 +709,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (!r || !plan) {
         if (PyErr_Occurred() && !cap_failed(&c))
             cap_fail_exc(&c, BR_INTERNAL);
-        PyErr_Clear();
+        sj_err_clear();
         e = eager_entry(&c, co, opts, 1);
         goto done;
     }
@@ -692,21 +771,22 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                 sj_log(LOG_GRAPH_CODE, SJ_INFO, "TRACED GRAPH %U (%U %U:%d)\n%U", ((SjGraphObject *)gobj)->name,
                        co->co_qualname, co->co_filename, co->co_firstlineno, code);
             Py_XDECREF(code);
-            PyErr_Clear();
+            sj_err_clear();
         }
         events_emit_graph(gobj);
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
+        if (compiled && !PyCallable_Check(compiled)) {
+            PyErr_Format(PyExc_TypeError, "the backend returned an object of type %s, which is not callable (a backend "
+                         "returns a callable that runs the graph)", Py_TYPE(compiled)->tp_name);
+            Py_CLEAR(compiled);
+        }
         if (!compiled) {
-            cap_fail_exc(&c, BR_INTERNAL);
-            if (opts->fullgraph)
+            if (backend_failed(&c, opts) < 0)
+                goto done_err;
+            if (opts->fullgraph && opts->internal)
                 goto internal_raise;
             e = eager_entry(&c, co, opts, 1);
             goto done;
-        }
-        if (!PyCallable_Check(compiled)) {
-            PyErr_Format(PyExc_TypeError, "shapejit backend %R returned %R, which is not callable", opts->backend,
-                         compiled);
-            goto done_err;
         }
         sj_stats.graphs++;
         sj_stats.unique_graphs++;
@@ -740,7 +820,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             report_break(&c, co, reason);
             Py_DECREF(reason);
         }
-        PyErr_Clear();
+        sj_err_clear();
         if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
             log_code("MODIFIED BYTECODE (continuation of)", e->cont);
             for (int i = 0; i < e->nresume; i++)
@@ -766,6 +846,17 @@ done:
     Py_XDECREF(example);
     Py_XDECREF(gobj);
     Py_XDECREF(compiled);
+    if (e && sj_err_deferred()) {
+        /* interrupted while compiling: nothing of this capture is kept (its reason would
+         * be the interrupt, not the frame); the hook raises the interrupt */
+        cache_entry_free(e);
+        e = NULL;
+    }
+    if (e && add_options_guard(&c, opts) < 0) {
+        cache_entry_free(e);
+        e = NULL;
+        sj_err_clear();   /* out of memory: the frame runs eagerly this time */
+    }
     if (e) {
         int r = code_cache_insert(st, e, &c.src, &c.guards);
         if (r != 0) {

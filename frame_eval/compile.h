@@ -8,6 +8,11 @@ typedef struct {
     PyObject *backend;     /* borrowed: backend(graph, example_inputs) -> callable */
     int fullgraph;
     int dynamic;           /* compile(dynamic=): -1 None (automatic), 0 False, 1 True */
+    PyObject *name;        /* borrowed str: the backend's name, for messages */
+    int internal;          /* 1: one of shapejit's own backends (its failure is internal) */
+    PyObject *key;         /* borrowed: what an entry records of these options (backend,
+                              fullgraph, dynamic, extras); an entry serves only calls with
+                              an equal key (BACKEND_MATCH) */
 } CompileOptions;
 
 /* Capture the frame (code, its live localsplus, closure, globals, builtins). Returns the
@@ -28,6 +33,7 @@ PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **mem
 void compile_forget_breaks(void);
 
 extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
+extern PyObject *SjBackendCompilerFailed;   /* exception: a user backend raised */
 
 /* frame_eval/symbolic.c: eager_then_compile's first call runs eagerly; record the sizes of
  * its tensor arguments in st's frame state, so that the first compile already makes dynamic

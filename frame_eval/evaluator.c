@@ -9,6 +9,7 @@
 #include "../core/config.h"
 #include "sj_opcodes.h"
 #include "bcwriter.h"
+#include "../core/errors.h"
 
 #define STEP_LIMIT 2000000
 
@@ -162,7 +163,7 @@ static Var *format_value(Capture *c, Var *v, Var *spec, int conv)
         int saved = cap_failed(c);
         PyObject *py = (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT) ? var_to_py(c, v) : NULL;
         if (!py) {
-            PyErr_Clear();
+            sj_err_clear();
             if (!saved)
                 cap_clear_failure(c);
             cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting a %s", var_kind_name(v));
@@ -590,7 +591,7 @@ resume:
                 if (i < 0)
                     i += o->u.seq.n;
                 if (i < 0 || i >= o->u.seq.n) {
-                    PyErr_Clear();
+                    sj_err_clear();
                     PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
                     cap_fail_exc(c, BR_USER_EXCEPTION);
                     goto fail;

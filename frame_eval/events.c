@@ -1,5 +1,6 @@
 /* Events for explain: delivered to a Python sink; never raise into the frame. */
 #include "events.h"
+#include "../core/errors.h"
 
 static PyObject *sink;   /* strong or NULL */
 static long frame_ids;
@@ -16,7 +17,9 @@ static void emit(const char *kind, PyObject *payload)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyObject *r = PyObject_CallFunction(sink, "sO", kind, payload);
-    if (!r)
+    if (!r && sj_err_is_interrupt())
+        sj_err_clear();   /* kept aside: the hook raises it */
+    else if (!r)
         PyErr_WriteUnraisable(sink);
     Py_XDECREF(r);
     PyErr_Restore(et, ev, tb);
@@ -33,7 +36,7 @@ void events_emit_break(PyObject *reason, PyObject *stack)
         return;
     PyObject *p = Py_BuildValue("(OO)", reason, stack ? stack : Py_None);
     if (!p) {
-        PyErr_Clear();
+        sj_err_clear();
         return;
     }
     emit("break", p);
@@ -51,7 +54,7 @@ void events_emit_compile_time(double seconds)
         return;
     PyObject *f = PyFloat_FromDouble(seconds);
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         return;
     }
     emit("compile_time", f);

@@ -25,6 +25,7 @@
 #include "libs.h"
 #include "../core/log.h"
 #include "sj_opcodes.h"
+#include "../core/errors.h"
 
 /* Number kinds of an operand: what Python type it has at run time. */
 enum { NK_NONE = 0, NK_BOOL, NK_INT, NK_FLOAT };
@@ -153,7 +154,7 @@ static int result_kind(ResultRule rule, const int *k, Var *const *args, int n, c
         if (n == 2 && args[1]->kind == VK_CONST && PyLong_Check(args[1]->obj)) {
             int overflow;
             long long e = PyLong_AsLongLongAndOverflow(args[1]->obj, &overflow);
-            PyErr_Clear();
+            sj_err_clear();
             if (overflow > 0 || (!overflow && e >= 0))
                 return NK_INT;
         }
@@ -212,7 +213,7 @@ static int32_t scalar_node(Capture *c, OpId op, PyObject *target, Var *const *ar
     m.dtype = nk == NK_FLOAT ? DT_F64 : nk == NK_BOOL ? DT_BOOL : DT_I64;
     PyObject *where = cap_where(c);   /* new or NULL */
     if (!where)
-        PyErr_Clear();
+        sj_err_clear();
     int32_t v = graph_add_node(g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
     Py_XDECREF(where);
     if (v >= 0)
@@ -296,7 +297,7 @@ Var *gscalar_item(Capture *c, Var *t)
             PyObject *w = symb_where_text(c);
             sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_symfloat %U [-oo, oo] (%U)", text, w ? w : Py_None);
             Py_XDECREF(w);
-            PyErr_Clear();
+            sj_err_clear();
         }
     }
     return result_var(c, v, is_bool ? NK_BOOL : NK_FLOAT, text);
@@ -309,7 +310,7 @@ static Var *fail_types(Capture *c, const char *what, Var *const *args, int n, co
     PyObject *t[2] = {NULL, NULL};   /* new references */
     for (int i = 0; i < n && i < 2; i++)
         if (!(t[i] = text_of(c, args[i]))) {
-            PyErr_Clear();
+            sj_err_clear();
             t[i] = PyUnicode_FromString("?");
         }
     if (n > 1)

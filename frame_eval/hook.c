@@ -18,12 +18,15 @@
 #include "events.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------- hook state ---- */
 
 static _Thread_local int tls_active;                    /* >0: compiled code runs here */
 static _Thread_local const CompileOptions *tls_opts;    /* options of the innermost call */
 static _Thread_local int tls_top_pending;               /* the compiled function's own frame is next */
+static _Thread_local int tls_run_only;                  /* >0: inside a frame past its cache limit:
+                                                           cached entries still serve, nothing compiles */
 static int users;                                       /* threads with tls_active > 0 */
 static _PyFrameEvalFunction prev_eval;
 
@@ -79,7 +82,7 @@ static int init_skip_prefixes(void)
     Py_XDECREF(os);
     Py_XDECREF(medir);
     if (!skip_prefixes) {
-        PyErr_Clear();
+        sj_err_clear();
         skip_prefixes = PyTuple_New(0);
     }
     return skip_prefixes ? 0 : -1;
@@ -90,7 +93,7 @@ static int skip_file(PyObject *filename)
 {
     const char *f = PyUnicode_AsUTF8(filename);
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         return 1;
     }
     if (f[0] == '<' && strncmp(f, "<string>", 8) != 0 && strncmp(f, "<stdin>", 7) != 0)
@@ -127,7 +130,7 @@ static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
                 events_emit_break(reason, NULL);
                 Py_DECREF(reason);
             }
-            PyErr_Clear();
+            sj_err_clear();
         }
         return 1;
     }
@@ -143,7 +146,7 @@ static int holds_tensor(PyObject *v, int depth)
     if (depth > 0 && (PyList_Check(v) || PyTuple_Check(v))) {
         PyObject *fast = PySequence_Fast(v, "");
         if (!fast) {
-            PyErr_Clear();
+            sj_err_clear();
             return 0;
         }
         int r = 0;
@@ -167,7 +170,7 @@ static int holds_tensor(PyObject *v, int depth)
 static int frame_has_tensors(PyCodeObject *co, _PyInterpreterFrame *f)
 {
     if (libs_refresh() < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) != 0) +
@@ -206,7 +209,7 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
                 return NULL;
             }
         } else if (PyErr_Occurred()) {
-            PyErr_Clear();
+            sj_err_clear();
         }
     }
     PyObject *nl = PyUnicode_FromString("\n    ");
@@ -274,7 +277,7 @@ static PyObject *rerun_eagerly(void)
         Py_XDECREF(ev);
         Py_XDECREF(tb);
     }
-    PyErr_Clear();
+    sj_err_clear();
     return RUN_EAGER;
 }
 
@@ -362,7 +365,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     PyCodeObject *co = f->f_code;
     CodeState *st = code_state_get(co);
     if (!st) {
-        PyErr_Clear();
+        sj_err_clear();
         goto eager;
     }
     if (st->role == ROLE_CONT)
@@ -378,11 +381,15 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 
     /* ---- look for an entry whose guards pass ---- */
     GuardCall call;
-    if (guard_call_begin(&call, &st->tree, &fv) < 0) {
-        PyErr_Clear();
+    if (guard_call_begin(&call, &st->tree, &fv, tls_opts ? tls_opts->key : NULL) < 0) {
+        sj_err_clear();
         goto eager;
     }
     GuardEntry *hit = st->nentries ? guard_tree_find(&call) : NULL;
+    if (sj_err_deferred()) {   /* interrupted while guards were read: not a miss */
+        guard_call_end(&call);
+        goto out;
+    }
     if (hit) {
         CacheEntry *e = hit->owner;
         r = answer(e, &call);
@@ -396,7 +403,9 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     /* ---- a miss: compile, unless a limit or the stance says otherwise ---- */
     PyObject *why = NULL;
     int compile = 1;
-    if (!is_top && st->role != ROLE_RESUME &&
+    if (tls_run_only)
+        compile = 0;   /* called from a frame past its cache limit */
+    else if (!is_top && st->role != ROLE_RESUME &&
         (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
         compile = 0;   /* comprehension bodies reached from eager code iterate live iterators */
     else if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
@@ -404,15 +413,17 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     else if (st->nentries == 0 && sj_stance == STANCE_EAGER_THEN_COMPILE && st->calls == 1) {
         compile = 0;
         if (symb_record_call(st, co, f->localsplus) < 0)
-            PyErr_Clear();   /* a missing record only costs a static first compile */
+            sj_err_clear();   /* a missing record only costs a static first compile */
     }
     else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
-                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit))
-        compile = 0;   /* past the limit and already said so: no reason to work out */
+                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit)) {
+        guard_call_end(&call);
+        goto run_only;   /* past the limit and already said so: no reason to work out */
+    }
     if (compile && st->nentries > 0) {
         why = explain_failures(st, &call);
         if (!why)
-            PyErr_Clear();
+            sj_err_clear();
         else
             Py_XSETREF(st->last_reason, Py_NewRef(why));
     }
@@ -433,7 +444,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
             st->warned_limit = 1;
             PyObject *none_yet = PyUnicode_FromString("none (no entry of this function yet)");
             if (!none_yet) {
-                PyErr_Clear();
+                sj_err_clear();
                 Py_XDECREF(why);
                 goto eager;
             }
@@ -447,14 +458,14 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                 co->co_name, co->co_filename, co->co_firstlineno, why ? why : none_yet);
             if (msg) {
                 if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
-                    PyErr_Clear();
+                    sj_err_clear();
                 Py_DECREF(msg);
             }
             Py_DECREF(none_yet);
-            PyErr_Clear();
+            sj_err_clear();
         }
         Py_XDECREF(why);
-        goto eager;
+        goto run_only;
     }
     if (st->nentries > 0) {
         sj_stats.recompiles++;
@@ -477,14 +488,14 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
                                          f->f_builtins, opts, st)
                          : NULL;
     if (!e) {
-        if (PyErr_Occurred())
-            goto out;   /* fullgraph=True failure, or out of memory: the user sees it */
+        if (PyErr_Occurred() || sj_err_deferred())
+            goto out;   /* fullgraph=True failure, out of memory, an interrupt: the user sees it */
         goto eager;
     }
     if (e->action == ENTRY_EAGER)
         goto eager;
     /* run the new entry: its guards pass by construction */
-    if (guard_call_begin(&call, &st->tree, &fv) < 0)
+    if (guard_call_begin(&call, &st->tree, &fv, opts->key) < 0)
         goto out;
     r = answer(e, &call);
     guard_call_end(&call);
@@ -494,11 +505,29 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 out:
     code_cache_busy_leave();
     tls_active = saved;
+    if (sj_err_deferred()) {   /* an interrupt met on the way wins over any result */
+        Py_CLEAR(r);
+        sj_err_raise_deferred();
+    }
     return r;
 eager:
     code_cache_busy_leave();
     tls_active = saved;
+    if (sj_err_raise_deferred() < 0)
+        return NULL;   /* interrupted: the frame does not start */
     return run_default(ts, f, throwflag);
+run_only:
+    /* Past the cache limit the frame runs as eager code, and so does everything it
+     * calls, for this call: callees use their cached entries but never compile (as
+     * torch's RUN_ONLY), so no frame is captured on behalf of a frame that is not. */
+    code_cache_busy_leave();
+    tls_active = saved;
+    if (sj_err_raise_deferred() < 0)
+        return NULL;
+    tls_run_only++;
+    r = run_default(ts, f, throwflag);
+    tls_run_only--;
+    return r;
 }
 
 /* ------------------------------------------------------- CompiledFunction ---- */
@@ -507,6 +536,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *fn;          /* strong */
     PyObject *options;     /* strong */
+    PyObject *key;         /* strong: options.key (copts.key borrows it) */
+    PyObject *name;        /* strong: options.backend_name (copts.name borrows it) */
     PyObject *dict;        /* strong: __name__, __doc__, ... */
     CompileOptions copts;  /* backend borrowed from options (kept alive by it) */
     PyObject *backend;     /* strong: options.backend */
@@ -517,14 +548,20 @@ static PyObject *cf_vectorcall(PyObject *self, PyObject *const *args, size_t nar
 {
     SjCompiledFunction *cf = (SjCompiledFunction *)self;
     const CompileOptions *prev = tls_opts;
-    int prev_top = tls_top_pending;
+    int prev_top = tls_top_pending, prev_run_only = tls_run_only;
     tls_opts = &cf->copts;
     tls_top_pending = 1;
+    tls_run_only = 0;   /* a compiled function called from a frame past its limit is compiled */
     hook_enter();
     PyObject *r = PyObject_Vectorcall(cf->fn, args, nargsf, kwnames);
     hook_leave();
+    if (sj_err_deferred()) {   /* kept aside by work outside any frame of the hook */
+        Py_CLEAR(r);
+        sj_err_raise_deferred();
+    }
     tls_opts = prev;
     tls_top_pending = prev_top;
+    tls_run_only = prev_run_only;
     return r;
 }
 
@@ -557,14 +594,34 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int dynamic = !dyn ? -2 : dyn == Py_None ? -1 : PyObject_IsTrue(dyn);
     Py_XDECREF(dyn);
     if (dynamic < -1) {
-        PyErr_Clear();
+        sj_err_clear();
         dynamic = -1;   /* options without the attribute: automatic */
+    }
+    PyObject *key = PyObject_GetAttrString(options, "key");
+    PyObject *name = key ? PyObject_GetAttrString(options, "backend_name") : NULL;
+    PyObject *internal = name ? PyObject_GetAttrString(options, "internal") : NULL;
+    int is_internal = internal ? PyObject_IsTrue(internal) : -1;
+    Py_XDECREF(internal);
+    if (is_internal < 0 || !PyUnicode_Check(name)) {
+        if (name && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "options.backend_name must be a str");
+        Py_DECREF(backend);
+        Py_XDECREF(key);
+        Py_XDECREF(name);
+        return NULL;
     }
     SjCompiledFunction *cf = (SjCompiledFunction *)type->tp_alloc(type, 0);
     if (!cf) {
         Py_DECREF(backend);
+        Py_DECREF(key);
+        Py_DECREF(name);
         return NULL;
     }
+    cf->key = key;
+    cf->copts.key = key;
+    cf->name = name;
+    cf->copts.name = name;
+    cf->copts.internal = is_internal;
     cf->copts.dynamic = dynamic;
     cf->fn = Py_NewRef(fn);
     cf->options = Py_NewRef(options);
@@ -581,7 +638,7 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
         PyObject *v = PyObject_GetAttrString(fn, copied[i]);
         if (!v) {
-            PyErr_Clear();
+            sj_err_clear();
             continue;
         }
         int r = PyDict_SetItemString(cf->dict, copied[i], v);
@@ -600,6 +657,8 @@ static int cf_traverse(SjCompiledFunction *cf, visitproc visit, void *arg)
     Py_VISIT(cf->options);
     Py_VISIT(cf->dict);
     Py_VISIT(cf->backend);
+    Py_VISIT(cf->key);
+    Py_VISIT(cf->name);
     return 0;
 }
 
@@ -609,6 +668,8 @@ static int cf_clear(SjCompiledFunction *cf)
     Py_CLEAR(cf->options);
     Py_CLEAR(cf->dict);
     Py_CLEAR(cf->backend);
+    Py_CLEAR(cf->key);
+    Py_CLEAR(cf->name);
     return 0;
 }
 
@@ -670,6 +731,9 @@ int hook_init_types(PyObject *m)
         return -1;
     SjUnsupported = PyErr_NewException("shapejit._C.Unsupported", PyExc_RuntimeError, NULL);
     if (!SjUnsupported || PyModule_AddObjectRef(m, "Unsupported", SjUnsupported) < 0)
+        return -1;
+    SjBackendCompilerFailed = PyErr_NewException("shapejit._C.BackendCompilerFailed", PyExc_RuntimeError, NULL);
+    if (!SjBackendCompilerFailed || PyModule_AddObjectRef(m, "BackendCompilerFailed", SjBackendCompilerFailed) < 0)
         return -1;
     return code_cache_init();
 }

@@ -1,6 +1,7 @@
 /* Library types, fetched lazily from sys.modules. */
 #include "libs.h"
 #include "capture.h"
+#include "../core/errors.h"
 
 Libs libs;
 
@@ -105,7 +106,7 @@ int libs_is_trusted_file(PyObject *filename)
 {
     const char *f = PyUnicode_AsUTF8(filename);
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     return strstr(f, "/site-packages/torch/") != NULL || strstr(f, "/site-packages/numpy/") != NULL;

@@ -4,16 +4,17 @@
  * replaying unless the object escapes (then the result plan rebuilds it). */
 #include "capture.h"
 #include "libs.h"
+#include "../core/errors.h"
 
 PyObject *objects_fields(PyTypeObject *t)
 {
     PyObject *f = PyObject_GetAttrString((PyObject *)t, "_fields");
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         f = PyObject_GetAttrString((PyObject *)t, "__match_args__");
     }
     if (!f) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     if (!PyTuple_Check(f)) {
@@ -52,7 +53,7 @@ static Var *construct_namedtuple(Capture *c, PyTypeObject *t, PyObject *fields, 
     }
     PyObject *defaults = PyObject_GetAttrString((PyObject *)t, "_field_defaults");
     if (!defaults)
-        PyErr_Clear();
+        sj_err_clear();
     for (Py_ssize_t i = 0; i < nf; i++) {
         if (items[i])
             continue;
@@ -109,7 +110,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     if (PyType_IsSubtype(t, &PyDict_Type)) {
         PyObject *dfields = PyObject_GetAttrString(cls, "__dataclass_fields__");
         if (!dfields) {
-            PyErr_Clear();
+            sj_err_clear();
             return NULL;
         }
         *handled = 1;
@@ -127,7 +128,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
         int torch_layer = mn && !strncmp(mn, "torch.nn.modules.", 17);
         Py_XDECREF(mod);
-        PyErr_Clear();
+        sj_err_clear();
         if (!torch_layer || !var_all_const(args, nargs))
             return NULL;
         *handled = 1;
@@ -140,7 +141,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         if (first || PyErr_Occurred()) {
             Py_XDECREF(first);
             Py_DECREF(m);
-            PyErr_Clear();
+            sj_err_clear();
             cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function",
                      t->tp_name);
             return NULL;
@@ -229,7 +230,7 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
         Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
         Py_XDECREF(fget);
         if (!fn) {
-            PyErr_Clear();
+            sj_err_clear();
             cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, o->u.uobj.type->tp_name);
             return NULL;
         }
@@ -298,7 +299,7 @@ static Var *construct_record(Capture *c, PyTypeObject *t, PyObject *dfields, Var
             if (!d || d == missing) {
                 Py_XDECREF(d);
                 Py_DECREF(missing);
-                PyErr_Clear();
+                sj_err_clear();
                 cap_fail(c, BR_USER_EXCEPTION, "%s() missing field %U", t->tp_name, name);
                 return NULL;
             }

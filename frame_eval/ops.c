@@ -4,6 +4,7 @@
 #include "../core/config.h"
 #include "../shapes/rules.h"
 #include "sj_opcodes.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------- argument lowering ---- */
 
@@ -192,7 +193,7 @@ int32_t cap_scalar_node(Capture *c, OpId op, PyObject *target, int32_t first, in
     m.dtype = DT_I64;   /* printed as a Python scalar (meta_format): not a float or bool */
     PyObject *where = cap_where(c);   /* new or NULL */
     if (!where)
-        PyErr_Clear();
+        sj_err_clear();
     int32_t r = graph_add_node(c->g, op, 0, target, first, n, first + n, 0, NULL, &m, 1, where);
     Py_XDECREF(where);
     return r;
@@ -377,7 +378,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     if (ir != 0) {
         if (PyErr_Occurred())
-            PyErr_Clear();
+            sj_err_clear();
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
         return NULL;
     }
@@ -474,7 +475,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         if (t && PyType_Check(t) && cap_keep(c, t))
             tup->u.seq.subtype = (PyTypeObject *)t;
         Py_XDECREF(t);
-        PyErr_Clear();
+        sj_err_clear();
     }
     return tup;
 }
@@ -937,7 +938,7 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         if (i < 0)
             i += obj->u.seq.n;
         if (i < 0 || i >= obj->u.seq.n) {
-            PyErr_Clear();
+            sj_err_clear();
             PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
             return cap_fail_exc(c, BR_USER_EXCEPTION);
         }
@@ -956,7 +957,7 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
     PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
     if (!mods || !PyDict_Check(mods)) {
         Py_XDECREF(mods);
-        PyErr_Clear();
+        sj_err_clear();
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over a %s", Py_TYPE(m->obj)->tp_name);
     }
     const char *tn = Py_TYPE(m->obj)->tp_name;

@@ -4,6 +4,7 @@
 #include "resume.h"
 #include "bcwriter.h"
 #include "sj_opcodes.h"
+#include "../core/errors.h"
 
 /* ------------------------------------------------------- the instruction ---- */
 
@@ -102,7 +103,7 @@ int resume_breakable(PyCodeObject *co, int32_t pc)
     int arg = 0;
     int op = op_at(co, pc, &arg);
     if (op < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     BreakShape s;

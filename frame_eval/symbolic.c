@@ -18,6 +18,7 @@
 #include "../core/config.h"
 #include "../core/log.h"
 #include "sj_opcodes.h"
+#include "../core/errors.h"
 
 PyObject *SjConstraintViolation;
 
@@ -96,7 +97,7 @@ PyObject *symb_where_text(Capture *c)
 {
     PyObject *w = cap_where(c);
     if (!w) {
-        PyErr_Clear();
+        sj_err_clear();
         return PyUnicode_FromString("");
     }
     PyObject *line = PyTuple_GET_ITEM(w, 3);
@@ -120,7 +121,7 @@ static int mark_has(PyObject *t, const char *attr, int dim)
 {
     PyObject *marks = PyObject_GetAttrString(t, attr);
     if (!marks) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     PyObject *d = PyLong_FromLong(dim);
@@ -128,7 +129,7 @@ static int mark_has(PyObject *t, const char *attr, int dim)
     Py_XDECREF(d);
     Py_DECREF(marks);
     if (r < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         r = 0;
     }
     return r;
@@ -152,13 +153,13 @@ static PyObject *sources_listed(const char *knob, PyObject *name)
         dynsources_lookup = mod ? PyObject_GetAttrString(mod, "lookup") : NULL;
         Py_XDECREF(mod);
         if (!dynsources_lookup) {
-            PyErr_Clear();
+            sj_err_clear();
             return NULL;
         }
     }
     PyObject *r = PyObject_CallFunction(dynsources_lookup, "sO", knob, name);
     if (!r)
-        PyErr_Clear();
+        sj_err_clear();
     return r;
 }
 
@@ -172,7 +173,7 @@ static int listed_dim(PyObject *r, int dim)
     int k = d ? PySequence_Contains(r, d) : -1;
     Py_XDECREF(d);
     if (k < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         k = 0;
     }
     return k;
@@ -210,7 +211,7 @@ static PyObject *fstate_merge(Capture *c, PyObject *name, PyObject *now, int is_
             merged = Py_NewRef(Py_None);
         }
     }
-    PyErr_Clear();
+    sj_err_clear();
     if (merged && PyDict_SetItem(c->fstate, name, merged) < 0)
         Py_CLEAR(merged);
     return merged;
@@ -253,7 +254,7 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
                (long long)hint, sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
-        PyErr_Clear();
+        sj_err_clear();
     }
     return s;
 }
@@ -309,7 +310,7 @@ static int module_marked_static(PyObject *mod)
     PyObject *v = PyObject_GetAttrString(mod, "_dynamo_marked_static");
     int r = v ? PyObject_IsTrue(v) == 1 : 0;
     Py_XDECREF(v);
-    PyErr_Clear();
+    sj_err_clear();
     return r;
 }
 
@@ -320,7 +321,7 @@ static int builtin_nn_module(PyObject *mod)
     const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     int r = n && !strncmp(n, "torch.nn.", 9);
     Py_XDECREF(name);
-    PyErr_Clear();
+    sj_err_clear();
     return r;
 }
 
@@ -341,7 +342,7 @@ static SymNode *unbacked_input(Capture *c, PyObject *obj, int32_t src, int32_t v
     }
     Py_XDECREF(key);
     Py_XDECREF(ranges);
-    PyErr_Clear();
+    sj_err_clear();
     if (r.lo < 0 || r.lo > r.hi)
         r = (SymRange){0, SYM_INT_OO};
     SymNode *u = symb_unbacked(c, -1, value, dim, r);
@@ -350,7 +351,7 @@ static SymNode *unbacked_input(Capture *c, PyObject *obj, int32_t src, int32_t v
         sj_log(LOG_DYNAMIC, SJ_INFO, "constrain_symbol_range u%lld %U for %U", (long long)u->value,
                rs ? rs : Py_None, sources_repr(&c->src, src));
         Py_XDECREF(rs);
-        PyErr_Clear();
+        sj_err_clear();
     }
     return u;
 }
@@ -406,7 +407,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             }
             Py_XDECREF(key);
             Py_XDECREF(ranges);
-            PyErr_Clear();
+            sj_err_clear();
         } else if (is_torch && mark_has(obj, "_dynamo_unbacked_indices", i)) {
             p = DIM_UNBACKED;
         } else if (is_torch && mark_has(obj, "_dynamo_weak_dynamic_indices", i)) {
@@ -498,7 +499,7 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     /* the frame's own locals and their items; nn.Module int attributes stay constants
@@ -569,7 +570,7 @@ static void log_range(Capture *c, SymNode *s, const char *why)
         sj_log(LOG_DYNAMIC, SJ_DEBUG, "_update_var_to_range %s%lld = VR%U (%s)", s->kind == SK_UNBACKED ? "u" : "s",
                (long long)s->value, r, why);
     Py_XDECREF(r);
-    PyErr_Clear();
+    sj_err_clear();
     (void)c;
 }
 
@@ -610,7 +611,7 @@ void symb_refine(Capture *c, SymNode *rel)
         r.hi = s->range.hi;
     int ch = sym_set_range(c->env, s, r);
     if (ch < 0)
-        PyErr_Clear();
+        sj_err_clear();
     else if (ch > 0)
         log_range(c, s, "update");
 }
@@ -650,7 +651,7 @@ int symb_guard(Capture *c, SymNode *rel)
         if (text)
             sj_log(LOG_DYNAMIC, SJ_INFO, "eval %U [guard added] %U", text, w);
         Py_XDECREF(text);
-        PyErr_Clear();
+        sj_err_clear();
     }
     Py_DECREF(w);
     if (check_strict(c, rel) < 0)
@@ -713,7 +714,7 @@ static SymNode *unbacked_symbol(Capture *c, int32_t value, int32_t tensor_value,
                range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
-        PyErr_Clear();
+        sj_err_clear();
     }
     return u;
 }
@@ -818,7 +819,7 @@ SymNode *symb_node_of(Capture *c, Var *v)
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v->obj, &overflow);
         if (overflow || (x == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
+            sj_err_clear();
             return NULL;
         }
         return sym_const(c->env, x);
@@ -1291,7 +1292,7 @@ static PyObject *pgo_fn(const char *name)
     PyObject *fn = mod ? PyObject_GetAttrString(mod, name) : NULL;
     Py_XDECREF(mod);
     if (!fn)
-        PyErr_Clear();
+        sj_err_clear();
     return fn;
 }
 
@@ -1305,7 +1306,7 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co)
     if (r && PyDict_Check(r))
         st->fstate = Py_NewRef(r);
     Py_XDECREF(r);
-    PyErr_Clear();   /* the store warns about its own problems; compiling goes on */
+    sj_err_clear();   /* the store warns about its own problems; compiling goes on */
 }
 
 void symb_pgo_save(CodeState *st, PyCodeObject *co)
@@ -1322,7 +1323,7 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co)
                      : NULL;
     Py_XDECREF(fn);
     Py_XDECREF(r);
-    PyErr_Clear();
+    sj_err_clear();
     PyErr_Restore(et, ev, tb);
 }
 

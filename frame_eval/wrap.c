@@ -3,19 +3,20 @@
 #include "capture.h"
 #include "libs.h"
 #include "../core/log.h"
+#include "../core/errors.h"
 
 static PyObject *where_str(Capture *c)
 {
     PyObject *w = cap_where(c);
     if (!w) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     PyObject *s = PyUnicode_FromFormat("%U:%S in %U", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
                                        PyTuple_GET_ITEM(w, 2));
     Py_DECREF(w);
     if (!s)
-        PyErr_Clear();
+        sj_err_clear();
     return s;
 }
 

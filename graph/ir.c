@@ -2,6 +2,7 @@
 #include "ir.h"
 #include "../shapes/sym.h"
 #include <string.h>
+#include "../core/errors.h"
 
 /* ---------------------------------------------------------------- growth ---- */
 
@@ -259,7 +260,7 @@ static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyOb
     PyObject *got = PyObject_GetAttrString(v, "shape");
     PyObject *dt = got ? PyObject_GetAttrString(v, "dtype") : NULL;
     if (!dt)
-        PyErr_Clear();
+        sj_err_clear();
     *mismatch = PyUnicode_FromFormat("the shape rule of op '%s' predicted %s but eager gave %s %S %S",
                                      op_info[nd->op].name, want, Py_TYPE(v)->tp_name,
                                      dt ? dt : Py_None, got ? got : Py_None);
@@ -355,7 +356,7 @@ done:
             if (g->nodes[ni].op == OP_SET_GRAD_ENABLED) {
                 PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(g->consts, g->nodes[ni].target), grad0);
                 if (!r)
-                    PyErr_Clear();
+                    sj_err_clear();
                 Py_XDECREF(r);
                 break;
             }
@@ -417,14 +418,14 @@ static PyObject *target_name(PyObject *t)
 {
     PyObject *mod = PyObject_GetAttrString(t, "__module__");
     if (!mod)
-        PyErr_Clear();
+        sj_err_clear();
     PyObject *qn = PyObject_GetAttrString(t, "__qualname__");
     if (!qn) {
-        PyErr_Clear();
+        sj_err_clear();
         qn = PyObject_GetAttrString(t, "__name__");
     }
     if (!qn) {
-        PyErr_Clear();
+        sj_err_clear();
         Py_XDECREF(mod);
         return PyObject_Repr(t);
     }

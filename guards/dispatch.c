@@ -17,6 +17,7 @@
 #include "tensor_reader.h"
 #include <xxhash.h>
 #include <string.h>
+#include "../core/errors.h"
 
 typedef enum { FACT_TYPE, FACT_ID, FACT_VALUE, FACT_TENSOR } FactKind;
 
@@ -138,7 +139,7 @@ static int put_value(FactWords *fw, PyObject *v, int *exact)
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (overflow || (x == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
+            sj_err_clear();
             return 1;
         }
         put(fw, (uint64_t)(uintptr_t)t);
@@ -148,7 +149,7 @@ static int put_value(FactWords *fw, PyObject *v, int *exact)
     if (t == &PyUnicode_Type) {
         Py_hash_t h = PyObject_Hash(v);   /* cached on the str */
         if (h == -1) {
-            PyErr_Clear();
+            sj_err_clear();
             return 1;
         }
         put(fw, (uint64_t)(uintptr_t)t);
@@ -215,7 +216,7 @@ static void words_of_call(GuardCall *call, const Fact *f, FactWords *fw)
 {
     PyObject *v = sources_resolve(&call->t->src, f->src, call->fv, call->memo);
     if (!v) {
-        PyErr_Clear();
+        sj_err_clear();
         put(fw, 0);
         return;
     }
@@ -236,7 +237,7 @@ static void words_of_call(GuardCall *call, const Fact *f, FactWords *fw)
         const char *why;
         const TensorFacts *tf = guard_call_facts(call, f->src, v, &why);
         if (!tf) {
-            PyErr_Clear();
+            sj_err_clear();
             put(fw, 0);
             break;
         }

@@ -5,6 +5,7 @@
 #include "tree.h"
 #include "tensor_reader.h"
 #include <string.h>
+#include "../core/errors.h"
 
 /* ------------------------------------------------------- shared comparisons ---- */
 
@@ -216,6 +217,20 @@ static int check_global(const Guard *g, PyObject *v, GuardCall *call)
     return global_diff(g, &now) == GS_SAME;
 }
 
+/* BACKEND_MATCH: the call's compile options key (backend, fullgraph, dynamic, extras;
+ * see shapejit/api.py) equals the one the entry was compiled with. A tuple compares its
+ * items by identity first, so the usual case (the same compiled function) costs one
+ * pointer comparison; an error while comparing is a failure. */
+static int check_backend(const Guard *g, PyObject *v, GuardCall *call)
+{
+    (void)v;
+    if (!call->options)
+        return 0;
+    if (call->options == g->expected)
+        return 1;
+    return PyObject_RichCompareBool(g->expected, call->options, Py_EQ);
+}
+
 static int check_same(const Guard *g, PyObject *v, GuardCall *call)
 {
     return call->memo[g->src2] == v;
@@ -403,6 +418,43 @@ static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name, Gua
     return PyUnicode_FromString("GLOBAL_STATE matches now");
 }
 
+/* "backend='name', fullgraph=False, dynamic=None" of an options key (new str). */
+static PyObject *describe_options(PyObject *key)
+{
+    if (!key || !PyTuple_Check(key) || PyTuple_GET_SIZE(key) < 4)
+        return PyUnicode_FromFormat("%R", key ? key : Py_None);
+    PyObject *backend = PyTuple_GET_ITEM(key, 0);
+    PyObject *name = PyObject_GetAttrString(backend, "__qualname__");
+    if (!name || !PyUnicode_Check(name)) {
+        Py_XDECREF(name);
+        sj_err_clear();
+        name = PyUnicode_FromString(Py_TYPE(backend)->tp_name);
+        if (!name)
+            return NULL;
+    }
+    PyObject *extra = PyTuple_GET_ITEM(key, 3);   /* ((name, value), ...) */
+    PyObject *r = PyTuple_Check(extra) && PyTuple_GET_SIZE(extra)
+                      ? PyUnicode_FromFormat("backend=%R, fullgraph=%R, dynamic=%R, %R", name,
+                                             PyTuple_GET_ITEM(key, 1), PyTuple_GET_ITEM(key, 2), extra)
+                      : PyUnicode_FromFormat("backend=%R, fullgraph=%R, dynamic=%R", name, PyTuple_GET_ITEM(key, 1),
+                                             PyTuple_GET_ITEM(key, 2));
+    Py_DECREF(name);
+    return r;
+}
+
+static PyObject *explain_backend(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)v;
+    (void)name;
+    PyObject *was = describe_options(g->expected);
+    PyObject *now = was ? describe_options(call->options) : NULL;
+    PyObject *r = now ? PyUnicode_FromFormat("BACKEND_MATCH failure: compiled with %U; called with %U", was, now)
+                      : NULL;
+    Py_XDECREF(was);
+    Py_XDECREF(now);
+    return r;
+}
+
 static PyObject *explain_same(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
     (void)g;
@@ -511,6 +563,16 @@ static PyObject *format_global(const Guard *g, PyObject *src, const SourceTable 
     return PyUnicode_FromFormat("GLOBAL_STATE: ___check_global_state(grad_mode=%s, default_dtype=%s%s, num_threads=%s)",
                                 g->gs.grad_enabled ? "True" : "False", g->gs.default_dtype >= 0 ? "torch." : "",
                                 g->gs.default_dtype >= 0 ? dtype_info[g->gs.default_dtype].name : "n/a", threads);
+}
+
+static PyObject *format_backend(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    (void)t;
+    PyObject *d = describe_options(g->expected);
+    PyObject *r = d ? PyUnicode_FromFormat("BACKEND_MATCH: ___check_current_backend(%U)", d) : NULL;
+    Py_XDECREF(d);
+    return r;
 }
 
 static PyObject *format_same(const Guard *g, PyObject *src, const SourceTable *t)
@@ -692,11 +754,13 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_SHAPE_ENV: {
         int eq = PyObject_RichCompareBool(a->expected, b->expected, Py_EQ);
         if (eq < 0)
-            PyErr_Clear();
+            sj_err_clear();
         return eq == 1;
     }
     case GK_GLOBAL_STATE:
         return memcmp(&a->gs, &b->gs, sizeof a->gs) == 0;
+    case GK_BACKEND_MATCH:
+        return a->expected == b->expected;   /* interned per options object; equal keys share entries anyway */
     case GK_DISTINCT:
         return memcmp(a->srcs, b->srcs, sizeof(int32_t) * (size_t)a->nsrcs) == 0;
     case GK_DICT_LENGTH:
@@ -754,7 +818,10 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
         return NULL;
     PyObject *v = leaf_value(g, t, call);
     PyObject *r;
-    if (!v) {
+    if (!v && sj_err_is_interrupt()) {
+        sj_err_clear();   /* kept aside: the hook raises it */
+        r = PyUnicode_FromFormat("%U could not be read: interrupted", name);
+    } else if (!v) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
@@ -766,7 +833,7 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
     } else {
         r = kinds[g->kind].explain(g, v, name, call);
         if (!r) {
-            PyErr_Clear();
+            sj_err_clear();
             r = PyUnicode_FromFormat("%s failed on %U", kinds[g->kind].name, name);
         }
     }

@@ -3,6 +3,7 @@
  * check needs no shape environment: Ne(L['x'].size()[0], 10), 2 <= L['x'].size()[0],
  * Eq(L['y'].size()[0], L['x'].size()[0]). Each instruction is two int64 words (op, arg). */
 #include "tree.h"
+#include "../core/errors.h"
 
 static int src_value(const Guard *g, GuardCall *call, int32_t id, int64_t *out, int *bad)
 {
@@ -16,7 +17,7 @@ static int src_value(const Guard *g, GuardCall *call, int32_t id, int64_t *out, 
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
+        sj_err_clear();
         *bad = 1;
         return -1;
     }

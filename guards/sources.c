@@ -1,6 +1,7 @@
 /* Interning, printing and resolving sources. */
 #include "sources.h"
 #include "tensor_reader.h"
+#include "../core/errors.h"
 
 void sources_clear(SourceTable *t)
 {
@@ -57,7 +58,7 @@ int sources_same_key(PyObject *a, PyObject *b)
         return 0;
     int r = PyObject_RichCompareBool(a, b, Py_EQ);
     if (r < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     return r;

@@ -28,6 +28,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "../core/errors.h"
 #if defined(__GLIBC__)
 #include <malloc.h>    /* malloc_usable_size: bounds the scan of a TensorImpl */
 #endif
@@ -157,30 +158,30 @@ static PyObject *torch_if_ready(void)
 {
     static PyObject *name;    /* strong, interned "torch" */
     if (!name && !(name = PyUnicode_InternFromString("torch"))) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     PyObject *t = PyDict_GetItemWithError(PyImport_GetModuleDict(), name);    /* borrowed */
     if (!t) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     /* inside torch's own import the module is half-built: wait until it is done */
     PyObject *spec = PyObject_GetAttrString(t, "__spec__");    /* new */
     if (!spec) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     PyObject *busy = PyObject_GetAttrString(spec, "_initializing");    /* new */
     Py_DECREF(spec);
     if (!busy) {
-        PyErr_Clear();
+        sj_err_clear();
         return t;
     }
     int b = PyObject_IsTrue(busy);
     Py_DECREF(busy);
     if (b) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     return t;
@@ -320,7 +321,7 @@ static void off_from_exception(void)
     Py_XDECREF(type);
     Py_XDECREF(val);
     Py_XDECREF(tb);
-    PyErr_Clear();
+    sj_err_clear();
 }
 
 /* New reference to the namespace the probe source ran in, or NULL with an exception. */
@@ -587,7 +588,7 @@ static int find_types(PyObject *torch, Probe *gp, Py_ssize_t ng)
         if (!o) {
             if (k == 0)
                 return -1;
-            PyErr_Clear();    /* torch.nn.Buffer is recent */
+            sj_err_clear();    /* torch.nn.Buffer is recent */
             continue;
         }
         int seen = 0;
@@ -760,7 +761,14 @@ int treader_init_torch(void)
     tr.state = TR_PROBING;
     tr.why_not[0] = '\0';
     int r = probe_all(torch);
-    if (r < 0)
+    int interrupted = r < 0 && sj_err_is_interrupt();
+    if (interrupted) {
+        /* interrupted, not refused: the interrupt is raised by the hook, and the next
+         * frame probes again */
+        sj_err_clear();
+        r = 0;
+        tr.why_not[0] = '\0';
+    } else if (r < 0)
         off_from_exception();
     if (r != 1) {
         /* off: drop what was learned so nothing half-validated is ever used */
@@ -772,7 +780,7 @@ int treader_init_torch(void)
         Py_CLEAR(tr.rg_descr);
         tr.rg_get = NULL;
     }
-    tr.state = TR_DONE;
+    tr.state = interrupted ? TR_UNTRIED : TR_DONE;
     PyErr_Restore(et, ev, etb);
     return tr.fast;
 }

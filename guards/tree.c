@@ -3,6 +3,7 @@
 #include "tree.h"
 #include "tensor_reader.h"
 #include <string.h>
+#include "../core/errors.h"
 
 /* ------------------------------------------------------------------- tree ---- */
 
@@ -133,6 +134,7 @@ static int depth(const SourceTable *s, int32_t id)
 static int rank_of(const Guard *g, const SourceTable *s)
 {
     switch ((GuardKind)g->kind) {
+    case GK_BACKEND_MATCH:
     case GK_GLOBAL_STATE:
         return 0;
     case GK_DISTINCT:
@@ -243,10 +245,11 @@ static int tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEnt
 
 /* -------------------------------------------------------------- per call ---- */
 
-int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv)
+int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv, PyObject *options)
 {
     call->t = t;
     call->fv = fv;
+    call->options = options;
     call->nsrc = t->src.n;
     call->nleaves = t->leaves.n;
     call->seq0 = t->seq;
@@ -365,7 +368,7 @@ static int leaf_passes(GuardCall *call, int32_t id)
     if (in_range)   /* else the tree grew during this call: the memo has no slot for it */
         ok = guards_check_one(g, &call->t->src, call);
     if (ok < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         ok = 0;
     }
     if (id < call->nleaves)
@@ -401,7 +404,7 @@ GuardEntry *guard_tree_find(GuardCall *call)
                 return small[i];
         return NULL;
     }
-    PyErr_Clear();
+    sj_err_clear();
     for (int32_t i = t->nentries - 1; i >= 0; i--)
         if (t->entries[i]->seq <= call->seq0 && guard_entry_check(call, t->entries[i], &failed))
             return t->entries[i];

@@ -62,6 +62,7 @@ typedef struct {
 struct GuardCall {
     GuardTree *t;
     const FrameView *fv;
+    PyObject *options;        /* borrowed: the compile options key of this call (BACKEND_MATCH) */
     PyObject **memo;          /* nsrc slots, strong or NULL: resolved sources */
     int8_t *res;              /* nleaves slots: 0 not yet checked, 1 passed, -1 failed */
     int16_t *fslot;           /* nsrc slots: 0 tensor facts not read, -1 not a tensor,
@@ -91,7 +92,9 @@ int guard_tree_copy_sources(const GuardTree *t, SourceTable *dst);
 int guard_tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEntry *ge, void *owner);
 void guard_entry_clear(GuardEntry *ge);
 
-int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv);
+/* options: borrowed, the key of the compile options the frame is called under (compared
+ * by BACKEND_MATCH leaves), or NULL (no BACKEND_MATCH leaf passes). */
+int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv, PyObject *options);
 void guard_call_end(GuardCall *call);
 
 /* The newest entry whose guards all pass, or NULL (a miss; any exception raised while

@@ -17,6 +17,7 @@ if _sys.version_info[:2] != (3, 11):
 
 from . import _C  # noqa: E402
 from . import config  # noqa: E402  (a module of knobs: shapejit.config.cache_size_limit)
+from ._C import BackendCompilerFailed  # noqa: E402  (a user backend raised)
 from .api import compile, disable, reset, stats  # noqa: E402
 from .backends import list_backends, register_backend  # noqa: E402
 from .compat import install_torch_compat, uninstall_torch_compat  # noqa: E402
@@ -32,5 +33,5 @@ __all__ = [
     "compile", "reset", "stats", "explain", "disable", "config", "set_logs", "set_stance",
     "install_torch_compat", "uninstall_torch_compat",
     "mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked", "check", "constrain_range",
-    "ExplainOutput", "list_backends", "register_backend",
+    "ExplainOutput", "list_backends", "register_backend", "BackendCompilerFailed",
 ]

@@ -7,18 +7,32 @@ from . import _C, backends
 
 
 class CompileOptions:
-    """What _C.CompiledFunction reads: backend (a callable), fullgraph, dynamic."""
+    """What _C.CompiledFunction reads: backend (a callable), fullgraph, dynamic, and key.
 
-    __slots__ = ("backend", "backend_name", "fullgraph", "dynamic")
+    key says what a cache entry was compiled with: an entry serves only calls whose key
+    is equal (the BACKEND_MATCH guard), so the same function compiled with two backends
+    or two sets of options keeps one entry per set and never runs the other's code.
+    extra holds options that change what a compile produces without being read by
+    shapejit itself (torch.compile's mode= and options=): they take part in the key."""
 
-    def __init__(self, backend, backend_name, fullgraph, dynamic):
+    __slots__ = ("backend", "backend_name", "fullgraph", "dynamic", "extra", "key", "internal")
+
+    def __init__(self, backend, backend_name, fullgraph, dynamic, extra=()):
         self.backend = backend            # backend(graph, example_inputs) -> callable
         self.backend_name = backend_name  # for messages
         self.fullgraph = fullgraph        # bool: the first graph break is an error
         self.dynamic = dynamic            # None (automatic), True or False
+        self.extra = tuple(extra)         # ((name, value), ...), compared with ==
+        # compared with == by BACKEND_MATCH (a tuple compares its items by identity
+        # first): two compile() calls with the same backend and options share entries
+        self.key = (backend, fullgraph, dynamic, self.extra)
+        # shapejit's own backends: their failure is an internal error (the frame runs
+        # eagerly, the reason logged); a user backend's failure is the user's to see
+        self.internal = backends.is_builtin(backend)
 
     def replace(self, **changes):
-        values = {name: getattr(self, name) for name in self.__slots__}
+        values = {name: getattr(self, name) for name in self.__slots__
+                  if name not in ("key", "internal")}
         values.update(changes)
         return CompileOptions(**values)
 
@@ -27,7 +41,7 @@ class CompileOptions:
             self.backend_name, self.fullgraph, self.dynamic)
 
 
-def make_options(dynamic=None, fullgraph=False, backend="default"):
+def make_options(dynamic=None, fullgraph=False, backend="default", extra=()):
     if dynamic is not None and not isinstance(dynamic, bool):
         raise TypeError("shapejit.compile: dynamic must be None, True or False, got %r (%s)"
                         % (dynamic, type(dynamic).__name__))
@@ -35,7 +49,7 @@ def make_options(dynamic=None, fullgraph=False, backend="default"):
         raise TypeError("shapejit.compile: fullgraph must be True or False, got %r (%s)"
                         % (fullgraph, type(fullgraph).__name__))
     return CompileOptions(backends.lookup(backend), backends.name_of(backend), fullgraph,
-                          dynamic)
+                          dynamic, extra)
 
 
 def _is_module(obj):
@@ -71,8 +85,17 @@ def compile(fn=None, *, dynamic=None, fullgraph=False, backend="default"):
              (dynamic from the start) or False (always static; a new size recompiles).
     fullgraph: True makes the first graph break an error naming the reason and line.
     backend: "default", "eager", or a callable ``backend(graph, example_inputs) -> callable``.
+             A cache entry serves only calls made with the backend and options it was
+             compiled with. A backend that raises, or returns something that is not
+             callable, makes the call raise ``shapejit.BackendCompilerFailed`` naming it
+             (its error as ``__cause__``); with ``config.suppress_errors = True`` that is
+             a warning and the frame runs eagerly.
     """
-    options = make_options(dynamic=dynamic, fullgraph=fullgraph, backend=backend)
+    return compile_with(fn, make_options(dynamic=dynamic, fullgraph=fullgraph, backend=backend))
+
+
+def compile_with(fn, options):
+    """compile() with ready options: fn compiled, or a decorator when fn is None."""
     if fn is None:
         def decorate(f):
             return wrap(f, options)

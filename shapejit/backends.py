@@ -38,6 +38,14 @@ _BACKENDS = {
 }
 
 
+_BUILTIN = (eager, cpu)
+
+
+def is_builtin(fn):
+    """True for the backend callables shapejit itself provides."""
+    return any(fn is b for b in _BUILTIN)
+
+
 def list_backends():
     """The backend names compile(backend=...) accepts."""
     return list(_BACKENDS)

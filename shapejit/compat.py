@@ -59,7 +59,9 @@ def _backend_for(backend):
 def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor",
                   mode=None, options=None, disable=False, **others):
     """torch.compile's signature, compiled by shapejit. mode=, options= and the other
-    inductor/dynamo-specific arguments are accepted and ignored (one warning each)."""
+    inductor/dynamo-specific arguments are accepted and ignored (one warning each); they
+    are still recorded with the entries (as torch's backend equality does), so the same
+    function compiled with two modes keeps an entry per mode."""
     ignored = dict(others, mode=mode, options=options)
     for name in sorted(ignored):
         if ignored[name] not in (None, False, {}):
@@ -67,8 +69,10 @@ def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inducto
                        "shapejit (torch compat): torch.compile(%s=...) is ignored" % name)
     if disable:
         return model if model is not None else (lambda fn: fn)
-    return api.compile(model, dynamic=dynamic, fullgraph=fullgraph,
-                       backend=_backend_for(backend))
+    extra = tuple((name, ignored[name]) for name in sorted(ignored)
+                  if ignored[name] not in (None, False, {}))
+    return api.compile_with(model, api.make_options(
+        dynamic=dynamic, fullgraph=fullgraph, backend=_backend_for(backend), extra=extra))
 
 
 def torch_disable(fn=None, recursive=True, *, reason=None, **unused):
@@ -89,7 +93,7 @@ def _make_set_logs(torch_set_logs):
         accepted and ignored (one warning each)."""
         ours = {}
         for name, value in kwargs.items():
-            if name in logs.CHANNELS:
+            if name in logs.CHANNELS or name in logs.GROUPS:
                 ours[name] = value
             elif name in torch_names:
                 if value:
@@ -105,10 +109,35 @@ def _make_set_logs(torch_set_logs):
     return set_logs
 
 
+def _check_torch_knob(proxy, name, value):
+    """A write of a name that is not a shapejit knob, through a ConfigProxy: a name torch's
+    config does not have either is an AttributeError (as torch raises); a torch knob that
+    shapejit does not implement warns once, naming it, unless the value is the one torch
+    has (setting a knob to the value it has changes nothing, here or in torch)."""
+    torch_config = proxy.__dict__["_torch_config"]
+    try:
+        current = getattr(torch_config, name)
+    except AttributeError:
+        raise AttributeError(
+            "%s.%s does not exist: it is neither a shapejit knob (shapejit.config.knobs()) "
+            "nor a knob of torch's config" % (proxy.__name__, name)) from None
+    try:
+        same = bool(current == value)
+    except Exception:
+        same = False
+    if not same:
+        _warn_once(("knob", name),
+                   "shapejit (torch compat): %s.%s is a torch knob that shapejit does not "
+                   "implement; setting it to %r has no effect on shapejit (its knobs: "
+                   "shapejit.config.knobs())" % (proxy.__name__, name, value))
+
+
 class ConfigProxy(types.ModuleType):
     """Stands for torch._dynamo.config / torch.compiler.config: shapejit's knobs are read
-    and written in shapejit; any other name is kept as a plain attribute of the proxy
-    (reads fall back to torch's config). patch() works for both kinds."""
+    and written in shapejit; a knob of torch's that shapejit does not implement is kept
+    as a plain attribute of the proxy, with a warning naming it when set to a value other
+    than torch's (reads fall back to torch's config); a name neither has is an
+    AttributeError. patch() works for both kinds."""
 
     def __init__(self, name, torch_config):
         super().__init__(name)
@@ -127,6 +156,7 @@ class ConfigProxy(types.ModuleType):
         if _config.is_knob(name):
             _config.set_value(name, value)  # source lists checked before storing
         else:
+            _check_torch_knob(self, name, value)
             self._extra[name] = value
 
     def __delattr__(self, name):
@@ -153,6 +183,8 @@ class _ProxyPatch:
         knobs = {k: v for k, v in changes.items() if _config.is_knob(k)}
         self._knobs = _config.patch(**knobs)
         self._extra = {k: v for k, v in changes.items() if not _config.is_knob(k)}
+        for name, value in self._extra.items():   # before anything is set
+            _check_torch_knob(proxy, name, value)
         self._saved = []
 
     def __enter__(self):

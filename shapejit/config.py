@@ -34,7 +34,9 @@ _ENV = {
     "TORCH_COMPILE_DYNAMIC_SOURCES": "dynamic_sources",
     "TORCH_COMPILE_STATIC_SOURCES": "static_sources",
     "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
+    "TORCHDYNAMO_SUPPRESS_ERRORS": "suppress_errors",
 }
+_FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 
 
 def knobs():
@@ -195,6 +197,8 @@ def _read_env():
         val = os.environ.get(var)
         if val is None:
             continue
+        if _KNOBS[knob][1] == "bool":
+            val = val.strip().lower() not in _FALSE
         try:
             set_value(knob, val)
         except ValueError as e:

@@ -9,6 +9,7 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "../core/errors.h"
 
 #define NAME_MAX_LEN 32
 #define CACHE_SIZE 2048    /* a power of two, well above the number of callables rows */
@@ -111,7 +112,7 @@ static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, S
         while (vlen && isspace((unsigned char)*v)) { v++; vlen--; }
         p->fixed_value = PyUnicode_FromStringAndSize(v, (Py_ssize_t)vlen);    /* kept forever */
         if (!p->fixed_value) {
-            PyErr_Clear();
+            sj_err_clear();
             sj_err(err, "out of memory parsing a schema");
             return -1;
         }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../graph/meta.h"
+#include "../core/errors.h"
 
 const DTypeInfo dtype_info[DT_COUNT] = {
 #define X(e, name, size, cat) [e] = {name, size, cat},
@@ -42,13 +43,13 @@ static PyObject *torch_if_loaded(int *failed)
     /* A half-imported torch (we are inside its own import) has no Tensor yet: wait. */
     PyObject *tensor = PyObject_GetAttrString(t, "Tensor");
     if (!tensor) {
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     PyObject *strided = PyObject_GetAttrString(t, "strided");
     if (!strided) {
         Py_DECREF(tensor);
-        PyErr_Clear();
+        sj_err_clear();
         return NULL;
     }
     for (int d = 0; d < DT_COUNT; d++) {
@@ -336,7 +337,7 @@ int dtype_from_py(PyObject *obj, Lib lib, DType *out)
         return 1;
     PyArray_Descr *descr = NULL;
     if (!PyArray_DescrConverter(obj, &descr)) {    /* descr: new reference */
-        PyErr_Clear();
+        sj_err_clear();
         return 1;
     }
     int r = dtype_from_descr(descr, out);
@@ -418,7 +419,7 @@ void meta_format(const TensorMeta *m, char *buf, size_t n)
             PyErr_Fetch(&et, &ev, &tb);
             p = sym_print(NULL, m->sym[i], NULL, NULL);
             text = p ? PyUnicode_AsUTF8(p) : NULL;
-            PyErr_Clear();
+            sj_err_clear();
             PyErr_Restore(et, ev, tb);
         }
         if (text)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "rules_util.h"
+#include "../core/errors.h"
 
 #define CAT(d) (dtype_info[(d)].category)
 #define SIZE(d) (dtype_info[(d)].itemsize)
@@ -122,7 +123,7 @@ static int int_fits(PyObject *v, DType d)
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (x == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     if (overflow)
@@ -194,7 +195,7 @@ int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, D
             TensorMeta sm;
             const char *why = NULL;
             if (meta_from_value(a->value, &sm, NULL, &why) != 0) {
-                PyErr_Clear();
+                sj_err_clear();
                 sj_err(err, "operand of type %.60s is not supported", Py_TYPE(a->value)->tp_name);
                 return -1;
             }

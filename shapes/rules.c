@@ -9,6 +9,7 @@
 #include "rules.h"
 #include "rules_util.h"
 #include "sym.h"
+#include "../core/errors.h"
 
 SymRuleCtx *sj_symctx;
 
@@ -90,14 +91,14 @@ static int int_value(const BoundArg *a, const char *what, int64_t *out, ShapeErr
         return sj_err(err, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
     PyObject *idx = PyNumber_Index(v);    /* new */
     if (!idx) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "%s must be an int", what);
     }
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(idx, &overflow);
     Py_DECREF(idx);
     if ((x == -1 && PyErr_Occurred()) || overflow) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "%s is out of range", what);
     }
     *out = x;
@@ -147,7 +148,7 @@ int sj_get_bool(const BoundArgs *b, const char *name, int dflt, int *out, ShapeE
     }
     int t = PyObject_IsTrue(a->value);
     if (t < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "%s must be a bool", name);
     }
     *out = t;
@@ -172,7 +173,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
     }
     double v = PyFloat_AsDouble(a->value);
     if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "%s must be a number", name);
     }
     *out = v;
@@ -357,6 +358,11 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
 
 int sj_sym_error(ShapeErr *err)
 {
+    if (sj_err_is_interrupt()) {
+        sj_err_clear();   /* kept aside: the hook raises it */
+        sj_err(err, "interrupted");
+        return -1;
+    }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *s = value ? PyObject_Str(value) : NULL;
@@ -366,7 +372,7 @@ int sj_sym_error(ShapeErr *err)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    PyErr_Clear();
+    sj_err_clear();
     return -1;
 }
 
@@ -641,7 +647,7 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
         return sj_err(err, "%s must be a constant dtype", name);
     int r = dtype_from_py(a->value, lib, out);
     if (r < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "could not read %s", name);
     }
     if (r == 1)

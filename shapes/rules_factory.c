@@ -7,6 +7,7 @@
 #include "rules.h"
 #include "rules_util.h"
 #include "sym.h"
+#include "../core/errors.h"
 
 /* The dtype a library gives a Python scalar when it makes a tensor of it. */
 static int dtype_of_scalar(Lib lib, PyObject *v, DType *out, ShapeErr *err)
@@ -45,12 +46,12 @@ static int check_device(const BoundArgs *b, ShapeErr *err)
         return sj_err(err, "device must be constant");
     PyObject *s = PyObject_Str(d->value);    /* new */
     if (!s) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "unreadable device");
     }
     const char *c = PyUnicode_AsUTF8(s);
     int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
-    PyErr_Clear();
+    sj_err_clear();
     Py_DECREF(s);
     return ok ? 0 : sj_err(err, "only the cpu device is supported");
 }
@@ -172,7 +173,7 @@ static int number(const BoundArg *a, const char *what, double *v, int *is_float,
     if (PyLong_Check(o)) {
         *v = PyLong_AsDouble(o);
         if (*v == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
+            sj_err_clear();
             return sj_err(err, "%s is out of range", what);
         }
         return 0;

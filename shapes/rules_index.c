@@ -8,6 +8,7 @@
 #include "rules.h"
 #include "rules_util.h"
 #include "sym.h"
+#include "../core/errors.h"
 
 typedef enum { IX_INT, IX_SLICE, IX_NONE, IX_ELLIPSIS, IX_ADV } IxKind;
 
@@ -206,7 +207,7 @@ static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, in
     Py_ssize_t start, stop, step;
     *lsym = NULL;
     if (PySlice_Unpack(it->obj, &start, &stop, &step) < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "slice indices must be integers or None");
     }
     int symbolic = sj_symctx && (x->sym[src] || it->slice_sym);

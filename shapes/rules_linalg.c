@@ -4,6 +4,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "../core/errors.h"
 
 /* torch's matrix products do not promote: both operands must share a dtype. numpy
  * promotes. Also refuses bool in torch (no bool BLAS kernels). */
@@ -244,7 +245,7 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         ops = &ops->items[0];
     const char *s = PyUnicode_AsUTF8(eq->value);
     if (!s) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "bad einsum equation");
     }
     if (strstr(s, "..."))

@@ -4,6 +4,7 @@
 #include "rules.h"
 #include "rules_util.h"
 #include "sym.h"
+#include "../core/errors.h"
 
 static int need_float(const TensorMeta *x, const char *name, ShapeErr *err)
 {
@@ -362,7 +363,7 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     const BoundArg *sa = ba_get(b, "stride");
     if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) &&
                 PySequence_Size(sa->value) == 0)) {
-        PyErr_Clear();
+        sj_err_clear();
         s[0] = k[0];
         s[1] = k[1];
     } else if (int_tuple(b, "stride", 1, 2, s, err)) {

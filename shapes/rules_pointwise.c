@@ -11,6 +11,7 @@
 #include "rules.h"
 #include "rules_util.h"
 #include "sym.h"
+#include "../core/errors.h"
 
 enum {
     T_NOBOOL = 1 << 0,     /* torch refuses bool */
@@ -249,7 +250,7 @@ static int check_int_pow(Lib lib, DType d, const BoundArg *exp, ShapeErr *err)
     int overflow = 0, neg;
     long long v = PyLong_AsLongLongAndOverflow(exp->value, &overflow);
     if (v == -1 && PyErr_Occurred())
-        PyErr_Clear();
+        sj_err_clear();
     if (exp->sym && sj_symctx) {
         /* a symbolic exponent: its sign is decided by the hint and guarded */
         SymNode *zero = sym_const(sj_symctx->env, 0);
@@ -484,13 +485,13 @@ static int device_ok(PyObject *v, ShapeErr *err)
 {
     PyObject *s = PyObject_Str(v);    /* new: "cpu", "cpu:0", "cuda:0" */
     if (!s) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "unreadable device");
     }
     const char *c = PyUnicode_AsUTF8(s);
     int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
     if (!c)
-        PyErr_Clear();
+        sj_err_clear();
     Py_DECREF(s);
     if (!ok)
         return sj_err(err, "only the cpu device is supported");
@@ -520,7 +521,7 @@ static int cast_target(const BoundArg *a, Lib lib, DType *d, int *found, ShapeEr
     if (PyUnicode_Check(v) && lib == LIB_NUMPY) {
         int r = dtype_from_py(v, lib, d);
         if (r < 0) {
-            PyErr_Clear();
+            sj_err_clear();
             return sj_err(err, "could not read dtype");
         }
         if (r == 1)
@@ -532,7 +533,7 @@ static int cast_target(const BoundArg *a, Lib lib, DType *d, int *found, ShapeEr
         return device_ok(v, err);
     int r = dtype_from_py(v, lib, d);
     if (r < 0) {
-        PyErr_Clear();
+        sj_err_clear();
         return sj_err(err, "could not read dtype");
     }
     if (r == 1)
@@ -556,7 +557,7 @@ int rule_cast(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         while (name && k < DT_COUNT && strcmp(dtype_info[k].name, name) != 0)
             k++;
         if (!name || k == DT_COUNT) {
-            PyErr_Clear();
+            sj_err_clear();
             return sj_err(err, "bad fixed_dtype in the callables table");
         }
         d = (DType)k;

@@ -322,8 +322,8 @@ def test_torch_logs_parsing():
     assert p(" graph_code , ,guards") == {"graph_code": logging.INFO, "guards": logging.INFO}
     assert p("") == {}
     with pytest.raises(ValueError) as info:
-        p("graph_breaks,dynamo")
-    assert "TORCH_LOGS" in str(info.value) and "'dynamo'" in str(info.value)
+        p("graph_breaks,dynamoo")
+    assert "TORCH_LOGS" in str(info.value) and "'dynamoo'" in str(info.value)
 
 
 def test_torch_logs_env_var():
@@ -641,18 +641,22 @@ def test_compat_compile():
 
 def test_compat_config():
     real_dynamo_config = torch._dynamo.config
-    real_value = real_dynamo_config.suppress_errors
+    real_value = real_dynamo_config.verbose
     shapejit.install_torch_compat()
+    shapejit.compat._warned.clear()
     torch._dynamo.config.cache_size_limit = 3
     assert shapejit.config.cache_size_limit == 3
     torch._dynamo.config.recompile_limit = 4
     assert shapejit.config.cache_size_limit == 4
     assert torch._dynamo.config.automatic_dynamic_shapes is True
-    # names shapejit does not have: plain attributes, torch's config untouched
-    torch._dynamo.config.suppress_errors = not real_value
-    assert torch._dynamo.config.suppress_errors is (not real_value)
-    assert real_dynamo_config.suppress_errors is real_value
-    with torch._dynamo.config.patch(specialize_int=True, enable_compiler_collectives=True):
+    # torch knobs shapejit does not have: plain attributes (with a warning naming them),
+    # torch's config untouched
+    with pytest.warns(UserWarning, match="verbose is a torch knob that shapejit does not"):
+        torch._dynamo.config.verbose = not real_value
+    assert torch._dynamo.config.verbose is (not real_value)
+    assert real_dynamo_config.verbose is real_value
+    with pytest.warns(UserWarning, match="enable_compiler_collectives"), \
+            torch._dynamo.config.patch(specialize_int=True, enable_compiler_collectives=True):
         assert shapejit.config.specialize_int is True
         assert torch._dynamo.config.enable_compiler_collectives is True
     assert shapejit.config.specialize_int is False
@@ -663,7 +667,7 @@ def test_compat_config():
         torch._dynamo.config.cache_size_limit = "many"
     shapejit.uninstall_torch_compat()
     assert torch._dynamo.config is real_dynamo_config
-    assert real_dynamo_config.suppress_errors is real_value
+    assert real_dynamo_config.verbose is real_value
 
 
 def test_compat_logs_and_stance():
