@@ -740,6 +740,13 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             report_break(&c, co, reason);
             Py_DECREF(reason);
         }
+        for (int i = 0; i < e->nresume; i++)
+            if (bk.loop[i] && sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO))
+                sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
+                       "%U runs in the interpreter: the graph break in %U (%U:%d) lies inside a loop, and "
+                       "a compiled resume would break there again on every iteration",
+                       ((PyCodeObject *)bk.resume[i])->co_name, co->co_qualname, co->co_filename,
+                       PyCode_Addr2Line(co, c.stop_pc * 2));
         PyErr_Clear();
         if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
             log_code("MODIFIED BYTECODE (continuation of)", e->cont);

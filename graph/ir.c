@@ -274,6 +274,13 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch)
     PyObject *r = run_node(g, nd, vals);
     if (!r)
         return -1;
+    if (r == Py_None && op_info[nd->op].kind == OPK_MUTATION && nd->nout == 1 && nd->nargs > 0 &&
+        g->pool[nd->args].kind == ARG_VALUE) {
+        /* operator.setitem returns None; the node's value is the array it wrote into */
+        Py_DECREF(r);
+        if (!(r = arg_value(g, &g->pool[nd->args], vals)))
+            return -1;
+    }
     if (nd->nout == 1) {
         vals[nd->first_value] = r;
         if (verify_value(g, nd, nd->first_value, r, mismatch) < 0)
