@@ -147,7 +147,8 @@ typedef struct Capture {
     SourceTable src;           /* owned */
     GuardSet guards;           /* owned */
     PyObject *keepalive;       /* strong list */
-    PyObject *wrapped;         /* strong dict: id(obj) -> index into vars_by_obj */
+    PyObject *wrapped;         /* strong dict: id(obj) -> index into by_obj (tensors); (id(obj),) ->
+                                  address of the var (lists and dicts, wrap.c) */
     Var **by_obj; int32_t nby_obj, cap_by_obj;
     ArenaBlock *arena;
     EvalFrame *frame;          /* innermost */

@@ -1086,9 +1086,18 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
                  code->co_qualname, (long)sj_config.inline_depth_limit);
         return NULL;
     }
+    /* an inlined call is a level of Python's recursion, as the call would be in eager
+     * code; past the limit the call is left to the interpreter, which raises there if
+     * eager code would */
+    if (Py_EnterRecursiveCall(" while shapejit inlines a call")) {
+        PyErr_Clear();
+        cap_fail(c, BR_INLINE_LIMIT, "inlining %U: Python's recursion limit", code->co_qualname);
+        return NULL;
+    }
     EvalFrame f;
     memset(&f, 0, sizeof f);
     if (frame_setup(c, &f, code, globals, builtins) < 0) {
+        Py_LeaveRecursiveCall();
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
@@ -1097,6 +1106,7 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     f.generator = generator;
     if (generator && !(f.gen_items = var_seq(c, VK_LIST, NULL, 0))) {
         Py_DECREF(f.instrs);
+        Py_LeaveRecursiveCall();
         return NULL;
     }
     c->frame = &f;
@@ -1105,6 +1115,7 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     c->depth--;
     c->frame = f.parent;
     Py_DECREF(f.instrs);
+    Py_LeaveRecursiveCall();
     return r;
 }
 
