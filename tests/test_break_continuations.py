@@ -302,6 +302,21 @@ def test_break_in_nested_and_called_loops():
     check(outer, torch.ones(2), 400)
 
 
+def test_loop_with_breaks_inside_a_resumed_frame():
+    def f(x, n):
+        _opaque()                 # the loop below runs in a compiled resume function
+        y = x * 2
+        for i in range(n):
+            y = y + i
+            _opaque(i)
+        _opaque()
+        return y.sum(), y
+
+    for n in (3, 3000, 5):
+        check(f, torch.ones(2), n)
+        check(f, np.ones(2), n)
+
+
 def test_loop_break_both_ways_out():
     def f(x, limit):
         i = 0
