@@ -135,6 +135,27 @@ def test_write_into_input_then_break(fn, make):
     check(fn, make(), calls=3)
 
 
+@pytest.mark.parametrize("backend", ["eager", "cpu"])
+def test_graph_that_raises_after_writing_through_a_view_runs_once(backend):
+    # a graph that raises and changed no input runs its frame again in the interpreter;
+    # a write through a view of an input is a change, so the error propagates as it is
+    def f(y, idx):
+        v = y[1:]
+        v += 1
+        return y[idx] * 2
+
+    for make, bad in ((lambda: _t(1., 2., 3.), torch.tensor([7])), (lambda: _a(1., 2., 3.), np.array([7]))):
+        cf = shapejit.compile(f, backend=backend)
+        good = bad * 0
+        _same(cf(make(), good), f(make(), good))
+        ye, yc = make(), make()
+        with pytest.raises(IndexError):
+            f(ye, bad)
+        with pytest.raises(IndexError):
+            cf(yc, bad)
+        _same(yc, ye)
+
+
 def test_max_over_neighbours_loop_numpy_and_torch():
     def f(t):
         for i in range(len(t) - 1):
