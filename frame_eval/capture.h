@@ -147,7 +147,8 @@ typedef struct Capture {
     SourceTable src;           /* owned */
     GuardSet guards;           /* owned */
     PyObject *keepalive;       /* strong list */
-    PyObject *wrapped;         /* strong dict: id(obj) -> index into vars_by_obj */
+    PyObject *wrapped;         /* strong dict: id(obj) -> index into by_obj (tensors); (id(obj),) ->
+                                  address of the var (lists and dicts, wrap.c) */
     Var **by_obj; int32_t nby_obj, cap_by_obj;
     ArenaBlock *arena;
     EvalFrame *frame;          /* innermost */
@@ -413,6 +414,9 @@ PyObject *objects_fields(PyTypeObject *t);
 Var *objects_record_tuple(Capture *c, Var *o);
 Var *objects_record_call(Capture *c, Var *o, const char *name, Var **args, int32_t nargs, int *handled);
 Var *objects_super(Capture *c, Var **args, int32_t nargs);
+/* What a cell var holds (a cell from outside: its contents, wrapped with the cell's
+ * source); v itself when it is not a cell; NULL when the cell is empty. */
+Var *objects_cell_contents(Capture *c, Var *v);
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
 
 #endif

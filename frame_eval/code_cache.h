@@ -39,6 +39,9 @@ typedef enum {
     ROLE_USER,     /* a user's code object */
     ROLE_CONT,     /* a continuation shapejit wrote: never compiled */
     ROLE_RESUME,   /* a resume function shapejit wrote: compiled whenever it is called */
+    ROLE_RESUME_LOOP,   /* a resume function whose code leads back to the break it resumes
+                           from (a loop): run by the interpreter, never compiled, so a loop
+                           with a break costs a bounded stack; frames it calls are compiled */
 } CodeRole;
 
 typedef struct {

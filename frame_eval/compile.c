@@ -20,14 +20,51 @@ static long graph_counter;
  *   ("T", type, (items...))    a tuple subclass (namedtuple, torch.Size)
  *   ("d", (keys...), (items...)) a dict
  *   ("m", fn, self)            a bound method; ("g", name, self): getattr(self, name)
- *   ("o"|"r", type, keys, items) an object made during capture (see build) */
+ *   ("o"|"r", type, keys, items) an object made during capture (see build)
+ *   ("=", slot, plan)          build plan, and keep the object as slot
+ *   ("@", slot)                the object kept as slot: a container or object made during
+ *                              capture is built once however many places hold it (two
+ *                              locals naming one list, a list inside a dict), so the code
+ *                              after a break sees one object, as eager code does */
 
 typedef struct {
     Capture *c;
     PyObject *outvals;   /* dict value id -> output index */
+    PyObject *made;      /* dict Var address -> slot of the objects planned so far */
+    Var *contents_of;    /* the outside container whose contents are being planned */
 } PlanCtx;
 
+static PyObject *plan_object(PlanCtx *p, Var *v);
+
+/* Containers and objects the frame made: planned once, then referred to by slot. */
 static PyObject *plan_for(PlanCtx *p, Var *v)
+{
+    int made_here = (v->src < 0 || v->fresh) && v != p->contents_of &&
+                    (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ);
+    if (!made_here)
+        return plan_object(p, v);
+    PyObject *key = PyLong_FromVoidPtr(v);
+    if (!key)
+        return NULL;
+    PyObject *slot = PyDict_GetItemWithError(p->made, key);
+    if (slot || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return slot ? Py_BuildValue("(sO)", "@", slot) : NULL;
+    }
+    slot = PyLong_FromSsize_t(PyDict_GET_SIZE(p->made));
+    if (!slot || PyDict_SetItem(p->made, key, slot) < 0) {
+        Py_XDECREF(slot);
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_DECREF(key);
+    PyObject *sub = plan_object(p, v);
+    PyObject *r = sub ? Py_BuildValue("(sON)", "=", slot, sub) : NULL;
+    Py_DECREF(slot);
+    return r;
+}
+
+static PyObject *plan_object(PlanCtx *p, Var *v)
 {
     Capture *c = p->c;
     switch (v->kind) {
@@ -164,18 +201,22 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     }
 }
 
-/* ("w", ((source_id, contents), ...), result): write the final contents of outside lists
- * and dicts the capture changed in place, then build result. */
-static PyObject *plan_with_writebacks(PlanCtx *p, PyObject *result)
+/* The plan of the frame's result r: ("w", ((source_id, contents), ...), result) writes the
+ * final contents of outside lists and dicts the capture changed in place, then builds
+ * result; without such writes, result's plan alone. The write-backs are planned first, as
+ * they are built first (an object made in the frame is built where it first appears). */
+static PyObject *plan_result(PlanCtx *p, Var *r)
 {
     Capture *c = p->c;
     if (!c->mutated)
-        return result;
+        return plan_for(p, r);
     PyObject *wbs = PyList_New(0);
     for (Mutated *m = c->mutated; wbs && m; m = m->next) {
         Var *v = m->v;
         v->fresh = 1;   /* plan the contents, not the object */
+        p->contents_of = v;
         PyObject *contents = plan_for(p, v);
+        p->contents_of = NULL;
         v->fresh = 0;
         PyObject *item = contents ? Py_BuildValue("(iN)", (int)v->src, contents) : NULL;
         if (!item || PyList_Append(wbs, item) < 0)
@@ -184,19 +225,21 @@ static PyObject *plan_with_writebacks(PlanCtx *p, PyObject *result)
     }
     PyObject *t = wbs ? PyList_AsTuple(wbs) : NULL;
     Py_XDECREF(wbs);
-    PyObject *r = t ? Py_BuildValue("(sNN)", "w", t, result) : NULL;
-    if (!r && !t)
-        Py_DECREF(result);
-    return r;
+    PyObject *result = t ? plan_for(p, r) : NULL;
+    PyObject *plan = result ? Py_BuildValue("(sNN)", "w", t, result) : NULL;
+    if (!result)
+        Py_XDECREF(t);
+    return plan;
 }
 
 typedef struct {
     PyObject **memo;
     const SourceTable *t;
     const FrameView *fv;
+    PyObject *made;   /* strong dict slot -> object ("=" and "@"), made on first use */
 } BuildCtx;
 
-static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
+static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
 {
     if (PyLong_CheckExact(plan))
         return Py_NewRef(PySequence_Fast_GET_ITEM(outputs, PyLong_AsSsize_t(plan)));
@@ -204,6 +247,20 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
     switch (tag[0]) {
     case 'c':
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+    case '=': {
+        PyObject *obj = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        if (obj && !bc->made && !(bc->made = PyDict_New()))
+            Py_CLEAR(obj);
+        if (obj && PyDict_SetItem(bc->made, PyTuple_GET_ITEM(plan, 1), obj) < 0)
+            Py_CLEAR(obj);
+        return obj;
+    }
+    case '@': {
+        PyObject *obj = bc->made ? PyDict_GetItemWithError(bc->made, PyTuple_GET_ITEM(plan, 1)) : NULL;
+        if (!obj && !PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "shapejit: a result plan refers to an object before building it");
+        return Py_XNewRef(obj);
+    }
     case 'w': {
         PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(wbs); i++) {
@@ -317,8 +374,10 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
 PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
                                const FrameView *fv)
 {
-    BuildCtx bc = {memo, t, fv};
-    return build(plan, outputs, &bc);
+    BuildCtx bc = {memo, t, fv, NULL};
+    PyObject *r = build(plan, outputs, &bc);
+    Py_XDECREF(bc.made);
+    return r;
 }
 
 /* ------------------------------------------------------------------ logs ---- */
@@ -694,15 +753,18 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         r = bk.args;
         is_break = 1;
     }
-    PlanCtx pc = {&c, NULL};
+    PlanCtx pc = {&c, NULL, NULL, NULL};
     if (r) {
         pc.outvals = PyDict_New();
-        if (!pc.outvals)
+        pc.made = PyDict_New();
+        if (!pc.outvals || !pc.made) {
+            Py_CLEAR(pc.outvals);
+            Py_CLEAR(pc.made);
             goto internal;
-        plan = plan_for(&pc, r);
-        if (plan)
-            plan = plan_with_writebacks(&pc, plan);
+        }
+        plan = plan_result(&pc, r);
         Py_CLEAR(pc.outvals);
+        Py_CLEAR(pc.made);
         if (!plan && !cap_failed(&c))
             goto internal;
     }
@@ -820,6 +882,13 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             report_break(&c, co, reason);
             Py_DECREF(reason);
         }
+        for (int i = 0; i < e->nresume; i++)
+            if (bk.loop[i] && sj_log_on(LOG_GRAPH_BREAKS, SJ_INFO))
+                sj_log(LOG_GRAPH_BREAKS, SJ_INFO,
+                       "%U runs in the interpreter: the graph break in %U (%U:%d) lies inside a loop, and "
+                       "a compiled resume would break there again on every iteration",
+                       ((PyCodeObject *)bk.resume[i])->co_name, co->co_qualname, co->co_filename,
+                       PyCode_Addr2Line(co, c.stop_pc * 2));
         sj_err_clear();
         if (sj_log_on(LOG_BYTECODE, SJ_INFO)) {
             log_code("MODIFIED BYTECODE (continuation of)", e->cont);

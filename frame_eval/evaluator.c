@@ -1087,9 +1087,18 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
                  code->co_qualname, (long)sj_config.inline_depth_limit);
         return NULL;
     }
+    /* an inlined call is a level of Python's recursion, as the call would be in eager
+     * code; past the limit the call is left to the interpreter, which raises there if
+     * eager code would */
+    if (Py_EnterRecursiveCall(" while shapejit inlines a call")) {
+        sj_err_clear();
+        cap_fail(c, BR_INLINE_LIMIT, "inlining %U: Python's recursion limit", code->co_qualname);
+        return NULL;
+    }
     EvalFrame f;
     memset(&f, 0, sizeof f);
     if (frame_setup(c, &f, code, globals, builtins) < 0) {
+        Py_LeaveRecursiveCall();
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
@@ -1098,6 +1107,7 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     f.generator = generator;
     if (generator && !(f.gen_items = var_seq(c, VK_LIST, NULL, 0))) {
         Py_DECREF(f.instrs);
+        Py_LeaveRecursiveCall();
         return NULL;
     }
     c->frame = &f;
@@ -1106,6 +1116,7 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     c->depth--;
     c->frame = f.parent;
     Py_DECREF(f.instrs);
+    Py_LeaveRecursiveCall();
     return r;
 }
 

@@ -11,6 +11,7 @@
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 #include <structmember.h>
+#include <pthread.h>
 
 #include "compile.h"
 #include "../graph/ir.h"
@@ -221,6 +222,8 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
 
 /* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
 #define RUN_EAGER ((PyObject *)-1)
+#define RUN_CONTINUATION ((PyObject *)-2)   /* hook_frame: call the prepared continuation */
+#define RUN_ONLY ((PyObject *)-3)           /* hook_frame: run the frame, and what it calls, without compiling */
 
 static PyObject *run_entry(CacheEntry *e, GuardCall *call)
 {
@@ -294,67 +297,82 @@ static int resumes_alive(CacheEntry *e)
     return 1;
 }
 
-/* ENTRY_BREAK: call the continuation with the values the graph and plan rebuilt (args,
- * a tuple) and one resume function per way out, made with the frame's globals and
- * closure. The hook is on again for what the continuation runs. */
-static PyObject *call_continuation(CacheEntry *e, PyObject *args, _PyInterpreterFrame *f)
+/* A continuation ready to run: the function and its arguments (both strong). The hook
+ * fills it while it holds the cache, and calls it from sj_eval_frame once everything
+ * else of the lookup is off the C stack. */
+typedef struct {
+    PyObject *fn;
+    PyObject *args;   /* tuple: what the plan rebuilt, then one resume function per way out */
+} Continuation;
+
+/* ENTRY_BREAK: the continuation and its arguments, from the values the graph and plan
+ * rebuilt (args, a tuple; stolen) and one resume function per way out, made with the
+ * frame's globals and closure. 0, or -1 with an exception. */
+static int prepare_continuation(CacheEntry *e, PyObject *args, _PyInterpreterFrame *f, Continuation *k)
 {
-    PyObject *fns[2] = {NULL, NULL}, *cont = NULL, *r = NULL;
     PyObject *closure = f->f_func->func_closure;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject **argv = PyMem_Malloc(sizeof(PyObject *) * ((size_t)n + 3));
-    if (!argv)
-        return PyErr_NoMemory();
+    PyObject *all = PyTuple_New(n + e->nresume);
+    if (!all) {
+        Py_DECREF(args);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(all, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    Py_DECREF(args);
     for (int i = 0; i < e->nresume; i++) {
         PyObject *code = PyWeakref_GetObject(e->resume[i]);   /* borrowed; checked by resumes_alive */
-        fns[i] = PyFunction_New(code, f->f_globals);
-        if (!fns[i] || (closure && PyFunction_SetClosure(fns[i], closure) < 0))
-            goto done;
+        PyObject *fn = PyFunction_New(code, f->f_globals);
+        if (!fn || (closure && PyFunction_SetClosure(fn, closure) < 0)) {
+            Py_XDECREF(fn);
+            Py_DECREF(all);
+            return -1;
+        }
+        PyTuple_SET_ITEM(all, n + i, fn);
     }
-    cont = PyFunction_New(e->cont, f->f_globals);
-    if (!cont)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        argv[i] = PyTuple_GET_ITEM(args, i);
-    int nargs = (int)n + e->nresume;
-    for (int i = 0; i < e->nresume; i++)
-        argv[n + i] = fns[i];
-    /* e is not touched after this point: user code runs, and may reset() */
-    code_cache_busy_leave();
-    r = PyObject_Vectorcall(cont, argv, (size_t)nargs, NULL);
-    code_cache_busy_enter();
-done:
-    PyMem_Free(argv);
-    Py_XDECREF(fns[0]);
-    Py_XDECREF(fns[1]);
-    Py_XDECREF(cont);
-    return r;
+    k->fn = PyFunction_New(e->cont, f->f_globals);
+    if (!k->fn) {
+        Py_DECREF(all);
+        return -1;
+    }
+    k->args = all;
+    return 0;
 }
 
 /* Answer the frame from entry e (its guards passed, memo holds its sources): RUN_EAGER,
- * or what the graph and plan give — for ENTRY_BREAK the continuation's arguments. */
-static PyObject *answer(CacheEntry *e, GuardCall *call)
+ * or what the graph and plan give; for a break entry *is_break is set and the result is
+ * the continuation's arguments. */
+static PyObject *answer(CacheEntry *e, GuardCall *call, int *is_break)
 {
     if (e->action == ENTRY_EAGER || (e->action == ENTRY_BREAK && !resumes_alive(e)))
         return RUN_EAGER;
+    /* what the plan builds is decided now: a run that finds a shape-rule mismatch turns
+     * the entry eager for later calls, but when the graph wrote into an input this
+     * call's result (a break's continuation arguments) is still used as planned */
+    *is_break = e->action == ENTRY_BREAK;
     PyObject *r = run_entry(e, call);
     return (!r && !e->has_mutation) ? rerun_eagerly() : r;
 }
 
-/* After the memo is released: an ENTRY_BREAK result is the continuation's arguments. */
-static PyObject *finish(CacheEntry *e, PyObject *r, _PyInterpreterFrame *f, int saved)
+/* After the memo is released: a break entry's result becomes the continuation to run. */
+static PyObject *finish(CacheEntry *e, PyObject *r, _PyInterpreterFrame *f, int is_break, Continuation *k)
 {
-    if (r && r != RUN_EAGER && e->action == ENTRY_BREAK) {
-        tls_active = saved;
-        Py_SETREF(r, call_continuation(e, r, f));
+    if (r && r != RUN_EAGER && is_break) {
+        if (prepare_continuation(e, r, f, k) < 0)
+            return NULL;
+        return RUN_CONTINUATION;
     }
     return r;
 }
 
-static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+/* The hook's work on one frame of user code or of a compiled resume function: the
+ * result, NULL with an exception, RUN_EAGER (the interpreter runs the frame), RUN_ONLY
+ * (the interpreter runs it, and nothing it calls compiles) or
+ * RUN_CONTINUATION (*k filled). Its locals (the guard call's memo, the compile options)
+ * are large, so it returns before the frame or the continuation runs: a recursion through
+ * compiled frames costs sj_eval_frame's small frame per level, not this one. */
+static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, CodeState *st, Continuation *k)
 {
-    if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
-        return run_default(ts, f, throwflag);
     /* Everything below may run Python code (imports, properties read by guards, the
      * backend): none of those frames may be compiled, so the hook is off until we either
      * return a result or hand the frame to the interpreter. */
@@ -363,13 +381,6 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     code_cache_busy_enter();   /* entries and trees stay put until busy_leave */
     PyObject *r = NULL;
     PyCodeObject *co = f->f_code;
-    CodeState *st = code_state_get(co);
-    if (!st) {
-        sj_err_clear();
-        goto eager;
-    }
-    if (st->role == ROLE_CONT)
-        goto eager;
     if (st->skip < 0)
         st->skip = st->role == ROLE_RESUME ? 0 : decide_skip(co, f);
     if (st->skip)
@@ -392,11 +403,12 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     }
     if (hit) {
         CacheEntry *e = hit->owner;
-        r = answer(e, &call);
+        int is_break = 0;
+        r = answer(e, &call, &is_break);
         guard_call_end(&call);
         if (r == RUN_EAGER)
             goto eager;
-        r = finish(e, r, f, saved);
+        r = finish(e, r, f, is_break, k);
         goto out;
     }
 
@@ -497,16 +509,23 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
     /* run the new entry: its guards pass by construction */
     if (guard_call_begin(&call, &st->tree, &fv, opts->key) < 0)
         goto out;
-    r = answer(e, &call);
+    int is_break = 0;
+    r = answer(e, &call, &is_break);
     guard_call_end(&call);
     if (r == RUN_EAGER)
         goto eager;
-    r = finish(e, r, f, saved);
+    r = finish(e, r, f, is_break, k);
 out:
     code_cache_busy_leave();
     tls_active = saved;
     if (sj_err_deferred()) {   /* an interrupt met on the way wins over any result */
-        Py_CLEAR(r);
+        if (r == RUN_CONTINUATION) {
+            Py_CLEAR(k->fn);
+            Py_CLEAR(k->args);
+        }
+        else if (r != RUN_EAGER && r != RUN_ONLY)
+            Py_XDECREF(r);
+        r = NULL;
         sj_err_raise_deferred();
     }
     return r;
@@ -515,7 +534,7 @@ eager:
     tls_active = saved;
     if (sj_err_raise_deferred() < 0)
         return NULL;   /* interrupted: the frame does not start */
-    return run_default(ts, f, throwflag);
+    return RUN_EAGER;
 run_only:
     /* Past the cache limit the frame runs as eager code, and so does everything it
      * calls, for this call: callees use their cached entries but never compile (as
@@ -524,9 +543,99 @@ run_only:
     tls_active = saved;
     if (sj_err_raise_deferred() < 0)
         return NULL;
-    tls_run_only++;
-    r = run_default(ts, f, throwflag);
-    tls_run_only--;
+    return RUN_ONLY;
+}
+
+/* ------------------------------------------------------------ recursion ---- */
+/* A frame the hook answers never reaches the interpreter, which counts one level of
+ * Python's recursion limit per frame; the continuation and resume frames that the
+ * interpreter does run are shapejit's, not the user's. So the hook counts one level for
+ * each frame of user code, whoever runs it, and none for its own frames: a recursion
+ * raises RecursionError at the depth eager code would, and a depth eager code handles
+ * gives its value. A frame the interpreter runs is counted by the interpreter; the hook
+ * gives that count back around it (uncounted) or takes it in advance (counted, so the
+ * error comes before any graph runs, as eager raises before the frame's first
+ * instruction). Every frame the hook handles is also a C recursion (PEP 523 turns off the
+ * interpreter's inlined calls), so the remaining C stack is checked too. */
+
+static _Thread_local char *tls_stack_low;   /* lowest usable address of this thread's stack */
+static _Thread_local int tls_stack_known;   /* 0 not looked up yet, 1 known, -1 unknown */
+
+/* How much C stack is left below here: 2 less than a hook frame needs to answer or
+ * compile a frame (a capture inlines calls, a backend runs), 1 not even enough to go on
+ * through the interpreter, 0 plenty or unknown. */
+static int c_stack_left(void)
+{
+    char here;
+    static _Thread_local size_t tls_stack_size;
+    if (tls_stack_known == 0) {
+        pthread_attr_t a;
+        void *addr;
+        size_t size;
+        tls_stack_known = -1;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            if (pthread_attr_getstack(&a, &addr, &size) == 0 && size > 0) {
+                tls_stack_low = (char *)addr;
+                tls_stack_size = size;
+                tls_stack_known = 1;
+            }
+            pthread_attr_destroy(&a);
+        }
+    }
+    if (tls_stack_known != 1 || &here < tls_stack_low)
+        return 0;
+    size_t left = (size_t)(&here - tls_stack_low);
+    size_t need_compile = tls_stack_size / 4 < 512 * 1024 ? tls_stack_size / 4 : 512 * 1024;
+    size_t need_run = tls_stack_size / 16 < 128 * 1024 ? tls_stack_size / 16 : 128 * 1024;
+    return left < need_run ? 1 : left < need_compile ? 2 : 0;
+}
+
+static PyObject *run_uncounted(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+    ts->recursion_remaining++;
+    PyObject *r = run_default(ts, f, throwflag);
+    ts->recursion_remaining--;
+    return r;
+}
+
+static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+    if (tls_active <= 0 || throwflag || sj_stance == STANCE_FORCE_EAGER)
+        return run_default(ts, f, throwflag);
+    CodeState *st = code_state_get(f->f_code);
+    if (!st) {
+        sj_err_clear();
+        return run_default(ts, f, throwflag);
+    }
+    if (st->role == ROLE_CONT || st->role == ROLE_RESUME_LOOP)
+        return run_uncounted(ts, f, throwflag);
+    int user = st->role == ROLE_USER;
+    int low = c_stack_left();
+    if (low == 1) {
+        PyErr_SetString(PyExc_RecursionError,
+                        "maximum recursion depth exceeded (the C stack is nearly exhausted under shapejit's frame "
+                        "hook: lower sys.setrecursionlimit() or the recursion)");
+        return NULL;
+    }
+    if (user && Py_EnterRecursiveCall(""))
+        return NULL;
+    Continuation k = {NULL, NULL};
+    PyObject *r = low ? RUN_EAGER : hook_frame(f, st, &k);
+    if (r == RUN_EAGER) {
+        r = run_uncounted(ts, f, throwflag);
+    } else if (r == RUN_ONLY) {
+        tls_run_only++;
+        r = run_uncounted(ts, f, throwflag);
+        tls_run_only--;
+    } else if (r == RUN_CONTINUATION) {
+        /* the hook is on for what the continuation runs; the cache is not touched from
+         * here on: user code runs, and may reset() */
+        r = PyObject_Call(k.fn, k.args, NULL);
+        Py_DECREF(k.fn);
+        Py_DECREF(k.args);
+    }
+    if (user)
+        Py_LeaveRecursiveCall();
     return r;
 }
 

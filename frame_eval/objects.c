@@ -380,7 +380,7 @@ Var *objects_record_call(Capture *c, Var *o, const char *name, Var **args, int32
 
 /* ------------------------------------------------------------------ super ---- */
 
-static Var *cell_contents(Capture *c, Var *v)
+Var *objects_cell_contents(Capture *c, Var *v)
 {
     if (!v || v->kind != VK_CELL)
         return v;
@@ -402,7 +402,7 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs)
         PyCodeObject *co = f->code;
         for (int i = 0; i < co->co_nlocalsplus; i++)
             if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
-                cls = cell_contents(c, f->locals[i]);
+                cls = objects_cell_contents(c, f->locals[i]);
         if (co->co_argcount > 0) {
             if (!f->locals[0] && f->pending && f->pending[0]) {
                 /* the compiled frame's own self, not read yet */
@@ -411,7 +411,7 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs)
                     return NULL;
                 f->pending[0] = NULL;
             }
-            self = cell_contents(c, f->locals[0]);
+            self = objects_cell_contents(c, f->locals[0]);
         }
     }
     if (!cls || !self || !cls->obj || !PyType_Check(cls->obj)) {

@@ -188,12 +188,12 @@ static PyObject *names_tuple(PyObject *base, PyObject *extra)
 }
 
 /* The resume function's code for target unit tu of orig (decoded as body, omap) with this
- * stack layout (a string of SK_*) and these locals/cells unbound (masks of '0'/'1'). New
- * reference. */
+ * stack layout (a string of SK_*) and these locals/cells unbound (masks of '0'/'1'); loop:
+ * it runs in the interpreter (ROLE_RESUME_LOOP). New reference. */
 static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, const BcAsm *body, const int32_t *omap, int32_t tu,
-                             const char *stack, const char *lmask, const char *cmask)
+                             const char *stack, const char *lmask, const char *cmask, int loop)
 {
-    PyObject *key = Py_BuildValue("(isss)", (int)tu, stack, lmask, cmask);
+    PyObject *key = Py_BuildValue("(isssi)", (int)tu, stack, lmask, cmask, loop);
     if (!key)
         return NULL;
     if (ost->resumes) {
@@ -314,7 +314,7 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, const BcAsm *bo
         Py_CLEAR(result);
         goto done;
     }
-    rst->role = ROLE_RESUME;
+    rst->role = loop ? ROLE_RESUME_LOOP : ROLE_RESUME;
     Py_XSETREF(rst->orig, wr);
     rst->shift = r.off[P];
     rst->nextra = nextra;
@@ -335,6 +335,18 @@ done:
 
 /* ------------------------------------------------------------ liveness ---- */
 
+/* 1 when code uses zero-argument super() (or reads __class__): "__class__" is among its
+ * free variables. */
+static int uses_class_cell(PyCodeObject *co)
+{
+    int32_t first = co->co_nlocalsplus - co->co_nfreevars;
+    for (int32_t i = first; i < co->co_nlocalsplus; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
+            return 1;
+    return 0;
+}
+
+
 #define LIVE_WORDS 8   /* frames up to 512 locals (resume_build refuses bigger ones) */
 typedef struct {
     uint64_t w[LIVE_WORDS];
@@ -346,16 +358,38 @@ static int is_terminal_op(int op)
            op == SJOP_JUMP_FORWARD || op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
 }
 
+/* The instructions control may go to after instruction i of a: the next one (unless i
+ * ends its block), its jump target, and the handlers of the try ranges covering it. Fills
+ * out (room for 2 + a->nexc) and returns how many. */
+static int32_t successors(const BcAsm *a, int32_t i, int32_t *out)
+{
+    int32_t n = 0;
+    const BcIns *x = &a->ins[i];
+    if (!is_terminal_op(x->op) && i + 1 < a->n)
+        out[n++] = i + 1;
+    if (x->target >= 0 && x->target < a->n)
+        out[n++] = x->target;
+    for (int32_t e = 0; e < a->nexc; e++)
+        if (i >= a->exc[e].start && i < a->exc[e].end)
+            out[n++] = a->exc[e].handler;
+    return n;
+}
+
 /* Locals of the user's code (decoded as a, map; n0 locals) that may be read before being
  * written from any of the code units starts[0..nstarts) onwards: a backward data-flow
  * fixpoint, exception handlers included. Slots that become cells are always live (they
- * are read through the cell). */
-static int live_locals(const BcAsm *pa, const int32_t *map, int32_t n0, const int32_t *starts, int nstarts,
+ * are read through the cell), and so is the first argument of code that uses zero-argument
+ * super() (the interpreter reads it from the frame, with no LOAD_FAST). */
+static int live_locals(const BcAsm *pa, const int32_t *map, PyCodeObject *orig, const int32_t *starts, int nstarts,
                        LiveSet *out)
 {
     const BcAsm a = *pa;
+    int32_t n0 = orig->co_nlocals;
     LiveSet *in = PyMem_Calloc((size_t)a.n + 1, sizeof(LiveSet));
-    if (!in) {
+    int32_t *succ = PyMem_Malloc(sizeof(int32_t) * ((size_t)a.nexc + 2));
+    if (!in || !succ) {
+        PyMem_Free(in);
+        PyMem_Free(succ);
         PyErr_NoMemory();
         return -1;
     }
@@ -364,27 +398,18 @@ static int live_locals(const BcAsm *pa, const int32_t *map, int32_t n0, const in
     for (int32_t i = 0; i < a.n; i++)
         if (a.ins[i].op == SJOP_MAKE_CELL && a.ins[i].arg < n0)
             always.w[a.ins[i].arg / 64] |= 1ull << (a.ins[i].arg % 64);
+    if (orig->co_argcount > 0 && uses_class_cell(orig))
+        always.w[0] |= 1;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int32_t i = a.n - 1; i >= 0; i--) {
             BcIns *x = &a.ins[i];
             LiveSet o;
             memset(&o, 0, sizeof o);
-#define JOIN(k)                                      \
-    do {                                             \
-        int32_t k_ = (k);                            \
-        if (k_ >= 0 && k_ < a.n)                     \
-            for (int w = 0; w < LIVE_WORDS; w++)     \
-                o.w[w] |= in[k_].w[w];               \
-    } while (0)
-            if (!is_terminal_op(x->op))
-                JOIN(i + 1);
-            if (x->target >= 0)
-                JOIN(x->target);
-            for (int32_t e = 0; e < a.nexc; e++)
-                if (i >= a.exc[e].start && i < a.exc[e].end)
-                    JOIN(a.exc[e].handler);
-#undef JOIN
+            int32_t ns = successors(&a, i, succ);
+            for (int32_t s = 0; s < ns; s++)
+                for (int w = 0; w < LIVE_WORDS; w++)
+                    o.w[w] |= in[succ[s]].w[w];
             if (x->arg < LIVE_WORDS * 64) {
                 uint64_t bit = 1ull << (x->arg % 64);
                 if (x->op == SJOP_STORE_FAST || x->op == SJOP_DELETE_FAST)
@@ -403,7 +428,44 @@ static int live_locals(const BcAsm *pa, const int32_t *map, int32_t n0, const in
         for (int w = 0; w < LIVE_WORDS; w++)
             out->w[w] |= in[map[starts[s]]].w[w];
     PyMem_Free(in);
+    PyMem_Free(succ);
     return 0;
+}
+
+/* 1 when instruction `to` of a can be reached from instruction `from` (a path of one or
+ * more steps: `from` itself counts only through a loop), 0 if not, -1 on no memory. */
+static int reaches(const BcAsm *a, int32_t from, int32_t to)
+{
+    char *seen = PyMem_Calloc((size_t)a->n + 1, 1);
+    int32_t *work = PyMem_Malloc(sizeof(int32_t) * ((size_t)a->n + 1));
+    int32_t *succ = PyMem_Malloc(sizeof(int32_t) * ((size_t)a->nexc + 2));
+    int found = 0;
+    if (!seen || !work || !succ) {
+        PyErr_NoMemory();
+        found = -1;
+        goto done;
+    }
+    int32_t nwork = 0;
+    work[nwork++] = from;
+    seen[from] = 1;
+    while (nwork > 0 && !found) {
+        int32_t i = work[--nwork];
+        if (i == to) {
+            found = 1;
+            break;
+        }
+        int32_t ns = successors(a, i, succ);
+        for (int32_t s = 0; s < ns; s++)
+            if (!seen[succ[s]]) {
+                seen[succ[s]] = 1;
+                work[nwork++] = succ[s];
+            }
+    }
+done:
+    PyMem_Free(seen);
+    PyMem_Free(work);
+    PyMem_Free(succ);
+    return found;
 }
 
 /* --------------------------------------------------------- continuation ---- */
@@ -414,6 +476,7 @@ void resume_code_clear(BreakCode *b)
     for (int i = 0; i < 2; i++)
         Py_CLEAR(b->resume[i]);
     b->nresume = 0;
+    b->loop[0] = b->loop[1] = 0;
 }
 
 static int32_t start_unit(const int32_t *map, int32_t nunits, int32_t idx)
@@ -474,6 +537,26 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         if (g0 > 0 && fa.ins[g0 - 1].op == SJOP_KW_NAMES)
             g0--;
     }
+    /* Zero-argument super() reads __class__ and the first argument from the frame that
+     * calls it, and the continuation is another frame: it calls super(__class__, self)
+     * with the values of the user's frame instead. */
+    Var *super_args[2] = {NULL, NULL};
+    if (I->op == SJOP_CALL && I->arg == 0 && c->stop_stack[c->stop_sp - 1] &&
+        c->stop_stack[c->stop_sp - 1]->obj == (PyObject *)&PySuper_Type) {
+        int ok = co->co_argcount > 0;
+        for (int32_t i = co->co_nlocalsplus - co->co_nfreevars; ok && i < co->co_nlocalsplus; i++)
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
+                super_args[0] = objects_cell_contents(c, c->stop_locals[i]);
+        if (ok && super_args[0])
+            super_args[1] = slot_value(c, co, 0, &ok);
+        if (!ok || !super_args[0] || !super_args[1]) {
+            if (!cap_failed(c))
+                cap_fail(c, BR_UNSUPPORTED_CALL, "zero-argument super() at a graph break without __class__ or self");
+            goto fail;
+        }
+    }
+    int nsuper = super_args[0] ? 2 : 0;
+
     /* where each way out continues, in the user's code */
     int32_t exit_unit[2];
     exit_unit[0] = start_unit(fmap, nunits, k + 1) - shift;
@@ -483,6 +566,21 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break whose continuation lies outside the code");
             goto fail;
         }
+
+    /* A way out from which control can come back to this break (the break lies in a
+     * loop) gets a resume function that the interpreter runs: compiled, it would break
+     * here again and nest one more continuation and resume frame per iteration, without
+     * bound on the C stack, with one cache entry per remaining trip count. Frames it
+     * calls are still compiled. Every compiled resume function's break site is thus
+     * unreachable from its own start, so a chain of compiled resumes visits each site at
+     * most once. */
+    int32_t kb = orig == co ? k : obmap[start_unit(fmap, nunits, k) - shift];
+    for (int e = 0; e < shape.nexits; e++) {
+        int r = reaches(ob, obmap[exit_unit[e]], kb);
+        if (r < 0)
+            goto internal;
+        out->loop[e] = r;
+    }
 
     /* the live state in the user's layout */
     LiveState ls = {orig, orig->co_nlocals, orig->co_nplaincellvars, NULL, NULL};
@@ -497,7 +595,7 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
     }
     /* only locals read after the break travel to the resume function */
     LiveSet live;
-    if (live_locals(ob, obmap, ls.n0, exit_unit, shape.nexits, &live) < 0)
+    if (live_locals(ob, obmap, orig, exit_unit, shape.nexits, &live) < 0)
         goto internal;
     for (int32_t i = 0; i < ls.n0; i++) {
         int ok = 1;
@@ -536,7 +634,7 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             goto fail;
         }
     for (int e = 0; e < shape.nexits; e++) {
-        out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask);
+        out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask, out->loop[e]);
         if (!out->resume[e])
             goto internal;
         out->nresume = e + 1;
@@ -565,6 +663,10 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             ARG(c->stop_stack[i], "___op%d", (int)a_ops);
             a_ops++;
         }
+    for (int i = 0; i < nsuper; i++) {
+        ARG(super_args[i], "___op%d", (int)a_ops);
+        a_ops++;
+    }
     int32_t a_locals = (int32_t)PyList_GET_SIZE(cvarnames);
     for (int32_t i = 0; i < ls.n0; i++) {
         Var *v = ls.locals[i];
@@ -622,11 +724,16 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             goto internal;
         }
     }
+    for (int i = 0; i < nsuper; i++)
+        if (bc_emit(&ca, SJOP_LOAD_FAST, a_ops - nsuper + i, pos) < 0)
+            goto internal;
     int32_t jump_at = -1;
     for (int32_t i = g0; i <= k; i++) {
         BcIns *in = &fa.ins[i];
         int32_t arg = in->arg;
-        if (in->op == SJOP_KW_NAMES) {
+        if (nsuper && (in->op == SJOP_PRECALL || in->op == SJOP_CALL)) {
+            arg = nsuper;
+        } else if (in->op == SJOP_KW_NAMES) {
             arg = bc_const(&ca, PyTuple_GET_ITEM(co->co_consts, in->arg));
         } else if (in->op == SJOP_LOAD_ATTR || in->op == SJOP_STORE_ATTR) {
             arg = bc_name(&ca, PyTuple_GET_ITEM(co->co_names, in->arg));

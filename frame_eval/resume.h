@@ -18,6 +18,8 @@ typedef struct {
     Var *args;             /* VK_TUPLE: the continuation's arguments before the resume functions */
     PyObject *cont;        /* new reference: the continuation code */
     PyObject *resume[2];   /* new references */
+    int loop[2];           /* 1: that way out re-enters a loop holding the break; its resume
+                              function runs in the interpreter (ROLE_RESUME_LOOP) */
     int nresume;
 } BreakCode;
 

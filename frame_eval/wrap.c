@@ -96,6 +96,19 @@ static void dense_layout(const TensorMeta *m, const int64_t *strides, Guard *g)
     memcpy(g->perm, perm, sizeof perm);
 }
 
+/* The object at src is the one first wrapped as var first: guard that it stays so. */
+static int same_object(Capture *c, Var *first, int32_t src)
+{
+    if (first->src == src)
+        return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_SAME_OBJECT;
+    g.src = src;
+    g.src2 = first->src;
+    return guards_add(&c->guards, &g);
+}
+
 /* A tensor or array input: one graph input per distinct object. */
 static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
 {
@@ -110,16 +123,7 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
     if (hit) {
         Py_DECREF(key);
         Var *first = c->by_obj[PyLong_AsLong(hit)];
-        if (first->src != src) {
-            Guard g;
-            memset(&g, 0, sizeof g);
-            g.kind = GK_SAME_OBJECT;
-            g.src = src;
-            g.src2 = first->src;
-            if (guards_add(&c->guards, &g) < 0)
-                return NULL;
-        }
-        return first;
+        return same_object(c, first, src) < 0 ? NULL : first;
     }
     if (PyErr_Occurred()) {
         Py_DECREF(key);
@@ -271,6 +275,50 @@ static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
     return d;
 }
 
+/* Lists and dicts read from two sources that are one object (two arguments naming one
+ * list, or the locals a resume function gets for one list) are one var, so a write through
+ * either is seen through both. The entry guards the aliasing both ways: the same object
+ * where capture saw one, distinct objects where it saw several (GK_DISTINCT). */
+static PyObject *alias_key(PyObject *obj)
+{
+    PyObject *id = PyLong_FromVoidPtr(obj);
+    PyObject *key = id ? PyTuple_Pack(1, id) : NULL;   /* a tuple: tensors use the bare id */
+    Py_XDECREF(id);
+    return key;
+}
+
+static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
+{
+    PyObject *key = alias_key(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit) {
+        Py_DECREF(key);
+        Var *first = PyLong_AsVoidPtr(hit);
+        return same_object(c, first, src) < 0 ? NULL : first;
+    }
+    Var *v = NULL;
+    if (!PyErr_Occurred() && cap_keep(c, obj)) {
+        if (PyDict_CheckExact(obj)) {
+            v = wrap_dict(c, obj, src);
+        } else {
+            PyObject *fast = PySequence_Fast(obj, "");
+            v = fast ? wrap_seq(c, obj, fast, src) : NULL;
+            Py_XDECREF(fast);
+        }
+    }
+    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
+    Py_XDECREF(ptr);
+    Py_DECREF(key);
+    if (r < 0)
+        return NULL;
+    if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
+        c->distinct_srcs[c->ndistinct++] = src;
+    return v;
+}
+
 static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind gk)
 {
     if (guard_add_simple(c, gk, src, gk == GK_TYPE_MATCH ? (PyObject *)Py_TYPE(obj) : obj) < 0)
@@ -310,6 +358,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj)))
+        return wrap_mutable(c, obj, src);
     if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
         if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
             PyObject_HasAttrString((PyObject *)t, "_fields")) {

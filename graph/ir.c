@@ -123,6 +123,23 @@ int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source)
     return v;
 }
 
+
+/* 1 when a write into value v reaches an input: v is the input, or a view of one (through
+ * any chain of view ops; a reshape that copies counts too, which only errs on the side
+ * of "the graph changed its inputs", so the frame is never run a second time after a
+ * write through a view). */
+static int writes_input(const Graph *g, int32_t v)
+{
+    for (;;) {
+        const Node *def = &g->nodes[g->values[v].node];
+        if (def->op == OP_INPUT)
+            return 1;
+        if (op_info[def->op].kind != OPK_VIEW || def->nargs == 0 || g->pool[def->args].kind != ARG_VALUE)
+            return 0;
+        v = g->pool[def->args].a;
+    }
+}
+
 int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
                        int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
                        const TensorMeta *metas, int32_t nout, PyObject *where)
@@ -153,16 +170,9 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     nd->first_value = v;
     nd->nout = nout;
     nd->where = w;
-    if (flags & NODE_INPLACE && nargs > 0 && g->pool[args].kind == ARG_VALUE) {
-        const Node *def = &g->nodes[g->values[g->pool[args].a].node];
-        if (def->op == OP_INPUT)
-            g->has_mutation = 1;
-    }
-    if (op_info[op].kind == OPK_MUTATION && nargs > 0 && g->pool[args].kind == ARG_VALUE) {
-        const Node *def = &g->nodes[g->values[g->pool[args].a].node];
-        if (def->op == OP_INPUT)
-            g->has_mutation = 1;
-    }
+    if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 && g->pool[args].kind == ARG_VALUE &&
+        writes_input(g, g->pool[args].a))
+        g->has_mutation = 1;
     return v;
 }
 
@@ -275,6 +285,13 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch)
     PyObject *r = run_node(g, nd, vals);
     if (!r)
         return -1;
+    if (r == Py_None && op_info[nd->op].kind == OPK_MUTATION && nd->nout == 1 && nd->nargs > 0 &&
+        g->pool[nd->args].kind == ARG_VALUE) {
+        /* operator.setitem returns None; the node's value is the array it wrote into */
+        Py_DECREF(r);
+        if (!(r = arg_value(g, &g->pool[nd->args], vals)))
+            return -1;
+    }
     if (nd->nout == 1) {
         vals[nd->first_value] = r;
         if (verify_value(g, nd, nd->first_value, r, mismatch) < 0)

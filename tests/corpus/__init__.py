@@ -33,13 +33,13 @@ ORACLE_DIFFERENCES = {
     "t_brk_method":
         "a break inside an inlined call is counted at the call in the caller (the call then runs in the interpreter) and again in the callee's own frame; torch.compile's explain lists one break per non-empty graph a break ends",
     "t_brk_for_range":
-        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_for_list":
-        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_while":
-        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_loop_enumerate":
-        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit splits it and resumes the remaining iterations',
+        'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

@@ -56,7 +56,7 @@ def np_brk_branch_false(a):
     return a * 3
 
 
-@with_breaks("numpy", lambda: (A(4),), graphs=3, breaks=3)
+@with_breaks("numpy", lambda: (A(4),), graphs=1, breaks=1)
 def np_brk_for_range(a):
     for i in range(3):
         a = a * 2 + i
@@ -64,7 +64,7 @@ def np_brk_for_range(a):
     return a
 
 
-@with_breaks("numpy", lambda: (A(4),), graphs=3, breaks=3)
+@with_breaks("numpy", lambda: (A(4),), graphs=1, breaks=1)
 def np_brk_while(a):
     i = 0
     while i < 3:

@@ -188,7 +188,7 @@ def t_brk_tolist(x):
     return y * len(vals)
 
 
-@with_breaks("torch", lambda: (T(4),), graphs=3, breaks=3)
+@with_breaks("torch", lambda: (T(4),), graphs=1, breaks=1)
 def t_brk_for_range(x):
     for i in range(3):
         x = x * 2 + i
@@ -196,7 +196,7 @@ def t_brk_for_range(x):
     return x
 
 
-@with_breaks("torch", lambda: (T(4), T(4), T(4)), graphs=3, breaks=3)
+@with_breaks("torch", lambda: (T(4), T(4), T(4)), graphs=1, breaks=1)
 def t_brk_for_list(a, b, c):
     acc = a * 0
     for t in [a, b, c]:
@@ -205,7 +205,7 @@ def t_brk_for_list(a, b, c):
     return acc
 
 
-@with_breaks("torch", lambda: (T(4),), graphs=4, breaks=3)
+@with_breaks("torch", lambda: (T(4),), graphs=1, breaks=1)
 def t_brk_while(x):
     i = 0
     while i < 3:
@@ -215,7 +215,7 @@ def t_brk_while(x):
     return x * 2
 
 
-@with_breaks("torch", lambda: (T(4),), graphs=3, breaks=2)
+@with_breaks("torch", lambda: (T(4),), graphs=1, breaks=1)
 def t_brk_loop_enumerate(x):
     out = []
     for i, s in enumerate([1.0, 2.0]):
