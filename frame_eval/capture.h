@@ -64,6 +64,10 @@ struct Var {
                  Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
         struct { Var *contents; PyObject *real; } cell;  /* real: a cell object from outside */
         struct { Var *self; Var *fn; } method;
+        struct { int32_t *kids; int32_t n; } mod;   /* VK_MODULE without a source made from a
+                                      sourced container (a ModuleList / Sequential slice):
+                                      kids[i] is the source of the i-th entry of its _modules
+                                      (capture arena); kids NULL otherwise */
         struct { Var *fn; Var *args; Var *kwargs; } partial;
         struct { int enabled; int prev; } grad;
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
@@ -229,6 +233,9 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 Var *wrap_untracked(Capture *c, PyObject *obj);
 int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
+/* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the
+ * source, or -1 with an exception set. */
+int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d);
 
 /* failures (capture.c) */
 /* Record why capture stops (printf-like msg). Always returns -1. Clears nothing. */
@@ -361,6 +368,10 @@ int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
 int attr_check_writes(Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr);
+/* For a module var made during capture from a sourced container (u.mod.kids): the source
+ * of the entry of its _modules named key (or, key NULL, holding child; borrowed), else -1.
+ * Never fails. */
+int32_t module_kid_source(const Var *m, PyObject *key, PyObject *child);
 
 /* ops.c: bytecode operators and recorded library calls */
 Var *op_binary(Capture *c, int nb_op, Var *a, Var *b);

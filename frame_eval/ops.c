@@ -833,6 +833,64 @@ Var *op_contains(Capture *c, Var *item, Var *container)
 
 /* ---------------------------------------------------------------- subscripts ---- */
 
+/* The source of m._modules (m has a source), its keys guarded: what is read from it by
+ * position (iteration, slices) depends on them. -1 when m has no source, -2 on error. */
+static int32_t modules_source(Capture *c, Var *m, PyObject *mods)
+{
+    if (m->src < 0)
+        return -1;
+    int32_t msrc = guard_dict_attr_keys(c, m->src, "_modules", mods);
+    return msrc < 0 ? -2 : msrc;
+}
+
+/* m[sl] of a ModuleList / Sequential is a new container every call, holding entries of m:
+ * its var has no source (so no guard on the temporary's identity) and records, for each of
+ * its entries, the source of the entry of m it holds (m._modules[key], or the recorded source
+ * when m is itself such a temporary). NULL without a failure when fresh is not the plain
+ * positional slice of m's entries (a custom __getitem__): the caller guards it as a value. */
+static Var *module_slice(Capture *c, Var *m, PyObject *sl, PyObject *fresh)
+{
+    PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
+    PyObject *fmods = mods && libs_is_module(fresh) ? PyObject_GetAttrString(fresh, "_modules") : NULL;
+    PyErr_Clear();
+    Py_ssize_t start, stop, step, len = -1, n = mods && PyDict_Check(mods) ? PyDict_GET_SIZE(mods) : 0;
+    if (fmods && PyDict_Check(fmods) && n > 0 && (m->src >= 0 || m->u.mod.kids) &&
+        PySlice_Unpack(sl, &start, &stop, &step) == 0)
+        len = PySlice_AdjustIndices(n, &start, &stop, step);
+    PyErr_Clear();
+    Var *r = NULL;
+    int32_t *kids = len >= 0 && len == PyDict_GET_SIZE(fmods)
+                        ? cap_alloc(c, sizeof(int32_t) * (size_t)(len + 1)) : NULL;
+    PyObject *keys = kids ? PyDict_Keys(mods) : NULL, *vals = keys ? PyDict_Values(mods) : NULL;
+    int32_t msrc = vals ? modules_source(c, m, mods) : -2;
+    Py_ssize_t pos = 0, k = 0;
+    PyObject *fk, *fv;
+    while (msrc > -2 && PyDict_Next(fmods, &pos, &fk, &fv)) {
+        Py_ssize_t i = start + k * step;
+        if (PyList_GET_ITEM(vals, i) != fv)
+            break;
+        kids[k] = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, PyList_GET_ITEM(keys, i), NULL)
+                            : (i < m->u.mod.n ? m->u.mod.kids[i] : -1);
+        if (msrc >= 0 && kids[k] < 0) {
+            msrc = -2;
+            break;
+        }
+        k++;
+    }
+    if (msrc == -2 && PyErr_Occurred())
+        cap_fail_exc(c, BR_INTERNAL);
+    else if (kids && k == len && (r = wrap_untracked(c, fresh)) != NULL && r->kind == VK_MODULE) {
+        r->u.mod.kids = kids;
+        r->u.mod.n = (int32_t)len;
+    }
+    Py_XDECREF(mods);
+    Py_XDECREF(fmods);
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return r;
+}
+
+
 static Var *seq_index(Capture *c, Var *s, PyObject *key)
 {
     if (PyIndex_Check(key)) {
@@ -911,8 +969,16 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
             cap_fail_exc(c, BR_USER_EXCEPTION);
             return NULL;
         }
-        int32_t s = obj->src >= 0 ? sources_add(&c->src, SRC_ITEM, obj->src, 0, key->obj, NULL) : -1;
-        Var *r = (obj->src < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        Var *r = NULL;
+        if (PySlice_Check(key->obj) && (r = module_slice(c, obj, key->obj, v)) == NULL && cap_failed(c)) {
+            Py_DECREF(v);
+            return NULL;
+        }
+        if (!r) {
+            int32_t s = obj->src >= 0 ? sources_add(&c->src, SRC_ITEM, obj->src, 0, key->obj, NULL)
+                                      : module_kid_source(obj, NULL, v);
+            r = (obj->src < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        }
         Py_DECREF(v);
         return r;
     }
@@ -961,23 +1027,10 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
     }
     const char *tn = Py_TYPE(m->obj)->tp_name;
     int keys_only = strcmp(tn, "ModuleDict") == 0;
-    PyObject *attr = PyUnicode_FromString("_modules");
-    int32_t msrc = (m->src >= 0 && attr) ? sources_add(&c->src, SRC_ATTR, m->src, 0, attr, NULL) : -1;
-    Py_XDECREF(attr);
-    if (m->src >= 0 && msrc < 0) {
+    int32_t msrc = modules_source(c, m, mods);
+    if (msrc == -2) {
         Py_DECREF(mods);
         return -1;
-    }
-    if (msrc >= 0) {
-        PyObject *k = PyDict_Keys(mods);
-        PyObject *kt = k ? PyList_AsTuple(k) : NULL;
-        Py_XDECREF(k);
-        int r = kt ? guard_add_simple(c, GK_DICT_KEYS, msrc, kt) : -1;
-        Py_XDECREF(kt);
-        if (r < 0) {
-            Py_DECREF(mods);
-            return -1;
-        }
     }
     Py_ssize_t cnt = PyDict_GET_SIZE(mods);
     *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
@@ -991,7 +1044,8 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
         } else {
             if (v == Py_None)
                 continue;
-            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL) : -1;
+            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL)
+                                  : module_kid_source(m, k, NULL);
             item = (msrc < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
         }
         if (!item) {

@@ -1,0 +1,173 @@
+"""Recompile storms: what a compiled frame guards and what it makes dynamic. Each case runs
+the same calls through torch.compile (with a graph-counting backend: the oracle) and through
+shapejit, compares every result with eager, and expects no more graphs than torch."""
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.testing import CompileCounter
+
+import shapejit
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    shapejit.reset()
+    torch._dynamo.reset()
+    yield
+    shapejit.reset()
+    torch._dynamo.reset()
+
+
+def _torch_graphs(fn, calls):
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    cf = torch.compile(fn, backend=cnt)
+    for args in calls:
+        cf(*args)
+    torch._dynamo.reset()
+    return cnt.frame_count
+
+
+def _shapejit_graphs(fn, calls, eager=None):
+    """Runs calls compiled, each compared with eager (eager: a function computing the
+    expected value from the same arguments, fn by default); returns shapejit's stats."""
+    shapejit.reset()
+    cf = shapejit.compile(fn)
+    for args in calls:
+        want = (eager or fn)(*args)
+        got = cf(*args)
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
+        else:
+            assert type(got) is type(want) and got == want
+    return shapejit.stats()
+
+
+# ---------------------------------------------------------------------------------------
+# Temporaries made from module containers are not guarded by identity
+# ---------------------------------------------------------------------------------------
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+        self.seq = nn.Sequential(*[nn.Linear(4, 4) for _ in range(3)])
+        self.md = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+
+    @property
+    def some(self):
+        return self.layers[1:3]
+
+
+def _slice(m, x):
+    for layer in m.layers[:2]:
+        x = layer(x)
+    return x
+
+
+def _slice_negative(m, x):
+    for layer in m.layers[-2:]:
+        x = layer(x)
+    return x
+
+
+def _slice_while(m, x):
+    ls, i = m.layers[1:], 0
+    while i < len(ls):
+        x = ls[i](x)
+        i += 1
+    return x
+
+
+def _sequential_slice_call(m, x):
+    return m.seq[1:](x)
+
+
+def _sequential_step(m, x):
+    for layer in m.seq[::2]:
+        x = layer(x)
+    return x
+
+
+def _slice_of_slice(m, x):
+    return m.layers[1:][1:][0](x)
+
+
+def _slice_children(m, x):
+    for layer in m.seq[1:].children():
+        x = layer(x)
+    return x
+
+
+def _slice_named_parameters(m, x):
+    for _, p in m.layers[2:].named_parameters():
+        x = x + p.sum()
+    return x
+
+
+def _property_slice(m, x):
+    for i, layer in enumerate(m.some):
+        x = layer(x) * (i + 1)
+    return x
+
+
+def _zip_slices(m, x):
+    for a, b in zip(m.layers[:2], m.layers[2:]):
+        x = a(x) + b(x)
+    return x
+
+
+def _moduledict_values(m, x):
+    for layer in m.md.values():
+        x = layer(x)
+    return x
+
+
+def _len_of_slice(m, x):
+    return x * len(m.layers[1:])
+
+
+CONTAINER_CASES = [_slice, _slice_negative, _slice_while, _sequential_slice_call, _sequential_step,
+                   _slice_of_slice, _slice_children, _slice_named_parameters, _property_slice,
+                   _zip_slices, _moduledict_values, _len_of_slice]
+
+
+@pytest.mark.parametrize("body", CONTAINER_CASES, ids=[f.__name__.lstrip("_") for f in CONTAINER_CASES])
+def test_module_container_temporaries_compile_once(body):
+    class M(Holder):
+        def forward(self, x):
+            return body(self, x)
+
+    torch.manual_seed(0)
+    m = M()
+    calls = [(torch.randn(3, 4),) for _ in range(5)]
+    expected = _torch_graphs(m, calls)
+    st = _shapejit_graphs(m, calls)
+    assert st["graphs"] <= expected, st
+    assert st["eager_frames"] == 0 and st["graph_breaks"] == 0, st
+
+
+def test_module_slice_guards_the_entries():
+    """The sliced entries are guarded where they live: replacing one, or growing the list,
+    recompiles and gives eager's value."""
+    class M(Holder):
+        def forward(self, x):
+            for layer in self.layers[-2:]:
+                x = layer(x)
+            for layer in self.seq[1:]:
+                x = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    m = M()
+    cm = shapejit.compile(m)
+    x = torch.randn(3, 4)
+    changes = [lambda: m.layers.__setitem__(3, nn.Linear(4, 4)),
+               lambda: m.layers.append(nn.Linear(4, 4)),
+               lambda: m.seq.__setitem__(2, nn.Linear(4, 4)),
+               lambda: None]
+    for change in changes:
+        torch.testing.assert_close(cm(x), m(x))
+        change()
+    assert shapejit.stats()["graphs"] == 4
