@@ -317,8 +317,9 @@ int symb_runtime_assert(Capture *c, SymNode *rel);
 Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* Truth of rel at the hints, guarded (nothing guarded when the ranges decide). */
 int symb_decide(Capture *c, SymNode *rel, int *truth);
-/* The int value of e, guarded equal to it (specialisation). */
-int symb_specialize(Capture *c, SymNode *e, int64_t *value);
+/* The int value of e, guarded equal to it (specialisation). why: what needs the value,
+ * logged (dynamic channel) with the symbol and the line whenever e was not constant. */
+int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why);
 /* A graph value computing e at run time (e not constant). -1 on failure. */
 int32_t symb_materialize(Capture *c, SymNode *e);
 /* Integer arithmetic / comparison on vars holding ints (VK_SYMINT or int constants, at

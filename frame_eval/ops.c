@@ -23,12 +23,12 @@ static int deep_const(const Var *v)
 }
 
 /* The hint of a symbolic int as a Python int the capture keeps alive (borrowed). */
-static PyObject *hint_obj(Capture *c, SymNode *e, int specialize)
+static PyObject *hint_obj(Capture *c, SymNode *e, const char *specialize)
 {
     int64_t h;
     if (!specialize && sym_has_unbacked(e))
         h = SJ_UNBACKED_HINT;   /* a symbolic rule reads the symbol, not this stand-in */
-    else if ((specialize ? symb_specialize(c, e, &h) : sym_eval_hint(c->env, e, &h)) < 0) {
+    else if ((specialize ? symb_specialize(c, e, &h, specialize) : sym_eval_hint(c->env, e, &h)) < 0) {
         cap_fail_exc(c, BR_DATA_DEPENDENT);
         return NULL;
     }
@@ -59,7 +59,7 @@ static int bound_slice(Capture *c, Var *v, BoundArg *out)
     for (int k = 0; k < 3 && ok; k++) {
         if (parts[k] && parts[k]->kind == VK_SYMINT) {
             syms[k] = parts[k]->u.s.e;
-            objs[k] = Py_XNewRef(hint_obj(c, syms[k], 0));   /* hint_obj's is the capture's */
+            objs[k] = Py_XNewRef(hint_obj(c, syms[k], NULL));   /* hint_obj's is the capture's */
         } else {
             objs[k] = parts[k] ? var_to_py(c, parts[k]) : Py_NewRef(Py_None);
         }
@@ -77,9 +77,10 @@ static int bound_slice(Capture *c, Var *v, BoundArg *out)
 }
 
 /* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
- * constant; those holding tensors become BA_LIST. With specialize, symbolic sizes and ints
- * are pinned to their hints (guarded) for a rule that only handles static shapes. */
-static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
+ * constant; those holding tensors become BA_LIST. With specialize (the reason, logged),
+ * symbolic sizes and ints are pinned to their hints (guarded) for a rule that only handles
+ * static shapes. */
+static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
 {
     memset(out, 0, sizeof *out);
     if (!v) {
@@ -101,7 +102,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
             *m = v->u.t.meta;
             for (int i = 0; i < m->ndim; i++) {
                 int64_t h;
-                if (m->sym[i] && symb_specialize(c, m->sym[i], &h) < 0)
+                if (m->sym[i] && symb_specialize(c, m->sym[i], &h, specialize) < 0)
                     return cap_fail_exc(c, BR_INTERNAL);
                 m->sym[i] = NULL;
             }
@@ -323,7 +324,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (!pos || !kwn)
         return NULL;
     for (int32_t i = 0; i < nargs; i++)
-        if (to_bound(c, args[i], &pos[i], 0) < 0)
+        if (to_bound(c, args[i], &pos[i], NULL) < 0)
             return NULL;
     for (int32_t i = 0; i < nkw; i++)
         if (!(kwn[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i))))
@@ -358,14 +359,16 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (ir == 1) {
         /* a rule for static shapes only: pin the symbols its arguments use, then bind again
          * (the args keep their positions; out= was dropped above the same way) */
+        char why[160];
+        snprintf(why, sizeof why, "%s has a shape rule for static sizes only", r->path);
         for (int32_t i = 0; i < nargs; i++)
-            if (to_bound(c, args[i], &pos[i], 1) < 0)
+            if (to_bound(c, args[i], &pos[i], why) < 0)
                 return NULL;
         if (out_var)
             for (int32_t k = 0, j = 0; k < nkw; k++) {
                 if (args[npos + k] == out_var)
                     continue;
-                if (to_bound(c, args[npos + k], &pos[npos + j++], 1) < 0)
+                if (to_bound(c, args[npos + k], &pos[npos + j++], why) < 0)
                     return NULL;
             }
         if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
@@ -1098,7 +1101,8 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         if (v->u.t.meta.ndim == 0)
             return cap_fail(c, BR_USER_EXCEPTION, "iteration over a 0-d tensor");
         int64_t cnt = v->u.t.meta.size[0];
-        if (v->u.t.meta.sym[0] && symb_specialize(c, v->u.t.meta.sym[0], &cnt) < 0)
+        if (v->u.t.meta.sym[0] &&
+            symb_specialize(c, v->u.t.meta.sym[0], &cnt, "iterating over a tensor unrolls its first dim") < 0)
             return cap_fail_exc(c, BR_INTERNAL);   /* unrolling fixes the count */
         *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
         for (int64_t i = 0; *items && i < cnt; i++) {

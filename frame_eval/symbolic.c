@@ -678,14 +678,26 @@ int symb_decide(Capture *c, SymNode *rel, int *truth)
     return 0;
 }
 
-int symb_specialize(Capture *c, SymNode *e, int64_t *value)
+int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
 {
     if (sym_eval_hint(c->env, e, value) < 0)
         return -1;
     if (e->kind == SK_CONST)
         return 0;
-    SymNode *k = sym_const(c->env, *value);
-    return k ? symb_guard(c, sym_eq(c->env, e, k)) : -1;
+    SymNode *k = sym_const(c->env, *value), *rel = k ? sym_eq(c->env, e, k) : NULL;
+    if (!rel)
+        return -1;
+    if (sym_static_truth(c->env, rel) == SYM_TRUE)
+        return 0;   /* pinned already */
+    if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *text = sym_print(c->env, e, source_name, c), *w = symb_where_text(c);
+        if (text && w)
+            sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %lld because %s (%U)", text, (long long)*value, why, w);
+        Py_XDECREF(text);
+        Py_XDECREF(w);
+        PyErr_Clear();
+    }
+    return symb_guard(c, rel);
 }
 
 /* -------------------------------------------------------------- unbacked ---- */

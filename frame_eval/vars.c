@@ -180,7 +180,7 @@ PyObject *var_to_py(Capture *c, Var *v)
     case VK_SYMINT: {
         /* a symbolic int used where only a value will do: specialise it (guarded) */
         int64_t h;
-        if (symb_specialize(c, v->u.s.e, &h) < 0)
+        if (symb_specialize(c, v->u.s.e, &h, "Python code needs its value as an int") < 0)
             return NULL;
         return PyLong_FromLongLong(h);
     }

@@ -171,3 +171,80 @@ def test_module_slice_guards_the_entries():
         torch.testing.assert_close(cm(x), m(x))
         change()
     assert shapejit.stats()["graphs"] == 4
+
+
+# ---------------------------------------------------------------------------------------
+# A dim once dynamic stays dynamic; a specialisation says why
+# ---------------------------------------------------------------------------------------
+
+def _bucket_min(x):
+    """T5's relative position buckets: arange on a size, log, min/max against a full_like."""
+    n = x.shape[-1]
+    rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    a = rel.abs()
+    large = 4 + (torch.log(a.float().clamp(min=1) / 4) * 3).to(torch.long)
+    large = torch.min(large, torch.full_like(large, 7))
+    return x.sum(-1, keepdim=True) + torch.where(a < 4, a, large).sum(-1).float()
+
+
+def _max_other(x):
+    return torch.max(x, torch.zeros_like(x)) * 2
+
+
+def _max_dim(x):
+    v, i = torch.max(x, dim=-1)
+    return v + i.float() + torch.min(x)
+
+
+@pytest.mark.parametrize("body", [_bucket_min, _max_other, _max_dim], ids=["bucket", "max_other", "max_dim"])
+def test_min_max_keep_sizes_dynamic(body):
+    calls = [(torch.randn(b, s),) for b in (2, 3) for s in (5, 9, 17, 33)]
+    expected = _torch_graphs(body, calls)
+    st = _shapejit_graphs(body, calls)
+    assert st["graphs"] <= expected, st
+
+
+def test_specialisation_logs_its_reason(capfd):
+    """A size pinned to its value names what needed the value and the user line."""
+    def f(x):
+        n = x.shape[0]
+        return x.sort()[0] * 2 + sum(range(n))
+
+    shapejit.set_logs(dynamic=True)
+    try:
+        cf = shapejit.compile(f, dynamic=True)
+        for n in (3, 4):
+            x = torch.randn(n)
+            torch.testing.assert_close(cf(x), f(x))
+    finally:
+        shapejit.set_logs()
+    err = capfd.readouterr().err
+    assert "specialize L['x'].size()[0] = 3 because " in err, err
+    assert err.count("specialize L['x'].size()[0] = 3 because ") == 1, err   # once per compile
+    assert "test_recompile_storms.py:" in err
+
+
+def test_t5_encoder_sequence_stays_dynamic():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                                num_heads=2)
+    model = transformers.T5EncoderModel(cfg).eval()
+    calls = [(torch.randint(0, 100, (b, s)),) for b in (1, 2, 4, 8) for s in (8, 16, 32, 64, 128)]
+
+    def run(m, check):
+        with torch.no_grad():
+            for (ids,) in calls:
+                out = m(input_ids=ids).last_hidden_state
+                if check:
+                    torch.testing.assert_close(out, model(input_ids=ids).last_hidden_state)
+
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    run(torch.compile(model, backend=cnt), False)
+    torch._dynamo.reset()
+    shapejit.reset()
+    run(shapejit.compile(model), True)
+    st = shapejit.stats()
+    assert st["graphs"] <= cnt.frame_count, (st, cnt.frame_count)
+    assert st["eager_frames"] == 0, st
