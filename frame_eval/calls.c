@@ -767,8 +767,15 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             /* building an exception to raise: KeyError(key) */
             return cap_fold_call(c, fn->obj, args, nargs, kwnames);
         }
-        if (is_pure_folder(fn->obj) && var_all_const(args, nargs))
-            return cap_fold_call(c, fn->obj, args, nargs, kwnames);
+        if (is_pure_folder(fn->obj)) {
+            /* math.exp(f) of a dynamic float: specialised, as torch does */
+            Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+            int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
+            if (all < 0)
+                return NULL;
+            if (all)
+                return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
+        }
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {
             PyErr_Clear();

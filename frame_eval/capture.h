@@ -73,9 +73,12 @@ struct Var {
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
-        struct { int32_t value; uint8_t type; PyObject *text; } gs;    /* value: its graph value;
-                                      type: GScalarType; text: borrowed (keepalive) str naming
-                                      it in messages: zuf0, 2.0*zuf0 */
+        struct { int32_t value; uint8_t type; PyObject *text; PyObject *hint; Var **deps;
+                 int32_t ndeps; } gs;    /* value: its graph value; type: GScalarType; text:
+                                      borrowed (keepalive) str naming it in messages: zuf0,
+                                      2.0*zuf0; hint: borrowed (keepalive) value it has in this
+                                      call when it is computed from dynamic float inputs only
+                                      (NULL for data); deps: those inputs (capture arena) */
     } u;
 };
 
@@ -275,6 +278,8 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 /* An int input: a VK_SYMINT var when it is dynamic, else NULL with nothing recorded
  * (*handled = 0): the caller guards it by value. */
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled);
+/* The same for a float: a dynamic one is a graph scalar read from the frame at run time. */
+Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled);
 /* A var for e: a constant int var when e is constant, else VK_SYMINT. */
 Var *symb_var(Capture *c, SymNode *e);
 /* Unbacked symbols (capture_scalar_outputs / capture_dynamic_output_shape_ops): a new u<N>
@@ -352,6 +357,15 @@ Var *gscalar_unary(Capture *c, int opcode, Var *a);   /* UNARY_* opcodes, UNARY_
 Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* A branch on a graph scalar: fails with BR_DATA_DEPENDENT naming it. Returns -1. */
 int gscalar_truth_fail(Capture *c, Var *v);
+/* A dynamic float input of the frame (source src, live value obj) as graph input value. */
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name);
+/* The Python value of a graph scalar computed from dynamic float inputs only, its inputs
+ * guarded equal to their values (specialisation; why is logged): borrowed. NULL without an
+ * exception when the value is data (an item()). */
+PyObject *gscalar_pin(Capture *c, Var *v, const char *why);
+/* args with every graph scalar among them pinned (gscalar_pin) into out (n slots): 1 when
+ * all of them are constants then, 0 (nothing pinned) when some is not, -1 on failure. */
+int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *why);
 /* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);

@@ -256,6 +256,46 @@ static PyObject *operator_fn(const char *name)   /* borrowed (the operator modul
     return f;
 }
 
+/* The hint of r = fn(args) when every graph scalar among args has one and no operand is a
+ * symbolic int (pinning floats alone would not fix such a result), and the union of their
+ * inputs. */
+static int derive_hint(Capture *c, Var *r, PyObject *fn, Var *const *args, int n)
+{
+    PyObject *vals[2];
+    int32_t nd = 0;
+    if (n > 2)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        if (args[i]->kind == VK_GSCALAR && args[i]->u.gs.hint)
+            nd += args[i]->u.gs.ndeps;
+        else if (args[i]->kind != VK_CONST)
+            return 0;
+        vals[i] = args[i]->kind == VK_GSCALAR ? args[i]->u.gs.hint : args[i]->obj;
+    }
+    Var **deps = cap_alloc(c, sizeof(Var *) * (size_t)(nd + 1));
+    if (!deps)
+        return -1;
+    PyObject *h = PyObject_Vectorcall(fn, vals, (size_t)n, NULL);
+    if (!h) {
+        PyErr_Clear();   /* 1.0 / 0.0 on the hints: the graph computes it; no hint */
+        return 0;
+    }
+    if (!cap_keep_steal(c, h))
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int32_t j = 0; args[i]->kind == VK_GSCALAR && j < args[i]->u.gs.ndeps; j++) {
+            Var *d = args[i]->u.gs.deps[j];
+            int32_t k = 0;
+            while (k < r->u.gs.ndeps && deps[k] != d)
+                k++;
+            if (k == r->u.gs.ndeps)
+                deps[r->u.gs.ndeps++] = d;
+        }
+    r->u.gs.deps = deps;
+    r->u.gs.hint = h;
+    return 0;
+}
+
 /* Record fn(args) with result kind nk; text: new reference (stolen). */
 static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int nk, PyObject *text)
 {
@@ -270,7 +310,48 @@ static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int n
         return NULL;
     }
     int32_t v = text ? scalar_node(c, OP_PY_SCALAR, fn, args, n, nk) : -1;
-    return result_var(c, v, nk, text);
+    Var *r = result_var(c, v, nk, text);
+    if (r && r->kind == VK_GSCALAR && derive_hint(c, r, fn, args, n) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    return r;
+}
+
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name)
+{
+    Var *r = cap_keep(c, name) ? result_var(c, value, NK_FLOAT, Py_NewRef(name)) : NULL;
+    Var **deps = r ? cap_alloc(c, sizeof(Var *)) : NULL;
+    if (!deps)
+        return NULL;
+    r->obj = obj;
+    r->src = src;
+    r->u.gs.hint = obj;
+    r->u.gs.deps = deps;
+    deps[0] = r;
+    r->u.gs.ndeps = 1;
+    return r;
+}
+
+PyObject *gscalar_pin(Capture *c, Var *v, const char *why)
+{
+    if (!v->u.gs.hint)
+        return NULL;
+    for (int32_t i = 0; i < v->u.gs.ndeps; i++) {
+        Var *d = v->u.gs.deps[i];
+        if (guard_add_simple(c, GK_EQUALS_MATCH, d->src, d->obj) < 0) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+        if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+            PyObject *w = symb_where_text(c);
+            sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %R because %s (%U)", d->u.gs.text, d->obj, why,
+                   w ? w : Py_None);
+            Py_XDECREF(w);
+            PyErr_Clear();
+        }
+    }
+    return v->u.gs.hint;
 }
 
 /* ----------------------------------------------------------------- item ---- */
@@ -472,4 +553,18 @@ PyObject *gscalar_standin(Capture *c, Var *v)
         return NULL;
     }
     return standin_float;
+}
+
+int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *why)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (!var_is_const(args[i]) && !(args[i]->kind == VK_GSCALAR && args[i]->u.gs.hint))
+            return 0;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *h = args[i]->kind == VK_GSCALAR ? gscalar_pin(c, args[i], why) : NULL;
+        out[i] = h ? var_const(c, h) : args[i];
+        if (!out[i] || (args[i]->kind == VK_GSCALAR && !h))
+            return -1;
+    }
+    return 1;
 }

@@ -490,6 +490,62 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     return rc;
 }
 
+/* Whether a Python number read through src is dynamic: the frame's own locals and their
+ * items (nn.Module attributes stay constants unless allow_unspec_int_on_nn_module, for ints
+ * only), listed in dynamic_sources, or seen to change (automatic dynamic). 1 dynamic, 0
+ * static, -1 error. */
+static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok)
+{
+    const SourceEntry *e = &c->src.e[src];
+    int32_t root = src;
+    while (c->src.e[root].base >= 0)
+        root = c->src.e[root].base;
+    if (c->wrap_owner && !module_ok)
+        return 0;   /* read from a module (self.k, self.normalized_shape[0]) */
+    int module_num = e->kind == SRC_ATTR && c->wrap_owner;
+    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_num))
+        return 0;
+    PyObject *name = sources_repr(&c->src, src);
+    PyObject *ds = sources_listed("dynamic_sources", name);
+    int listed = ds && ds != Py_None;
+    Py_XDECREF(ds);
+    PyObject *ss = listed ? NULL : sources_listed("static_sources", name);
+    int stat = ss && ss != Py_None;
+    Py_XDECREF(ss);
+    PyObject *seen = fstate_merge(c, name, obj, 0);
+    if (!seen)
+        return -1;
+    int dynamic = listed || (!stat && c->dynamic != 0 &&
+                             (c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
+    Py_DECREF(seen);
+    return dynamic;
+}
+
+/* A graph input read from src at run time: its value id, obj handed to the graph. */
+static int32_t number_input(Capture *c, PyObject *obj, int32_t src, PyTypeObject *type, DType dt)
+{
+    if (symb_ensure(c) < 0 || guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)type) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return -1;
+    }
+    if (!cap_keep(c, obj))
+        return -1;
+    TensorMeta im;
+    memset(&im, 0, sizeof im);
+    im.symint = 1;   /* not a tensor */
+    im.dtype = dt;
+    return graph_add_input(c->g, &im, sources_repr(&c->src, src));
+}
+
+/* by_obj order is graph input order: compile_frame hands v->obj to the graph. */
+static int add_by_obj(Capture *c, Var *v)
+{
+    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+        return -1;
+    c->by_obj[c->nby_obj++] = v;
+    return 0;
+}
+
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
 {
     *handled = 0;
@@ -501,44 +557,11 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
         PyErr_Clear();
         return NULL;
     }
-    /* the frame's own locals and their items; nn.Module int attributes stay constants
-     * unless allow_unspec_int_on_nn_module (then they change like any int) */
-    const SourceEntry *e = &c->src.e[src];
-    int32_t root = src;
-    while (c->src.e[root].base >= 0)
-        root = c->src.e[root].base;
-    if (c->wrap_owner && !sj_config.allow_unspec_int_on_nn_module)
-        return NULL;   /* read from a module (self.k, self.normalized_shape[0]) */
-    int module_int = e->kind == SRC_ATTR && c->wrap_owner;
-    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_int))
-        return NULL;
-    PyObject *name = sources_repr(&c->src, src);
-    PyObject *ds = sources_listed("dynamic_sources", name);
-    int listed = ds && ds != Py_None;
-    Py_XDECREF(ds);
-    PyObject *ss = listed ? NULL : sources_listed("static_sources", name);
-    int stat = ss && ss != Py_None;
-    Py_XDECREF(ss);
-    PyObject *seen = fstate_merge(c, name, obj, 0);
-    if (!seen)
-        return NULL;
-    int dynamic = listed || (!stat && c->dynamic != 0 &&
-                             (c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
-    Py_DECREF(seen);
-    if (!dynamic)
+    int dynamic = number_dynamic(c, obj, src, sj_config.allow_unspec_int_on_nn_module);
+    if (dynamic <= 0)
         return NULL;   /* an int is not a size: 0 and 1 get a symbol too, as in torch */
     *handled = 1;
-    if (symb_ensure(c) < 0 || guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)&PyLong_Type) < 0) {
-        cap_fail_exc(c, BR_INTERNAL);
-        return NULL;
-    }
-    if (!cap_keep(c, obj))
-        return NULL;
-    TensorMeta im;
-    memset(&im, 0, sizeof im);
-    im.symint = 1;
-    im.dtype = DT_I64;
-    int32_t value = graph_add_input(c->g, &im, name);
+    int32_t value = number_input(c, obj, src, &PyLong_Type, DT_I64);
     if (value < 0)
         return NULL;
     SymNode *s = new_symbol(c, src, v, sym_range_full(), -1, -1, 0, 1);
@@ -551,11 +574,28 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     var->u.s.e = s;
     var->obj = obj;   /* the live int: compile_frame hands it to the graph as an input */
     var->src = src;
-    /* graph inputs are taken from by_obj in order */
-    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+    return add_by_obj(c, var) < 0 ? NULL : var;
+}
+
+Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled)
+{
+    *handled = 0;
+    if (src < 0 || !PyFloat_CheckExact(obj) || sj_config.specialize_float)
         return NULL;
-    c->by_obj[c->nby_obj++] = var;
-    return var;
+    int dynamic = number_dynamic(c, obj, src, 0);
+    if (dynamic <= 0)
+        return NULL;
+    *handled = 1;
+    int32_t value = number_input(c, obj, src, &PyFloat_Type, DT_F64);
+    PyObject *name = sources_repr(&c->src, src);
+    Var *var = value >= 0 ? gscalar_input(c, value, obj, src, name) : NULL;
+    if (var && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *w = symb_where_text(c);
+        sj_log(LOG_DYNAMIC, SJ_INFO, "create_symfloat %U = %R (%U)", name, obj, w ? w : Py_None);
+        Py_XDECREF(w);
+        PyErr_Clear();
+    }
+    return var && add_by_obj(c, var) == 0 ? var : NULL;
 }
 
 /* ------------------------------------------------------------- guards ---- */

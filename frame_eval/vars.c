@@ -184,12 +184,17 @@ PyObject *var_to_py(Capture *c, Var *v)
             return NULL;
         return PyLong_FromLongLong(h);
     }
-    case VK_GSCALAR:
-        /* its value is data: the use breaks the graph as data-dependent (cap_fail_exc) */
+    case VK_GSCALAR: {
+        /* computed from dynamic float inputs: specialise them; else its value is data: the
+         * use breaks the graph as data-dependent (cap_fail_exc) */
+        PyObject *h = gscalar_pin(c, v, "Python code needs its value");
+        if (h || cap_failed(c))
+            return Py_XNewRef(h);
         PyErr_Format(sym_data_dependent_error ? sym_data_dependent_error : PyExc_RuntimeError,
                      "%U is a %s computed in the graph (Tensor.item()); its Python value is data", v->u.gs.text,
                      v->u.gs.type == GS_BOOL ? "bool" : "float");
         return NULL;
+    }
     case VK_CONST:
     case VK_OBJECT:
     case VK_MODULE:

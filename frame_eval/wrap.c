@@ -302,9 +302,9 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     if (libs_refresh() < 0)
         return NULL;
     PyTypeObject *t = Py_TYPE(obj);
-    if (t == &PyLong_Type && src >= 0) {
+    if ((t == &PyLong_Type || t == &PyFloat_Type) && src >= 0) {
         int handled;
-        Var *v = symb_wrap_int(c, obj, src, &handled);
+        Var *v = t == &PyLong_Type ? symb_wrap_int(c, obj, src, &handled) : symb_wrap_float(c, obj, src, &handled);
         if (handled || v)
             return v;
         if (PyErr_Occurred())

@@ -248,3 +248,117 @@ def test_t5_encoder_sequence_stays_dynamic():
     st = shapejit.stats()
     assert st["graphs"] <= cnt.frame_count, (st, cnt.frame_count)
     assert st["eager_frames"] == 0, st
+
+
+# ---------------------------------------------------------------------------------------
+# Floats are dynamic like ints: function arguments and values crossing a graph break
+# ---------------------------------------------------------------------------------------
+
+def _item_across_break(x):
+    s = x.sum().item()
+    print("", end="")
+    return x * s
+
+
+def _item_and_size_across_break(x):
+    n = int(x.shape[0] * 2)
+    m = x.max().item()
+    print("", end="")
+    return x + m + n
+
+
+def _item_in_loop_with_break(x):
+    total = 0.0
+    for i in range(2):
+        total = total + x[i].item()
+        print("", end="")
+    return x * total
+
+
+def _float_arg(x, a):
+    return x * a + 1
+
+
+def _float_arg_returned(x, a):
+    return x + a, a * 2
+
+
+def _float_arg_factory(x, a):
+    return torch.full((4,), a) + x * (a / 3.0) ** 2
+
+
+def _float_arg_int(x, a):
+    return x * int(a * 10)
+
+
+def _float_arg_math(x, a):
+    # math.exp needs the Python value: specialised on it, as torch does
+    import math
+    return x * math.exp(a)
+
+
+FLOAT_CASES = [(_item_across_break, False), (_item_and_size_across_break, False),
+               (_item_in_loop_with_break, False), (_float_arg, True), (_float_arg_returned, True),
+               (_float_arg_factory, True), (_float_arg_int, True), (_float_arg_math, True)]
+
+
+def _same(got, want):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    elif isinstance(want, torch.Tensor):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    else:
+        assert type(got) is type(want) and got == want
+
+
+@pytest.mark.parametrize("body,takes_float", FLOAT_CASES, ids=[f.__name__.lstrip("_") for f, _ in FLOAT_CASES])
+def test_floats_are_dynamic_inputs(body, takes_float):
+    torch.manual_seed(0)
+    values = [0.25, 1.5, 2.75, 3.125, 0.75, 4.5, 1.0625, 2.0]
+    calls = [(torch.randn(4), a) if takes_float else (torch.randn(4) * a,) for a in values]
+    expected = _torch_graphs(body, calls)
+    cf = shapejit.compile(body)
+    for k, args in enumerate(calls):
+        _same(cf(*args), body(*args))
+        if k == len(calls) // 2 - 1:
+            half = shapejit.stats()["graphs"]
+    st = shapejit.stats()
+    if body is not _float_arg_math:   # new values compile nothing once floats are inputs
+        assert st["graphs"] == half, st
+    if expected:   # torch runs frames whose loop breaks without a graph: no count to match
+        assert st["graphs"] <= expected, (st, expected)
+    assert st["eager_frames"] == 0, st
+
+
+def test_numpy_item_across_break_is_dynamic():
+    np = pytest.importorskip("numpy")
+
+    def f(x):
+        s = np.sum(x).item()
+        print("", end="")
+        return x * s
+
+    cf = shapejit.compile(f)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        x = rng.standard_normal(4)
+        got, want = cf(x), f(x)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want)
+    st = shapejit.stats()
+    # the resumed code compiles once static, then once with the float as an input
+    assert st["recompiles"] <= 2 and st["eager_frames"] == 0, st
+
+
+def test_specialize_float_knob_guards_floats_by_value():
+    def f(x, a):
+        return x * a
+
+    with shapejit.config.patch(specialize_float=True):
+        cf = shapejit.compile(f)
+        for a in (0.5, 1.5, 2.5):
+            torch.testing.assert_close(cf(torch.ones(2), a), f(torch.ones(2), a))
+    assert shapejit.stats()["graphs"] == 3
