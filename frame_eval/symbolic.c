@@ -490,10 +490,11 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     return rc;
 }
 
-/* Whether a Python number read through src is dynamic: the frame's own locals and their
- * items (nn.Module attributes stay constants unless allow_unspec_int_on_nn_module, for ints
- * only), listed in dynamic_sources, or seen to change (automatic dynamic). 1 dynamic, 0
- * static, -1 error. */
+/* Whether a Python number read through src is dynamic: the frame's own locals, closure
+ * variables (a function made in a loop sees another cell each time) and what hangs off
+ * them (items, the cells of a closure they hold; nn.Module attributes stay constants unless
+ * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic). 1 dynamic,
+ * 0 static, -1 error. */
 static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok)
 {
     const SourceEntry *e = &c->src.e[src];
@@ -503,7 +504,9 @@ static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok)
     if (c->wrap_owner && !module_ok)
         return 0;   /* read from a module (self.k, self.normalized_shape[0]) */
     int module_num = e->kind == SRC_ATTR && c->wrap_owner;
-    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_num))
+    int rk = c->src.e[root].kind;
+    if ((rk != SRC_LOCAL && rk != SRC_FREEVAR) ||
+        (e->kind != SRC_LOCAL && e->kind != SRC_FREEVAR && e->kind != SRC_ITEM && e->kind != SRC_CELL && !module_num))
         return 0;
     PyObject *name = sources_repr(&c->src, src);
     PyObject *ds = sources_listed("dynamic_sources", name);
@@ -892,19 +895,19 @@ Var *symb_binary(Capture *c, int nb, Var *a, Var *b, int *handled)
     case SJ_NB_ADD: case SJ_NB_INPLACE_ADD: r = sym_add(env, x, y); break;
     case SJ_NB_SUBTRACT: case SJ_NB_INPLACE_SUBTRACT: r = sym_sub(env, x, y); break;
     case SJ_NB_MULTIPLY: case SJ_NB_INPLACE_MULTIPLY: r = sym_mul(env, x, y); break;
-    case SJ_NB_FLOOR_DIVIDE: case SJ_NB_INPLACE_FLOOR_DIVIDE: {
-        /* a divisor that could be 0 at run time: guard it non-zero first */
-        int nz;
-        if (y->kind != SK_CONST && symb_decide(c, sym_ne(env, y, sym_const(env, 0)), &nz) < 0)
-            goto fail;
-        r = sym_floordiv(env, x, y);
-        break;
-    }
+    case SJ_NB_FLOOR_DIVIDE: case SJ_NB_INPLACE_FLOOR_DIVIDE:
     case SJ_NB_REMAINDER: case SJ_NB_INPLACE_REMAINDER: {
-        int nz;
+        /* a divisor that can be 0 under the guards: branch on it (guarded) and raise as
+         * Python does when it is, before any simplification (s0 % s0 is 0 only if s0 != 0) */
+        int nz = y->kind == SK_CONST ? y->value != 0 : 0;
         if (y->kind != SK_CONST && symb_decide(c, sym_ne(env, y, sym_const(env, 0)), &nz) < 0)
             goto fail;
-        r = sym_mod(env, x, y);
+        if (!nz) {
+            PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
+            goto fail;
+        }
+        int fd = nb == SJ_NB_FLOOR_DIVIDE || nb == SJ_NB_INPLACE_FLOOR_DIVIDE;
+        r = fd ? sym_floordiv(env, x, y) : sym_mod(env, x, y);
         break;
     }
     default:

@@ -335,6 +335,17 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (PyDict_CheckExact(obj))
         return wrap_dict(c, obj, src);
+    if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && src >= 0) {
+        /* a nested function is a new object each time its def runs (a loop, a factory):
+         * what the capture depends on is its code, plus the cells and defaults it reads
+         * (guarded through their own sources) */
+        PyObject *cn = PyUnicode_FromString("__code__");
+        int32_t cs = cn ? sources_add(&c->src, SRC_ATTR, src, 0, cn, NULL) : -1;
+        Py_XDECREF(cn);
+        if (cs < 0 || guard_add_simple(c, GK_ID_MATCH, cs, PyFunction_GET_CODE(obj)) < 0)
+            return NULL;
+        return simple(c, VK_FUNC, obj, src, GK_TYPE_MATCH);
+    }
     if (PyFunction_Check(obj))
         return simple(c, VK_FUNC, obj, src, GK_ID_MATCH);
     if (PyModule_Check(obj))

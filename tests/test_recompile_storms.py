@@ -362,3 +362,63 @@ def test_specialize_float_knob_guards_floats_by_value():
         for a in (0.5, 1.5, 2.5):
             torch.testing.assert_close(cf(torch.ones(2), a), f(torch.ones(2), a))
     assert shapejit.stats()["graphs"] == 3
+
+
+# ---------------------------------------------------------------------------------------
+# Ints read from closures follow automatic dynamic
+# ---------------------------------------------------------------------------------------
+
+def _scale(x, k):
+    return x * k + 1
+
+
+def _closures_in_loop(compile_fn):
+    outs = []
+    for i in range(10):
+        def f(x):
+            return _scale(x, i)
+        outs.append(compile_fn(f)(torch.ones(3)))
+    return outs
+
+
+def _lambdas_from_factory(compile_fn):
+    def make(i):
+        return lambda x: _scale(x, i * 2)
+    return [compile_fn(make(i))(torch.ones(3)) for i in range(10)]
+
+
+def _inner_function_called(compile_fn):
+    outs = []
+    for i in range(10):
+        def inner(x):
+            return x - i
+
+        def f(x):
+            return inner(x) * 2
+        outs.append(compile_fn(f)(torch.ones(3)))
+    return outs
+
+
+def _closure_while(compile_fn):
+    outs, i = [], 0
+    while i < 10:
+        def f(x, i=None, j=i):
+            return x[: j % 3 + 1].sum() + j
+        outs.append(compile_fn(f)(torch.ones(3)))
+        i += 1
+    return outs
+
+
+CLOSURE_CASES = [_closures_in_loop, _lambdas_from_factory, _inner_function_called, _closure_while]
+
+
+@pytest.mark.parametrize("run", CLOSURE_CASES, ids=[f.__name__.lstrip("_") for f in CLOSURE_CASES])
+def test_closure_ints_become_dynamic(run):
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    want = run(lambda f: torch.compile(f, backend=cnt))
+    torch._dynamo.reset()
+    got = run(shapejit.compile)
+    for g, w in zip(got, want):
+        _same(g, w)
+    assert shapejit.stats()["graphs"] <= cnt.frame_count, (shapejit.stats(), cnt.frame_count)
