@@ -44,7 +44,10 @@ typedef enum {
 
 /* The Python type of a VK_GSCALAR. Ints are never graph scalars: an int computed in the
  * graph is an unbacked symbol u<N> (a VK_SYMINT). */
-typedef enum { GS_FLOAT, GS_BOOL } GScalarType;
+/* GS_NUMPY: a numpy scalar (np.int64, np.float32, ...) read from the frame; its Python type
+ * is its hint's, and so is that of every result computed from it (the graph runs the real
+ * operators on the real values). */
+typedef enum { GS_FLOAT, GS_BOOL, GS_NUMPY } GScalarType;
 
 typedef struct Var Var;
 struct Var {
@@ -278,7 +281,8 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 /* An int input: a VK_SYMINT var when it is dynamic, else NULL with nothing recorded
  * (*handled = 0): the caller guards it by value. */
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled);
-/* The same for a float: a dynamic one is a graph scalar read from the frame at run time. */
+/* The same for a float or a real numpy scalar (dynamic from the first call, as torch
+ * treats them): a dynamic one is a graph scalar read from the frame at run time. */
 Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled);
 /* A var for e: a constant int var when e is constant, else VK_SYMINT. */
 Var *symb_var(Capture *c, SymNode *e);
@@ -358,7 +362,7 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
 /* A branch on a graph scalar: fails with BR_DATA_DEPENDENT naming it. Returns -1. */
 int gscalar_truth_fail(Capture *c, Var *v);
 /* A dynamic float input of the frame (source src, live value obj) as graph input value. */
-Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name);
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name, int type);
 /* The Python value of a graph scalar computed from dynamic float inputs only, its inputs
  * guarded equal to their values (specialisation; why is logged): borrowed. NULL without an
  * exception when the value is data (an item()). */

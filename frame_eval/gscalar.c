@@ -84,12 +84,28 @@ static PyObject *standin_float;       /* strong: what the shape rules see for a 
 
 /* ------------------------------------------------------------ operands ---- */
 
+/* The number kind of a numpy scalar by its dtype's kind. */
+static int numpy_kind(PyObject *o)
+{
+    PyObject *dt = o ? PyObject_GetAttrString(o, "dtype") : NULL;
+    PyObject *k = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+    const char *ks = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    int r = !ks ? NK_NONE : (ks[0] == 'i' || ks[0] == 'u') ? NK_INT : ks[0] == 'f' ? NK_FLOAT
+            : ks[0] == 'b' ? NK_BOOL : NK_NONE;
+    Py_XDECREF(dt);
+    Py_XDECREF(k);
+    PyErr_Clear();
+    return r;
+}
+
 static int num_kind(const Var *v)
 {
     if (!v)
         return NK_NONE;
     switch (v->kind) {
     case VK_GSCALAR:
+        if (v->u.gs.type == GS_NUMPY)
+            return numpy_kind(v->u.gs.hint);
         return v->u.gs.type == GS_BOOL ? NK_BOOL : NK_FLOAT;
     case VK_SYMINT:
         return NK_INT;
@@ -296,6 +312,8 @@ static int derive_hint(Capture *c, Var *r, PyObject *fn, Var *const *args, int n
     return 0;
 }
 
+static Var *fail_types(Capture *c, const char *what, Var *const *args, int n, const char *why);
+
 /* Record fn(args) with result kind nk; text: new reference (stolen). */
 static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int nk, PyObject *text)
 {
@@ -309,21 +327,32 @@ static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int n
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
+    int numpy = 0;
+    for (int i = 0; i < n; i++)
+        numpy |= args[i]->kind == VK_GSCALAR && args[i]->u.gs.type == GS_NUMPY;
     int32_t v = text ? scalar_node(c, OP_PY_SCALAR, fn, args, n, nk) : -1;
-    Var *r = result_var(c, v, nk, text);
+    /* with a numpy scalar among the operands the result is a numpy scalar too (not an int
+     * symbol): its type comes from the hint */
+    Var *r = result_var(c, v, numpy ? NK_FLOAT : nk, text);
     if (r && r->kind == VK_GSCALAR && derive_hint(c, r, fn, args, n) < 0) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
+    if (r && numpy) {
+        if (!r->u.gs.hint)
+            return fail_types(c, "an operation", (Var **)args, n, "its value on this call could not be computed");
+        r->u.gs.type = GS_NUMPY;
+    }
     return r;
 }
 
-Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name)
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name, int type)
 {
     Var *r = cap_keep(c, name) ? result_var(c, value, NK_FLOAT, Py_NewRef(name)) : NULL;
     Var **deps = r ? cap_alloc(c, sizeof(Var *)) : NULL;
     if (!deps)
         return NULL;
+    r->u.gs.type = (uint8_t)type;
     r->obj = obj;
     r->src = src;
     r->u.gs.hint = obj;
@@ -495,6 +524,19 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
     }
     if (!any && !symint)
         return NULL;
+    for (int32_t i = 0; i < nargs; i++)
+        if (args[i] && args[i]->kind == VK_GSCALAR && args[i]->u.gs.type == GS_NUMPY) {
+            /* int(n), float(n), abs(n) of a numpy scalar: Python's result types differ from
+             * numpy's; specialised on its value */
+            Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+            int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
+            *handled = 1;
+            if (all < 0)
+                return NULL;
+            if (!all)
+                return fail_types(c, "a call", args, (int)nargs, "a numpy scalar with values known only at run time");
+            return cap_fold_call(c, fn, pinned, nargs, kwnames);
+        }
     if (calls_init() < 0) {
         *handled = 1;
         cap_fail_exc(c, BR_INTERNAL);
@@ -546,6 +588,8 @@ int gscalar_truth_fail(Capture *c, Var *v)
 
 PyObject *gscalar_standin(Capture *c, Var *v)
 {
+    if (v->u.gs.hint)
+        return v->u.gs.hint;   /* its exact type (np.int64 promotes as an int64 in numpy) */
     if (v->u.gs.type == GS_BOOL)
         return Py_True;
     if (!standin_float && !(standin_float = PyFloat_FromDouble(1.0))) {

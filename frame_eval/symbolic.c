@@ -493,9 +493,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 /* Whether a Python number read through src is dynamic: the frame's own locals, closure
  * variables (a function made in a loop sees another cell each time) and what hangs off
  * them (items, the cells of a closure they hold; nn.Module attributes stay constants unless
- * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic). 1 dynamic,
- * 0 static, -1 error. */
-static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok)
+ * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic; from_start:
+ * dynamic at once). 1 dynamic, 0 static, -1 error. */
+static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok, int from_start)
 {
     const SourceEntry *e = &c->src.e[src];
     int32_t root = src;
@@ -518,8 +518,8 @@ static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok)
     PyObject *seen = fstate_merge(c, name, obj, 0);
     if (!seen)
         return -1;
-    int dynamic = listed || (!stat && c->dynamic != 0 &&
-                             (c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
+    int dynamic = listed || (!stat && c->dynamic != 0 && (from_start || c->dynamic == 1 ||
+                                                          !sj_config.assume_static_by_default || seen == Py_None));
     Py_DECREF(seen);
     return dynamic;
 }
@@ -560,7 +560,7 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
         PyErr_Clear();
         return NULL;
     }
-    int dynamic = number_dynamic(c, obj, src, sj_config.allow_unspec_int_on_nn_module);
+    int dynamic = number_dynamic(c, obj, src, sj_config.allow_unspec_int_on_nn_module, 0);
     if (dynamic <= 0)
         return NULL;   /* an int is not a size: 0 and 1 get a symbol too, as in torch */
     *handled = 1;
@@ -580,18 +580,36 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     return add_by_obj(c, var) < 0 ? NULL : var;
 }
 
+/* A real numpy scalar (np.int64, np.float32; not bool, complex or datetime): its dtype, or
+ * DT_COUNT when obj is none. */
+static DType numpy_real_dtype(PyObject *obj)
+{
+    if (!libs.np_generic || !PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic))
+        return DT_COUNT;
+    PyObject *dt = PyObject_GetAttrString(obj, "dtype");
+    PyObject *k = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+    const char *ks = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    DType r = !ks ? DT_COUNT : (ks[0] == 'i' || ks[0] == 'u') ? DT_I64 : ks[0] == 'f' ? DT_F64 : DT_COUNT;
+    Py_XDECREF(dt);
+    Py_XDECREF(k);
+    PyErr_Clear();
+    return r;
+}
+
 Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled)
 {
     *handled = 0;
-    if (src < 0 || !PyFloat_CheckExact(obj) || sj_config.specialize_float)
+    DType npdt = src >= 0 && !PyFloat_CheckExact(obj) ? numpy_real_dtype(obj) : DT_COUNT;
+    int numpy = npdt != DT_COUNT;
+    if (src < 0 || (!PyFloat_CheckExact(obj) && !numpy) ||
+        (numpy ? (npdt == DT_I64 ? sj_config.specialize_int : sj_config.specialize_float) : sj_config.specialize_float))
         return NULL;
-    int dynamic = number_dynamic(c, obj, src, 0);
-    if (dynamic <= 0)
+    if (number_dynamic(c, obj, src, 0, numpy) <= 0)
         return NULL;
     *handled = 1;
-    int32_t value = number_input(c, obj, src, &PyFloat_Type, DT_F64);
+    int32_t value = number_input(c, obj, src, numpy ? Py_TYPE(obj) : &PyFloat_Type, numpy ? npdt : DT_F64);
     PyObject *name = sources_repr(&c->src, src);
-    Var *var = value >= 0 ? gscalar_input(c, value, obj, src, name) : NULL;
+    Var *var = value >= 0 ? gscalar_input(c, value, obj, src, name, numpy ? GS_NUMPY : GS_FLOAT) : NULL;
     if (var && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *w = symb_where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_symfloat %U = %R (%U)", name, obj, w ? w : Py_None);

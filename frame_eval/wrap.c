@@ -314,8 +314,15 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
-    if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic))
+    if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
+        int handled;
+        Var *v = src >= 0 ? symb_wrap_float(c, obj, src, &handled) : NULL;
+        if (v || (src >= 0 && handled))
+            return v;
+        if (PyErr_Occurred())
+            return NULL;
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    }
     if (libs.torch && ((PyObject *)t == libs.dtype_type || (PyObject *)t == libs.size_type))
         return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
     if (libs.torch && (PyObject *)t == libs.device_type)

@@ -1,6 +1,7 @@
 """Recompile storms: what a compiled frame guards and what it makes dynamic. Each case runs
 the same calls through torch.compile (with a graph-counting backend: the oracle) and through
 shapejit, compares every result with eager, and expects no more graphs than torch."""
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -307,9 +308,12 @@ def _same(got, want):
         assert isinstance(got, tuple) and len(got) == len(want)
         for g, w in zip(got, want):
             _same(g, w)
-    elif isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype
-        torch.testing.assert_close(got, want)
+    elif isinstance(want, (torch.Tensor, np.ndarray)):
+        assert type(got) is type(want) and got.dtype == want.dtype
+        if isinstance(want, np.ndarray):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        else:
+            torch.testing.assert_close(got, want)
     else:
         assert type(got) is type(want) and got == want
 
@@ -334,8 +338,6 @@ def test_floats_are_dynamic_inputs(body, takes_float):
 
 
 def test_numpy_item_across_break_is_dynamic():
-    np = pytest.importorskip("numpy")
-
     def f(x):
         s = np.sum(x).item()
         print("", end="")
@@ -422,3 +424,51 @@ def test_closure_ints_become_dynamic(run):
     for g, w in zip(got, want):
         _same(g, w)
     assert shapejit.stats()["graphs"] <= cnt.frame_count, (shapejit.stats(), cnt.frame_count)
+
+
+# ---------------------------------------------------------------------------------------
+# numpy scalars are ints and floats for dynamism, with their own types in every result
+# ---------------------------------------------------------------------------------------
+
+def _np_scale(x, k):
+    return x * k + 1
+
+
+def _np_results(x, k):
+    return x, k * 2, k + 1.5, -k, k // 2, k % 3, k > 3
+
+
+def _np_branch(x, k):
+    return x + (k if k > 3 else -k)
+
+
+def _np_python_calls(x, k):
+    return x * float(k), int(k)
+
+
+def _np_ufunc(x, k):
+    return np.sqrt(k) + x
+
+
+NP_CASES = [_np_scale, _np_results, _np_branch, _np_python_calls, _np_ufunc]
+
+
+@pytest.mark.parametrize("scalar", [np.int64, np.int32, np.uint8, np.float64, np.float32])
+@pytest.mark.parametrize("make", [lambda: torch.ones(2), lambda: torch.arange(2, dtype=torch.int32),
+                                  lambda: np.ones(2, np.float32), lambda: np.arange(2, dtype=np.int32)],
+                         ids=["torch_f32", "torch_i32", "numpy_f32", "numpy_i32"])
+@pytest.mark.parametrize("body", NP_CASES, ids=[f.__name__.lstrip("_") for f in NP_CASES])
+def test_numpy_scalars_keep_types(body, make, scalar):
+    cf = shapejit.compile(body)
+    with np.errstate(over="ignore"):   # -np.uint8(2) wraps around, in eager too
+        for v in (2, 5, 7, 4):
+            want, got = body(make(), scalar(v)), cf(make(), scalar(v))
+            _same(got, want)
+
+
+@pytest.mark.parametrize("scalar", [np.int64, np.float64])
+def test_numpy_scalar_arguments_compile_once(scalar):
+    calls = [(torch.ones(3), scalar(v)) for v in range(2, 10)]
+    expected = _torch_graphs(_np_scale, calls)
+    st = _shapejit_graphs(_np_scale, calls)
+    assert st["graphs"] <= expected, (st, expected)
