@@ -454,6 +454,18 @@ int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (axis_none) {
         v.ndim = 1;
         v.size[0] = sj_numel(x);
+        v.sym[0] = NULL;
+        if (sj_symctx) {   /* the flattened length: the product of the sizes */
+            SymNode *n = sym_const(sj_symctx->env, 1);
+            for (int i = 0; n && i < x->ndim; i++) {
+                SymNode *d = sj_dimsym(x, i, err);
+                if (!d)
+                    return -1;
+                n = sym_mul(sj_symctx->env, n, d);
+            }
+            if (sj_set_dim(&v, 0, n, err) < 0)
+                return -1;
+        }
     } else if (x->ndim > 0) {
         int64_t d0;
         int d;

@@ -197,8 +197,20 @@ def _max_dim(x):
     return v + i.float() + torch.min(x)
 
 
-@pytest.mark.parametrize("body", [_bucket_min, _max_other, _max_dim], ids=["bucket", "max_other", "max_dim"])
-def test_min_max_keep_sizes_dynamic(body):
+def _sort_rows(x):
+    v, i = torch.sort(x, dim=-1)
+    return v * 2 + i.float() + x.argsort(0).float()
+
+
+def _movedim(x):
+    return torch.movedim(x[None], 0, -1).sum(-1) + x.movedim(1, 0).t()
+
+
+SYMBOLIC_RULE_CASES = [_bucket_min, _max_other, _max_dim, _sort_rows, _movedim]
+
+
+@pytest.mark.parametrize("body", SYMBOLIC_RULE_CASES, ids=[f.__name__.lstrip("_") for f in SYMBOLIC_RULE_CASES])
+def test_rules_keep_sizes_dynamic(body):
     calls = [(torch.randn(b, s),) for b in (2, 3) for s in (5, 9, 17, 33)]
     expected = _torch_graphs(body, calls)
     st = _shapejit_graphs(body, calls)
