@@ -77,11 +77,13 @@ struct Var {
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
         struct { int32_t value; uint8_t type; PyObject *text; PyObject *hint; Var **deps;
-                 int32_t ndeps; } gs;    /* value: its graph value; type: GScalarType; text:
-                                      borrowed (keepalive) str naming it in messages: zuf0,
-                                      2.0*zuf0; hint: borrowed (keepalive) value it has in this
-                                      call when it is computed from dynamic float inputs only
-                                      (NULL for data); deps: those inputs (capture arena) */
+                 int32_t ndeps; PyObject *recipe; } gs;    /* value: its graph value; type:
+                                      GScalarType; text: borrowed (keepalive) str naming it in
+                                      messages: zuf0, 2.0*zuf0; hint: borrowed (keepalive) value
+                                      it has in this call when it is computed from dynamic float
+                                      inputs only (NULL for data); deps: those inputs (capture
+                                      arena); recipe: borrowed (keepalive), how it follows from
+                                      its one input (guards/guards.c SCALAR_RELATION), or NULL */
     } u;
 };
 
@@ -359,8 +361,10 @@ Var *gscalar_unary(Capture *c, int opcode, Var *a);   /* UNARY_* opcodes, UNARY_
 /* A call of fn with a graph scalar among args (float(), abs(), math.sqrt(), ...): *handled
  * = 0 when no argument is a graph scalar; else the result or NULL with the failure set. */
 Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
-/* A branch on a graph scalar: fails with BR_DATA_DEPENDENT naming it. Returns -1. */
-int gscalar_truth_fail(Capture *c, Var *v);
+/* The truth of a graph scalar for a branch: computed from one dynamic input, the branch
+ * is guarded as a relation on it (SCALAR_RELATION); from several, they are specialised;
+ * from data, fails with BR_DATA_DEPENDENT naming it. 0, or -1 with the failure set. */
+int gscalar_truth(Capture *c, Var *v, int *truth);
 /* A dynamic float input of the frame (source src, live value obj) as graph input value. */
 Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name, int type);
 /* The Python value of a graph scalar computed from dynamic float inputs only, its inputs

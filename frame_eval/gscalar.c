@@ -309,7 +309,23 @@ static int derive_hint(Capture *c, Var *r, PyObject *fn, Var *const *args, int n
         }
     r->u.gs.deps = deps;
     r->u.gs.hint = h;
-    return 0;
+    if (r->u.gs.ndeps != 1)
+        return 0;
+    /* one input: how the result follows from it, for a guard on a branch */
+    PyObject *recipe = PyTuple_New(n + 1);
+    if (!recipe)
+        return -1;
+    PyTuple_SET_ITEM(recipe, 0, Py_NewRef(fn));
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i]->kind == VK_GSCALAR ? args[i]->u.gs.recipe : args[i]->obj;
+        if (!a) {
+            Py_DECREF(recipe);
+            return 0;   /* an operand without one: branches on the result specialise */
+        }
+        PyTuple_SET_ITEM(recipe, i + 1, Py_NewRef(a));
+    }
+    r->u.gs.recipe = cap_keep_steal(c, recipe);
+    return r->u.gs.recipe ? 0 : -1;
 }
 
 static Var *fail_types(Capture *c, const char *what, Var *const *args, int n, const char *why);
@@ -356,6 +372,7 @@ Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObje
     r->obj = obj;
     r->src = src;
     r->u.gs.hint = obj;
+    r->u.gs.recipe = Py_Ellipsis;
     r->u.gs.deps = deps;
     deps[0] = r;
     r->u.gs.ndeps = 1;
@@ -579,8 +596,26 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
 
 /* ------------------------------------------------------------- consumers ---- */
 
-int gscalar_truth_fail(Capture *c, Var *v)
+int gscalar_truth(Capture *c, Var *v, int *truth)
 {
+    if (v->u.gs.hint && v->u.gs.recipe && v->u.gs.ndeps == 1) {
+        Var *d = v->u.gs.deps[0];
+        int t = PyObject_IsTrue(v->u.gs.hint);
+        PyObject *exp = t < 0 ? NULL : Py_BuildValue("(OOO)", v->u.gs.recipe, v->u.gs.text, t ? Py_True : Py_False);
+        int r = exp ? guard_add_simple(c, GK_SCALAR_REL, d->src, exp) : -1;
+        Py_XDECREF(exp);
+        if (r < 0)
+            return cap_fail_exc(c, BR_INTERNAL);
+        *truth = t;
+        return 0;
+    }
+    PyObject *h = gscalar_pin(c, v, "a branch needs its value");
+    if (h) {
+        *truth = PyObject_IsTrue(h);
+        return *truth < 0 ? cap_fail_exc(c, BR_USER_EXCEPTION) : 0;
+    }
+    if (cap_failed(c))
+        return -1;
     return cap_fail(c, BR_DATA_DEPENDENT, "branching on %U, a %s computed in the graph (Tensor.item() under "
                     "capture_scalar_outputs); its value is data", v->u.gs.text,
                     v->u.gs.type == GS_BOOL ? "bool" : "float");

@@ -745,13 +745,8 @@ int op_truth(Capture *c, Var *v, int *truth)
             return cap_fail_exc(c, BR_INTERNAL);
         return 0;
     }
-    case VK_GSCALAR: {
-        PyObject *h = gscalar_pin(c, v, "a branch needs its value");
-        if (!h)
-            return cap_failed(c) ? -1 : gscalar_truth_fail(c, v);
-        *truth = PyObject_IsTrue(h);
-        return *truth < 0 ? cap_fail_exc(c, BR_USER_EXCEPTION) : 0;
-    }
+    case VK_GSCALAR:
+        return gscalar_truth(c, v, truth);
     case VK_TENSOR:
         return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");

@@ -310,7 +310,27 @@ def _float_arg_math(x, a):
     return x * math.exp(a)
 
 
-FLOAT_CASES = [(_item_across_break, False), (_item_and_size_across_break, False),
+def _float_branch(x, a):
+    if a > 0.5:
+        return x * a
+    return x - a
+
+
+def _float_derived_branch(x, a):
+    b = a * 2.0
+    return x + (b if b - 1 > 2 else -b)
+
+
+def _item_branch_after_break(x):
+    s = x.sum().item()
+    print("", end="")
+    if s > 0:
+        return x * s
+    return x - s
+
+
+FLOAT_CASES = [(_float_branch, True), (_float_derived_branch, True), (_item_branch_after_break, False),
+               (_item_across_break, False), (_item_and_size_across_break, False),
                (_item_in_loop_with_break, False), (_float_arg, True), (_float_arg_returned, True),
                (_float_arg_factory, True), (_float_arg_int, True), (_float_arg_math, True)]
 
@@ -330,22 +350,28 @@ def _same(got, want):
         assert type(got) is type(want) and got == want
 
 
+@pytest.mark.filterwarnings("ignore:shapejit hit config.cache_size_limit")   # math.exp: per value
 @pytest.mark.parametrize("body,takes_float", FLOAT_CASES, ids=[f.__name__.lstrip("_") for f, _ in FLOAT_CASES])
 def test_floats_are_dynamic_inputs(body, takes_float):
     torch.manual_seed(0)
-    values = [0.25, 1.5, 2.75, 3.125, 0.75, 4.5, 1.0625, 2.0]
-    calls = [(torch.randn(4), a) if takes_float else (torch.randn(4) * a,) for a in values]
-    expected = _torch_graphs(body, calls)
+    values = [0.25, 1.5, 2.75, 3.125, 0.75, 4.5, 0.375, 2.0]   # both sides of each branch
+    x0 = torch.randn(4)
+
+    def calls(scale):
+        return [(x0, a * scale) if takes_float else (x0 * a * scale,) for a in values]
+
+    expected = _torch_graphs(body, calls(1.0))
     cf = shapejit.compile(body)
-    for k, args in enumerate(calls):
+    for args in calls(1.0):
         _same(cf(*args), body(*args))
-        if k == len(calls) // 2 - 1:
-            half = shapejit.stats()["graphs"]
+    first = shapejit.stats()["graphs"]
+    for args in calls(1.01):   # new values on the same sides of every branch
+        _same(cf(*args), body(*args))
     st = shapejit.stats()
     if body is not _float_arg_math:   # new values compile nothing once floats are inputs
-        assert st["graphs"] == half, st
+        assert st["graphs"] == first, st
     if expected:   # torch runs frames whose loop breaks without a graph: no count to match
-        assert st["graphs"] <= expected, (st, expected)
+        assert first <= expected, (st, expected)
     assert st["eager_frames"] == 0, st
 
 
