@@ -374,6 +374,9 @@ PyObject *gscalar_pin(Capture *c, Var *v, const char *why);
 /* args with every graph scalar among them pinned (gscalar_pin) into out (n slots): 1 when
  * all of them are constants then, 0 (nothing pinned) when some is not, -1 on failure. */
 int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *why);
+/* Every graph scalar with a known value among args replaced by that value, pinned
+ * (gscalar_pin): the count, or -1 on failure. */
+int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why);
 /* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);

@@ -647,3 +647,19 @@ int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *w
     }
     return 1;
 }
+
+int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why)
+{
+    int pinned = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!args[i] || args[i]->kind != VK_GSCALAR || !args[i]->u.gs.hint)
+            continue;
+        PyObject *h = gscalar_pin(c, args[i], why);
+        Var *k = h ? var_const(c, h) : NULL;
+        if (!k)
+            return -1;
+        args[i] = k;
+        pinned++;
+    }
+    return pinned;
+}

@@ -356,19 +356,28 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     sj_symctx = c->env ? &c->rctx : NULL;
     int ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
     sj_symctx = NULL;
-    if (ir == 1) {
-        /* a rule for static shapes only: pin the symbols its arguments use, then bind again
-         * (the args keep their positions; out= was dropped above the same way) */
+    for (int round = 0; ir != 0 && round < 2; round++) {
+        /* a dynamic float or numpy scalar the rule needs as a number (its stand-in is data
+         * to the rules) is specialised; for a rule for static shapes only, the symbols its
+         * arguments use are pinned. Then bind again (the args keep their positions; out=
+         * was dropped above the same way) */
         char why[160];
+        snprintf(why, sizeof why, "the shape rule of %s needs its value", r->path);
+        int pinned = gscalar_pin_hinted(c, args, nargs, why);
+        if (pinned < 0)
+            return NULL;
+        if (ir != 1 && pinned == 0)
+            break;
         snprintf(why, sizeof why, "%s has a shape rule for static sizes only", r->path);
+        const char *spec = ir == 1 ? why : NULL;
         for (int32_t i = 0; i < nargs; i++)
-            if (to_bound(c, args[i], &pos[i], why) < 0)
+            if (to_bound(c, args[i], &pos[i], spec) < 0)
                 return NULL;
         if (out_var)
             for (int32_t k = 0, j = 0; k < nkw; k++) {
                 if (args[npos + k] == out_var)
                     continue;
-                if (to_bound(c, args[npos + k], &pos[npos + j++], why) < 0)
+                if (to_bound(c, args[npos + k], &pos[npos + j++], spec) < 0)
                     return NULL;
             }
         if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
@@ -376,7 +385,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             return NULL;
         }
         nout = SJ_MAX_OUTS;
+        sj_symctx = spec ? NULL : (c->env ? &c->rctx : NULL);
         ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+        sj_symctx = NULL;
     }
     if (ir != 0) {
         if (PyErr_Occurred())
