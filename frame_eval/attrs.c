@@ -167,6 +167,49 @@ static Var *wrap_attr(Capture *c, Var *o, PyObject *v, int32_t s)
     return r;
 }
 
+static PyObject *modules_dict(PyObject *module)   /* borrowed, or NULL (no error) */
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(module);
+    PyObject *d = (dictptr && *dictptr && PyDict_Check(*dictptr))
+                      ? PyDict_GetItemString(*dictptr, "_modules") : NULL;
+    return (d && PyDict_Check(d)) ? d : NULL;
+}
+
+int32_t module_kid_source(const Var *m, PyObject *key, PyObject *child)
+{
+    PyObject *mods = m->kind == VK_MODULE && m->u.mod.kids ? modules_dict(m->obj) : NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    for (int32_t i = 0; mods && i < m->u.mod.n && PyDict_Next(mods, &pos, &k, &v); i++)
+        if (key ? (PyUnicode_Check(k) && PyUnicode_Check(key) && PyUnicode_Compare(k, key) == 0)
+                : v == child)
+            return m->u.mod.kids[i];
+    return -1;
+}
+
+/* `_modules` of a module made from a sourced container: a dict made during capture whose
+ * values carry the sources of the original entries, so that code walking it (children(),
+ * named_modules(), ModuleDict.values()) guards the entries, not the temporary holding them. */
+static Var *kid_modules(Capture *c, Var *o)
+{
+    PyObject *mods = modules_dict(o->obj);
+    Var *d = mods ? var_dict(c) : NULL;
+    if (!d) {
+        if (!mods)
+            cap_fail(c, BR_INTERNAL, "module without a _modules dict");
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    for (int32_t i = 0; PyDict_Next(mods, &pos, &k, &v); i++) {
+        Var *kv = var_const(c, k);
+        Var *vv = kv ? wrap_attr(c, o, v, i < o->u.mod.n ? o->u.mod.kids[i] : -1) : NULL;
+        if (!vv || var_dict_set(c, d, kv, vv) < 0)
+            return NULL;
+    }
+    return d;
+}
+
 static Var *obj_attr(Capture *c, Var *o, PyObject *name)
 {
     PyObject *obj = o->obj;
@@ -193,6 +236,9 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     PyObject *idict = dictptr ? *dictptr : NULL;
     if (idict && PyDict_Check(idict) && !(descr && Py_TYPE(descr)->tp_descr_set)) {
         PyObject *v = PyDict_GetItemWithError(idict, name);
+        if (v && is_module && o->src < 0 && o->u.mod.kids &&
+            PyUnicode_CompareWithASCIIString(name, "_modules") == 0)
+            return kid_modules(c, o);
         if (v) {
             int32_t s = attr_source(c, o, name);
             if (o->src >= 0 && s < 0)
@@ -230,6 +276,8 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
                 Py_XDECREF(dn);
                 if (o->src >= 0 && s < 0)
                     return NULL;
+                if (o->src < 0 && i == 2)
+                    s = module_kid_source(o, name, NULL);
                 return wrap_attr(c, o, v, s);
             }
             if (PyErr_Occurred())

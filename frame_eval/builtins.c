@@ -84,6 +84,8 @@ static PyObject *var_type(Capture *c, Var *v)
     case VK_SYMINT:
         return Py_NewRef((PyObject *)&PyLong_Type);   /* a size is a plain int in eager */
     case VK_GSCALAR:
+        if (v->u.gs.hint)
+            return Py_NewRef((PyObject *)Py_TYPE(v->u.gs.hint));
         return Py_NewRef(v->u.gs.type == GS_BOOL ? (PyObject *)&PyBool_Type : (PyObject *)&PyFloat_Type);
     default:
         if (v->obj)

@@ -242,14 +242,8 @@ static int guard_tree(Capture *c, PyObject *mod, int32_t src)
             sj_err_clear();
             continue;
         }
-        PyObject *dn = PyUnicode_FromString(dicts[i]);
-        int32_t ds = dn ? sources_add(&c->src, SRC_ATTR, src, 0, dn, NULL) : -1;
-        Py_XDECREF(dn);
-        PyObject *k = ds >= 0 ? PyDict_Keys(d) : NULL;
-        PyObject *kt = k ? PyList_AsTuple(k) : NULL;
-        Py_XDECREF(k);
-        int r = kt ? guard_add_simple(c, GK_DICT_KEYS, ds, kt) : -1;
-        Py_XDECREF(kt);
+        int32_t ds = guard_dict_attr_keys(c, src, dicts[i], d);
+        int r = ds < 0 ? -1 : 0;
         if (r == 0 && i == 2) {
             Py_ssize_t pos = 0;
             PyObject *key, *sub;
@@ -292,6 +286,44 @@ static int32_t path_source(Capture *c, int32_t src, PyObject *path, const char *
     return cur;
 }
 
+/* path_source for a module var: a module made from a sourced container (a ModuleList
+ * slice) reaches its entries through the sources it recorded. */
+static int32_t module_path_source(Capture *c, Var *m, PyObject *path, const char *last_dict)
+{
+    if (m->src >= 0)
+        return path_source(c, m->src, path, last_dict);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(path);
+    Py_ssize_t dot = PyUnicode_FindChar(path, '.', 0, len, 1);
+    PyObject *head = dot < -1 ? NULL : PyUnicode_Substring(path, 0, dot < 0 ? len : dot);
+    int32_t ks = head ? module_kid_source(m, head, NULL) : -1;
+    Py_XDECREF(head);
+    if (ks < 0 || dot < 0)
+        return ks >= 0 && !strcmp(last_dict, "_modules") ? ks : -1;
+    PyObject *rest = PyUnicode_Substring(path, dot + 1, len);
+    int32_t r = rest ? path_source(c, ks, rest, last_dict) : -1;
+    Py_XDECREF(rest);
+    return r;
+}
+
+/* guard_tree for a module var (see module_path_source). */
+static int guard_module_tree(Capture *c, Var *m)
+{
+    if (m->src >= 0)
+        return guard_tree(c, m->obj, m->src);
+    PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
+    Py_ssize_t pos = 0;
+    PyObject *key, *sub;
+    int r = mods && PyDict_Check(mods) ? 0 : -1;
+    while (r == 0 && PyDict_Next(mods, &pos, &key, &sub)) {
+        int32_t ks = module_kid_source(m, key, NULL);
+        r = ks < 0 ? -1 : guard_tree(c, sub, ks);
+    }
+    if (r < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "a module entry without a source");
+    Py_XDECREF(mods);
+    return r;
+}
+
 static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args, int32_t nargs,
                                PyObject *kwnames, int *handled)
 {
@@ -302,7 +334,7 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
         if (!strcmp(name, names[i]))
             which = i;
     *handled = 0;
-    if (which < 0 || m->src < 0 || !var_all_const(args, nargs))
+    if (which < 0 || (m->src < 0 && !m->u.mod.kids) || !var_all_const(args, nargs))
         return NULL;
     *handled = 1;
     int named = which % 2 == 0;
@@ -315,7 +347,7 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
     Py_XDECREF(meth);
     PyObject *list = gen ? PySequence_List(gen) : NULL;
     Py_XDECREF(gen);
-    if (!list || guard_tree(c, m->obj, m->src) < 0) {
+    if (!list || guard_module_tree(c, m) < 0) {
         Py_XDECREF(list);
         cap_fail_exc(c, BR_UNSUPPORTED_CALL);
         return NULL;
@@ -325,8 +357,15 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
     for (Py_ssize_t i = 0; items && i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(list, i);
         PyObject *path = PyTuple_GET_ITEM(pair, 0), *val = PyTuple_GET_ITEM(pair, 1);
-        int32_t s = path_source(c, m->src, path, which >= 4 && which < 6 ? "_modules" : last);
-        Var *v = s >= 0 ? wrap_value(c, val, s) : NULL;
+        Var *v;
+        if (m->src < 0 && val == m->obj) {   /* modules() yields the module itself first */
+            v = m;
+        } else {
+            int32_t s = module_path_source(c, m, path, which >= 4 && which < 6 ? "_modules" : last);
+            v = s >= 0 ? wrap_value(c, val, s) : NULL;
+            if (s < 0 && !PyErr_Occurred())
+                cap_fail(c, BR_INTERNAL, "no source for entry %U of a module slice", path);
+        }
         Var *k = v ? var_const(c, path) : NULL;
         if (!k) {
             Py_DECREF(list);
@@ -729,8 +768,15 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             /* building an exception to raise: KeyError(key) */
             return cap_fold_call(c, fn->obj, args, nargs, kwnames);
         }
-        if (is_pure_folder(fn->obj) && var_all_const(args, nargs))
-            return cap_fold_call(c, fn->obj, args, nargs, kwnames);
+        if (is_pure_folder(fn->obj)) {
+            /* math.exp(f) of a dynamic float: specialised, as torch does */
+            Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+            int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
+            if (all < 0)
+                return NULL;
+            if (all)
+                return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
+        }
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {
             sj_err_clear();

@@ -44,7 +44,10 @@ typedef enum {
 
 /* The Python type of a VK_GSCALAR. Ints are never graph scalars: an int computed in the
  * graph is an unbacked symbol u<N> (a VK_SYMINT). */
-typedef enum { GS_FLOAT, GS_BOOL } GScalarType;
+/* GS_NUMPY: a numpy scalar (np.int64, np.float32, ...) read from the frame; its Python type
+ * is its hint's, and so is that of every result computed from it (the graph runs the real
+ * operators on the real values). */
+typedef enum { GS_FLOAT, GS_BOOL, GS_NUMPY } GScalarType;
 
 typedef struct Var Var;
 struct Var {
@@ -64,14 +67,23 @@ struct Var {
                  Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
         struct { Var *contents; PyObject *real; } cell;  /* real: a cell object from outside */
         struct { Var *self; Var *fn; } method;
+        struct { int32_t *kids; int32_t n; } mod;   /* VK_MODULE without a source made from a
+                                      sourced container (a ModuleList / Sequential slice):
+                                      kids[i] is the source of the i-th entry of its _modules
+                                      (capture arena); kids NULL otherwise */
         struct { Var *fn; Var *args; Var *kwargs; } partial;
         struct { int enabled; int prev; } grad;
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
-        struct { int32_t value; uint8_t type; PyObject *text; } gs;    /* value: its graph value;
-                                      type: GScalarType; text: borrowed (keepalive) str naming
-                                      it in messages: zuf0, 2.0*zuf0 */
+        struct { int32_t value; uint8_t type; PyObject *text; PyObject *hint; Var **deps;
+                 int32_t ndeps; PyObject *recipe; } gs;    /* value: its graph value; type:
+                                      GScalarType; text: borrowed (keepalive) str naming it in
+                                      messages: zuf0, 2.0*zuf0; hint: borrowed (keepalive) value
+                                      it has in this call when it is computed from dynamic float
+                                      inputs only (NULL for data); deps: those inputs (capture
+                                      arena); recipe: borrowed (keepalive), how it follows from
+                                      its one input (guards/guards.c SCALAR_RELATION), or NULL */
     } u;
 };
 
@@ -230,6 +242,9 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 Var *wrap_untracked(Capture *c, PyObject *obj);
 int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
+/* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the
+ * source, or -1 with an exception set. */
+int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d);
 
 /* failures (capture.c) */
 /* Record why capture stops (printf-like msg). Always returns -1. Clears nothing. */
@@ -269,6 +284,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 /* An int input: a VK_SYMINT var when it is dynamic, else NULL with nothing recorded
  * (*handled = 0): the caller guards it by value. */
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled);
+/* The same for a float or a real numpy scalar (dynamic from the first call, as torch
+ * treats them): a dynamic one is a graph scalar read from the frame at run time. */
+Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled);
 /* A var for e: a constant int var when e is constant, else VK_SYMINT. */
 Var *symb_var(Capture *c, SymNode *e);
 /* Unbacked symbols (capture_scalar_outputs / capture_dynamic_output_shape_ops): a new u<N>
@@ -311,8 +329,9 @@ int symb_runtime_assert(Capture *c, SymNode *rel);
 Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* Truth of rel at the hints, guarded (nothing guarded when the ranges decide). */
 int symb_decide(Capture *c, SymNode *rel, int *truth);
-/* The int value of e, guarded equal to it (specialisation). */
-int symb_specialize(Capture *c, SymNode *e, int64_t *value);
+/* The int value of e, guarded equal to it (specialisation). why: what needs the value,
+ * logged (dynamic channel) with the symbol and the line whenever e was not constant. */
+int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why);
 /* A graph value computing e at run time (e not constant). -1 on failure. */
 int32_t symb_materialize(Capture *c, SymNode *e);
 /* Integer arithmetic / comparison on vars holding ints (VK_SYMINT or int constants, at
@@ -343,8 +362,22 @@ Var *gscalar_unary(Capture *c, int opcode, Var *a);   /* UNARY_* opcodes, UNARY_
 /* A call of fn with a graph scalar among args (float(), abs(), math.sqrt(), ...): *handled
  * = 0 when no argument is a graph scalar; else the result or NULL with the failure set. */
 Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
-/* A branch on a graph scalar: fails with BR_DATA_DEPENDENT naming it. Returns -1. */
-int gscalar_truth_fail(Capture *c, Var *v);
+/* The truth of a graph scalar for a branch: computed from one dynamic input, the branch
+ * is guarded as a relation on it (SCALAR_RELATION); from several, they are specialised;
+ * from data, fails with BR_DATA_DEPENDENT naming it. 0, or -1 with the failure set. */
+int gscalar_truth(Capture *c, Var *v, int *truth);
+/* A dynamic float input of the frame (source src, live value obj) as graph input value. */
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name, int type);
+/* The Python value of a graph scalar computed from dynamic float inputs only, its inputs
+ * guarded equal to their values (specialisation; why is logged): borrowed. NULL without an
+ * exception when the value is data (an item()). */
+PyObject *gscalar_pin(Capture *c, Var *v, const char *why);
+/* args with every graph scalar among them pinned (gscalar_pin) into out (n slots): 1 when
+ * all of them are constants then, 0 (nothing pinned) when some is not, -1 on failure. */
+int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *why);
+/* Every graph scalar with a known value among args replaced by that value, pinned
+ * (gscalar_pin): the count, or -1 on failure. */
+int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why);
 /* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);
@@ -362,6 +395,10 @@ int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
 int attr_check_writes(Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr);
+/* For a module var made during capture from a sourced container (u.mod.kids): the source
+ * of the entry of its _modules named key (or, key NULL, holding child; borrowed), else -1.
+ * Never fails. */
+int32_t module_kid_source(const Var *m, PyObject *key, PyObject *child);
 
 /* ops.c: bytecode operators and recorded library calls */
 Var *op_binary(Capture *c, int nb_op, Var *a, Var *b);

@@ -85,12 +85,28 @@ static PyObject *standin_float;       /* strong: what the shape rules see for a 
 
 /* ------------------------------------------------------------ operands ---- */
 
+/* The number kind of a numpy scalar by its dtype's kind. */
+static int numpy_kind(PyObject *o)
+{
+    PyObject *dt = o ? PyObject_GetAttrString(o, "dtype") : NULL;
+    PyObject *k = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+    const char *ks = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    int r = !ks ? NK_NONE : (ks[0] == 'i' || ks[0] == 'u') ? NK_INT : ks[0] == 'f' ? NK_FLOAT
+            : ks[0] == 'b' ? NK_BOOL : NK_NONE;
+    Py_XDECREF(dt);
+    Py_XDECREF(k);
+    sj_err_clear();
+    return r;
+}
+
 static int num_kind(const Var *v)
 {
     if (!v)
         return NK_NONE;
     switch (v->kind) {
     case VK_GSCALAR:
+        if (v->u.gs.type == GS_NUMPY)
+            return numpy_kind(v->u.gs.hint);
         return v->u.gs.type == GS_BOOL ? NK_BOOL : NK_FLOAT;
     case VK_SYMINT:
         return NK_INT;
@@ -257,6 +273,64 @@ static PyObject *operator_fn(const char *name)   /* borrowed (the operator modul
     return f;
 }
 
+/* The hint of r = fn(args) when every graph scalar among args has one and no operand is a
+ * symbolic int (pinning floats alone would not fix such a result), and the union of their
+ * inputs. */
+static int derive_hint(Capture *c, Var *r, PyObject *fn, Var *const *args, int n)
+{
+    PyObject *vals[2];
+    int32_t nd = 0;
+    if (n > 2)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        if (args[i]->kind == VK_GSCALAR && args[i]->u.gs.hint)
+            nd += args[i]->u.gs.ndeps;
+        else if (args[i]->kind != VK_CONST)
+            return 0;
+        vals[i] = args[i]->kind == VK_GSCALAR ? args[i]->u.gs.hint : args[i]->obj;
+    }
+    Var **deps = cap_alloc(c, sizeof(Var *) * (size_t)(nd + 1));
+    if (!deps)
+        return -1;
+    PyObject *h = PyObject_Vectorcall(fn, vals, (size_t)n, NULL);
+    if (!h) {
+        sj_err_clear();   /* 1.0 / 0.0 on the hints: the graph computes it; no hint */
+        return 0;
+    }
+    if (!cap_keep_steal(c, h))
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int32_t j = 0; args[i]->kind == VK_GSCALAR && j < args[i]->u.gs.ndeps; j++) {
+            Var *d = args[i]->u.gs.deps[j];
+            int32_t k = 0;
+            while (k < r->u.gs.ndeps && deps[k] != d)
+                k++;
+            if (k == r->u.gs.ndeps)
+                deps[r->u.gs.ndeps++] = d;
+        }
+    r->u.gs.deps = deps;
+    r->u.gs.hint = h;
+    if (r->u.gs.ndeps != 1)
+        return 0;
+    /* one input: how the result follows from it, for a guard on a branch */
+    PyObject *recipe = PyTuple_New(n + 1);
+    if (!recipe)
+        return -1;
+    PyTuple_SET_ITEM(recipe, 0, Py_NewRef(fn));
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i]->kind == VK_GSCALAR ? args[i]->u.gs.recipe : args[i]->obj;
+        if (!a) {
+            Py_DECREF(recipe);
+            return 0;   /* an operand without one: branches on the result specialise */
+        }
+        PyTuple_SET_ITEM(recipe, i + 1, Py_NewRef(a));
+    }
+    r->u.gs.recipe = cap_keep_steal(c, recipe);
+    return r->u.gs.recipe ? 0 : -1;
+}
+
+static Var *fail_types(Capture *c, const char *what, Var *const *args, int n, const char *why);
+
 /* Record fn(args) with result kind nk; text: new reference (stolen). */
 static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int nk, PyObject *text)
 {
@@ -270,8 +344,61 @@ static Var *record_call(Capture *c, PyObject *fn, Var *const *args, int n, int n
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
+    int numpy = 0;
+    for (int i = 0; i < n; i++)
+        numpy |= args[i]->kind == VK_GSCALAR && args[i]->u.gs.type == GS_NUMPY;
     int32_t v = text ? scalar_node(c, OP_PY_SCALAR, fn, args, n, nk) : -1;
-    return result_var(c, v, nk, text);
+    /* with a numpy scalar among the operands the result is a numpy scalar too (not an int
+     * symbol): its type comes from the hint */
+    Var *r = result_var(c, v, numpy ? NK_FLOAT : nk, text);
+    if (r && r->kind == VK_GSCALAR && derive_hint(c, r, fn, args, n) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (r && numpy) {
+        if (!r->u.gs.hint)
+            return fail_types(c, "an operation", (Var **)args, n, "its value on this call could not be computed");
+        r->u.gs.type = GS_NUMPY;
+    }
+    return r;
+}
+
+Var *gscalar_input(Capture *c, int32_t value, PyObject *obj, int32_t src, PyObject *name, int type)
+{
+    Var *r = cap_keep(c, name) ? result_var(c, value, NK_FLOAT, Py_NewRef(name)) : NULL;
+    Var **deps = r ? cap_alloc(c, sizeof(Var *)) : NULL;
+    if (!deps)
+        return NULL;
+    r->u.gs.type = (uint8_t)type;
+    r->obj = obj;
+    r->src = src;
+    r->u.gs.hint = obj;
+    r->u.gs.recipe = Py_Ellipsis;
+    r->u.gs.deps = deps;
+    deps[0] = r;
+    r->u.gs.ndeps = 1;
+    return r;
+}
+
+PyObject *gscalar_pin(Capture *c, Var *v, const char *why)
+{
+    if (!v->u.gs.hint)
+        return NULL;
+    for (int32_t i = 0; i < v->u.gs.ndeps; i++) {
+        Var *d = v->u.gs.deps[i];
+        if (guard_add_simple(c, GK_EQUALS_MATCH, d->src, d->obj) < 0) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+        if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+            PyObject *w = symb_where_text(c);
+            sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %R because %s (%U)", d->u.gs.text, d->obj, why,
+                   w ? w : Py_None);
+            Py_XDECREF(w);
+            sj_err_clear();
+        }
+    }
+    return v->u.gs.hint;
 }
 
 /* ----------------------------------------------------------------- item ---- */
@@ -415,6 +542,19 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
     }
     if (!any && !symint)
         return NULL;
+    for (int32_t i = 0; i < nargs; i++)
+        if (args[i] && args[i]->kind == VK_GSCALAR && args[i]->u.gs.type == GS_NUMPY) {
+            /* int(n), float(n), abs(n) of a numpy scalar: Python's result types differ from
+             * numpy's; specialised on its value */
+            Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+            int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
+            *handled = 1;
+            if (all < 0)
+                return NULL;
+            if (!all)
+                return fail_types(c, "a call", args, (int)nargs, "a numpy scalar with values known only at run time");
+            return cap_fold_call(c, fn, pinned, nargs, kwnames);
+        }
     if (calls_init() < 0) {
         *handled = 1;
         cap_fail_exc(c, BR_INTERNAL);
@@ -457,8 +597,26 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
 
 /* ------------------------------------------------------------- consumers ---- */
 
-int gscalar_truth_fail(Capture *c, Var *v)
+int gscalar_truth(Capture *c, Var *v, int *truth)
 {
+    if (v->u.gs.hint && v->u.gs.recipe && v->u.gs.ndeps == 1) {
+        Var *d = v->u.gs.deps[0];
+        int t = PyObject_IsTrue(v->u.gs.hint);
+        PyObject *exp = t < 0 ? NULL : Py_BuildValue("(OOO)", v->u.gs.recipe, v->u.gs.text, t ? Py_True : Py_False);
+        int r = exp ? guard_add_simple(c, GK_SCALAR_REL, d->src, exp) : -1;
+        Py_XDECREF(exp);
+        if (r < 0)
+            return cap_fail_exc(c, BR_INTERNAL);
+        *truth = t;
+        return 0;
+    }
+    PyObject *h = gscalar_pin(c, v, "a branch needs its value");
+    if (h) {
+        *truth = PyObject_IsTrue(h);
+        return *truth < 0 ? cap_fail_exc(c, BR_USER_EXCEPTION) : 0;
+    }
+    if (cap_failed(c))
+        return -1;
     return cap_fail(c, BR_DATA_DEPENDENT, "branching on %U, a %s computed in the graph (Tensor.item() under "
                     "capture_scalar_outputs); its value is data", v->u.gs.text,
                     v->u.gs.type == GS_BOOL ? "bool" : "float");
@@ -466,6 +624,8 @@ int gscalar_truth_fail(Capture *c, Var *v)
 
 PyObject *gscalar_standin(Capture *c, Var *v)
 {
+    if (v->u.gs.hint)
+        return v->u.gs.hint;   /* its exact type (np.int64 promotes as an int64 in numpy) */
     if (v->u.gs.type == GS_BOOL)
         return Py_True;
     if (!standin_float && !(standin_float = PyFloat_FromDouble(1.0))) {
@@ -473,4 +633,34 @@ PyObject *gscalar_standin(Capture *c, Var *v)
         return NULL;
     }
     return standin_float;
+}
+
+int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *why)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (!var_is_const(args[i]) && !(args[i]->kind == VK_GSCALAR && args[i]->u.gs.hint))
+            return 0;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *h = args[i]->kind == VK_GSCALAR ? gscalar_pin(c, args[i], why) : NULL;
+        out[i] = h ? var_const(c, h) : args[i];
+        if (!out[i] || (args[i]->kind == VK_GSCALAR && !h))
+            return -1;
+    }
+    return 1;
+}
+
+int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why)
+{
+    int pinned = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!args[i] || args[i]->kind != VK_GSCALAR || !args[i]->u.gs.hint)
+            continue;
+        PyObject *h = gscalar_pin(c, args[i], why);
+        Var *k = h ? var_const(c, h) : NULL;
+        if (!k)
+            return -1;
+        args[i] = k;
+        pinned++;
+    }
+    return pinned;
 }

@@ -24,12 +24,12 @@ static int deep_const(const Var *v)
 }
 
 /* The hint of a symbolic int as a Python int the capture keeps alive (borrowed). */
-static PyObject *hint_obj(Capture *c, SymNode *e, int specialize)
+static PyObject *hint_obj(Capture *c, SymNode *e, const char *specialize)
 {
     int64_t h;
     if (!specialize && sym_has_unbacked(e))
         h = SJ_UNBACKED_HINT;   /* a symbolic rule reads the symbol, not this stand-in */
-    else if ((specialize ? symb_specialize(c, e, &h) : sym_eval_hint(c->env, e, &h)) < 0) {
+    else if ((specialize ? symb_specialize(c, e, &h, specialize) : sym_eval_hint(c->env, e, &h)) < 0) {
         cap_fail_exc(c, BR_DATA_DEPENDENT);
         return NULL;
     }
@@ -60,7 +60,7 @@ static int bound_slice(Capture *c, Var *v, BoundArg *out)
     for (int k = 0; k < 3 && ok; k++) {
         if (parts[k] && parts[k]->kind == VK_SYMINT) {
             syms[k] = parts[k]->u.s.e;
-            objs[k] = Py_XNewRef(hint_obj(c, syms[k], 0));   /* hint_obj's is the capture's */
+            objs[k] = Py_XNewRef(hint_obj(c, syms[k], NULL));   /* hint_obj's is the capture's */
         } else {
             objs[k] = parts[k] ? var_to_py(c, parts[k]) : Py_NewRef(Py_None);
         }
@@ -78,9 +78,10 @@ static int bound_slice(Capture *c, Var *v, BoundArg *out)
 }
 
 /* Var -> BoundArg for the shape rules. Lists/tuples made only of constants become one
- * constant; those holding tensors become BA_LIST. With specialize, symbolic sizes and ints
- * are pinned to their hints (guarded) for a rule that only handles static shapes. */
-static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
+ * constant; those holding tensors become BA_LIST. With specialize (the reason, logged),
+ * symbolic sizes and ints are pinned to their hints (guarded) for a rule that only handles
+ * static shapes. */
+static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
 {
     memset(out, 0, sizeof *out);
     if (!v) {
@@ -102,7 +103,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, int specialize)
             *m = v->u.t.meta;
             for (int i = 0; i < m->ndim; i++) {
                 int64_t h;
-                if (m->sym[i] && symb_specialize(c, m->sym[i], &h) < 0)
+                if (m->sym[i] && symb_specialize(c, m->sym[i], &h, specialize) < 0)
                     return cap_fail_exc(c, BR_INTERNAL);
                 m->sym[i] = NULL;
             }
@@ -324,7 +325,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (!pos || !kwn)
         return NULL;
     for (int32_t i = 0; i < nargs; i++)
-        if (to_bound(c, args[i], &pos[i], 0) < 0)
+        if (to_bound(c, args[i], &pos[i], NULL) < 0)
             return NULL;
     for (int32_t i = 0; i < nkw; i++)
         if (!(kwn[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i))))
@@ -356,17 +357,28 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     sj_symctx = c->env ? &c->rctx : NULL;
     int ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
     sj_symctx = NULL;
-    if (ir == 1) {
-        /* a rule for static shapes only: pin the symbols its arguments use, then bind again
-         * (the args keep their positions; out= was dropped above the same way) */
+    for (int round = 0; ir != 0 && round < 2; round++) {
+        /* a dynamic float or numpy scalar the rule needs as a number (its stand-in is data
+         * to the rules) is specialised; for a rule for static shapes only, the symbols its
+         * arguments use are pinned. Then bind again (the args keep their positions; out=
+         * was dropped above the same way) */
+        char why[160];
+        snprintf(why, sizeof why, "the shape rule of %s needs its value", r->path);
+        int pinned = gscalar_pin_hinted(c, args, nargs, why);
+        if (pinned < 0)
+            return NULL;
+        if (ir != 1 && pinned == 0)
+            break;
+        snprintf(why, sizeof why, "%s has a shape rule for static sizes only", r->path);
+        const char *spec = ir == 1 ? why : NULL;
         for (int32_t i = 0; i < nargs; i++)
-            if (to_bound(c, args[i], &pos[i], 1) < 0)
+            if (to_bound(c, args[i], &pos[i], spec) < 0)
                 return NULL;
         if (out_var)
             for (int32_t k = 0, j = 0; k < nkw; k++) {
                 if (args[npos + k] == out_var)
                     continue;
-                if (to_bound(c, args[npos + k], &pos[npos + j++], 1) < 0)
+                if (to_bound(c, args[npos + k], &pos[npos + j++], spec) < 0)
                     return NULL;
             }
         if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
@@ -374,7 +386,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             return NULL;
         }
         nout = SJ_MAX_OUTS;
+        sj_symctx = spec ? NULL : (c->env ? &c->rctx : NULL);
         ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+        sj_symctx = NULL;
     }
     if (ir != 0) {
         if (PyErr_Occurred())
@@ -744,7 +758,7 @@ int op_truth(Capture *c, Var *v, int *truth)
         return 0;
     }
     case VK_GSCALAR:
-        return gscalar_truth_fail(c, v);
+        return gscalar_truth(c, v, truth);
     case VK_TENSOR:
         return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");
@@ -834,6 +848,64 @@ Var *op_contains(Capture *c, Var *item, Var *container)
 
 /* ---------------------------------------------------------------- subscripts ---- */
 
+/* The source of m._modules (m has a source), its keys guarded: what is read from it by
+ * position (iteration, slices) depends on them. -1 when m has no source, -2 on error. */
+static int32_t modules_source(Capture *c, Var *m, PyObject *mods)
+{
+    if (m->src < 0)
+        return -1;
+    int32_t msrc = guard_dict_attr_keys(c, m->src, "_modules", mods);
+    return msrc < 0 ? -2 : msrc;
+}
+
+/* m[sl] of a ModuleList / Sequential is a new container every call, holding entries of m:
+ * its var has no source (so no guard on the temporary's identity) and records, for each of
+ * its entries, the source of the entry of m it holds (m._modules[key], or the recorded source
+ * when m is itself such a temporary). NULL without a failure when fresh is not the plain
+ * positional slice of m's entries (a custom __getitem__): the caller guards it as a value. */
+static Var *module_slice(Capture *c, Var *m, PyObject *sl, PyObject *fresh)
+{
+    PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
+    PyObject *fmods = mods && libs_is_module(fresh) ? PyObject_GetAttrString(fresh, "_modules") : NULL;
+    sj_err_clear();
+    Py_ssize_t start, stop, step, len = -1, n = mods && PyDict_Check(mods) ? PyDict_GET_SIZE(mods) : 0;
+    if (fmods && PyDict_Check(fmods) && n > 0 && (m->src >= 0 || m->u.mod.kids) &&
+        PySlice_Unpack(sl, &start, &stop, &step) == 0)
+        len = PySlice_AdjustIndices(n, &start, &stop, step);
+    sj_err_clear();
+    Var *r = NULL;
+    int32_t *kids = len >= 0 && len == PyDict_GET_SIZE(fmods)
+                        ? cap_alloc(c, sizeof(int32_t) * (size_t)(len + 1)) : NULL;
+    PyObject *keys = kids ? PyDict_Keys(mods) : NULL, *vals = keys ? PyDict_Values(mods) : NULL;
+    int32_t msrc = vals ? modules_source(c, m, mods) : -2;
+    Py_ssize_t pos = 0, k = 0;
+    PyObject *fk, *fv;
+    while (msrc > -2 && PyDict_Next(fmods, &pos, &fk, &fv)) {
+        Py_ssize_t i = start + k * step;
+        if (PyList_GET_ITEM(vals, i) != fv)
+            break;
+        kids[k] = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, PyList_GET_ITEM(keys, i), NULL)
+                            : (i < m->u.mod.n ? m->u.mod.kids[i] : -1);
+        if (msrc >= 0 && kids[k] < 0) {
+            msrc = -2;
+            break;
+        }
+        k++;
+    }
+    if (msrc == -2 && PyErr_Occurred())
+        cap_fail_exc(c, BR_INTERNAL);
+    else if (kids && k == len && (r = wrap_untracked(c, fresh)) != NULL && r->kind == VK_MODULE) {
+        r->u.mod.kids = kids;
+        r->u.mod.n = (int32_t)len;
+    }
+    Py_XDECREF(mods);
+    Py_XDECREF(fmods);
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return r;
+}
+
+
 static Var *seq_index(Capture *c, Var *s, PyObject *key)
 {
     if (PyIndex_Check(key)) {
@@ -912,8 +984,16 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
             cap_fail_exc(c, BR_USER_EXCEPTION);
             return NULL;
         }
-        int32_t s = obj->src >= 0 ? sources_add(&c->src, SRC_ITEM, obj->src, 0, key->obj, NULL) : -1;
-        Var *r = (obj->src < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        Var *r = NULL;
+        if (PySlice_Check(key->obj) && (r = module_slice(c, obj, key->obj, v)) == NULL && cap_failed(c)) {
+            Py_DECREF(v);
+            return NULL;
+        }
+        if (!r) {
+            int32_t s = obj->src >= 0 ? sources_add(&c->src, SRC_ITEM, obj->src, 0, key->obj, NULL)
+                                      : module_kid_source(obj, NULL, v);
+            r = (obj->src < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
+        }
         Py_DECREF(v);
         return r;
     }
@@ -962,23 +1042,10 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
     }
     const char *tn = Py_TYPE(m->obj)->tp_name;
     int keys_only = strcmp(tn, "ModuleDict") == 0;
-    PyObject *attr = PyUnicode_FromString("_modules");
-    int32_t msrc = (m->src >= 0 && attr) ? sources_add(&c->src, SRC_ATTR, m->src, 0, attr, NULL) : -1;
-    Py_XDECREF(attr);
-    if (m->src >= 0 && msrc < 0) {
+    int32_t msrc = modules_source(c, m, mods);
+    if (msrc == -2) {
         Py_DECREF(mods);
         return -1;
-    }
-    if (msrc >= 0) {
-        PyObject *k = PyDict_Keys(mods);
-        PyObject *kt = k ? PyList_AsTuple(k) : NULL;
-        Py_XDECREF(k);
-        int r = kt ? guard_add_simple(c, GK_DICT_KEYS, msrc, kt) : -1;
-        Py_XDECREF(kt);
-        if (r < 0) {
-            Py_DECREF(mods);
-            return -1;
-        }
     }
     Py_ssize_t cnt = PyDict_GET_SIZE(mods);
     *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
@@ -992,7 +1059,8 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
         } else {
             if (v == Py_None)
                 continue;
-            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL) : -1;
+            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL)
+                                  : module_kid_source(m, k, NULL);
             item = (msrc < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
         }
         if (!item) {
@@ -1045,7 +1113,8 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         if (v->u.t.meta.ndim == 0)
             return cap_fail(c, BR_USER_EXCEPTION, "iteration over a 0-d tensor");
         int64_t cnt = v->u.t.meta.size[0];
-        if (v->u.t.meta.sym[0] && symb_specialize(c, v->u.t.meta.sym[0], &cnt) < 0)
+        if (v->u.t.meta.sym[0] &&
+            symb_specialize(c, v->u.t.meta.sym[0], &cnt, "iterating over a tensor unrolls its first dim") < 0)
             return cap_fail_exc(c, BR_INTERNAL);   /* unrolling fixes the count */
         *items = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
         for (int64_t i = 0; *items && i < cnt; i++) {

@@ -491,6 +491,65 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     return rc;
 }
 
+/* Whether a Python number read through src is dynamic: the frame's own locals, closure
+ * variables (a function made in a loop sees another cell each time) and what hangs off
+ * them (items, the cells of a closure they hold; nn.Module attributes stay constants unless
+ * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic; from_start:
+ * dynamic at once). 1 dynamic, 0 static, -1 error. */
+static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok, int from_start)
+{
+    const SourceEntry *e = &c->src.e[src];
+    int32_t root = src;
+    while (c->src.e[root].base >= 0)
+        root = c->src.e[root].base;
+    if (c->wrap_owner && !module_ok)
+        return 0;   /* read from a module (self.k, self.normalized_shape[0]) */
+    int module_num = e->kind == SRC_ATTR && c->wrap_owner;
+    int rk = c->src.e[root].kind;
+    if ((rk != SRC_LOCAL && rk != SRC_FREEVAR) ||
+        (e->kind != SRC_LOCAL && e->kind != SRC_FREEVAR && e->kind != SRC_ITEM && e->kind != SRC_CELL && !module_num))
+        return 0;
+    PyObject *name = sources_repr(&c->src, src);
+    PyObject *ds = sources_listed("dynamic_sources", name);
+    int listed = ds && ds != Py_None;
+    Py_XDECREF(ds);
+    PyObject *ss = listed ? NULL : sources_listed("static_sources", name);
+    int stat = ss && ss != Py_None;
+    Py_XDECREF(ss);
+    PyObject *seen = fstate_merge(c, name, obj, 0);
+    if (!seen)
+        return -1;
+    int dynamic = listed || (!stat && c->dynamic != 0 && (from_start || c->dynamic == 1 ||
+                                                          !sj_config.assume_static_by_default || seen == Py_None));
+    Py_DECREF(seen);
+    return dynamic;
+}
+
+/* A graph input read from src at run time: its value id, obj handed to the graph. */
+static int32_t number_input(Capture *c, PyObject *obj, int32_t src, PyTypeObject *type, DType dt)
+{
+    if (symb_ensure(c) < 0 || guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)type) < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return -1;
+    }
+    if (!cap_keep(c, obj))
+        return -1;
+    TensorMeta im;
+    memset(&im, 0, sizeof im);
+    im.symint = 1;   /* not a tensor */
+    im.dtype = dt;
+    return graph_add_input(c->g, &im, sources_repr(&c->src, src));
+}
+
+/* by_obj order is graph input order: compile_frame hands v->obj to the graph. */
+static int add_by_obj(Capture *c, Var *v)
+{
+    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+        return -1;
+    c->by_obj[c->nby_obj++] = v;
+    return 0;
+}
+
 Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
 {
     *handled = 0;
@@ -502,44 +561,11 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
         sj_err_clear();
         return NULL;
     }
-    /* the frame's own locals and their items; nn.Module int attributes stay constants
-     * unless allow_unspec_int_on_nn_module (then they change like any int) */
-    const SourceEntry *e = &c->src.e[src];
-    int32_t root = src;
-    while (c->src.e[root].base >= 0)
-        root = c->src.e[root].base;
-    if (c->wrap_owner && !sj_config.allow_unspec_int_on_nn_module)
-        return NULL;   /* read from a module (self.k, self.normalized_shape[0]) */
-    int module_int = e->kind == SRC_ATTR && c->wrap_owner;
-    if (c->src.e[root].kind != SRC_LOCAL || (e->kind != SRC_LOCAL && e->kind != SRC_ITEM && !module_int))
-        return NULL;
-    PyObject *name = sources_repr(&c->src, src);
-    PyObject *ds = sources_listed("dynamic_sources", name);
-    int listed = ds && ds != Py_None;
-    Py_XDECREF(ds);
-    PyObject *ss = listed ? NULL : sources_listed("static_sources", name);
-    int stat = ss && ss != Py_None;
-    Py_XDECREF(ss);
-    PyObject *seen = fstate_merge(c, name, obj, 0);
-    if (!seen)
-        return NULL;
-    int dynamic = listed || (!stat && c->dynamic != 0 &&
-                             (c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
-    Py_DECREF(seen);
-    if (!dynamic)
+    int dynamic = number_dynamic(c, obj, src, sj_config.allow_unspec_int_on_nn_module, 0);
+    if (dynamic <= 0)
         return NULL;   /* an int is not a size: 0 and 1 get a symbol too, as in torch */
     *handled = 1;
-    if (symb_ensure(c) < 0 || guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)&PyLong_Type) < 0) {
-        cap_fail_exc(c, BR_INTERNAL);
-        return NULL;
-    }
-    if (!cap_keep(c, obj))
-        return NULL;
-    TensorMeta im;
-    memset(&im, 0, sizeof im);
-    im.symint = 1;
-    im.dtype = DT_I64;
-    int32_t value = graph_add_input(c->g, &im, name);
+    int32_t value = number_input(c, obj, src, &PyLong_Type, DT_I64);
     if (value < 0)
         return NULL;
     SymNode *s = new_symbol(c, src, v, sym_range_full(), -1, -1, 0, 1);
@@ -552,11 +578,46 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     var->u.s.e = s;
     var->obj = obj;   /* the live int: compile_frame hands it to the graph as an input */
     var->src = src;
-    /* graph inputs are taken from by_obj in order */
-    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+    return add_by_obj(c, var) < 0 ? NULL : var;
+}
+
+/* A real numpy scalar (np.int64, np.float32; not bool, complex or datetime): its dtype, or
+ * DT_COUNT when obj is none. */
+static DType numpy_real_dtype(PyObject *obj)
+{
+    if (!libs.np_generic || !PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic))
+        return DT_COUNT;
+    PyObject *dt = PyObject_GetAttrString(obj, "dtype");
+    PyObject *k = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+    const char *ks = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    DType r = !ks ? DT_COUNT : (ks[0] == 'i' || ks[0] == 'u') ? DT_I64 : ks[0] == 'f' ? DT_F64 : DT_COUNT;
+    Py_XDECREF(dt);
+    Py_XDECREF(k);
+    sj_err_clear();
+    return r;
+}
+
+Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled)
+{
+    *handled = 0;
+    DType npdt = src >= 0 && !PyFloat_CheckExact(obj) ? numpy_real_dtype(obj) : DT_COUNT;
+    int numpy = npdt != DT_COUNT;
+    if (src < 0 || (!PyFloat_CheckExact(obj) && !numpy) ||
+        (numpy ? (npdt == DT_I64 ? sj_config.specialize_int : sj_config.specialize_float) : sj_config.specialize_float))
         return NULL;
-    c->by_obj[c->nby_obj++] = var;
-    return var;
+    if (number_dynamic(c, obj, src, 0, numpy) <= 0)
+        return NULL;
+    *handled = 1;
+    int32_t value = number_input(c, obj, src, numpy ? Py_TYPE(obj) : &PyFloat_Type, numpy ? npdt : DT_F64);
+    PyObject *name = sources_repr(&c->src, src);
+    Var *var = value >= 0 ? gscalar_input(c, value, obj, src, name, numpy ? GS_NUMPY : GS_FLOAT) : NULL;
+    if (var && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *w = symb_where_text(c);
+        sj_log(LOG_DYNAMIC, SJ_INFO, "create_symfloat %U = %R (%U)", name, obj, w ? w : Py_None);
+        Py_XDECREF(w);
+        sj_err_clear();
+    }
+    return var && add_by_obj(c, var) == 0 ? var : NULL;
 }
 
 /* ------------------------------------------------------------- guards ---- */
@@ -679,14 +740,26 @@ int symb_decide(Capture *c, SymNode *rel, int *truth)
     return 0;
 }
 
-int symb_specialize(Capture *c, SymNode *e, int64_t *value)
+int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
 {
     if (sym_eval_hint(c->env, e, value) < 0)
         return -1;
     if (e->kind == SK_CONST)
         return 0;
-    SymNode *k = sym_const(c->env, *value);
-    return k ? symb_guard(c, sym_eq(c->env, e, k)) : -1;
+    SymNode *k = sym_const(c->env, *value), *rel = k ? sym_eq(c->env, e, k) : NULL;
+    if (!rel)
+        return -1;
+    if (sym_static_truth(c->env, rel) == SYM_TRUE)
+        return 0;   /* pinned already */
+    if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
+        PyObject *text = sym_print(c->env, e, source_name, c), *w = symb_where_text(c);
+        if (text && w)
+            sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %lld because %s (%U)", text, (long long)*value, why, w);
+        Py_XDECREF(text);
+        Py_XDECREF(w);
+        sj_err_clear();
+    }
+    return symb_guard(c, rel);
 }
 
 /* -------------------------------------------------------------- unbacked ---- */
@@ -841,19 +914,19 @@ Var *symb_binary(Capture *c, int nb, Var *a, Var *b, int *handled)
     case SJ_NB_ADD: case SJ_NB_INPLACE_ADD: r = sym_add(env, x, y); break;
     case SJ_NB_SUBTRACT: case SJ_NB_INPLACE_SUBTRACT: r = sym_sub(env, x, y); break;
     case SJ_NB_MULTIPLY: case SJ_NB_INPLACE_MULTIPLY: r = sym_mul(env, x, y); break;
-    case SJ_NB_FLOOR_DIVIDE: case SJ_NB_INPLACE_FLOOR_DIVIDE: {
-        /* a divisor that could be 0 at run time: guard it non-zero first */
-        int nz;
-        if (y->kind != SK_CONST && symb_decide(c, sym_ne(env, y, sym_const(env, 0)), &nz) < 0)
-            goto fail;
-        r = sym_floordiv(env, x, y);
-        break;
-    }
+    case SJ_NB_FLOOR_DIVIDE: case SJ_NB_INPLACE_FLOOR_DIVIDE:
     case SJ_NB_REMAINDER: case SJ_NB_INPLACE_REMAINDER: {
-        int nz;
+        /* a divisor that can be 0 under the guards: branch on it (guarded) and raise as
+         * Python does when it is, before any simplification (s0 % s0 is 0 only if s0 != 0) */
+        int nz = y->kind == SK_CONST ? y->value != 0 : 0;
         if (y->kind != SK_CONST && symb_decide(c, sym_ne(env, y, sym_const(env, 0)), &nz) < 0)
             goto fail;
-        r = sym_mod(env, x, y);
+        if (!nz) {
+            PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
+            goto fail;
+        }
+        int fd = nb == SJ_NB_FLOOR_DIVIDE || nb == SJ_NB_INPLACE_FLOOR_DIVIDE;
+        r = fd ? sym_floordiv(env, x, y) : sym_mod(env, x, y);
         break;
     }
     default:

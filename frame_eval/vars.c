@@ -180,16 +180,21 @@ PyObject *var_to_py(Capture *c, Var *v)
     case VK_SYMINT: {
         /* a symbolic int used where only a value will do: specialise it (guarded) */
         int64_t h;
-        if (symb_specialize(c, v->u.s.e, &h) < 0)
+        if (symb_specialize(c, v->u.s.e, &h, "Python code needs its value as an int") < 0)
             return NULL;
         return PyLong_FromLongLong(h);
     }
-    case VK_GSCALAR:
-        /* its value is data: the use breaks the graph as data-dependent (cap_fail_exc) */
+    case VK_GSCALAR: {
+        /* computed from dynamic float inputs: specialise them; else its value is data: the
+         * use breaks the graph as data-dependent (cap_fail_exc) */
+        PyObject *h = gscalar_pin(c, v, "Python code needs its value");
+        if (h || cap_failed(c))
+            return Py_XNewRef(h);
         PyErr_Format(sym_data_dependent_error ? sym_data_dependent_error : PyExc_RuntimeError,
                      "%U is a %s computed in the graph (Tensor.item()); its Python value is data", v->u.gs.text,
                      v->u.gs.type == GS_BOOL ? "bool" : "float");
         return NULL;
+    }
     case VK_CONST:
     case VK_OBJECT:
     case VK_MODULE:

@@ -333,14 +333,27 @@ static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind 
     return v;
 }
 
+int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d)
+{
+    PyObject *dn = PyUnicode_FromString(attr);
+    int32_t ds = dn ? sources_add(&c->src, SRC_ATTR, base, 0, dn, NULL) : -1;
+    Py_XDECREF(dn);
+    PyObject *k = ds >= 0 ? PyDict_Keys(d) : NULL;
+    PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+    Py_XDECREF(k);
+    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, ds, kt) : -1;
+    Py_XDECREF(kt);
+    return r < 0 ? -1 : ds;
+}
+
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
 {
     if (libs_refresh() < 0)
         return NULL;
     PyTypeObject *t = Py_TYPE(obj);
-    if (t == &PyLong_Type && src >= 0) {
+    if ((t == &PyLong_Type || t == &PyFloat_Type) && src >= 0) {
         int handled;
-        Var *v = symb_wrap_int(c, obj, src, &handled);
+        Var *v = t == &PyLong_Type ? symb_wrap_int(c, obj, src, &handled) : symb_wrap_float(c, obj, src, &handled);
         if (handled || v)
             return v;
         if (PyErr_Occurred())
@@ -350,8 +363,15 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
-    if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic))
+    if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
+        int handled;
+        Var *v = src >= 0 ? symb_wrap_float(c, obj, src, &handled) : NULL;
+        if (v || (src >= 0 && handled))
+            return v;
+        if (PyErr_Occurred())
+            return NULL;
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    }
     if (libs.torch && ((PyObject *)t == libs.dtype_type || (PyObject *)t == libs.size_type))
         return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
     if (libs.torch && (PyObject *)t == libs.device_type)
@@ -373,6 +393,17 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (PyDict_CheckExact(obj))
         return wrap_dict(c, obj, src);
+    if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && src >= 0) {
+        /* a nested function is a new object each time its def runs (a loop, a factory):
+         * what the capture depends on is its code, plus the cells and defaults it reads
+         * (guarded through their own sources) */
+        PyObject *cn = PyUnicode_FromString("__code__");
+        int32_t cs = cn ? sources_add(&c->src, SRC_ATTR, src, 0, cn, NULL) : -1;
+        Py_XDECREF(cn);
+        if (cs < 0 || guard_add_simple(c, GK_ID_MATCH, cs, PyFunction_GET_CODE(obj)) < 0)
+            return NULL;
+        return simple(c, VK_FUNC, obj, src, GK_TYPE_MATCH);
+    }
     if (PyFunction_Check(obj))
         return simple(c, VK_FUNC, obj, src, GK_ID_MATCH);
     if (PyModule_Check(obj))

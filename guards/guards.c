@@ -646,6 +646,67 @@ static PyObject *format_shape(const Guard *g, PyObject *src, const SourceTable *
     return PyUnicode_FromFormat("SHAPE_ENV: %U", PyTuple_GET_ITEM(g->expected, 1));
 }
 
+/* SCALAR_RELATION: the truth of a condition computed from one dynamic Python number (a
+ * float read from the frame) is what the capture decided. The recipe is a tuple (fn, args...)
+ * whose args are recipes, Ellipsis for the number, or constants; it reruns the operators
+ * the capture recorded (operator.gt, operator.mul, ...) on the live value. */
+static PyObject *run_recipe(PyObject *r, PyObject *v)
+{
+    if (r == Py_Ellipsis)
+        return Py_NewRef(v);
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < 1)
+        return Py_NewRef(r);
+    Py_ssize_t n = PyTuple_GET_SIZE(r) - 1;
+    PyObject *args[4];
+    if (n > 4) {
+        PyErr_SetString(PyExc_SystemError, "scalar guard recipe with too many operands");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(args[i] = run_recipe(PyTuple_GET_ITEM(r, i + 1), v))) {
+            while (i-- > 0)
+                Py_DECREF(args[i]);
+            return NULL;
+        }
+    PyObject *res = PyObject_Vectorcall(PyTuple_GET_ITEM(r, 0), args, (size_t)n, NULL);
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(args[i]);
+    return res;
+}
+
+/* 1 when the condition has the truth recorded, 0 when not or when computing it raises an
+ * Exception (that value is then not one this entry was made for), -1 on other errors. */
+static int check_scalar(const Guard *g, PyObject *v, GuardCall *call)
+{
+    (void)call;
+    PyObject *r = run_recipe(PyTuple_GET_ITEM(g->expected, 0), v);
+    int t = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(r);
+    if (t < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        sj_err_clear();
+        return 0;
+    }
+    return t == PyObject_IsTrue(PyTuple_GET_ITEM(g->expected, 2));
+}
+
+static PyObject *explain_scalar(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)call;
+    return PyUnicode_FromFormat("%U is %S, expected %S  (%U = %.80R)", PyTuple_GET_ITEM(g->expected, 1),
+                                PyObject_IsTrue(PyTuple_GET_ITEM(g->expected, 2)) ? Py_False : Py_True,
+                                PyTuple_GET_ITEM(g->expected, 2), name, v);
+}
+
+static PyObject *format_scalar(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    (void)t;
+    return PyUnicode_FromFormat("SCALAR_RELATION: (%U) is %S", PyTuple_GET_ITEM(g->expected, 1),
+                                PyTuple_GET_ITEM(g->expected, 2));
+}
+
 /* ------------------------------------------------------------------ tables ---- */
 
 typedef int (*CheckFn)(const Guard *, PyObject *, GuardCall *);
@@ -720,7 +781,7 @@ int guards_add(GuardSet *s, const Guard *g)
     for (int32_t i = 0; i < s->n; i++) {
         const Guard *o = &s->g[i];
         if (o->kind == g->kind && o->src == g->src && o->src2 == g->src2 && g->kind != GK_DISTINCT &&
-            (g->kind != GK_SHAPE_ENV || guards_same(o, g)))
+            ((g->kind != GK_SHAPE_ENV && g->kind != GK_SCALAR_REL) || guards_same(o, g)))
             return 0;
     }
     return guards_append(s, g) < 0 ? -1 : 0;
@@ -751,7 +812,8 @@ int guards_same(const Guard *a, const Guard *b)
                 (a->dense ? a->perm[i] != b->perm[i] : a->stride[i] != b->stride[i]))
                 return 0;
         return 1;
-    case GK_SHAPE_ENV: {
+    case GK_SHAPE_ENV:
+    case GK_SCALAR_REL: {
         int eq = PyObject_RichCompareBool(a->expected, b->expected, Py_EQ);
         if (eq < 0)
             sj_err_clear();

@@ -35,7 +35,8 @@ typedef struct {
     int32_t src;                    /* source id, -1 for GLOBAL_STATE */
     int32_t src2;                   /* OBJECT_ALIASING: the other source */
     PyObject *expected;             /* strong or NULL: the type, object, value or key tuple;
-                                       SHAPE_ENV: (program bytes, printed relation str) */
+                                       SHAPE_ENV: (program bytes, printed relation str);
+                                       SCALAR_RELATION: (recipe, printed relation str, truth) */
     Py_ssize_t len;                 /* SEQUENCE_LENGTH / DICT_LENGTH */
     uint64_t version;               /* DICT_VERSION: ma_version_tag at capture */
     TensorMeta meta;                /* TENSOR_MATCH (sym unused) */

@@ -24,6 +24,7 @@ Human-readable form: ``format_state()``, ``show()``, ``python -m shapejit.pgo [P
 """
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -110,6 +111,10 @@ def _is_int(x):
     return type(x) is int
 
 
+def _is_finite_float(x):
+    return type(x) is float and math.isfinite(x)
+
+
 def _check_dims(dims, where, allow_negative):
     if not isinstance(dims, (list, tuple)):
         raise _Corrupt("%s is not a list" % where)
@@ -136,8 +141,8 @@ def _check_entry(entry, where):
         return {"kind": "dynamic"}
     if kind == "scalar":
         value = entry["value"]
-        if value is not None and not _is_int(value):
-            raise _Corrupt("%s has value %r (not an int or null)" % (where, value))
+        if value is not None and not (_is_int(value) or _is_finite_float(value)):
+            raise _Corrupt("%s has value %r (not an int, a float or null)" % (where, value))
         return {"kind": "scalar", "value": value}
     size = _check_dims(entry["size"], where + " size", False)
     stride = _check_dims(entry["stride"], where + " stride", True)
@@ -403,7 +408,7 @@ def save_frame_state(filename, firstlineno, name, fstate):
     for src, v in fstate.items():
         if isinstance(v, list):
             state[src] = {"kind": "tensor", "size": list(v), "stride": [None] * len(v)}
-        elif v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        elif v is None or _is_int(v) or _is_finite_float(v):   # float arguments too
             state[src] = {"kind": "scalar", "value": v}
     if state:
         record(filename, firstlineno, name, state)

@@ -598,7 +598,8 @@ int shapes_rule_is_symbolic(OpId op)
         rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_gather, rule_embedding, rule_unflatten, rule_sdpa, rule_getitem, rule_expand, rule_expand_as,
         rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
         rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
-        rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye,
+        rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
+        rule_sort,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

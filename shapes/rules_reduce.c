@@ -284,6 +284,25 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
+/* out becomes 1-d with x's element count (numpy's axis=None): under symbolic sizes the
+ * product of x's dims. */
+static int flattened(const TensorMeta *x, TensorMeta *out, ShapeErr *err)
+{
+    out->ndim = 1;
+    out->size[0] = sj_numel(x);
+    out->sym[0] = NULL;
+    if (!sj_symctx)
+        return 0;
+    SymNode *p = sym_const(sj_symctx->env, 1);
+    for (int i = 0; p && i < x->ndim; i++) {
+        SymNode *d = sj_dimsym(x, i, err);
+        if (!d)
+            return -1;
+        p = sym_mul(sj_symctx->env, p, d);
+    }
+    return sj_set_dim(out, 0, p, err);
+}
+
 int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -307,20 +326,8 @@ int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         if (lib == LIB_TORCH)
             return sj_err(err, "%s() missing required argument 'dim'", op_info[op].name);
         /* numpy scans the flattened array */
-        out->ndim = 1;
-        out->size[0] = sj_numel(x);
-        out->sym[0] = NULL;
-        if (sj_symctx) {
-            SymNode *p = sym_const(sj_symctx->env, 1);
-            for (int i = 0; p && i < x->ndim; i++) {
-                SymNode *d = sj_dimsym(x, i, err);
-                if (!d)
-                    return -1;
-                p = sym_mul(sj_symctx->env, p, d);
-            }
-            if (sj_set_dim(out, 0, p, err) < 0)
-                return -1;
-        }
+        if (flattened(x, out, err) < 0)
+            return -1;
         *nout = 1;
         return 0;
     }
@@ -452,8 +459,8 @@ int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         axis_none = passed;
     }
     if (axis_none) {
-        v.ndim = 1;
-        v.size[0] = sj_numel(x);
+        if (flattened(x, &v, err) < 0)
+            return -1;
     } else if (x->ndim > 0) {
         int64_t d0;
         int d;

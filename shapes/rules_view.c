@@ -638,7 +638,7 @@ int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     }
     like(x, out);
     for (int i = 0; i < x->ndim; i++)
-        out->size[i] = x->size[order[i]];
+        sj_copy_dim(out, i, x, order[i]);   /* a permutation: symbols move with their dims */
     *nout = 1;
     return 0;
 }

@@ -196,7 +196,7 @@ def test_record_accepts_tuples(env):
 @pytest.mark.parametrize("state", [
     [], {"L['x']": 3}, {1: scalar(1)}, {"L['x']": {"kind": "tensor", "size": [2]}},
     {"L['x']": tensor([2], [1, 1])}, {"L['x']": tensor([-1], [1])},
-    {"L['x']": scalar(True)}, {"L['x']": scalar(1.5)}, {"L['x']": {"kind": "list"}},
+    {"L['x']": scalar(True)}, {"L['x']": scalar(float("nan"))}, {"L['x']": scalar("1.5")}, {"L['x']": {"kind": "list"}},
     {"L['x']": dict(DYNAMIC, value=1)},
 ])
 def test_record_rejects_malformed_state(env, state):
