@@ -598,6 +598,19 @@ static int is_pure_folder(PyObject *fn)
     return 0;
 }
 
+/* 1 when fn is a function of torch.utils._contextlib: the decorator wrappers of the
+ * grad-mode context managers and their clone() */
+static int is_grad_mode_decorator(PyObject *fn)
+{
+    PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
+    const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (!n) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !strcmp(n, "torch.utils._contextlib");
+}
+
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     if (!fn) {
@@ -624,10 +637,14 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
             /* module forwards, container helpers and the Python helpers of
-             * torch.nn.functional are inlined on purpose; other torch internals are not */
+             * torch.nn.functional are inlined on purpose; other torch internals are not.
+             * The wrapper that @torch.no_grad() and friends put around a function is
+             * inlined too (its __module__ is the wrapped function's, so it is known by
+             * its globals): its body is a with block over the grad mode, which capture
+             * handles. */
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
-                       strcmp(m, "torch.functional") != 0)) {
+                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
