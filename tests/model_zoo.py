@@ -132,10 +132,29 @@ def _clip_vision_inputs(batch, seq, gen):
     return dict(pixel_values=torch.randn(batch, 3, CLIP_IMAGE, CLIP_IMAGE, generator=gen))
 
 
+def _clip_vision_resized_inputs(batch, seq, gen):
+    """Images whose side grows with seq (2x2 to 5x5 patches), the position embeddings
+    interpolated to the grid (bicubic)."""
+    side = 8 * (2 + seq // 5)
+    return dict(pixel_values=torch.randn(batch, 3, side, side, generator=gen),
+                interpolate_pos_encoding=True)
+
+
+def _llama_hidden_states_inputs(batch, seq, gen):
+    return dict(_llama_inputs(batch, seq, gen), output_hidden_states=True)
+
+
+def _t5_cache_build():
+    cfg = _t5_config()
+    cfg.use_cache = True  # the default of the generation models: the cache comes back
+    return transformers.T5ForConditionalGeneration(cfg)
+
+
 Model = collections.namedtuple("Model", "build inputs")
 
+_llama_build, _llama_inputs = _decoder_only(transformers.LlamaConfig, transformers.LlamaModel)
 ZOO = {
-    "llama": Model(*_decoder_only(transformers.LlamaConfig, transformers.LlamaModel)),
+    "llama": Model(_llama_build, _llama_inputs),
     "mistral": Model(*_decoder_only(transformers.MistralConfig, transformers.MistralModel)),
     "t5_encoder": Model(lambda: transformers.T5EncoderModel(_t5_config()), _encoder_inputs),
     "t5_seq2seq": Model(lambda: transformers.T5ForConditionalGeneration(_t5_config()),
@@ -144,6 +163,10 @@ ZOO = {
     "whisper_encoder": Model(_whisper_build, _whisper_inputs),
     "clip_text": Model(_clip_text_build, _clip_text_inputs),
     "clip_vision": Model(_clip_vision_build, _clip_vision_inputs),
+    # the same models used another common way
+    "llama_hidden_states": Model(_llama_build, _llama_hidden_states_inputs),
+    "t5_seq2seq_cache": Model(_t5_cache_build, _seq2seq_inputs),
+    "clip_vision_resized": Model(_clip_vision_build, _clip_vision_resized_inputs),
 }
 
 
@@ -168,6 +191,8 @@ def tensors_of(out, path="out"):
         return [t for k, v in out.items() for t in tensors_of(v, "%s.%s" % (path, k))]
     if isinstance(out, (list, tuple)):
         return [t for i, v in enumerate(out) for t in tensors_of(v, "%s[%d]" % (path, i))]
+    if type(out).__module__ == "transformers.cache_utils":  # a returned cache: its tensors
+        return [t for k, v in sorted(vars(out).items()) for t in tensors_of(v, "%s.%s" % (path, k))]
     return []
 
 
