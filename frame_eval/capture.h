@@ -149,6 +149,7 @@ typedef struct Capture {
     PyObject *keepalive;       /* strong list */
     PyObject *wrapped;         /* strong dict: id(obj) -> index into vars_by_obj */
     Var **by_obj; int32_t nby_obj, cap_by_obj;
+    PyObject *containers;      /* strong dict or NULL: id(live list/dict) -> address of its Var */
     ArenaBlock *arena;
     EvalFrame *frame;          /* innermost */
     int depth;

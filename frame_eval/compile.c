@@ -435,6 +435,7 @@ static void capture_release(Capture *c)
     guards_clear(&c->guards);
     Py_CLEAR(c->keepalive);
     Py_CLEAR(c->wrapped);
+    Py_CLEAR(c->containers);
     Py_CLEAR(c->linecache);
     Py_CLEAR(c->reason_msg);
     Py_CLEAR(c->user_stack);

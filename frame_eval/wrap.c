@@ -95,6 +95,19 @@ static void dense_layout(const TensorMeta *m, const int64_t *strides, Guard *g)
     memcpy(g->perm, perm, sizeof perm);
 }
 
+/* Source src reaches the object first reached through src2: guard that it still does. */
+static int guard_same_object(Capture *c, int32_t src, int32_t src2)
+{
+    if (src == src2)
+        return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_SAME_OBJECT;
+    g.src = src;
+    g.src2 = src2;
+    return guards_add(&c->guards, &g) < 0 ? -1 : 0;
+}
+
 /* A tensor or array input: one graph input per distinct object. */
 static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
 {
@@ -109,16 +122,7 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
     if (hit) {
         Py_DECREF(key);
         Var *first = c->by_obj[PyLong_AsLong(hit)];
-        if (first->src != src) {
-            Guard g;
-            memset(&g, 0, sizeof g);
-            g.kind = GK_SAME_OBJECT;
-            g.src = src;
-            g.src2 = first->src;
-            if (guards_add(&c->guards, &g) < 0)
-                return NULL;
-        }
-        return first;
+        return guard_same_object(c, src, first->src) < 0 ? NULL : first;
     }
     if (PyErr_Occurred()) {
         Py_DECREF(key);
@@ -284,6 +288,46 @@ static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind 
     return v;
 }
 
+/* A live list or dict is one Var however often capture reaches it (two loads of a global,
+ * a closure cell and an argument holding the same list): a write through one path is
+ * seen through the others, and the container is written back once after the graph. A
+ * second source is guarded to be the same object. Returns the Var, NULL with *err 0 when
+ * obj was not reached yet, NULL with *err -1 on an error. */
+static Var *container_seen(Capture *c, PyObject *obj, int32_t src, int *err)
+{
+    *err = 0;
+    if (!c->containers)
+        return NULL;
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    PyObject *hit = key ? PyDict_GetItemWithError(c->containers, key) : NULL;   /* borrowed */
+    Py_XDECREF(key);
+    if (!hit) {
+        *err = PyErr_Occurred() ? -1 : 0;
+        return NULL;
+    }
+    Var *first = PyLong_AsVoidPtr(hit);
+    if (guard_same_object(c, src, first->src) < 0) {
+        *err = -1;
+        return NULL;
+    }
+    return first;
+}
+
+static Var *container_remember(Capture *c, PyObject *obj, Var *v)
+{
+    if (!v)
+        return NULL;
+    if (!c->containers && !(c->containers = PyDict_New()))
+        return NULL;
+    if (!cap_keep(c, obj))   /* its id stays its own while the capture runs */
+        return NULL;
+    PyObject *key = PyLong_FromVoidPtr(obj), *addr = PyLong_FromVoidPtr(v);
+    int r = key && addr ? PyDict_SetItem(c->containers, key, addr) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(addr);
+    return r < 0 ? NULL : v;
+}
+
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
 {
     if (libs_refresh() < 0)
@@ -309,6 +353,13 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    int shared = src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj));
+    if (shared) {
+        int err;
+        Var *seen = container_seen(c, obj, src, &err);
+        if (seen || err < 0)
+            return seen;
+    }
     if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
         if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
             PyObject_HasAttrString((PyObject *)t, "_fields")) {
@@ -317,11 +368,11 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
                 return NULL;
             Var *v = wrap_seq(c, obj, fast, src);
             Py_DECREF(fast);
-            return v;
+            return shared ? container_remember(c, obj, v) : v;
         }
     }
     if (PyDict_CheckExact(obj))
-        return wrap_dict(c, obj, src);
+        return shared ? container_remember(c, obj, wrap_dict(c, obj, src)) : wrap_dict(c, obj, src);
     if (PyFunction_Check(obj))
         return simple(c, VK_FUNC, obj, src, GK_ID_MATCH);
     if (PyModule_Check(obj))

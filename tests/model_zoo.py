@@ -15,6 +15,8 @@ import warnings
 import torch
 import transformers
 
+from graph_counter import GraphCounter
+
 # Every float32 output of a compiled call equals eager's to this (the generated kernels
 # reassociate sums: matmul, softmax and layer norm round differently from ATen's).
 RTOL, ATOL = 1e-4, 1e-5
@@ -222,20 +224,15 @@ def run_schedule(name, model, compiled, counts, schedule, first=0):
     return counts()
 
 
-class TorchCounter:
-    """torch.compile's side: a backend that counts the graphs it is handed and runs them
-    as they are; recompiles from dynamo's per-frame compile ids (a frame's compiles after
-    its first)."""
+class TorchCounter(GraphCounter):
+    """torch.compile's side: the graphs its backend is handed, and recompiles from
+    dynamo's per-frame compile ids (a frame's compiles after its first)."""
 
     def __init__(self):
         import torch._dynamo
         torch._dynamo.reset()
-        self.graphs = 0
+        super().__init__()
         self.start = time.perf_counter()
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
 
     def counts(self):
         from torch._dynamo import convert_frame

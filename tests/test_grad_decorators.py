@@ -5,19 +5,13 @@ followed, not broken on. Results equal eager's (values, requires_grad, the grad 
 after the call), with torch.compile's graph count (a counting backend) and no break."""
 import pytest
 import torch
-import torch._dynamo
 import torch.nn as nn
 
 import shapejit
+from graph_counter import GraphCounter
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    shapejit.reset()
-    yield
-    torch._dynamo.reset()
-    shapejit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compilers")
 
 
 @torch.no_grad()
@@ -69,15 +63,6 @@ class UsesRotary(nn.Module):
         return self.proj(x) * cos + sin
 
 
-class Counter:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
-
-
 def _same(got, expected):
     if isinstance(expected, tuple):
         assert isinstance(got, tuple) and len(got) == len(expected)
@@ -104,7 +89,7 @@ def test_decorated_calls_are_captured(case, requires_grad):
         fn = case
         shape = (3, 4)
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1)).requires_grad_(requires_grad)
-    counter = Counter()
+    counter = GraphCounter()
     expected = fn(x)
     _same(torch.compile(fn, backend=counter)(x), expected)
     before = torch.is_grad_enabled()

@@ -20,6 +20,7 @@ import os
 
 import pytest
 import torch
+import torch._dynamo
 
 import model_zoo
 import shapejit
@@ -72,13 +73,7 @@ def _params():
     return params
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    shapejit.reset()
-    yield
-    torch._dynamo.reset()
-    shapejit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compilers")
 
 
 def _run(name, make):
