@@ -41,8 +41,10 @@ _SUPER = ("code resumed after a graph break has no __class__ cell: ModelOutput's
 _MINMAX = ("torch.min(a, b) / torch.max(a, b) of two tensors: the shape rule is not among the "
            "symbolic ones, so every dim of both is pinned (T5's relative position buckets): "
            "twice torch.compile's graphs")
-_HOOKS = ("a module with forward hooks breaks the graph at each call, and transformers' "
-          "output capture installs them (and reads a ContextVar in them)")
+_HOOKS = ("output_hidden_states: `outputs[key] = ...` on a ModelOutput (an OrderedDict "
+          "subclass with its own __setitem__) made in the frame is a side effect capture "
+          "does not replay (a break per compile); the first call also breaks on "
+          "`with threading.Lock()` and RemovableHandle() while the hooks are installed")
 _OBJECT_WRITES = ("DynamicCache built in the forward: copy.deepcopy of the config (id() is "
                   "not supported) and attribute writes to the cache's layers break the graph")
 _UPSAMPLE = ("F.interpolate(mode='bicubic') (torch._C._nn.upsample_bicubic2d) is not "
