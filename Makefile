@@ -3,6 +3,8 @@
 #   make test    build, then run the test suite
 #   make asan    build an AddressSanitizer + UBSan _C into build/asan/shapejit/ (next to
 #                links to the Python package files) and run the whole suite against it
+#   make zoo     build, then run every model of the transformers model zoo
+#                (tests/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
 #   make bench   build, then run the benchmark suite (bench/suite.py; BENCH_ARGS=--quick etc.);
 #                table and plots in bench/results/suite/
 #   make clean   remove build products
@@ -22,7 +24,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test bench asan asan-build clean
+.PHONY: build test zoo bench asan asan-build clean
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -30,6 +32,9 @@ build:
 # exit status 5 = no tests collected: not a failure
 test: build
 	$(PYTEST) tests $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+zoo: build
+	SJ_ZOO=full $(PYTEST) tests/test_model_zoo.py $(PYTEST_ARGS)
 
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

@@ -389,6 +389,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         Py_DECREF(v);
         return r;
     }
+    case VK_GRADMODE:
+        /* the class, for clone() of the grad-mode decorators (self.__class__()); a live
+         * one is guarded by its type */
+        if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0)
+            return wrap_untracked(c, o->u.grad.enabled ? libs.enable_grad : libs.no_grad);
+        /* fall through */
     default:
         cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a %s", name, var_kind_name(o));
         return NULL;

@@ -156,7 +156,10 @@ static Var *inline_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyOb
 
 /* ------------------------------------------------------------- modules ---- */
 
-static int guard_no_hooks(Capture *c, Var *m)
+/* The module's hook dicts: plain forward pre-hooks and forward hooks are followed (their
+ * keys guarded, each hook guarded by its source); any other kind of hook, or a global
+ * one, stops the capture. Empty dicts are guarded empty. */
+static int guard_hooks(Capture *c, Var *m)
 {
     static const char *const names[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                         "_backward_pre_hooks", "_forward_hooks_with_kwargs",
@@ -168,17 +171,32 @@ static int guard_no_hooks(Capture *c, Var *m)
             continue;
         }
         Py_ssize_t n = PyDict_Check(d) ? PyDict_GET_SIZE(d) : 0;
-        Py_DECREF(d);
-        if (n)
+        int followed = i < 2 && PyDict_Check(d);
+        if (n && !followed) {
+            Py_DECREF(d);
             return cap_fail(c, BR_UNSUPPORTED_CALL, "module %s has %s", Py_TYPE(m->obj)->tp_name, names[i]);
+        }
         if (m->src >= 0) {
             PyObject *nm = PyUnicode_FromString(names[i]);
             int32_t s = nm ? sources_add(&c->src, SRC_ATTR, m->src, 0, nm, NULL) : -1;
             Py_XDECREF(nm);
-            if (s < 0 || guard_add_simple(c, GK_DICT_LENGTH, s, NULL) < 0)
+            int r = -1;
+            if (s >= 0 && n) {
+                PyObject *k = PyDict_Keys(d);
+                PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+                Py_XDECREF(k);
+                r = kt ? guard_add_simple(c, GK_DICT_KEYS, s, kt) : -1;
+                Py_XDECREF(kt);
+            } else if (s >= 0 && guard_add_simple(c, GK_DICT_LENGTH, s, NULL) == 0) {
+                c->guards.g[c->guards.n - 1].len = 0;
+                r = 0;
+            }
+            if (r < 0) {
+                Py_DECREF(d);
                 return -1;
-            c->guards.g[c->guards.n - 1].len = 0;
+            }
         }
+        Py_DECREF(d);
     }
     /* torch's global module hooks: none now, and a DICT_VERSION guard sees one added */
     for (Py_ssize_t i = 0; libs.global_hook_dicts && i < PyTuple_GET_SIZE(libs.global_hook_dicts); i++) {
@@ -200,9 +218,86 @@ static int guard_no_hooks(Capture *c, Var *m)
     return 0;
 }
 
+static int is_none(const Var *v)
+{
+    return v->kind == VK_CONST && v->obj == Py_None;
+}
+
+/* Calls each hook of the module's dict `name` (forward pre-hooks or forward hooks, in
+ * registration order) as Module.__call__ does: hook(module, args) may replace the
+ * positional args (a non-tuple becomes a 1-tuple), hook(module, args, result) the result
+ * (*result is NULL for pre-hooks). *args_tuple is a tuple var. 0, or -1 with the capture
+ * failed. */
+static int run_hooks(Capture *c, Var *m, const char *name, Var **args_tuple, Var **result)
+{
+    PyObject *d = PyObject_GetAttrString(m->obj, name);   /* new reference */
+    if (!d) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!PyDict_Check(d) || !PyDict_GET_SIZE(d)) {
+        Py_DECREF(d);
+        return 0;
+    }
+    /* the hooks run in the dict's order as guard_hooks saw it; a snapshot keeps a hook
+     * that changes the dict from disturbing the walk */
+    PyObject *items = PyDict_Items(d);
+    Py_DECREF(d);
+    if (!items)
+        return cap_fail_exc(c, BR_INTERNAL);
+    int32_t dsrc = -1;
+    if (m->src >= 0) {
+        PyObject *nm = PyUnicode_FromString(name);
+        dsrc = nm ? sources_add(&c->src, SRC_ATTR, m->src, 0, nm, NULL) : -1;
+        Py_XDECREF(nm);
+        if (dsrc < 0) {
+            Py_DECREF(items);
+            return -1;
+        }
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(items); i++) {
+        PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);    /* borrowed */
+        PyObject *hook = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);   /* borrowed */
+        int32_t hs = dsrc >= 0 ? sources_add(&c->src, SRC_ITEM, dsrc, 0, key, NULL) : -1;
+        Var *hv = dsrc < 0 ? wrap_untracked(c, hook) : hs >= 0 ? wrap_value(c, hook, hs) : NULL;
+        Var *call_args[3] = {m, *args_tuple, result ? *result : NULL};
+        Var *r = hv ? call_var(c, hv, call_args, result ? 3 : 2, NULL) : NULL;
+        if (!r) {
+            rc = -1;
+            break;
+        }
+        if (is_none(r))
+            continue;
+        if (result) {
+            *result = r;
+        } else if (r->kind == VK_TUPLE) {
+            *args_tuple = r;
+        } else if (r->kind == VK_CONST && PyTuple_Check(r->obj)) {
+            Var *t = var_seq(c, VK_TUPLE, NULL, 0);
+            for (Py_ssize_t j = 0; t && j < PyTuple_GET_SIZE(r->obj); j++) {
+                Py_INCREF(PyTuple_GET_ITEM(r->obj, j));
+                Var *item = var_const_steal(c, PyTuple_GET_ITEM(r->obj, j));
+                if (!item || var_seq_append(c, t, item) < 0)
+                    t = NULL;
+            }
+            if (!t)
+                rc = -1;
+            else
+                *args_tuple = t;
+        } else {
+            *args_tuple = var_seq(c, VK_TUPLE, &r, 1);
+            if (!*args_tuple)
+                rc = -1;
+        }
+    }
+    Py_DECREF(items);
+    return rc;
+}
+
 static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject *kwnames)
 {
-    if (guard_no_hooks(c, m) < 0)
+    if (guard_hooks(c, m) < 0)
         return NULL;
     PyObject *fwd = PyObject_GetAttrString((PyObject *)Py_TYPE(m->obj), "forward");
     if (!fwd) {
@@ -218,13 +313,24 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
     Py_DECREF(fwd);
     if (!fn)
         return NULL;
-    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+    /* the positional args as the hooks see them (keyword values follow them in args) */
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    Var *pos = var_seq(c, VK_TUPLE, args, nargs - nkw);
+    if (!pos || run_hooks(c, m, "_forward_pre_hooks", &pos, NULL) < 0)
+        return NULL;
+    int32_t npos = pos->u.seq.n;
+    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(npos + nkw + 1));
     if (!all)
         return NULL;
     all[0] = m;
-    if (nargs)
-        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
-    return inline_function(c, fn, all, nargs + 1, kwnames);
+    if (npos)
+        memcpy(all + 1, pos->u.seq.items, sizeof(Var *) * (size_t)npos);
+    if (nkw)
+        memcpy(all + 1 + npos, args + nargs - nkw, sizeof(Var *) * (size_t)nkw);
+    Var *result = inline_function(c, fn, all, npos + nkw + 1, kwnames);
+    if (!result || run_hooks(c, m, "_forward_hooks", &pos, &result) < 0)
+        return NULL;
+    return result;
 }
 
 /* ------------------------------------------- nn.Module iteration methods ---- */
@@ -638,6 +744,19 @@ static int is_pure_folder(PyObject *fn)
     return 0;
 }
 
+/* 1 when fn is a function of torch.utils._contextlib: the decorator wrappers of the
+ * grad-mode context managers and their clone() */
+static int is_grad_mode_decorator(PyObject *fn)
+{
+    PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
+    const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (!n) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !strcmp(n, "torch.utils._contextlib");
+}
+
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     if (!fn) {
@@ -664,10 +783,14 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
             /* module forwards, container helpers and the Python helpers of
-             * torch.nn.functional are inlined on purpose; other torch internals are not */
+             * torch.nn.functional are inlined on purpose; other torch internals are not.
+             * The wrapper that @torch.no_grad() and friends put around a function is
+             * inlined too (its __module__ is the wrapped function's, so it is known by
+             * its globals): its body is a with block over the grad mode, which capture
+             * handles. */
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
-                       strcmp(m, "torch.functional") != 0)) {
+                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)

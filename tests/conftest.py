@@ -19,3 +19,16 @@ def fresh_shapejit():
     yield shapejit
     shapejit.reset()
     shapejit.set_logs()
+
+
+@pytest.fixture
+def fresh_compilers():
+    """Fresh shapejit and torch.compile (dynamo) caches around a test that compares them."""
+    import torch._dynamo
+
+    import shapejit
+    torch._dynamo.reset()
+    shapejit.reset()
+    yield
+    torch._dynamo.reset()
+    shapejit.reset()

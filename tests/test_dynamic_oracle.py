@@ -53,6 +53,7 @@ from torch._dynamo.utils import counters as dynamo_counters
 
 import shapejit
 from dynamic_corpus import CASES, Case, batch_seq_fn, params
+from graph_counter import GraphCounter
 
 ORACLE_ONLY = os.environ.get("SJ_ORACLE_ONLY", "") not in ("", "0")
 # How many times each torch count is measured (all must agree): twice when checking the
@@ -75,17 +76,6 @@ for _obj in (_TORCH_COMPILE, _TORCH_RESET, *_TORCH_MARKS.values()):
     assert _obj.__module__.startswith("torch"), _obj
 
 needs_shapejit = pytest.mark.skipif(ORACLE_ONLY, reason="SJ_ORACLE_ONLY=1: oracle half only")
-
-
-class GraphCounter:
-    """A torch.compile backend that counts the graphs it gets and runs them as they are."""
-
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
 
 
 @pytest.fixture(autouse=True)
