@@ -291,7 +291,15 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         return NULL;
     }
     int32_t s = attr_source(c, o, name);
-    Var *r = (o->src >= 0 && s < 0) ? NULL : wrap_attr(c, o, v, s);
+    Var *r;
+    if (o->src >= 0 && s < 0)
+        r = NULL;
+    else if (s >= 0 && descr && (Py_TYPE(descr) == &PyMethodDescr_Type || Py_TYPE(descr) == &PyWrapperDescr_Type) &&
+             ((PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == obj) ||
+              (Py_TYPE(v) == &_PyMethodWrapper_Type)))
+        r = wrap_bound_builtin(c, v, s);   /* the type's C method, bound anew on each read */
+    else
+        r = wrap_attr(c, o, v, s);
     Py_DECREF(v);
     return r;
 }

@@ -240,6 +240,9 @@ const char *var_kind_name(const Var *v);
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 /* A live object with no source (library constants, trusted globals). */
 Var *wrap_untracked(Capture *c, PyObject *obj);
+/* A C method bound to the object it was read from (obj borrowed): a new object on every
+ * read, guarded by its type, never by identity. */
+Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src);
 int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
 /* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the

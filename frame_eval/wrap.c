@@ -470,6 +470,16 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     return simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
 }
 
+/* o.keys of a dict subclass, o.__len__: each read binds the type's C method anew, so an
+ * identity guard would fail on every call. What capture depends on is the owner (guarded
+ * through its own source) and the method the type gives, which its type fixes; every
+ * call through the bound object either is modelled by kind or breaks, and a break's
+ * continuation reads it again through src. */
+Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src)
+{
+    return simple(c, VK_CALLABLE, obj, src, GK_TYPE_MATCH);
+}
+
 Var *wrap_untracked(Capture *c, PyObject *obj)
 {
     return wrap_value(c, obj, -1);

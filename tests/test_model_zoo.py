@@ -34,13 +34,6 @@ FULL = os.environ.get("SJ_ZOO", "") == "full"
 ZOO_HEAVY = {"mistral", "bart", "llama_hidden_states", "t5_seq2seq_cache",
              "clip_vision_resized"}
 
-_SLICE = ("`for layer in self.layers[:n]` guards the identity of the sliced ModuleList, a "
-          "new object every call: a recompile per call up to the cache limit")
-_SUPER = ("code resumed after a graph break has no __class__ cell: ModelOutput's "
-          "super().__setitem__ raises RuntimeError('super(): __class__ cell not found')")
-_MINMAX = ("torch.min(a, b) / torch.max(a, b) of two tensors: the shape rule is not among the "
-           "symbolic ones, so every dim of both is pinned (T5's relative position buckets): "
-           "twice torch.compile's graphs")
 _HOOKS = ("output_hidden_states: `outputs[key] = ...` on a ModelOutput (an OrderedDict "
           "subclass with its own __setitem__) made in the frame is a side effect capture "
           "does not replay (a break per compile); the first call also breaks on "
@@ -53,12 +46,8 @@ _UPSAMPLE = ("F.interpolate(mode='bicubic') (torch._C._nn.upsample_bicubic2d) is
 # Models that still fail, with the mechanisms (strict: the test turns red once it passes,
 # and the line must go).
 ZOO_GAPS = {
-    "llama": _SLICE + "; then " + _SUPER,
-    "mistral": _SLICE + "; then " + _SUPER,
-    "t5_encoder": _MINMAX,
-    "t5_seq2seq": _MINMAX,
-    "llama_hidden_states": _HOOKS + "; " + _SLICE + "; " + _SUPER,
-    "t5_seq2seq_cache": _OBJECT_WRITES + "; " + _MINMAX + "; " + _SUPER,
+    "llama_hidden_states": _HOOKS,
+    "t5_seq2seq_cache": _OBJECT_WRITES,
     "clip_vision_resized": _UPSAMPLE,
 }
 
