@@ -220,12 +220,14 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
     return r;
 }
 
-/* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
-#define RUN_EAGER ((PyObject *)-1)
+/* What the hook does with a frame besides returning a result or NULL with an exception: */
+#define RUN_EAGER ((PyObject *)-1)          /* the interpreter runs the frame */
 #define RUN_CONTINUATION ((PyObject *)-2)   /* hook_frame: call the prepared continuation */
 #define RUN_ONLY ((PyObject *)-3)           /* hook_frame: run the frame, and what it calls, without compiling */
 
-static PyObject *run_entry(CacheEntry *e, GuardCall *call)
+/* Run a graph entry: the result (new reference), NULL with an exception, or RUN_EAGER.
+ * *wrote is set once the result plan has written into an outside list or dict. */
+static PyObject *run_entry(CacheEntry *e, GuardCall *call, int *wrote)
 {
     PyObject **memo = call->memo;
     const SourceTable *t = &call->t->src;
@@ -260,7 +262,7 @@ static PyObject *run_entry(CacheEntry *e, GuardCall *call)
     Py_DECREF(outs);
     if (!fast)
         return NULL;
-    PyObject *r = compile_build_result(e->plan, fast, memo, t, call->fv);
+    PyObject *r = compile_build_result(e->plan, fast, memo, t, call->fv, wrote);
     Py_DECREF(fast);
     return r;
 }
@@ -350,8 +352,11 @@ static PyObject *answer(CacheEntry *e, GuardCall *call, int *is_break)
      * the entry eager for later calls, but when the graph wrote into an input this
      * call's result (a break's continuation arguments) is still used as planned */
     *is_break = e->action == ENTRY_BREAK;
-    PyObject *r = run_entry(e, call);
-    return (!r && !e->has_mutation) ? rerun_eagerly() : r;
+    int wrote = 0;
+    PyObject *r = run_entry(e, call, &wrote);
+    /* a failure after the graph or the plan changed an input propagates: running the
+     * frame again would apply its writes twice */
+    return (!r && !e->has_mutation && !wrote) ? rerun_eagerly() : r;
 }
 
 /* After the memo is released: a break entry's result becomes the continuation to run. */
