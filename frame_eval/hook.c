@@ -563,6 +563,7 @@ run_only:
  * instruction). Every frame the hook handles is also a C recursion (PEP 523 turns off the
  * interpreter's inlined calls), so the remaining C stack is checked too. */
 
+#define COMPILE_STACK (64 * 1024)   /* C stack a compile needs, with a margin */
 static _Thread_local char *tls_stack_low;   /* lowest usable address of this thread's stack */
 static _Thread_local int tls_stack_known;   /* 0 not looked up yet, 1 known, -1 unknown */
 
@@ -590,7 +591,13 @@ static int c_stack_left(void)
     if (tls_stack_known != 1 || &here < tls_stack_low)
         return 0;
     size_t left = (size_t)(&here - tls_stack_low);
+    /* a quarter of the stack, at most 512 KiB, but never less than what one compile takes
+     * by itself (capture, backend, compiler driver and disk cache: about 40 KiB, measured
+     * on threads with small stacks), whatever the thread's stack size: a thread whose stack
+     * is smaller runs its frames eagerly rather than overflow in a compile */
     size_t need_compile = tls_stack_size / 4 < 512 * 1024 ? tls_stack_size / 4 : 512 * 1024;
+    if (need_compile < COMPILE_STACK)
+        need_compile = COMPILE_STACK;
     size_t need_run = tls_stack_size / 16 < 128 * 1024 ? tls_stack_size / 16 : 128 * 1024;
     return left < need_run ? 1 : left < need_compile ? 2 : 0;
 }
