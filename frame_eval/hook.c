@@ -492,6 +492,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
                    co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
     }
     Py_XDECREF(why);
+    if (sj_err_deferred())
+        goto out;   /* interrupted while the miss was explained or logged: nothing compiles */
     /* fullgraph=True speaks for the function the user compiled; frames that its eager
      * fallback reaches are compiled on a best-effort basis */
     CompileOptions local;
