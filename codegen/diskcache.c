@@ -113,17 +113,22 @@ static uint64_t get_u64(const unsigned char *p)
  * be read (errno set; EIO for a file shorter than len). */
 static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
 {
+    /* the read buffer is on the heap: compiles run deep in the frame hook's recursion
+     * and on threads with small stacks, where 64 KiB of C stack may not be there */
+    enum { BUF_SIZE = 1 << 16 };
     XXH3_state_t *st = XXH3_createState();
-    if (!st) {
+    char *buf = st ? malloc(BUF_SIZE) : NULL;
+    if (!buf) {
+        if (st)
+            XXH3_freeState(st);
         errno = ENOMEM;
         return -1;
     }
     XXH3_128bits_reset(st);
-    char buf[1 << 16];
     uint64_t at = 0;
     int rc = 0;
     while (at < len) {
-        size_t want = len - at < sizeof buf ? (size_t)(len - at) : sizeof buf;
+        size_t want = len - at < BUF_SIZE ? (size_t)(len - at) : BUF_SIZE;
         ssize_t n = pread(fd, buf, want, (off_t)at);
         if (n < 0 && errno == EINTR)
             continue;
@@ -139,6 +144,7 @@ static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
     if (rc == 0)
         XXH128_canonicalFromHash(out, XXH3_128bits_digest(st));
     XXH3_freeState(st);
+    free(buf);
     return rc;
 }
 

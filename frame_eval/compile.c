@@ -237,6 +237,7 @@ typedef struct {
     const SourceTable *t;
     const FrameView *fv;
     PyObject *made;   /* strong dict slot -> object ("=" and "@"), made on first use */
+    int wrote;        /* an outside list or dict was written back into */
 } BuildCtx;
 
 static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
@@ -268,6 +269,8 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             PyObject *obj = sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(wb, 0)), bc->fv, bc->memo);
             PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, 1), outputs, bc) : NULL;
             int rc = -1;
+            if (val && (PyList_Check(obj) || PyDict_Check(obj)))
+                bc->wrote = 1;
             if (val && PyList_Check(obj))
                 rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
             else if (val && PyDict_Check(obj))
@@ -372,11 +375,12 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
 }
 
 PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
-                               const FrameView *fv)
+                               const FrameView *fv, int *wrote)
 {
-    BuildCtx bc = {memo, t, fv, NULL};
+    BuildCtx bc = {memo, t, fv, NULL, 0};
     PyObject *r = build(plan, outputs, &bc);
     Py_XDECREF(bc.made);
+    *wrote = bc.wrote;
     return r;
 }
 

@@ -25,9 +25,12 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                           CodeState *st);
 
 /* Rebuild the frame's result from the graph outputs; sources the plan names are resolved
- * into memo (t->n slots) on demand. */
+ * into memo (t->n slots) on demand. New reference, or NULL with an exception. *wrote is
+ * set when the final contents of an outside list or dict were written back (the
+ * write-backs come first): after that, a failure of the rest (a record class whose
+ * constructor raises, say) has changed the frame's inputs, so the frame must not run again. */
 PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
-                               const FrameView *fv);
+                               const FrameView *fv, int *wrote);
 
 /* Forget which graph breaks were already logged in full (reset()). */
 void compile_forget_breaks(void);

@@ -220,12 +220,14 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
     return r;
 }
 
-/* Run a graph entry; NULL with an exception, or (PyObject *)-1 for "run eagerly instead". */
-#define RUN_EAGER ((PyObject *)-1)
+/* What the hook does with a frame besides returning a result or NULL with an exception: */
+#define RUN_EAGER ((PyObject *)-1)          /* the interpreter runs the frame */
 #define RUN_CONTINUATION ((PyObject *)-2)   /* hook_frame: call the prepared continuation */
 #define RUN_ONLY ((PyObject *)-3)           /* hook_frame: run the frame, and what it calls, without compiling */
 
-static PyObject *run_entry(CacheEntry *e, GuardCall *call)
+/* Run a graph entry: the result (new reference), NULL with an exception, or RUN_EAGER.
+ * *wrote is set once the result plan has written into an outside list or dict. */
+static PyObject *run_entry(CacheEntry *e, GuardCall *call, int *wrote)
 {
     PyObject **memo = call->memo;
     const SourceTable *t = &call->t->src;
@@ -260,7 +262,7 @@ static PyObject *run_entry(CacheEntry *e, GuardCall *call)
     Py_DECREF(outs);
     if (!fast)
         return NULL;
-    PyObject *r = compile_build_result(e->plan, fast, memo, t, call->fv);
+    PyObject *r = compile_build_result(e->plan, fast, memo, t, call->fv, wrote);
     Py_DECREF(fast);
     return r;
 }
@@ -350,8 +352,11 @@ static PyObject *answer(CacheEntry *e, GuardCall *call, int *is_break)
      * the entry eager for later calls, but when the graph wrote into an input this
      * call's result (a break's continuation arguments) is still used as planned */
     *is_break = e->action == ENTRY_BREAK;
-    PyObject *r = run_entry(e, call);
-    return (!r && !e->has_mutation) ? rerun_eagerly() : r;
+    int wrote = 0;
+    PyObject *r = run_entry(e, call, &wrote);
+    /* a failure after the graph or the plan changed an input propagates: running the
+     * frame again would apply its writes twice */
+    return (!r && !e->has_mutation && !wrote) ? rerun_eagerly() : r;
 }
 
 /* After the memo is released: a break entry's result becomes the continuation to run. */
@@ -487,6 +492,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
                    co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
     }
     Py_XDECREF(why);
+    if (sj_err_deferred())
+        goto out;   /* interrupted while the miss was explained or logged: nothing compiles */
     /* fullgraph=True speaks for the function the user compiled; frames that its eager
      * fallback reaches are compiled on a best-effort basis */
     CompileOptions local;
@@ -558,6 +565,7 @@ run_only:
  * instruction). Every frame the hook handles is also a C recursion (PEP 523 turns off the
  * interpreter's inlined calls), so the remaining C stack is checked too. */
 
+#define COMPILE_STACK (64 * 1024)   /* C stack a compile needs, with a margin */
 static _Thread_local char *tls_stack_low;   /* lowest usable address of this thread's stack */
 static _Thread_local int tls_stack_known;   /* 0 not looked up yet, 1 known, -1 unknown */
 
@@ -585,7 +593,13 @@ static int c_stack_left(void)
     if (tls_stack_known != 1 || &here < tls_stack_low)
         return 0;
     size_t left = (size_t)(&here - tls_stack_low);
+    /* a quarter of the stack, at most 512 KiB, but never less than what one compile takes
+     * by itself (capture, backend, compiler driver and disk cache: about 40 KiB, measured
+     * on threads with small stacks), whatever the thread's stack size: a thread whose stack
+     * is smaller runs its frames eagerly rather than overflow in a compile */
     size_t need_compile = tls_stack_size / 4 < 512 * 1024 ? tls_stack_size / 4 : 512 * 1024;
+    if (need_compile < COMPILE_STACK)
+        need_compile = COMPILE_STACK;
     size_t need_run = tls_stack_size / 16 < 128 * 1024 ? tls_stack_size / 16 : 128 * 1024;
     return left < need_run ? 1 : left < need_compile ? 2 : 0;
 }

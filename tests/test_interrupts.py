@@ -285,3 +285,47 @@ def test_random_interrupts_always_reach_the_caller(how):
             signal.signal(s, h)
     assert delivered[0] > trials // 2
     assert not lost, "interrupts delivered but never seen by the caller: %s" % lost
+
+
+def _counting_backend(calls):
+    def backend(graph, example_inputs):
+        calls.append(1)
+        return shapejit.backends.eager(graph, example_inputs)
+    return backend
+
+
+def t_scale(x):
+    return x.sin() * 2
+
+
+def np_scale(x):
+    return np.sin(x) * 2
+
+
+@pytest.mark.parametrize("fn,make", [(t_scale, lambda n: torch.ones(n)), (np_scale, lambda n: np.ones(n))],
+                         ids=["torch", "numpy"])
+def test_interrupt_while_a_recompile_is_logged_compiles_nothing(fn, make):
+    # the recompile message goes to a handler that raises KeyboardInterrupt: the call
+    # raises it before anything more runs (the backend is not called, nothing is cached),
+    # and the next call compiles as if the interrupted one had not happened
+    handler = RaisingHandler()
+    handler.armed = False
+    logger = logging.getLogger("shapejit.recompiles")
+    logger.addHandler(handler)
+    calls = []
+    try:
+        shapejit.set_logs(recompiles=True)
+        f = shapejit.compile(fn, backend=_counting_backend(calls), dynamic=False)
+        np.testing.assert_allclose(np.asarray(f(make(3))), np.asarray(fn(make(3))))
+        assert len(calls) == 1
+        handler.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            f(make(5))   # a new shape: a recompile, logged
+        assert len(calls) == 1, "the backend ran after the interrupt"
+        entries = shapejit._C.stats()["cache_entries"]
+        np.testing.assert_allclose(np.asarray(f(make(5))), np.asarray(fn(make(5))))
+        assert len(calls) == 2
+        assert shapejit._C.stats()["cache_entries"] == entries + 1
+    finally:
+        logger.removeHandler(handler)
+        shapejit.set_logs()
