@@ -70,6 +70,14 @@ static PyObject *var_type(Capture *c, Var *v)
         return Py_NewRef((PyObject *)&PyList_Type);
     case VK_DICT:
         return Py_NewRef((PyObject *)&PyDict_Type);
+    case VK_DICTVIEW: {
+        PyObject *d = PyDict_New();
+        PyObject *view = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;
+        PyObject *t = view ? Py_NewRef((PyObject *)Py_TYPE(view)) : NULL;
+        Py_XDECREF(view);
+        Py_XDECREF(d);
+        return t;
+    }
     case VK_SLICE:
         return Py_NewRef((PyObject *)&PySlice_Type);
     case VK_FUNC:
@@ -440,24 +448,8 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             return NULL;
         int32_t npos = nargs - nkw;
         if (npos == 1) {
-            Var *src = args[0];
-            if (src->kind == VK_DICT) {
-                for (int32_t i = 0; i < src->u.dict.n; i++)
-                    if (var_dict_set(c, d, src->u.dict.keys[i], src->u.dict.vals[i]) < 0)
-                        return NULL;
-            } else {
-                Var **items;
-                int32_t n;
-                if (op_iterate(c, src, &items, &n) < 0)
-                    return NULL;
-                for (int32_t i = 0; i < n; i++) {
-                    Var **kv;
-                    int32_t two;
-                    if (op_iterate(c, items[i], &kv, &two) < 0 || two != 2 ||
-                        var_dict_set(c, d, kv[0], kv[1]) < 0)
-                        return cap_failed(c) ? NULL : (cap_fail(c, BR_UNSUPPORTED_VALUE, "dict() items"), NULL);
-                }
-            }
+            if (var_dict_merge(c, d, args[0]) < 0)
+                return NULL;
         } else if (npos > 1) {
             break;
         }

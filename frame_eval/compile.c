@@ -19,12 +19,52 @@ static long graph_counter;
  *   ("T", type, (items...))    a tuple subclass (namedtuple, torch.Size)
  *   ("d", (keys...), (items...)) a dict
  *   ("m", fn, self)            a bound method; ("g", name, self): getattr(self, name)
- *   ("o"|"r", type, keys, items) an object made during capture (see build) */
+ *   ("o"|"r", type, keys, items) an object made during capture (see build)
+ *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
+ *   ("=", slot, plan)          a mutable object made during capture: built once per run and
+ *                              kept in slot, so each place that holds it gets the same object
+ *   ("S", nslots, plan)        the top of a plan that has slots */
 
 typedef struct {
     Capture *c;
     PyObject *outvals;   /* dict value id -> output index */
+    PyObject *slots;     /* dict: address of a mutable var made during capture -> its slot
+                            (None while its plan is being made) */
+    int32_t nslots;
 } PlanCtx;
+
+static PyObject *plan_for(PlanCtx *p, Var *v);
+
+/* The plan of a list, dict or object made during capture: ("=", slot, contents). Python
+ * code can hold one such object in several places (two locals, a bound method's receiver
+ * and a local, a dict and a view of it); all of them must get the same object back. */
+static PyObject *plan_shared(PlanCtx *p, Var *v, PyObject *(*contents)(PlanCtx *, Var *))
+{
+    PyObject *key = PyLong_FromVoidPtr(v);
+    if (!key)
+        return NULL;
+    PyObject *slot = PyDict_GetItemWithError(p->slots, key);
+    if (slot == Py_None) {
+        Py_DECREF(key);
+        cap_fail(p->c, BR_UNSUPPORTED_RETURN, "a %s that holds itself", var_kind_name(v));
+        return NULL;
+    }
+    if (!slot && (PyErr_Occurred() || PyDict_SetItem(p->slots, key, Py_None) < 0)) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *body = contents(p, v);
+    if (!slot && body) {
+        slot = PyLong_FromLong(p->nslots++);
+        if (!slot || PyDict_SetItem(p->slots, key, slot) < 0)
+            Py_CLEAR(body);
+        Py_XDECREF(slot);   /* the dict holds it */
+    }
+    Py_DECREF(key);
+    return body ? Py_BuildValue("(sON)", "=", slot, body) : NULL;
+}
+
+static PyObject *plan_made(PlanCtx *p, Var *v);
 
 static PyObject *plan_for(PlanCtx *p, Var *v)
 {
@@ -68,10 +108,27 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     case VK_DICT:
         if (v->src >= 0 && !v->fresh)   /* an outside container: itself (writes are written back) */
             return Py_BuildValue("(si)", "s", (int)v->src);
+        if (v->kind != VK_TUPLE && v->src < 0)
+            return plan_shared(p, v, plan_made);
         break;
+    case VK_USEROBJ:
+        if (v->src < 0)
+            return plan_shared(p, v, plan_made);
+        break;
+    case VK_DICTVIEW: {
+        PyObject *d = plan_for(p, v->u.dview.dict);
+        return d ? Py_BuildValue("(ssN)", "v", var_view_method(v), d) : NULL;
+    }
     default:
         break;
     }
+    return plan_made(p, v);
+}
+
+/* The plan that makes v anew (its contents, for a container written back). */
+static PyObject *plan_made(PlanCtx *p, Var *v)
+{
+    Capture *c = p->c;
     switch (v->kind) {
     case VK_TUPLE:
     case VK_LIST: {
@@ -193,6 +250,7 @@ typedef struct {
     PyObject **memo;
     const SourceTable *t;
     const FrameView *fv;
+    PyObject *slots;   /* a list: the objects of "=" plans built so far (None: not yet) */
 } BuildCtx;
 
 static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
@@ -203,6 +261,33 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
     switch (tag[0]) {
     case 'c':
         return Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+    case 'S': {
+        BuildCtx inner = *bc;
+        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+        if (!(inner.slots = PyList_New(n)))
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyList_SET_ITEM(inner.slots, i, Py_NewRef(Py_None));
+        PyObject *r = build(PyTuple_GET_ITEM(plan, 2), outputs, &inner);
+        Py_DECREF(inner.slots);
+        return r;
+    }
+    case '=': {
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+        PyObject *made = PyList_GET_ITEM(bc->slots, k);
+        if (made != Py_None)
+            return Py_NewRef(made);
+        made = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        if (made)
+            PyList_SetItem(bc->slots, k, Py_NewRef(made));   /* steals the new reference */
+        return made;
+    }
+    case 'v': {
+        PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        PyObject *view = d ? PyObject_CallMethodNoArgs(d, PyTuple_GET_ITEM(plan, 1)) : NULL;
+        Py_XDECREF(d);
+        return view;
+    }
     case 'w': {
         PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(wbs); i++) {
@@ -311,7 +396,7 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
 PyObject *compile_build_result(PyObject *plan, PyObject *outputs, PyObject **memo, const SourceTable *t,
                                const FrameView *fv)
 {
-    BuildCtx bc = {memo, t, fv};
+    BuildCtx bc = {memo, t, fv, NULL};
     return build(plan, outputs, &bc);
 }
 
@@ -435,6 +520,7 @@ static void capture_release(Capture *c)
     guards_clear(&c->guards);
     Py_CLEAR(c->keepalive);
     Py_CLEAR(c->wrapped);
+    Py_CLEAR(c->containers);
     Py_CLEAR(c->linecache);
     Py_CLEAR(c->reason_msg);
     Py_CLEAR(c->user_stack);
@@ -495,9 +581,10 @@ static int capture_init(Capture *c, CodeState *st, int dynamic)
     c->g = graph_new();
     c->keepalive = PyList_New(0);
     c->wrapped = PyDict_New();
+    c->containers = PyDict_New();
     c->linecache = PyDict_New();
     GlobalState gs;
-    if (!c->g || !c->keepalive || !c->wrapped || !c->linecache || libs_refresh() < 0 ||
+    if (!c->g || !c->keepalive || !c->wrapped || !c->containers || !c->linecache || libs_refresh() < 0 ||
         guards_read_global_state(&gs) < 0 || meta_refresh_torch_default() < 0 ||
         guard_tree_copy_sources(&st->tree, &c->src) < 0)
         return -1;
@@ -615,15 +702,22 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         r = bk.args;
         is_break = 1;
     }
-    PlanCtx pc = {&c, NULL};
+    PlanCtx pc = {&c, NULL, NULL, 0};
     if (r) {
         pc.outvals = PyDict_New();
-        if (!pc.outvals)
+        pc.slots = PyDict_New();
+        if (!pc.outvals || !pc.slots) {
+            Py_CLEAR(pc.outvals);
+            Py_CLEAR(pc.slots);
             goto internal;
+        }
         plan = plan_for(&pc, r);
         if (plan)
             plan = plan_with_writebacks(&pc, plan);
+        if (plan && pc.nslots)
+            Py_SETREF(plan, Py_BuildValue("(siO)", "S", (int)pc.nslots, plan));
         Py_CLEAR(pc.outvals);
+        Py_CLEAR(pc.slots);
         if (!plan && !cap_failed(&c))
             goto internal;
     }

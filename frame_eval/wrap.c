@@ -270,6 +270,56 @@ static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
     return d;
 }
 
+/* A list or dict from outside (src >= 0): one var per object, so a write through one
+ * path (a local, an item of another container, a bound method's receiver) shows through
+ * every other. Guarded: the paths that reached one object still do, and those that
+ * reached different objects, different ones. */
+static Var *wrap_container(Capture *c, PyObject *obj, int32_t src)
+{
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->containers, key);
+    if (hit == Py_None) {
+        Py_DECREF(key);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s that holds itself", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    if (hit) {
+        Py_DECREF(key);
+        Var *first = PyLong_AsVoidPtr(hit);
+        if (first->src != src) {
+            Guard g;
+            memset(&g, 0, sizeof g);
+            g.kind = GK_SAME_OBJECT;
+            g.src = src;
+            g.src2 = first->src;
+            if (guards_add(&c->guards, &g) < 0)
+                return NULL;
+        }
+        return first;
+    }
+    Var *v = NULL;
+    if (!PyErr_Occurred() && PyDict_SetItem(c->containers, key, Py_None) == 0) {   /* being wrapped */
+        if (PyDict_Check(obj)) {
+            v = wrap_dict(c, obj, src);
+        } else {
+            PyObject *fast = PySequence_Fast(obj, "");
+            v = fast ? wrap_seq(c, obj, fast, src) : NULL;
+            Py_XDECREF(fast);
+        }
+    }
+    PyObject *addr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = addr ? PyDict_SetItem(c->containers, key, addr) : -1;
+    Py_XDECREF(addr);
+    Py_DECREF(key);
+    if (r < 0)
+        return NULL;
+    if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
+        c->distinct_srcs[c->ndistinct++] = src;
+    return v;
+}
+
 static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind gk)
 {
     if (guard_add_simple(c, gk, src, gk == GK_TYPE_MATCH ? (PyObject *)Py_TYPE(obj) : obj) < 0)
@@ -309,6 +359,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj)))
+        return wrap_container(c, obj, src);
     if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
         if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
             PyObject_HasAttrString((PyObject *)t, "_fields")) {
@@ -385,6 +437,12 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (is_callable_kind(obj))
         return simple(c, VK_CALLABLE, obj, src, GK_ID_MATCH);
+    if (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj)) {
+        /* live views of a dict the frame may write: read at capture time they would miss
+         * the writes, which reach the dict only after the graph */
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s made outside the frame", t->tp_name);
+        return NULL;
+    }
     return simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
 }
 
