@@ -289,23 +289,40 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
         return view;
     }
     case 'w': {
+        /* everything is read (the result, the new contents: items of the containers
+         * written may be among them) before the first container is written */
         PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(wbs); i++) {
+        Py_ssize_t n = PyTuple_GET_SIZE(wbs);
+        PyObject *objs = PyTuple_New(n), *vals = PyTuple_New(n), *result = NULL;
+        for (Py_ssize_t i = 0; objs && vals && i < n; i++) {
             PyObject *wb = PyTuple_GET_ITEM(wbs, i);
             PyObject *obj = sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(wb, 0)), bc->fv, bc->memo);
             PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, 1), outputs, bc) : NULL;
-            int rc = -1;
-            if (val && PyList_Check(obj))
-                rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
-            else if (val && PyDict_Check(obj))
-                rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
-            else if (val)
-                PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
-            Py_XDECREF(val);
-            if (rc < 0)
-                return NULL;
+            if (!val)
+                goto wb_done;
+            PyTuple_SET_ITEM(objs, i, Py_NewRef(obj));
+            PyTuple_SET_ITEM(vals, i, val);
         }
-        return build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        if (!objs || !vals || !(result = build(PyTuple_GET_ITEM(plan, 2), outputs, bc)))
+            goto wb_done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *obj = PyTuple_GET_ITEM(objs, i), *val = PyTuple_GET_ITEM(vals, i);
+            int rc = -1;
+            if (PyList_Check(obj))
+                rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
+            else if (PyDict_Check(obj))
+                rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
+            else
+                PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
+            if (rc < 0) {
+                Py_CLEAR(result);
+                break;
+            }
+        }
+    wb_done:
+        Py_XDECREF(objs);
+        Py_XDECREF(vals);
+        return result;
     }
     case 'g':
     case 'm': {
@@ -720,6 +737,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         Py_CLEAR(pc.slots);
         if (!plan && !cap_failed(&c))
             goto internal;
+        has_mutation = c.mutated != NULL;   /* the plan writes back into outside lists, dicts */
     }
     if (!r || !plan) {
         if (PyErr_Occurred() && !cap_failed(&c))
@@ -759,7 +777,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         Graph *g = c.g;
         c.g = NULL;
         ninputs = g->ninputs;
-        has_mutation = g->has_mutation;
+        has_mutation |= g->has_mutation;
         gobj = graph_py_wrap(g, name);
         Py_DECREF(name);
         if (!gobj)

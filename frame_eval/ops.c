@@ -811,9 +811,10 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         for (int32_t i = 0; i < container->u.seq.n; i++) {
             Var *e = container->u.seq.items[i];
             int number = PyLong_Check(item->obj) || PyFloat_Check(item->obj);
-            if ((e->kind == VK_TENSOR || e->kind == VK_GSCALAR) && number) {
-                /* `3 in [t]` asks bool(t == 3): the tensor's data */
-                cap_fail(c, BR_DATA_DEPENDENT, "'in' comparing a number with a value computed in the graph");
+            if (e->kind == VK_TENSOR || e->kind == VK_GSCALAR) {
+                /* `3 in [t]` asks bool(t == 3): the tensor's data (and numpy compares
+                 * with anything elementwise) */
+                cap_fail(c, BR_DATA_DEPENDENT, "'in' comparing a constant with a value computed in the graph");
                 return NULL;
             }
             if (e->kind == VK_SYMINT && number) {

@@ -352,3 +352,4 @@ def test_update_of_pairs_is_modelled_without_break():
     x, z = _t()
     assert shapejit.compile(upd_pairs)(x, z)[0] == 2
     assert shapejit.stats()["graph_breaks"] == 0, shapejit.stats()
+
