@@ -250,6 +250,18 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
     }
     Var *o = args[0];
     PyObject *probe = o->obj;
+    if (o->kind == VK_USEROBJ) {
+        /* the instance's attributes first, then its class; a __getattr__ decides the rest */
+        int found;
+        var_dict_get(c, o->u.uobj.attrs, args[1], &found);
+        if (found || PyObject_HasAttr((PyObject *)o->u.uobj.type, args[1]->obj))
+            return const_bool(c, 1);
+        if (PyObject_HasAttrString((PyObject *)o->u.uobj.type, "__getattr__")) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on a %s with __getattr__", o->u.uobj.type->tp_name);
+            return NULL;
+        }
+        return const_bool(c, 0);
+    }
     if (o->kind == VK_TENSOR)
         probe = o->u.t.meta.lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
     if (!probe || o->kind == VK_TUPLE || o->kind == VK_LIST || o->kind == VK_DICT) {

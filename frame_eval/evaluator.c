@@ -564,7 +564,13 @@ resume:
         case SJOP_DELETE_SUBSCR: {
             NEED(2);
             Var *k = POP(), *o = POP();
-            if (o->kind == VK_DICT && o->src < 0 && var_is_const(k)) {
+            int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
+            if (!writable && (o->kind == VK_DICT || o->kind == VK_LIST) && var_is_const(k)) {
+                if (cap_note_mutation(c, o, "del") < 0)
+                    goto fail;
+                writable = 1;
+            }
+            if (o->kind == VK_DICT && writable && var_is_const(k)) {
                 int r = var_dict_del(c, o, k);
                 if (r <= 0) {
                     if (!r)
@@ -574,7 +580,7 @@ resume:
                 }
                 break;
             }
-            if (o->kind == VK_LIST && o->src < 0 && var_is_const(k) && PyIndex_Check(k->obj)) {
+            if (o->kind == VK_LIST && writable && var_is_const(k) && PyIndex_Check(k->obj)) {
                 Py_ssize_t i = PyNumber_AsSsize_t(k->obj, NULL);
                 if (i < 0)
                     i += o->u.seq.n;
@@ -1000,11 +1006,16 @@ resume:
             NEED(2);
             Var *t = POP();
             Var *e = TOP();
-            if (!e->obj || !t->obj) {
+            /* `except (A, B):` builds its tuple of classes on the stack */
+            PyObject *classes = t->obj ? Py_NewRef(t->obj) : t->kind == VK_TUPLE ? var_to_py(c, t) : NULL;
+            if (!e->obj || !classes) {
+                PyErr_Clear();
+                Py_XDECREF(classes);
                 cap_fail(c, BR_UNSUPPORTED_VALUE, "except clause with a %s", var_kind_name(t));
                 goto fail;
             }
-            int m = PyErr_GivenExceptionMatches(e->obj, t->obj);
+            int m = PyErr_GivenExceptionMatches(e->obj, classes);
+            Py_DECREF(classes);
             PUSH(var_const(c, m ? Py_True : Py_False));
             break;
         }

@@ -353,3 +353,83 @@ def test_update_of_pairs_is_modelled_without_break():
     assert shapejit.compile(upd_pairs)(x, z)[0] == 2
     assert shapejit.stats()["graph_breaks"] == 0, shapejit.stats()
 
+
+
+# ---- objects and exceptions -----------------------------------------------------------
+class _Lazy:
+    def __init__(self, v):
+        self.v = v
+
+    def __getattr__(self, name):
+        if name.startswith("z"):
+            return len(name)
+        raise AttributeError(name)
+
+
+def getattr_fallback(x, z):
+    o = _Lazy(x)
+    return o.v * o.zz + o.zebra, hasattr(o, "v")
+
+
+class _Plain:
+    kind = "plain"
+
+    def __init__(self, v):
+        self.v = v
+
+
+def hasattr_of_new_object(x, z):
+    o = _Plain(x)
+    return hasattr(o, "v"), hasattr(o, "kind"), hasattr(o, "w"), o.v + 1
+
+
+def getattr_fallback_raises(x, z):
+    o = _Lazy(x)
+    return o.missing
+
+
+def except_tuple(x, z):
+    d = {"a": x}
+    try:
+        y = d["b"] * 2
+    except (IndexError, KeyError):
+        y = z + 1
+    try:
+        if len(d) > 0:
+            raise ValueError("big")
+    except (TypeError, ValueError) as e:
+        y = y + len(str(e))
+    return y
+
+
+def del_in_outside_containers(d, l):
+    del d["a"]
+    del l[0]
+    l.append(d["b"] * 2)
+    print("", end="")
+    del l[-1]
+    return len(d), len(l)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [getattr_fallback, getattr_fallback_raises, hasattr_of_new_object, except_tuple],
+                         ids=lambda f: f.__name__)
+def test_objects_and_exceptions(fn, backend):
+    check(fn, _t, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lib", ["torch", "numpy"])
+def test_del_in_outside_containers(lib, backend):
+    def make():
+        x, y = _t() if lib == "torch" else (np.ones(2), np.zeros(2))
+        return {"a": x, "b": y}, [x, y, x * 3]
+    check(del_in_outside_containers, make, backend)
+
+
+def test_except_tuple_and_getattr_are_captured():
+    shapejit.reset()
+    x, z = _t()
+    shapejit.compile(except_tuple)(x, z)
+    shapejit.compile(getattr_fallback)(x, z)
+    assert shapejit.stats()["graph_breaks"] == 0, shapejit.stats()
