@@ -433,3 +433,21 @@ def test_except_tuple_and_getattr_are_captured():
     shapejit.compile(except_tuple)(x, z)
     shapejit.compile(getattr_fallback)(x, z)
     assert shapejit.stats()["graph_breaks"] == 0, shapejit.stats()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("write", ["y[0] = 0", "y[:] = 3", "y[1:][...] = 2", "y.view(-1)[0] = 1"])
+@pytest.mark.parametrize("brk", ["print('', end='')", "n = int(y.sum().item())"])
+def test_item_write_into_input_then_break(write, brk, backend):
+    """The replay's setitem defines the array it wrote, as its shape rule says: the first
+    run's check finds nothing to disagree with, and the entry goes on to its break."""
+    if "view" in write:
+        libs = ["torch"]
+    else:
+        libs = ["torch", "numpy"]
+    src = f"def f(y):\n    {write}\n    {brk}\n    return y * 2, y\n"
+    ns = {}
+    exec(src, ns)
+    for lib in libs:
+        check(ns["f"], (lambda: (torch.tensor([5.0, 6.0, 7.0]),)) if lib == "torch"
+              else (lambda: (np.array([5.0, 6.0, 7.0]),)), backend)
