@@ -227,6 +227,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
 
 /* ----------------------------------------------------------------- builtins ---- */
 
+static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs);
+
 static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
 {
     if (nargs < 2 || nargs > 3 || !var_is_const(args[1]) || !PyUnicode_Check(args[1]->obj)) {
@@ -234,9 +236,11 @@ static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
         return NULL;
     }
     Var *o = args[0];
-    if (nargs == 3 && o->obj && o->kind != VK_TENSOR) {
-        int has = PyObject_HasAttr(o->obj, args[1]->obj);
+    if (nargs == 3 && (o->obj || o->kind == VK_USEROBJ) && o->kind != VK_TENSOR) {
+        Var *has = builtin_hasattr(c, args, 2);
         if (!has)
+            return NULL;
+        if (has->obj == Py_False)
             return args[2];
     }
     return attr_load(c, o, args[1]->obj);

@@ -380,7 +380,7 @@ class _Plain:
 
 def hasattr_of_new_object(x, z):
     o = _Plain(x)
-    return hasattr(o, "v"), hasattr(o, "kind"), hasattr(o, "w"), o.v + 1
+    return hasattr(o, "v"), hasattr(o, "kind"), hasattr(o, "w"), o.v + 1, getattr(o, "w", z) * 2, getattr(o, "v", z)
 
 
 def getattr_fallback_raises(x, z):

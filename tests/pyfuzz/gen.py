@@ -17,6 +17,7 @@ Construct kinds (``Program.kinds``):
   print, item                                                          graph breaks in straight code
   try, raise                                                           exceptions
   setitem_break, while_item, super_after_break                         writes and loops around breaks
+  nested, unpack                                                       containers in containers, star calls
 """
 import random
 from dataclasses import dataclass, field
@@ -428,6 +429,77 @@ class _Gen:
         self.depth -= 1
         self.ints.append(i)
 
+    def s_nested(self):
+        """Containers inside containers, written through the inner reference."""
+        self.kinds.add("nested")
+        c = self.r.randint(0, 3)
+        if c == 0:
+            v = self.name("dd")
+            inner = self.r.choice(self.lists)
+            self.emit(f"{v} = {{'in': {inner}, 'k': {self.texpr()}}}")
+            self.emit(f"{v}['in'].append({self.t()} * 3)")
+            self.dicts.append(v)
+        elif c == 1:
+            v = self.name("ll")
+            self.emit(f"{v} = [{self.r.choice(self.dicts)}, {self.r.choice(self.lists)}]")
+            self.emit(f"{v}[1].append({self.texpr()})")
+            self.emit(f"{self.new_name_int()} = len({v}[0]) + len({v}[1])")
+        elif c == 2:
+            lst = self.r.choice(self.lists)
+            fn = self.name("add")
+            self.emit(f"def {fn}(u):")
+            self.depth += 1
+            self.emit(f"{lst}.append(u)")
+            self.emit(f"return len({lst})")
+            self.depth -= 1
+            self.emit(f"{self.new_name_int()} = {fn}({self.texpr()})")
+            self.kinds.add("closure")
+        else:
+            lst = self.r.choice(self.lists)
+            self.emit(f"{self.new_name_int()} = len({lst}[1:]) + len({lst}[::-1])")
+
+    def s_unpack(self):
+        """Unpacking, star-args and keyword-args calls, comprehensions."""
+        self.kinds.add("unpack")
+        c = self.r.randint(0, 4)
+        if c == 0:
+            a, b = self.name("t"), self.name("t")
+            self.emit(f"{a}, *{b} = [{self.texpr()}, {self.t()}, {self.t()}]")
+            self.tensors.append(a)
+            self.lists.append(b)
+        elif c == 1:
+            fn = self.name("kw")
+            self.emit(f"def {fn}(u, *rest, scale=1, **extra):")
+            self.depth += 1
+            self.emit("return u * scale + len(rest) + len(extra)")
+            self.depth -= 1
+            lst = self.r.choice(self.lists)
+            self.emit(f"if {lst}:")
+            self.depth += 1
+            self.emit(f"{self.new_name_tensor()} = {fn}(*{lst}, scale=2, **{{'q': 1}})")
+            self.depth -= 1
+            self.emit("else:")
+            self.depth += 1
+            self.emit(f"{self.tensors[-1]} = x")
+            self.depth -= 1
+        elif c == 2:
+            v = self.name("dd")
+            self.emit(f"{v} = {{k: u * 2 for k, u in {self.r.choice(self.dicts)}.items() if k != 'b'}}")
+            self.dicts.append(v)
+        elif c == 3:
+            self.emit(f"{self.new_name_int()} = sum(1 for k, u in sorted({self.r.choice(self.dicts)}.items(), "
+                      f"key=lambda kv: kv[0]))")
+        else:
+            v = self.name("ll")
+            self.emit(f"{v} = [*{self.r.choice(self.lists)}, {self.t()}]")
+            self.lists.append(v)
+
+    def s_isinstance(self):
+        self.kinds.add("builtins")
+        v = self.r.choice(self.dicts + self.lists + self.views)
+        self.emit(f"{self.new_name_int()} = int(isinstance({v}, dict)) + 2 * int(isinstance({v}, list))"
+                  f" + 4 * int(type({v}).__name__.startswith('dict_'))")
+
     def s_print(self):
         self.emit(f"print('s', len({self.r.choice(self.lists)}), sorted({self.r.choice(self.dicts)}), file=buf)",
                   "print")
@@ -469,7 +541,7 @@ class _Gen:
         (s_list, 2), (s_list_method, 4), (s_set, 1), (s_closure, 1), (s_nonlocal, 1), (s_lambda, 1),
         (s_decorator, 1), (s_class, 2), (s_getattr, 1), (s_genexpr, 2), (s_generator, 1),
         (s_builtins, 2), (s_loop, 2), (s_print, 1), (s_item, 1), (s_try, 1), (s_raise, 1),
-        (s_setitem_break, 1), (s_while, 1),
+        (s_setitem_break, 1), (s_while, 1), (s_nested, 2), (s_unpack, 2), (s_isinstance, 1),
     ]
 
     def body(self, n):
