@@ -21,6 +21,7 @@ static long graph_counter;
  *   ("m", fn, self)            a bound method; ("g", name, self): getattr(self, name)
  *   ("o"|"r", type, keys, items) an object made during capture (see build)
  *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
+ *   ("k", obj)                 a mutable constant: a deep copy of obj
  *   ("=", slot, plan)          a mutable object made during capture: built once per run and
  *                              kept in slot, so each place that holds it gets the same object
  *   ("S", nslots, plan)        the top of a plan that has slots */
@@ -38,9 +39,9 @@ static PyObject *plan_for(PlanCtx *p, Var *v);
 /* The plan of a list, dict or object made during capture: ("=", slot, contents). Python
  * code can hold one such object in several places (two locals, a bound method's receiver
  * and a local, a dict and a view of it); all of them must get the same object back. */
-static PyObject *plan_shared(PlanCtx *p, Var *v, PyObject *(*contents)(PlanCtx *, Var *))
+static PyObject *plan_shared(PlanCtx *p, const void *id, Var *v, PyObject *(*contents)(PlanCtx *, Var *))
 {
-    PyObject *key = PyLong_FromVoidPtr(v);
+    PyObject *key = PyLong_FromVoidPtr((void *)id);
     if (!key)
         return NULL;
     PyObject *slot = PyDict_GetItemWithError(p->slots, key);
@@ -66,9 +67,30 @@ static PyObject *plan_shared(PlanCtx *p, Var *v, PyObject *(*contents)(PlanCtx *
 
 static PyObject *plan_made(PlanCtx *p, Var *v);
 
+static int is_mutable_builtin(PyObject *o)
+{
+    return PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) || PyByteArray_CheckExact(o);
+}
+
+/* A mutable constant (a set built in the frame, a list a folded call returned): a copy
+ * per run, as eager makes a new one per call, so that what the caller does to one
+ * result never shows in the next. */
+static PyObject *plan_fresh_copy(PlanCtx *p, Var *v)
+{
+    (void)p;
+    return Py_BuildValue("(sO)", "k", v->obj);
+}
+
 static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     Capture *c = p->c;
+    if (v->src < 0 && (v->kind == VK_CONST || v->kind == VK_CALLABLE) && PyCFunction_Check(v->obj) &&
+        PyCFunction_GET_SELF(v->obj) && is_mutable_builtin(PyCFunction_GET_SELF(v->obj))) {
+        /* s.add of a mutable constant: looked up on the copy this run makes */
+        Var *self = var_const(c, PyCFunction_GET_SELF(v->obj));
+        PyObject *sp = self ? plan_for(p, self) : NULL;
+        return sp ? Py_BuildValue("(ssN)", "g", ((PyCFunctionObject *)v->obj)->m_ml->ml_name, sp) : NULL;
+    }
     switch (v->kind) {
     case VK_SYMINT:
     case VK_GSCALAR:   /* the Python float/bool the graph computed */
@@ -102,6 +124,10 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
         return k;
     }
     case VK_CONST:
+        if (v->src >= 0 && is_mutable_builtin(v->obj))
+            return Py_BuildValue("(si)", "s", (int)v->src);   /* an outside object: itself */
+        if (is_mutable_builtin(v->obj))
+            return plan_shared(p, v->obj, v, plan_fresh_copy);
         return Py_BuildValue("(sO)", "c", v->obj);
     case VK_TUPLE:
     case VK_LIST:
@@ -109,11 +135,11 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
         if (v->src >= 0 && !v->fresh)   /* an outside container: itself (writes are written back) */
             return Py_BuildValue("(si)", "s", (int)v->src);
         if (v->kind != VK_TUPLE && v->src < 0)
-            return plan_shared(p, v, plan_made);
+            return plan_shared(p, v, v, plan_made);
         break;
     case VK_USEROBJ:
         if (v->src < 0)
-            return plan_shared(p, v, plan_made);
+            return plan_shared(p, v, v, plan_made);
         break;
     case VK_DICTVIEW: {
         PyObject *d = plan_for(p, v->u.dview.dict);
@@ -281,6 +307,17 @@ static PyObject *build(PyObject *plan, PyObject *outputs, const BuildCtx *bc)
         if (made)
             PyList_SetItem(bc->slots, k, Py_NewRef(made));   /* steals the new reference */
         return made;
+    }
+    case 'k': {
+        static PyObject *deepcopy;   /* strong: copy.deepcopy */
+        if (!deepcopy) {
+            PyObject *m = PyImport_ImportModule("copy");
+            deepcopy = m ? PyObject_GetAttrString(m, "deepcopy") : NULL;
+            Py_XDECREF(m);
+            if (!deepcopy)
+                return NULL;
+        }
+        return PyObject_CallOneArg(deepcopy, PyTuple_GET_ITEM(plan, 1));
     }
     case 'v': {
         PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);

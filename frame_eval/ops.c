@@ -588,6 +588,11 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             return r;   /* otherwise (a float, true division, ...) the int is specialised */
     }
     if (is_foldable(a) && is_foldable(b)) {
+        if (name[0] == 'i' && a->src >= 0 && PySet_CheckExact(a->obj)) {
+            /* `s |= t` on a set from outside: folding would write it now, at capture */
+            cap_fail(c, BR_SIDE_EFFECT, "in-place %s on a set from outside the frame", name);
+            return NULL;
+        }
         Var *args[2] = {a, b};
         return fold_operator(c, name, args, 2);
     }
@@ -1167,11 +1172,17 @@ Var *op_len(Capture *c, Var *v)
         return NULL;
     case VK_OBJECT:
         if (!(Py_TYPE(v->obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-            /* a builtin type (mappingproxy, range, ...): its length runs no user code */
+            /* a builtin type (mappingproxy, range, ...): its length runs no user code;
+             * read now, so guarded with the type when the object comes from outside */
             n = PyObject_Length(v->obj);
             if (n < 0) {
                 cap_fail_exc(c, BR_USER_EXCEPTION);
                 return NULL;
+            }
+            if (v->src >= 0) {
+                if (guard_add_simple(c, GK_SEQ_LENGTH, v->src, (PyObject *)Py_TYPE(v->obj)) < 0)
+                    return NULL;
+                c->guards.g[c->guards.n - 1].len = n;
             }
             break;
         }

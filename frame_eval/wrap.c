@@ -59,6 +59,18 @@ static int is_constant_type(PyObject *o)
            t == &PyCode_Type;
 }
 
+/* 1 when every item of set o is a constant (its equality guard is then exact). */
+static int all_constant(PyObject *o)
+{
+    Py_ssize_t pos = 0;
+    PyObject *item;
+    Py_hash_t h;
+    while (_PySet_NextEntry(o, &pos, &item, &h))
+        if (!is_constant_type(item))
+            return 0;
+    return 1;
+}
+
 static int is_callable_kind(PyObject *o)
 {
     return PyCFunction_Check(o) || PyType_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
@@ -347,8 +359,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         if (PyErr_Occurred())
             return NULL;
     }
-    if (is_constant_type(obj))
-        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (is_constant_type(obj) || ((PySet_CheckExact(obj) || PyFrozenSet_CheckExact(obj)) && all_constant(obj)))
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);   /* sets: by value; writes break (attrs.c) */
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
     if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic))

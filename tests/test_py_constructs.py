@@ -451,3 +451,72 @@ def test_item_write_into_input_then_break(write, brk, backend):
     for lib in libs:
         check(ns["f"], (lambda: (torch.tensor([5.0, 6.0, 7.0]),)) if lib == "torch"
               else (lambda: (np.array([5.0, 6.0, 7.0]),)), backend)
+
+
+def mutable_constants(x, z):
+    s = {1}
+    s.add(2)
+    for i in range(3):
+        s.add(i * 10)
+    both = (s, s)
+    keys = sorted({"b": 1, "a": 2})
+    return x + 1, s, both, keys, s | {7}, bytearray(b"ab")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mutable_constants_are_new_each_call(backend):
+    """A set, list or bytearray the capture folded to a constant is a new object per call
+    (what the caller does to one result never shows in the next), one object per call
+    however many places hold it."""
+    shapejit.reset()
+    compiled = shapejit.compile(mutable_constants, backend=backend)
+    x, z = _t()
+    first = compiled(x, z)
+    expected = mutable_constants(x, z)
+    first[1].add(99)
+    first[3].append("c")
+    first[5].append(0)
+    again = compiled(x, z)
+    _same(expected, again, "second call")
+    assert again[2][0] is again[2][1] is again[1]
+    assert again[1] is not first[1] and again[3] is not first[3]
+
+
+def _twice(values):
+    return iter([v for v in values for _ in range(2)])
+
+
+def set_argument(x, s):
+    n = len(s) + int(2 in s) + len(s | {9})
+    return x * n, sorted(s & {1, 2, 3})
+
+
+def set_argument_written(x, s):
+    s.add(5)
+    s |= {6}
+    return x + len(s)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sets_from_outside(backend):
+    """A set argument is read by value (guarded: a call with other contents recompiles),
+    and a write into it happens at run time, every call."""
+    sets = _twice([{1, 2}, {1, 2}, {3}, {2, 3, 4}, frozenset({2})])   # eager's and the compiled call's
+    check(set_argument, lambda: (torch.ones(2), set(next(sets))), backend, calls=5)
+    check(set_argument_written, lambda: (torch.ones(2), {1, 2}), backend, calls=3)
+
+
+def set_crossing_break(x, n):
+    s = {1, 3}
+    print("", end="")
+    s.add(n)
+    add = s.add
+    print("", end="")
+    add(n + 1)
+    return x + len(s), s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_made_in_frame_crosses_breaks(backend):
+    ns = _twice(range(2, 40))
+    check(set_crossing_break, lambda: (torch.ones(2), next(ns)), backend, calls=4)

@@ -118,6 +118,7 @@ class _Gen:
         self.ints = ["n"]
         self.views = []
         self.objs = []
+        self.consts = []   # lists of constants: returned only
         self.counter = 0
         self.depth = 1
         self.new_ints, self.new_tensors = [], []
@@ -494,6 +495,22 @@ class _Gen:
             self.emit(f"{v} = [*{self.r.choice(self.lists)}, {self.t()}]")
             self.lists.append(v)
 
+    def s_const_container(self):
+        """Sets and lists the capture can fold to constants, returned to the caller."""
+        self.kinds.add("set")
+        v = self.name("ll")
+        c = self.r.randint(0, 2)
+        if c == 0:
+            self.emit(f"{v} = sorted({self.r.choice(self.dicts)})")
+        elif c == 1:
+            self.emit(f"{v} = [k for k in 'abc' if k != {self.key()}]")
+        else:
+            s = self.name("ss")
+            self.emit(f"{s} = set()")
+            self.emit(f"{s}.add({self.r.choice(self.ints)})")
+            self.emit(f"{v} = [{s}, {s}]")
+        self.consts.append(v)
+
     def s_isinstance(self):
         self.kinds.add("builtins")
         v = self.r.choice(self.dicts + self.lists + self.views)
@@ -542,6 +559,7 @@ class _Gen:
         (s_decorator, 1), (s_class, 2), (s_getattr, 1), (s_genexpr, 2), (s_generator, 1),
         (s_builtins, 2), (s_loop, 2), (s_print, 1), (s_item, 1), (s_try, 1), (s_raise, 1),
         (s_setitem_break, 1), (s_while, 1), (s_nested, 2), (s_unpack, 2), (s_isinstance, 1),
+        (s_const_container, 1),
     ]
 
     def body(self, n):
@@ -551,7 +569,7 @@ class _Gen:
 
     def result(self):
         parts = self.tensors[2:][-3:] + self.ints[-3:] + self.dicts[1:][-2:] + self.lists[1:][-2:] + self.views[-2:]
-        parts += ["x", "y"]
+        parts += self.consts[-2:] + ["x", "y"]
         return "return (" + ", ".join(parts) + ",)"
 
 

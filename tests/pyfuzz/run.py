@@ -98,13 +98,36 @@ def _diff(a, b, what):
     return None if a[1] == b[1] else f"{what}: {b[1]!r}, eager {a[1]!r}"
 
 
+def _scribble(v, depth=0):
+    """Writes into the containers of a result, as a caller may: a result that shares an
+    object with the next call's shows it there."""
+    if depth > 3:
+        return
+    if isinstance(v, list):
+        for u in list(v):
+            _scribble(u, depth + 1)
+        v.append("scribble")
+    elif isinstance(v, dict):
+        for u in list(v.values()):
+            _scribble(u, depth + 1)
+        v["scribble"] = 0
+    elif isinstance(v, set):
+        v.add("scribble")
+    elif isinstance(v, tuple):
+        for u in v:
+            _scribble(u, depth + 1)
+
+
 def _call(fn, args):
     buf = io.StringIO()
     try:
-        r = ("ok", _norm(fn(*args, buf)))
+        res = fn(*args, buf)
+        r = ("ok", _norm(res))
     except Exception as e:   # noqa: BLE001 - compared by type
-        r = ("raise", type(e).__name__)
-    return r, _norm(args), buf.getvalue()
+        res, r = None, ("raise", type(e).__name__)
+    after = _norm(args)   # before the scribble: the result may hold the caller's containers
+    _scribble(res)
+    return r, after, buf.getvalue()
 
 
 def load(seed):
