@@ -18,6 +18,7 @@ Construct kinds (``Program.kinds``):
   try, raise                                                           exceptions
   setitem_break, while_item, super_after_break                         writes and loops around breaks
   nested, unpack                                                       containers in containers, star calls
+  list_iter_break                                                      appends to the list a loop with a break walks
 """
 import random
 from dataclasses import dataclass, field
@@ -511,6 +512,20 @@ class _Gen:
             self.emit(f"{v} = [{s}, {s}]")
         self.consts.append(v)
 
+    def s_list_iter_break(self):
+        """A for loop over a list that the body appends to, with a graph break in the body."""
+        v, t = self.name("todo"), self.name("it")
+        self.emit(f"{v} = [{self.t()}]", "list_iter_break")
+        self.emit(f"for {t} in {v}:")
+        self.depth += 1
+        self.emit(f"if len({v}) < {self.r.randint(2, 4)}:")
+        self.depth += 1
+        self.emit(f"{v}.append({t} + 1)")
+        self.depth -= 1
+        self.emit(f"print('it', len({v}), file=buf)")
+        self.depth -= 1
+        self.lists.append(v)
+
     def s_isinstance(self):
         self.kinds.add("builtins")
         v = self.r.choice(self.dicts + self.lists + self.views)
@@ -559,7 +574,7 @@ class _Gen:
         (s_decorator, 1), (s_class, 2), (s_getattr, 1), (s_genexpr, 2), (s_generator, 1),
         (s_builtins, 2), (s_loop, 2), (s_print, 1), (s_item, 1), (s_try, 1), (s_raise, 1),
         (s_setitem_break, 1), (s_while, 1), (s_nested, 2), (s_unpack, 2), (s_isinstance, 1),
-        (s_const_container, 1),
+        (s_const_container, 1), (s_list_iter_break, 0.3),
     ]
 
     def body(self, n):
