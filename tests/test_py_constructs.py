@@ -520,3 +520,23 @@ def set_crossing_break(x, n):
 def test_set_made_in_frame_crosses_breaks(backend):
     ns = _twice(range(2, 40))
     check(set_crossing_break, lambda: (torch.ones(2), next(ns)), backend, calls=4)
+
+
+def append_to_first(a, b, x):
+    a.append(x * 2)
+    return len(b), x + len(a)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_list_passed_twice(backend):
+    """One outside list reached through two arguments is one object in the capture (a
+    write through one shows through the other), guarded both ways."""
+    shared = []
+    pairs = _twice([(True,), (True,), (False,), (True,)])
+
+    def make():
+        same = next(pairs)[0]
+        a = [torch.ones(1)]
+        shared[:] = [a]
+        return (a, a if same else [torch.ones(1)], torch.ones(2))
+    check(append_to_first, make, backend, calls=4)
