@@ -7,10 +7,16 @@
 #                (tests/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
 #   make bench   build, then run the benchmark suite (bench/suite.py; BENCH_ARGS=--quick etc.);
 #                table and plots in bench/results/suite/
+#   make fuzz-py      differential fuzz of Python constructs (tests/pyfuzz): FUZZ_COUNT programs
+#                     (50000) from FUZZ_SEED (0), each chunk in a child process; crashes counted
+#   make fuzz-breaks  the graph-break fuzz test at FUZZ_BREAKS programs (2000; CI runs 150)
 #   make clean   remove build products
 PYTHON ?= python3
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+FUZZ_SEED ?= 0
+FUZZ_COUNT ?= 50000
+FUZZ_BREAKS ?= 2000
 PYTEST := $(PYTHON) -m pytest -q -ra -p no:cacheprovider
 
 ASAN_DIR := build/asan
@@ -24,7 +30,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test zoo bench asan asan-build clean
+.PHONY: build test zoo bench asan asan-build clean fuzz-py fuzz-breaks
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -35,6 +41,12 @@ test: build
 
 zoo: build
 	SJ_ZOO=full $(PYTEST) tests/test_model_zoo.py $(PYTEST_ARGS)
+
+fuzz-py: build
+	$(PYTHON) tests/pyfuzz/run.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT)
+
+fuzz-breaks: build
+	SHAPEJIT_BREAK_FUZZ_COUNT=$(FUZZ_BREAKS) $(PYTEST) tests/test_break_fuzz.py
 
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

@@ -130,24 +130,21 @@ PyObject *lower_sizes_tuple(const int64_t *n, int r)
 
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
 {
-    if (!kw_dtype) {
-        PyObject *t = libs.torch ? PyImport_ImportModule("torch") : NULL;
-        PyObject *np = libs.numpy ? PyImport_ImportModule("numpy") : NULL;
-        if ((libs.torch && !t) || (libs.numpy && !np)) {
-            Py_XDECREF(t);
-            Py_XDECREF(np);
+    /* each library's empty() is looked up once that library is loaded: the first
+     * graph of a process may be a torch one, numpy's coming later (or the reverse) */
+    const char *lib_name = lib == LIB_TORCH ? "torch" : "numpy";
+    PyObject **slot = lib == LIB_TORCH ? &torch_empty : &np_empty;
+    if (!*slot && (lib == LIB_TORCH ? libs.torch : libs.numpy)) {
+        PyObject *m = PyImport_ImportModule(lib_name);
+        if (!m)
             return NULL;
-        }
-        if (t)
-            torch_empty = PyObject_GetAttrString(t, "empty");
-        if (np)
-            np_empty = PyObject_GetAttrString(np, "empty");
-        Py_XDECREF(t);
-        Py_XDECREF(np);
-        kw_dtype = Py_BuildValue("(s)", "dtype");
-        if (!kw_dtype)
+        *slot = PyObject_GetAttrString(m, "empty");
+        Py_DECREF(m);
+        if (!*slot)
             return NULL;
     }
+    if (!kw_dtype && !(kw_dtype = Py_BuildValue("(s)", "dtype")))
+        return NULL;
     if (!dtypes[lib][dt] && !(dtypes[lib][dt] = dtype_to_py(dt, lib)))
         PyErr_Clear();
     PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt];

@@ -320,6 +320,20 @@ static AttrWrite *find_write(Capture *c, PyObject *obj, PyObject *name)
     return NULL;
 }
 
+/* The methods of set that only read it. */
+static int set_method_reads(PyObject *name)
+{
+    static const char *const reads[] = {"copy", "difference", "intersection", "isdisjoint", "issubset",
+                                        "issuperset", "symmetric_difference", "union", "__contains__",
+                                        "__len__", "__iter__", "__or__", "__and__", "__sub__", "__xor__"};
+    const char *n = PyUnicode_AsUTF8(name);
+    for (size_t i = 0; n && i < sizeof reads / sizeof *reads; i++)
+        if (!strcmp(n, reads[i]))
+            return 1;
+    sj_err_clear();
+    return 0;
+}
+
 Var *attr_load(Capture *c, Var *o, PyObject *name)
 {
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && c->writes) {
@@ -385,6 +399,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
     case VK_FUNC: {
         if (o->kind == VK_FUNC && !o->obj) {
             cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a function made during capture", name);
+            return NULL;
+        }
+        if (o->kind == VK_CONST && o->src >= 0 && PySet_CheckExact(o->obj) && !set_method_reads(name)) {
+            /* a set from outside is a constant guarded by value: a write would happen now,
+             * at capture, and never again */
+            cap_fail(c, BR_SIDE_EFFECT, "set.%U on a set from outside the frame", name);
             return NULL;
         }
         PyObject *v = PyObject_GetAttr(o->obj, name);

@@ -71,6 +71,14 @@ static PyObject *var_type(Capture *c, Var *v)
         return Py_NewRef((PyObject *)&PyList_Type);
     case VK_DICT:
         return Py_NewRef((PyObject *)&PyDict_Type);
+    case VK_DICTVIEW: {
+        PyObject *d = PyDict_New();
+        PyObject *view = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;
+        PyObject *t = view ? Py_NewRef((PyObject *)Py_TYPE(view)) : NULL;
+        Py_XDECREF(view);
+        Py_XDECREF(d);
+        return t;
+    }
     case VK_SLICE:
         return Py_NewRef((PyObject *)&PySlice_Type);
     case VK_FUNC:
@@ -222,6 +230,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
 
 /* ----------------------------------------------------------------- builtins ---- */
 
+static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs);
+
 static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
 {
     if (nargs < 2 || nargs > 3 || !var_is_const(args[1]) || !PyUnicode_Check(args[1]->obj)) {
@@ -229,13 +239,11 @@ static Var *builtin_getattr(Capture *c, Var **args, int32_t nargs)
         return NULL;
     }
     Var *o = args[0];
-    if (nargs == 3 && o->obj && o->kind != VK_TENSOR) {
-        int has = sj_hasattr(o->obj, args[1]->obj);
-        if (has < 0) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
-            return NULL;
-        }
+    if (nargs == 3 && (o->obj || o->kind == VK_USEROBJ) && o->kind != VK_TENSOR) {
+        Var *has = builtin_hasattr(c, args, 2);
         if (!has)
+            return NULL;
+        if (has->obj == Py_False)
             return args[2];
     }
     return attr_load(c, o, args[1]->obj);
@@ -249,6 +257,29 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
     }
     Var *o = args[0];
     PyObject *probe = o->obj;
+    if (o->kind == VK_USEROBJ) {
+        /* the instance's attributes first, then its class; a __getattr__ decides the rest */
+        int found;
+        var_dict_get(c, o->u.uobj.attrs, args[1], &found);
+        int on_type = found ? 1 : sj_hasattr((PyObject *)o->u.uobj.type, args[1]->obj);
+        static PyObject *s_getattr;   /* strong, interned, never released */
+        if (on_type < 0 || (!s_getattr && !(s_getattr = PyUnicode_InternFromString("__getattr__")))) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        if (on_type)
+            return const_bool(c, 1);
+        int custom = sj_hasattr((PyObject *)o->u.uobj.type, s_getattr);
+        if (custom < 0) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        if (custom) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on a %s with __getattr__", o->u.uobj.type->tp_name);
+            return NULL;
+        }
+        return const_bool(c, 0);
+    }
     if (o->kind == VK_TENSOR)
         probe = o->u.t.meta.lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
     if (!probe || o->kind == VK_TUPLE || o->kind == VK_LIST || o->kind == VK_DICT) {
@@ -456,24 +487,8 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             return NULL;
         int32_t npos = nargs - nkw;
         if (npos == 1) {
-            Var *src = args[0];
-            if (src->kind == VK_DICT) {
-                for (int32_t i = 0; i < src->u.dict.n; i++)
-                    if (var_dict_set(c, d, src->u.dict.keys[i], src->u.dict.vals[i]) < 0)
-                        return NULL;
-            } else {
-                Var **items;
-                int32_t n;
-                if (op_iterate(c, src, &items, &n) < 0)
-                    return NULL;
-                for (int32_t i = 0; i < n; i++) {
-                    Var **kv;
-                    int32_t two;
-                    if (op_iterate(c, items[i], &kv, &two) < 0 || two != 2 ||
-                        var_dict_set(c, d, kv[0], kv[1]) < 0)
-                        return cap_failed(c) ? NULL : (cap_fail(c, BR_UNSUPPORTED_VALUE, "dict() items"), NULL);
-                }
-            }
+            if (var_dict_merge(c, d, args[0]) < 0)
+                return NULL;
         } else if (npos > 1) {
             break;
         }

@@ -232,7 +232,7 @@ static int run_hooks(Capture *c, Var *m, const char *name, Var **args_tuple, Var
 {
     PyObject *d = PyObject_GetAttrString(m->obj, name);   /* new reference */
     if (!d) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     if (!PyDict_Check(d) || !PyDict_GET_SIZE(d)) {
@@ -583,7 +583,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     }
     if (self->kind == VK_DICT) {
         if ((!strcmp(n, "keys") || !strcmp(n, "values") || !strcmp(n, "items")) && nargs == 0) {
-            return var_dict_view(c, self, n[0], 0);
+            return var_dict_live_view(c, self, n[0]);
         }
         if (!strcmp(n, "get") && (nargs == 1 || nargs == 2)) {
             int found;
@@ -597,19 +597,18 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         if (!strcmp(n, "setdefault") && (nargs == 1 || nargs == 2)) {
             int found;
             Var *v = var_dict_get(c, self, args[0], &found);
+            if (PyErr_Occurred()) {
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                return NULL;
+            }
             if (found)
                 return v;
             Var *d = nargs == 2 ? args[1] : var_const(c, Py_None);
             return d && var_dict_set(c, self, args[0], d) == 0 ? d : NULL;
         }
         if (!strcmp(n, "update") && nargs - nkw <= 1) {
-            if (nargs - nkw == 1) {
-                if (args[0]->kind != VK_DICT)
-                    goto unsupported;
-                for (int32_t i = 0; i < args[0]->u.dict.n; i++)
-                    if (var_dict_set(c, self, args[0]->u.dict.keys[i], args[0]->u.dict.vals[i]) < 0)
-                        return NULL;
-            }
+            if (nargs - nkw == 1 && var_dict_merge(c, self, args[0]) < 0)
+                return NULL;
             for (int32_t i = 0; i < nkw; i++) {
                 Var *k = var_const(c, PyTuple_GET_ITEM(kwnames, i));
                 if (!k || var_dict_set(c, self, k, args[nargs - nkw + i]) < 0)
@@ -624,18 +623,21 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         if (!strcmp(n, "pop") && (nargs == 1 || nargs == 2)) {
             int found;
             Var *v = var_dict_get(c, self, args[0], &found);
+            if (PyErr_Occurred()) {
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                return NULL;
+            }
             if (!found) {
                 if (nargs == 2)
                     return args[1];
-                goto unsupported;
+                PyErr_SetObject(PyExc_KeyError, args[0]->obj);
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
             }
-            for (int32_t i = 0; i < self->u.dict.n; i++)
-                if (self->u.dict.vals[i] == v && self->u.dict.keys[i]->obj == args[0]->obj) {
-                    memmove(self->u.dict.keys + i, self->u.dict.keys + i + 1, sizeof(Var *) * (size_t)(self->u.dict.n - i - 1));
-                    memmove(self->u.dict.vals + i, self->u.dict.vals + i + 1, sizeof(Var *) * (size_t)(self->u.dict.n - i - 1));
-                    self->u.dict.n--;
-                    break;
-                }
+            if (var_dict_del(c, self, args[0]) < 0) {
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+                return NULL;
+            }
             return v;
         }
         if (!strcmp(n, "copy") && nargs == 0) {
@@ -751,7 +753,7 @@ static int is_grad_mode_decorator(PyObject *fn)
     PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
     const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     if (!n) {
-        PyErr_Clear();
+        sj_err_clear();
         return 0;
     }
     return !strcmp(n, "torch.utils._contextlib");

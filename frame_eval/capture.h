@@ -40,6 +40,8 @@ typedef enum {
     VK_GSCALAR,    /* u.gs: a Python float or bool computed in the graph at run time (t.item()
                       of a float or bool tensor under capture_scalar_outputs, and arithmetic
                       on it: torch's unbacked SymFloat/SymBool); see gscalar.c */
+    VK_DICTVIEW,   /* u.dview: d.keys() / d.values() / d.items() of a VK_DICT: live, as in
+                      Python, so every use reads the dict as it is then */
 } VarKind;
 
 /* The Python type of a VK_GSCALAR. Ints are never graph scalars: an int computed in the
@@ -62,7 +64,13 @@ struct Var {
         struct { Var **items; int32_t n, cap; PyTypeObject *subtype; } seq;  /* subtype: tuple subclass or NULL (borrowed) */
         struct { Var **keys, **vals; int32_t n, cap; } dict;
         struct { Var *start, *stop, *step; } slice;
-        struct { Var **items; int32_t n, pos; } iter;
+        struct { Var **items; int32_t n, pos; Var *live; int32_t used; } iter;
+                                      /* live: the list (or dict, dict view) GET_ITER made
+                                         it from, or NULL: a list iterator reads the list as
+                                         it is at each step (items/n unused); a dict's
+                                         iterator fails when the dict's size changed from
+                                         used */
+        struct { Var *dict; char which; } dview;   /* which: 'k', 'v' or 'i' */
         struct { PyCodeObject *code; PyObject *globals; Var *defaults; Var *kwdefaults;
                  Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
         struct { Var *contents; PyObject *real; } cell;  /* real: a cell object from outside */
@@ -229,6 +237,17 @@ Var *var_dict_get(Capture *c, Var *d, Var *key, int *found);
 /* d.keys() / values() / items() as a new list var (which: 'k', 'v' or 'i'); skip_none
  * leaves out entries whose value is None (ModelOutput's dict view). */
 Var *var_dict_view(Capture *c, Var *d, char which, int skip_none);
+/* Remove key from dict var d: 1 when it was there, 0 when not, -1 with an exception. */
+int var_dict_del(Capture *c, Var *d, Var *key);
+/* d.update(src) for src a dict var or an iterable of (key, value) pairs: 0, or -1 with
+ * the capture failed (a graph break; mappings of other kinds are not modelled). */
+int var_dict_merge(Capture *c, Var *d, Var *src);
+/* A live view (VK_DICTVIEW) of dict var d: which is 'k', 'v' or 'i'. */
+Var *var_dict_live_view(Capture *c, Var *d, char which);
+/* The list a live dict view reads as now (a new VK_LIST var). */
+Var *var_view_list(Capture *c, Var *view);
+/* The method name of a dict view ("keys", "values", "items"). */
+const char *var_view_method(const Var *view);
 int var_is_const(const Var *v);
 int var_all_const(Var *const *vs, int32_t n);
 /* New reference: the Python value of a var made of constants (tuples/lists/dicts/slices of

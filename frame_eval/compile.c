@@ -25,7 +25,9 @@ static long graph_counter;
  *   ("@", slot)                the object kept as slot: a container or object made during
  *                              capture is built once however many places hold it (two
  *                              locals naming one list, a list inside a dict), so the code
- *                              after a break sees one object, as eager code does */
+ *                              after a break sees one object, as eager code does
+ *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
+ *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run */
 
 typedef struct {
     Capture *c;
@@ -36,11 +38,27 @@ typedef struct {
 
 static PyObject *plan_object(PlanCtx *p, Var *v);
 
-/* Containers and objects the frame made: planned once, then referred to by slot. */
+static int is_mutable_builtin(PyObject *o)
+{
+    return PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) || PyByteArray_CheckExact(o);
+}
+
+/* Containers and objects the frame made: planned once, then referred to by slot. A
+ * mutable constant (a set built in the frame, a list a folded call returned) is one of
+ * them: eager makes a new one per call, so each run gets its own copy, and what the
+ * caller does to one result never shows in the next. */
 static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     int made_here = (v->src < 0 || v->fresh) && v != p->contents_of &&
-                    (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ);
+                    (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ ||
+                     (v->kind == VK_CONST && is_mutable_builtin(v->obj)));
+    if (v->src < 0 && (v->kind == VK_CONST || v->kind == VK_CALLABLE) && PyCFunction_Check(v->obj) &&
+        PyCFunction_GET_SELF(v->obj) && is_mutable_builtin(PyCFunction_GET_SELF(v->obj))) {
+        /* s.add of a mutable constant: looked up on the copy this run makes */
+        Var *self = var_const(p->c, PyCFunction_GET_SELF(v->obj));
+        PyObject *sp = self ? plan_for(p, self) : NULL;
+        return sp ? Py_BuildValue("(ssN)", "g", ((PyCFunctionObject *)v->obj)->m_ml->ml_name, sp) : NULL;
+    }
     if (!made_here)
         return plan_object(p, v);
     PyObject *key = PyLong_FromVoidPtr(v);
@@ -100,6 +118,10 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         return k;
     }
     case VK_CONST:
+        if (v->src >= 0 && is_mutable_builtin(v->obj))
+            return Py_BuildValue("(si)", "s", (int)v->src);   /* an outside object: itself */
+        if (is_mutable_builtin(v->obj))
+            return Py_BuildValue("(sO)", "k", v->obj);
         return Py_BuildValue("(sO)", "c", v->obj);
     case VK_TUPLE:
     case VK_LIST:
@@ -107,6 +129,10 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         if (v->src >= 0 && !v->fresh)   /* an outside container: itself (writes are written back) */
             return Py_BuildValue("(si)", "s", (int)v->src);
         break;
+    case VK_DICTVIEW: {
+        PyObject *d = plan_for(p, v->u.dview.dict);
+        return d ? Py_BuildValue("(ssN)", "v", var_view_method(v), d) : NULL;
+    }
     default:
         break;
     }
@@ -262,26 +288,59 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             PyErr_SetString(PyExc_SystemError, "shapejit: a result plan refers to an object before building it");
         return Py_XNewRef(obj);
     }
+    case 'k': {
+        static PyObject *deepcopy;   /* strong: copy.deepcopy, never released */
+        if (!deepcopy) {
+            PyObject *m = PyImport_ImportModule("copy");
+            deepcopy = m ? PyObject_GetAttrString(m, "deepcopy") : NULL;
+            Py_XDECREF(m);
+            if (!deepcopy)
+                return NULL;
+        }
+        return PyObject_CallOneArg(deepcopy, PyTuple_GET_ITEM(plan, 1));
+    }
+    case 'v': {
+        PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        PyObject *view = d ? PyObject_CallMethodNoArgs(d, PyTuple_GET_ITEM(plan, 1)) : NULL;
+        Py_XDECREF(d);
+        return view;
+    }
     case 'w': {
+        /* everything is read (the result, the new contents: items of the containers
+         * written may be among them) before the first container is written */
         PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(wbs); i++) {
+        Py_ssize_t n = PyTuple_GET_SIZE(wbs);
+        PyObject *objs = PyTuple_New(n), *vals = PyTuple_New(n), *result = NULL;
+        for (Py_ssize_t i = 0; objs && vals && i < n; i++) {
             PyObject *wb = PyTuple_GET_ITEM(wbs, i);
             PyObject *obj = sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(wb, 0)), bc->fv, bc->memo);
             PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, 1), outputs, bc) : NULL;
-            int rc = -1;
-            if (val && (PyList_Check(obj) || PyDict_Check(obj)))
-                bc->wrote = 1;
-            if (val && PyList_Check(obj))
-                rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
-            else if (val && PyDict_Check(obj))
-                rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
-            else if (val)
-                PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
-            Py_XDECREF(val);
-            if (rc < 0)
-                return NULL;
+            if (!val)
+                goto wb_done;
+            PyTuple_SET_ITEM(objs, i, Py_NewRef(obj));
+            PyTuple_SET_ITEM(vals, i, val);
         }
-        return build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        if (!objs || !vals || !(result = build(PyTuple_GET_ITEM(plan, 2), outputs, bc)))
+            goto wb_done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *obj = PyTuple_GET_ITEM(objs, i), *val = PyTuple_GET_ITEM(vals, i);
+            int rc = -1;
+            bc->wrote = 1;
+            if (PyList_Check(obj))
+                rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
+            else if (PyDict_Check(obj))
+                rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
+            else
+                PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
+            if (rc < 0) {
+                Py_CLEAR(result);
+                break;
+            }
+        }
+    wb_done:
+        Py_XDECREF(objs);
+        Py_XDECREF(vals);
+        return result;
     }
     case 'g':
     case 'm': {
@@ -771,6 +830,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         Py_CLEAR(pc.made);
         if (!plan && !cap_failed(&c))
             goto internal;
+        has_mutation = c.mutated != NULL;   /* the plan writes back into outside lists, dicts */
     }
     if (!r || !plan) {
         if (PyErr_Occurred() && !cap_failed(&c))
@@ -810,7 +870,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         Graph *g = c.g;
         c.g = NULL;
         ninputs = g->ninputs;
-        has_mutation = g->has_mutation;
+        has_mutation |= g->has_mutation;
         gobj = graph_py_wrap(g, name);
         Py_DECREF(name);
         if (!gobj)

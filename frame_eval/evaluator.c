@@ -565,28 +565,23 @@ resume:
         case SJOP_DELETE_SUBSCR: {
             NEED(2);
             Var *k = POP(), *o = POP();
-            if (o->kind == VK_DICT && o->src < 0 && var_is_const(k)) {
-                int32_t i;
-                for (i = 0; i < o->u.dict.n; i++) {
-                    int eq = PyObject_RichCompareBool(o->u.dict.keys[i]->obj, k->obj, Py_EQ);
-                    if (eq < 0) {
-                        cap_fail_exc(c, BR_USER_EXCEPTION);
-                        goto fail;
-                    }
-                    if (eq)
-                        break;
-                }
-                if (i == o->u.dict.n) {
-                    PyErr_SetObject(PyExc_KeyError, k->obj);
+            int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
+            if (!writable && (o->kind == VK_DICT || o->kind == VK_LIST) && var_is_const(k)) {
+                if (cap_note_mutation(c, o, "del") < 0)
+                    goto fail;
+                writable = 1;
+            }
+            if (o->kind == VK_DICT && writable && var_is_const(k)) {
+                int r = var_dict_del(c, o, k);
+                if (r <= 0) {
+                    if (!r)
+                        PyErr_SetObject(PyExc_KeyError, k->obj);
                     cap_fail_exc(c, BR_USER_EXCEPTION);
                     goto fail;
                 }
-                memmove(o->u.dict.keys + i, o->u.dict.keys + i + 1, sizeof(Var *) * (size_t)(o->u.dict.n - i - 1));
-                memmove(o->u.dict.vals + i, o->u.dict.vals + i + 1, sizeof(Var *) * (size_t)(o->u.dict.n - i - 1));
-                o->u.dict.n--;
                 break;
             }
-            if (o->kind == VK_LIST && o->src < 0 && var_is_const(k) && PyIndex_Check(k->obj)) {
+            if (o->kind == VK_LIST && writable && var_is_const(k) && PyIndex_Check(k->obj)) {
                 Py_ssize_t i = PyNumber_AsSsize_t(k->obj, NULL);
                 if (i < 0)
                     i += o->u.seq.n;
@@ -827,6 +822,19 @@ resume:
                 goto fail;
             it->u.iter.items = items;
             it->u.iter.n = cnt;
+            if (s->kind == VK_LIST || s->kind == VK_DICT || s->kind == VK_DICTVIEW) {
+                /* what the loop body does to the container shows in the iteration */
+                it->u.iter.live = s->kind == VK_DICTVIEW ? s->u.dview.dict : s;
+                it->u.iter.used = s->kind == VK_LIST ? 0 : it->u.iter.live->u.dict.n;
+                if (s->kind == VK_DICT) {
+                    /* the keys as they are now: dict writes may move the dict's arrays */
+                    Var **keys = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
+                    if (!keys)
+                        goto fail;
+                    memcpy(keys, items, sizeof(Var *) * (size_t)cnt);
+                    it->u.iter.items = keys;
+                }
+            }
             PUSH(it);
             break;
         }
@@ -835,6 +843,16 @@ resume:
             Var *it = TOP();
             if (it->kind != VK_ITER) {
                 cap_fail(c, BR_INTERNAL, "FOR_ITER on a %s", var_kind_name(it));
+                goto fail;
+            }
+            Var *live = it->u.iter.live;
+            if (live && live->kind == VK_LIST) {
+                /* a list iterator is an index into the list as it is */
+                it->u.iter.items = live->u.seq.items;
+                it->u.iter.n = live->u.seq.n;
+            } else if (live && live->u.dict.n != it->u.iter.used) {
+                PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+                cap_fail_exc(c, BR_USER_EXCEPTION);
                 goto fail;
             }
             if (it->u.iter.pos < it->u.iter.n) {
@@ -989,11 +1007,16 @@ resume:
             NEED(2);
             Var *t = POP();
             Var *e = TOP();
-            if (!e->obj || !t->obj) {
+            /* `except (A, B):` builds its tuple of classes on the stack */
+            PyObject *classes = t->obj ? Py_NewRef(t->obj) : t->kind == VK_TUPLE ? var_to_py(c, t) : NULL;
+            if (!e->obj || !classes) {
+                sj_err_clear();
+                Py_XDECREF(classes);
                 cap_fail(c, BR_UNSUPPORTED_VALUE, "except clause with a %s", var_kind_name(t));
                 goto fail;
             }
-            int m = PyErr_GivenExceptionMatches(e->obj, t->obj);
+            int m = PyErr_GivenExceptionMatches(e->obj, classes);
+            Py_DECREF(classes);
             PUSH(var_const(c, m ? Py_True : Py_False));
             break;
         }

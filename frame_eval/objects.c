@@ -211,6 +211,16 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
     if (PyErr_Occurred())
         return NULL;
     PyObject *descr = _PyType_Lookup(o->u.uobj.type, name);   /* borrowed */
+    static PyObject *getattr_name;   /* strong, interned */
+    if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
+        return NULL;
+    PyObject *fallback = descr ? NULL : _PyType_Lookup(o->u.uobj.type, getattr_name);   /* borrowed */
+    if (fallback && PyFunction_Check(fallback)) {
+        /* the class's __getattr__ answers what lookup did not find */
+        Var *fn = wrap_untracked(c, fallback);
+        Var *a[2] = {o, key};
+        return fn ? call_var(c, fn, a, 2, NULL) : NULL;
+    }
     if (!descr) {
         PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", o->u.uobj.type->tp_name, name);
         cap_fail_exc(c, BR_USER_EXCEPTION);

@@ -430,11 +430,8 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             return NULL;
         }
         outs[0] = res;
-        if (out_var) {
-            const Node *def = &c->g->nodes[c->g->values[out_var->u.t.value].node];
-            if (def->op == OP_INPUT)
-                c->g->has_mutation = 1;
-        }
+        if (out_var && graph_value_may_alias_input(c->g, out_var->u.t.value))
+            c->g->has_mutation = 1;
     }
     int32_t v = graph_add_node(c->g, r->op, flags, target, first, npos, first + npos, nkw, kwnames,
                                outs, nout, where);
@@ -606,6 +603,11 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             return r;   /* otherwise (a float, true division, ...) the int is specialised */
     }
     if (is_foldable(a) && is_foldable(b)) {
+        if (name[0] == 'i' && a->src >= 0 && PySet_CheckExact(a->obj)) {
+            /* `s |= t` on a set from outside: folding would write it now, at capture */
+            cap_fail(c, BR_SIDE_EFFECT, "in-place %s on a set from outside the frame", name);
+            return NULL;
+        }
         Var *args[2] = {a, b};
         return fold_operator(c, name, args, 2);
     }
@@ -751,6 +753,9 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_DICT:
         *truth = v->u.dict.n > 0;
         return 0;
+    case VK_DICTVIEW:
+        *truth = v->u.dview.dict->u.dict.n > 0;
+        return 0;
     case VK_SYMINT: {
         SymNode *e = v->u.s.e, *z = sym_is_bool(e) ? NULL : sym_const(c->env, 0);
         if (sym_is_bool(e) ? symb_decide(c, e, truth) < 0 : !z || symb_decide(c, sym_ne(c->env, e, z), truth) < 0)
@@ -808,6 +813,11 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         int handled;
         return objects_record_call(c, container, "__contains__", &item, 1, &handled);
     }
+    if (container->kind == VK_DICTVIEW) {
+        /* keys: a dict lookup; values and items: a search of what the view holds now */
+        Var *in = container->u.dview.which == 'k' ? container->u.dview.dict : var_view_list(c, container);
+        return in ? op_contains(c, item, in) : NULL;
+    }
     if (container->kind == VK_DICT && var_is_const(item)) {
         int found;
         var_dict_get(c, container, item, &found);
@@ -820,8 +830,27 @@ Var *op_contains(Capture *c, Var *item, Var *container)
     if ((container->kind == VK_TUPLE || container->kind == VK_LIST) && var_is_const(item)) {
         for (int32_t i = 0; i < container->u.seq.n; i++) {
             Var *e = container->u.seq.items[i];
+            int number = PyLong_Check(item->obj) || PyFloat_Check(item->obj);
+            if (e->kind == VK_TENSOR || e->kind == VK_GSCALAR) {
+                /* `3 in [t]` asks bool(t == 3): the tensor's data (and numpy compares
+                 * with anything elementwise) */
+                cap_fail(c, BR_DATA_DEPENDENT, "'in' comparing a constant with a value computed in the graph");
+                return NULL;
+            }
+            if (e->kind == VK_SYMINT && number) {
+                PyObject *size = var_to_py(c, e);   /* specialised, with its guard */
+                int eq = size ? PyObject_RichCompareBool(size, item->obj, Py_EQ) : -1;
+                Py_XDECREF(size);
+                if (eq < 0) {
+                    cap_fail_exc(c, BR_INTERNAL);
+                    return NULL;
+                }
+                if (eq)
+                    return var_const(c, Py_True);
+                continue;
+            }
             if (!var_is_const(e))
-                continue;   /* a tensor is never equal to a constant in a membership test */
+                continue;   /* other kinds: a constant is never equal to them here */
             int eq = PyObject_RichCompareBool(e->obj, item->obj, Py_EQ);
             if (eq < 0) {
                 cap_fail_exc(c, BR_USER_EXCEPTION);
@@ -1090,6 +1119,14 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         *items = v->u.dict.keys;
         *n = v->u.dict.n;
         return 0;
+    case VK_DICTVIEW: {
+        Var *l = var_view_list(c, v);   /* what the view holds now */
+        if (!l)
+            return -1;
+        *items = l->u.seq.items;
+        *n = l->u.seq.n;
+        return 0;
+    }
     case VK_CONST: {
         PyObject *seq = PySequence_Fast(v->obj, "not iterable");
         if (!seq)
@@ -1192,16 +1229,30 @@ Var *op_len(Capture *c, Var *v)
             return NULL;
         }
         break;
-    case VK_ITER:
-        n = v->u.iter.n - v->u.iter.pos;
+    case VK_DICTVIEW: {
+        Var *l = var_view_list(c, v);
+        if (!l)
+            return NULL;
+        n = l->u.seq.n;
         break;
+    }
+    case VK_ITER:
+        PyErr_SetString(PyExc_TypeError, "object of type 'iterator' has no len()");
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
     case VK_OBJECT:
         if (!(Py_TYPE(v->obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-            /* a builtin type (mappingproxy, range, ...): its length runs no user code */
+            /* a builtin type (mappingproxy, range, ...): its length runs no user code;
+             * read now, so guarded with the type when the object comes from outside */
             n = PyObject_Length(v->obj);
             if (n < 0) {
                 cap_fail_exc(c, BR_USER_EXCEPTION);
                 return NULL;
+            }
+            if (v->src >= 0) {
+                if (guard_add_simple(c, GK_SEQ_LENGTH, v->src, (PyObject *)Py_TYPE(v->obj)) < 0)
+                    return NULL;
+                c->guards.g[c->guards.n - 1].len = n;
             }
             break;
         }

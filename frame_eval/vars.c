@@ -8,7 +8,7 @@ static const char *const kind_names[] = {
     [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
     [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
     [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super", [VK_SYMINT] = "symbolic int",
-    [VK_GSCALAR] = "graph scalar",
+    [VK_GSCALAR] = "graph scalar", [VK_DICTVIEW] = "dict view",
 };
 
 const char *var_kind_name(const Var *v)
@@ -137,6 +137,53 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
     return 0;
 }
 
+int var_dict_del(Capture *c, Var *d, Var *key)
+{
+    int32_t i;
+    int r = key_index(c, d, key, &i);
+    if (r <= 0)
+        return r;
+    memmove(d->u.dict.keys + i, d->u.dict.keys + i + 1, sizeof(Var *) * (size_t)(d->u.dict.n - i - 1));
+    memmove(d->u.dict.vals + i, d->u.dict.vals + i + 1, sizeof(Var *) * (size_t)(d->u.dict.n - i - 1));
+    d->u.dict.n--;
+    return 1;
+}
+
+int var_dict_merge(Capture *c, Var *d, Var *src)
+{
+    if (src->kind == VK_DICT) {
+        for (int32_t i = 0; i < src->u.dict.n; i++)
+            if (var_dict_set(c, d, src->u.dict.keys[i], src->u.dict.vals[i]) < 0)
+                return cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+        return 0;
+    }
+    /* dict(x) and d.update(x) read a mapping (anything with keys()) through its keys, and
+     * anything else as an iterable of pairs: only pairs are modelled here */
+    int pairs = src->kind == VK_LIST || src->kind == VK_TUPLE || src->kind == VK_ITER ||
+                (src->kind == VK_DICTVIEW && src->u.dview.which == 'i') ||
+                (src->kind == VK_CONST && !PyObject_HasAttrString(src->obj, "keys"));
+    if (!pairs)
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict updated from a %s", var_kind_name(src));
+    Var **items;
+    int32_t n;
+    if (op_iterate(c, src, &items, &n) < 0)
+        return -1;
+    for (int32_t i = 0; i < n; i++) {
+        Var **kv;
+        int32_t two;
+        if (op_iterate(c, items[i], &kv, &two) < 0)
+            return -1;
+        if (two != 2) {
+            PyErr_Format(PyExc_ValueError, "dictionary update sequence element #%d has length %d; 2 is required",
+                         (int)i, (int)two);
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+        if (var_dict_set(c, d, kv[0], kv[1]) < 0)
+            return cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
+    }
+    return 0;
+}
+
 Var *var_dict_get(Capture *c, Var *d, Var *key, int *found)
 {
     int32_t i;
@@ -159,6 +206,26 @@ Var *var_dict_view(Capture *c, Var *d, char which, int skip_none)
             return NULL;
     }
     return l;
+}
+
+Var *var_dict_live_view(Capture *c, Var *d, char which)
+{
+    Var *v = var_new(c, VK_DICTVIEW);
+    if (v) {
+        v->u.dview.dict = d;
+        v->u.dview.which = which;
+    }
+    return v;
+}
+
+Var *var_view_list(Capture *c, Var *view)
+{
+    return var_dict_view(c, view->u.dview.dict, view->u.dview.which, 0);
+}
+
+const char *var_view_method(const Var *view)
+{
+    return view->u.dview.which == 'k' ? "keys" : view->u.dview.which == 'v' ? "values" : "items";
 }
 
 int var_is_const(const Var *v)
@@ -245,6 +312,12 @@ PyObject *var_to_py(Capture *c, Var *v)
             Py_DECREF(val);
         }
         return d;
+    }
+    case VK_DICTVIEW: {
+        PyObject *d = var_to_py(c, v->u.dview.dict);
+        PyObject *r = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;
+        Py_XDECREF(d);
+        return r;
     }
     case VK_SLICE: {
         PyObject *a = var_to_py(c, v->u.slice.start), *b = a ? var_to_py(c, v->u.slice.stop) : NULL,

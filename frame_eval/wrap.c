@@ -60,6 +60,18 @@ static int is_constant_type(PyObject *o)
            t == &PyCode_Type;
 }
 
+/* 1 when every item of set o is a constant (its equality guard is then exact). */
+static int all_constant(PyObject *o)
+{
+    Py_ssize_t pos = 0;
+    PyObject *item;
+    Py_hash_t h;
+    while (_PySet_NextEntry(o, &pos, &item, &h))
+        if (!is_constant_type(item))
+            return 0;
+    return 1;
+}
+
 static int is_callable_kind(PyObject *o)
 {
     return PyCFunction_Check(o) || PyType_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
@@ -293,13 +305,18 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     if (!key)
         return NULL;
     PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit == Py_None) {   /* reached again while its items are wrapped */
+        Py_DECREF(key);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s that holds itself", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
     if (hit) {
         Py_DECREF(key);
         Var *first = PyLong_AsVoidPtr(hit);
         return same_object(c, first, src) < 0 ? NULL : first;
     }
     Var *v = NULL;
-    if (!PyErr_Occurred() && cap_keep(c, obj)) {
+    if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0) {
         if (PyDict_CheckExact(obj)) {
             v = wrap_dict(c, obj, src);
         } else {
@@ -359,8 +376,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         if (PyErr_Occurred())
             return NULL;
     }
-    if (is_constant_type(obj))
-        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (is_constant_type(obj) || ((PySet_CheckExact(obj) || PyFrozenSet_CheckExact(obj)) && all_constant(obj)))
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);   /* sets: by value; writes break (attrs.c) */
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
     if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
@@ -467,6 +484,12 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (is_callable_kind(obj))
         return simple(c, VK_CALLABLE, obj, src, GK_ID_MATCH);
+    if (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj)) {
+        /* live views of a dict the frame may write: read at capture time they would miss
+         * the writes, which reach the dict only after the graph */
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s made outside the frame", t->tp_name);
+        return NULL;
+    }
     return simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
 }
 

@@ -124,22 +124,6 @@ int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source)
 }
 
 
-/* 1 when a write into value v reaches an input: v is the input, or a view of one (through
- * any chain of view ops; a reshape that copies counts too, which only errs on the side
- * of "the graph changed its inputs", so the frame is never run a second time after a
- * write through a view). */
-static int writes_input(const Graph *g, int32_t v)
-{
-    for (;;) {
-        const Node *def = &g->nodes[g->values[v].node];
-        if (def->op == OP_INPUT)
-            return 1;
-        if (op_info[def->op].kind != OPK_VIEW || def->nargs == 0 || g->pool[def->args].kind != ARG_VALUE)
-            return 0;
-        v = g->pool[def->args].a;
-    }
-}
-
 int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
                        int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
                        const TensorMeta *metas, int32_t nout, PyObject *where)
@@ -170,10 +154,36 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     nd->first_value = v;
     nd->nout = nout;
     nd->where = w;
-    if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 && g->pool[args].kind == ARG_VALUE &&
-        writes_input(g, g->pool[args].a))
+    if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 &&
+        (g->pool[args].kind != ARG_VALUE || graph_value_may_alias_input(g, g->pool[args].a)))
         g->has_mutation = 1;
     return v;
+}
+
+/* Whether an op's result may share memory with its first argument: views, writes in
+ * place (their result is the argument), and casts (`x.float()` of a float tensor, numpy's
+ * astype(copy=False) return the argument itself). */
+static int result_may_alias_arg(const Node *nd)
+{
+    return op_info[nd->op].kind == OPK_VIEW || op_info[nd->op].kind == OPK_MUTATION ||
+           nd->op == OP_CAST || (nd->flags & NODE_INPLACE);
+}
+
+int graph_value_may_alias_input(const Graph *g, int32_t vid)
+{
+    for (;;) {
+        const Node *def = &g->nodes[g->values[vid].node];
+        if (def->op == OP_INPUT)
+            return 1;
+        if (!result_may_alias_arg(def) || def->nargs < 1)
+            return 0;
+        const Arg *a = &g->pool[def->args];
+        if (a->kind == ARG_CONST)
+            return 1;   /* a view of a tensor the graph holds as a constant */
+        if (a->kind != ARG_VALUE)
+            return 0;   /* a list (cat's tensors, say): the ops reading lists copy */
+        vid = a->a;
+    }
 }
 
 int graph_add_output(Graph *g, int32_t value)
@@ -285,11 +295,12 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch)
     PyObject *r = run_node(g, nd, vals);
     if (!r)
         return -1;
-    if (r == Py_None && op_info[nd->op].kind == OPK_MUTATION && nd->nout == 1 && nd->nargs > 0 &&
-        g->pool[nd->args].kind == ARG_VALUE) {
-        /* operator.setitem returns None; the node's value is the array it wrote into */
-        Py_DECREF(r);
-        if (!(r = arg_value(g, &g->pool[nd->args], vals)))
+    if (r == Py_None && nd->nout == 1 && nd->nargs > 0 &&
+        (op_info[nd->op].kind == OPK_MUTATION || (nd->flags & NODE_INPLACE))) {
+        /* operator.setitem, np.copyto, ndarray.fill return None: the value the node
+         * defines is the argument it wrote into */
+        Py_SETREF(r, arg_value(g, &g->pool[nd->args], vals));
+        if (!r)
             return -1;
     }
     if (nd->nout == 1) {

@@ -53,7 +53,7 @@ typedef struct Graph {
     int32_t *inputs;  int32_t ninputs, cap_inputs;    /* value ids of inputs, in call order */
     int32_t *outputs; int32_t noutputs, cap_outputs;  /* value ids returned, in order */
     PyObject *consts;   /* strong: a list owning every object the graph refers to */
-    int has_mutation;   /* some node mutates a graph input */
+    int has_mutation;   /* some node writes into a graph input, a view of one or a constant */
     int32_t grad_query; /* constants index of torch.is_grad_enabled when the graph switches
                            grad mode (restored if a run fails midway), else -1 */
     struct SymEnv *env; /* owned or NULL: the shape environment whose nodes the values'
@@ -76,6 +76,10 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
                        int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
                        const TensorMeta *metas, int32_t nout, PyObject *where);
 int graph_add_output(Graph *g, int32_t value);
+/* 1 when value vid is a graph input or may share its memory (a view of one, an input
+ * written in place, a constant tensor or a view of one): writing into it changes what the
+ * caller sees. 0 when it is memory the graph allocated. */
+int graph_value_may_alias_input(const Graph *g, int32_t vid);
 
 /* Run the graph with the original library calls. inputs: borrowed array of ninputs.
  * Returns a new tuple of noutputs values, or NULL with the exception set. When mismatch is

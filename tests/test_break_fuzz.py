@@ -1,6 +1,7 @@
 """Differential fuzz test of graph breaks that split frames.
 
-Hypothesis generates small random Python programs (N_PROGRAMS of them, derandomized)
+Hypothesis generates small random Python programs (N_PROGRAMS of them, derandomized;
+SHAPEJIT_BREAK_FUZZ_COUNT sets how many: 150 by default, `make fuzz-breaks` runs 2,000)
 over the arguments ``x``, ``y`` and a local ``z`` -- torch tensors, or numpy arrays for
 about one program in five, float32 or float64: straight-line array ops with graph breaks
 mixed in at random places --
@@ -40,6 +41,7 @@ pointer to the report) rather than worked around in the generator.
 import hashlib
 import io
 import itertools
+import os
 import warnings
 
 import numpy as np
@@ -50,7 +52,7 @@ from hypothesis import strategies as st
 
 import shapejit
 
-N_PROGRAMS = 500
+N_PROGRAMS = int(os.environ.get("SHAPEJIT_BREAK_FUZZ_COUNT", "150"))
 MAX_DEPTH = 2          # nesting of if / for blocks
 SHAPES = [(4,), (3,), (2, 3)]
 DTYPES = ["float32", "float64"]
