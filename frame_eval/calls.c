@@ -691,16 +691,18 @@ static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
     return var_const_steal(c, sig);
 }
 
-/* Read-only methods of the builtin containers (dict.get via super() in a dict subclass,
- * list.index, ...) called on a live object with constant arguments: read it now. The
- * object is guarded by type only, so a later change of its contents is not seen. */
+/* Read-only methods of the builtin containers (str.index, tuple.count, ...) called on a
+ * constant with constant arguments: read it now. */
 static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
                                  int *handled)
 {
     static const char *const names[] = {"get", "keys", "values", "items", "__getitem__", "__contains__",
                                         "__len__", "index", "count"};
     *handled = 0;
-    if (Py_TYPE(fn) != &PyMethodDescr_Type || nargs < 1 || !args[0]->obj || args[0]->kind == VK_TENSOR)
+    /* only a constant receiver folds: a live object (a dict subclass passed in, read
+     * through dict.get) can hold other items on the next call, and its type guard
+     * would not see it; such calls break */
+    if (Py_TYPE(fn) != &PyMethodDescr_Type || nargs < 1 || !args[0]->obj || args[0]->kind != VK_CONST)
         return NULL;
     PyTypeObject *owner = PyDescr_TYPE(fn);
     if (owner != &PyDict_Type && owner != &PyList_Type && owner != &PyTuple_Type && owner != &PyUnicode_Type)

@@ -27,7 +27,8 @@ static long graph_counter;
  *                              locals naming one list, a list inside a dict), so the code
  *                              after a break sees one object, as eager code does
  *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
- *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run */
+ *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run
+ *   ("i", list, pos)           an iterator over list, at pos */
 
 typedef struct {
     Capture *c;
@@ -61,7 +62,9 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
     }
     if (!made_here)
         return plan_object(p, v);
-    PyObject *key = PyLong_FromVoidPtr(v);
+    /* a mutable constant is one object however many vars name it (its bound methods
+     * name it through vars of their own) */
+    PyObject *key = PyLong_FromVoidPtr(v->kind == VK_CONST ? (void *)v->obj : (void *)v);
     if (!key)
         return NULL;
     PyObject *slot = PyDict_GetItemWithError(p->made, key);
@@ -133,6 +136,12 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         PyObject *d = plan_for(p, v->u.dview.dict);
         return d ? Py_BuildValue("(ssN)", "v", var_view_method(v), d) : NULL;
     }
+    case VK_ITER:
+        if (v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
+            PyObject *l = plan_for(p, v->u.iter.live);
+            return l ? Py_BuildValue("(sNi)", "i", l, (int)v->u.iter.pos) : NULL;
+        }
+        break;
     default:
         break;
     }
@@ -298,6 +307,18 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
                 return NULL;
         }
         return PyObject_CallOneArg(deepcopy, PyTuple_GET_ITEM(plan, 1));
+    }
+    case 'i': {
+        /* a list iterator at a position: iter(list) moved on by __setstate__, which
+         * list iterators take for pickling */
+        PyObject *l = build(PyTuple_GET_ITEM(plan, 1), outputs, bc);
+        PyObject *it = l ? PyObject_GetIter(l) : NULL;
+        Py_XDECREF(l);
+        PyObject *r = it ? PyObject_CallMethod(it, "__setstate__", "(O)", PyTuple_GET_ITEM(plan, 2)) : NULL;
+        Py_XDECREF(r);
+        if (!r)
+            Py_CLEAR(it);
+        return it;
     }
     case 'v': {
         PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);

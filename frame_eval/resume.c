@@ -679,7 +679,11 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         Var *v = c->stop_stack[i];
         if (!v)
             continue;
-        if (v->kind == VK_ITER) {
+        int reenters = out->loop[0] || (shape.nexits > 1 && out->loop[1]);
+        if (v->kind == VK_ITER && reenters && v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
+            /* the loop goes on in the interpreter: it iterates the list as it is then (items
+             * appended after the break included), from the position reached, as eager does */
+        } else if (v->kind == VK_ITER) {
             Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
             if (!rest)
                 goto fail;

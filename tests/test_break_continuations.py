@@ -516,3 +516,41 @@ def test_cells_and_free_variables_across_a_break():
 
     for make in (lambda: torch.ones(2), lambda: np.ones(2)):
         check(f, make(), calls=3)
+
+
+# ---- a for loop over a list whose body breaks sees the list as it is --------------------
+
+def _appends_in_loop(x, todo):
+    for t in todo:
+        _opaque()
+        if len(todo) < 5:
+            todo.append(t + 1)
+    return todo
+
+
+def _appends_to_list_made_here(x):
+    todo = [x]
+    out = []
+    for t in todo:
+        out.append(t * 2)
+        _opaque()
+        if len(todo) < 4:
+            todo.append(t + 1)
+    return out, len(todo)
+
+
+def _removes_in_loop(x, todo):
+    seen = []
+    for t in todo:
+        seen.append(t)
+        _opaque()
+        if len(todo) > 2:
+            todo.pop()
+    return seen
+
+
+@pytest.mark.parametrize("make", [lambda: _t(1.0, 2.0), lambda: _a(1.0, 2.0)], ids=["torch", "numpy"])
+def test_loop_over_a_list_written_after_a_break(make):
+    check(_appends_in_loop, make(), [make()], calls=3)
+    check(_appends_to_list_made_here, make(), calls=3)
+    check(_removes_in_loop, make(), [make(), make() + 1, make() + 2, make() + 3], calls=3)

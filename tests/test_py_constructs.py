@@ -540,3 +540,46 @@ def test_same_list_passed_twice(backend):
         shared[:] = [a]
         return (a, a if same else [torch.ones(1)], torch.ones(2))
     check(append_to_first, make, backend, calls=4)
+
+
+# ---- reads of a live dict subclass through the builtin dict's methods -------------------
+
+class _SuperGet(dict):
+    def get(self, k, default=None):
+        return super().get(k, default)
+
+
+def ds_super_get(x, d):
+    return x * d.get("a")
+
+
+def ds_dict_get(x, d):
+    return x * dict.get(d, "a", 1.0)
+
+
+def ds_getitem(x, d):
+    return x + dict.__getitem__(d, "a")
+
+
+def ds_contains_len(x, d):
+    return x * (dict.__contains__(d, "b") + dict.__len__(d))
+
+
+def ds_keys(x, d):
+    return x * len(list(dict.keys(d)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [ds_super_get, ds_dict_get, ds_getitem, ds_contains_len, ds_keys],
+                         ids=lambda f: f.__name__)
+def test_live_dict_subclass_reads_follow_each_call(fn, backend):
+    """The object is another one each call, with other contents: what the builtin dict's
+    methods read from it is read each call, never kept from the first."""
+    shapejit.reset()
+    cf = shapejit.compile(fn, backend=backend)
+    for lib in (torch, np):
+        vals = [2.0, 3.0, lib.ones(2) * 4, lib.ones(2) * 5]
+        for i, v in enumerate(vals):
+            d = _SuperGet(a=v) if i % 2 else _SuperGet(a=v, b=1)
+            x = lib.ones(2) if lib is torch else np.ones(2)
+            _same(fn(x, d), cf(x, d), f"{fn.__name__} call {i}")

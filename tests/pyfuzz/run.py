@@ -27,11 +27,8 @@ else:
 
 # Construct kinds whose mismatches belong to known gaps outside the evaluator's object
 # model: programs using them are generated and run, but a difference is reported as a
-# known gap, not a failure. Remove a kind when its gap is closed.
-#   list_iter_break: a break inside `for t in lst` hands the resume function the rest of
-#   the list as a tuple (frame_eval/resume.c), so items appended after the break are not
-#   iterated.
-KNOWN_GAPS = {"list_iter_break"}
+# known gap, not a failure. Remove a kind when its gap is closed. None is open.
+KNOWN_GAPS = frozenset()
 
 _SRC_DIR = None
 
