@@ -10,6 +10,7 @@
  * the kernel's nodes eagerly. Elements are typed by their values' metas (lower_types.c).
  *
  * Memory: builds a PyUnicode (new reference) through a growing char buffer (PyMem). */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,7 +112,18 @@ static void put_float(Buf *b, double x, DType t)
         put(b, "((%s)%.17g)", lower_ctype(t), x);   /* rounded to float as eager rounds a Python scalar */
 }
 
-/* An integer literal of int type t; x beyond t's range (an absent clamp bound) is its limit. */
+/* An integer literal of int type t: written from the integer itself, never through a
+ * double (2**53 + 1 must stay odd). */
+static void put_int_exact(Buf *b, long long x, DType t)
+{
+    if (x == LLONG_MIN)
+        put(b, "((%s)INT64_MIN)", lower_ctype(t));
+    else
+        put(b, "((%s)%lldLL)", lower_ctype(t), x);
+}
+
+/* An integer literal of int type t from an integral double; x beyond t's range (an
+ * absent clamp bound) is its limit. */
 static void put_int(Buf *b, double x, DType t)
 {
     int w = t == DT_I32 ? 32 : 64;
@@ -120,7 +132,7 @@ static void put_int(Buf *b, double x, DType t)
     else if (x <= -ldexp(1.0, w - 1))
         put(b, "INT%d_MIN", w);
     else
-        put(b, "((%s)%lldLL)", lower_ctype(t), (long long)x);
+        put_int_exact(b, (long long)x, t);
 }
 
 /* A number as a literal of type t. */
@@ -135,31 +147,51 @@ static void put_number(Buf *b, double x, DType t)
         put(b, "%d", x != 0);
 }
 
+/* The Python number v (int, bool or float; lower_types.c checked that t holds it) as a
+ * literal of type t. An int goes to an int type as an integer, to bool as its truth, to a
+ * float type through a double (exact: lower_types.c keeps larger ints eager). */
+static void put_const(Buf *b, PyObject *v, DType t)
+{
+    if (PyLong_Check(v) && lower_class(t) != LC_F32 && lower_class(t) != LC_F64) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            b->failed = 1;
+            return;
+        }
+        if (t == DT_BOOL)
+            put(b, "%d", overflow || i != 0);
+        else if (overflow)
+            b->failed = 1;   /* lower_types.c keeps such a node eager */
+        else
+            put_int_exact(b, i, t);
+        return;
+    }
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        b->failed = 1;
+        return;
+    }
+    put_number(b, d, t);
+}
+
+/* Parameter i of a node: its Python value when the call gave one, else the row's default. */
+static void put_param(Buf *b, const NodeLower *nl, int i, DType t)
+{
+    if (nl->pv[i])
+        put_const(b, nl->pv[i], t);
+    else
+        put_number(b, nl->p[i], t);
+}
+
 /* The C operand for argument x of a node in kernel k, as type t: a temporary or an input's
  * element (converted), or a constant. */
 static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x, DType t)
 {
     if (x->kind == ARG_CONST) {
-        PyObject *v = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
-        double d;
-        if (PyLong_Check(v) && lower_class(t) == LC_INT) {
-            long long i = PyLong_AsLongLong(v);
-            d = (double)i;
-            if (i == -1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                b->failed = 1;
-                return;
-            }
-            if ((double)i != d || d >= 9.2e18 || d <= -9.2e18) {   /* not exact as a double */
-                put(b, "((%s)%lldLL)", lower_ctype(t), i);
-                return;
-            }
-        } else if ((d = PyFloat_AsDouble(v)) == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            b->failed = 1;
-            return;
-        }
-        put_number(b, d, t);
+        put_const(b, PyList_GET_ITEM(g->consts, x->a), t);   /* borrowed */
         return;
     }
     DType from = (DType)g->values[x->a].meta.dtype;
@@ -209,9 +241,9 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
             put_operand(b, g, k, nl.x[1], nl.row->kind == LK_LOGIC ? DT_BOOL : nl.ct);
         }
         put(b, ", P0 = ");
-        put_number(b, nl.p[0], nl.ct);
+        put_param(b, &nl, 0, nl.ct);
         put(b, ", P1 = ");
-        put_number(b, nl.p[1], nl.ct);
+        put_param(b, &nl, 1, nl.ct);
         put(b, "; (void)P0; (void)P1;");
         if (nl.x[2]) {
             put(b, " const uint8_t c = ");
@@ -242,9 +274,9 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
             put(b, "; ");
         }
         put(b, "const float P0 = ");
-        put_number(b, nl.p[0], DT_F32);
+        put_param(b, &nl, 0, DT_F32);
         put(b, ", P1 = ");
-        put_number(b, nl.p[1], DT_F32);
+        put_param(b, &nl, 1, DT_F32);
         put(b, "; (void)P0; (void)P1; %s = %s; }\n", var, nl.expr);
         cur = g->nodes[nj].first_value;
     }

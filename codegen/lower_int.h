@@ -40,6 +40,8 @@ typedef struct {
     const LowerRow *row;
     const Arg *x[3];     /* operands a, b, c (NULL when absent); c is converted to bool */
     double p[2];         /* parameter values (integers in range when ct is an int) */
+    PyObject *pv[2];     /* borrowed (the graph's constants): the parameter as the call gave it,
+                            written into the kernel exactly; NULL for the row's default */
     DType ct;            /* the type a and b are converted to and the expression computes in */
     DType out;           /* the node's result (ct, or bool for LK_CMP / LK_LOGIC) */
     const char *expr;    /* row->expr of ct's class */
