@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "lower.h"
 #include "codegen.h"
@@ -28,15 +29,18 @@ typedef struct {
     size_t len;
     CgLib *lib;                       /* NULL: failed, with the exception in et/ev/tb */
     PyObject *et, *ev, *tb;           /* strong, or NULL */
+    int abort;                        /* set under the GIL: do not start (an interrupt came) */
+    int done;                         /* set (atomically) when the helper thread is through */
 } Unit;
 
 static void *build_unit(void *arg)
 {
     Unit *u = arg;
     PyGILState_STATE st = PyGILState_Ensure();
-    u->lib = cg_build(u->src, u->len, "graph");
-    if (!u->lib)
+    u->lib = u->abort ? NULL : cg_build(u->src, u->len, "graph");
+    if (!u->lib && PyErr_Occurred())
         PyErr_Fetch(&u->et, &u->ev, &u->tb);
+    __atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
     PyGILState_Release(st);
     return NULL;
 }
@@ -86,16 +90,32 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
     int rc = -1;
     if (!c1 || (s2 && !c2))
         goto done;
-    Unit second = {c2, (size_t)l2, NULL, NULL, NULL, NULL};
+    Unit second = {c2, (size_t)l2, NULL, NULL, NULL, NULL, 0, 0};
     /* the compiler's identity is probed once, before two builds could race to probe it */
     if (!cc_identity())
         goto done;
     pthread_t th;
     int started = s2 && pthread_create(&th, NULL, build_unit, &second) == 0;
     CgLib *first = cg_build(c1, (size_t)l1, "graph");
+    if (!first && !PyErr_ExceptionMatches(PyExc_Exception)) {   /* an interrupt: the helper stops too */
+        second.abort = 1;
+        cc_abort_runs();
+    }
     if (s2 && !started && first)
         build_unit(&second);   /* no thread: one after the other */
     else if (started) {
+        /* wait for the helper, running signal handlers meanwhile: only this thread runs
+         * them, and Ctrl-C must stop the helper's compile too */
+        while (first && !__atomic_load_n(&second.done, __ATOMIC_ACQUIRE)) {
+            Py_BEGIN_ALLOW_THREADS
+            nanosleep(&(struct timespec){0, 20000000}, NULL);
+            Py_END_ALLOW_THREADS
+            if (PyErr_CheckSignals() < 0) {
+                first = NULL;
+                second.abort = 1;
+                cc_abort_runs();
+            }
+        }
         Py_BEGIN_ALLOW_THREADS
         pthread_join(th, NULL);
         Py_END_ALLOW_THREADS

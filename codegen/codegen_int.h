@@ -25,6 +25,11 @@ const char *cc_identity(void);
  * while the compiler runs. `tag` names the source in the message. */
 int cc_compile(const char *src_path, const char *out_path, const char *tag);
 
+/* Stops every compile in flight: each kills its compiler and fails at its next look (at
+ * most CC_SLICE_MS later). For a thread that saw an interrupt while another thread
+ * compiles. */
+void cc_abort_runs(void);
+
 /* Adds CompileError to the module. */
 int cc_init_module(PyObject *m);
 
