@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "lower_int.h"
 
@@ -196,22 +197,29 @@ static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x, DType t
     }
     DType from = (DType)g->values[x->a].meta.dtype;
     if (from == t) {
-        emit_value(b, k, x->a);
+        emit_value(b, g, k, x->a);
         return;
     }
     put(b, t == DT_BOOL ? "(" : "((%s)", lower_ctype(t));
-    emit_value(b, k, x->a);
+    emit_value(b, g, k, x->a);
     put(b, t == DT_BOOL ? " != 0)" : ")");
 }
 
-void emit_value(Buf *b, const Kernel *k, int32_t v)
+void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < k->nin; i++)
         if (k->ins[i] == v) {
             put(b, "x%d", (int)i);
             return;
         }
-    put(b, "t%d", (int)v);
+    /* named by the node's position in the kernel, not the graph's value id: the same
+     * computation elsewhere in the graph is the same text (lower_name_kernels) */
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (g->nodes[k->nodes[i]].first_value == v) {
+            put(b, "t%d", (int)i);
+            return;
+        }
+    b->failed = 1;
 }
 
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
@@ -224,14 +232,13 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
     }
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
-        const Node *nd = &g->nodes[ni];
         NodeLower nl;
         if (!lower_node_typed(g, ni, &nl)) {
             b->failed = 1;
             return;
         }
         const char *ct = lower_ctype(nl.ct);
-        put(b, "            %s t%d;\n            { ", lower_ctype(nl.out), (int)nd->first_value);
+        put(b, "            %s t%d;\n            { ", lower_ctype(nl.out), (int)i);
         if (lower_class(nl.ct) == LC_INT)
             put(b, "typedef %s T; typedef u%s U; ", ct, ct);
         put(b, "const %s a = ", ct);
@@ -250,7 +257,7 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
             put_operand(b, g, k, nl.x[2], DT_BOOL);
             put(b, ";");
         }
-        put(b, " t%d = %s; }\n", (int)nd->first_value, nl.expr);
+        put(b, " t%d = %s; }\n", (int)i, nl.expr);
     }
 }
 
@@ -304,7 +311,9 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
     for (int32_t j = 0; j < k->nout; j++) {
         put(b, "            out%d[", (int)j);
         put(b, off_fmt, (int)j, (int)j);
-        put(b, "] = t%d;\n", (int)k->outs[j]);
+        put(b, "] = ");
+        emit_value(b, g, k, k->outs[j]);
+        put(b, ";\n");
     }
 }
 
@@ -375,15 +384,40 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "    return sj_bad;\n}\n");
 }
 
-PyObject *lower_emit(Graph *g, LowerPlan *p, int32_t from, int32_t to)
+static void put_any_kernel(Buf *b, Graph *g, const Kernel *k)
+{
+    if (k->flavour != KF_POINTWISE)
+        emit_reduce_kernel(b, g, k);
+    else
+        put_kernel(b, g, k);
+}
+
+int lower_name_kernels(Graph *g, LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        Kernel *k = &p->kernels[i];
+        Buf b = {NULL, 0, 0, 0};
+        snprintf(k->name, sizeof k->name, "SJ_KNAME");
+        put_any_kernel(&b, g, k);
+        if (b.failed) {
+            PyMem_Free(b.s);
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
+            return -1;
+        }
+        XXH128_hash_t h = XXH3_128bits(b.s, b.n);
+        PyMem_Free(b.s);
+        snprintf(k->name, sizeof k->name, "sj_k%016llx%016llx", (unsigned long long)h.high64,
+                 (unsigned long long)h.low64);
+    }
+    return 0;
+}
+
+PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
 {
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s%s", prelude, emit_math_prelude);
-    for (int32_t i = from; i < to; i++)
-        if (p->kernels[i].flavour != KF_POINTWISE)
-            emit_reduce_kernel(&b, g, &p->kernels[i]);
-        else
-            put_kernel(&b, g, &p->kernels[i]);
+    for (int32_t i = 0; i < n; i++)
+        put_any_kernel(&b, g, &p->kernels[which[i]]);
     PyObject *r = NULL;
     if (b.failed)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");

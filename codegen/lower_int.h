@@ -77,8 +77,9 @@ extern const char emit_math_prelude[];
  * %d (at most two). */
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto);
 
-/* The C name of value v inside k's loop body: "xI" for an input, "tV" for a node's. */
-void emit_value(Buf *b, const Kernel *k, int32_t v);
+/* The C name of value v inside k's loop body: "xI" for input I, "tJ" for the value of the
+ * kernel's node J. */
+void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v);
 
 /* The epilogue of row kernel k (its last red.nepi nodes) applied to the float variable
  * var holding the row's result at one element. */
