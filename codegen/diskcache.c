@@ -12,8 +12,11 @@
  * Entries: <key>.so, key = XXH3-128 of (format version, cc_identity(), source) in hex,
  * beside <key>.c, the source it was built from (rewritten before every compile, kept for
  * inspection and named in compile errors). An entry is the compiler's output followed by
- * a 32-byte trailer: magic "SJK1", format u32, payload length u64, XXH3-128 of the
- * payload (canonical, big-endian); integers little-endian.
+ * a 48-byte trailer: magic "SJK2", format u32, payload length u64, XXH3-128 of the
+ * payload, then the binding: XXH3-128 of (that hash, the key, cc_identity()); hashes
+ * canonical (big-endian), integers little-endian. The binding ties an entry to the one
+ * key and compiler it was built for: a valid entry of another key (or compiler) placed
+ * under this name is refused like a corrupt one, never loaded.
  *
  * Write: the compiler writes a mkstemp-named temp (.tmp.<key>.XXXXXX.so) in the same
  * directory; we append the trailer, fsync, and rename it onto <key>.so. Two processes
@@ -41,10 +44,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define DC_FORMAT "shapejit-kernel-1"   /* in the key: bump to orphan every old entry */
-#define DC_FORMAT_NUM 1u                 /* in the trailer */
-#define DC_MAGIC "SJK1"
-#define DC_TRAILER 32
+#define DC_FORMAT "shapejit-kernel-2"   /* in the key: bump to orphan every old entry */
+#define DC_FORMAT_NUM 2u                 /* in the trailer */
+#define DC_MAGIC "SJK2"
+#define DC_TRAILER 48
 #define DC_STALE_S 3600                  /* a temp older than this belongs to a dead build */
 #define DC_SUBDIR "kernels"
 
@@ -140,6 +143,27 @@ static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
         XXH128_canonicalFromHash(out, XXH3_128bits_digest(st));
     XXH3_freeState(st);
     return rc;
+}
+
+/* The binding of a payload hash to the entry's key and the compiler identity; 0, or -1
+ * with an exception (the compiler cannot be probed). */
+static int binding(const XXH128_canonical_t *payload, const char *key, XXH128_canonical_t *out)
+{
+    const char *ident = cc_identity();
+    if (!ident)
+        return -1;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, payload->digest, sizeof payload->digest);
+    XXH3_128bits_update(st, key, strlen(key) + 1);   /* with its NUL: a separator */
+    XXH3_128bits_update(st, ident, strlen(ident) + 1);
+    XXH128_canonicalFromHash(out, XXH3_128bits_digest(st));
+    XXH3_freeState(st);
+    return 0;
 }
 
 /* --------------------------------------------------------------- directory ---- */
@@ -341,9 +365,10 @@ int dc_entry_path(const char *hex, char *buf, size_t size)
 
 enum { ENTRY_OK, ENTRY_ABSENT, ENTRY_BAD, ENTRY_ERROR };
 
-/* Opens and verifies the entry at `path`: ENTRY_OK with *fd set (read-only, close-on-
- * exec), ENTRY_ABSENT, ENTRY_BAD with `why` set, or ENTRY_ERROR with an exception. */
-static int open_verified(const char *path, int *out, char *why, size_t wsize)
+/* Opens and verifies the entry at `path` for `key`: ENTRY_OK with *fd set (read-only,
+ * close-on-exec), ENTRY_ABSENT, ENTRY_BAD with `why` set, or ENTRY_ERROR with an
+ * exception. */
+static int open_verified(const char *path, const char *key, int *out, char *why, size_t wsize)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -358,7 +383,7 @@ static int open_verified(const char *path, int *out, char *why, size_t wsize)
     }
     struct stat st;
     unsigned char tr[DC_TRAILER];
-    XXH128_canonical_t h;
+    XXH128_canonical_t h, b;
     if (fstat(fd, &st) < 0) {
         raise_os("cannot stat", path);
         close(fd);
@@ -383,6 +408,12 @@ static int open_verified(const char *path, int *out, char *why, size_t wsize)
         snprintf(why, wsize, "it cannot be read (%s)", strerror(errno));
     else if (memcmp(h.digest, tr + 16, 16) != 0)
         snprintf(why, wsize, "its content does not match its hash (corrupt)");
+    else if (binding(&h, key, &b) < 0) {
+        close(fd);
+        return ENTRY_ERROR;
+    } else if (memcmp(b.digest, tr + 32, 16) != 0)
+        snprintf(why, wsize, "it was built for another entry or another compiler (a valid kernel file placed "
+                 "under this entry's name)");
     if (why[0]) {
         close(fd);
         return ENTRY_BAD;
@@ -421,8 +452,9 @@ static int write_source(const char *dir, const char *hex, const char *src, size_
     return 0;
 }
 
-/* Appends the trailer to the compiler's output at `tmp`, makes it read-only, fsyncs. */
-static int seal(const char *tmp)
+/* Appends the trailer (bound to `key`) to the compiler's output at `tmp`, makes it
+ * read-only, fsyncs. */
+static int seal(const char *tmp, const char *key)
 {
     int fd = open(tmp, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
@@ -434,15 +466,22 @@ static int seal(const char *tmp)
     }
     uint64_t len = (uint64_t)st.st_size;
     unsigned char tr[DC_TRAILER];
-    XXH128_canonical_t h;
+    XXH128_canonical_t h, b;
     memcpy(tr, DC_MAGIC, 4);
     put_u32(tr + 4, DC_FORMAT_NUM);
     put_u64(tr + 8, len);
-    int rc = hash_fd(fd, len, &h);
-    if (rc == 0) {
-        memcpy(tr + 16, h.digest, 16);
-        rc = write_all(fd, tr, DC_TRAILER, (off_t)len);
+    if (hash_fd(fd, len, &h) < 0) {
+        raise_os("cannot seal the compiler's output", tmp);
+        close(fd);
+        return -1;
     }
+    if (binding(&h, key, &b) < 0) {
+        close(fd);
+        return -1;
+    }
+    memcpy(tr + 16, h.digest, 16);
+    memcpy(tr + 32, b.digest, 16);
+    int rc = write_all(fd, tr, DC_TRAILER, (off_t)len);
     if (rc == 0)
         rc = fchmod(fd, 0400);
     if (rc == 0)
@@ -473,7 +512,7 @@ static int store(const char *dir, const char *hex, const char *path, const char 
     close(fd);   /* the linker replaces the file; we reopen it by name after */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (cc_compile(src_path, tmp, tag) < 0 || seal(tmp) < 0) {
+    if (cc_compile(src_path, tmp, tag) < 0 || seal(tmp, hex) < 0) {
         unlink(tmp);
         return -1;
     }
@@ -504,7 +543,7 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
      * one another process renamed over it) is verified again before use */
     for (int attempt = 0; attempt < 3; attempt++) {
         int fd = -1;
-        int state = open_verified(path, &fd, why, sizeof why);
+        int state = open_verified(path, hex, &fd, why, sizeof why);
         if (state == ENTRY_OK) {
             dc_stats.hits += attempt == 0;
             return fd;
