@@ -145,25 +145,32 @@ static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
     return rc;
 }
 
-/* The binding of a payload hash to the entry's key and the compiler identity; 0, or -1
- * with an exception (the compiler cannot be probed). */
-static int binding(const XXH128_canonical_t *payload, const char *key, XXH128_canonical_t *out)
+/* XXH3-128 of three byte strings in order; 0, or -1 with MemoryError. */
+static int hash3(const void *a, size_t an, const void *b, size_t bn, const void *c, size_t cn,
+                 XXH128_canonical_t *out)
 {
-    const char *ident = cc_identity();
-    if (!ident)
-        return -1;
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
         PyErr_NoMemory();
         return -1;
     }
     XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, payload->digest, sizeof payload->digest);
-    XXH3_128bits_update(st, key, strlen(key) + 1);   /* with its NUL: a separator */
-    XXH3_128bits_update(st, ident, strlen(ident) + 1);
+    XXH3_128bits_update(st, a, an);
+    XXH3_128bits_update(st, b, bn);
+    XXH3_128bits_update(st, c, cn);
     XXH128_canonicalFromHash(out, XXH3_128bits_digest(st));
     XXH3_freeState(st);
     return 0;
+}
+
+/* The binding of a payload hash to the entry's key and the compiler identity (strings
+ * with their NULs: separators); 0, or -1 with an exception (the compiler cannot be
+ * probed). */
+static int binding(const XXH128_canonical_t *payload, const char *key, XXH128_canonical_t *out)
+{
+    const char *ident = cc_identity();
+    return ident ? hash3(payload->digest, sizeof payload->digest, key, strlen(key) + 1, ident, strlen(ident) + 1, out)
+                 : -1;
 }
 
 /* --------------------------------------------------------------- directory ---- */
@@ -338,20 +345,10 @@ static const char *cache_dir(void)
 int dc_key(const char *src, size_t len, char hex[DC_KEY_HEX])
 {
     const char *ident = cc_identity();
-    if (!ident)
-        return -1;
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, DC_FORMAT, sizeof DC_FORMAT);      /* with its NUL: a separator */
-    XXH3_128bits_update(st, ident, strlen(ident) + 1);
-    XXH3_128bits_update(st, src, len);
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-    XXH3_freeState(st);
+    /* the format and the identity with their NULs: separators */
+    if (!ident || hash3(DC_FORMAT, sizeof DC_FORMAT, ident, strlen(ident) + 1, src, len, &c) < 0)
+        return -1;
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
     return 0;
