@@ -43,6 +43,7 @@ typedef struct {
     long misses;      /* no entry: compiled */
     long rebuilds;    /* a bad entry (truncated, corrupt, not ours) was removed and rebuilt */
     long compiles;    /* compiler runs that produced an entry */
+    long evictions;   /* entries removed to keep the cache under its size cap */
 } DcStats;
 
 extern DcStats dc_stats;

@@ -29,9 +29,20 @@
  * A bad entry is unlinked, logged (output_code channel) and rebuilt. The verified
  * descriptor is what the loader dlopens (/proc/self/fd/<n>), so a concurrent replacement
  * of the path cannot swap another file in. Entries are made read-only (0400): nothing
- * ever modifies one in place. */
+ * ever modifies one in place.
+ *
+ * Size: the entries (.so and .c) are kept under a cap, the knob kernel_cache_max_bytes
+ * or $SHAPEJIT_KERNEL_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix: powers of 1024;
+ * 0: no cap), 1 GiB by default. Using an entry sets its times to now; after a compile,
+ * if the directory is over the cap, the least recently used entries are removed until it
+ * is at 90% of it (not the one just built). One process evicts at a time (flock on
+ * <dir>/.lock; a process that finds it taken leaves the work to the holder). Removing an
+ * entry another process is loading is harmless: it loads from the descriptor it opened
+ * (an unlinked file lives on while open or mapped); one that looks a moment later finds
+ * no entry and compiles it again. */
 #include "codegen_int.h"
 #include "../core/log.h"
+#include "../core/config.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +50,7 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -340,6 +352,168 @@ static const char *cache_dir(void)
     return dc.dir;
 }
 
+/* ---------------------------------------------------------------- size cap ---- */
+
+/* The cap in bytes (0: none) from the knob or the environment variable; 0, or -1 with
+ * ValueError naming the variable. */
+static int max_bytes(long long *out)
+{
+    static const char var[] = "SHAPEJIT_KERNEL_CACHE_MAX_BYTES";
+    const char *v = getenv(var);
+    *out = sj_config.kernel_cache_max_bytes;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    }
+    if (shift) {
+        end++;
+        if (*end == 'i' && end[1] == 'B')
+            end += 2;
+        else if (*end == 'B')
+            end++;
+    }
+    if (end == v || *end || errno || x < 0 || (shift && x > (LLONG_MAX >> shift))) {
+        PyErr_Format(PyExc_ValueError, "shapejit: %s='%s': expected a size in bytes >= 0, optionally with a "
+                     "K, M, G or T suffix (powers of 1024), e.g. 1G; 0 means no cap", var, v);
+        return -1;
+    }
+    *out = x << shift;
+    return 0;
+}
+
+typedef struct {
+    char key[DC_KEY_HEX];
+    long long bytes;         /* .so + .c */
+    struct timespec used;    /* the .so's mtime (else the .c's): its last use */
+    int has_so;
+} Entry;
+
+/* 1 when `name` is <32 hex digits><ext>, the key into key. */
+static int entry_name(const char *name, const char *ext, char key[DC_KEY_HEX])
+{
+    size_t n = strlen(name), e = strlen(ext);
+    if (n != DC_KEY_HEX - 1 + e || strcmp(name + n - e, ext))
+        return 0;
+    for (int i = 0; i < DC_KEY_HEX - 1; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return 0;
+    memcpy(key, name, DC_KEY_HEX - 1);
+    key[DC_KEY_HEX - 1] = '\0';
+    return 1;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const Entry *)a)->key, ((const Entry *)b)->key);
+}
+
+static int by_use(const void *a, const void *b)
+{
+    const struct timespec *x = &((const Entry *)a)->used, *y = &((const Entry *)b)->used;
+    return x->tv_sec != y->tv_sec ? (x->tv_sec < y->tv_sec ? -1 : 1)
+           : x->tv_nsec != y->tv_nsec ? (x->tv_nsec < y->tv_nsec ? -1 : 1) : 0;
+}
+
+/* Removes least recently used entries of dir until it holds at most 90% of the cap, never
+ * `keep`. Best effort: file system errors skip the work, they never fail a build. -1 only
+ * for a malformed cap variable (ValueError) or memory. */
+static int evict(const char *dir, const char *keep)
+{
+    long long cap;
+    if (max_bytes(&cap) < 0)
+        return -1;
+    if (cap <= 0)
+        return 0;
+    char lock[PATH_MAX];
+    if (path_join(lock, sizeof lock, dir, ".lock") < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lfd < 0)
+        return 0;
+    if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {   /* another process is at it */
+        close(lfd);
+        return 0;
+    }
+    DIR *d = opendir(dir);
+    Entry *es = NULL;
+    size_t n = 0, cap_n = 0;
+    long long total = 0;
+    int rc = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char key[DC_KEY_HEX];
+        int so = entry_name(e->d_name, ".so", key);
+        struct stat st;
+        if ((!so && !entry_name(e->d_name, ".c", key)) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (n == cap_n) {
+            Entry *grown = realloc(es, (cap_n = cap_n ? 2 * cap_n : 256) * sizeof *es);
+            if (!grown) {
+                PyErr_NoMemory();
+                rc = -1;
+                goto done;
+            }
+            es = grown;
+        }
+        Entry *x = &es[n++];
+        memcpy(x->key, key, sizeof key);
+        x->bytes = (long long)st.st_size;
+        x->used = st.st_mtim;
+        x->has_so = so;
+        total += (long long)st.st_size;
+    }
+    if (total <= cap)
+        goto done;
+    /* one row per key: sizes summed, the .so's time */
+    qsort(es, n, sizeof *es, by_key);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && !strcmp(es[m - 1].key, es[i].key)) {
+            es[m - 1].bytes += es[i].bytes;
+            if (es[i].has_so) {
+                es[m - 1].used = es[i].used;
+                es[m - 1].has_so = 1;
+            }
+        } else {
+            es[m++] = es[i];
+        }
+    }
+    qsort(es, m, sizeof *es, by_use);
+    long long target = cap - cap / 10, freed = 0;
+    int removed = 0;
+    for (size_t i = 0; i < m && total - freed > target; i++) {
+        if (!strcmp(es[i].key, keep))
+            continue;
+        char name[DC_KEY_HEX + 3];
+        snprintf(name, sizeof name, "%s.so", es[i].key);
+        unlinkat(dirfd(d), name, 0);
+        snprintf(name, sizeof name, "%s.c", es[i].key);
+        unlinkat(dirfd(d), name, 0);
+        freed += es[i].bytes;
+        removed++;
+    }
+    dc_stats.evictions += removed;
+    if (removed && sj_log_on(LOG_OUTPUT_CODE, SJ_INFO))
+        sj_log(LOG_OUTPUT_CODE, SJ_INFO, "kernel cache %s held %lld bytes, over its cap of %lld "
+               "(kernel_cache_max_bytes): removed the %d least recently used entries (%lld bytes)",
+               dir, total, cap, removed, freed);
+done:
+    free(es);
+    if (d)
+        closedir(d);
+    close(lfd);   /* releases the lock */
+    return rc;
+}
+
 /* ------------------------------------------------------------------ entries ---- */
 
 int dc_key(const char *src, size_t len, char hex[DC_KEY_HEX])
@@ -530,7 +704,8 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
 {
     const char *dir = cache_dir();
     char path[PATH_MAX], why[256];
-    if (!dir)
+    long long cap;
+    if (!dir || max_bytes(&cap) < 0)   /* a malformed cap is an error at every build, hit or not */
         return -1;
     if (dc_entry_path(hex, path, sizeof path) < 0) {
         PyErr_Format(PyExc_OSError, "shapejit: kernel cache path too long: %s", dir);
@@ -543,6 +718,11 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
         int state = open_verified(path, hex, &fd, why, sizeof why);
         if (state == ENTRY_OK) {
             dc_stats.hits += attempt == 0;
+            futimens(fd, NULL);   /* used now: the last an eviction takes */
+            if (attempt > 0 && evict(dir, hex) < 0) {   /* the cache grew */
+                close(fd);
+                return -1;
+            }
             return fd;
         }
         if (state == ENTRY_ERROR)
@@ -574,10 +754,10 @@ PyObject *dc_info(void)
     PyObject *dir = dc.requested ? PyUnicode_DecodeFSDefault(dc.dir) : Py_NewRef(Py_None);   /* new */
     PyObject *r = NULL;   /* new: the result */
     if (requested && dir)
-        r = Py_BuildValue("{sOsOsOslslslslsl}", "dir", dir, "requested", requested, "private",
+        r = Py_BuildValue("{sOsOsOslslslslslsl}", "dir", dir, "requested", requested, "private",
                           dc.is_private ? Py_True : Py_False, "mem_hits", dc_stats.mem_hits, "hits",
                           dc_stats.hits, "misses", dc_stats.misses, "rebuilds", dc_stats.rebuilds,
-                          "compiles", dc_stats.compiles);
+                          "compiles", dc_stats.compiles, "evictions", dc_stats.evictions);
     Py_XDECREF(requested);
     Py_XDECREF(dir);
     return r;

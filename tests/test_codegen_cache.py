@@ -449,3 +449,98 @@ def test_key_depends_on_compiler(cache, tmp_path, monkeypatch):
     run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
     assert delta(before) == {"misses": 1, "compiles": 1}
     assert len(entries(cache / "kernels")[0]) == 2
+
+
+# -------------------------------------------------------------------- size cap ----
+
+def _entry_bytes(kernels, name):
+    key = name[:-3]
+    return sum(os.lstat(kernels / (key + ext)).st_size for ext in (".so", ".c") if (kernels / (key + ext)).exists())
+
+
+def test_size_cap_evicts_the_least_recently_used(cache, monkeypatch):
+    """Over the cap, the entries used longest ago go first (a use refreshes an entry),
+    .so and .c together, never the one just built; what is left runs, what went is
+    rebuilt on demand."""
+    k = "CG_EXPORT long k(void) { return %d; }\n"
+    srcs = {c: unique(k % i) for i, c in enumerate("ABCD", 1)}
+    kernels = cache / "kernels"
+    names = {}
+    for c in "ABC":
+        _C._cg_build(srcs[c], "k", "l")
+        (names[c],) = set(entries(kernels)[0]) - set(names.values())
+    for t, c in enumerate("ABC"):             # used in this order, long ago
+        os.utime(kernels / names[c], (1000 + t, 1000 + t))
+    _C._cg_forget()
+    assert _C._cg_call(_C._cg_build(srcs["A"], "k", "l")) == 1    # A is used again: now the newest
+    sizes = {c: _entry_bytes(kernels, names[c]) for c in "ABC"}
+    # D makes four entries: over the cap by about one; removing B (the oldest) is enough
+    total4 = sum(sizes.values()) + sizes["C"]
+    monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", str(int((total4 - sizes["B"]) / 0.9) + 64))
+    before = counters()
+    assert _C._cg_call(_C._cg_build(srcs["D"], "k", "l")) == 4
+    assert delta(before) == {"misses": 1, "compiles": 1, "evictions": 1}
+    left = os.listdir(kernels)
+    assert names["B"] not in left and names["B"][:-3] + ".c" not in left
+    for c in "AC":
+        assert names[c] in left and names[c][:-3] + ".c" in left
+    _C._cg_forget()
+    before = counters()
+    assert [_C._cg_call(_C._cg_build(srcs[c], "k", "l")) for c in "ACD"] == [1, 3, 4]
+    assert delta(before) == {"hits": 3}
+    assert _C._cg_call(_C._cg_build(srcs["B"], "k", "l")) == 2   # rebuilt
+
+
+def test_size_cap_knob(cache):
+    """The knob sets the cap when the variable is unset; the newest entry always stays."""
+    old = shapejit.config.kernel_cache_max_bytes
+    shapejit.config.kernel_cache_max_bytes = 1
+    try:
+        k = "CG_EXPORT long k(void) { return %d; }\n"
+        for i in range(3):
+            assert _C._cg_call(_C._cg_build(unique(k % i), "k", "l")) == i
+            assert len(entries(cache / "kernels")[0]) == 1
+    finally:
+        shapejit.config.kernel_cache_max_bytes = old
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1X", "2GB5", ""])
+def test_size_cap_variable_malformed(cache, monkeypatch, value):
+    monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", value)
+    src = unique(SAXPY)
+    if value == "":   # unset in effect: the knob's cap
+        run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
+        return
+    with pytest.raises(ValueError, match="SHAPEJIT_KERNEL_CACHE_MAX_BYTES='%s'" % value):
+        _C._cg_build(src, "saxpy", "vppfl")
+    for good, size in (("2K", 2048), ("3MiB", 3 << 20), ("1G", 1 << 30), ("0", 0)):
+        monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", good)
+        run_saxpy(_C._cg_build(unique(SAXPY), "saxpy", "vppfl"))
+
+
+CAP_CHILD = textwrap.dedent("""
+    import sys, uuid
+    from shapejit import _C
+    k = "CG_EXPORT long k(void) { return %d; }\\n"
+    for i in range(int(sys.argv[1]), int(sys.argv[1]) + 8):
+        src = "/* %s */\\n" % uuid.uuid4().hex + k % i
+        for _ in range(2):   # built (evicting others), then found again or rebuilt
+            fn = _C._cg_build(src, "k", "l")
+            assert _C._cg_call(fn) == i
+            _C._cg_forget()
+    print("ok")
+""")
+
+
+def test_size_cap_with_two_processes_evicting_at_once(cache, tmp_path):
+    """Two processes build and load under a cap of about two entries: each evicts the
+    other's entries while it may be loading them; every load still runs the right code."""
+    env = dict(os.environ, SHAPEJIT_CACHE_DIR=str(cache), SHAPEJIT_KERNEL_CACHE_MAX_BYTES="40K",
+               PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-c", CAP_CHILD, str(base)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for base in (0, 100)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+    assert sum(os.lstat(cache / "kernels" / n).st_size for n in os.listdir(cache / "kernels")
+               if not n.startswith(".")) <= 40 * 1024 * 3
