@@ -15,7 +15,10 @@
  * killed, even by SIGKILL) it kills the whole group, itself included; otherwise it waits
  * for the compiler and exits as the compiler did. A timeout, or an interrupt, kills the
  * group from our side. Between fork and exec only async-signal-safe calls run (the
- * interpreter has threads); the executable is resolved on PATH before the fork.
+ * interpreter has threads); the executable is resolved on PATH before the fork. Where
+ * fork itself fails (a large process under strict memory overcommit), the compiler is
+ * spawned directly (posix_spawn, a vfork: no copy of our memory) in its own process
+ * group: a timeout or an interrupt still kills it all, only our death does not.
  *
  * While the compiler runs the GIL is released, taken back every CC_SLICE_MS to run
  * Python's signal handlers: Ctrl-C (or any handler that raises) kills the compiler and
@@ -29,6 +32,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -204,6 +208,37 @@ static void watcher(const char *exe, char *const argv[], char *const envp[], int
     _exit(128 + sig);
 }
 
+/* The compiler spawned without a watcher, in a process group of its own (when fork
+ * fails). The pid, or -1 with errno. */
+static pid_t spawn_direct(const char *exe, char *const argv[], char *const envp[], int out_w)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, dfl;
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGPIPE);   /* Python ignores these; ignored dispositions survive exec */
+    sigaddset(&dfl, SIGXFSZ);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_w, 1);
+    posix_spawn_file_actions_adddup2(&fa, out_w, 2);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &dfl);
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) {
+        errno = rc;
+        return -1;
+    }
+    return pid;
+}
+
 /* Kills the watcher's group and reaps the watcher. Needs no GIL. */
 static void kill_group(pid_t pid, RunResult *r)
 {
@@ -320,6 +355,10 @@ static void run(char *const argv[], double timeout_s, RunResult *r)
         watcher(exe, argv, env, pfd[1], parent);
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0 && (fork_errno == ENOMEM || fork_errno == EAGAIN)) {
+        pid = spawn_direct(exe, argv, env, pfd[1]);
+        fork_errno = errno;
+    }
     free(env);
     close(pfd[1]);
     if (pid < 0) {
