@@ -697,8 +697,6 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         events_emit_graph(gobj);
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
         if (!compiled) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception))
-                goto done_err;   /* KeyboardInterrupt, SystemExit: the user sees them */
             cap_fail_exc(&c, BR_INTERNAL);
             if (opts->fullgraph)
                 goto internal_raise;
