@@ -2,19 +2,41 @@
  * enters the cache key), and running it.
  *
  * The compiler is $CC (split on blanks, no shell quoting: "ccache gcc" works) or `cc`,
- * found on PATH. It runs through posix_spawnp, never a shell, in its own process group
- * (so a timeout kills cc1/as/ld too), with stdin from /dev/null and stdout+stderr into a
- * pipe whose text goes into the error. The GIL is released while it runs. The compiler's
- * environment is ours minus LD_PRELOAD (an AddressSanitizer build of _C preloads libasan
- * into the interpreter; it must not reach gcc). */
+ * found on PATH. It runs without a shell, with stdin from /dev/null and stdout+stderr
+ * into a pipe whose text goes into the error. The compiler's environment is ours minus
+ * LD_PRELOAD (an AddressSanitizer build of _C preloads libasan into the interpreter; it
+ * must not reach gcc).
+ *
+ * The compiler's processes never outlive us. A compiler is a tree (cc, then cc1, as,
+ * collect2, ld), and only its root is our child, so a parent-death signal on it alone
+ * would leave cc1 running. We fork a small watcher first: it leads a process group of its
+ * own, asks the kernel for SIGTERM when the thread that forked it dies
+ * (PR_SET_PDEATHSIG), and forks the compiler into that group. On the signal (we were
+ * killed, even by SIGKILL) it kills the whole group, itself included; otherwise it waits
+ * for the compiler and exits as the compiler did. A timeout, or an interrupt, kills the
+ * group from our side. Between fork and exec only async-signal-safe calls run (the
+ * interpreter has threads); the executable is resolved on PATH before the fork. Where
+ * fork itself fails (a large process under strict memory overcommit), the compiler is
+ * spawned directly (posix_spawn, a vfork: no copy of our memory) in its own process
+ * group: a timeout or an interrupt still kills it all, only our death does not.
+ *
+ * While the compiler runs the GIL is released, taken back every CC_SLICE_MS to run
+ * Python's signal handlers: Ctrl-C (or any handler that raises) kills the compiler and
+ * its exception propagates instead of the compile finishing unseen; other compiles in
+ * flight (build.c's second unit) are stopped too. */
+#define _GNU_SOURCE
 #include "codegen_int.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +57,7 @@ static const char *const cc_libs[] = {"-lmvec", "-lm"};   /* after the source */
 #define CC_ARGS_MAX 32            /* words of $CC */
 #define CC_OUTPUT_MAX (64 * 1024) /* compiler output kept for the error message */
 #define CC_TIMEOUT_S 120.0        /* default; SHAPEJIT_CC_TIMEOUT overrides */
+#define CC_SLICE_MS 50            /* the longest a pending Ctrl-C waits */
 
 #define N_FLAGS (sizeof cc_flags / sizeof cc_flags[0])
 #define N_LIBS (sizeof cc_libs / sizeof cc_libs[0])
@@ -47,9 +70,19 @@ typedef struct {
     int status;         /* waitpid status when exited */
     int exited;         /* the child was reaped */
     int timed_out;
+    int interrupted;    /* a signal handler raised (its exception is set) or another run did */
     int err;            /* errno of a failed spawn/pipe/wait, else 0 */
     const char *what;   /* which call failed when err != 0 */
 } RunResult;
+
+/* Compiles in flight in this process and whether they must stop (an interrupt reached
+ * one of them); both read and written under the GIL only. */
+static int runs_in_flight, runs_abort;
+
+void cc_abort_runs(void)
+{
+    runs_abort = 1;
+}
 
 static double now_s(void)
 {
@@ -75,6 +108,32 @@ static char **child_env(void)
     return env;
 }
 
+/* The executable `name` names: itself when it has a '/', else the first executable
+ * regular file of that name on $PATH (execvp's rule). 0, or -1 with errno (ENOENT). */
+static int resolve(const char *name, char *buf, size_t size)
+{
+    if (strchr(name, '/')) {
+        if ((size_t)snprintf(buf, size, "%s", name) >= size)
+            return errno = ENAMETOOLONG, -1;
+        return access(buf, X_OK);
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *d = path;;) {
+        const char *end = strchr(d, ':');
+        size_t n = end ? (size_t)(end - d) : strlen(d);
+        struct stat st;
+        int w = snprintf(buf, size, "%.*s%s%s", (int)n, d, n ? "/" : "", name);
+        if (w > 0 && (size_t)w < size && stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+            return 0;
+        if (!end)
+            break;
+        d = end + 1;
+    }
+    return errno = ENOENT, -1;
+}
+
 static void keep_output(RunResult *r, const char *buf, size_t n)
 {
     if (r->outlen >= CC_OUTPUT_MAX)
@@ -86,73 +145,73 @@ static void keep_output(RunResult *r, const char *buf, size_t n)
     r->out[r->outlen] = '\0';
 }
 
-/* Reads the child's output until EOF or the deadline, then reaps it (killing its process
- * group at the deadline). Needs no GIL. */
-static void collect(pid_t pid, int fd, double deadline, RunResult *r)
+/* fork() without the atfork handlers where glibc has it: the child of a threaded
+ * interpreter must run none of the libraries' code (a handler could wait on a lock another
+ * thread held at the fork). */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+#define bare_fork _Fork
+#else
+#define bare_fork fork
+#endif
+
+/* The watcher's SIGTERM (its parent thread died): the compiler's whole group goes. */
+static void watcher_orphaned(int sig)
 {
-    char buf[4096];
-    int open_ = 1;
-    while (open_) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            r->timed_out = 1;
-            break;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, (int)(left * 1000) + 1);
-        if (rc < 0 && errno != EINTR) {
-            r->err = errno, r->what = "poll";
-            break;
-        }
-        if (rc <= 0)
-            continue;
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n > 0)
-            keep_output(r, buf, (size_t)n);
-        else if (n == 0 || errno != EINTR)
-            open_ = 0;
-    }
-    /* output closed: the child is exiting; still bounded by the deadline */
-    while (!r->timed_out && !r->err) {
-        pid_t w = waitpid(pid, &r->status, WNOHANG);
-        if (w == pid) {
-            r->exited = 1;
-            return;
-        }
-        if (w < 0 && errno != EINTR) {
-            r->err = errno, r->what = "waitpid";
-            return;
-        }
-        if (now_s() >= deadline)
-            r->timed_out = 1;
-        else
-            nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &r->status, 0) < 0 && errno == EINTR)
-        ;
+    (void)sig;
+    kill(0, SIGKILL);
 }
 
-/* Runs argv[0] (searched on PATH) with argv; fills `r` (r->out owned by the caller, also
- * on failure). Needs no GIL. */
-static void run(char *const argv[], double timeout_s, RunResult *r)
+/* The forked watcher (see the top of the file); never returns. All signals are blocked
+ * on entry. Async-signal-safe calls only. */
+static void watcher(const char *exe, char *const argv[], char *const envp[], int out_w, pid_t parent)
 {
-    memset(r, 0, sizeof *r);
-    r->out = malloc(CC_OUTPUT_MAX + 1);
-    char **env = child_env();
-    if (!r->out || !env) {
-        free(env);
-        r->err = ENOMEM, r->what = "malloc";
-        return;
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, term = {.sa_handler = watcher_orphaned};
+    for (int s = 1; s < NSIG; s++)   /* the interpreter's handlers and ignores are not ours */
+        if (s != SIGKILL && s != SIGSTOP)
+            sigaction(s, &dfl, NULL);
+    setpgid(0, 0);
+    sigaction(SIGTERM, &term, NULL);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+        _exit(125);   /* the parent is already gone */
+    sigset_t none, only_term;
+    sigemptyset(&none);
+    sigfillset(&only_term);
+    sigdelset(&only_term, SIGTERM);
+    pid_t cc = bare_fork();
+    if (cc == 0) {
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0)
+            _exit(127);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(exe, argv, envp);
+        static const char msg[] = "shapejit: exec of the C compiler failed\n";
+        if (write(2, msg, sizeof msg - 1) < 0)
+            _exit(127);
+        _exit(127);
     }
-    r->out[0] = '\0';
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) {
-        free(env);
-        r->err = errno, r->what = "pipe";
-        return;
-    }
+    close(out_w);
+    if (cc < 0)
+        _exit(126);
+    sigprocmask(SIG_SETMASK, &only_term, NULL);
+    int st;
+    while (waitpid(cc, &st, 0) < 0)
+        if (errno != EINTR)
+            _exit(126);
+    if (WIFEXITED(st))
+        _exit(WEXITSTATUS(st));
+    int sig = WTERMSIG(st);   /* die of the same signal, so our caller reads it as the compiler's */
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    kill(getpid(), sig);
+    _exit(128 + sig);
+}
+
+/* The compiler spawned without a watcher, in a process group of its own (when fork
+ * fails). The pid, or -1 with errno. */
+static pid_t spawn_direct(const char *exe, char *const argv[], char *const envp[], int out_w)
+{
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, dfl;
@@ -162,27 +221,155 @@ static void run(char *const argv[], double timeout_s, RunResult *r)
     sigaddset(&dfl, SIGXFSZ);
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, out_w, 1);
+    posix_spawn_file_actions_adddup2(&fa, out_w, 2);
     posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                  POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, env);
+    int rc = posix_spawn(&pid, exe, &fa, &at, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
-    free(env);
-    close(pfd[1]);
     if (rc != 0) {
-        close(pfd[0]);
-        r->err = rc, r->what = "posix_spawnp";
+        errno = rc;
+        return -1;
+    }
+    return pid;
+}
+
+/* Kills the watcher's group and reaps the watcher. Needs no GIL. */
+static void kill_group(pid_t pid, RunResult *r)
+{
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &r->status, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* 1 when the run must stop now: a Python signal handler raised (its exception stays
+ * set) or another run was interrupted. Needs the GIL. */
+static int must_stop(RunResult *r)
+{
+    if (!runs_abort && PyErr_CheckSignals() == 0)
+        return 0;
+    if (PyErr_Occurred())
+        runs_abort = 1;
+    else
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: compile stopped: another compile was interrupted");
+    r->interrupted = 1;
+    return 1;
+}
+
+/* Reads the watcher's output until EOF, then reaps it; kills its group at the deadline
+ * or on an interrupt. Called with the GIL, which it releases while it waits. */
+static void collect(pid_t pid, int fd, double deadline, RunResult *r)
+{
+    char buf[4096];
+    int open_ = 1;
+    while (!r->timed_out && !r->err && !r->interrupted) {
+        double left = deadline - now_s();
+        if (left <= 0) {
+            r->timed_out = 1;
+            break;
+        }
+        int slice = left * 1000 < CC_SLICE_MS ? (int)(left * 1000) + 1 : CC_SLICE_MS;
+        int rc = 0;
+        ssize_t n = 0;
+        pid_t w = 0;
+        int e = 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (open_) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            rc = poll(&p, 1, slice);
+            e = errno;
+            if (rc > 0) {
+                n = read(fd, buf, sizeof buf);
+                e = errno;
+            }
+        } else {
+            /* output closed: the compiler is exiting */
+            w = waitpid(pid, &r->status, WNOHANG);
+            e = errno;
+            if (w == 0)
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        Py_END_ALLOW_THREADS
+        if (open_) {
+            if (rc < 0 && e != EINTR)
+                r->err = e, r->what = "poll";
+            else if (rc > 0 && n > 0)
+                keep_output(r, buf, (size_t)n);
+            else if (rc > 0 && (n == 0 || e != EINTR))
+                open_ = 0;
+        } else if (w == pid) {
+            r->exited = 1;
+            return;
+        } else if (w < 0 && e != EINTR) {
+            r->err = e, r->what = "waitpid";
+        }
+        if (must_stop(r))
+            break;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    kill_group(pid, r);
+    Py_END_ALLOW_THREADS
+}
+
+/* Runs argv[0] (searched on PATH) with argv under a watcher; fills `r` (r->out owned by
+ * the caller, also on failure). Called with the GIL; an interrupt leaves its exception
+ * set with r->interrupted. */
+static void run(char *const argv[], double timeout_s, RunResult *r)
+{
+    memset(r, 0, sizeof *r);
+    r->out = malloc(CC_OUTPUT_MAX + 1);
+    char **env = child_env();
+    char exe[PATH_MAX];
+    if (!r->out || !env) {
+        free(env);
+        r->err = ENOMEM, r->what = "malloc";
         return;
     }
-    collect(pid, pfd[0], now_s() + timeout_s, r);
-    close(pfd[0]);
+    r->out[0] = '\0';
+    if (resolve(argv[0], exe, sizeof exe) < 0) {
+        free(env);
+        r->err = errno, r->what = "exec";
+        return;
+    }
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        free(env);
+        r->err = errno, r->what = "pipe";
+        return;
+    }
+    if (runs_in_flight++ == 0)
+        runs_abort = 0;
+    /* no signal handler of ours may run in the child before it resets them */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = bare_fork();
+    if (pid == 0)
+        watcher(exe, argv, env, pfd[1], parent);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0 && (fork_errno == ENOMEM || fork_errno == EAGAIN)) {
+        pid = spawn_direct(exe, argv, env, pfd[1]);
+        fork_errno = errno;
+    }
+    free(env);
+    close(pfd[1]);
+    if (pid < 0) {
+        close(pfd[0]);
+        r->err = fork_errno, r->what = "fork";
+    } else {
+        setpgid(pid, pid);   /* also here: a kill of the group must not race the child's setpgid */
+        collect(pid, pfd[0], now_s() + timeout_s, r);
+        close(pfd[0]);
+    }
+    runs_in_flight--;
 }
 
 /* ----------------------------------------------------------------- errors ---- */
@@ -223,7 +410,9 @@ done:
 static void run_failed(const RunResult *r, const char *cc, const char *doing, const char *source_path,
                        double timeout_s)
 {
-    if (r->err == ENOENT && r->what && !strcmp(r->what, "posix_spawnp"))
+    if (r->interrupted)
+        return;   /* the interrupt's exception stands */
+    if (r->err == ENOENT && r->what && !strcmp(r->what, "exec"))
         compile_error(r, source_path, "shapejit: C compiler '%s' not found on PATH (set $CC to a C "
                       "compiler, e.g. gcc) while %s", cc, doing);
     else if (r->err)
@@ -376,9 +565,7 @@ const char *cc_identity(void)
     if (read_timeout(&limit) < 0)
         return NULL;
     RunResult r;
-    Py_BEGIN_ALLOW_THREADS
     run(argv, limit, &r);
-    Py_END_ALLOW_THREADS
     char *t = NULL;
     size_t len = 0;
     if (r.err || r.timed_out || !r.exited || !WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
@@ -436,9 +623,7 @@ int cc_compile(const char *src_path, const char *out_path, const char *tag)
         argv[n++] = (char *)cc_libs[i];
     argv[n] = NULL;
     RunResult r;
-    Py_BEGIN_ALLOW_THREADS
     run(argv, limit, &r);
-    Py_END_ALLOW_THREADS
     int ok = !r.err && !r.timed_out && r.exited && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
     if (!ok) {
         char doing[256];

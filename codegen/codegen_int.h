@@ -25,6 +25,11 @@ const char *cc_identity(void);
  * while the compiler runs. `tag` names the source in the message. */
 int cc_compile(const char *src_path, const char *out_path, const char *tag);
 
+/* Stops every compile in flight: each kills its compiler and fails at its next look (at
+ * most CC_SLICE_MS later). For a thread that saw an interrupt while another thread
+ * compiles. */
+void cc_abort_runs(void);
+
 /* Adds CompileError to the module. */
 int cc_init_module(PyObject *m);
 
@@ -38,6 +43,7 @@ typedef struct {
     long misses;      /* no entry: compiled */
     long rebuilds;    /* a bad entry (truncated, corrupt, not ours) was removed and rebuilt */
     long compiles;    /* compiler runs that produced an entry */
+    long evictions;   /* entries removed to keep the cache under its size cap */
 } DcStats;
 
 extern DcStats dc_stats;

@@ -12,8 +12,11 @@
  * Entries: <key>.so, key = XXH3-128 of (format version, cc_identity(), source) in hex,
  * beside <key>.c, the source it was built from (rewritten before every compile, kept for
  * inspection and named in compile errors). An entry is the compiler's output followed by
- * a 32-byte trailer: magic "SJK1", format u32, payload length u64, XXH3-128 of the
- * payload (canonical, big-endian); integers little-endian.
+ * a 48-byte trailer: magic "SJK2", format u32, payload length u64, XXH3-128 of the
+ * payload, then the binding: XXH3-128 of (that hash, the key, cc_identity()); hashes
+ * canonical (big-endian), integers little-endian. The binding ties an entry to the one
+ * key and compiler it was built for: a valid entry of another key (or compiler) placed
+ * under this name is refused like a corrupt one, never loaded.
  *
  * Write: the compiler writes a mkstemp-named temp (.tmp.<key>.XXXXXX.so) in the same
  * directory; we append the trailer, fsync, and rename it onto <key>.so. Two processes
@@ -26,9 +29,20 @@
  * A bad entry is unlinked, logged (output_code channel) and rebuilt. The verified
  * descriptor is what the loader dlopens (/proc/self/fd/<n>), so a concurrent replacement
  * of the path cannot swap another file in. Entries are made read-only (0400): nothing
- * ever modifies one in place. */
+ * ever modifies one in place.
+ *
+ * Size: the entries (.so and .c) are kept under a cap, the knob kernel_cache_max_bytes
+ * or $SHAPEJIT_KERNEL_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix: powers of 1024;
+ * 0: no cap), 1 GiB by default. Using an entry sets its times to now; after a compile,
+ * if the directory is over the cap, the least recently used entries are removed until it
+ * is at 90% of it (not the one just built). One process evicts at a time (flock on
+ * <dir>/.lock; a process that finds it taken leaves the work to the holder). Removing an
+ * entry another process is loading is harmless: it loads from the descriptor it opened
+ * (an unlinked file lives on while open or mapped); one that looks a moment later finds
+ * no entry and compiles it again. */
 #include "codegen_int.h"
 #include "../core/log.h"
+#include "../core/config.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,15 +50,16 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-#define DC_FORMAT "shapejit-kernel-1"   /* in the key: bump to orphan every old entry */
-#define DC_FORMAT_NUM 1u                 /* in the trailer */
-#define DC_MAGIC "SJK1"
-#define DC_TRAILER 32
+#define DC_FORMAT "shapejit-kernel-2"   /* in the key: bump to orphan every old entry */
+#define DC_FORMAT_NUM 2u                 /* in the trailer */
+#define DC_MAGIC "SJK2"
+#define DC_TRAILER 48
 #define DC_STALE_S 3600                  /* a temp older than this belongs to a dead build */
 #define DC_SUBDIR "kernels"
 
@@ -146,6 +161,34 @@ static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
     XXH3_freeState(st);
     free(buf);
     return rc;
+}
+
+/* XXH3-128 of three byte strings in order; 0, or -1 with MemoryError. */
+static int hash3(const void *a, size_t an, const void *b, size_t bn, const void *c, size_t cn,
+                 XXH128_canonical_t *out)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, a, an);
+    XXH3_128bits_update(st, b, bn);
+    XXH3_128bits_update(st, c, cn);
+    XXH128_canonicalFromHash(out, XXH3_128bits_digest(st));
+    XXH3_freeState(st);
+    return 0;
+}
+
+/* The binding of a payload hash to the entry's key and the compiler identity (strings
+ * with their NULs: separators); 0, or -1 with an exception (the compiler cannot be
+ * probed). */
+static int binding(const XXH128_canonical_t *payload, const char *key, XXH128_canonical_t *out)
+{
+    const char *ident = cc_identity();
+    return ident ? hash3(payload->digest, sizeof payload->digest, key, strlen(key) + 1, ident, strlen(ident) + 1, out)
+                 : -1;
 }
 
 /* --------------------------------------------------------------- directory ---- */
@@ -315,25 +358,177 @@ static const char *cache_dir(void)
     return dc.dir;
 }
 
+/* ---------------------------------------------------------------- size cap ---- */
+
+/* The cap in bytes (0: none) from the knob or the environment variable; 0, or -1 with
+ * ValueError naming the variable. */
+static int max_bytes(long long *out)
+{
+    static const char var[] = "SHAPEJIT_KERNEL_CACHE_MAX_BYTES";
+    const char *v = getenv(var);
+    *out = sj_config.kernel_cache_max_bytes;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    }
+    if (shift) {
+        end++;
+        if (*end == 'i' && end[1] == 'B')
+            end += 2;
+        else if (*end == 'B')
+            end++;
+    }
+    if (end == v || *end || errno || x < 0 || (shift && x > (LLONG_MAX >> shift))) {
+        PyErr_Format(PyExc_ValueError, "shapejit: %s='%s': expected a size in bytes >= 0, optionally with a "
+                     "K, M, G or T suffix (powers of 1024), e.g. 1G; 0 means no cap", var, v);
+        return -1;
+    }
+    *out = x << shift;
+    return 0;
+}
+
+typedef struct {
+    char key[DC_KEY_HEX];
+    long long bytes;         /* .so + .c */
+    struct timespec used;    /* the .so's mtime (else the .c's): its last use */
+    int has_so;
+} Entry;
+
+/* 1 when `name` is <32 hex digits><ext>, the key into key. */
+static int entry_name(const char *name, const char *ext, char key[DC_KEY_HEX])
+{
+    size_t n = strlen(name), e = strlen(ext);
+    if (n != DC_KEY_HEX - 1 + e || strcmp(name + n - e, ext))
+        return 0;
+    for (int i = 0; i < DC_KEY_HEX - 1; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return 0;
+    memcpy(key, name, DC_KEY_HEX - 1);
+    key[DC_KEY_HEX - 1] = '\0';
+    return 1;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const Entry *)a)->key, ((const Entry *)b)->key);
+}
+
+static int by_use(const void *a, const void *b)
+{
+    const struct timespec *x = &((const Entry *)a)->used, *y = &((const Entry *)b)->used;
+    return x->tv_sec != y->tv_sec ? (x->tv_sec < y->tv_sec ? -1 : 1)
+           : x->tv_nsec != y->tv_nsec ? (x->tv_nsec < y->tv_nsec ? -1 : 1) : 0;
+}
+
+/* Removes least recently used entries of dir until it holds at most 90% of the cap, never
+ * `keep`. Best effort: file system errors skip the work, they never fail a build. -1 only
+ * for a malformed cap variable (ValueError) or memory. */
+static int evict(const char *dir, const char *keep)
+{
+    long long cap;
+    if (max_bytes(&cap) < 0)
+        return -1;
+    if (cap <= 0)
+        return 0;
+    char lock[PATH_MAX];
+    if (path_join(lock, sizeof lock, dir, ".lock") < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lfd < 0)
+        return 0;
+    if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {   /* another process is at it */
+        close(lfd);
+        return 0;
+    }
+    DIR *d = opendir(dir);
+    Entry *es = NULL;
+    size_t n = 0, cap_n = 0;
+    long long total = 0;
+    int rc = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char key[DC_KEY_HEX];
+        int so = entry_name(e->d_name, ".so", key);
+        struct stat st;
+        if ((!so && !entry_name(e->d_name, ".c", key)) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (n == cap_n) {
+            Entry *grown = realloc(es, (cap_n = cap_n ? 2 * cap_n : 256) * sizeof *es);
+            if (!grown) {
+                PyErr_NoMemory();
+                rc = -1;
+                goto done;
+            }
+            es = grown;
+        }
+        Entry *x = &es[n++];
+        memcpy(x->key, key, sizeof key);
+        x->bytes = (long long)st.st_size;
+        x->used = st.st_mtim;
+        x->has_so = so;
+        total += (long long)st.st_size;
+    }
+    if (total <= cap)
+        goto done;
+    /* one row per key: sizes summed, the .so's time */
+    qsort(es, n, sizeof *es, by_key);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && !strcmp(es[m - 1].key, es[i].key)) {
+            es[m - 1].bytes += es[i].bytes;
+            if (es[i].has_so) {
+                es[m - 1].used = es[i].used;
+                es[m - 1].has_so = 1;
+            }
+        } else {
+            es[m++] = es[i];
+        }
+    }
+    qsort(es, m, sizeof *es, by_use);
+    long long target = cap - cap / 10, freed = 0;
+    int removed = 0;
+    for (size_t i = 0; i < m && total - freed > target; i++) {
+        if (!strcmp(es[i].key, keep))
+            continue;
+        char name[DC_KEY_HEX + 3];
+        snprintf(name, sizeof name, "%s.so", es[i].key);
+        unlinkat(dirfd(d), name, 0);
+        snprintf(name, sizeof name, "%s.c", es[i].key);
+        unlinkat(dirfd(d), name, 0);
+        freed += es[i].bytes;
+        removed++;
+    }
+    dc_stats.evictions += removed;
+    if (removed && sj_log_on(LOG_OUTPUT_CODE, SJ_INFO))
+        sj_log(LOG_OUTPUT_CODE, SJ_INFO, "kernel cache %s held %lld bytes, over its cap of %lld "
+               "(kernel_cache_max_bytes): removed the %d least recently used entries (%lld bytes)",
+               dir, total, cap, removed, freed);
+done:
+    free(es);
+    if (d)
+        closedir(d);
+    close(lfd);   /* releases the lock */
+    return rc;
+}
+
 /* ------------------------------------------------------------------ entries ---- */
 
 int dc_key(const char *src, size_t len, char hex[DC_KEY_HEX])
 {
     const char *ident = cc_identity();
-    if (!ident)
-        return -1;
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, DC_FORMAT, sizeof DC_FORMAT);      /* with its NUL: a separator */
-    XXH3_128bits_update(st, ident, strlen(ident) + 1);
-    XXH3_128bits_update(st, src, len);
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-    XXH3_freeState(st);
+    /* the format and the identity with their NULs: separators */
+    if (!ident || hash3(DC_FORMAT, sizeof DC_FORMAT, ident, strlen(ident) + 1, src, len, &c) < 0)
+        return -1;
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
     return 0;
@@ -347,9 +542,10 @@ int dc_entry_path(const char *hex, char *buf, size_t size)
 
 enum { ENTRY_OK, ENTRY_ABSENT, ENTRY_BAD, ENTRY_ERROR };
 
-/* Opens and verifies the entry at `path`: ENTRY_OK with *fd set (read-only, close-on-
- * exec), ENTRY_ABSENT, ENTRY_BAD with `why` set, or ENTRY_ERROR with an exception. */
-static int open_verified(const char *path, int *out, char *why, size_t wsize)
+/* Opens and verifies the entry at `path` for `key`: ENTRY_OK with *fd set (read-only,
+ * close-on-exec), ENTRY_ABSENT, ENTRY_BAD with `why` set, or ENTRY_ERROR with an
+ * exception. */
+static int open_verified(const char *path, const char *key, int *out, char *why, size_t wsize)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -364,7 +560,7 @@ static int open_verified(const char *path, int *out, char *why, size_t wsize)
     }
     struct stat st;
     unsigned char tr[DC_TRAILER];
-    XXH128_canonical_t h;
+    XXH128_canonical_t h, b;
     if (fstat(fd, &st) < 0) {
         raise_os("cannot stat", path);
         close(fd);
@@ -389,6 +585,12 @@ static int open_verified(const char *path, int *out, char *why, size_t wsize)
         snprintf(why, wsize, "it cannot be read (%s)", strerror(errno));
     else if (memcmp(h.digest, tr + 16, 16) != 0)
         snprintf(why, wsize, "its content does not match its hash (corrupt)");
+    else if (binding(&h, key, &b) < 0) {
+        close(fd);
+        return ENTRY_ERROR;
+    } else if (memcmp(b.digest, tr + 32, 16) != 0)
+        snprintf(why, wsize, "it was built for another entry or another compiler (a valid kernel file placed "
+                 "under this entry's name)");
     if (why[0]) {
         close(fd);
         return ENTRY_BAD;
@@ -427,8 +629,9 @@ static int write_source(const char *dir, const char *hex, const char *src, size_
     return 0;
 }
 
-/* Appends the trailer to the compiler's output at `tmp`, makes it read-only, fsyncs. */
-static int seal(const char *tmp)
+/* Appends the trailer (bound to `key`) to the compiler's output at `tmp`, makes it
+ * read-only, fsyncs. */
+static int seal(const char *tmp, const char *key)
 {
     int fd = open(tmp, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
@@ -440,15 +643,22 @@ static int seal(const char *tmp)
     }
     uint64_t len = (uint64_t)st.st_size;
     unsigned char tr[DC_TRAILER];
-    XXH128_canonical_t h;
+    XXH128_canonical_t h, b;
     memcpy(tr, DC_MAGIC, 4);
     put_u32(tr + 4, DC_FORMAT_NUM);
     put_u64(tr + 8, len);
-    int rc = hash_fd(fd, len, &h);
-    if (rc == 0) {
-        memcpy(tr + 16, h.digest, 16);
-        rc = write_all(fd, tr, DC_TRAILER, (off_t)len);
+    if (hash_fd(fd, len, &h) < 0) {
+        raise_os("cannot seal the compiler's output", tmp);
+        close(fd);
+        return -1;
     }
+    if (binding(&h, key, &b) < 0) {
+        close(fd);
+        return -1;
+    }
+    memcpy(tr + 16, h.digest, 16);
+    memcpy(tr + 32, b.digest, 16);
+    int rc = write_all(fd, tr, DC_TRAILER, (off_t)len);
     if (rc == 0)
         rc = fchmod(fd, 0400);
     if (rc == 0)
@@ -479,7 +689,7 @@ static int store(const char *dir, const char *hex, const char *path, const char 
     close(fd);   /* the linker replaces the file; we reopen it by name after */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (cc_compile(src_path, tmp, tag) < 0 || seal(tmp) < 0) {
+    if (cc_compile(src_path, tmp, tag) < 0 || seal(tmp, hex) < 0) {
         unlink(tmp);
         return -1;
     }
@@ -500,7 +710,8 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
 {
     const char *dir = cache_dir();
     char path[PATH_MAX], why[256];
-    if (!dir)
+    long long cap;
+    if (!dir || max_bytes(&cap) < 0)   /* a malformed cap is an error at every build, hit or not */
         return -1;
     if (dc_entry_path(hex, path, sizeof path) < 0) {
         PyErr_Format(PyExc_OSError, "shapejit: kernel cache path too long: %s", dir);
@@ -510,9 +721,14 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
      * one another process renamed over it) is verified again before use */
     for (int attempt = 0; attempt < 3; attempt++) {
         int fd = -1;
-        int state = open_verified(path, &fd, why, sizeof why);
+        int state = open_verified(path, hex, &fd, why, sizeof why);
         if (state == ENTRY_OK) {
             dc_stats.hits += attempt == 0;
+            futimens(fd, NULL);   /* used now: the last an eviction takes */
+            if (attempt > 0 && evict(dir, hex) < 0) {   /* the cache grew */
+                close(fd);
+                return -1;
+            }
             return fd;
         }
         if (state == ENTRY_ERROR)
@@ -544,10 +760,10 @@ PyObject *dc_info(void)
     PyObject *dir = dc.requested ? PyUnicode_DecodeFSDefault(dc.dir) : Py_NewRef(Py_None);   /* new */
     PyObject *r = NULL;   /* new: the result */
     if (requested && dir)
-        r = Py_BuildValue("{sOsOsOslslslslsl}", "dir", dir, "requested", requested, "private",
+        r = Py_BuildValue("{sOsOsOslslslslslsl}", "dir", dir, "requested", requested, "private",
                           dc.is_private ? Py_True : Py_False, "mem_hits", dc_stats.mem_hits, "hits",
                           dc_stats.hits, "misses", dc_stats.misses, "rebuilds", dc_stats.rebuilds,
-                          "compiles", dc_stats.compiles);
+                          "compiles", dc_stats.compiles, "evictions", dc_stats.evictions);
     Py_XDECREF(requested);
     Py_XDECREF(dir);
     return r;

@@ -10,10 +10,12 @@
  * the kernel's nodes eagerly. Elements are typed by their values' metas (lower_types.c).
  *
  * Memory: builds a PyUnicode (new reference) through a growing char buffer (PyMem). */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "lower_int.h"
 
@@ -111,7 +113,18 @@ static void put_float(Buf *b, double x, DType t)
         put(b, "((%s)%.17g)", lower_ctype(t), x);   /* rounded to float as eager rounds a Python scalar */
 }
 
-/* An integer literal of int type t; x beyond t's range (an absent clamp bound) is its limit. */
+/* An integer literal of int type t: written from the integer itself, never through a
+ * double (2**53 + 1 must stay odd). */
+static void put_int_exact(Buf *b, long long x, DType t)
+{
+    if (x == LLONG_MIN)
+        put(b, "((%s)INT64_MIN)", lower_ctype(t));
+    else
+        put(b, "((%s)%lldLL)", lower_ctype(t), x);
+}
+
+/* An integer literal of int type t from an integral double; x beyond t's range (an
+ * absent clamp bound) is its limit. */
 static void put_int(Buf *b, double x, DType t)
 {
     int w = t == DT_I32 ? 32 : 64;
@@ -120,7 +133,7 @@ static void put_int(Buf *b, double x, DType t)
     else if (x <= -ldexp(1.0, w - 1))
         put(b, "INT%d_MIN", w);
     else
-        put(b, "((%s)%lldLL)", lower_ctype(t), (long long)x);
+        put_int_exact(b, (long long)x, t);
 }
 
 /* A number as a literal of type t. */
@@ -135,51 +148,78 @@ static void put_number(Buf *b, double x, DType t)
         put(b, "%d", x != 0);
 }
 
+/* The Python number v (int, bool or float; lower_types.c checked that t holds it) as a
+ * literal of type t. An int goes to an int type as an integer, to bool as its truth, to a
+ * float type through a double (exact: lower_types.c keeps larger ints eager). */
+static void put_const(Buf *b, PyObject *v, DType t)
+{
+    if (PyLong_Check(v) && lower_class(t) != LC_F32 && lower_class(t) != LC_F64) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            b->failed = 1;
+            return;
+        }
+        if (t == DT_BOOL)
+            put(b, "%d", overflow || i != 0);
+        else if (overflow)
+            b->failed = 1;   /* lower_types.c keeps such a node eager */
+        else
+            put_int_exact(b, i, t);
+        return;
+    }
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        b->failed = 1;
+        return;
+    }
+    put_number(b, d, t);
+}
+
+/* Parameter i of a node: its Python value when the call gave one, else the row's default. */
+static void put_param(Buf *b, const NodeLower *nl, int i, DType t)
+{
+    if (nl->pv[i])
+        put_const(b, nl->pv[i], t);
+    else
+        put_number(b, nl->p[i], t);
+}
+
 /* The C operand for argument x of a node in kernel k, as type t: a temporary or an input's
  * element (converted), or a constant. */
 static void put_operand(Buf *b, Graph *g, const Kernel *k, const Arg *x, DType t)
 {
     if (x->kind == ARG_CONST) {
-        PyObject *v = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
-        double d;
-        if (PyLong_Check(v) && lower_class(t) == LC_INT) {
-            long long i = PyLong_AsLongLong(v);
-            d = (double)i;
-            if (i == -1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                b->failed = 1;
-                return;
-            }
-            if ((double)i != d || d >= 9.2e18 || d <= -9.2e18) {   /* not exact as a double */
-                put(b, "((%s)%lldLL)", lower_ctype(t), i);
-                return;
-            }
-        } else if ((d = PyFloat_AsDouble(v)) == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            b->failed = 1;
-            return;
-        }
-        put_number(b, d, t);
+        put_const(b, PyList_GET_ITEM(g->consts, x->a), t);   /* borrowed */
         return;
     }
     DType from = (DType)g->values[x->a].meta.dtype;
     if (from == t) {
-        emit_value(b, k, x->a);
+        emit_value(b, g, k, x->a);
         return;
     }
     put(b, t == DT_BOOL ? "(" : "((%s)", lower_ctype(t));
-    emit_value(b, k, x->a);
+    emit_value(b, g, k, x->a);
     put(b, t == DT_BOOL ? " != 0)" : ")");
 }
 
-void emit_value(Buf *b, const Kernel *k, int32_t v)
+void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < k->nin; i++)
         if (k->ins[i] == v) {
             put(b, "x%d", (int)i);
             return;
         }
-    put(b, "t%d", (int)v);
+    /* named by the node's position in the kernel, not the graph's value id: the same
+     * computation elsewhere in the graph is the same text (lower_name_kernels) */
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (g->nodes[k->nodes[i]].first_value == v) {
+            put(b, "t%d", (int)i);
+            return;
+        }
+    b->failed = 1;
 }
 
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
@@ -192,14 +232,13 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
     }
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
-        const Node *nd = &g->nodes[ni];
         NodeLower nl;
         if (!lower_node_typed(g, ni, &nl)) {
             b->failed = 1;
             return;
         }
         const char *ct = lower_ctype(nl.ct);
-        put(b, "            %s t%d;\n            { ", lower_ctype(nl.out), (int)nd->first_value);
+        put(b, "            %s t%d;\n            { ", lower_ctype(nl.out), (int)i);
         if (lower_class(nl.ct) == LC_INT)
             put(b, "typedef %s T; typedef u%s U; ", ct, ct);
         put(b, "const %s a = ", ct);
@@ -209,16 +248,16 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
             put_operand(b, g, k, nl.x[1], nl.row->kind == LK_LOGIC ? DT_BOOL : nl.ct);
         }
         put(b, ", P0 = ");
-        put_number(b, nl.p[0], nl.ct);
+        put_param(b, &nl, 0, nl.ct);
         put(b, ", P1 = ");
-        put_number(b, nl.p[1], nl.ct);
+        put_param(b, &nl, 1, nl.ct);
         put(b, "; (void)P0; (void)P1;");
         if (nl.x[2]) {
             put(b, " const uint8_t c = ");
             put_operand(b, g, k, nl.x[2], DT_BOOL);
             put(b, ";");
         }
-        put(b, " t%d = %s; }\n", (int)nd->first_value, nl.expr);
+        put(b, " t%d = %s; }\n", (int)i, nl.expr);
     }
 }
 
@@ -242,9 +281,9 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
             put(b, "; ");
         }
         put(b, "const float P0 = ");
-        put_number(b, nl.p[0], DT_F32);
+        put_param(b, &nl, 0, DT_F32);
         put(b, ", P1 = ");
-        put_number(b, nl.p[1], DT_F32);
+        put_param(b, &nl, 1, DT_F32);
         put(b, "; (void)P0; (void)P1; %s = %s; }\n", var, nl.expr);
         cur = g->nodes[nj].first_value;
     }
@@ -272,7 +311,9 @@ static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
     for (int32_t j = 0; j < k->nout; j++) {
         put(b, "            out%d[", (int)j);
         put(b, off_fmt, (int)j, (int)j);
-        put(b, "] = t%d;\n", (int)k->outs[j]);
+        put(b, "] = ");
+        emit_value(b, g, k, k->outs[j]);
+        put(b, ";\n");
     }
 }
 
@@ -343,15 +384,40 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "    return sj_bad;\n}\n");
 }
 
-PyObject *lower_emit(Graph *g, LowerPlan *p, int32_t from, int32_t to)
+static void put_any_kernel(Buf *b, Graph *g, const Kernel *k)
+{
+    if (k->flavour != KF_POINTWISE)
+        emit_reduce_kernel(b, g, k);
+    else
+        put_kernel(b, g, k);
+}
+
+int lower_name_kernels(Graph *g, LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        Kernel *k = &p->kernels[i];
+        Buf b = {NULL, 0, 0, 0};
+        snprintf(k->name, sizeof k->name, "SJ_KNAME");
+        put_any_kernel(&b, g, k);
+        if (b.failed) {
+            PyMem_Free(b.s);
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
+            return -1;
+        }
+        XXH128_hash_t h = XXH3_128bits(b.s, b.n);
+        PyMem_Free(b.s);
+        snprintf(k->name, sizeof k->name, "sj_k%016llx%016llx", (unsigned long long)h.high64,
+                 (unsigned long long)h.low64);
+    }
+    return 0;
+}
+
+PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
 {
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s%s", prelude, emit_math_prelude);
-    for (int32_t i = from; i < to; i++)
-        if (p->kernels[i].flavour != KF_POINTWISE)
-            emit_reduce_kernel(&b, g, &p->kernels[i]);
-        else
-            put_kernel(&b, g, &p->kernels[i]);
+    for (int32_t i = 0; i < n; i++)
+        put_any_kernel(&b, g, &p->kernels[which[i]]);
     PyObject *r = NULL;
     if (b.failed)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");

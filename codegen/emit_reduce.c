@@ -130,11 +130,13 @@ static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     for (int j = 1; !is_row(k) && j < (int)k->nout; j++) {
         put(b, "            out%d[", j);
         put_off(b, fmt, j);
-        put(b, "] = t%d;\n", (int)k->outs[j]);
+        put(b, "] = ");
+        emit_value(b, g, k, k->outs[j]);
+        put(b, ";\n");
     }
     const char *at = lower_ctype(acc_type(g, k));
     put(b, "            const %s v = (%s)", at, at);
-    emit_value(b, k, k->red.src);
+    emit_value(b, g, k, k->red.src);
     put(b, ";\n");
 }
 

@@ -1,19 +1,24 @@
 /* Loading kernel libraries and describing calls into them.
  *
- * A library is dlopened (RTLD_NOW | RTLD_LOCAL) through /proc/self/fd/<n> of the
- * descriptor the disk cache verified, and kept with that descriptor for the process
- * lifetime. Keeping the descriptor is what makes the name unique: glibc answers dlopen of
- * a name any loaded object has carried with that object, so a reused fd number would
- * bring back a previous library. For the same reason a file that is already loaded (same
- * device and inode: the memo forgot it, or another source hashed to a file we hold) is
- * never dlopened again under a second name (glibc would attach that name to the old
- * object): its CgLib is reused and the new descriptor closed unused. The held descriptor
- * also keeps the inode alive, so its number cannot be reused by another file.
+ * A library is dlopened (RTLD_NOW | RTLD_LOCAL) from the descriptor the disk cache
+ * verified, so a concurrent replacement of the entry's path cannot swap another file in,
+ * and the descriptor is closed right after: a long-lived process loads thousands of
+ * libraries, and their mappings keep the files alive, not descriptors (the common limit
+ * of 1024 open files was reached). dlopen is given a name that reaches the descriptor,
+ * a symbolic link to /proc/self/fd/<n> named after a per-process counter
+ * (<dir>/.tmp.ld.<pid>.<seq>.so, removed right after): glibc answers dlopen of a name any
+ * loaded object carries with that object, and a bare /proc/self/fd/<n> would be reused
+ * once <n> is closed. For the same reason a file that is already loaded (same device and
+ * inode: the memo forgot it, or another source hashed to a file we hold) is never dlopened
+ * under a second name (glibc would attach that name to the old object): its CgLib is
+ * reused. A mapped file's inode cannot be freed, so its number is never another file's.
+ * Without /proc, the entry's path itself is the name (unique per key).
  *
  * Call descriptions are libffi cifs. The argument-type array a cif points to is interned
  * per signature string and never freed, so a prepared CgFn is a plain value. */
 #include "codegen_int.h"
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,8 +26,7 @@
 
 struct CgLib {
     void *handle;             /* from dlopen; never closed */
-    int fd;                   /* the verified entry, open for the process lifetime */
-    dev_t dev;                /* fd's file identity */
+    dev_t dev;                /* the loaded file's identity */
     ino_t ino;
     char key[DC_KEY_HEX];     /* the source's cache key */
     char *tag;                /* owned: names the library in messages */
@@ -31,6 +35,7 @@ struct CgLib {
 };
 
 static CgLib *libs;           /* every library loaded, newest first; immortal */
+static unsigned long loads;   /* names handed to dlopen so far */
 
 /* ------------------------------------------------------------------ libraries ---- */
 
@@ -42,9 +47,28 @@ static CgLib *memo_find(const char *key)
     return NULL;
 }
 
+/* dlopen of the file open at fd (the entry at `path`) under a name no loaded object has
+ * carried; the caller closes fd. NULL with dlerror() set. */
+static void *load_fd(int fd, const char *path, const char *key)
+{
+    char proc[64], link[4096];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(link, sizeof link, "%.*s/.tmp.ld.%ld.%lu.%s.so", (int)(slash - path), path,
+                             (long)getpid(), ++loads, key)
+                  : -1;
+    if (n < 0 || (size_t)n >= sizeof link || access("/proc/self/fd", X_OK) != 0 || symlink(proc, link) != 0)
+        return dlopen(path, RTLD_NOW | RTLD_LOCAL);   /* no /proc (or no link): the entry's own name */
+    void *h = dlopen(link, RTLD_NOW | RTLD_LOCAL);
+    int e = errno;
+    unlink(link);
+    errno = e;
+    return h;
+}
+
 CgLib *cg_build(const char *src, size_t len, const char *tag)
 {
-    char key[DC_KEY_HEX], name[64], path[4096];
+    char key[DC_KEY_HEX], path[4096];
     if (dc_key(src, len, key) < 0)
         return NULL;
     CgLib *lib = memo_find(key);
@@ -70,14 +94,12 @@ CgLib *cg_build(const char *src, size_t len, const char *tag)
             return l;
         }
     }
-    int via_proc = access("/proc/self/fd", X_OK) == 0;   /* else (no /proc) the path itself */
-    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-    void *h = dlopen(via_proc ? name : path, RTLD_NOW | RTLD_LOCAL);
+    void *h = load_fd(fd, path, key);
+    close(fd);
     if (!h) {
         const char *e = dlerror();
         PyErr_Format(PyExc_ImportError, "shapejit: cannot load the kernel library for %s (%s): %s", tag, path,
                      e ? e : "unknown dlopen error");
-        close(fd);
         return NULL;
     }
     lib = calloc(1, sizeof *lib);
@@ -86,12 +108,10 @@ CgLib *cg_build(const char *src, size_t len, const char *tag)
         free(lib);
         free(tag_copy);
         dlclose(h);
-        close(fd);
         PyErr_NoMemory();
         return NULL;
     }
     lib->handle = h;
-    lib->fd = fd;
     lib->dev = st.st_dev;
     lib->ino = st.st_ino;
     memcpy(lib->key, key, sizeof key);

@@ -42,7 +42,10 @@ typedef struct {
     Lib lib;
     KernelFlavour flavour;              /* KF_POINTWISE, or a reduction with `red` */
     ReduceInfo red;
-    char name[32];                      /* the C function's name */
+    char name[48];                      /* the C function's name: sj_k + a hash of its text
+                                           (lower_name_kernels), shared by identical kernels */
+    int over_budget;                    /* past the graph's compile budget (build.c): its
+                                           nodes run as eager steps, fn stays NULL */
     void *fn;                           /* the compiled function, after the build */
     CgFn call;                          /* its libffi call description */
 } Kernel;
@@ -94,9 +97,20 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
  * over the whole space. */
 int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost);
 
-/* C source (new str) of kernels [from, to) of p, one translation unit (emit.c); names the
- * kernels' functions. NULL with an exception. */
-PyObject *lower_emit(Graph *g, LowerPlan *p, int32_t from, int32_t to);
+/* What a kernel function costs the compiler beyond its nodes, in ops (build.c's budget). */
+#define LOWER_KERNEL_OPS 32
+/* The compile budget (build.c): ops per translation unit and per graph, from the knobs
+ * cpu_unit_ops and cpu_graph_ops or their environment variables; 0 is no limit. 0, or -1
+ * with ValueError naming a malformed variable. */
+int lower_budget(long *unit_ops, long *graph_ops);
+
+/* Names each kernel of p after its C text (emit.c): kernels that compute the same thing on
+ * the same kind of operands (an unrolled loop's iterations) get the same name, and one
+ * function serves them all. 0, or -1 with an exception. */
+int lower_name_kernels(Graph *g, LowerPlan *p);
+/* C source (new str) of kernels which[0..n) of p (distinct names), one translation unit
+ * (emit.c). NULL with an exception. */
+PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n);
 /* Builds p's kernels (build.c): compiled or found in the disk cache, loaded, each kernel's
  * fn and call set; *source gets the C source (new str). 0, or -1 with an exception. */
 int lower_build(Graph *g, LowerPlan *p, PyObject **source);

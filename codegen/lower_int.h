@@ -40,6 +40,8 @@ typedef struct {
     const LowerRow *row;
     const Arg *x[3];     /* operands a, b, c (NULL when absent); c is converted to bool */
     double p[2];         /* parameter values (integers in range when ct is an int) */
+    PyObject *pv[2];     /* borrowed (the graph's constants): the parameter as the call gave it,
+                            written into the kernel exactly; NULL for the row's default */
     DType ct;            /* the type a and b are converted to and the expression computes in */
     DType out;           /* the node's result (ct, or bool for LK_CMP / LK_LOGIC) */
     const char *expr;    /* row->expr of ct's class */
@@ -75,8 +77,9 @@ extern const char emit_math_prelude[];
  * %d (at most two). */
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto);
 
-/* The C name of value v inside k's loop body: "xI" for an input, "tV" for a node's. */
-void emit_value(Buf *b, const Kernel *k, int32_t v);
+/* The C name of value v inside k's loop body: "xI" for input I, "tJ" for the value of the
+ * kernel's node J. */
+void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v);
 
 /* The epilogue of row kernel k (its last red.nepi nodes) applied to the float variable
  * var holding the row's result at one element. */

@@ -76,10 +76,27 @@ static int int_holds(DType d, double x)
     return x == floor(x) && x >= lo && x < -lo;
 }
 
-/* 1 when the Python number v converts to ct without change (the kernel spells it as ct). */
+/* 1 when the Python number v converts to ct as eager converts it (the kernel spells it as
+ * ct). An int reaches an int type as an integer (never through a double); one outside
+ * int32 for an int32 CT stays eager (torch wraps it, numpy raises: eager does either). A
+ * float type takes an int through a double, so an int a double cannot hold exactly (past
+ * 2**53) stays eager: converting it twice could round differently from eager's once. */
 static int const_fits(PyObject *v, DType ct, LowerKind kind)
 {
-    if (kind == LK_LOGIC || lower_class(ct) == LC_F32 || lower_class(ct) == LC_F64) {
+    int overflow = 0;
+    long long x = 0;
+    if (PyLong_Check(v)) {
+        x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (kind == LK_LOGIC)
+        return 1;
+    if (lower_class(ct) == LC_F32 || lower_class(ct) == LC_F64) {
+        if (PyLong_Check(v))
+            return !overflow && x >= -(1LL << 53) && x <= (1LL << 53);
         double d = PyFloat_AsDouble(v);
         if (d == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -89,16 +106,10 @@ static int const_fits(PyObject *v, DType ct, LowerKind kind)
     }
     if (ct == DT_BOOL)
         return PyBool_Check(v);
-    if (PyFloat_Check(v))   /* only masked_fill's value: cast to the tensor's int type */
+    if (PyFloat_Check(v))   /* masked_fill's value, a clamp bound: cast to the tensor's int type */
         return int_holds(ct, PyFloat_AS_DOUBLE(v));
     if (!PyLong_Check(v))
         return 0;
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (x == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
     return !overflow && (ct == DT_I64 || (x >= INT32_MIN && x <= INT32_MAX));
 }
 
@@ -195,6 +206,7 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
             if (ba->kind != BA_CONST || ba->sym || ba->data || (!is_number(ba->value) && ba->value != Py_None))
                 return 0;
             if (ba->value != Py_None) {
+                nl->pv[pi] = ba->value;
                 nl->p[pi] = PyFloat_AsDouble(ba->value);
                 if (nl->p[pi] == -1.0 && PyErr_Occurred()) {
                     PyErr_Clear();
@@ -238,14 +250,12 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
     for (int s = 0; s < 2; s++)
         if (bx[s] && bx[s]->kind == BA_CONST && !const_fits(bx[s]->value, nl->ct, row->kind))
             return 0;
-    if (lower_class(nl->ct) == LC_INT) {
-        for (int pi = 0; pi < 2; pi++) {
-            double lim = nl->ct == DT_I32 ? 2147483647.0 : 9223372036854775807.0;
-            if (!pgiven[pi] && isinf(nl->p[pi]))
-                nl->p[pi] = nl->p[pi] > 0 ? lim : -lim - 1;   /* an absent bound: T's limit */
-            else if (row->pname[pi][0] && !int_holds(nl->ct, nl->p[pi]))
-                return 0;
-        }
+    for (int pi = 0; pi < 2; pi++) {
+        if (pgiven[pi] && !const_fits(nl->pv[pi], nl->ct, LK_SAME))
+            return 0;
+        if (!pgiven[pi] && lower_class(nl->ct) == LC_INT && isinf(nl->p[pi]))   /* an absent bound: T's limit */
+            nl->p[pi] = nl->p[pi] > 0 ? (nl->ct == DT_I32 ? 2147483647.0 : 9223372036854775807.0)
+                                      : (nl->ct == DT_I32 ? -2147483648.0 : -9223372036854775808.0);
     }
     return 1;
 }

@@ -227,6 +227,12 @@ static int plan_releases(const Graph *g, LowerPlan *p, const int32_t *node_step)
 int lower_plan(Graph *g, LowerPlan *out)
 {
     memset(out, 0, sizeof *out);
+    /* a fused chain fits one translation unit (build.c's budget) */
+    long unit_ops, graph_ops;
+    if (lower_budget(&unit_ops, &graph_ops) < 0)
+        return -1;
+    int32_t max_nodes = unit_ops <= 0 ? 0
+                        : unit_ops > 2 * LOWER_KERNEL_OPS ? (int32_t)(unit_ops - LOWER_KERNEL_OPS) : LOWER_KERNEL_OPS;
     /* last reader of each value (graph outputs read at the end: nnodes) */
     int32_t *last_use = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(int32_t));
     if (!last_use) {
@@ -293,6 +299,8 @@ int lower_plan(Graph *g, LowerPlan *out)
         if (open && !(ok && (Lib)om->lib == open->lib &&
                       lower_same_dims(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
             open = NULL;
+        if (ok && open && max_nodes > 0 && open->nnodes >= max_nodes)
+            open = NULL;   /* a unit's worth of ops: the chain goes on in a new kernel */
         if (ok && open) {
             /* the operands it reads from outside become the kernel's inputs */
             int full = 0;

@@ -190,6 +190,12 @@ static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **v
 {
     if (k->nout == 0)
         return 0;   /* nothing it computes is read */
+    if (k->over_budget) {   /* never compiled (build.c's budget): its nodes one by one */
+        for (int32_t i = 0; i < k->nnodes; i++)
+            if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+                return -1;
+        return 0;
+    }
     int r = k->rank, nops = (int)(k->nin + k->nout);
     Operand ops[SJ_KMAX_OPERANDS];
     int nread = 0, rc = 0;
@@ -356,7 +362,17 @@ static void cg_dealloc(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:i,s:L,s:L,s:i,s:L}", "kernels", (int)cg->plan.nkernels, "steps",
+    int over = 0, nfn = 0;
+    for (int32_t i = 0; i < cg->plan.nkernels; i++) {
+        const Kernel *k = &cg->plan.kernels[i];
+        over += k->over_budget;
+        int first = k->fn != NULL;   /* the first kernel with its function */
+        for (int32_t j = 0; j < i && first; j++)
+            first = cg->plan.kernels[j].fn != k->fn;
+        nfn += first;
+    }
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:i,s:i,s:L,s:L,s:i,s:L,s:L,s:i,s:L}", "kernels", (int)cg->plan.nkernels,
+                                "kernel_functions", nfn, "kernels_over_budget", over, "steps",
                                 (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
                                 "eager_fallbacks", (long long)cg->eager_fallbacks, "threads", cg->threads,
                                 "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
@@ -381,7 +397,8 @@ static PyObject *cg_get_graph(CompiledGraph *cg, void *unused)
 }
 
 static PyGetSetDef cg_getset[] = {
-    {"stats", (getter)cg_get_stats, NULL, "kernels, steps, kernel calls, eager fallbacks", NULL},
+    {"stats", (getter)cg_get_stats, NULL, "kernels (distinct functions, over the compile budget), steps, kernel "
+     "calls, eager fallbacks", NULL},
     {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
     {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -189,7 +189,7 @@ def test_source_is_shape_generic():
     backend, made = _lowering()
     shapejit.compile(gelu_bias, backend=backend, dynamic=True)(_t(4, 6), _t(6))
     src = made[0].source
-    assert "sj_k0" in src and "erff" in src
+    assert "sj_k" in src and "erff" in src
     for size in ("4", "6"):
         assert "n[0] = " + size not in src
     assert made[0].stats["kernels"] == 1
@@ -276,9 +276,13 @@ def test_many_kernels_compile_as_two_units():
         c = torch.relu(b @ w) * 3.0
         d = (c - c.mean(0)).amax(0)
         return a, torch.sigmoid(c) + 1.0, d
-    x, w = torch.randn(37, 64), torch.randn(64, 48)
+    gen = torch.Generator().manual_seed(271)
+    x, w = torch.randn(37, 64, generator=gen), torch.randn(64, 48, generator=gen)
     backend, made = _lowering()
     fn = shapejit.compile(f, backend=backend)
-    _close(fn(x, w), f(x, w))
+    # sums over 64 and 37 terms in another order than torch's: the reductions' documented
+    # tolerance (docs/internals/backend.md), not the pointwise one
+    for got, want in zip(fn(x, w), f(x, w)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert made[0].stats["kernels"] >= 4
     assert made[0].source.count("#include <math.h>") == 2

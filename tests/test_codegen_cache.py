@@ -61,6 +61,9 @@ def run_saxpy(fn, n=1000):
     np.testing.assert_array_equal(y, np.float32(0.5) + np.float32(2.0) * x)
 
 
+TRAILER = 48   # magic "SJK2", format, payload length, payload hash, key/compiler binding
+
+
 def entries(kernels):
     names = sorted(os.listdir(kernels))
     return ([n for n in names if n.endswith(".so") and not n.startswith(".")],
@@ -128,13 +131,13 @@ def test_entry_layout_and_modes(tmp_path, monkeypatch):
     assert len(sos[0]) == 32 + 3
     assert stat.S_IMODE(os.lstat(so).st_mode) == 0o400
     data = so.read_bytes()
-    assert data[:4] == b"\x7fELF" and data[-32:-28] == b"SJK1"
-    assert int.from_bytes(data[-24:-16], "little") == len(data) - 32
+    assert data[:4] == b"\x7fELF" and data[-TRAILER:-TRAILER + 4] == b"SJK2"
+    assert int.from_bytes(data[-TRAILER + 8:-TRAILER + 16], "little") == len(data) - TRAILER
     assert (root / "kernels" / (sos[0][:-3] + ".c")).read_text() == src
 
 
 @pytest.mark.parametrize("damage", ["truncated", "trailer_cut", "empty", "byte_flipped",
-                                    "hash_flipped", "no_trailer", "symlink"])
+                                    "hash_flipped", "binding_flipped", "no_trailer", "symlink"])
 def test_bad_entry_is_rebuilt_never_loaded(cache, damage, tmp_path):
     src = unique(SAXPY)
     _C._cg_build(src, "saxpy", "vppfl")
@@ -142,7 +145,7 @@ def test_bad_entry_is_rebuilt_never_loaded(cache, damage, tmp_path):
     (name,), _ = entries(kernels)
     path = kernels / name
     good = path.read_bytes()
-    payload = good[:-32]
+    payload = good[:-TRAILER]
     if damage == "symlink":          # a symlink to a good entry is still refused
         copy = tmp_path / "elsewhere.so"
         copy.write_bytes(good)
@@ -153,8 +156,9 @@ def test_bad_entry_is_rebuilt_never_loaded(cache, damage, tmp_path):
             "truncated": good[: len(good) // 2],      # dlopen of this would die of SIGBUS
             "trailer_cut": good[:-1],
             "empty": b"",
-            "byte_flipped": payload[:1000] + bytes([payload[1000] ^ 0x40]) + payload[1001:] + good[-32:],
-            "hash_flipped": good[:-1] + bytes([good[-1] ^ 1]),
+            "byte_flipped": payload[:1000] + bytes([payload[1000] ^ 0x40]) + payload[1001:] + good[-TRAILER:],
+            "hash_flipped": good[:-17] + bytes([good[-17] ^ 1]) + good[-16:],
+            "binding_flipped": good[:-1] + bytes([good[-1] ^ 1]),
             "no_trailer": payload,
         }[damage]
         replace_file(path, bad)
@@ -167,13 +171,55 @@ def test_bad_entry_is_rebuilt_never_loaded(cache, damage, tmp_path):
     run_saxpy(fn)
     st = os.lstat(path)
     assert stat.S_ISREG(st.st_mode) and st.st_ino != bad_ino
-    assert path.read_bytes()[-32:-28] == b"SJK1"
+    assert path.read_bytes()[-TRAILER:-TRAILER + 4] == b"SJK2"
     assert entries(kernels)[1] == []
     # the rebuilt entry is good: the next process-level miss is a hit
     _C._cg_forget()
     before = counters()
     run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
     assert delta(before) == {"hits": 1}
+
+
+def test_entry_of_another_key_is_rejected_and_rebuilt(cache, capfd):
+    """A whole, valid entry (another source's library with its own good trailer) placed
+    under this source's name is refused: the trailer binds an entry to its key and
+    compiler. It is logged, removed and rebuilt; this source's code runs, never the other's."""
+    k = "CG_EXPORT long k(void) { return %d; }\n"
+    one, two = unique(k % 1), unique(k % 2)
+    _C._cg_build(one, "k", "l")
+    (name_one,), _ = entries(cache / "kernels")
+    _C._cg_build(two, "k", "l")
+    (name_two,) = set(entries(cache / "kernels")[0]) - {name_one}
+    replace_file(cache / "kernels" / name_one, (cache / "kernels" / name_two).read_bytes())
+    shapejit.set_logs(output_code=True)
+    _C._cg_forget()
+    capfd.readouterr()
+    before = counters()
+    assert _C._cg_call(_C._cg_build(one, "k", "l")) == 1
+    assert delta(before) == {"rebuilds": 1, "compiles": 1}
+    err = capfd.readouterr().err
+    assert name_one in err and "built for another entry or another compiler" in err and "rebuilding" in err
+    _C._cg_forget()
+    before = counters()
+    assert _C._cg_call(_C._cg_build(one, "k", "l")) == 1
+    assert delta(before) == {"hits": 1}
+
+
+def test_entry_of_another_compiler_is_rejected(cache, tmp_path, monkeypatch):
+    """An entry sealed under another compiler identity does not load for this one, even
+    under the same name (the binding includes the identity, not only the key)."""
+    src = unique(SAXPY)
+    _C._cg_build(src, "saxpy", "vppfl")
+    (name,), _ = entries(cache / "kernels")
+    path = cache / "kernels" / name
+    good = path.read_bytes()
+    # the same payload and payload hash, a binding made for some other identity
+    replace_file(path, good[:-16] + bytes(16))
+    _C._cg_forget()
+    before = counters()
+    run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
+    assert delta(before) == {"rebuilds": 1, "compiles": 1}
+    assert path.read_bytes() == good   # the rebuild seals it for this key and compiler again
 
 
 def test_bad_entry_is_logged(cache, capfd):
@@ -403,3 +449,98 @@ def test_key_depends_on_compiler(cache, tmp_path, monkeypatch):
     run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
     assert delta(before) == {"misses": 1, "compiles": 1}
     assert len(entries(cache / "kernels")[0]) == 2
+
+
+# -------------------------------------------------------------------- size cap ----
+
+def _entry_bytes(kernels, name):
+    key = name[:-3]
+    return sum(os.lstat(kernels / (key + ext)).st_size for ext in (".so", ".c") if (kernels / (key + ext)).exists())
+
+
+def test_size_cap_evicts_the_least_recently_used(cache, monkeypatch):
+    """Over the cap, the entries used longest ago go first (a use refreshes an entry),
+    .so and .c together, never the one just built; what is left runs, what went is
+    rebuilt on demand."""
+    k = "CG_EXPORT long k(void) { return %d; }\n"
+    srcs = {c: unique(k % i) for i, c in enumerate("ABCD", 1)}
+    kernels = cache / "kernels"
+    names = {}
+    for c in "ABC":
+        _C._cg_build(srcs[c], "k", "l")
+        (names[c],) = set(entries(kernels)[0]) - set(names.values())
+    for t, c in enumerate("ABC"):             # used in this order, long ago
+        os.utime(kernels / names[c], (1000 + t, 1000 + t))
+    _C._cg_forget()
+    assert _C._cg_call(_C._cg_build(srcs["A"], "k", "l")) == 1    # A is used again: now the newest
+    sizes = {c: _entry_bytes(kernels, names[c]) for c in "ABC"}
+    # D makes four entries: over the cap by about one; removing B (the oldest) is enough
+    total4 = sum(sizes.values()) + sizes["C"]
+    monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", str(int((total4 - sizes["B"]) / 0.9) + 64))
+    before = counters()
+    assert _C._cg_call(_C._cg_build(srcs["D"], "k", "l")) == 4
+    assert delta(before) == {"misses": 1, "compiles": 1, "evictions": 1}
+    left = os.listdir(kernels)
+    assert names["B"] not in left and names["B"][:-3] + ".c" not in left
+    for c in "AC":
+        assert names[c] in left and names[c][:-3] + ".c" in left
+    _C._cg_forget()
+    before = counters()
+    assert [_C._cg_call(_C._cg_build(srcs[c], "k", "l")) for c in "ACD"] == [1, 3, 4]
+    assert delta(before) == {"hits": 3}
+    assert _C._cg_call(_C._cg_build(srcs["B"], "k", "l")) == 2   # rebuilt
+
+
+def test_size_cap_knob(cache):
+    """The knob sets the cap when the variable is unset; the newest entry always stays."""
+    old = shapejit.config.kernel_cache_max_bytes
+    shapejit.config.kernel_cache_max_bytes = 1
+    try:
+        k = "CG_EXPORT long k(void) { return %d; }\n"
+        for i in range(3):
+            assert _C._cg_call(_C._cg_build(unique(k % i), "k", "l")) == i
+            assert len(entries(cache / "kernels")[0]) == 1
+    finally:
+        shapejit.config.kernel_cache_max_bytes = old
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1X", "2GB5", ""])
+def test_size_cap_variable_malformed(cache, monkeypatch, value):
+    monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", value)
+    src = unique(SAXPY)
+    if value == "":   # unset in effect: the knob's cap
+        run_saxpy(_C._cg_build(src, "saxpy", "vppfl"))
+        return
+    with pytest.raises(ValueError, match="SHAPEJIT_KERNEL_CACHE_MAX_BYTES='%s'" % value):
+        _C._cg_build(src, "saxpy", "vppfl")
+    for good, size in (("2K", 2048), ("3MiB", 3 << 20), ("1G", 1 << 30), ("0", 0)):
+        monkeypatch.setenv("SHAPEJIT_KERNEL_CACHE_MAX_BYTES", good)
+        run_saxpy(_C._cg_build(unique(SAXPY), "saxpy", "vppfl"))
+
+
+CAP_CHILD = textwrap.dedent("""
+    import sys, uuid
+    from shapejit import _C
+    k = "CG_EXPORT long k(void) { return %d; }\\n"
+    for i in range(int(sys.argv[1]), int(sys.argv[1]) + 8):
+        src = "/* %s */\\n" % uuid.uuid4().hex + k % i
+        for _ in range(2):   # built (evicting others), then found again or rebuilt
+            fn = _C._cg_build(src, "k", "l")
+            assert _C._cg_call(fn) == i
+            _C._cg_forget()
+    print("ok")
+""")
+
+
+def test_size_cap_with_two_processes_evicting_at_once(cache, tmp_path):
+    """Two processes build and load under a cap of about two entries: each evicts the
+    other's entries while it may be loading them; every load still runs the right code."""
+    env = dict(os.environ, SHAPEJIT_CACHE_DIR=str(cache), SHAPEJIT_KERNEL_CACHE_MAX_BYTES="40K",
+               PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-c", CAP_CHILD, str(base)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for base in (0, 100)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+    assert sum(os.lstat(cache / "kernels" / n).st_size for n in os.listdir(cache / "kernels")
+               if not n.startswith(".")) <= 40 * 1024 * 3
