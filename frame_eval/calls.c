@@ -693,6 +693,77 @@ static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
 
 /* Read-only methods of the builtin containers (str.index, tuple.count, ...) called on a
  * constant with constant arguments: read it now. */
+/* dict.get / __getitem__ / __contains__ / __len__ called on a live dict subclass that
+ * has a source and keeps dict's own item lookup (transformers' registries read through
+ * super().get): its keys are guarded and a value read is wrapped through its item source,
+ * so the next call's contents are what the graph sees. NULL with *handled 0: not such a
+ * call (it breaks). */
+static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
+{
+    *handled = 0;
+    Var *o = args[0];
+    PyObject *d = o->obj;
+    static PyObject *s_getitem;   /* strong, interned, never released */
+    if (!s_getitem && !(s_getitem = PyUnicode_InternFromString("__getitem__"))) {
+        sj_err_clear();
+        return NULL;
+    }
+    /* the item source reads d[key]: the same as dict's own lookup only when the type
+     * keeps dict's __getitem__ */
+    if (o->kind != VK_OBJECT || o->src < 0 || !d || !PyDict_Check(d) || kwnames ||
+        PyDescr_TYPE(fn) != &PyDict_Type || !var_all_const(args + 1, nargs - 1) ||
+        _PyType_Lookup(Py_TYPE(d), s_getitem) != _PyType_Lookup(&PyDict_Type, s_getitem))
+        return NULL;
+    const char *n = PyUnicode_AsUTF8(PyDescr_NAME(fn));
+    if (!n)
+        return NULL;
+    int get = !strcmp(n, "get"), item = !strcmp(n, "__getitem__");
+    int contains = !strcmp(n, "__contains__"), len = !strcmp(n, "__len__");
+    if (!((get && (nargs == 2 || nargs == 3)) || ((item || contains) && nargs == 2) || (len && nargs == 1)))
+        return NULL;
+    PyObject *key = nargs > 1 ? args[1]->obj : NULL;
+    PyObject *val = NULL;
+    if (key) {
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1) {
+            sj_err_clear();
+            return NULL;   /* an unhashable key: eager raises, the break lets it */
+        }
+        val = PyDict_GetItemWithError(d, key);   /* borrowed */
+        if (!val && PyErr_Occurred()) {
+            sj_err_clear();
+            return NULL;
+        }
+        if (item && !val)
+            return NULL;   /* KeyError: raised by the interpreter at the break */
+    }
+    *handled = 1;
+    PyObject *keys = PyDict_Keys(d);
+    PyObject *kt = keys ? PyList_AsTuple(keys) : NULL;
+    Py_XDECREF(keys);
+    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, o->src, kt) : -1;
+    Py_XDECREF(kt);
+    if (r < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (len)
+        return var_const_steal(c, PyLong_FromSsize_t(PyDict_GET_SIZE(d)));
+    if (contains)
+        return var_const(c, val ? Py_True : Py_False);
+    if (!val)
+        return nargs == 3 ? args[2] : var_const(c, Py_None);
+    int32_t s = sources_add(&c->src, SRC_ITEM, o->src, 0, key, NULL);
+    if (s < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    Py_INCREF(val);   /* the wrap may run code that drops the dict's reference */
+    Var *v = wrap_value(c, val, s);
+    Py_DECREF(val);
+    return v;
+}
+
 static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
                                  int *handled)
 {
@@ -702,8 +773,10 @@ static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t n
     /* only a constant receiver folds: a live object (a dict subclass passed in, read
      * through dict.get) can hold other items on the next call, and its type guard
      * would not see it; such calls break */
-    if (Py_TYPE(fn) != &PyMethodDescr_Type || nargs < 1 || !args[0]->obj || args[0]->kind != VK_CONST)
+    if (Py_TYPE(fn) != &PyMethodDescr_Type || nargs < 1 || !args[0]->obj)
         return NULL;
+    if (args[0]->kind != VK_CONST)
+        return read_live_dict(c, fn, args, nargs, kwnames, handled);
     PyTypeObject *owner = PyDescr_TYPE(fn);
     if (owner != &PyDict_Type && owner != &PyList_Type && owner != &PyTuple_Type && owner != &PyUnicode_Type)
         return NULL;

@@ -341,8 +341,16 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             PyTuple_SET_ITEM(objs, i, Py_NewRef(obj));
             PyTuple_SET_ITEM(vals, i, val);
         }
-        if (!objs || !vals || !(result = build(PyTuple_GET_ITEM(plan, 2), outputs, bc)))
+        if (!objs || !vals)
             goto wb_done;
+        /* a result that fails to build (a record's constructor raising) still leaves the
+         * frame's writes done, as the eager frame had done them before it returned: the
+         * error is raised after the writes, and the frame is not run again */
+        result = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
+        PyObject *ft = NULL, *fv = NULL, *ftb = NULL;   /* strong: the build's error, if any */
+        if (!result)
+            PyErr_Fetch(&ft, &fv, &ftb);
+        int failed = !result;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *obj = PyTuple_GET_ITEM(objs, i), *val = PyTuple_GET_ITEM(vals, i);
             int rc = -1;
@@ -355,9 +363,15 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
                 PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
             if (rc < 0) {
                 Py_CLEAR(result);
+                failed = 0;   /* the write's own error is the one to see */
+                Py_CLEAR(ft);
+                Py_CLEAR(fv);
+                Py_CLEAR(ftb);
                 break;
             }
         }
+        if (failed)
+            PyErr_Restore(ft, fv, ftb);
     wb_done:
         Py_XDECREF(objs);
         Py_XDECREF(vals);

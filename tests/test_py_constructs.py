@@ -583,3 +583,29 @@ def test_live_dict_subclass_reads_follow_each_call(fn, backend):
             d = _SuperGet(a=v) if i % 2 else _SuperGet(a=v, b=1)
             x = lib.ones(2) if lib is torch else np.ones(2)
             _same(fn(x, d), cf(x, d), f"{fn.__name__} call {i}")
+
+
+class _Registry(dict):
+    """transformers' registries: a dict subclass read through super().get."""
+    def __setitem__(self, k, v):
+        super().__setitem__(str(k), v)
+
+    def get(self, k):
+        return super().get(str(k)) or {}
+
+
+_REGISTRY = _Registry()
+
+
+def test_registry_read_through_super_get_is_captured_and_guarded():
+    def f(x):
+        flags = _REGISTRY.get("model")
+        return x * (2 if flags.get("a") else 3)
+
+    shapejit.reset()
+    cf = shapejit.compile(f, fullgraph=True)   # captured whole: no break
+    x = torch.ones(2)
+    for content in ({"a": 1}, {}, {"a": 1}, {"b": 1}):
+        _REGISTRY["model"] = content
+        _same(f(x), cf(x), str(content))
+    _REGISTRY.clear()
