@@ -248,11 +248,14 @@ static PyObject *run_entry(CacheEntry *e, GuardCall *call, int *wrote)
         return NULL;
     if (e->graph && ((SjGraphObject *)e->graph)->mismatch) {
         /* a shape rule disagreed with the real op: never trust this entry again */
-        PyObject *why = ((SjGraphObject *)e->graph)->mismatch;
+        /* strong: a log sink runs Python code, which may run this graph again and
+         * replace its mismatch text */
+        PyObject *why = Py_NewRef(((SjGraphObject *)e->graph)->mismatch);
         if (sj_log_on(LOG_GRAPH_BREAKS, SJ_WARNING))
             sj_log(LOG_GRAPH_BREAKS, SJ_WARNING, "shapejit internal: %U; this entry runs eagerly from now on", why);
         e->action = ENTRY_EAGER;
         Py_XSETREF(e->reason, PyUnicode_FromFormat("internal: %U", why));
+        Py_DECREF(why);
         if (!e->has_mutation) {
             Py_DECREF(outs);
             return RUN_EAGER;
