@@ -182,11 +182,7 @@ static int guard_hooks(Capture *c, Var *m)
             Py_XDECREF(nm);
             int r = -1;
             if (s >= 0 && n) {
-                PyObject *k = PyDict_Keys(d);
-                PyObject *kt = k ? PyList_AsTuple(k) : NULL;
-                Py_XDECREF(k);
-                r = kt ? guard_add_simple(c, GK_DICT_KEYS, s, kt) : -1;
-                Py_XDECREF(kt);
+                r = guard_dict_keys(c, s, d);
             } else if (s >= 0 && guard_add_simple(c, GK_DICT_LENGTH, s, NULL) == 0) {
                 c->guards.g[c->guards.n - 1].len = 0;
                 r = 0;
@@ -738,12 +734,7 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
             return NULL;   /* KeyError: raised by the interpreter at the break */
     }
     *handled = 1;
-    PyObject *keys = PyDict_Keys(d);
-    PyObject *kt = keys ? PyList_AsTuple(keys) : NULL;
-    Py_XDECREF(keys);
-    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, o->src, kt) : -1;
-    Py_XDECREF(kt);
-    if (r < 0) {
+    if (guard_dict_keys(c, o->src, d) < 0) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }

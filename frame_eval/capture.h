@@ -266,6 +266,8 @@ int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
 /* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the
  * source, or -1 with an exception set. */
+/* Guards the keys of dict d (borrowed), read at src: 0, or -1 with an exception. */
+int guard_dict_keys(Capture *c, int32_t src, PyObject *d);
 int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d);
 
 /* failures (capture.c) */

@@ -675,11 +675,11 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         ARG(v, "%U", PyTuple_GET_ITEM(orig->co_localsplusnames, i));
     }
     int32_t a_deep = (int32_t)PyList_GET_SIZE(cvarnames);
+    int reenters = out->loop[0] || (shape.nexits > 1 && out->loop[1]);   /* a way out loops back */
     for (int32_t i = 0; i < ndeep; i++) {
         Var *v = c->stop_stack[i];
         if (!v)
             continue;
-        int reenters = out->loop[0] || (shape.nexits > 1 && out->loop[1]);
         if (v->kind == VK_ITER && reenters && v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
             /* the loop goes on in the interpreter: it iterates the list as it is then (items
              * appended after the break included), from the position reached, as eager does */

@@ -350,17 +350,22 @@ static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind 
     return v;
 }
 
+int guard_dict_keys(Capture *c, int32_t src, PyObject *d)
+{
+    PyObject *k = PyDict_Keys(d);
+    PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+    Py_XDECREF(k);
+    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, src, kt) : -1;
+    Py_XDECREF(kt);
+    return r < 0 ? -1 : 0;
+}
+
 int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d)
 {
     PyObject *dn = PyUnicode_FromString(attr);
     int32_t ds = dn ? sources_add(&c->src, SRC_ATTR, base, 0, dn, NULL) : -1;
     Py_XDECREF(dn);
-    PyObject *k = ds >= 0 ? PyDict_Keys(d) : NULL;
-    PyObject *kt = k ? PyList_AsTuple(k) : NULL;
-    Py_XDECREF(k);
-    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, ds, kt) : -1;
-    Py_XDECREF(kt);
-    return r < 0 ? -1 : ds;
+    return ds < 0 || guard_dict_keys(c, ds, d) < 0 ? -1 : ds;
 }
 
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
