@@ -6,8 +6,8 @@ For each workload, cold compiles (caches reset before each) of:
   - torch.compile backend="eager" (Dynamo's capture only, no Inductor), dynamic=False and
     dynamic=True.
 Reported: the median self-reported compile time (shapejit.stats()["compile_time_s"],
-Dynamo's entire_frame_compile_time_s), the ratio dynamic / static of each system (issue 5
-aims at shapejit dynamic within 1.5x of its static), shapejit dynamic against
+Dynamo's entire_frame_compile_time_s), the ratio dynamic / static of each system (the
+aim: shapejit dynamic within 1.5x of its static), shapejit dynamic against
 torch.compile dynamic, and the graph counts over a sweep of three input sizes (a dynamic
 capture must serve all three with one graph).
 

@@ -13,7 +13,7 @@ Cases (medians of timeit samples of `number` calls each; cases of a group are sa
                         function, timed before anything was compiled, after torch.compile ran,
                         after `import shapejit` and after a shapejit-compiled function ran:
                         the frame hook must not slow code that is not compiled.
-Issue 4 (guards in C) adds, each for shapejit and torch.compile in the same run:
+The guard groups add, each for shapejit and torch.compile in the same run:
   numpy                 f(x) = x + 1 on np.ones(1, np.float32): shapejit default and
                         precomputed-result backends, torch.compile's precomputed-result
                         backend, numba @njit dispatch of the same function, eager numpy
@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 ADD_ONE_SRC = "def f(x):\n    return x + 1\n"
-AIM_ADDED_S = 1e-6  # issue 2: under 1 µs added over eager for a shapejit cache hit
+AIM_ADDED_S = 1e-6  # aim: under 1 µs added over eager for a shapejit cache hit
 
 
 def parse_args(argv=None):
@@ -99,15 +99,15 @@ def const_backend(graph, example_inputs):
 
 PLAIN_LABEL = "plain g: returns precomputed OUT"
 GD_HEADER = "vs plain g (= guard + dispatch on precomputed-result rows)"
-STRESS_ARGS = 100     # issue 4's stress shape: 100 tensor arguments ...
+STRESS_ARGS = 100     # the stress shape: 100 tensor arguments ...
 STRESS_ENTRIES = 10   # ... and 10 cache entries
 ENTRY_COUNTS = (1, 8, 64)
 CACHE_LIMIT, ACCUMULATED_LIMIT = 128, 1024   # both systems, for the issue-4 groups
-AIM_GD_S = 0.5e-6     # issue 4: under 0.5 µs of guard + dispatch, x + 1 ...
+AIM_GD_S = 0.5e-6     # aim: under 0.5 µs of guard + dispatch, x + 1 ...
 AIM_GD_RATIO = 10.0   # ... at least 10x below torch.compile's
-AIM_STRESS_S = 10e-6  # issue 4: 100 arguments x 10 entries under 10 µs per call ...
+AIM_STRESS_S = 10e-6  # aim: 100 arguments x 10 entries under 10 µs per call ...
 AIM_STRESS_RATIO = 5.0  # ... at least 5x below torch.compile's
-AIM_FLAT = 1.2        # issue 4: 64-entry hit within 20% of the 1-entry hit
+AIM_FLAT = 1.2        # aim: 64-entry hit within 20% of the 1-entry hit
 STRESS_PARAMS = ", ".join(f"a{i}" for i in range(STRESS_ARGS))
 STRESS_SRC = (f"def f({STRESS_PARAMS}):\n    return "
               + " + ".join(f"a{i}" for i in range(STRESS_ARGS)) + "\n")
@@ -343,7 +343,7 @@ def shapejit_group(sjc, phases, x, eager_f, args, log=None, prefix=""):
     return note
 
 
-# ------------------------------------------------------------------ issue 4 groups
+# ------------------------------------------------------------------ guard groups
 
 def compiles_note(label, backend, expected):
     n = len(backend.calls)
@@ -704,7 +704,7 @@ def main(argv=None):
     dyn_after = common.DynamoCounters().snapshot()
     unrelated_phase(phases, "after torch.compile functions ran", x, N, R, args.rounds)
 
-    # ---------------------------------------------------------------- torch.compile, issue 4
+    # ---------------------------------------------------------------- torch.compile, guard groups
     print("   torch.compile issue-4 groups (numpy, 100 arguments, cache entries):", flush=True)
     plog = (lambda m: print("   " + m, flush=True))
     tc4 = issue4_groups("torch.compile", tc_compiler(), args, plog, limits_context("torch.compile"))
@@ -802,7 +802,7 @@ def main(argv=None):
 
     sh, srows = summary_rows(tc, sjc, tc4, sj4)
     print("")
-    print("issue 4 summary (guard + dispatch = precomputed-result call minus plain g call, "
+    print("guard aims summary (guard + dispatch = precomputed-result call minus plain g call, "
           "same process, same arguments):")
     print(common.text_table(sh, srows, max_col=70))
 
@@ -837,7 +837,7 @@ def main(argv=None):
               f"- torch.compile: graphs={dyn['graphs']} breaks={dyn['graph_breaks']} "
               f"recompiles during timing={recompiles_tc}",
               f"- {sj_note or 'shapejit: -'}", ""]
-    md += ["## Issue 4 summary", "",
+    md += ["## Guard aims summary", "",
            "Guard + dispatch = the precomputed-result backend's call minus a plain Python "
            "function returning a precomputed object (`def g(x): return OUT`), same "
            "arguments, same process and group.", "", common.md_table(sh, srows), ""]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark suite of issue 6: shapejit against its peers, in one run, one thread count.
+"""The benchmark suite: shapejit against its peers, in one run, one thread count.
 
 Workloads (bench/workloads.py): transformers BertModel, GPT2Model, ViTModel, ResNetModel
 (small configs, eval, no_grad), a TransformerEncoderLayer at three sequence lengths, an

@@ -55,7 +55,7 @@ typedef struct {
 typedef int (*ShapeRule)(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                          ShapeErr *err);
 
-/* Symbolic sizes (issue 5). While a rule runs, sj_symctx is the capture's shape
+/* Symbolic sizes. While a rule runs, sj_symctx is the capture's shape
  * environment when some argument is symbolic (a tensor with a symbolic dim, a symbolic
  * int), else NULL. A rule that handles symbols (shapes_rule_is_symbolic) builds its output
  * dims as nodes of env (rules_util.h: sj_dim, sj_set_dim) and, when its answer depends on a

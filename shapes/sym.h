@@ -1,4 +1,4 @@
-/* Symbolic integers of the shape environment (issue 5): the expression core.
+/* Symbolic integers of the shape environment: the expression core.
  *
  * A SymEnv owns every node it hands out (an arena, freed with the env; no refcounts, no
  * Python references). Nodes are hash-consed: two structurally equal canonical expressions

@@ -1,4 +1,4 @@
-"""Buffers of the cpu backend (issue 6): a run drops each value after its last reader
+"""Buffers of the cpu backend: a run drops each value after its last reader
 (graph outputs excepted), and intermediates nothing else can reach are kept by the
 compiled graph and reused for later outputs of the same library, dtype and sizes, within a
 call and across calls. Results are compared with eager on every call; objects the caller

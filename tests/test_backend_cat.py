@@ -1,4 +1,4 @@
-"""Concatenation in the cpu backend (issue 6): torch.cat / concat / concatenate and
+"""Concatenation in the cpu backend: torch.cat / concat / concatenate and
 numpy.concatenate of same-dtype tensors along one dim run as a copy step into a new
 contiguous output, compared with eager over sizes 0, 1 and odd, negative dims,
 non-contiguous and broadcast-produced inputs, every kernel dtype and dynamic sizes; forms

@@ -1,4 +1,4 @@
-"""The generated-C backend, first slice (issue 6): runs of float32 pointwise ops fuse into
+"""The generated-C backend, first slice: runs of float32 pointwise ops fuse into
 one generated loop each; every other op runs as an eager step. Compiled results are
 compared with eager over random shapes (sizes 0, 1 and odd, 0-d, non-contiguous and
 broadcast inputs), for torch and numpy; one build serves every size."""

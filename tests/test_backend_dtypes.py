@@ -1,4 +1,4 @@
-"""Generated kernels beyond float32 (issue 6): float64, int64, int32 and bool operands and
+"""Generated kernels beyond float32: float64, int64, int32 and bool operands and
 results, mixed graphs (int tensor with a Python float, int with float tensors, bool masks),
 comparisons feeding where/masked_fill, Python's floor rules for // and % with negative
 operands, reductions in their output dtype, casts. Compared with eager exactly (ints and

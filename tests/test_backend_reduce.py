@@ -1,4 +1,4 @@
-"""Generated-C reductions and row kernels (issue 6): sum, mean, amax/amin (numpy max/min,
+"""Generated-C reductions and row kernels: sum, mean, amax/amin (numpy max/min,
 torch max/min without a dim) over any dims with keepdim, softmax/log_softmax over one dim
 and layer_norm over the trailing dims, float32, torch and numpy. Compared with eager over
 random shapes (sizes 0, 1, odd, 1e6 for summation accuracy), non-contiguous and

@@ -1,4 +1,4 @@
-"""Graph breaks that split frames: what users get (issue 3).
+"""Graph breaks that split frames: what users get.
 
 Each test compares with eager and pins the graph and break counts. The corpus
 (tests/corpus/t_breaks.py, np_breaks.py) holds the wider set of break cases; the random

@@ -1,4 +1,4 @@
-"""User hints on sizes and unbacked inputs (issue 5): shapejit.check / constrain_range (and
+"""User hints on sizes and unbacked inputs: shapejit.check / constrain_range (and
 torch._check / torch._check_is_size inside compiled code), run-time assertions on unbacked
 values, size-oblivious decisions, mark_unbacked and unbacked_sources. Graph counts are
 checked against torch.compile in the same run; results against eager."""

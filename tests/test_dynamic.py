@@ -1,4 +1,4 @@
-"""Symbolic shapes (issue 5): dynamic dims and ints, their guards, marks, sources, logs.
+"""Symbolic shapes: dynamic dims and ints, their guards, marks, sources, logs.
 
 Graph counts here are shapejit's own statement of behaviour; tests/test_dynamic_oracle.py
 checks the same kinds of programs against torch.compile in the same run."""

@@ -509,7 +509,7 @@ _GRID_CASES = {
 
 
 # Cases where shapejit does not give torch.compile's count yet, each a strict xfail (a fix
-# turns it into an XPASS failure, so the lists only shrink). Empty since session 5: every
+# turns it into an XPASS failure, so the lists only shrink). Empty: every
 # corpus pair and every grid order matches; a regression fails outright.
 NOT_YET_CORPUS = frozenset()
 NOT_YET_GRID = frozenset()

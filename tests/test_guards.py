@@ -1,4 +1,4 @@
-"""Guards in C (issue 4): every leaf kind and accessor passes and fails with its exact
+"""Guards in C: every leaf kind and accessor passes and fails with its exact
 recompile reason; mutations of what the code read are seen; the cache limits; the guards
 log's tree; dispatch across many entries picks the right one."""
 import re

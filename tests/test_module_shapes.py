@@ -1,4 +1,4 @@
-"""nn.Module attributes under the shape knobs (issue 5): allow_unspec_int_on_nn_module,
+"""nn.Module attributes under the shape knobs: allow_unspec_int_on_nn_module,
 force_nn_module_property_static_shapes, force_parameter_static_shapes and mark_static on a
 module class. Each scenario's graph count equals torch.compile's in the same run, and
 results equal eager."""

@@ -1,4 +1,4 @@
-"""Stances (issue 5): default, force_eager, eager_on_recompile, fail_on_recompile and
+"""Stances: default, force_eager, eager_on_recompile, fail_on_recompile and
 eager_then_compile, set as a call, a context manager and a decorator. Graph counts are
 checked against torch.compile's under torch.compiler.set_stance in the same run; results
 equal eager."""

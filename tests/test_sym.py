@@ -1,4 +1,4 @@
-"""Symbolic integers of the shape environment (shapes/sym.c, issue 5), through the test
+"""Symbolic integers of the shape environment (shapes/sym.c), through the test
 harness _C._SymEnv: printing of every form, hash-consing, the simplifications, Python's
 floor division and modulo, value ranges (sound, saturating), static truth, narrowing,
 evaluation with hints and with assignments, and the errors. Property tests compare the

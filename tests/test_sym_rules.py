@@ -1,4 +1,4 @@
-"""Symbolic twins of the shape rules (issue 5): slicing and integer indexing, expand /
+"""Symbolic twins of the shape rules: slicing and integer indexing, expand /
 expand_as / repeat, the factories and arange, layer/group/batch norm, scans, narrow /
 select / split / chunk / unbind / setitem, conv and pooling.
 

@@ -1,4 +1,4 @@
-"""Unbacked sizes (issue 5): t.item() under capture_scalar_outputs and nonzero() /
+"""Unbacked sizes: t.item() under capture_scalar_outputs and nonzero() /
 masked_select() under capture_dynamic_output_shape_ops give unbacked symbols u<N>; with the knobs off they break
 the graph; a branch on an unbacked value breaks the graph. Results equal eager, and the
 graph counts equal torch.compile's in the same run."""

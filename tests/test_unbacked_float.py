@@ -1,4 +1,4 @@
-"""Graph floats and bools (issue 5): under capture_scalar_outputs, t.item() of a float or
+"""Graph floats and bools: under capture_scalar_outputs, t.item() of a float or
 bool tensor is captured (torch's unbacked SymFloat zuf<N> / SymBool u<N>): arithmetic on it
 records scalar nodes, tensor ops take it as an argument, returning it gives the Python value,
 a branch on it is a data-dependent break. With the knob off it breaks, naming the knob.

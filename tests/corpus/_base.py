@@ -80,7 +80,7 @@ class Entry:
     breaks: int = 0
     mutates: bool = False
     reads_data: bool = False      # a value read from tensor data reaches a resume function as
-                                  # a constant: new data recompiles it (static until issue 5)
+                                  # a constant: new data recompiles it (when the value is specialised)
     rtol: float = 1e-5
     atol: float = 1e-6
 
