@@ -1,4 +1,4 @@
-/* The generated-C backend's view of a graph : which nodes become
+/* The generated-C backend's view of a graph: which nodes become
  * fused loops (plan.c), the C source of each loop (emit.c), and the compiled graph that
  * runs the steps (runtime.c). Data flows graph -> codegen, never back.
  *
