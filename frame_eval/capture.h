@@ -402,6 +402,11 @@ int gscalar_pin_args(Capture *c, Var **args, int32_t n, Var **out, const char *w
 /* Every graph scalar with a known value among args replaced by that value, pinned
  * (gscalar_pin): the count, or -1 on failure. */
 int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why);
+/* A numpy-scalar graph scalar as numpy itself treats it inside its functions: a 0-d value
+ * of its dtype (NEP 50: a numpy scalar promotes as a 0-d array does). A new VK_TENSOR var
+ * (np_scalar) over the same graph value; v itself when v is anything else; NULL with the
+ * failure recorded. */
+Var *gscalar_as_np_value(Capture *c, Var *v);
 /* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);

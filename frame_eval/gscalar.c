@@ -622,6 +622,27 @@ int gscalar_truth(Capture *c, Var *v, int *truth)
                     v->u.gs.type == GS_BOOL ? "bool" : "float");
 }
 
+Var *gscalar_as_np_value(Capture *c, Var *v)
+{
+    if (!v || v->kind != VK_GSCALAR || v->u.gs.type != GS_NUMPY || !v->u.gs.hint)
+        return v;
+    TensorMeta m;
+    const char *why = NULL;
+    int r = meta_from_value(v->u.gs.hint, &m, NULL, &why);
+    if (r < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    if (r > 0 || !m.np_scalar)
+        return v;   /* a dtype shapejit does not model: the caller's rules decide */
+    Var *t = var_new(c, VK_TENSOR);
+    if (!t)
+        return NULL;
+    t->u.t.value = v->u.gs.value;
+    t->u.t.meta = m;
+    return t;
+}
+
 PyObject *gscalar_standin(Capture *c, Var *v)
 {
     if (v->u.gs.hint)

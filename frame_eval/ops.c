@@ -300,6 +300,25 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     int32_t npos = nargs - nkw;
     int found;
     Lib lib = lib_of_args(args, nargs, &found);
+    if (!found && r->kind == CK_NUMPY && op_info[r->op].kind != OPK_FACTORY) {
+        /* numpy math on numpy scalars known only at run time (np.exp(-alpha) of an
+         * np.float64 argument): numpy sees each as a 0-d value of its dtype, and so does
+         * the rule */
+        Var **conv = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));   /* the caller's
+                                                                              array stays */
+        if (!conv)
+            return NULL;
+        int any = 0;
+        for (int32_t i = 0; i < nargs; i++) {
+            if (!(conv[i] = gscalar_as_np_value(c, args[i])))
+                return NULL;
+            any |= conv[i] != args[i];
+        }
+        if (any) {
+            args = conv;
+            lib = lib_of_args(args, nargs, &found);
+        }
+    }
     if (!found)
         lib = (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? LIB_NUMPY : LIB_TORCH;
     if (check_one_lib(c, args, nargs, lib) < 0)
