@@ -946,7 +946,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
-        Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+        Var *r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);
