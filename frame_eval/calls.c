@@ -792,6 +792,8 @@ static int is_pure_folder(PyObject *fn)
      * functions of math */
     if (libs.np_generic && PyType_Check(fn) && PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)libs.np_generic))
         return 1;   /* numpy scalar types: np.float32(2.0) */
+    if (libs.np_dtype_type && fn == libs.np_dtype_type)
+        return 1;   /* np.dtype('int16'): a dtype from constants */
     if (PyCFunction_Check(fn)) {
         PyObject *self = PyCFunction_GET_SELF(fn);
         if (self && PyModule_Check(self)) {
