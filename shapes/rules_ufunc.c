@@ -24,10 +24,9 @@ int rule_ufunc_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     return 0;
 }
 
-/* np.add.at(a, indices, b): a, written in place (numpy's own unbuffered call runs it). A
- * value of a higher kind than a (a float into an int array) cannot be cast back: eager
- * raises, and the refusal lets it. Index bounds and the value's shape are checked by that
- * call when it runs, with eager's errors. */
+/* np.add.at(a, indices, b): a, written in place (numpy's own unbuffered call runs it, and
+ * casts its results into a's dtype whatever their kind). Index bounds and the value's
+ * shape are checked by that call when it runs, with eager's errors. */
 int rule_ufunc_at(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
@@ -39,20 +38,8 @@ int rule_ufunc_at(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     const BoundArg *v = ba_get(b, "value");
     if (!v)
         return sj_err(err, "ufunc.at of a binary ufunc needs a value");
-    int vcat;
-    if (v->kind == BA_TENSOR)
-        vcat = (int)dtype_info[v->meta->dtype].category;
-    else if (v->kind == BA_CONST && PyBool_Check(v->value))
-        vcat = CAT_BOOL;
-    else if (v->kind == BA_CONST && PyLong_Check(v->value))
-        vcat = CAT_INT;
-    else if (v->kind == BA_CONST && PyFloat_Check(v->value))
-        vcat = CAT_FLOAT;
-    else
+    if (v->kind != BA_TENSOR && !(v->kind == BA_CONST && (PyLong_Check(v->value) || PyFloat_Check(v->value))))
         return sj_err(err, "unsupported value for ufunc.at");
-    if (vcat > (int)dtype_info[x->dtype].category)
-        return sj_err(err, "ufunc.at cannot cast a %s value into a %s array", v->kind == BA_TENSOR ?
-                      dtype_info[v->meta->dtype].name : Py_TYPE(v->value)->tp_name, dtype_info[x->dtype].name);
     const BoundArg *ix = ba_get(b, "index");
     if (ix && ix->kind == BA_TENSOR && dtype_info[ix->meta->dtype].category > CAT_INT)
         return sj_err(err, "arrays used as indices must be of integer (or boolean) type");
