@@ -292,7 +292,6 @@ static int check_one_lib(Capture *c, Var **args, int32_t n, Lib lib)
     return 0;
 }
 
-/* The core: record one call of a table row. */
 /* The op a row records for this call when its arguments pick a different mechanism than the
  * row's own op: x[mask] (a bool mask index has a data-dependent result length) and numpy's
  * one-argument where(cond), which is nonzero(cond). The node keeps the row's target, which
@@ -307,6 +306,34 @@ static OpId mech_op(const CallableRow *r, Lib lib, Var **args, int32_t nargs, Py
     return r->op;
 }
 
+/* numpy's ufuncs called on torch tensors (np.sin(t)) return a torch tensor (torch's
+ * __array_wrap__), computed by numpy in numpy's dtype. A pointwise row is recorded as a
+ * torch op when that dtype is the one torch gives: every tensor is float32 or float64, all of
+ * one dtype, not tracked by autograd (eager raises for those), and the other arguments are
+ * Python numbers; the result must keep that dtype (comparisons give uint8 tensors there).
+ * *dt is the tensors' dtype. */
+static int numpy_on_torch(const CallableRow *r, OpId op, Var **args, int32_t nargs, PyObject *kwnames, DType *dt)
+{
+    if (r->kind != CK_NUMPY || op_info[op].kind != OPK_POINTWISE || kwnames)
+        return 0;
+    int n = 0;
+    for (int32_t i = 0; i < nargs; i++) {
+        const Var *v = args[i];
+        if (v && v->kind == VK_TENSOR) {
+            const TensorMeta *m = &v->u.t.meta;
+            if ((m->dtype != DT_F32 && m->dtype != DT_F64) || m->requires_grad || (n && m->dtype != *dt))
+                return 0;
+            *dt = (DType)m->dtype;
+            n++;
+        } else if (!v || v->kind != VK_CONST || PyBool_Check(v->obj) ||
+                   !(PyLong_CheckExact(v->obj) || PyFloat_CheckExact(v->obj))) {
+            return 0;
+        }
+    }
+    return n > 0;
+}
+
+/* The core: record one call of a table row. */
 static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
 {
     const CallableRow *r = &callable_rows[row];
@@ -324,8 +351,10 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
         return cap_fold_call(c, target, args, nargs, kwnames);
     }
+    DType np_torch_dt = DT_F32;
+    int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, op, args, nargs, kwnames, &np_torch_dt);
     if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
-        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD))) {
+        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }
@@ -409,6 +438,10 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         if (PyErr_Occurred())
             sj_err_clear();
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
+        return NULL;
+    }
+    if (np_on_torch && (nout != 1 || outs[0].dtype != np_torch_dt)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on torch values gives a dtype torch would not", r->path);
         return NULL;
     }
     /* inplace=True keywords (F.relu(x, inplace=True)) make a functional row in-place */
