@@ -433,7 +433,8 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
             counted = sj_dims_equal(vm, i, x, m->ndim + i - 1, err);
         if (counted < 0)
             return -1;
-        if (!counted && (m->ndim != x->ndim || sj_numel(v->meta) != 1))
+        /* one element broadcasts to any selection of at least its rank */
+        if (!counted && (vm->ndim > 1 + x->ndim - m->ndim || sj_numel(v->meta) != 1))
             return sj_err(err, "assigning a tensor through a boolean mask depends on the "
                           "number of selected elements");
     } else if (!v || v->kind != BA_CONST || !PyNumber_Check(v->value)) {
