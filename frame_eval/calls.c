@@ -865,6 +865,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
                     return r;
+                r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
+                if (handled)
+                    return r;
                 cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
                          m ? m : "?", qn);
                 return NULL;
@@ -949,6 +952,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
         Var *r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);

@@ -255,3 +255,26 @@ def test_numpy_ufunc_on_int_tensor_breaks():
         assert ex.graph_break_count == 1
         got = shapejit.compile(f)(x)
         assert got.dtype == torch.float64 and torch.allclose(got, f(x))
+
+
+# ---- coordinate grids -------------------------------------------------------------------
+def test_large_constant_grid_breaks_cleanly():
+    def f(a):
+        return np.mgrid[0:300, 0:300].sum() + a
+    a = np.ones(3)
+    ex = shapejit.explain(f)(a)
+    assert ex.graph_break_count == 1 and "coordinate grid" in str(ex.break_reasons[0].reason)
+    _run_both(f, a)
+
+
+@pytest.mark.parametrize("call", [
+    lambda a: np.meshgrid(a, a, indexing="zz"),
+    lambda a: np.indices((2, -3)),
+    lambda a: np.mgrid[0:3:"x"],
+], ids=["meshgrid_indexing", "indices_negative", "mgrid_bad_step"])
+def test_grid_errors_match_eager(call):
+    a = np.arange(3.0)
+    with pytest.raises(Exception) as want:
+        call(a)
+    with pytest.raises(want.type):
+        shapejit.compile(call)(a)

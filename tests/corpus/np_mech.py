@@ -146,6 +146,43 @@ def np_mech_astype_dtype_forms(a):
     return a.astype(np.dtype('float32')), a.astype('i2'), (a > 0).astype(np.uint16)
 
 
+# ---- coordinate grids --------------------------------------------------------------------
+@numpy_case(lambda: (A(4, 5),))
+def np_mech_mgrid_slices(a):
+    rows, cols = np.mgrid[0:4, 0:5]
+    return a * rows - cols
+
+
+@numpy_case(lambda: (A(5),))
+def np_mech_mgrid_step_and_count(a):
+    return np.mgrid[0:1:5j] * a, np.mgrid[0:2:0.5, 1:4:2]
+
+
+@numpy_case(lambda: (A(4, 5),))
+def np_mech_ogrid_broadcast(a):
+    y, x = np.ogrid[0:4, 0:5]
+    return a + (y - 1.5) ** 2 + x, np.ogrid[-1:1:3j]
+
+
+@numpy_case(lambda: (A(5), A(3)))
+def np_mech_meshgrid_xy(x, y):
+    X, Y = np.meshgrid(x, y)
+    return np.sqrt(X ** 2 + Y ** 2), X.shape
+
+
+@numpy_case(lambda: (A(4), A(3), A(2)))
+def np_mech_meshgrid_ij_sparse(x, y, z):
+    gx, gy, gz = np.meshgrid(x, y, z, indexing='ij', sparse=True)
+    full = np.meshgrid(x, y, z, indexing='ij')
+    return gx * gy + gz, full[2]
+
+
+@numpy_case(lambda: (A(4, 5),))
+def np_mech_indices(a):
+    i, j = np.indices(a.shape)
+    return np.where(i == j, a, 0.0), np.indices((2, 3), dtype=np.float32), np.indices((2, 2), sparse=True)
+
+
 # ---- ufunc methods ----------------------------------------------------------------------
 @numpy_case(lambda: (A(4), A(3)))
 def np_mech_add_outer(a, b):
