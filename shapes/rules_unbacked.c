@@ -55,6 +55,39 @@ int rule_flatnonzero(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     return 0;
 }
 
+/* numpy.unique(a): the distinct values of a.ravel(), then, as asked, the index of the
+ * first occurrence of each and the count of each (int64, as long as the values). The
+ * inverse indices and unique along an axis are not modelled. */
+int rule_unique(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (lib != LIB_NUMPY)
+        return sj_err(err, "unique: numpy arrays only");
+    int index, inverse, counts;
+    if (sj_get_bool(b, "return_index", 0, &index, err) < 0 || sj_get_bool(b, "return_inverse", 0, &inverse, err) < 0 ||
+        sj_get_bool(b, "return_counts", 0, &counts, err) < 0)
+        return -1;
+    if (inverse)
+        return sj_err(err, "unique(return_inverse=True) is not supported");
+    const BoundArg *axis = ba_get(b, "axis");
+    if (axis && !(axis->kind == BA_CONST && axis->value == Py_None))
+        return sj_err(err, "unique along an axis is not supported");
+    int n = 0;
+    sj_meta(&out[n], lib, (DType)x->dtype);
+    out[n].ndim = 1;
+    out[n++].size[0] = SJ_UNBACKED_HINT;
+    for (int k = 0; k < index + counts; k++) {
+        sj_meta(&out[n], lib, DT_I64);
+        out[n].ndim = 1;
+        out[n++].size[0] = SJ_UNBACKED_HINT;
+    }
+    *nout = n;
+    return 0;
+}
+
 /* x[mask] with a bool mask over x's leading dims (both libraries): the selected elements,
  * (count,) + x.shape[mask.ndim:]. The mask's dims must equal x's (eager raises an
  * IndexError otherwise; the refusal lets it). */

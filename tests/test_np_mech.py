@@ -66,7 +66,13 @@ def nonzero_flat(a):
     return np.flatnonzero(a > 0) + np.nonzero(a.ravel() > 0)[0]
 
 
+def unique_counts(a):
+    vals, counts = np.unique(a, return_counts=True)
+    return vals * 2, counts.sum(), np.unique(a.ravel() % 3)
+
+
 NP_CASES = [
+    (unique_counts, lambda: (RNG.integers(0, 6, (4, 5)),)),
     (mask_chain, lambda: (RNG.standard_normal((4, 5)),)),
     (mask_rows, lambda: (RNG.standard_normal((6, 3)), np.array([1, 0, 1, 1, 0, 1], dtype=bool))),
     (mask_assign_selected, lambda: (RNG.standard_normal((4, 5)), RNG.standard_normal((4, 5)),

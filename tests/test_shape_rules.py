@@ -698,6 +698,14 @@ def flatnonzero_cases(lib, row):
     return [Case([mk(lib, dt, sh)]) for dt in ("float32", "int64", "bool") for sh in SHAPES]
 
 
+def unique_cases(lib, row):
+    cases = [Case([mk(lib, dt, sh)]) for dt in ("float32", "int64", "bool", "uint16") for sh in SHAPES]
+    x = mk(lib, "int64", (3, 4))
+    cases += [Case([x], {"return_counts": True}), Case([x, True]), Case([x, True, False, True]),
+              Case([x], {"return_inverse": True}, refuse=True), Case([x], {"axis": 0}, refuse=True)]
+    return cases
+
+
 def ufunc_scan_cases(lib, row):
     """np.maximum.accumulate(a, axis): a's shape and dtype along any valid axis."""
     cases = [Case([mk(lib, dt, (3, 4)), ax]) for dt in MAIN_DTYPES + ["uint16", "int8"] for ax in (0, 1, -1)]
@@ -852,7 +860,7 @@ FAMILIES = {
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
     "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases,
-    "rule_flatnonzero": flatnonzero_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
+    "rule_flatnonzero": flatnonzero_cases, "rule_unique": unique_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
 }
 
 
@@ -916,7 +924,7 @@ def run_case(row, case):
     if case.refuse:
         return f"expected a refusal, rule gave {got}"
     got = [tuple(g) for g in got]
-    if op in ("nonzero", "masked_select", "flatnonzero"):   # the data decides the rows: the rule gives the stand-in
+    if op in ("nonzero", "masked_select", "flatnonzero", "unique"):   # the data decides the rows: the rule gives the stand-in
         want = [(d, (UNBACKED_HINT,) + sh[1:], sc) for d, sh, sc in want]
     if got != want:
         return f"rule gave {got}, eager gave {want}"

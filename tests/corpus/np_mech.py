@@ -92,6 +92,12 @@ def np_mech_flatnonzero(a):
     return np.flatnonzero(a > 0) + 1
 
 
+@with_breaks("numpy", lambda: (AI(4, 5, high=6),), graphs=1, breaks=1, reads_data=True)
+def np_mech_unique_counts(a):
+    vals, counts = np.unique(a, return_counts=True)
+    return vals, counts / counts.sum()
+
+
 # ---- constructors and dtype spellings ---------------------------------------------------
 @numpy_case(lambda: (A(3, 4),))
 def np_mech_ndarray_constructor(a):
