@@ -63,3 +63,21 @@ def t_npmix_branch_on_element(x):
     if v > 0.5:
         return y + v
     return y - 1
+
+
+@with_breaks("torch", lambda: (T(4, 5), T(4, 5), TB(4, 5)), graphs=1, breaks=1, mutates=True,
+             reads_data=True)
+def t_npmix_mask_assign_from_other(x, y, m):
+    x[m] = y[m]
+    return x + 1
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_npmix_np_ufunc_on_element(x):
+    return np.tanh(x[0, 1]) * x
+
+
+@with_breaks("torch", lambda: (T(3, 4),), graphs=2, breaks=1, reads_data=True)
+def t_npmix_mask_then_numpy_ufunc(x):
+    pos = x[x > 0]
+    return np.log1p(pos) if pos.numel() else pos
