@@ -264,6 +264,14 @@ def np_mech_subtract_at_2d(a, r, c):
     return a.sum()
 
 
+@numpy_case(lambda: (A(3, 4), AI(5, high=4)), mutates=True)
+def np_mech_add_at_into_view_histogram(a, idx):
+    np.add.at(a[1], idx, 1.0)                # writes through the row view into the input
+    hist = np.zeros(4)
+    np.add.at(hist, (idx * 3) % 4, a[2, 0])
+    return hist, a.sum()
+
+
 @numpy_case(lambda: (AI(5), AI(6, high=5)), mutates=True)
 def np_mech_add_at_int_casts(a, idx):
     np.add.at(a, idx, 2.7)                   # cast back into int64 unsafely, as eager does
