@@ -307,14 +307,17 @@ static OpId mech_op(const CallableRow *r, Lib lib, Var **args, int32_t nargs, Py
 }
 
 /* numpy's ufuncs called on torch tensors (np.sin(t)) return a torch tensor (torch's
- * __array_wrap__), computed by numpy in numpy's dtype. A pointwise row is recorded as a
- * torch op when that dtype is the one torch gives: every tensor is float32 or float64, all of
+ * __array_wrap__), computed by numpy in numpy's dtype (numpy's other functions call the
+ * tensor's methods with numpy's keywords first: not these). A pointwise ufunc row is
+ * recorded as a torch op when that dtype is the one torch gives: every tensor is float32 or float64, all of
  * one dtype, not tracked by autograd (eager raises for those), and the other arguments are
  * Python numbers; the result must keep that dtype (comparisons give uint8 tensors there).
  * *dt is the tensors' dtype. */
-static int numpy_on_torch(const CallableRow *r, OpId op, Var **args, int32_t nargs, PyObject *kwnames, DType *dt)
+static int numpy_on_torch(const CallableRow *r, PyObject *target, OpId op, Var **args, int32_t nargs,
+                          PyObject *kwnames, DType *dt)
 {
-    if (r->kind != CK_NUMPY || op_info[op].kind != OPK_POINTWISE || kwnames)
+    if (r->kind != CK_NUMPY || op_info[op].kind != OPK_POINTWISE || kwnames ||
+        strcmp(Py_TYPE(target)->tp_name, "numpy.ufunc") != 0)
         return 0;
     int n = 0;
     for (int32_t i = 0; i < nargs; i++) {
@@ -352,7 +355,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         return cap_fold_call(c, target, args, nargs, kwnames);
     }
     DType np_torch_dt = DT_F32;
-    int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, op, args, nargs, kwnames, &np_torch_dt);
+    int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, target, op, args, nargs, kwnames, &np_torch_dt);
     if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
         (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
