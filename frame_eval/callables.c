@@ -157,6 +157,14 @@ int callables_operator_row(const char *path)
     return -1;
 }
 
+int callables_path_row(const char *path)
+{
+    for (int i = 0; i < callable_nrows; i++)
+        if (strcmp(callable_rows[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
 /* _C.callables_missing(): rows whose path did not resolve (a table error). */
 PyObject *callables_py_missing(PyObject *self, PyObject *unused)
 {

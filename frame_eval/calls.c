@@ -792,6 +792,8 @@ static int is_pure_folder(PyObject *fn)
      * functions of math */
     if (libs.np_generic && PyType_Check(fn) && PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)libs.np_generic))
         return 1;   /* numpy scalar types: np.float32(2.0) */
+    if (libs.np_dtype_type && fn == libs.np_dtype_type)
+        return 1;   /* np.dtype('int16'): a dtype from constants */
     if (PyCFunction_Check(fn)) {
         PyObject *self = PyCFunction_GET_SELF(fn);
         if (self && PyModule_Check(self)) {
@@ -861,6 +863,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                        strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+                if (handled)
+                    return r;
+                r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
                     return r;
                 cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
@@ -946,7 +951,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
-        Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+        Var *r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);

@@ -460,6 +460,11 @@ extern const CallableRow callable_rows[];
 extern const int callable_nrows;
 PyObject *callables_object(int row);   /* borrowed: the resolved callable, or NULL */
 int callables_operator_row(const char *path);   /* row of "operator.add" etc., or -1 */
+int callables_path_row(const char *path);       /* the first row of a path, or -1 */
+/* np.add.reduce and the other methods of numpy ufuncs (frame_eval/ufuncs.c) */
+Var *ufunc_method_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* np.meshgrid, np.mgrid[...], np.ogrid[...], np.indices (frame_eval/npgrid.c) */
+Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
 /* builtins.c */
 /* Call fn now with the Python values of args (constants, live objects); a new reference,

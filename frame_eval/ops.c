@@ -292,6 +292,50 @@ static int check_one_lib(Capture *c, Var **args, int32_t n, Lib lib)
     return 0;
 }
 
+/* The op a row records for this call when its arguments pick a different mechanism than the
+ * row's own op: x[mask] (a bool mask index has a data-dependent result length) and numpy's
+ * one-argument where(cond), which is nonzero(cond). The node keeps the row's target, which
+ * computes the same thing at run time. */
+static OpId mech_op(const CallableRow *r, Lib lib, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (r->op == OP_GETITEM && nargs == 2 && !kwnames && args[1] && args[1]->kind == VK_TENSOR &&
+        args[1]->u.t.meta.dtype == DT_BOOL && args[1]->u.t.meta.ndim > 0 && !args[1]->u.t.meta.np_scalar)
+        return OP_MASK_INDEX;
+    if (r->op == OP_WHERE && lib == LIB_NUMPY && nargs == 1 && !kwnames)
+        return OP_NONZERO;
+    return r->op;
+}
+
+/* numpy's ufuncs called on torch tensors (np.sin(t)) return a torch tensor (torch's
+ * __array_wrap__), computed by numpy in numpy's dtype (numpy's other functions call the
+ * tensor's methods with numpy's keywords first: not these). A pointwise ufunc row is
+ * recorded as a torch op when that dtype is the one torch gives: every tensor is float32 or float64, all of
+ * one dtype, not tracked by autograd (eager raises for those), and the other arguments are
+ * Python numbers; the result must keep that dtype (comparisons give uint8 tensors there).
+ * *dt is the tensors' dtype. */
+static int numpy_on_torch(const CallableRow *r, PyObject *target, OpId op, Var **args, int32_t nargs,
+                          PyObject *kwnames, DType *dt)
+{
+    if (r->kind != CK_NUMPY || op_info[op].kind != OPK_POINTWISE || kwnames ||
+        strcmp(Py_TYPE(target)->tp_name, "numpy.ufunc") != 0)
+        return 0;
+    int n = 0;
+    for (int32_t i = 0; i < nargs; i++) {
+        const Var *v = args[i];
+        if (v && v->kind == VK_TENSOR) {
+            const TensorMeta *m = &v->u.t.meta;
+            if ((m->dtype != DT_F32 && m->dtype != DT_F64) || m->requires_grad || (n && m->dtype != *dt))
+                return 0;
+            *dt = (DType)m->dtype;
+            n++;
+        } else if (!v || v->kind != VK_CONST || PyBool_Check(v->obj) ||
+                   !(PyLong_CheckExact(v->obj) || PyFloat_CheckExact(v->obj))) {
+            return 0;
+        }
+    }
+    return n > 0;
+}
+
 /* The core: record one call of a table row. */
 static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
 {
@@ -323,17 +367,20 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         lib = (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? LIB_NUMPY : LIB_TORCH;
     if (check_one_lib(c, args, nargs, lib) < 0)
         return NULL;
+    OpId op = mech_op(r, lib, args, nargs, kwnames);
     if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
-        op_info[r->op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
+        op_info[op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
         return cap_fold_call(c, target, args, nargs, kwnames);
     }
+    DType np_torch_dt = DT_F32;
+    int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, target, op, args, nargs, kwnames, &np_torch_dt);
     if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
-        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD))) {
+        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }
-    if (op_info[r->op].kind == OPK_DATA_SHAPE && !sj_config.capture_dynamic_output_shape_ops) {
+    if (op_info[op].kind == OPK_DATA_SHAPE && !sj_config.capture_dynamic_output_shape_ops) {
         cap_fail(c, BR_DYNAMIC_OUTPUT, "%s; to capture it, set shapejit.config.capture_dynamic_output_shape_ops "
                  "= True", r->path);
         return NULL;
@@ -374,7 +421,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     TensorMeta outs[SJ_MAX_OUTS];
     int nout = SJ_MAX_OUTS;
     sj_symctx = c->env ? &c->rctx : NULL;
-    int ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+    int ir = shapes_infer(op, lib, &bound, outs, &nout, &err);
     sj_symctx = NULL;
     for (int round = 0; ir != 0 && round < 2; round++) {
         /* a dynamic float or numpy scalar the rule needs as a number (its stand-in is data
@@ -406,13 +453,17 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         }
         nout = SJ_MAX_OUTS;
         sj_symctx = spec ? NULL : (c->env ? &c->rctx : NULL);
-        ir = shapes_infer(r->op, lib, &bound, outs, &nout, &err);
+        ir = shapes_infer(op, lib, &bound, outs, &nout, &err);
         sj_symctx = NULL;
     }
     if (ir != 0) {
         if (PyErr_Occurred())
             sj_err_clear();
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
+        return NULL;
+    }
+    if (np_on_torch && (nout != 1 || outs[0].dtype != np_torch_dt)) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on torch values gives a dtype torch would not", r->path);
         return NULL;
     }
     /* inplace=True keywords (F.relu(x, inplace=True)) make a functional row in-place */
@@ -452,22 +503,24 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         if (out_var && graph_value_may_alias_input(c->g, out_var->u.t.value))
             c->g->has_mutation = 1;
     }
-    int32_t v = graph_add_node(c->g, r->op, flags, target, first, npos, first + npos, nkw, kwnames,
+    int32_t v = graph_add_node(c->g, op, flags, target, first, npos, first + npos, nkw, kwnames,
                                outs, nout, where);
     Py_DECREF(where);
     if (v < 0)
         return NULL;
     c->nops++;
-    if (op_info[r->op].kind == OPK_DATA_SHAPE) {
+    if (op_info[op].kind == OPK_DATA_SHAPE) {
         /* the row count is data: an unbacked symbol read from the result at run time */
         SymNode *u = symb_unbacked(c, -1, v, 0, (SymRange){0, SYM_INT_OO});
         if (!u) {
             cap_fail_exc(c, BR_INTERNAL);
             return NULL;
         }
-        outs[0].sym[0] = c->g->values[v].meta.sym[0] = u;
+        /* numpy.nonzero's index arrays all have the one count */
+        for (int i = 0; i < nout; i++)
+            outs[i].sym[0] = c->g->values[v + i].meta.sym[0] = u;
     }
-    if (r->op == OP_SET_GRAD_ENABLED && c->g->grad_query < 0) {
+    if (op == OP_SET_GRAD_ENABLED && c->g->grad_query < 0) {
         PyObject *q = PyObject_GetAttrString(libs.torch, "is_grad_enabled");
         if (!q)
             return NULL;
@@ -494,13 +547,14 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         t->u.t.meta = outs[i];
         items[i] = t;
     }
-    if (nout == 1 && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND))
+    int always_tuple = op == OP_SPLIT || op == OP_CHUNK || op == OP_UNBIND || (op == OP_NONZERO && lib == LIB_NUMPY);
+    if (nout == 1 && !always_tuple)
         return items[0];
     Var *tup = var_seq(c, VK_TUPLE, items, nout);
-    if (tup && lib == LIB_TORCH && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND)) {
+    if (tup && lib == LIB_TORCH && !always_tuple) {
         /* torch returns a named structseq (torch.return_types.max): values/indices */
         PyObject *rt = PyObject_GetAttrString(libs.torch, "return_types");
-        PyObject *t = rt ? PyObject_GetAttrString(rt, op_info[r->op].name) : NULL;
+        PyObject *t = rt ? PyObject_GetAttrString(rt, op_info[op].name) : NULL;
         Py_XDECREF(rt);
         if (t && PyType_Check(t) && cap_keep(c, t))
             tup->u.seq.subtype = (PyTypeObject *)t;

@@ -26,6 +26,17 @@ typedef struct {
 
 extern const DTypeInfo dtype_info[DT_COUNT];
 
+static inline int dtype_is_unsigned(DType d)
+{
+    return d == DT_U8 || d == DT_U16 || d == DT_U32 || d == DT_U64;
+}
+
+/* 1 when torch tensors of dtype d are supported (torch's uint16/32/64 have too few ops) */
+static inline int dtype_in_torch(DType d)
+{
+    return d != DT_U16 && d != DT_U32 && d != DT_U64;
+}
+
 /* ---- which array library a value belongs to ---- */
 typedef enum { LIB_TORCH = 0, LIB_NUMPY = 1 } Lib;
 

@@ -110,7 +110,7 @@ static int fast_read(PyObject *v, TensorMeta *m, int64_t *strides)
         return 1;
     uint16_t ix = rd16(impl + tr.dtype_off);
     int d = 0;
-    while (d < DT_COUNT && tr.dt_index[d] != ix)
+    while (d < DT_COUNT && (tr.dt_index[d] != ix || !dtype_in_torch((DType)d)))
         d++;
     if (d == DT_COUNT)
         return 1;    /* a dtype we do not support: meta_from_value says so */
@@ -328,13 +328,18 @@ static void off_from_exception(void)
 static PyObject *run_probes(PyObject *torch)
 {
     PyObject *g = NULL, *names = NULL, *code = NULL, *res = NULL;
-    if (!(g = PyDict_New()) || !(names = PyTuple_New(DT_COUNT)))
+    int ntorch = 0;   /* the dtypes of torch tensors shapejit supports */
+    for (int d = 0; d < DT_COUNT; d++)
+        ntorch += dtype_in_torch((DType)d);
+    if (!(g = PyDict_New()) || !(names = PyTuple_New(ntorch)))
         goto fail;
-    for (int d = 0; d < DT_COUNT; d++) {
+    for (int d = 0, k = 0; d < DT_COUNT; d++) {
+        if (!dtype_in_torch((DType)d))
+            continue;
         PyObject *s = PyUnicode_FromString(dtype_info[d].name);    /* new, stolen below */
         if (!s)
             goto fail;
-        PyTuple_SET_ITEM(names, d, s);
+        PyTuple_SET_ITEM(names, k++, s);
     }
     if (PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) < 0 ||
         PyDict_SetItemString(g, "torch", torch) < 0 || PyDict_SetItemString(g, "NAMES", names) < 0)
@@ -559,17 +564,19 @@ static int find_dtype(Probe *gp, Py_ssize_t ng)
             continue;
         int ok = 1;
         for (int d = 0; d < DT_COUNT && ok; d++) {
+            if (!dtype_in_torch((DType)d))
+                continue;   /* not probed: never matched (the lookup skips it) */
             if (idx[d] < 0)
                 ok = 0;
             for (int e = 0; e < d && ok; e++)
-                if (idx[e] == idx[d])
+                if (dtype_in_torch((DType)e) && idx[e] == idx[d])
                     ok = 0;
         }
         if (!ok)
             continue;
         tr.dtype_off = o;
         for (int d = 0; d < DT_COUNT; d++)
-            tr.dt_index[d] = (uint16_t)idx[d];
+            tr.dt_index[d] = (uint16_t)(idx[d] < 0 ? 0 : idx[d]);
         found++;
     }
     if (found != 1)

@@ -76,6 +76,9 @@ static int np_typenum(DType d)
     switch (d) {
     case DT_BOOL: return NPY_BOOL;
     case DT_U8: return NPY_UINT8;
+    case DT_U16: return NPY_UINT16;
+    case DT_U32: return NPY_UINT32;
+    case DT_U64: return NPY_UINT64;
     case DT_I8: return NPY_INT8;
     case DT_I16: return NPY_INT16;
     case DT_I32: return NPY_INT32;
@@ -101,7 +104,14 @@ static int dtype_from_descr(PyArray_Descr *descr, DType *out)
     int size = (int)PyDataType_ELSIZE(descr);
     switch (descr->kind) {
     case 'b': *out = DT_BOOL; return 0;
-    case 'u': if (size == 1) { *out = DT_U8; return 0; } return 1;
+    case 'u':
+        switch (size) {
+        case 1: *out = DT_U8; return 0;
+        case 2: *out = DT_U16; return 0;
+        case 4: *out = DT_U32; return 0;
+        case 8: *out = DT_U64; return 0;
+        default: return 1;
+        }
     case 'i':
         switch (size) {
         case 1: *out = DT_I8; return 0;
@@ -321,7 +331,7 @@ int dtype_from_py(PyObject *obj, Lib lib, DType *out)
         if (!torch_if_loaded(&failed))
             return failed ? -1 : 1;
         for (int d = 0; d < DT_COUNT; d++)
-            if (torch_dtypes[d] == obj) {
+            if (torch_dtypes[d] == obj && dtype_in_torch((DType)d)) {
                 *out = (DType)d;
                 return 0;
             }

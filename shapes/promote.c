@@ -21,7 +21,7 @@
 #define CAT(d) (dtype_info[(d)].category)
 #define SIZE(d) (dtype_info[(d)].itemsize)
 
-static int is_unsigned(DType d) { return d == DT_U8; }
+static int is_unsigned(DType d) { return dtype_is_unsigned(d); }
 
 static DType complex_for_float(DType f)
 {
@@ -41,7 +41,7 @@ static DType np_float_for_int(DType d)
 {
     switch (d) {
     case DT_BOOL: case DT_U8: case DT_I8: return DT_F16;
-    case DT_I16: return DT_F32;
+    case DT_I16: case DT_U16: return DT_F32;
     default: return DT_F64;
     }
 }
@@ -53,14 +53,25 @@ DType promote_to_float(Lib lib, DType d)
     return lib == LIB_TORCH ? meta_torch_default_float : np_float_for_int(d);
 }
 
-/* Two integer types: the smaller signed type that holds both ranges (uint8 needs 2 bytes
- * when mixed with signed). */
+/* The signed integer type of n bytes. */
+static DType signed_of_size(int n)
+{
+    return n <= 1 ? DT_I8 : n == 2 ? DT_I16 : n == 4 ? DT_I32 : DT_I64;
+}
+
+/* Two integer types: the smaller type that holds both ranges. A signed and an unsigned
+ * type meet in the signed type when it is wider, else in the signed type twice as wide as
+ * the unsigned one; uint64 with any signed type has none, and numpy gives float64. */
 static DType int_pair(DType a, DType b)
 {
     if (is_unsigned(a) == is_unsigned(b))
         return SIZE(a) >= SIZE(b) ? a : b;
-    DType s = is_unsigned(a) ? b : a;
-    return SIZE(s) > 1 ? s : DT_I16;
+    DType s = is_unsigned(a) ? b : a, u = is_unsigned(a) ? a : b;
+    if (SIZE(s) > SIZE(u))
+        return s;
+    if (u == DT_U64)
+        return DT_F64;
+    return signed_of_size(2 * SIZE(u));
 }
 
 int promote_pair(Lib lib, DType a, DType b, DType *out, ShapeErr *err)
@@ -130,6 +141,9 @@ static int int_fits(PyObject *v, DType d)
         return 0;
     switch (d) {
     case DT_U8: return x >= 0 && x <= 255;
+    case DT_U16: return x >= 0 && x <= 65535;
+    case DT_U32: return x >= 0 && x <= 4294967295LL;
+    case DT_U64: return x >= 0;
     case DT_I8: return x >= -128 && x <= 127;
     case DT_I16: return x >= -32768 && x <= 32767;
     case DT_I32: return x >= -2147483648LL && x <= 2147483647LL;

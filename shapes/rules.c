@@ -724,8 +724,8 @@ int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, Te
     DTypeCategory from = dtype_info[result->dtype].category;
     DTypeCategory to = dtype_info[self->dtype].category;
     int ok = from <= to;
-    if (lib == LIB_NUMPY && ok && from == CAT_INT && to == CAT_INT && result->dtype != DT_U8 &&
-        self->dtype == DT_U8)
+    if (lib == LIB_NUMPY && ok && from == CAT_INT && to == CAT_INT && !dtype_is_unsigned((DType)result->dtype) &&
+        dtype_is_unsigned((DType)self->dtype))
         ok = 0;    /* numpy: a signed result is not the same kind as an unsigned target */
     if (lib == LIB_TORCH && from == CAT_BOOL)
         ok = 1;

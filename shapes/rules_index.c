@@ -424,7 +424,17 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
         return same < 0 ? -1 : sj_err(err, "the shape of the mask does not match the shape of the indexed "
                                       "tensor");
     if (v && v->kind == BA_TENSOR) {
-        if (m->ndim != x->ndim || sj_numel(v->meta) != 1)
+        /* a value of one row per selected element (x[m] = y[m], x[m] *= 2): whether its
+         * length is the mask's count is data, so the assignment (which always runs as the
+         * library's own setitem) checks it when it runs and raises as eager does */
+        const TensorMeta *vm = v->meta;
+        int counted = vm->ndim == 1 + x->ndim - m->ndim;
+        for (int i = 1; counted > 0 && i < vm->ndim; i++)
+            counted = sj_dims_equal(vm, i, x, m->ndim + i - 1, err);
+        if (counted < 0)
+            return -1;
+        /* one element broadcasts to any selection of at least its rank */
+        if (!counted && (vm->ndim > 1 + x->ndim - m->ndim || sj_numel(v->meta) != 1))
             return sj_err(err, "assigning a tensor through a boolean mask depends on the "
                           "number of selected elements");
     } else if (!v || v->kind != BA_CONST || !PyNumber_Check(v->value)) {

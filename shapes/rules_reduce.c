@@ -56,16 +56,14 @@ static void reduce_shape(const TensorMeta *x, unsigned mask, int keepdim, Tensor
 }
 
 /* The sum/prod accumulator: torch widens every integer and bool to int64; numpy to its
- * default int for the signed types narrower than it (and to uint64 for unsigned, which
- * shapejit has no dtype for). */
+ * default int for the signed types narrower than it, and to uint64 for unsigned ones. */
 static int sum_dtype(Lib lib, DType d, DType *out, ShapeErr *err)
 {
+    (void)err;
     *out = d;
     if (dtype_info[d].category > CAT_INT)
         return 0;
-    if (lib == LIB_NUMPY && d == DT_U8)
-        return sj_err(err, "numpy sums uint8 in uint64, which is not supported");
-    *out = DT_I64;
+    *out = lib == LIB_NUMPY && dtype_is_unsigned(d) ? DT_U64 : DT_I64;
     return 0;
 }
 

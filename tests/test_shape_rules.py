@@ -28,7 +28,7 @@ TORCH_DTYPES = {
     "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
     "complex64": torch.complex64, "complex128": torch.complex128,
 }
-SUPPORTED = set(TORCH_DTYPES)
+SUPPORTED = set(TORCH_DTYPES) | {"uint16", "uint32", "uint64"}   # the wide unsigned ones: numpy only
 MAIN_DTYPES = ["float32", "float64", "int64", "int32", "bool", "float16"]
 
 
@@ -279,7 +279,7 @@ def reduce_cases(lib, row):
     if lib == "numpy" and row[1] == "CK_NUMPY" and op not in ("softmax",):
         cases.append(Case([npscalar("float32")]))
     if op in ("sum", "prod") and lib == "numpy":
-        cases.append(Case([mk(lib, "uint8", (3,))], refuse=True))
+        cases += [Case([mk(lib, "uint8", (3,))]), Case([mk(lib, "uint32", (3,))])]   # in uint64
     return cases
 
 
@@ -694,6 +694,39 @@ def nonzero_cases(lib, row):
     return cases
 
 
+def flatnonzero_cases(lib, row):
+    return [Case([mk(lib, dt, sh)]) for dt in ("float32", "int64", "bool") for sh in SHAPES]
+
+
+def unique_cases(lib, row):
+    cases = [Case([mk(lib, dt, sh)]) for dt in ("float32", "int64", "bool", "uint16") for sh in SHAPES]
+    x = mk(lib, "int64", (3, 4))
+    cases += [Case([x], {"return_counts": True}), Case([x, True]), Case([x, True, False, True]),
+              Case([x], {"return_inverse": True}, refuse=True), Case([x], {"axis": 0}, refuse=True)]
+    return cases
+
+
+def ufunc_scan_cases(lib, row):
+    """np.maximum.accumulate(a, axis): a's shape and dtype along any valid axis."""
+    cases = [Case([mk(lib, dt, (3, 4)), ax]) for dt in MAIN_DTYPES + ["uint16", "int8"] for ax in (0, 1, -1)]
+    cases += [Case([mk(lib, "float32", (5,))]), Case([mk(lib, "float32", (3, 4)), 2]),
+              Case([mk(lib, "float32", (3, 4))], {"axis": 1})]
+    return cases
+
+
+def ufunc_at_cases(lib, row):
+    """np.add.at(a, indices, b): in place, whatever the kind of the value."""
+    ix = np.array([0, 1, 1, 3])
+    cases = [Case([mk(lib, dt, (5,)), ix, 1]) for dt in ("float32", "float64", "int64", "int32", "uint16")]
+    cases += [Case([mk(lib, "float64", (5,)), ix, mk(lib, "float64", (4,))]),
+              Case([mk(lib, "float32", (3, 4)), (np.array([0, 2]), np.array([1, 1])), 2.5]),
+              Case([mk(lib, "float32", (3, 4)), 1, mk(lib, "float32", (4,))]),
+              Case([mk(lib, "int64", (5,)), ix, 1.5]),                      # cast back unsafely
+              Case([mk(lib, "int64", (5,)), ix, mk(lib, "float32", (4,))]),
+              Case([mk(lib, "int64", (5,)), ix, "x"])]   # eager raises
+    return cases
+
+
 def masked_select_cases(lib, row):
     cases = [Case([mk(lib, dt, sh), mk(lib, "bool", sh)]) for dt in ("float32", "int64") for sh in SHAPES]
     cases.append(Case([mk(lib, "float32", (2, 3)), mk(lib, "bool", (3,))]))       # mask broadcasts
@@ -762,7 +795,9 @@ def setitem_cases(lib, row):
         m = mk(l, "bool", (5, 6))
         cases += [Case([x, m, -1.0]), Case([x, mk(l, "bool", (5,)), 2.0]),
                   Case([x, m, mk(l, "float32", ())]), Case([x, mk(l, "bool", (6,)), 0.0]),
-                  Case([x, m, mk(l, "float32", (3,))], refuse=True)]
+                  # one value per selected element (mk's masks are all True): whether the
+                  # lengths agree is data, checked by the library's setitem when it runs
+                  Case([x, m, mk(l, "float32", (30,))]), Case([x, mk(l, "bool", (5,)), mk(l, "float32", (5, 6))])]
     return cases
 
 
@@ -824,7 +859,8 @@ FAMILIES = {
     "rule_adaptive_pool": adaptive_cases, "rule_embedding": embedding_cases, "rule_sdpa": sdpa_cases,
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
-    "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
+    "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases,
+    "rule_flatnonzero": flatnonzero_cases, "rule_unique": unique_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
 }
 
 
@@ -888,7 +924,7 @@ def run_case(row, case):
     if case.refuse:
         return f"expected a refusal, rule gave {got}"
     got = [tuple(g) for g in got]
-    if op in ("nonzero", "masked_select"):   # the data decides the rows: the rule gives the stand-in
+    if op in ("nonzero", "masked_select", "flatnonzero", "unique"):   # the data decides the rows: the rule gives the stand-in
         want = [(d, (UNBACKED_HINT,) + sh[1:], sc) for d, sh, sc in want]
     if got != want:
         return f"rule gave {got}, eager gave {want}"
@@ -917,8 +953,10 @@ def fmt_args(case):
 
 def test_rows_resolve_uniquely():
     seen = {}
+    alive = []   # bound methods (numpy.add.at) are fresh objects: keep each alive so ids stay unique
     for row in ROWS:
         obj = resolve(row[2])
+        alive.append(obj)
         assert id(obj) not in seen, f"{row[2]} is the same object as {seen[id(obj)]}"
         seen[id(obj)] = row[2]
 

@@ -177,7 +177,9 @@ def test_numpy_still_read():
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, ::2].transpose(2, 0, 1)
     assert _C._tensor_read(a) == ("float32", a.shape, tuple(s // 4 for s in a.strides), False, "slow")
     assert _C._tensor_read(np.float64(1.0)) == ("float64", (), (), False, "slow")
-    assert _C._tensor_read(np.zeros(2, dtype=np.uint16)) is None
+    assert _C._tensor_read(np.zeros(2, dtype=np.uint16)) == ("uint16", (2,), (1,), False, "slow")
+    assert _C._tensor_read(np.zeros(2, dtype="datetime64[s]")) is None
+    assert _C._tensor_read(torch.zeros(2, dtype=torch.uint16)) is None   # numpy-only dtype
 
 
 @pytest.mark.parametrize("mode", ["torch.inference_mode()", "torch.no_grad()"])

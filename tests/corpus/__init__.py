@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more,
     uncapturable, t_breaks, np_breaks, np_scalars,
+    np_mech, t_npmix,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -40,6 +41,10 @@ ORACLE_DIFFERENCES = {
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_loop_enumerate":
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
+    "t_npmix_mask_assign_from_other":
+        "torch.compile compiles an op-less graph (it returns its inputs) before a mask selection that is the frame's first op; shapejit makes no graph without ops",
+    "t_npmix_tensor_numpy":
+        "torch.compile traces numpy code on Tensor.numpy() results through torch._numpy (one graph); shapejit breaks at Tensor.numpy(), since a graph holds values of one library and the array shares the tensor's memory",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
