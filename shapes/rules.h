@@ -93,6 +93,11 @@ int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, Te
 /* The argument named name, or NULL when absent or None. */
 const BoundArg *ba_get(const BoundArgs *b, const char *name);
 
+/* The named result type numpy gives op's multi-output call with these arguments
+ * (numpy.linalg's namedtuples) as "module:qualname", or NULL for a plain tuple.
+ * shapes/rules_np_more.c. */
+const char *shapes_np_result_type(OpId op, const BoundArgs *b);
+
 /* ---- binding ---- */
 /* Bind positional and keyword arguments to a schema from callables.def. pos/npos are the
  * positional arguments (for methods the receiver first), kwnames/kw/nkw the keywords.
