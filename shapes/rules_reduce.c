@@ -398,9 +398,31 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         const BoundArg *e = ba_get(b, ends[k]);
         if (!e)
             continue;
-        if (e->kind != BA_TENSOR || lib != LIB_TORCH)
-            return sj_err(err, "diff %s= other than a torch tensor is not supported", ends[k]);
-        const TensorMeta *m = e->meta;
+        TensorMeta scalar;   /* numpy: a Python number is a 0-d array of its default type */
+        const TensorMeta *m = e->kind == BA_TENSOR ? e->meta : NULL;
+        if (!m && lib == LIB_NUMPY && e->kind == BA_CONST && !e->data &&
+            (PyBool_Check(e->value) || PyLong_CheckExact(e->value) || PyFloat_CheckExact(e->value))) {
+            int overflow = 0;
+            if (PyLong_CheckExact(e->value))
+                PyLong_AsLongLongAndOverflow(e->value, &overflow);
+            if (overflow)
+                return sj_err(err, "diff %s= holds an int outside int64", ends[k]);
+            sj_meta(&scalar, lib, PyBool_Check(e->value) ? DT_BOOL : PyFloat_CheckExact(e->value) ? DT_F64 : DT_I64);
+            m = &scalar;
+        }
+        if (!m)
+            return sj_err(err, "diff %s= other than an array or a Python number is not supported", ends[k]);
+        if (m->ndim == 0 && lib == LIB_NUMPY) {
+            /* numpy broadcasts a 0-d end to one slice along the axis, then concatenates */
+            DType p;
+            if (promote_pair(lib, dt, (DType)m->dtype, &p, err))
+                return -1;
+            dt = p;
+            len += 1;
+            if (slen && !(slen = sym_add(sj_symctx->env, slen, sym_const(sj_symctx->env, 1))))
+                return sj_sym_error(err);
+            continue;
+        }
         if (m->ndim != x->ndim)
             return sj_err(err, "diff %s= must have the input's rank", ends[k]);
         DType p;
