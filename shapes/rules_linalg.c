@@ -368,8 +368,10 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
             out->size[nd++] = label_size[(int)*c];
         }
-        if (nell > 0 && !out_ell)
-            return sj_err(err, "einsum: the output has no '...' for the broadcast dims of the inputs");
+        /* torch sums broadcast dims the output leaves out; numpy refuses them */
+        if (nell > 0 && !out_ell && lib == LIB_NUMPY)
+            return sj_err(err, "output has more dimensions than subscripts given in einstein sum, "
+                          "but no '...' ellipsis provided to broadcast the extra dimensions.");
     } else {
         for (int j = 0; j < nell; j++)
             out->size[nd++] = ell[SJ_MAX_RANK - nell + j];

@@ -440,11 +440,8 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     sj_meta(out, lib, dt);
     if (vars == 1) {
         out->ndim = 0;   /* the (1, 1) result is squeezed to a 0-d array */
-        if (op == OP_NP_CORRCOEF) {
+        if (op == OP_NP_CORRCOEF)
             out->np_scalar = 1;   /* c / c of two 0-d arrays */
-            if (dtype_info[dt].category == CAT_COMPLEX)
-                return sj_err(err, "corrcoef of one complex variable is not supported");
-        }
     } else {
         out->ndim = 2;
         out->size[0] = out->size[1] = vars;
@@ -661,12 +658,13 @@ int rule_np_kron(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 {
     (void)op;
     const BoundArg *ps[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    TensorMeta xm, ym;
+    if (array_like(ps[0], "a", &xm, err) || array_like(ps[1], "b", &ym, err))
         return -1;
+    const TensorMeta *x = &xm, *y = &ym;
+    /* kron multiplies asanyarray()s: a Python number is a strong 0-d array there */
     DType dt;
-    if (promote_args(lib, ps, 2, 0, &dt, NULL, err))
+    if (promote_pair(lib, (DType)x->dtype, (DType)y->dtype, &dt, err))
         return -1;
     int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
     sj_meta(out, lib, dt);
@@ -782,11 +780,7 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             return -1;
         if (wm.ndim != a.ndim || memcmp(wm.size, a.size, sizeof(int64_t) * a.ndim))
             return sj_err(err, "weights should have the same shape as a.");
-        ht = (DType)wm.dtype;
-        if (ht == DT_BOOL || dtype_info[ht].category == CAT_COMPLEX || ht == DT_F16 || ht == DT_BF16)
-            return sj_err(err, "histogram: %s weights are not supported", dtype_info[ht].name);
-        if (dtype_info[ht].category == CAT_INT)
-            ht = DT_I64;
+        ht = (DType)wm.dtype;   /* the counts accumulate in the weights' own dtype */
     }
     if (density)
         ht = DT_F64;

@@ -160,7 +160,8 @@ def np_op2_tensordot_axes_forms(a, b, c):
 
 @numpy_case(lambda: (A(2, 2), A(2, 3), AI(3), A(2, 1, 2)))
 def np_op2_kron_ranks_dtypes(a, b, k, t):
-    return np.kron(a, b), np.kron(k, a), np.kron(a, t), np.kron(k, k), np.kron(k > 4, k > 4)
+    return (np.kron(a, b), np.kron(k, a), np.kron(a, t), np.kron(k, k), np.kron(k > 4, k > 4),
+            np.kron(a.astype(np.float32), 2), np.kron([1.0, -1.0], k))
 
 
 # ---- data movement --------------------------------------------------------------------
