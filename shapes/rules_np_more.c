@@ -99,10 +99,7 @@ static int const_str(const BoundArgs *b, const char *name, const char *dflt, con
     return 0;
 }
 
-/* The metadata of an array-like argument: a graph array, or a constant (a Python number,
- * or a flat list/tuple of Python numbers) whose numpy dtype is int64, float64, complex128
- * or bool as numpy.asarray gives it. Returns 0, or -1 with err set. */
-static int array_like(const BoundArg *a, const char *what, TensorMeta *out, ShapeErr *err)
+int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, ShapeErr *err)
 {
     if (!a)
         return sj_err(err, "%s is required", what);
@@ -113,6 +110,17 @@ static int array_like(const BoundArg *a, const char *what, TensorMeta *out, Shap
     if (a->kind != BA_CONST || a->data)
         return sj_err(err, "%s must be an array or a constant sequence of numbers", what);
     PyObject *v = a->value;   /* borrowed */
+    const char *why;
+    int r = meta_from_value(v, out, NULL, &why);   /* a numpy scalar or array constant */
+    if (r < 0) {
+        sj_err_clear();
+        return sj_err(err, "%s: unreadable constant", what);
+    }
+    if (r == 0) {
+        if (out->lib != LIB_NUMPY)
+            return sj_err(err, "%s: a torch tensor constant in a numpy call", what);
+        return 0;
+    }
     sj_meta(out, LIB_NUMPY, DT_I64);
     int rank = 0;
     PyObject *items = NULL;
@@ -311,7 +319,7 @@ int rule_np_solve(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     const TensorMeta *a = sj_tensor(b, "input", err);
     const BoundArg *ob = a ? ba_get(b, "other") : NULL;
     TensorMeta bm;
-    if (!a || la_square(a, err) || array_like(ob, "b", &bm, err))
+    if (!a || la_square(a, err) || sj_np_array_like(ob, "b", &bm, err))
         return -1;
     const TensorMeta *both[2] = {a, &bm};
     DType dt;
@@ -360,7 +368,7 @@ int rule_np_lstsq(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     const TensorMeta *a = sj_tensor(b, "input", err);
     const BoundArg *ob = a ? ba_get(b, "other") : NULL;
     TensorMeta bm;
-    if (!a || array_like(ob, "b", &bm, err))
+    if (!a || sj_np_array_like(ob, "b", &bm, err))
         return -1;
     if (a->ndim != 2)
         return sj_err(err, "%d-dimensional array given. Array must be two-dimensional", a->ndim);
@@ -412,7 +420,7 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     const BoundArg *ya = ba_get(b, "y");
     if (ya) {
         TensorMeta ym;
-        if (array_like(ya, "y", &ym, err))
+        if (sj_np_array_like(ya, "y", &ym, err))
             return -1;
         if (ym.ndim > 2)
             return sj_err(err, "y has more than 2 dimensions");
@@ -477,7 +485,7 @@ int rule_np_trapezoid(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     int rc;
     if (xa) {
         TensorMeta xm;
-        if (array_like(xa, "x", &xm, err)) {
+        if (sj_np_array_like(xa, "x", &xm, err)) {
             Py_DECREF(f2);
             return -1;
         }
@@ -543,8 +551,8 @@ int rule_np_interp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 {
     (void)op;
     TensorMeta x, xp, fp;
-    if (array_like(ba_get(b, "input"), "x", &x, err) || array_like(ba_get(b, "xp"), "xp", &xp, err) ||
-        array_like(ba_get(b, "fp"), "fp", &fp, err))
+    if (sj_np_array_like(ba_get(b, "input"), "x", &x, err) || sj_np_array_like(ba_get(b, "xp"), "xp", &xp, err) ||
+        sj_np_array_like(ba_get(b, "fp"), "fp", &fp, err))
         return -1;
     if (xp.ndim != 1 || fp.ndim != 1)
         return sj_err(err, "object too deep for desired array");
@@ -659,7 +667,7 @@ int rule_np_kron(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     (void)op;
     const BoundArg *ps[2] = {ba_get(b, "input"), ba_get(b, "other")};
     TensorMeta xm, ym;
-    if (array_like(ps[0], "a", &xm, err) || array_like(ps[1], "b", &ym, err))
+    if (sj_np_array_like(ps[0], "a", &xm, err) || sj_np_array_like(ps[1], "b", &ym, err))
         return -1;
     const TensorMeta *x = &xm, *y = &ym;
     /* kron multiplies asanyarray()s: a Python number is a strong 0-d array there */
@@ -695,8 +703,8 @@ int rule_np_searchsorted(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, 
 {
     TensorMeta sorted, v;
     int ss = op == OP_NP_SEARCHSORTED;
-    if (array_like(ba_get(b, ss ? "input" : "bins"), ss ? "a" : "bins", &sorted, err) ||
-        array_like(ba_get(b, ss ? "values" : "input"), ss ? "v" : "x", &v, err))
+    if (sj_np_array_like(ba_get(b, ss ? "input" : "bins"), ss ? "a" : "bins", &sorted, err) ||
+        sj_np_array_like(ba_get(b, ss ? "values" : "input"), ss ? "v" : "x", &v, err))
         return -1;
     if (sorted.ndim != 1)
         return sj_err(err, ss ? "object too deep for desired array" : "bins must be one-dimensional");
@@ -729,7 +737,7 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
 {
     (void)op;
     TensorMeta a;
-    if (array_like(ba_get(b, "input"), "a", &a, err))
+    if (sj_np_array_like(ba_get(b, "input"), "a", &a, err))
         return -1;
     if (dtype_info[a.dtype].category == CAT_COMPLEX)
         return sj_err(err, "histogram of complex values is not supported");
@@ -757,7 +765,7 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
         edges.ndim = 1;
         edges.size[0] = nbins + 1;
     } else {
-        if (array_like(bins, "bins", &edges, err))
+        if (sj_np_array_like(bins, "bins", &edges, err))
             return -1;
         if (edges.ndim != 1)
             return sj_err(err, "`bins` must be 1d, when an array");
@@ -776,7 +784,7 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     const BoundArg *w = ba_get(b, "weights");
     if (w) {
         TensorMeta wm;
-        if (array_like(w, "weights", &wm, err))
+        if (sj_np_array_like(w, "weights", &wm, err))
             return -1;
         if (wm.ndim != a.ndim || memcmp(wm.size, a.size, sizeof(int64_t) * a.ndim))
             return sj_err(err, "weights should have the same shape as a.");
@@ -814,7 +822,7 @@ int rule_np_bincount(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     const BoundArg *w = ba_get(b, "weights");
     if (w) {
         TensorMeta wm;
-        if (array_like(w, "weights", &wm, err))
+        if (sj_np_array_like(w, "weights", &wm, err))
             return -1;
         if (wm.ndim != 1 || wm.size[0] != x->size[0])
             return sj_err(err, "The weights and list don't have the same length.");

@@ -398,20 +398,15 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         const BoundArg *e = ba_get(b, ends[k]);
         if (!e)
             continue;
-        TensorMeta scalar;   /* numpy: a Python number is a 0-d array of its default type */
+        TensorMeta asarray;   /* numpy: the end as np.asanyarray makes it (a Python number is strong there) */
         const TensorMeta *m = e->kind == BA_TENSOR ? e->meta : NULL;
-        if (!m && lib == LIB_NUMPY && e->kind == BA_CONST && !e->data &&
-            (PyBool_Check(e->value) || PyLong_CheckExact(e->value) || PyFloat_CheckExact(e->value))) {
-            int overflow = 0;
-            if (PyLong_CheckExact(e->value))
-                PyLong_AsLongLongAndOverflow(e->value, &overflow);
-            if (overflow)
-                return sj_err(err, "diff %s= holds an int outside int64", ends[k]);
-            sj_meta(&scalar, lib, PyBool_Check(e->value) ? DT_BOOL : PyFloat_CheckExact(e->value) ? DT_F64 : DT_I64);
-            m = &scalar;
+        if (!m && lib == LIB_NUMPY) {
+            if (sj_np_array_like(e, ends[k], &asarray, err))
+                return -1;
+            m = &asarray;
         }
         if (!m)
-            return sj_err(err, "diff %s= other than an array or a Python number is not supported", ends[k]);
+            return sj_err(err, "diff %s= other than a tensor is not supported", ends[k]);
         if (m->ndim == 0 && lib == LIB_NUMPY) {
             /* numpy broadcasts a 0-d end to one slice along the axis, then concatenates */
             DType p;

@@ -212,7 +212,8 @@ def np_op2_diff_order_axis(a, k):
 @numpy_case(lambda: (A(5, 4), AI(6)))
 def np_op2_diff_prepend_append(a, k):
     return (np.diff(a, prepend=0), np.diff(a, append=a[:, -1:]), np.diff(k, prepend=k[0], append=100),
-            np.diff(a, axis=0, prepend=np.zeros((1, 4))), np.diff(k, prepend=1.5))
+            np.diff(a, axis=0, prepend=np.zeros((1, 4))), np.diff(k, prepend=1.5),
+            np.diff(k.astype(np.int32), prepend=np.int64(0)), np.diff(k, append=[1.0, 2.0]))
 
 
 # ---- integration and interpolation ----------------------------------------------------
