@@ -54,31 +54,33 @@ static int la_square(const TensorMeta *x, ShapeErr *err)
     return eq ? 0 : sj_err(err, "Last 2 dimensions of the array must be square");
 }
 
-/* out = x's first `keep` dims, then the dims listed (a dim of x by index, or a constant
- * size when the index is -1 - size). */
-static int la_shape(TensorMeta *out, const TensorMeta *x, int keep, const int *dims, int ndims)
+/* In a la_shape dims list: min(m, n) of x's two last dims (svd's and qr's k). */
+#define LA_K (-1)
+
+/* out = x's first `keep` dims, then the dims listed: a dim of x by index, or LA_K. A
+ * symbolic k is min(m, n) as an expression (no guard). 0, or -1 with err set. */
+static int la_shape(TensorMeta *out, const TensorMeta *x, int keep, const int *dims, int ndims,
+                    ShapeErr *err)
 {
     if (keep + ndims > SJ_MAX_RANK)
-        return -1;
+        return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     for (int i = 0; i < keep; i++)
         sj_copy_dim(out, i, x, i);
+    int m = x->ndim - 2, n = x->ndim - 1;
     for (int k = 0; k < ndims; k++) {
-        if (dims[k] >= 0) {
+        if (dims[k] != LA_K) {
             sj_copy_dim(out, keep + k, x, dims[k]);
+        } else if (sj_symctx && (x->sym[m] || x->sym[n])) {
+            SymNode *a = sj_dimsym(x, m, err), *b = a ? sj_dimsym(x, n, err) : NULL;
+            if (!b || sj_set_dim(out, keep + k, sym_min(sj_symctx->env, a, b), err))
+                return -1;
         } else {
-            out->size[keep + k] = -1 - dims[k];
+            out->size[keep + k] = x->size[m] < x->size[n] ? x->size[m] : x->size[n];
             out->sym[keep + k] = NULL;
         }
     }
     out->ndim = (unsigned char)(keep + ndims);
     return 0;
-}
-
-/* The smaller of dims i and j of x (symbolic rules are not used for the callers: the
- * arguments arrive specialised). */
-static int64_t min_dim(const TensorMeta *x, int i, int j)
-{
-    return x->size[i] < x->size[j] ? x->size[i] : x->size[j];
 }
 
 static int const_str(const BoundArgs *b, const char *name, const char *dflt, const char **out,
@@ -193,7 +195,8 @@ int rule_np_det(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!x || la_square(x, err) || la_type(x, &dt, err))
         return -1;
     sj_meta(out, lib, dt);
-    la_shape(out, x, x->ndim - 2, NULL, 0);
+    if (la_shape(out, x, x->ndim - 2, NULL, 0, err))
+        return -1;
     sj_np_scalarize(lib, out);
     if (op == OP_NP_SLOGDET) {
         out[1] = out[0];
@@ -219,7 +222,8 @@ int rule_np_eigh(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return sj_err(err, "UPLO argument must be 'L' or 'U'");
     int nd = x->ndim;
     sj_meta(&out[0], lib, promote_real_of(dt));
-    la_shape(&out[0], x, nd - 1, NULL, 0);
+    if (la_shape(&out[0], x, nd - 1, NULL, 0, err))
+        return -1;
     *nout = 1;
     if (op == OP_NP_EIGH) {
         out[1] = *x;
@@ -248,11 +252,11 @@ int rule_np_svd(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int nd = x->ndim, bd = nd - 2;
     if (herm && la_square(x, err))
         return -1;
-    int64_t k = min_dim(x, bd, bd + 1);
-    int ks[1] = {-1 - (int)k};
+    int ks[1] = {LA_K};
     TensorMeta s;
     sj_meta(&s, lib, promote_real_of(dt));
-    la_shape(&s, x, bd, ks, 1);
+    if (la_shape(&s, x, bd, ks, 1, err))
+        return -1;
     if (!uv) {
         out[0] = s;
         *nout = 1;
@@ -260,9 +264,9 @@ int rule_np_svd(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     }
     sj_meta(&out[0], lib, dt);
     sj_meta(&out[2], lib, dt);
-    int ud[2] = {bd, full ? bd : ks[0]}, vd[2] = {full ? bd + 1 : ks[0], bd + 1};
-    la_shape(&out[0], x, bd, ud, 2);
-    la_shape(&out[2], x, bd, vd, 2);
+    int ud[2] = {bd, full ? bd : LA_K}, vd[2] = {full ? bd + 1 : LA_K, bd + 1};
+    if (la_shape(&out[0], x, bd, ud, 2, err) || la_shape(&out[2], x, bd, vd, 2, err))
+        return -1;
     out[1] = s;
     *nout = 3;
     return 0;
@@ -283,32 +287,30 @@ int rule_np_qr(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     if (const_str(b, "mode", "reduced", &mode, err))
         return -1;
     int bd = x->ndim - 2;
-    int k = -1 - (int)min_dim(x, bd, bd + 1);
+    int k = LA_K;
     sj_meta(&out[0], lib, dt);
     sj_meta(&out[1], lib, dt);
+    int rc;
     if (!strcmp(mode, "reduced")) {
         int q[2] = {bd, k}, r[2] = {k, bd + 1};
-        la_shape(&out[0], x, bd, q, 2);
-        la_shape(&out[1], x, bd, r, 2);
+        rc = la_shape(&out[0], x, bd, q, 2, err) || la_shape(&out[1], x, bd, r, 2, err);
         *nout = 2;
     } else if (!strcmp(mode, "complete")) {
         int q[2] = {bd, bd}, r[2] = {bd, bd + 1};
-        la_shape(&out[0], x, bd, q, 2);
-        la_shape(&out[1], x, bd, r, 2);
+        rc = la_shape(&out[0], x, bd, q, 2, err) || la_shape(&out[1], x, bd, r, 2, err);
         *nout = 2;
     } else if (!strcmp(mode, "r")) {
         int r[2] = {k, bd + 1};
-        la_shape(&out[0], x, bd, r, 2);
+        rc = la_shape(&out[0], x, bd, r, 2, err);
         *nout = 1;
     } else if (!strcmp(mode, "raw")) {
         int h[2] = {bd + 1, bd}, tau[1] = {k};
-        la_shape(&out[0], x, bd, h, 2);
-        la_shape(&out[1], x, bd, tau, 1);
+        rc = la_shape(&out[0], x, bd, h, 2, err) || la_shape(&out[1], x, bd, tau, 1, err);
         *nout = 2;
     } else {
         return sj_err(err, "Unrecognized mode '%s'", mode);
     }
-    return 0;
+    return rc ? -1 : 0;
 }
 
 /* solve(a (..., m, m), b (m,) or (..., m, k)): b is one vector only when 1-d (numpy 2);
@@ -404,6 +406,26 @@ int rule_np_lstsq(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
 /* cov / corrcoef: observations in the columns (rowvar) or rows; y adds its variables.
  * (p, p) for p variables, a 0-d array for one variable given as a 1-d array (corrcoef then
  * gives a numpy scalar). The dtype is at least float64 unless dtype= is given. */
+/* The dims of cov's m (or y) holding its variables and its observations, -1 for an
+ * implicit 1 (a 0-d or 1-d input is one variable). */
+static void cov_dims(const TensorMeta *m, int rowvar, int *vd, int *od)
+{
+    *vd = m->ndim <= 1 ? -1 : rowvar ? 0 : 1;
+    *od = m->ndim == 0 ? -1 : m->ndim == 1 ? 0 : rowvar ? 1 : 0;
+}
+
+/* dim d of m as a node (d == -1: the constant 1); NULL with err set. */
+static SymNode *cov_sym(const TensorMeta *m, int d, ShapeErr *err)
+{
+    if (d < 0) {
+        SymNode *one = sym_const(sj_symctx->env, 1);
+        if (!one)
+            sj_sym_error(err);
+        return one;
+    }
+    return sj_dimsym(m, d, err);
+}
+
 int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -414,29 +436,28 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int rowvar;
     if (sj_get_bool(b, "rowvar", 1, &rowvar, err))
         return -1;
-    int64_t vars = x->ndim == 0 ? 1 : x->ndim == 1 ? 1 : x->size[rowvar ? 0 : 1];
-    int64_t obs = x->ndim == 0 ? 1 : x->ndim == 1 ? x->size[0] : x->size[rowvar ? 1 : 0];
+    int xv, xo;
+    cov_dims(x, rowvar, &xv, &xo);
     DType dt = (DType)x->dtype;
     const BoundArg *ya = ba_get(b, "y");
+    TensorMeta ym;
+    int yv = -1, yo = -1;
     if (ya) {
-        TensorMeta ym;
         if (sj_np_array_like(ya, "y", &ym, err))
             return -1;
         if (ym.ndim > 2)
             return sj_err(err, "y has more than 2 dimensions");
-        int64_t yv = ym.ndim <= 1 ? 1 : ym.size[rowvar ? 0 : 1];
-        int64_t yo = ym.ndim == 0 ? 1 : ym.ndim == 1 ? ym.size[0] : ym.size[rowvar ? 1 : 0];
-        if (yo != obs)
-            return sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
-        vars += yv;
+        cov_dims(&ym, rowvar, &yv, &yo);
+        /* m and y are stacked as rows: their observations must agree (guarded when
+         * symbolic) */
+        int eq = xo >= 0 && yo >= 0 ? sj_dims_equal(x, xo, &ym, yo, err)
+                 : xo >= 0 ? sj_dim_equals(x, xo, 1, err) : yo >= 0 ? sj_dim_equals(&ym, yo, 1, err) : 1;
+        if (eq <= 0)
+            return eq < 0 ? -1 : sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
         if (promote_pair(lib, dt, (DType)ym.dtype, &dt, err))
             return -1;
     }
-    for (int i = 0; i < b->n; i++) {
-        const char *nm = b->names[i];
-        if ((!strcmp(nm, "fweights") || !strcmp(nm, "aweights")) && ba_get(b, nm))
-            return sj_err(err, "cov: %s= is not supported", nm);
-    }
+    /* fweights/aweights scale the observations: no effect on the result's metadata */
     if (promote_pair(lib, dt, DT_F64, &dt, err))
         return -1;
     DType given;
@@ -446,15 +467,33 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (dtype_given)
         dt = given;
     sj_meta(out, lib, dt);
-    if (vars == 1) {
+    int one_var = 0;
+    if (!ya) {
+        one_var = xv < 0 ? 1 : sj_dim_equals(x, xv, 1, err);
+        if (one_var < 0)
+            return -1;
+    }
+    *nout = 1;
+    if (one_var) {
         out->ndim = 0;   /* the (1, 1) result is squeezed to a 0-d array */
         if (op == OP_NP_CORRCOEF)
             out->np_scalar = 1;   /* c / c of two 0-d arrays */
-    } else {
-        out->ndim = 2;
-        out->size[0] = out->size[1] = vars;
+        return 0;
     }
-    *nout = 1;
+    out->ndim = 2;
+    if (!ya) {
+        sj_copy_dim(out, 0, x, xv);
+        sj_copy_dim(out, 1, x, xv);
+        return 0;
+    }
+    if (sj_symctx) {
+        SymNode *a = cov_sym(x, xv, err), *c = a ? cov_sym(&ym, yv, err) : NULL;
+        if (!c)
+            return -1;
+        SymNode *v = sym_add(sj_symctx->env, a, c);
+        return sj_set_dim(out, 0, v, err) || sj_set_dim(out, 1, v, err) ? -1 : 0;
+    }
+    out->size[0] = out->size[1] = (xv < 0 ? 1 : x->size[xv]) + (yv < 0 ? 1 : ym.size[yv]);
     return 0;
 }
 
@@ -635,8 +674,9 @@ int rule_np_tensordot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
         int da, db;
         if (sj_dim(lib, ax[i], x->ndim, &da, err) || sj_dim(lib, bx[i], y->ndim, &db, err))
             return -1;
-        if (x->size[da] != y->size[db])
-            return sj_err(err, "shape-mismatch for sum");
+        int eq = sj_dims_equal(x, da, y, db, err);   /* guarded when symbolic */
+        if (eq <= 0)
+            return eq < 0 ? -1 : sj_err(err, "shape-mismatch for sum");
         if (useda[da] || usedb[db])
             return sj_err(err, "tensordot: repeated axis");
         useda[da] = usedb[db] = 1;
@@ -648,12 +688,12 @@ int rule_np_tensordot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     int k = 0;
     for (int i = 0; i < x->ndim; i++)
         if (!useda[i])
-            out->size[k++] = x->size[i];
+            sj_copy_dim(out, k++, x, i);
     for (int i = 0; i < y->ndim; i++)
         if (!usedb[i]) {
             if (k >= SJ_MAX_RANK)
                 return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-            out->size[k++] = y->size[i];
+            sj_copy_dim(out, k++, y, i);
         }
     out->ndim = (unsigned char)k;
     *nout = 1;   /* a 0-d result stays a 0-d array (numpy's dot of reshaped operands) */

@@ -63,16 +63,30 @@ def test_symbolic_rules_one_graph(fn, make):
     assert shapejit.stats()["graphs"] == 1
 
 
-def qr_svd_cov(a):
-    return np.linalg.qr(a), np.linalg.svd(a, full_matrices=False), np.cov(a), np.tensordot(a, a, axes=([0], [0]))
+def qr_svd_cov(a, y):
+    return (np.linalg.qr(a), np.linalg.qr(a.T, mode='complete'), np.linalg.svd(a, full_matrices=False),
+            np.linalg.svd(a.T), np.cov(a), np.cov(a, y, rowvar=False), np.corrcoef(a.T),
+            np.tensordot(a, a, axes=([0], [0])), np.tensordot(a, a.T, axes=1))
 
 
-def test_specialised_rules_recompile_per_size_and_stay_right():
+def test_min_dims_and_stacked_variables_are_symbolic():
     cf = shapejit.compile(qr_svd_cov, dynamic=True)
-    for n in (3, 5, 3):
-        a = A(n + 1, n)
-        same(cf(a), qr_svd_cov(a))
-    assert shapejit.stats()["graphs"] == 2   # the sizes are guarded by value: one graph per size
+    for n in (3, 5, 8):
+        a, y = A(n + 1, n), A(n + 1)
+        same(cf(a, y), qr_svd_cov(a, y))
+    assert shapejit.stats()["graphs"] == 1
+
+
+def hist(a):
+    return np.histogram(a, bins=4)
+
+
+def test_specialised_rule_recompiles_per_size_and_stays_right():
+    cf = shapejit.compile(hist, dynamic=True)
+    for n in (6, 9, 6):
+        a = A(n)
+        same(cf(a), hist(a))
+    assert shapejit.stats()["graphs"] == 2   # histogram's sizes are guarded by value
 
 
 # ---- data-dependent lengths -------------------------------------------------------------

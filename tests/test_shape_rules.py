@@ -889,7 +889,9 @@ def np_cov_cases(lib, row):
               Case([mk(lib, "float64", (2, 5)), mk(lib, "float64", (4,))]),
               Case([mk(lib, "float64", (2, 3, 5))])]
     if row[3] == "np_cov":
-        cases += [Case([mk(lib, "float64", (2, 5))], {"ddof": 0}), Case([mk(lib, "float64", (2, 5))], {"bias": True})]
+        cases += [Case([mk(lib, "float64", (2, 5))], {"ddof": 0}), Case([mk(lib, "float64", (2, 5))], {"bias": True}),
+                  Case([mk(lib, "float32", (2, 5))], {"fweights": mk(lib, "int64", (5,))}),
+                  Case([mk(lib, "float32", (2, 5))], {"aweights": mk(lib, "float64", (5,))})]
     return cases
 
 
