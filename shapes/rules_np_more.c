@@ -811,7 +811,7 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             return sj_err(err, "`bins` must be 1d, when an array");
         if (edges.size[0] < 1)
             return sj_err(err, "`bins` must have at least one edge");
-        nbins = edges.size[0] - 1;
+        nbins = edges.size[0] - 1;   /* symbolic: set below from the edges' symbol */
         edges.lib = (unsigned char)lib;
         edges.np_scalar = 0;
         if (ba_get(b, "range"))
@@ -826,8 +826,11 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
         TensorMeta wm;
         if (sj_np_array_like(w, "weights", &wm, err))
             return -1;
-        if (wm.ndim != a.ndim || memcmp(wm.size, a.size, sizeof(int64_t) * a.ndim))
-            return sj_err(err, "weights should have the same shape as a.");
+        int eq = wm.ndim == a.ndim;
+        for (int i = 0; eq == 1 && i < a.ndim; i++)
+            eq = sj_dims_equal(&wm, i, &a, i, err);   /* guarded when symbolic */
+        if (eq <= 0)
+            return eq < 0 ? -1 : sj_err(err, "weights should have the same shape as a.");
         ht = (DType)wm.dtype;   /* the counts accumulate in the weights' own dtype */
     }
     if (density)
@@ -835,6 +838,11 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     sj_meta(&out[0], lib, ht);
     out[0].ndim = 1;
     out[0].size[0] = nbins;
+    if (edges.sym[0] && sj_symctx) {
+        SymNode *e = sj_dimsym(&edges, 0, err), *one = e ? sym_const(sj_symctx->env, 1) : NULL;
+        if (!e || !one || sj_set_dim(&out[0], 0, sym_sub(sj_symctx->env, e, one), err))
+            return e && !one ? sj_sym_error(err) : -1;
+    }
     out[1] = edges;
     *nout = 2;
     return 0;
@@ -864,8 +872,9 @@ int rule_np_bincount(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
         TensorMeta wm;
         if (sj_np_array_like(w, "weights", &wm, err))
             return -1;
-        if (wm.ndim != 1 || wm.size[0] != x->size[0])
-            return sj_err(err, "The weights and list don't have the same length.");
+        int eq = wm.ndim == 1 ? sj_dims_equal(&wm, 0, x, 0, err) : 0;   /* guarded when symbolic */
+        if (eq <= 0)
+            return eq < 0 ? -1 : sj_err(err, "The weights and list don't have the same length.");
         if (dtype_info[wm.dtype].category == CAT_COMPLEX)
             return sj_err(err, "bincount: complex weights are not supported");
         dt = DT_F64;

@@ -77,16 +77,29 @@ def test_min_dims_and_stacked_variables_are_symbolic():
     assert shapejit.stats()["graphs"] == 1
 
 
-def hist(a):
-    return np.histogram(a, bins=4)
+def hist(a, w, edges):
+    return np.histogram(a, bins=4), np.histogram(a, bins=edges, weights=w), np.digitize(a, edges)
+
+
+def test_histogram_over_changing_sample_counts_one_graph():
+    cf = shapejit.compile(hist, dynamic=True)
+    for n in (6, 9, 13):
+        a, w, edges = A(n), RNG.random(n), np.sort(A(n - 3))
+        same(cf(a, w, edges), hist(a, w, edges))
+    assert shapejit.stats()["graphs"] == 1
+
+
+def lstsq_x(a, b):
+    return np.linalg.lstsq(a, b, rcond=None)[0]
 
 
 def test_specialised_rule_recompiles_per_size_and_stays_right():
-    cf = shapejit.compile(hist, dynamic=True)
-    for n in (6, 9, 6):
-        a = A(n)
-        same(cf(a), hist(a))
-    assert shapejit.stats()["graphs"] == 2   # histogram's sizes are guarded by value
+    with shapejit.config.patch(capture_dynamic_output_shape_ops=True):
+        cf = shapejit.compile(lstsq_x, dynamic=True)
+        for n in (6, 9, 6):
+            a, b = A(n, 3), A(n)
+            same(cf(a, b), lstsq_x(a, b))
+        assert shapejit.stats()["graphs"] == 2   # lstsq's sizes are guarded by value
 
 
 # ---- data-dependent lengths -------------------------------------------------------------
@@ -157,3 +170,13 @@ def _raises_like_eager(fn, *args):
 ])
 def test_bad_arguments_raise_as_eager(fn, args):
     _raises_like_eager(fn, *args)
+
+
+def test_bincount_symbolic_input_and_unbacked_output_one_graph():
+    with shapejit.config.patch(capture_dynamic_output_shape_ops=True):
+        cf = shapejit.compile(bincount_stats, dynamic=True, fullgraph=True)
+        for n, hi in ((10, 4), (17, 9), (25, 3)):
+            k = RNG.integers(0, hi, n)
+            w = RNG.random(n)
+            same(cf(k, w), bincount_stats(k, w))
+        assert shapejit.stats()["graphs"] == 1
