@@ -509,25 +509,23 @@ int rule_np_trapezoid(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     int d;
     if (sj_get_int(b, "dim", -1, &ax, err) || sj_dim(lib, ax, y->ndim, &d, err))
         return -1;
-    /* (y[1:] + y[:-1]) keeps y's dtype (a bool sum is bool: numpy's or), then * d and / 2.0 */
+    /* d * (y[1:] + y[:-1]) / 2.0, d being dx (numpy's default dx=1.0, a Python float) or
+     * diff(x); y[1:] + y[:-1] keeps y's dtype (a bool sum is numpy's or) */
     DType dt = (DType)y->dtype;
     const BoundArg *xa = ba_get(b, "x");
     const BoundArg *dxa = ba_get(b, "dx");
     BoundArg yb = {.kind = BA_TENSOR, .meta = y};
-    BoundArg two = {.kind = BA_CONST, .value = NULL};
-    PyObject *f2 = PyFloat_FromDouble(2.0);   /* new */
+    PyObject *f2 = PyFloat_FromDouble(2.0);   /* new: stands for 2.0 and the default dx */
     if (!f2) {
         sj_err_clear();
         return sj_err(err, "out of memory");
     }
-    two.value = f2;
-    int rc;
+    BoundArg two = {.kind = BA_CONST, .value = f2};
+    int rc = -1;
+    TensorMeta xm, pm;
     if (xa) {
-        TensorMeta xm;
-        if (sj_np_array_like(xa, "x", &xm, err)) {
-            Py_DECREF(f2);
-            return -1;
-        }
+        if (sj_np_array_like(xa, "x", &xm, err))
+            goto done;
         /* the sizes are compared as the rule compares sizes (guarded when symbolic) */
         int ok = 0;
         if (xm.ndim == 1)
@@ -537,37 +535,31 @@ int rule_np_trapezoid(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             for (int i = 0; ok == 1 && i < y->ndim; i++)
                 ok = sj_dims_equal(&xm, i, y, i, err);
         }
-        if (ok < 0) {
-            Py_DECREF(f2);
-            return -1;
+        if (ok <= 0) {
+            if (ok == 0)
+                sj_err(err, "trapezoid: x must be 1-d along axis or have y's shape");
+            goto done;
         }
-        if (!ok) {
-            Py_DECREF(f2);
-            return sj_err(err, "trapezoid: x must be 1-d along axis or have y's shape");
+        if (xm.dtype == DT_BOOL) {   /* diff(x) of bools raises */
+            sj_err(err, "numpy boolean subtract, the `-` operator, is not supported");
+            goto done;
         }
         xm.np_scalar = 0;
-        /* diff(x) keeps x's dtype (bool diff raises) */
-        if (xm.dtype == DT_BOOL) {
-            Py_DECREF(f2);
-            return sj_err(err, "numpy boolean subtract, the `-` operator, is not supported");
-        }
         BoundArg xb = {.kind = BA_TENSOR, .meta = &xm};
         const BoundArg *ps[2] = {&yb, &xb};
-        rc = promote_args(lib, ps, 2, 0, &dt, NULL, err);
+        if (promote_args(lib, ps, 2, 0, &dt, NULL, err))
+            goto done;
     } else {
-        /* an absent dx is numpy's default 1.0, a Python float like `two` */
         const BoundArg *ps[2] = {&yb, dxa ? dxa : &two};
-        rc = promote_args(lib, ps, 2, 0, &dt, NULL, err);
+        if (promote_args(lib, ps, 2, 0, &dt, NULL, err))
+            goto done;
     }
-    if (rc == 0) {
-        BoundArg pb = {.kind = BA_TENSOR, .meta = NULL};
-        TensorMeta pm;
-        sj_meta(&pm, lib, dt);
-        pm.ndim = 1;
-        pb.meta = &pm;
-        const BoundArg *ps[2] = {&pb, &two};
-        rc = promote_args(lib, ps, 2, 0, &dt, NULL, err);   /* / 2.0 */
-    }
+    sj_meta(&pm, lib, dt);   /* the product, an array, divided by the Python float 2.0 */
+    pm.ndim = 1;
+    BoundArg pb = {.kind = BA_TENSOR, .meta = &pm};
+    const BoundArg *ps[2] = {&pb, &two};
+    rc = promote_args(lib, ps, 2, 0, &dt, NULL, err);
+done:
     Py_DECREF(f2);
     if (rc)
         return -1;
@@ -758,9 +750,8 @@ int rule_np_searchsorted(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, 
             return sj_err(err, "side must be 'left' or 'right' (got '%s')", side);
         if (ba_get(b, "sorter"))
             return sj_err(err, "searchsorted: sorter= is not supported");
-    } else if (sorted.size[0] > 1 && ba_get(b, "bins")->kind == BA_TENSOR) {
-        /* digitize checks that bins are monotonic: a data check eager makes */
     }
+    /* digitize's check that the bins are monotonic reads the data: eager makes it at run time */
     sj_meta(out, lib, DT_I64);
     out->ndim = v.ndim;
     for (int i = 0; i < v.ndim; i++)
