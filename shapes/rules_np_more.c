@@ -101,6 +101,7 @@ static int const_str(const BoundArgs *b, const char *name, const char *dflt, con
     return 0;
 }
 
+/* (rules_util.h) */
 int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, ShapeErr *err)
 {
     if (!a)
@@ -138,20 +139,19 @@ int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, Shape
                 : PyComplex_CheckExact(e) ? 3 : -1;
         if (k < 0)
             return sj_err(err, "%s must be an array or a constant sequence of numbers", what);
-        if (k > cat)
-            cat = k;
-    }
-    out->dtype = (unsigned char)(cat <= 0 && n ? DT_BOOL : cat == 1 ? DT_I64 : cat == 3 ? DT_C128 : DT_F64);
-    if (cat == 1 && items) {
-        /* asarray of Python ints: int64 unless a value needs more (numpy then raises or
-         * makes an object array) */
-        for (Py_ssize_t i = 0; i < n; i++) {
+        if (k == 1) {
+            /* asarray of Python ints is int64 unless a value needs more (numpy then
+             * picks uint64 or an object array) */
             int overflow;
-            PyLong_AsLongLongAndOverflow(PySequence_Fast_GET_ITEM(items, i), &overflow);
+            PyLong_AsLongLongAndOverflow(e, &overflow);
             if (overflow)
                 return sj_err(err, "%s holds an int outside int64", what);
         }
+        if (k > cat)
+            cat = k;
     }
+    /* an empty sequence is float64 */
+    out->dtype = (unsigned char)(cat == 0 ? DT_BOOL : cat == 1 ? DT_I64 : cat == 3 ? DT_C128 : DT_F64);
     out->ndim = (unsigned char)rank;
     if (rank)
         out->size[0] = n;
