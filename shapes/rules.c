@@ -602,7 +602,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_sort,
         rule_np_la_square, rule_np_det, rule_np_eigh, rule_np_solve, rule_np_kron, rule_np_searchsorted,
         rule_np_interp, rule_np_trapezoid, rule_np_svd, rule_np_qr, rule_np_tensordot, rule_np_cov,
-        rule_np_histogram, rule_np_bincount,
+        rule_np_histogram, rule_np_bincount, rule_np_pinv,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

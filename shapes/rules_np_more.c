@@ -1,5 +1,5 @@
 /* numpy routines with no torch counterpart row: numpy.linalg (solve, inv, cholesky, qr,
- * det, slogdet, eigh, eigvalsh, svd, lstsq, matrix_power), statistics and interpolation
+ * det, slogdet, eigh, eigvalsh, svd, pinv, matrix_rank, lstsq, matrix_power), statistics and interpolation
  * (cov, corrcoef, trapezoid, interp), products (tensordot, kron), binning (searchsorted,
  * digitize, histogram, bincount). The backend runs each as an eager step (the library
  * routine itself), so these rules only predict the metadata numpy gives: shapes, dtypes,
@@ -311,6 +311,36 @@ int rule_np_qr(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         return sj_err(err, "Unrecognized mode '%s'", mode);
     }
     return rc ? -1 : 0;
+}
+
+/* pinv: (..., n, m) for (..., m, n); matrix_rank: int64 batch dims (a numpy scalar for one
+ * matrix; numpy answers a 1-d input with a Python int computed from the data: refused). */
+int rule_np_pinv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    DType dt;
+    if (!x || la_type(x, &dt, err))
+        return -1;
+    int herm;
+    if (sj_get_bool(b, "hermitian", 0, &herm, err))
+        return -1;
+    if (x->ndim < 2)
+        return sj_err(err, op == OP_NP_MATRIX_RANK ? "matrix_rank of a %d-d array is a Python int read from the data"
+                      : "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
+    if (herm && la_square(x, err))
+        return -1;
+    int bd = x->ndim - 2;
+    *nout = 1;
+    if (op == OP_NP_MATRIX_RANK) {
+        sj_meta(out, lib, DT_I64);
+        if (la_shape(out, x, bd, NULL, 0, err))
+            return -1;
+        sj_np_scalarize(lib, out);
+        return 0;
+    }
+    sj_meta(out, lib, dt);
+    int t[2] = {bd + 1, bd};
+    return la_shape(out, x, bd, t, 2, err);
 }
 
 /* solve(a (..., m, m), b (m,) or (..., m, k)): b is one vector only when 1-d (numpy 2);

@@ -862,6 +862,13 @@ def np_qr_cases(lib, row):
     return cases + [Case([la_arr("float64", (3, 3)), "bogus"]), Case([la_arr("float64", (3,))])]
 
 
+def np_pinv_cases(lib, row):
+    cases = [Case([la_arr(dt, sh, spd=False)], kw) for dt in LA_DTYPES for sh in [(4, 3), (2, 3, 5), (3, 3)]
+             for kw in [{}, {"rcond": 1e-10}]]
+    return cases + [Case([la_arr("float64", (3, 3))], {"hermitian": True}), Case([la_arr("float64", (3,))], refuse=True),
+                    Case([la_arr("float64", (3, 4))], {"hermitian": True}), Case([la_arr("float64", (3, 4))], {"rtol": 1e-5})]
+
+
 def np_solve_cases(lib, row):
     cases = [Case([la_arr(dt, (3, 3)), la_arr(dt2, sh, spd=False)]) for dt in LA_DTYPES[:3] + ["complex64"]
              for dt2 in ["float32", "int64", "float64"] for sh in [(3,), (3, 2)]]
@@ -969,7 +976,7 @@ FAMILIES = {
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
     "rule_np_la_square": np_la_square_cases, "rule_np_det": np_det_cases, "rule_np_eigh": np_eigh_cases,
-    "rule_np_svd": np_svd_cases, "rule_np_qr": np_qr_cases, "rule_np_solve": np_solve_cases,
+    "rule_np_svd": np_svd_cases, "rule_np_pinv": np_pinv_cases, "rule_np_qr": np_qr_cases, "rule_np_solve": np_solve_cases,
     "rule_np_lstsq": np_lstsq_cases, "rule_np_cov": np_cov_cases, "rule_np_trapezoid": np_trapezoid_cases,
     "rule_np_interp": np_interp_cases, "rule_np_tensordot": np_tensordot_cases, "rule_np_kron": np_kron_cases,
     "rule_np_searchsorted": np_searchsorted_cases, "rule_np_histogram": np_histogram_cases,

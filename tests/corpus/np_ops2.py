@@ -1,6 +1,6 @@
 """numpy routines captured as graph ops that run the library routine as an eager step:
-numpy.linalg (solve, inv, cholesky, qr, det, slogdet, norm, eigh, svd, lstsq,
-matrix_power, batched where numpy stacks), cov/corrcoef, einsum, tensordot, kron, roll,
+numpy.linalg (solve, inv, cholesky, qr, det, slogdet, norm, eigh, svd, pinv, matrix_rank,
+lstsq, matrix_power, batched where numpy stacks), cov/corrcoef, einsum, tensordot, kron, roll,
 pad, clip, searchsorted, sort/argsort, cumsum/cumprod, diff, trapezoid, interp,
 histogram/digitize; bincount's data-dependent length breaks unless
 capture_dynamic_output_shape_ops is set (tests/test_np_ops2.py)."""
@@ -110,6 +110,13 @@ def np_op2_svd_full_and_reduced(a, s):
 def np_op2_svd_values_only_hermitian(a, h):
     return (np.linalg.svd(a, compute_uv=False), np.linalg.svd(h, hermitian=True),
             np.linalg.svd(a.astype(np.float32), compute_uv=False))
+
+
+@numpy_case(lambda: (A(5, 3), A(2, 3, 4), SPD(3)))
+def np_op2_pinv_matrix_rank(a, s, h):
+    p = np.linalg.pinv(a)
+    return (p, p @ a, np.linalg.pinv(s, rcond=1e-8), np.linalg.pinv(h, hermitian=True),
+            np.linalg.matrix_rank(a), np.linalg.matrix_rank(s), np.linalg.matrix_rank(h, hermitian=True))
 
 
 @with_breaks("numpy", lambda: (A(6, 3), A(6)), graphs=2, breaks=1)
