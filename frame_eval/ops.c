@@ -292,7 +292,6 @@ static int check_one_lib(Capture *c, Var **args, int32_t n, Lib lib)
     return 0;
 }
 
-/* The core: record one call of a table row. */
 /* Give tuple var tup numpy's named result type "module:qualname" (numpy.linalg's
  * SlogdetResult): the frame's result is then built as that namedtuple. 0 or -1 (failure
  * recorded). */
@@ -322,6 +321,7 @@ static int np_result_subtype(Capture *c, Var *tup, const char *named)
     return 0;
 }
 
+/* The core: record one call of a table row. */
 static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
 {
     const CallableRow *r = &callable_rows[row];
