@@ -813,15 +813,29 @@ int rule_np_histogram(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             return -1;
         if (nbins < 1)
             return sj_err(err, "`bins` must be positive, when an integer");
+        /* the edges' type is result_type(first_edge, last_edge, a), float64 when that is
+         * not floating: the range's Python numbers are weak, numpy scalars and graph
+         * scalars strong; without a range the edges come from a.min() and a.max() */
         DType et;
+        BoundArg ab = {.kind = BA_TENSOR, .meta = &a}, ends[2];
+        const BoundArg *ps[3] = {&ab, NULL, NULL};
         const BoundArg *range = ba_get(b, "range");
-        if (range && range->kind != BA_CONST)
-            return sj_err(err, "histogram: range= must be constant");
-        /* the edges' type is result_type(first_edge, last_edge, a), float64 when that is an
-         * integer: the range's Python floats are weak, so a float32 a keeps float32 */
-        et = dtype_info[a.dtype].category == CAT_FLOAT ? (DType)a.dtype : DT_F64;
-        if (et == DT_F16 || et == DT_BF16)
-            return sj_err(err, "histogram of %s values is not supported", dtype_info[et].name);
+        if (range && range->kind == BA_LIST && range->n == 2) {
+            ps[1] = &range->items[0];
+            ps[2] = &range->items[1];
+        } else if (range && range->kind == BA_CONST && (PyTuple_Check(range->value) || PyList_Check(range->value)) &&
+                   PySequence_Fast_GET_SIZE(range->value) == 2) {
+            for (int i = 0; i < 2; i++) {
+                ends[i] = (BoundArg){.kind = BA_CONST, .value = PySequence_Fast_GET_ITEM(range->value, i)};
+                ps[1 + i] = &ends[i];
+            }
+        } else if (range) {
+            return sj_err(err, "histogram: range= must be a pair of numbers");
+        }
+        if (promote_args(lib, ps, 3, 0, &et, NULL, err))
+            return -1;
+        if (dtype_info[et].category != CAT_FLOAT)
+            et = dtype_info[et].category == CAT_COMPLEX ? et : DT_F64;
         sj_meta(&edges, lib, et);
         edges.ndim = 1;
         edges.size[0] = nbins + 1;

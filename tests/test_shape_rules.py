@@ -944,10 +944,12 @@ def np_searchsorted_cases(lib, row):
 
 
 def np_histogram_cases(lib, row):
-    cases = [Case([mk(lib, dt, (20,))], kw) for dt in ["float32", "float64", "int64", "int32", "bool"]
+    cases = [Case([mk(lib, dt, (20,))], kw) for dt in ["float32", "float64", "int64", "int32", "bool", "float16"]
              for kw in [{}, {"bins": 4}, {"bins": 3, "range": (0, 5)}, {"density": True},
                         {"bins": np.array([0.0, 1.0, 5.0])}, {"bins": [0, 2, 4]},
-                        {"weights": mk(lib, "float32", (20,))}, {"weights": mk(lib, "int32", (20,))}]]
+                        {"weights": mk(lib, "float32", (20,))}, {"weights": mk(lib, "int32", (20,))},
+                        {"range": (np.float64(0), 5)}, {"range": [np.float32(0), np.float32(5)]},
+                        {"range": (np.int64(0), 5)}, {"range": (0.5, 4.5)}]]
     return cases + [Case([mk(lib, "float64", (20,))], {"bins": 0}), Case([mk(lib, "float64", (20,))], {"bins": "auto"}, refuse=True),
                     Case([mk(lib, "float64", (4, 5))], {"bins": 3})]
 

@@ -267,6 +267,13 @@ def np_op2_histogram_edges(a, edges):
     return np.histogram(a, bins=edges), np.histogram(a, bins=[-1, 0, 1]), np.histogram(a, edges, density=True)
 
 
+@numpy_case(lambda: (A(40, dtype=np.float32),))
+def np_op2_histogram_range_from_data(a):
+    lo, hi = a.min(), a.max()
+    h, e = np.histogram(a, bins=6, range=(lo, hi))
+    return h, e, np.histogram(a, bins=4, range=(np.float64(-1), 1))[1], (h * np.diff(e)).sum()
+
+
 @with_breaks("numpy", lambda: (AI(12, high=6),), graphs=2, breaks=1)
 def np_op2_bincount_breaks(k):
     counts = np.bincount(k * 1, minlength=3)
