@@ -475,7 +475,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             for (int d = 0; d < outs[i].ndim; d++) {
                 if (outs[i].size[d] != SJ_UNBACKED_HINT || outs[i].sym[d])
                     continue;
-                SymNode *u = symb_unbacked(c, -1, v + i, d, (SymRange){0, SYM_INT_OO});
+                int64_t lo, hi;
+                shapes_data_dim_range(r->op, &bound, i, d, &lo, &hi);
+                SymNode *u = symb_unbacked(c, -1, v + i, d, (SymRange){lo, hi < 0 ? SYM_INT_OO : hi});
                 if (!u) {
                     cap_fail_exc(c, BR_INTERNAL);
                     return NULL;

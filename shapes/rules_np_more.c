@@ -939,3 +939,25 @@ const char *shapes_np_result_type(OpId op, const BoundArgs *b)
     default: return NULL;
     }
 }
+
+/* (rules.h) */
+void shapes_data_dim_range(OpId op, const BoundArgs *b, int out, int dim, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = -1;
+    if (op == OP_NP_BINCOUNT) {
+        /* at least minlength long (an empty x gives exactly minlength) */
+        const BoundArg *m = ba_get(b, "minlength");
+        int64_t v;
+        ShapeErr ignored;
+        if (m && sj_int(m, "minlength", &v, &ignored) == 0 && v > 0)
+            *lo = v;
+    } else if (op == OP_NP_LSTSQ && out == 1 && dim == 0) {
+        /* the residuals: none, or one per column of b */
+        const BoundArg *bb = ba_get(b, "other");
+        TensorMeta bm;
+        ShapeErr ignored;
+        if (bb && sj_np_array_like(bb, "b", &bm, &ignored) == 0 && bm.ndim >= 1)
+            *hi = bm.ndim == 2 ? bm.size[1] : 1;
+    }
+}

@@ -180,3 +180,29 @@ def test_bincount_symbolic_input_and_unbacked_output_one_graph():
             w = RNG.random(n)
             same(cf(k, w), bincount_stats(k, w))
         assert shapejit.stats()["graphs"] == 1
+
+
+def bincount_head(k):
+    c = np.bincount(k, minlength=5)
+    return c[:5] * 2, c[0]
+
+
+def lstsq_branch(a, b):
+    x, res, rank, sv = np.linalg.lstsq(a, b, rcond=None)
+    if res.shape[0] > 2:          # decided by the range: at most one residual per column of b
+        return x * 0
+    return x, res
+
+
+def test_unbacked_lengths_have_ranges():
+    """bincount is at least minlength long (so c[:5] needs no data-dependent guard); lstsq
+    has at most one residual per column of b (so the branch is decided at capture)."""
+    with shapejit.config.patch(capture_dynamic_output_shape_ops=True):
+        cf = shapejit.compile(bincount_head, fullgraph=True)
+        for k in ([0, 1, 1, 3], [0, 1, 1, 9]):
+            k = np.array(k)
+            same(cf(k), bincount_head(k))
+        cl = shapejit.compile(lstsq_branch, fullgraph=True)
+        a, b = A(6, 3), A(6, 2)
+        same(cl(a, b), lstsq_branch(a, b))
+        assert shapejit.stats()["graph_breaks"] == 0
