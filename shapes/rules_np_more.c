@@ -624,8 +624,9 @@ int rule_np_interp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return sj_err(err, "array of sample points is empty");   /* a size symbol is never 0 */
     if (dtype_info[xp.dtype].category == CAT_COMPLEX || dtype_info[x.dtype].category == CAT_COMPLEX)
         return sj_err(err, "interp: complex x or xp is not supported");
-    if (ba_get(b, "period"))
-        return sj_err(err, "interp: period= is not supported");
+    const BoundArg *per = ba_get(b, "period");
+    if (per && per->kind != BA_CONST)
+        return sj_err(err, "interp: period= must be a constant");
     const BoundArg *ends[2] = {ba_get(b, "left"), ba_get(b, "right")};
     for (int i = 0; i < 2; i++)
         if (ends[i] && ends[i]->kind != BA_CONST)
@@ -778,8 +779,18 @@ int rule_np_searchsorted(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, 
             return -1;
         if (strcmp(side, "left") && strcmp(side, "right"))
             return sj_err(err, "side must be 'left' or 'right' (got '%s')", side);
-        if (ba_get(b, "sorter"))
-            return sj_err(err, "searchsorted: sorter= is not supported");
+        const BoundArg *so = ba_get(b, "sorter");
+        if (so) {
+            /* indices that sort a: numpy checks their values at run time */
+            TensorMeta sm;
+            if (sj_np_array_like(so, "sorter", &sm, err))
+                return -1;
+            int eq = sm.ndim == 1 ? sj_dims_equal(&sm, 0, &sorted, 0, err) : 0;
+            if (eq <= 0)
+                return eq < 0 ? -1 : sj_err(err, "sorter.size must equal a.size");
+            if (dtype_info[sm.dtype].category != CAT_INT)
+                return sj_err(err, "sorter must only contain integers");
+        }
     }
     /* digitize's check that the bins are monotonic reads the data: eager makes it at run time */
     sj_meta(out, lib, DT_I64);

@@ -915,7 +915,9 @@ def np_interp_cases(lib, row):
     cases = [Case([mk(lib, dt, sh), xp, fp]) for dt in ["float32", "float64", "int64"] for sh in [(4,), (2, 3), ()]
              for fp in [mk(lib, "float32", (3,)), mk(lib, "int64", (3,)), mk(lib, "complex64", (3,))]]
     return cases + [Case([2.5, xp, xp]), Case([mk(lib, "float64", (4,)), [1, 2], [0.0, 1.0]]),
-                    Case([mk(lib, "float64", (4,)), xp, xp[:2]]), Case([mk(lib, "float64", (4,)), xp, xp], {"left": 0.0})]
+                    Case([mk(lib, "float64", (4,)), xp, xp[:2]]), Case([mk(lib, "float64", (4,)), xp, xp], {"left": 0.0}),
+                    Case([mk(lib, "float32", (4,)), xp, mk(lib, "float32", (3,))], {"period": 2.0}),
+                    Case([mk(lib, "float64", (2, 2)), xp, mk(lib, "complex64", (3,))], {"period": 2})]
 
 
 def np_tensordot_cases(lib, row):
@@ -940,7 +942,10 @@ def np_searchsorted_cases(lib, row):
              Case([2.5, bins]), Case([mk(lib, "float64", (4,)), mk(lib, "float64", (2, 2))])]
     a = np.array([1.0, 2.0, 3.0])
     return [Case([a, v]) for v in [mk(lib, "float32", (4,)), mk(lib, "int64", (2, 3)), mk(lib, "float64", ()), 2.5, [1, 2]]] + \
-        [Case([a, 2.0], {"side": "right"}), Case([a, 2.0], {"side": "middle"}), Case([mk(lib, "int32", (2, 3)), 2])]
+        [Case([a, 2.0], {"side": "right"}), Case([a, 2.0], {"side": "middle"}), Case([mk(lib, "int32", (2, 3)), 2]),
+         Case([a, mk(lib, "float64", (2, 2))], {"sorter": np.array([0, 1, 2])}),
+         Case([a, 2.0], {"sorter": np.array([0, 1])}), Case([a, 2.0], {"sorter": np.array([0.0, 1.0, 2.0])}),
+         Case([a, 2.0], {"sorter": np.array([0, 1, 2], dtype=np.int32), "side": "right"})]
 
 
 def np_histogram_cases(lib, row):

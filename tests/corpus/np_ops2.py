@@ -233,7 +233,8 @@ def np_op2_trapezoid_x_dx(y, x, k):
 @numpy_case(lambda: (A(7), SORTED(5), A(5), A(2, 3)))
 def np_op2_interp_forms(x, xp, fp, x2):
     return (np.interp(x, xp, fp), np.interp(x2, xp, fp), np.interp(x, xp, fp, left=-1.0, right=1.0),
-            np.interp(x, [0.0, 1.0, 2.0], [1, 3, 2]), np.interp(x, xp, fp.astype(np.float32)))
+            np.interp(x, [0.0, 1.0, 2.0], [1, 3, 2]), np.interp(x, xp, fp.astype(np.float32)),
+            np.interp(x * 4, xp, fp, period=2.0))
 
 
 @numpy_case(lambda: (A(4),))
@@ -246,7 +247,8 @@ def np_op2_interp_scalar_point(xp):
 @numpy_case(lambda: (SORTED(8), A(3, 2), SORTED(5, dtype=np.float32)))
 def np_op2_searchsorted_sides(a, v, f):
     return (np.searchsorted(a, v), np.searchsorted(a, v, side='right'), np.searchsorted(a, 0.0),
-            a.searchsorted(v[0]), np.searchsorted(f, v), np.searchsorted(a, [0.5, -0.5]))
+            a.searchsorted(v[0]), np.searchsorted(f, v), np.searchsorted(a, [0.5, -0.5]),
+            np.searchsorted(a[::-1], v, sorter=np.argsort(a[::-1])))
 
 
 @numpy_case(lambda: (A(10), SORTED(4), AI(3, 3)))
