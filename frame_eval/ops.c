@@ -336,6 +336,35 @@ static int numpy_on_torch(const CallableRow *r, PyObject *target, OpId op, Var *
     return n > 0;
 }
 
+/* Give tuple var tup numpy's named result type "module:qualname" (numpy.linalg's
+ * SlogdetResult): the frame's result is then built as that namedtuple. 0 or -1 (failure
+ * recorded). */
+static int np_result_subtype(Capture *c, Var *tup, const char *named)
+{
+    const char *colon = strchr(named, ':');
+    PyObject *modname = PyUnicode_FromStringAndSize(named, colon - named);   /* new */
+    PyObject *mod = modname ? PyImport_GetModule(modname) : NULL;            /* new */
+    PyObject *t = mod ? PyObject_GetAttrString(mod, colon + 1) : NULL;       /* new */
+    Py_XDECREF(modname);
+    Py_XDECREF(mod);
+    if (!t || !PyType_Check(t) || !PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type)) {
+        Py_XDECREF(t);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_RuntimeError, "numpy result type %s is not a tuple type", named);
+        cap_fail_exc(c, BR_INTERNAL);
+        return -1;
+    }
+    int ok = cap_keep(c, t) != NULL;
+    if (ok)
+        tup->u.seq.subtype = (PyTypeObject *)t;
+    Py_DECREF(t);
+    if (!ok) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return -1;
+    }
+    return 0;
+}
+
 /* The core: record one call of a table row. */
 static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
 {
@@ -510,15 +539,27 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         return NULL;
     c->nops++;
     if (op_info[op].kind == OPK_DATA_SHAPE) {
-        /* the row count is data: an unbacked symbol read from the result at run time */
-        SymNode *u = symb_unbacked(c, -1, v, 0, (SymRange){0, SYM_INT_OO});
-        if (!u) {
-            cap_fail_exc(c, BR_INTERNAL);
-            return NULL;
-        }
-        /* numpy.nonzero's index arrays all have the one count */
+        /* the dims the rule left at SJ_UNBACKED_HINT are data (nonzero's rows, bincount's
+         * length): an unbacked symbol each, read from the result at run time; numpy.nonzero's
+         * index arrays, and np.unique's values, indices and counts, all have the one count */
+        SymNode *shared = NULL;
         for (int i = 0; i < nout; i++)
-            outs[i].sym[0] = c->g->values[v + i].meta.sym[0] = u;
+            for (int d = 0; d < outs[i].ndim; d++) {
+                if (outs[i].size[d] != SJ_UNBACKED_HINT || outs[i].sym[d])
+                    continue;
+                SymNode *u = op == OP_NONZERO || op == OP_UNIQUE ? shared : NULL;
+                if (!u) {
+                    int64_t lo, hi;
+                    shapes_data_dim_range(op, &bound, i, d, &lo, &hi);
+                    u = symb_unbacked(c, -1, v + i, d, (SymRange){lo, hi < 0 ? SYM_INT_OO : hi});
+                    if (!u) {
+                        cap_fail_exc(c, BR_INTERNAL);
+                        return NULL;
+                    }
+                    shared = u;
+                }
+                outs[i].sym[d] = c->g->values[v + i].meta.sym[d] = u;
+            }
     }
     if (op == OP_SET_GRAD_ENABLED && c->g->grad_query < 0) {
         PyObject *q = PyObject_GetAttrString(libs.torch, "is_grad_enabled");
@@ -561,6 +602,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         Py_XDECREF(t);
         sj_err_clear();
     }
+    const char *named = tup && lib == LIB_NUMPY ? shapes_np_result_type(r->op, &bound) : NULL;
+    if (named && np_result_subtype(c, tup, named) < 0)
+        return NULL;
     return tup;
 }
 

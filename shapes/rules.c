@@ -600,6 +600,9 @@ int shapes_rule_is_symbolic(OpId op)
         rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
         rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
         rule_sort,
+        rule_np_la_square, rule_np_det, rule_np_eigh, rule_np_solve, rule_np_kron, rule_np_searchsorted,
+        rule_np_interp, rule_np_trapezoid, rule_np_svd, rule_np_qr, rule_np_tensordot, rule_np_cov,
+        rule_np_histogram, rule_np_bincount, rule_np_pinv,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

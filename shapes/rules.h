@@ -93,6 +93,16 @@ int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, Te
 /* The argument named name, or NULL when absent or None. */
 const BoundArg *ba_get(const BoundArgs *b, const char *name);
 
+/* The named result type numpy gives op's multi-output call with these arguments
+ * (numpy.linalg's namedtuples) as "module:qualname", or NULL for a plain tuple.
+ * shapes/rules_np_more.c. */
+const char *shapes_np_result_type(OpId op, const BoundArgs *b);
+
+/* The range of the data-dependent dim `dim` of output `out` of an OPK_DATA_SHAPE op with
+ * these arguments (the dims its rule left at SJ_UNBACKED_HINT): *lo, and *hi or -1 for no
+ * upper bound. shapes/rules_np_more.c. */
+void shapes_data_dim_range(OpId op, const BoundArgs *b, int out, int dim, int64_t *lo, int64_t *hi);
+
 /* ---- binding ---- */
 /* Bind positional and keyword arguments to a schema from callables.def. pos/npos are the
  * positional arguments (for methods the receiver first), kwnames/kw/nkw the keywords.

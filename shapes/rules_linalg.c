@@ -228,8 +228,14 @@ int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return 0;
 }
 
-/* einsum: "ij,jk->ik". Labels are letters; an implicit output lists the labels used once,
- * in alphabetical order. Ellipsis is refused. */
+/* einsum: "ij,jk->ik". Labels are letters; "..." stands for the dims an operand has beyond
+ * its labels (broadcast together, right-aligned, across operands). An implicit output is
+ * the broadcast dims followed by the labels used once, in ASCII order (A-Z before a-z). */
+static int einsum_letter(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
@@ -248,8 +254,6 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         sj_err_clear();
         return sj_err(err, "bad einsum equation");
     }
-    if (strstr(s, "..."))
-        return sj_err(err, "einsum with an ellipsis is not supported");
     int64_t label_size[128];
     int label_count[128];
     for (int i = 0; i < 128; i++) {
@@ -257,43 +261,66 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         label_count[i] = 0;
     }
     const char *arrow = strstr(s, "->");
-    int operand = 0, axis = 0;
-    const TensorMeta *cur = NULL;
+    const char *in_end = arrow ? arrow : s + strlen(s);
+    int64_t ell[SJ_MAX_RANK];   /* the broadcast "..." dims, right-aligned: ell[SJ_MAX_RANK - nell ..] */
+    int nell = 0;
+    for (int i = 0; i < SJ_MAX_RANK; i++)
+        ell[i] = 1;
+    int operand = 0;
     const BoundArg *promo[SJ_MAX_OUTS];
-    for (const char *c = s;; c++) {
+    for (const char *c = s; c <= in_end; operand++) {
         if (operand >= ops->n)
             return sj_err(err, "einsum: more operands in the equation than given");
-        if (!cur) {
-            if (ops->items[operand].kind != BA_TENSOR)
-                return sj_err(err, "einsum operands must be tensors");
-            cur = ops->items[operand].meta;
-            if (operand < SJ_MAX_OUTS)
-                promo[operand] = &ops->items[operand];
-            axis = 0;
+        if (ops->items[operand].kind != BA_TENSOR)
+            return sj_err(err, "einsum operands must be tensors");
+        const TensorMeta *cur = ops->items[operand].meta;
+        if (operand < SJ_MAX_OUTS)
+            promo[operand] = &ops->items[operand];
+        const char *term_end = c;
+        while (term_end < in_end && *term_end != ',')
+            term_end++;
+        int nlabels = 0, has_ell = 0;
+        for (const char *t = c; t < term_end; t++) {
+            if (einsum_letter(*t)) {
+                nlabels++;
+            } else if (*t == '.' && t + 2 < term_end && t[1] == '.' && t[2] == '.' && !has_ell) {
+                has_ell = 1;
+                t += 2;
+            } else if (*t != ' ') {
+                return sj_err(err, "einsum: invalid subscript '%c'", *t);
+            }
         }
-        if (*c == ' ')
-            continue;
-        if (*c == ',' || c == arrow || !*c) {
-            if (axis != cur->ndim)
-                return sj_err(err, "einsum: operand %d has %d dims but the equation gives %d",
-                              operand, cur->ndim, axis);
-            operand++;
-            cur = NULL;
-            if (*c == ',')
+        int ne = cur->ndim - nlabels;
+        if (has_ell ? ne < 0 : ne != 0)
+            return sj_err(err, "einsum: operand %d has %d dims but the equation gives %d",
+                          operand, cur->ndim, nlabels);
+        int axis = 0;
+        for (const char *t = c; t < term_end; t++) {
+            if (*t == '.') {
+                for (int j = 0; j < ne; j++) {
+                    int pos = SJ_MAX_RANK - ne + j;
+                    int64_t sz = cur->size[axis++];
+                    if (ell[pos] == 1)
+                        ell[pos] = sz;
+                    else if (sz != 1 && sz != ell[pos])
+                        return sj_err(err, "einsum: operands could not be broadcast together");
+                }
+                if (ne > nell)
+                    nell = ne;
+                t += 2;
                 continue;
-            break;
+            }
+            if (*t == ' ')
+                continue;
+            int64_t sz = cur->size[axis++];
+            int64_t *known = &label_size[(int)*t];
+            if (*known == -1 || *known == 1)
+                *known = sz;
+            else if (sz != *known && sz != 1)
+                return sj_err(err, "einsum: size of label '%c' differs between operands", *t);
+            label_count[(int)*t]++;
         }
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
-            return sj_err(err, "einsum: invalid subscript '%c'", *c);
-        if (axis >= cur->ndim)
-            return sj_err(err, "einsum: too many subscripts for operand %d", operand);
-        int64_t sz = cur->size[axis++];
-        int64_t *known = &label_size[(int)*c];
-        if (*known == -1 || *known == 1)
-            *known = sz;
-        else if (sz != *known && sz != 1)
-            return sj_err(err, "einsum: size of label '%c' differs between operands", *c);
-        label_count[(int)*c]++;
+        c = term_end + 1;
     }
     if (operand != ops->n)
         return sj_err(err, "einsum: %d operands given, the equation has %d", ops->n, operand);
@@ -317,11 +344,20 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int nd = 0;
     if (arrow) {
         unsigned long long seen = 0;
+        int out_ell = 0;
         for (const char *c = arrow + 2; *c; c++) {
             if (*c == ' ')
                 continue;
-            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')) ||
-                label_count[(int)*c] == 0)
+            if (*c == '.' && c[1] == '.' && c[2] == '.' && !out_ell) {
+                out_ell = 1;
+                if (nd + nell > SJ_MAX_RANK)
+                    return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+                for (int j = 0; j < nell; j++)
+                    out->size[nd++] = ell[SJ_MAX_RANK - nell + j];
+                c += 2;
+                continue;
+            }
+            if (!einsum_letter(*c) || label_count[(int)*c] == 0)
                 return sj_err(err, "einsum: output subscript '%c' does not appear in the "
                               "inputs", *c);
             int bit = *c >= 'a' ? *c - 'a' : 26 + *c - 'A';
@@ -332,7 +368,13 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
             out->size[nd++] = label_size[(int)*c];
         }
+        /* torch sums broadcast dims the output leaves out; numpy refuses them */
+        if (nell > 0 && !out_ell && lib == LIB_NUMPY)
+            return sj_err(err, "output has more dimensions than subscripts given in einstein sum, "
+                          "but no '...' ellipsis provided to broadcast the extra dimensions.");
     } else {
+        for (int j = 0; j < nell; j++)
+            out->size[nd++] = ell[SJ_MAX_RANK - nell + j];
         for (int c = 'A'; c <= 'z'; c++)
             if (label_count[c] == 1) {
                 if (nd >= SJ_MAX_RANK)

@@ -396,9 +396,26 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         const BoundArg *e = ba_get(b, ends[k]);
         if (!e)
             continue;
-        if (e->kind != BA_TENSOR || lib != LIB_TORCH)
-            return sj_err(err, "diff %s= other than a torch tensor is not supported", ends[k]);
-        const TensorMeta *m = e->meta;
+        TensorMeta asarray;   /* numpy: the end as np.asanyarray makes it (a Python number is strong there) */
+        const TensorMeta *m = e->kind == BA_TENSOR ? e->meta : NULL;
+        if (!m && lib == LIB_NUMPY) {
+            if (sj_np_array_like(e, ends[k], &asarray, err))
+                return -1;
+            m = &asarray;
+        }
+        if (!m)
+            return sj_err(err, "diff %s= other than a tensor is not supported", ends[k]);
+        if (m->ndim == 0 && lib == LIB_NUMPY) {
+            /* numpy broadcasts a 0-d end to one slice along the axis, then concatenates */
+            DType p;
+            if (promote_pair(lib, dt, (DType)m->dtype, &p, err))
+                return -1;
+            dt = p;
+            len += 1;
+            if (slen && !(slen = sym_add(sj_symctx->env, slen, sym_const(sj_symctx->env, 1))))
+                return sj_sym_error(err);
+            continue;
+        }
         if (m->ndim != x->ndim)
             return sj_err(err, "diff %s= must have the input's rank", ends[k]);
         DType p;

@@ -54,6 +54,12 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
 /* numpy ufuncs and reductions return numpy scalars instead of 0-d arrays. */
 void sj_np_scalarize(Lib lib, TensorMeta *out);
 
+/* The metadata of a numpy array-like argument: a graph array, a numpy scalar or array
+ * constant, or a Python number or flat list/tuple of Python numbers (int64, float64,
+ * complex128 or bool, as numpy.asarray makes them). 0, or -1 with err set.
+ * shapes/rules_np_more.c. */
+int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, ShapeErr *err);
+
 /* Product of sizes. */
 int64_t sj_numel(const TensorMeta *m);
 

@@ -564,7 +564,11 @@ def einsum_cases(lib, row):
              Case(["ij->", a]), Case(["ij,kj->ik", a, a]), Case(["ij,jk->ik", a, a]),
              Case(["bij,bjk->bik", mk(lib, "float32", (5, 2, 3)), mk(lib, "float32", (5, 3, 4))]),
              Case(["i,i", mk(lib, "float32", (3,)), mk(lib, "float32", (3,))]),
-             Case(["...ij->...ji", a], refuse=True)]
+             Case(["...ij->...ji", a]), Case(["...ij,...jk", mk(lib, "float32", (5, 2, 3)), b]),
+             Case(["i...->...", mk(lib, "float32", (2, 3, 4))]), Case(["...ii->...i", mk(lib, "float32", (2, 3, 3))]),
+             Case(["ij...,jk...->ik...", mk(lib, "float32", (2, 3, 4)), mk(lib, "float32", (3, 5, 1))]),
+             Case(["...ij,...jk", mk(lib, "float32", (2, 2, 3)), mk(lib, "float32", (3, 3, 4))]),   # eager raises
+             Case(["...ij,...jk->ik", mk(lib, "float32", (5, 2, 3)), b])]   # eager raises
     if lib == "torch":
         cases.append(Case(["ij,jk->ik", [a, b]]))
     return cases
@@ -841,6 +845,160 @@ def unary_dispatch(lib, row):
     return unary_cases(lib, row)
 
 
+
+# ---- numpy routines run as eager steps (shapes/rules_np_more.c) ----
+LA_DTYPES = ["float32", "float64", "int64", "int32", "bool", "float16", "complex64", "complex128"]
+
+
+def la_arr(dtype, shape, spd=True):
+    """A well-conditioned (symmetric positive-definite when square) array of dtype:
+    eager's data errors (a singular matrix) must not decide the rule's cases."""
+    n = shape[-1] if shape else 1
+    base = np.arange(int(np.prod(shape)) if shape else 1, dtype=np.float64).reshape(shape) % 3
+    if spd and len(shape) >= 2 and shape[-1] == shape[-2]:
+        base = base @ np.swapaxes(base, -1, -2) + n * np.eye(n) * 4
+    if dtype == "bool":
+        return np.ones(shape, dtype=bool) if not (spd and len(shape) >= 2 and shape[-1] == shape[-2]) else \
+            np.broadcast_to(np.eye(n, dtype=bool), shape).copy()
+    return base.astype(dtype)
+
+
+def np_la_square_cases(lib, row):
+    op = row[3]
+    extra = {"np_matrix_power": [[3], [0], [-1], [1]]}.get(op, [[]])
+    cases = [Case([la_arr(dt, sh)] + e) for dt in LA_DTYPES for sh in [(3, 3), (2, 3, 3)] for e in extra]
+    cases += [Case([la_arr("float64", (3, 4))] + extra[0]), Case([la_arr("float64", (3,))] + extra[0])]
+    if op == "np_cholesky":
+        cases.append(Case([la_arr("float64", (3, 3))], {"upper": True}))
+    return cases
+
+
+def np_det_cases(lib, row):
+    return [Case([la_arr(dt, sh)]) for dt in LA_DTYPES for sh in [(3, 3), (2, 3, 3), (1, 2, 2, 2)]] + \
+        [Case([la_arr("float64", (2, 3))]), Case([la_arr("float64", (3,))])]
+
+
+def np_eigh_cases(lib, row):
+    return [Case([la_arr(dt, sh)]) for dt in LA_DTYPES for sh in [(3, 3), (2, 3, 3)]] + \
+        [Case([la_arr("float64", (3, 3))], {"UPLO": "U"}), Case([la_arr("float64", (3, 3)), "X"]),
+         Case([la_arr("float64", (2, 3))])]
+
+
+def np_svd_cases(lib, row):
+    cases = [Case([la_arr(dt, sh, spd=False)], kw) for dt in LA_DTYPES for sh in [(4, 3), (2, 3, 5)]
+             for kw in [{}, {"full_matrices": False}, {"compute_uv": False}]]
+    cases += [Case([la_arr("float64", (3, 3))], {"hermitian": True}), Case([la_arr("float64", (3,))])]
+    return cases
+
+
+def np_qr_cases(lib, row):
+    cases = [Case([la_arr(dt, sh, spd=False)], kw) for dt in LA_DTYPES for sh in [(4, 3), (3, 5), (2, 4, 3)]
+             for kw in [{}, {"mode": "complete"}, {"mode": "r"}, {"mode": "raw"}]]
+    return cases + [Case([la_arr("float64", (3, 3)), "bogus"]), Case([la_arr("float64", (3,))])]
+
+
+def np_pinv_cases(lib, row):
+    cases = [Case([la_arr(dt, sh, spd=False)], kw) for dt in LA_DTYPES for sh in [(4, 3), (2, 3, 5), (3, 3)]
+             for kw in [{}, {"rcond": 1e-10}]]
+    return cases + [Case([la_arr("float64", (3, 3))], {"hermitian": True}), Case([la_arr("float64", (3,))], refuse=True),
+                    Case([la_arr("float64", (3, 4))], {"hermitian": True}), Case([la_arr("float64", (3, 4))], {"rtol": 1e-5})]
+
+
+def np_solve_cases(lib, row):
+    cases = [Case([la_arr(dt, (3, 3)), la_arr(dt2, sh, spd=False)]) for dt in LA_DTYPES[:3] + ["complex64"]
+             for dt2 in ["float32", "int64", "float64"] for sh in [(3,), (3, 2)]]
+    cases += [Case([la_arr("float64", (2, 3, 3)), la_arr("float64", (3,), spd=False)]),
+              Case([la_arr("float64", (2, 3, 3)), la_arr("float64", (2, 3, 4), spd=False)]),
+              Case([la_arr("float64", (2, 3, 3)), la_arr("float64", (5, 1, 3, 4), spd=False)]),
+              Case([la_arr("float64", (3, 3)), [1.0, 2.0, 3.0]]), Case([la_arr("float64", (3, 3)), la_arr("float64", (4,))]),
+              Case([la_arr("float16", (3, 3)), la_arr("float64", (3,))])]
+    return cases
+
+
+def np_lstsq_cases(lib, row):
+    cases = [Case([la_arr(dt, sh, spd=False) + np.eye(*sh).astype(dt), la_arr(dt2, bs, spd=False)], {"rcond": None})
+             for dt in ["float32", "float64", "int64"] for dt2 in ["float32", "float64"]
+             for sh, bs in [((5, 3), (5,)), ((5, 3), (5, 2)), ((3, 5), (3,)), ((3, 3), (3, 2))]]
+    return cases + [Case([la_arr("float64", (5, 3)), la_arr("float64", (4,))])]
+
+
+def np_cov_cases(lib, row):
+    cases = [Case([mk(lib, dt, sh)], kw) for dt in ["float32", "float64", "int64", "bool", "complex64"]
+             for sh in [(3, 5), (5,), (1, 5), (5, 1)] for kw in [{}, {"rowvar": False}]]
+    cases += [Case([mk(lib, "float32", (2, 5)), mk(lib, "float32", (5,))]),
+              Case([mk(lib, "float64", (5,)), mk(lib, "int32", (5,))]),
+              Case([mk(lib, "float64", (2, 5))], {"dtype": np.float32}),
+              Case([mk(lib, "float64", (2, 5)), mk(lib, "float64", (4,))]),
+              Case([mk(lib, "float64", (2, 3, 5))])]
+    if row[3] == "np_cov":
+        cases += [Case([mk(lib, "float64", (2, 5))], {"ddof": 0}), Case([mk(lib, "float64", (2, 5))], {"bias": True}),
+                  Case([mk(lib, "float32", (2, 5))], {"fweights": mk(lib, "int64", (5,))}),
+                  Case([mk(lib, "float32", (2, 5))], {"aweights": mk(lib, "float64", (5,))})]
+    return cases
+
+
+def np_trapezoid_cases(lib, row):
+    cases = [Case([mk(lib, dt, (3, 4))], kw) for dt in ["float32", "float64", "int64", "int32", "bool", "float16", "complex64"]
+             for kw in [{}, {"dx": 0.5}, {"dx": 2}, {"axis": 0}, {"x": mk(lib, "float32", (4,))},
+                        {"x": mk(lib, "int64", (3,)), "axis": 0}, {"dx": np.float32(2.0)}]]
+    return cases + [Case([mk(lib, "float64", (5,))]), Case([mk(lib, "float64", (3, 4)), mk(lib, "float64", (3, 4))]),
+                    Case([mk(lib, "float64", (3, 4))], {"x": mk(lib, "float64", (5,))})]
+
+
+def np_interp_cases(lib, row):
+    xp = np.array([1.0, 2.0, 3.0])
+    cases = [Case([mk(lib, dt, sh), xp, fp]) for dt in ["float32", "float64", "int64"] for sh in [(4,), (2, 3), ()]
+             for fp in [mk(lib, "float32", (3,)), mk(lib, "int64", (3,)), mk(lib, "complex64", (3,))]]
+    return cases + [Case([2.5, xp, xp]), Case([mk(lib, "float64", (4,)), [1, 2], [0.0, 1.0]]),
+                    Case([mk(lib, "float64", (4,)), xp, xp[:2]]), Case([mk(lib, "float64", (4,)), xp, xp], {"left": 0.0}),
+                    Case([mk(lib, "float32", (4,)), xp, mk(lib, "float32", (3,))], {"period": 2.0}),
+                    Case([mk(lib, "float64", (2, 2)), xp, mk(lib, "complex64", (3,))], {"period": 2})]
+
+
+def np_tensordot_cases(lib, row):
+    a, b = mk(lib, "float32", (2, 3, 4)), mk(lib, "float64", (3, 4, 5))
+    return [Case([a, b]), Case([a, b], {"axes": 0}), Case([a, mk(lib, "int64", (4, 5))], {"axes": 1}),
+            Case([a, b], {"axes": ([1, 2], [0, 1])}), Case([a, b], {"axes": [[-1], [1]]}),
+            Case([mk(lib, "bool", (3,)), mk(lib, "bool", (3,))], {"axes": 1}), Case([a, b], {"axes": 3}),
+            Case([a, b], {"axes": ([0], [0])}), Case([mk(lib, "int32", (2, 2)), mk(lib, "float16", (2, 2))])]
+
+
+def np_kron_cases(lib, row):
+    return [Case([mk(lib, d1, s1), mk(lib, d2, s2)]) for d1, d2 in [("float32", "float64"), ("int64", "bool"), ("bool", "bool"), ("int32", "float16")]
+            for s1, s2 in [((2, 2), (2, 3)), ((3,), (2, 2)), ((), (2,)), ((1, 2, 2), (2,))]] + \
+        [Case([mk(lib, "float32", (2, 2)), 2]), Case([[1.0, 2.0], mk(lib, "int32", (3,))])]
+
+
+def np_searchsorted_cases(lib, row):
+    if row[3] == "np_digitize":
+        bins = np.array([1.0, 2.0, 3.0])
+        return [Case([mk(lib, dt, sh), bins]) for dt in ["float32", "float64", "int64", "bool"] for sh in [(4,), (2, 3), ()]] + \
+            [Case([mk(lib, "float64", (4,)), bins], {"right": True}), Case([mk(lib, "float64", (4,)), [3, 2, 1]]),
+             Case([2.5, bins]), Case([mk(lib, "float64", (4,)), mk(lib, "float64", (2, 2))])]
+    a = np.array([1.0, 2.0, 3.0])
+    return [Case([a, v]) for v in [mk(lib, "float32", (4,)), mk(lib, "int64", (2, 3)), mk(lib, "float64", ()), 2.5, [1, 2]]] + \
+        [Case([a, 2.0], {"side": "right"}), Case([a, 2.0], {"side": "middle"}), Case([mk(lib, "int32", (2, 3)), 2]),
+         Case([a, mk(lib, "float64", (2, 2))], {"sorter": np.array([0, 1, 2])}),
+         Case([a, 2.0], {"sorter": np.array([0, 1])}), Case([a, 2.0], {"sorter": np.array([0.0, 1.0, 2.0])}),
+         Case([a, 2.0], {"sorter": np.array([0, 1, 2], dtype=np.int32), "side": "right"})]
+
+
+def np_histogram_cases(lib, row):
+    cases = [Case([mk(lib, dt, (20,))], kw) for dt in ["float32", "float64", "int64", "int32", "bool", "float16"]
+             for kw in [{}, {"bins": 4}, {"bins": 3, "range": (0, 5)}, {"density": True},
+                        {"bins": np.array([0.0, 1.0, 5.0])}, {"bins": [0, 2, 4]},
+                        {"weights": mk(lib, "float32", (20,))}, {"weights": mk(lib, "int32", (20,))},
+                        {"range": (np.float64(0), 5)}, {"range": [np.float32(0), np.float32(5)]},
+                        {"range": (np.int64(0), 5)}, {"range": (0.5, 4.5)}]]
+    return cases + [Case([mk(lib, "float64", (20,))], {"bins": 0}), Case([mk(lib, "float64", (20,))], {"bins": "auto"}, refuse=True),
+                    Case([mk(lib, "float64", (4, 5))], {"bins": 3})]
+
+
+def np_bincount_cases(lib, row):
+    return [Case([mk(lib, dt, (6,))], kw) for dt in ["int64", "int32", "bool"]
+            for kw in [{}, {"minlength": 10}, {"weights": mk(lib, "float32", (6,))}]] + \
+        [Case([mk(lib, "float64", (6,))]), Case([mk(lib, "int64", (2, 3))]), Case([mk(lib, "int64", (6,))], {"minlength": -1})]
+
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
     "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases, "rule_binary_float": binary_cases,
@@ -859,6 +1017,12 @@ FAMILIES = {
     "rule_adaptive_pool": adaptive_cases, "rule_embedding": embedding_cases, "rule_sdpa": sdpa_cases,
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
+    "rule_np_la_square": np_la_square_cases, "rule_np_det": np_det_cases, "rule_np_eigh": np_eigh_cases,
+    "rule_np_svd": np_svd_cases, "rule_np_pinv": np_pinv_cases, "rule_np_qr": np_qr_cases, "rule_np_solve": np_solve_cases,
+    "rule_np_lstsq": np_lstsq_cases, "rule_np_cov": np_cov_cases, "rule_np_trapezoid": np_trapezoid_cases,
+    "rule_np_interp": np_interp_cases, "rule_np_tensordot": np_tensordot_cases, "rule_np_kron": np_kron_cases,
+    "rule_np_searchsorted": np_searchsorted_cases, "rule_np_histogram": np_histogram_cases,
+    "rule_np_bincount": np_bincount_cases,
     "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases,
     "rule_flatnonzero": flatnonzero_cases, "rule_unique": unique_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
 }
@@ -926,6 +1090,10 @@ def run_case(row, case):
     got = [tuple(g) for g in got]
     if op in ("nonzero", "masked_select", "flatnonzero", "unique"):   # the data decides the rows: the rule gives the stand-in
         want = [(d, (UNBACKED_HINT,) + sh[1:], sc) for d, sh, sc in want]
+    if op == "np_bincount":
+        want = [(d, (UNBACKED_HINT,), sc) for d, sh, sc in want]
+    if op == "np_lstsq" and case.args[0].shape[0] > case.args[0].shape[1]:   # residuals: data
+        want[1] = (want[1][0], (UNBACKED_HINT,), want[1][2])
     if got != want:
         return f"rule gave {got}, eager gave {want}"
     return None

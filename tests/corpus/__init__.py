@@ -8,7 +8,7 @@ the same entries with the same reasons (tests/test_corpus.py checks that they ag
 from ._base import REGISTRY, Entry, reseed  # noqa: F401
 from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
-    np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more,
+    np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix,
 )
