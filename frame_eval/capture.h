@@ -479,5 +479,16 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs);
  * source); v itself when it is not a cell; NULL when the cell is empty. */
 Var *objects_cell_contents(Capture *c, Var *v);
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
+/* `a is b` where a or b is a user object (made in the frame, or from outside: its identity
+ * then guarded): 1 with *same set, 0 when not such a pair, -1 with the failure set. */
+int objects_is(Capture *c, Var *a, Var *b, int *same);
+/* a == b / a != b (cmp Py_EQ / Py_NE) with a user object among them: its class's __eq__ /
+ * __ne__ inlined, else identity. *handled = 0 when not such a pair. */
+Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled);
+/* id(v) of an object from outside (guarded by identity); fails for a made object. */
+Var *objects_id(Capture *c, Var *v);
+/* hash(v): constants folded, a class's __hash__ inlined, object's hash of an outside
+ * object folded under an identity guard. */
+Var *objects_hash(Capture *c, Var *v);
 
 #endif

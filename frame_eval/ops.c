@@ -682,6 +682,12 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         Var *args[2] = {a, b};
         return fold_operator(c, names[cmp], args, 2);
     }
+    if (cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) {
+        int handled;
+        Var *r = objects_compare(c, cmp, a, b, &handled);
+        if (handled)
+            return r;
+    }
     if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->obj && b->obj &&
         a->kind != VK_TUPLE && b->kind != VK_TUPLE && a->kind != VK_LIST && b->kind != VK_LIST) {
         Var *args[2] = {a, b};
