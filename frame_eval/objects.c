@@ -90,6 +90,40 @@ static int plain_class(PyTypeObject *t)
     return (t->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
 }
 
+/* cls(*args) for a torch layer, made now to see whether it holds parameters: the global
+ * generator's state is put back afterwards, so capture draws nothing from it (the layer's
+ * initialisation would, and eager draws only at run time). New reference, or NULL with the
+ * failure recorded. */
+static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *gen = torch ? PyObject_GetAttrString(torch, "default_generator") : NULL;
+    PyObject *state = gen ? PyObject_CallMethod(gen, "get_state", NULL) : NULL;
+    Py_XDECREF(torch);
+    if (!state) {
+        Py_XDECREF(gen);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
+    PyObject *ft, *fv, *ftb;   /* strong: the construction's error, kept across set_state */
+    PyErr_Fetch(&ft, &fv, &ftb);
+    PyObject *r = PyObject_CallMethod(gen, "set_state", "O", state);
+    Py_DECREF(state);
+    Py_DECREF(gen);
+    if (!r) {
+        Py_XDECREF(m);
+        Py_XDECREF(ft);
+        Py_XDECREF(fv);
+        Py_XDECREF(ftb);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(ft, fv, ftb);
+    return m;
+}
+
 Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
@@ -123,16 +157,21 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     if (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)) {
         /* torch's own stateless layers (nn.Dropout(0.3), nn.ReLU()) built in the body: make
          * the object now; it never escapes, and writes to it (drop.eval()) stay in the
-         * capture. Modules with parameters would need their tensors as graph inputs. */
+         * capture. A module with parameters is made at run time, by the interpreter (as
+         * torch.compile does): its initialisation draws from the global generator, which
+         * the eager program consumes at that point of every call. */
         PyObject *mod = PyObject_GetAttrString(cls, "__module__");
         const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
         int torch_layer = mn && !strncmp(mn, "torch.nn.modules.", 17);
         Py_XDECREF(mod);
         sj_err_clear();
-        if (!torch_layer || !var_all_const(args, nargs))
-            return NULL;
         *handled = 1;
-        PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
+        if (!torch_layer || !var_all_const(args, nargs)) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (an nn.Module) inside the function: it is made "
+                     "at run time, in the interpreter", t->tp_name);
+            return NULL;
+        }
+        PyObject *m = probe_module(c, cls, args, nargs, kwnames);
         if (!m)
             return NULL;
         PyObject *params = PyObject_CallMethod(m, "parameters", NULL);
@@ -142,8 +181,8 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
             Py_XDECREF(first);
             Py_DECREF(m);
             sj_err_clear();
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function",
-                     t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function: "
+                     "it is made at run time, in the interpreter", t->tp_name);
             return NULL;
         }
         Var *v = wrap_untracked(c, m);
