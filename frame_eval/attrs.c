@@ -349,6 +349,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         return obj_attr(c, o, name);
     case VK_LIST:
     case VK_DICT:
+        if (collections_type_of(o)) {
+            int handled;
+            Var *r = collections_attr(c, o, name, &handled);
+            if (handled || cap_failed(c))
+                return r;
+        }
         return container_method(c, o, name);
     case VK_USEROBJ:
         return objects_attr_load(c, o, name);
@@ -368,6 +374,10 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             }
             Py_XDECREF(fields);
             sj_err_clear();
+            int handled;
+            Var *r = collections_attr(c, o, name, &handled);
+            if (handled || cap_failed(c))
+                return r;
         }
         return container_method(c, o, name);
     }

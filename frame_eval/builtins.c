@@ -68,9 +68,9 @@ static PyObject *var_type(Capture *c, Var *v)
     case VK_TUPLE:
         return Py_NewRef(v->u.seq.subtype ? (PyObject *)v->u.seq.subtype : (PyObject *)&PyTuple_Type);
     case VK_LIST:
-        return Py_NewRef((PyObject *)&PyList_Type);
-    case VK_DICT:
-        return Py_NewRef((PyObject *)&PyDict_Type);
+    case VK_DICT:   /* a collections type (deque, OrderedDict, ...) or the plain one */
+        return Py_NewRef(collections_type_of(v) ? (PyObject *)collections_type_of(v)
+                         : v->kind == VK_LIST ? (PyObject *)&PyList_Type : (PyObject *)&PyDict_Type);
     case VK_DICTVIEW: {
         PyObject *d = PyDict_New();
         PyObject *view = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;

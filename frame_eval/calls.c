@@ -841,6 +841,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
             if (handled)
                 return r;
+            r = collections_call_function(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled || cap_failed(c))
+                return r;
         }
         if (fn->obj && nargs == 1 && !kwnames) {
             Var *r = fold_signature(c, fn->obj, args[0]);
@@ -884,6 +887,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 const char *mn = PyUnicode_AsUTF8(inner->obj);
                 Var *r = mn ? objects_record_call(c, fn->u.method.self, mn, args, nargs, &handled) : NULL;
                 if (handled)
+                    return r;
+            }
+            if (collections_type_of(fn->u.method.self)) {
+                int handled = 0;
+                const char *mn = PyUnicode_AsUTF8(inner->obj);
+                Var *r = mn ? collections_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
+                if (handled || cap_failed(c))
                     return r;
             }
             return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
@@ -946,7 +956,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
-        Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+        Var *r = collections_call_builtin(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);

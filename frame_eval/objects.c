@@ -129,6 +129,9 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     *handled = 0;
     if (!PyType_Check(cls))
         return NULL;
+    Var *made = collections_construct(c, cls, args, nargs, kwnames, handled);
+    if (*handled)
+        return made;
     PyTypeObject *t = (PyTypeObject *)cls;
     if (PyType_IsSubtype(t, &PyTuple_Type) && t != &PyTuple_Type) {
         PyObject *fields = objects_fields(t);
