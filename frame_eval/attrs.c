@@ -423,7 +423,10 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             return NULL;
         }
         int32_t s = o->kind == VK_CONST ? -1 : attr_source(c, o, name);
-        Var *r = wrap_value(c, v, s);
+        /* a class's C classmethod (dict.fromkeys) is bound anew on each read */
+        Var *r = s >= 0 && PyType_Check(o->obj) && PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == o->obj
+                     ? wrap_bound_builtin(c, v, s)
+                     : wrap_value(c, v, s);
         Py_DECREF(v);
         return r;
     }

@@ -497,8 +497,9 @@ Var *collections_method(Capture *c, Var *self, const char *name, Var **args, int
 /* d[key] of a collection dict var without the key: defaultdict's factory, Counter's 0;
  * *handled = 0 for the others (KeyError). */
 Var *collections_missing(Capture *c, Var *d, Var *key, int *handled);
-/* A binary operator or comparison with a collection var among the operands (nb >= 0: a
- * BINARY_OP oparg; else cmp = -1 - nb is a COMPARE_OP oparg): *handled = 0 when none is. */
+/* A binary operator or comparison with a collection var among the operands, or a
+ * comparison of two dict vars (nb >= 0: a BINARY_OP oparg; else cmp = -1 - nb is a
+ * COMPARE_OP oparg): *handled = 0 otherwise. */
 Var *collections_operator(Capture *c, int nb, Var *a, Var *b, int *handled);
 
 /* objects.c: instances of user classes and namedtuples made during capture */

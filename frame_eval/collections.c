@@ -703,7 +703,9 @@ Var *collections_method(Capture *c, Var *self, const char *name, Var **args, int
 Var *collections_operator(Capture *c, int nb, Var *a, Var *b, int *handled)
 {
     *handled = 0;
-    if (!collections_type_of(a) && !collections_type_of(b))
+    /* plain dicts compared: the same shadow (values compared only when they are constants) */
+    int dicts = nb < 0 && a->kind == VK_DICT && b->kind == VK_DICT;
+    if (!collections_type_of(a) && !collections_type_of(b) && !dicts)
         return NULL;
     *handled = 1;
     PyObject *op = PyImport_ImportModule("operator");

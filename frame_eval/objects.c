@@ -252,6 +252,8 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
     }
     if (PyErr_Occurred())
         return NULL;
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0)
+        return wrap_untracked(c, (PyObject *)o->u.uobj.type);   /* dataclass __eq__ reads it */
     PyObject *descr = _PyType_Lookup(o->u.uobj.type, name);   /* borrowed */
     static PyObject *getattr_name;   /* strong, interned */
     if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
