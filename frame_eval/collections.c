@@ -322,7 +322,9 @@ static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
                     cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s key in a dict", Py_TYPE(k)->tp_name);
                 return -1;
             }
-            vv[i] = from_py(s, val);
+            /* an unchanged constant keeps its var: only real changes are writes */
+            Var *old = i < v->u.dict.n ? v->u.dict.vals[i] : NULL;
+            vv[i] = old && var_is_const(old) && old->obj == val ? old : from_py(s, val);
             Py_DECREF(val);
             kv[i] = vv[i] ? var_const(c, k) : NULL;
             if (!kv[i]) {
@@ -358,7 +360,13 @@ static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
     Var **iv = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
     int differ = n != v->u.seq.n;
     for (Py_ssize_t i = 0; iv && i < n; i++) {
-        if (!(iv[i] = from_py(s, PyList_GET_ITEM(items, i)))) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        Var *old = i < v->u.seq.n ? v->u.seq.items[i] : NULL;
+        if (old && var_is_const(old) && old->obj == item) {
+            iv[i] = old;
+            continue;
+        }
+        if (!(iv[i] = from_py(s, item))) {
             Py_DECREF(items);
             return -1;
         }

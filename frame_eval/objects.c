@@ -108,6 +108,19 @@ static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nar
     PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
     PyObject *ft, *fv, *ftb;   /* strong: the construction's error, kept across set_state */
     PyErr_Fetch(&ft, &fv, &ftb);
+    /* a layer that drew from the generator while being made must be made at run time,
+     * where eager draws: compare the states */
+    int drew = 0;
+    if (m) {
+        PyObject *after = PyObject_CallMethod(gen, "get_state", NULL);
+        PyObject *tm = after ? PyImport_ImportModule("torch") : NULL;
+        PyObject *eq = tm ? PyObject_CallMethod(tm, "equal", "OO", after, state) : NULL;
+        drew = eq != Py_True;   /* unknown counts as drawn: the module is then made at run time */
+        Py_XDECREF(eq);
+        Py_XDECREF(tm);
+        Py_XDECREF(after);
+        sj_err_clear();
+    }
     PyObject *r = PyObject_CallMethod(gen, "set_state", "O", state);
     Py_DECREF(state);
     Py_DECREF(gen);
@@ -121,6 +134,12 @@ static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nar
     }
     Py_DECREF(r);
     PyErr_Restore(ft, fv, ftb);
+    if (m && drew) {
+        Py_DECREF(m);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s inside the function draws from the global generator: "
+                 "it is made at run time, in the interpreter", ((PyTypeObject *)cls)->tp_name);
+        return NULL;
+    }
     return m;
 }
 

@@ -87,7 +87,15 @@ def _deque_pop_index(x):
     return q.pop(0)
 
 
-ERRORS = [_popitem_empty, _move_missing, _pop_empty_deque, _slice_deque, _replace_unknown,
+def _counter_fromkeys(x):
+    return Counter.fromkeys("ab", 1), x
+
+
+def _deque_bad_maxlen(x):
+    return deque([x], maxlen=-1)
+
+
+ERRORS = [_counter_fromkeys, _deque_bad_maxlen, _popitem_empty, _move_missing, _pop_empty_deque, _slice_deque, _replace_unknown,
           _make_wrong_length, _defaultdict_bad_factory, _counter_plus_int, _hash_unhashable,
           _user_eq_raises, _deque_pop_index]
 
@@ -115,6 +123,18 @@ def _caught(x):
     except KeyError:
         d["k"] = x * 2
     return q[0] + d["k"]
+
+
+def _defaultdict_fromkeys(x):
+    d = defaultdict.fromkeys(["a", "b"], 0)
+    d["a"] = x
+    return d, d.default_factory
+
+
+def test_defaultdict_fromkeys_has_no_factory():
+    x = torch.randn(3)
+    d, f = shapejit.compile(_defaultdict_fromkeys, fullgraph=True)(x)
+    assert type(d) is defaultdict and f is None and d["a"] is not None and d["b"] == 0
 
 
 def test_errors_caught_in_frame():
@@ -243,3 +263,23 @@ def test_user_eq_of_passed_objects_reads_their_attributes():
     torch.testing.assert_close(compiled(a, b, x), x + 1)
     b.v = 2
     torch.testing.assert_close(compiled(a, b, x), x - 1)
+
+
+class _Tok:
+    pass
+
+
+def _id_of_made(x):
+    tok = _Tok()
+    seen = {id(tok): tok}
+    return x * len(seen), seen[id(tok)] is tok
+
+
+def test_id_of_an_object_made_in_the_frame_breaks():
+    # its id at capture would be another object's at run time: the call runs eagerly
+    x = torch.randn(3)
+    out, same = shapejit.compile(_id_of_made)(x)
+    torch.testing.assert_close(out, x)
+    assert same is True
+    ex = shapejit.explain(_id_of_made)(x)
+    assert any("id()" in r.reason for r in ex.break_reasons)
