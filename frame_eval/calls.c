@@ -237,7 +237,8 @@ static int run_hooks(Capture *c, Var *m, const char *name, Var **args_tuple, Var
     }
     /* the hooks run in the dict's order as guard_hooks saw it; a snapshot keeps a hook
      * that changes the dict from disturbing the walk */
-    PyObject *items = PyDict_Items(d);
+    PyObject *items = PyODict_Check(d) ? PyMapping_Items(d) : PyDict_Items(d);   /* an OrderedDict's own order:
+                                                                                   prepended hooks first */
     Py_DECREF(d);
     if (!items)
         return cap_fail_exc(c, BR_INTERNAL);

@@ -663,7 +663,7 @@ static int plain_constant(const Var *v)
 Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 {
     *handled = 0;
-    if (cmp != 2 && cmp != 3)   /* Py_EQ, Py_NE: orderings have no identity fallback */
+    if (cmp != Py_EQ && cmp != Py_NE)   /* orderings have no identity fallback */
         return NULL;
     PyTypeObject *ta = var_pytype(a), *tb = var_pytype(b);
     int ua = a->kind == VK_USEROBJ || (a->kind == VK_OBJECT && a->src >= 0 && user_compared(ta)),
@@ -673,7 +673,7 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     if ((!ua && !plain_constant(a)) || (!ub && !plain_constant(b)))
         return NULL;
     *handled = 1;
-    const char *name = cmp == 2 ? "__eq__" : "__ne__";
+    const char *name = cmp == Py_EQ ? "__eq__" : "__ne__";
     /* the reflected operand goes first when its type is a proper subclass of the other's */
     int swap = ta != tb && PyType_IsSubtype(tb, ta);
     Var *order[2][2] = {{swap ? b : a, swap ? a : b}, {swap ? a : b, swap ? b : a}};
@@ -685,7 +685,7 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
             return NULL;
         if (tried && !is_notimpl(r))
             return r;
-        if (!tried && cmp == 3) {
+        if (!tried && cmp == Py_NE) {
             /* object.__ne__: the inverse of __eq__ unless that is NotImplemented */
             r = call_dunder(c, x, y, "__eq__", &tried);
             if (tried && !r)
@@ -707,13 +707,15 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
         cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of a %s and a %s", var_kind_name(a), var_kind_name(b));
         return NULL;
     }
-    return var_const(c, (same == (cmp == 2)) ? Py_True : Py_False);
+    return var_const(c, (same == (cmp == Py_EQ)) ? Py_True : Py_False);
 }
 
 Var *objects_id(Capture *c, Var *v)
 {
+    /* an untracked library object (a function, a class, a module) is the same object in
+     * every run; a module var without a source may be one capture made (a Sequential slice) */
     if (sourced_object(v) || (v->src < 0 && v->obj && (v->kind == VK_CALLABLE || v->kind == VK_FUNC ||
-                                                        v->kind == VK_PYMODULE || v->kind == VK_MODULE))) {
+                                                        v->kind == VK_PYMODULE))) {
         if (!cap_keep(c, v->obj) || guard_add_simple(c, GK_ID_MATCH, v->src, v->obj) < 0)
             return NULL;
         return var_const_steal(c, PyLong_FromVoidPtr(v->obj));

@@ -255,7 +255,7 @@ static Var *wrap_seq(Capture *c, PyObject *orig, PyObject *fast, int32_t src)
 static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
 {
     /* the keys in iteration order: an OrderedDict's own, which its dict's need not be */
-    PyObject *keys = PyDict_CheckExact(obj) ? PyDict_Keys(obj) : PySequence_List(obj);
+    PyObject *keys = PyODict_Check(obj) ? PySequence_List(obj) : PyDict_Keys(obj);
     if (!keys)
         return NULL;
     PyObject *kt = PyList_AsTuple(keys);
@@ -355,7 +355,8 @@ static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind 
 
 int guard_dict_keys(Capture *c, int32_t src, PyObject *d)
 {
-    PyObject *k = PyDict_Keys(d);
+    /* an OrderedDict's keys in its own order, as DICT_KEYS checks them */
+    PyObject *k = PyODict_Check(d) ? PySequence_List(d) : PyDict_Keys(d);
     PyObject *kt = k ? PyList_AsTuple(k) : NULL;
     Py_XDECREF(k);
     int r = kt ? guard_add_simple(c, GK_DICT_KEYS, src, kt) : -1;

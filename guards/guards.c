@@ -380,7 +380,7 @@ static PyObject *explain_dict_keys(const Guard *g, PyObject *v, PyObject *name, 
     (void)call;
     if (!PyDict_Check(v))
         return PyUnicode_FromFormat("%U is no longer a dict (%s)", name, Py_TYPE(v)->tp_name);
-    PyObject *keys = PyDict_Keys(v);
+    PyObject *keys = PyODict_Check(v) ? PySequence_List(v) : PyDict_Keys(v);   /* in the order checked */
     if (!keys)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("keys of %U changed: expected %.200R, actual %.200R", name, g->expected, keys);

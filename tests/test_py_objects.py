@@ -283,3 +283,16 @@ def test_id_of_an_object_made_in_the_frame_breaks():
     assert same is True
     ex = shapejit.explain(_id_of_made)(x)
     assert any("id()" in r.reason for r in ex.break_reasons)
+
+
+def test_prepended_forward_hooks_run_in_their_order():
+    # a module's hook dicts are OrderedDicts: prepend=True moves a hook to the front of
+    # its own order, which its underlying dict does not follow
+    m = nn.Linear(3, 3)
+    m.register_forward_hook(lambda mod, i, o: o * 2)
+    m.register_forward_hook(lambda mod, i, o: o + 1, prepend=True)
+    x = torch.randn(2, 3)
+    compiled = shapejit.compile(lambda t: m(t))
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), m(x))
+    assert shapejit.stats()["recompiles"] == 0
