@@ -608,6 +608,11 @@ Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled)
     const char *n = PyUnicode_AsUTF8(name);
     if (!n)
         return NULL;
+    PyTypeObject *own = o->kind == VK_TUPLE ? o->u.seq.subtype : collections_type_of(o);
+    if (own && !strcmp(n, "__class__")) {
+        *handled = 1;
+        return wrap_untracked(c, (PyObject *)own);
+    }
     if (o->kind == VK_TUPLE) {
         PyTypeObject *t = o->u.seq.subtype;
         if (!t || (libs.size_type && (PyObject *)t == libs.size_type) || !PyObject_HasAttrString((PyObject *)t, "_fields"))

@@ -296,3 +296,16 @@ def test_prepended_forward_hooks_run_in_their_order():
     for _ in range(2):
         torch.testing.assert_close(compiled(x), m(x))
     assert shapejit.stats()["recompiles"] == 0
+
+
+def _classes(x):
+    p = Point(x, x)
+    q = deque([x])
+    d = OrderedDict(a=x)
+    return p.__class__ is Point, q.__class__ is deque, type(d) is OrderedDict, d.__class__.__name__, x + 1
+
+
+def test_class_of_collections():
+    x = torch.randn(2)
+    out = shapejit.compile(_classes, fullgraph=True)(x)
+    assert out[:4] == (True, True, True, "OrderedDict")
