@@ -309,3 +309,23 @@ def test_class_of_collections():
     x = torch.randn(2)
     out = shapejit.compile(_classes, fullgraph=True)(x)
     assert out[:4] == (True, True, True, "OrderedDict")
+
+
+class _Mode:
+    pass
+
+
+_A, _B = _Mode(), _Mode()
+
+
+def _by_mode(x, mode):
+    return x + 1 if mode is _A else x * 3
+
+
+def test_identity_against_a_global_object_is_guarded():
+    # a passed object compared with a global one by identity: the answer is guarded, so
+    # the other object recompiles instead of reusing the first answer
+    x = torch.ones(2)
+    compiled = shapejit.compile(_by_mode)
+    for mode in (_A, _B, _A, _B):
+        torch.testing.assert_close(compiled(x, mode), _by_mode(x, mode))

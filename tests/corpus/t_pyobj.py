@@ -3,6 +3,7 @@ namedtuple, dict.fromkeys) made in the frame and passed in, identity and equalit
 objects, hash() and id(), and nn.Modules with parameters made in the frame."""
 import collections
 import dataclasses
+import enum
 import typing
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 
@@ -355,6 +356,25 @@ def t_obj_identity_passed_objects(a, b, c, x):
 @torch_case(lambda: (Key(1, "x"), Key(1, "x"), Key(2, "x"), T(3)))
 def t_obj_user_eq_passed(a, b, c, x):
     return x * (a == b) + x * (a == c) * 10 + (b != c)
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+_UNSET = object()
+
+
+@torch_case(lambda: (T(3), Mode.EVAL))
+def t_obj_enum_and_sentinel_identity(x, mode, scale=_UNSET):
+    if mode is Mode.TRAIN:
+        x = x * 0.5
+    if mode == Mode.EVAL:
+        x = x + 1
+    if scale is _UNSET:
+        scale = 2.0
+    return x * scale
 
 
 @torch_case(lambda: (T(3),))
