@@ -349,6 +349,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         return obj_attr(c, o, name);
     case VK_LIST:
     case VK_DICT:
+        if (collections_type_of(o)) {
+            int handled;
+            Var *r = collections_attr(c, o, name, &handled);
+            if (handled || cap_failed(c))
+                return r;
+        }
         return container_method(c, o, name);
     case VK_USEROBJ:
         return objects_attr_load(c, o, name);
@@ -368,6 +374,10 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             }
             Py_XDECREF(fields);
             sj_err_clear();
+            int handled;
+            Var *r = collections_attr(c, o, name, &handled);
+            if (handled || cap_failed(c))
+                return r;
         }
         return container_method(c, o, name);
     }
@@ -413,7 +423,10 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             return NULL;
         }
         int32_t s = o->kind == VK_CONST ? -1 : attr_source(c, o, name);
-        Var *r = wrap_value(c, v, s);
+        /* a class's C classmethod (dict.fromkeys) is bound anew on each read */
+        Var *r = s >= 0 && PyType_Check(o->obj) && PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == o->obj
+                     ? wrap_bound_builtin(c, v, s)
+                     : wrap_value(c, v, s);
         Py_DECREF(v);
         return r;
     }

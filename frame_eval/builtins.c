@@ -16,7 +16,7 @@
     X(B_SORTED, "sorted") X(B_TYPE, "type") X(B_CALLABLE, "callable") X(B_PRINT, "print") \
     X(B_SUPER, "super") X(B_DIVMOD, "divmod") X(B_ROUND, "round") X(B_POW, "pow")         \
     X(B_REPR, "repr") X(B_SLICE, "slice") X(B_MAP, "map") X(B_SETATTR, "setattr")        \
-    X(B_ID, "id") X(B_SET, "set") X(B_FROZENSET, "frozenset")
+    X(B_ID, "id") X(B_HASH, "hash") X(B_SET, "set") X(B_FROZENSET, "frozenset")
 
 typedef enum {
 #define X(e, name) e,
@@ -68,9 +68,9 @@ static PyObject *var_type(Capture *c, Var *v)
     case VK_TUPLE:
         return Py_NewRef(v->u.seq.subtype ? (PyObject *)v->u.seq.subtype : (PyObject *)&PyTuple_Type);
     case VK_LIST:
-        return Py_NewRef((PyObject *)&PyList_Type);
-    case VK_DICT:
-        return Py_NewRef((PyObject *)&PyDict_Type);
+    case VK_DICT:   /* a collections type (deque, OrderedDict, ...) or the plain one */
+        return Py_NewRef(collections_type_of(v) ? (PyObject *)collections_type_of(v)
+                         : v->kind == VK_LIST ? (PyObject *)&PyList_Type : (PyObject *)&PyDict_Type);
     case VK_DICTVIEW: {
         PyObject *d = PyDict_New();
         PyObject *view = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;
@@ -578,8 +578,14 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         cap_fail(c, BR_SIDE_EFFECT, "setattr()");
         return NULL;
     case B_ID:
-        cap_fail(c, BR_UNSUPPORTED_CALL, "id()");
+        if (nargs == 1 && !kwnames)
+            return objects_id(c, args[0]);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "id() with these arguments");
         return NULL;
+    case B_HASH:
+        if (nargs == 1 && !kwnames)
+            return objects_hash(c, args[0]);
+        break;
     default:
         break;
     }

@@ -237,7 +237,8 @@ static int run_hooks(Capture *c, Var *m, const char *name, Var **args_tuple, Var
     }
     /* the hooks run in the dict's order as guard_hooks saw it; a snapshot keeps a hook
      * that changes the dict from disturbing the walk */
-    PyObject *items = PyDict_Items(d);
+    PyObject *items = PyODict_Check(d) ? PyMapping_Items(d) : PyDict_Items(d);   /* an OrderedDict's own order:
+                                                                                   prepended hooks first */
     Py_DECREF(d);
     if (!items)
         return cap_fail_exc(c, BR_INTERNAL);
@@ -843,6 +844,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
             if (handled)
                 return r;
+            r = collections_call_function(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled || cap_failed(c))
+                return r;
         }
         if (fn->obj && nargs == 1 && !kwnames) {
             Var *r = fold_signature(c, fn->obj, args[0]);
@@ -889,6 +893,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 const char *mn = PyUnicode_AsUTF8(inner->obj);
                 Var *r = mn ? objects_record_call(c, fn->u.method.self, mn, args, nargs, &handled) : NULL;
                 if (handled)
+                    return r;
+            }
+            if (collections_type_of(fn->u.method.self)) {
+                int handled = 0;
+                const char *mn = PyUnicode_AsUTF8(inner->obj);
+                Var *r = mn ? collections_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
+                if (handled || cap_failed(c))
                     return r;
             }
             return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
@@ -955,6 +966,9 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (handled)
             return r;
         r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = collections_call_builtin(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);

@@ -61,8 +61,14 @@ struct Var {
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
         struct { int32_t value; TensorMeta meta; } t;
-        struct { Var **items; int32_t n, cap; PyTypeObject *subtype; } seq;  /* subtype: tuple subclass or NULL (borrowed) */
-        struct { Var **keys, **vals; int32_t n, cap; } dict;
+        struct { Var **items; int32_t n, cap; PyTypeObject *subtype; Var *maxlen; } seq;
+                                      /* subtype (borrowed, keepalive): a VK_TUPLE's tuple
+                                         subclass, a VK_LIST's collections.deque, or NULL;
+                                         maxlen: a deque's (a constant var) */
+        struct { Var **keys, **vals; int32_t n, cap; PyTypeObject *subtype; Var *factory; } dict;
+                                      /* subtype (borrowed, keepalive): OrderedDict,
+                                         defaultdict or Counter, or NULL (collections.c);
+                                         factory: a defaultdict's default_factory */
         struct { Var *start, *stop, *step; } slice;
         struct { Var **items; int32_t n, pos; Var *live; int32_t used; } iter;
                                       /* live: the list (or dict, dict view) GET_ITER made
@@ -474,6 +480,38 @@ PyObject *cap_call_live(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyO
 Var *cap_fold_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
 Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
+/* collections.c: OrderedDict, defaultdict, Counter (dict vars with a subtype), deque (a
+ * list var with a subtype), namedtuple methods, dict.fromkeys */
+/* 1 when obj is exactly an OrderedDict, defaultdict, Counter or deque. */
+int collections_is_container(PyObject *obj);
+/* A container of those from outside, wrapped as dict or list var v at src: v's subtype,
+ * and a defaultdict's factory or a deque's maxlen read and guarded. 0 or -1. */
+int collections_wrap_extra(Capture *c, Var *v, PyObject *obj, int32_t src);
+/* The collections type of a var (its subtype) when it is one of them, else NULL. */
+PyTypeObject *collections_type_of(const Var *v);
+/* cls(*args) for cls one of the four types: *handled = 0 for any other callable. */
+Var *collections_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* Calls of Python functions this file answers instead of inlining them (a namedtuple's
+ * _make, _replace and _asdict, collections.namedtuple itself): *handled = 0 otherwise. */
+Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
+                               int *handled);
+/* A call of a C callable this file answers (dict.fromkeys and the subclasses'). */
+Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
+                              int *handled);
+/* o.name for a collection var or a namedtuple var: *handled = 0 when the caller's own
+ * reading applies (fields, the methods of dict and list that are modelled). */
+Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled);
+/* self.name(*args) for a collection var: *handled = 0 when container_call applies. */
+Var *collections_method(Capture *c, Var *self, const char *name, Var **args, int32_t nargs, PyObject *kwnames,
+                        int *handled);
+/* d[key] of a collection dict var without the key: defaultdict's factory, Counter's 0;
+ * *handled = 0 for the others (KeyError). */
+Var *collections_missing(Capture *c, Var *d, Var *key, int *handled);
+/* A binary operator or comparison with a collection var among the operands, or a
+ * comparison of two dict vars (nb >= 0: a BINARY_OP oparg; else cmp = -1 - nb is a
+ * COMPARE_OP oparg): *handled = 0 otherwise. */
+Var *collections_operator(Capture *c, int nb, Var *a, Var *b, int *handled);
+
 /* objects.c: instances of user classes and namedtuples made during capture */
 /* Construct cls(*args): *handled = 0 when cls is not a class capture can model. */
 Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
@@ -489,5 +527,16 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs);
  * source); v itself when it is not a cell; NULL when the cell is empty. */
 Var *objects_cell_contents(Capture *c, Var *v);
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
+/* `a is b` where a or b is a user object (made in the frame, or from outside: its identity
+ * then guarded): 1 with *same set, 0 when not such a pair, -1 with the failure set. */
+int objects_is(Capture *c, Var *a, Var *b, int *same);
+/* a == b / a != b (cmp Py_EQ / Py_NE) with a user object among them: its class's __eq__ /
+ * __ne__ inlined, else identity. *handled = 0 when not such a pair. */
+Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled);
+/* id(v) of an object from outside (guarded by identity); fails for a made object. */
+Var *objects_id(Capture *c, Var *v);
+/* hash(v): constants folded, a class's __hash__ inlined, object's hash of an outside
+ * object folded under an identity guard. */
+Var *objects_hash(Capture *c, Var *v);
 
 #endif

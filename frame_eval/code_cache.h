@@ -49,7 +49,9 @@ typedef struct {
     CacheEntry *entries;   /* most recent first */
     int nentries;
     int skip;              /* never compile: -1 undecided, 0 compile, 1 library or generator
-                              code or a frame with nothing to capture, 2 disabled by the user */
+                              code or a frame with nothing to capture, 2 disabled by the user,
+                              3 an nn.Module's __init__: run eagerly with its callees
+                              (hook.c SKIP_WITH_CALLEES) */
     int frame_id;          /* -1 until first compiled */
     int ncompiles;
     long calls;            /* frames seen (eager_then_compile counts them) */

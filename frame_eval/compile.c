@@ -28,7 +28,9 @@ static long graph_counter;
  *                              after a break sees one object, as eager code does
  *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
  *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run
- *   ("i", list, pos)           an iterator over list, at pos */
+ *   ("i", list, pos)           an iterator over list, at pos
+ *   ("C", type, (args...))     type(*args): a collections container (OrderedDict(dict),
+ *                              defaultdict(factory, dict), Counter(dict), deque(list, maxlen)) */
 
 typedef struct {
     Capture *c;
@@ -161,6 +163,9 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         }
         if (v->kind == VK_TUPLE && v->u.seq.subtype)
             return Py_BuildValue("(sON)", "T", (PyObject *)v->u.seq.subtype, items);
+        if (v->kind == VK_LIST && v->u.seq.subtype)   /* a deque */
+            return Py_BuildValue("(sO((sN)(sO)))", "C", (PyObject *)v->u.seq.subtype, "l", items, "c",
+                                 v->u.seq.maxlen ? v->u.seq.maxlen->obj : Py_None);
         return Py_BuildValue("(sN)", v->kind == VK_TUPLE ? "t" : "l", items);
     }
     case VK_DICT: {
@@ -179,6 +184,19 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
                 return NULL;
             }
             PyTuple_SET_ITEM(items, i, it);
+        }
+        if (v->u.dict.subtype) {
+            /* OrderedDict / Counter / defaultdict: the type called with the plain dict (and
+             * a defaultdict's factory first) */
+            PyObject *f = v->u.dict.factory ? plan_for(p, v->u.dict.factory) : NULL;
+            if (v->u.dict.factory && !f) {
+                Py_DECREF(keys);
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyObject *d = Py_BuildValue("(sNN)", "d", keys, items);
+            PyObject *args = !d ? NULL : f ? Py_BuildValue("(NN)", f, d) : Py_BuildValue("(N)", d);
+            return args ? Py_BuildValue("(sON)", "C", (PyObject *)v->u.dict.subtype, args) : NULL;
         }
         return Py_BuildValue("(sNN)", "d", keys, items);
     }
@@ -275,6 +293,33 @@ typedef struct {
     int wrote;        /* an outside list or dict was written back into */
 } BuildCtx;
 
+/* The contents of val written into obj, a collections container from outside, through
+ * its own methods (an OrderedDict's order lives beside its dict: PyDict_Clear would leave
+ * it stale). 0 or -1. */
+static int write_back_collection(PyObject *obj, PyObject *val)
+{
+    PyObject *r = PyObject_CallMethod(obj, "clear", NULL);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    if (!PyDict_Check(obj)) {
+        r = PyObject_CallMethod(obj, "extend", "O", val);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
+    PyObject *keys = PySequence_List(val);
+    for (Py_ssize_t i = 0; keys && i < PyList_GET_SIZE(keys); i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *v = PyObject_GetItem(val, k);
+        int rc = v ? PyObject_SetItem(obj, k, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            Py_CLEAR(keys);
+    }
+    Py_XDECREF(keys);
+    return keys ? 0 : -1;
+}
+
 static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
 {
     if (PyLong_CheckExact(plan))
@@ -320,6 +365,21 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             Py_CLEAR(it);
         return it;
     }
+    case 'C': {
+        PyObject *pargs = PyTuple_GET_ITEM(plan, 2);
+        Py_ssize_t n = PyTuple_GET_SIZE(pargs);
+        PyObject *a = PyTuple_New(n);
+        for (Py_ssize_t i = 0; a && i < n; i++) {
+            PyObject *x = build(PyTuple_GET_ITEM(pargs, i), outputs, bc);
+            if (!x)
+                Py_CLEAR(a);
+            else
+                PyTuple_SET_ITEM(a, i, x);
+        }
+        PyObject *r = a ? PyObject_Call(PyTuple_GET_ITEM(plan, 1), a, NULL) : NULL;
+        Py_XDECREF(a);
+        return r;
+    }
     case 'v': {
         PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);
         PyObject *view = d ? PyObject_CallMethodNoArgs(d, PyTuple_GET_ITEM(plan, 1)) : NULL;
@@ -355,10 +415,12 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             PyObject *obj = PyTuple_GET_ITEM(objs, i), *val = PyTuple_GET_ITEM(vals, i);
             int rc = -1;
             bc->wrote = 1;
-            if (PyList_Check(obj))
+            if (PyList_CheckExact(obj))
                 rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
-            else if (PyDict_Check(obj))
+            else if (PyDict_CheckExact(obj))
                 rc = (PyDict_Clear(obj), PyDict_Update(obj, val));
+            else if (PyDict_Check(obj) || PyObject_HasAttrString(obj, "extendleft"))
+                rc = write_back_collection(obj, val);   /* OrderedDict, defaultdict, Counter, deque */
             else
                 PyErr_Format(PyExc_TypeError, "shapejit: cannot write back into a %s", Py_TYPE(obj)->tp_name);
             if (rc < 0) {

@@ -506,7 +506,12 @@ resume:
             NEED(2);
             Var *b = POP(), *a = POP();
             int same;
-            if (var_is_const(a) && var_is_const(b))
+            int uh = objects_is(c, a, b, &same);
+            if (uh < 0)
+                goto fail;
+            if (uh)
+                ;
+            else if (var_is_const(a) && var_is_const(b))
                 same = a->obj == b->obj;
             else if (a->obj && b->obj && a->kind != VK_TENSOR && b->kind != VK_TENSOR)
                 same = a->obj == b->obj;

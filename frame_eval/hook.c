@@ -116,6 +116,10 @@ static int skip_file(PyObject *filename)
     return 0;
 }
 
+/* decide_skip's answer for a frame that runs eagerly and whose callees are not compiled
+ * either (they use the entries they have). */
+#define SKIP_WITH_CALLEES 3
+
 static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
 {
     if (!(co->co_flags & CO_OPTIMIZED) || !f->f_func)
@@ -135,7 +139,18 @@ static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
         }
         return 1;
     }
-    return skip_file(co->co_filename);
+    if (skip_file(co->co_filename))
+        return 1;
+    /* the __init__ of an nn.Module runs in the interpreter with everything it calls
+     * (reset_parameters, nn.init), as under torch.compile: a module made in a compiled frame
+     * is made at run time, its parameters' initialisation drawing from the global generator */
+    if (co->co_argcount > 0 && f->localsplus[0] && PyUnicode_CompareWithASCIIString(co->co_name, "__init__") == 0) {
+        if (libs_refresh() < 0)
+            sj_err_clear();
+        if (libs.module_type && PyObject_TypeCheck(f->localsplus[0], (PyTypeObject *)libs.module_type))
+            return SKIP_WITH_CALLEES;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------- tensor precheck ---- */
@@ -391,6 +406,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
     PyCodeObject *co = f->f_code;
     if (st->skip < 0)
         st->skip = st->role == ROLE_RESUME ? 0 : decide_skip(co, f);
+    if (st->skip == SKIP_WITH_CALLEES)
+        goto run_only;
     if (st->skip)
         goto eager;
     int is_top = tls_top_pending;

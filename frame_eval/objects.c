@@ -90,11 +90,67 @@ static int plain_class(PyTypeObject *t)
     return (t->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
 }
 
+/* cls(*args) for a torch layer, made now to see whether it holds parameters: the global
+ * generator's state is put back afterwards, so capture draws nothing from it (the layer's
+ * initialisation would, and eager draws only at run time). New reference, or NULL with the
+ * failure recorded. */
+static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *gen = torch ? PyObject_GetAttrString(torch, "default_generator") : NULL;
+    PyObject *state = gen ? PyObject_CallMethod(gen, "get_state", NULL) : NULL;
+    Py_XDECREF(torch);
+    if (!state) {
+        Py_XDECREF(gen);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
+    PyObject *ft, *fv, *ftb;   /* strong: the construction's error, kept across set_state */
+    PyErr_Fetch(&ft, &fv, &ftb);
+    /* a layer that drew from the generator while being made must be made at run time,
+     * where eager draws: compare the states */
+    int drew = 0;
+    if (m) {
+        PyObject *after = PyObject_CallMethod(gen, "get_state", NULL);
+        PyObject *tm = after ? PyImport_ImportModule("torch") : NULL;
+        PyObject *eq = tm ? PyObject_CallMethod(tm, "equal", "OO", after, state) : NULL;
+        drew = eq != Py_True;   /* unknown counts as drawn: the module is then made at run time */
+        Py_XDECREF(eq);
+        Py_XDECREF(tm);
+        Py_XDECREF(after);
+        sj_err_clear();
+    }
+    PyObject *r = PyObject_CallMethod(gen, "set_state", "O", state);
+    Py_DECREF(state);
+    Py_DECREF(gen);
+    if (!r) {
+        Py_XDECREF(m);
+        Py_XDECREF(ft);
+        Py_XDECREF(fv);
+        Py_XDECREF(ftb);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(ft, fv, ftb);
+    if (m && drew) {
+        Py_DECREF(m);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s inside the function draws from the global generator: "
+                 "it is made at run time, in the interpreter", ((PyTypeObject *)cls)->tp_name);
+        return NULL;
+    }
+    return m;
+}
+
 Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
     if (!PyType_Check(cls))
         return NULL;
+    Var *made = collections_construct(c, cls, args, nargs, kwnames, handled);
+    if (*handled)
+        return made;
     PyTypeObject *t = (PyTypeObject *)cls;
     if (PyType_IsSubtype(t, &PyTuple_Type) && t != &PyTuple_Type) {
         PyObject *fields = objects_fields(t);
@@ -123,16 +179,21 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     if (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)) {
         /* torch's own stateless layers (nn.Dropout(0.3), nn.ReLU()) built in the body: make
          * the object now; it never escapes, and writes to it (drop.eval()) stay in the
-         * capture. Modules with parameters would need their tensors as graph inputs. */
+         * capture. A module with parameters is made at run time, by the interpreter (as
+         * torch.compile does): its initialisation draws from the global generator, which
+         * the eager program consumes at that point of every call. */
         PyObject *mod = PyObject_GetAttrString(cls, "__module__");
         const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
         int torch_layer = mn && !strncmp(mn, "torch.nn.modules.", 17);
         Py_XDECREF(mod);
         sj_err_clear();
-        if (!torch_layer || !var_all_const(args, nargs))
-            return NULL;
         *handled = 1;
-        PyObject *m = cap_call_live(c, cls, args, nargs, kwnames);
+        if (!torch_layer || !var_all_const(args, nargs)) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (an nn.Module) inside the function: it is made "
+                     "at run time, in the interpreter", t->tp_name);
+            return NULL;
+        }
+        PyObject *m = probe_module(c, cls, args, nargs, kwnames);
         if (!m)
             return NULL;
         PyObject *params = PyObject_CallMethod(m, "parameters", NULL);
@@ -142,8 +203,8 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
             Py_XDECREF(first);
             Py_DECREF(m);
             sj_err_clear();
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function",
-                     t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function: "
+                     "it is made at run time, in the interpreter", t->tp_name);
             return NULL;
         }
         Var *v = wrap_untracked(c, m);
@@ -210,6 +271,8 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
     }
     if (PyErr_Occurred())
         return NULL;
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0)
+        return wrap_untracked(c, (PyObject *)o->u.uobj.type);   /* dataclass __eq__ reads it */
     PyObject *descr = _PyType_Lookup(o->u.uobj.type, name);   /* borrowed */
     static PyObject *getattr_name;   /* strong, interned */
     if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
@@ -466,5 +529,249 @@ Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
         return m;
     }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "super().%U not found", name);
+    return NULL;
+}
+
+/* ------------------------------------------------- identity and equality ---- */
+/* `is`, `==`, `!=`, id() and hash() of user objects. An object from outside is held by a
+ * var guarded by its type only, so anything that depends on which object it is (identity,
+ * the default __eq__ and __hash__, id()) adds a guard on that: OBJECT_ALIASING or
+ * NO_TENSOR_ALIASING between two sources, ID_MATCH against an object capture holds. An
+ * object made in the frame is one var, so identity is the var's. A class's own __eq__,
+ * __ne__ and __hash__ (Python functions) are inlined, as the interpreter would call them. */
+
+/* An outside object: identity matters and is not pinned by its guards yet. */
+static int sourced_object(const Var *v)
+{
+    return v->src >= 0 && v->obj && v->kind != VK_CONST && v->kind != VK_TENSOR && v->kind != VK_SYMINT &&
+           v->kind != VK_GSCALAR && v->kind != VK_TUPLE;
+}
+
+static PyTypeObject *var_pytype(const Var *v)
+{
+    if (v->kind == VK_USEROBJ)
+        return v->u.uobj.type;
+    if (v->kind == VK_TENSOR || v->kind == VK_SYMINT || v->kind == VK_GSCALAR)
+        return NULL;
+    return v->obj ? Py_TYPE(v->obj) : NULL;
+}
+
+/* Guard that the objects at sources a and b are (same) or are not the same object. */
+static int guard_pair(Capture *c, int32_t a, int32_t b, int same)
+{
+    if (a == b)
+        return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.src = g.src2 = -1;
+    if (same) {
+        g.kind = GK_SAME_OBJECT;
+        g.src = b;
+        g.src2 = a;
+        return guards_add(&c->guards, &g);
+    }
+    int32_t pair[2] = {a < b ? a : b, a < b ? b : a};
+    for (int32_t i = 0; i < c->guards.n; i++) {
+        const Guard *o = &c->guards.g[i];
+        if (o->kind == GK_DISTINCT && o->nsrcs == 2 && o->srcs[0] == pair[0] && o->srcs[1] == pair[1])
+            return 0;
+    }
+    g.kind = GK_DISTINCT;
+    g.srcs = pair;   /* copied by guards_add */
+    g.nsrcs = 2;
+    return guards_add(&c->guards, &g);
+}
+
+int objects_is(Capture *c, Var *a, Var *b, int *same)
+{
+    if (a == b) {
+        *same = 1;
+        return 1;
+    }
+    if (a->kind == VK_USEROBJ || b->kind == VK_USEROBJ) {
+        /* an object made in the frame is one var wherever it is held: any other var is
+         * another object */
+        *same = 0;
+        return 1;
+    }
+    int sa = sourced_object(a), sb = sourced_object(b);
+    if (!sa && !sb)
+        return 0;
+    if (!a->obj || !b->obj || a->kind == VK_TENSOR || b->kind == VK_TENSOR)
+        return 0;
+    *same = a->obj == b->obj;
+    if (Py_TYPE(a->obj) != Py_TYPE(b->obj) && (!sa || !sb || !*same))
+        return 1;   /* the type guards already tell them apart */
+    if (sa && sb)
+        return guard_pair(c, a->src, b->src, *same) < 0 ? -1 : 1;
+    Var *s = sa ? a : b;
+    if (!cap_keep(c, s->obj))
+        return -1;
+    return guard_add_simple(c, GK_ID_MATCH, s->src, s->obj) < 0 ? -1 : 1;
+}
+
+static PyObject *type_slot(PyTypeObject *t, const char *name)   /* borrowed or NULL */
+{
+    PyObject *n = PyUnicode_InternFromString(name);
+    PyObject *r = n ? _PyType_Lookup(t, n) : NULL;
+    Py_XDECREF(n);
+    return r;
+}
+
+/* A type compared by a user-level protocol this file models: its __eq__ / __ne__ are
+ * Python functions or object's own. */
+static int user_compared(PyTypeObject *t)
+{
+    if (!t || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_richcompare == NULL)
+        return 0;
+    PyObject *base_eq = type_slot(&PyBaseObject_Type, "__eq__"), *base_ne = type_slot(&PyBaseObject_Type, "__ne__");
+    PyObject *eq = type_slot(t, "__eq__"), *ne = type_slot(t, "__ne__");
+    return (eq == base_eq || (eq && PyFunction_Check(eq))) && (ne == base_ne || (ne && PyFunction_Check(ne)));
+}
+
+static int is_notimpl(const Var *v)
+{
+    return v && v->kind == VK_CONST && v->obj == Py_NotImplemented;
+}
+
+/* x.<name>(y) when type(x) defines name as a Python function: the result var; *tried = 0
+ * when it is object's own (which answers NotImplemented unless x is y). */
+static Var *call_dunder(Capture *c, Var *x, Var *y, const char *name, int *tried)
+{
+    PyTypeObject *t = var_pytype(x);
+    PyObject *fn = t ? type_slot(t, name) : NULL;
+    *tried = 0;
+    if (!fn || !PyFunction_Check(fn))
+        return NULL;
+    *tried = 1;
+    Var *f = wrap_untracked(c, fn);
+    Var *a[2] = {x, y};
+    return f ? call_var(c, f, a, 2, NULL) : NULL;
+}
+
+/* The other operand of a user object in == / !=: a constant of a builtin type, whose own
+ * comparison answers NotImplemented for a foreign type, so the user's method decides. */
+static int plain_constant(const Var *v)
+{
+    if (!var_is_const(v))
+        return 0;
+    PyObject *o = v->obj;
+    return o == Py_None || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+           PyBool_Check(o) || PyTuple_CheckExact(o) || PyBytes_CheckExact(o);
+}
+
+Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
+{
+    *handled = 0;
+    if (cmp != Py_EQ && cmp != Py_NE)   /* orderings have no identity fallback */
+        return NULL;
+    PyTypeObject *ta = var_pytype(a), *tb = var_pytype(b);
+    int ua = a->kind == VK_USEROBJ || (a->kind == VK_OBJECT && a->src >= 0 && user_compared(ta)),
+        ub = b->kind == VK_USEROBJ || (b->kind == VK_OBJECT && b->src >= 0 && user_compared(tb));
+    if (!(ua || ub) || (ua && !user_compared(ta)) || (ub && !user_compared(tb)))
+        return NULL;
+    if ((!ua && !plain_constant(a)) || (!ub && !plain_constant(b)))
+        return NULL;
+    *handled = 1;
+    const char *name = cmp == Py_EQ ? "__eq__" : "__ne__";
+    /* the reflected operand goes first when its type is a proper subclass of the other's */
+    int swap = ta != tb && PyType_IsSubtype(tb, ta);
+    Var *order[2][2] = {{swap ? b : a, swap ? a : b}, {swap ? a : b, swap ? b : a}};
+    for (int k = 0; k < 2; k++) {
+        Var *x = order[k][0], *y = order[k][1];
+        int tried;
+        Var *r = call_dunder(c, x, y, name, &tried);
+        if (tried && !r)
+            return NULL;
+        if (tried && !is_notimpl(r))
+            return r;
+        if (!tried && cmp == Py_NE) {
+            /* object.__ne__: the inverse of __eq__ unless that is NotImplemented */
+            r = call_dunder(c, x, y, "__eq__", &tried);
+            if (tried && !r)
+                return NULL;
+            if (tried && !is_notimpl(r)) {
+                int t;
+                if (op_truth(c, r, &t) < 0)
+                    return NULL;
+                return var_const(c, t ? Py_False : Py_True);
+            }
+        }
+    }
+    /* nobody answered: identity */
+    int same;
+    int h = objects_is(c, a, b, &same);
+    if (h < 0)
+        return NULL;
+    if (h == 0) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of a %s and a %s", var_kind_name(a), var_kind_name(b));
+        return NULL;
+    }
+    return var_const(c, (same == (cmp == Py_EQ)) ? Py_True : Py_False);
+}
+
+Var *objects_id(Capture *c, Var *v)
+{
+    /* an untracked library object (a function, a class, a module) is the same object in
+     * every run; a module var without a source may be one capture made (a Sequential slice) */
+    if (sourced_object(v) || (v->src < 0 && v->obj && (v->kind == VK_CALLABLE || v->kind == VK_FUNC ||
+                                                        v->kind == VK_PYMODULE))) {
+        if (!cap_keep(c, v->obj) || guard_add_simple(c, GK_ID_MATCH, v->src, v->obj) < 0)
+            return NULL;
+        return var_const_steal(c, PyLong_FromVoidPtr(v->obj));
+    }
+    cap_fail(c, BR_UNSUPPORTED_CALL, "id() of a %s made or computed in the frame (its run-time id is another)",
+             var_kind_name(v));
+    return NULL;
+}
+
+Var *objects_hash(Capture *c, Var *v)
+{
+    PyTypeObject *t = var_pytype(v);
+    if (var_is_const(v) || ((v->kind == VK_TUPLE) && var_all_const(v->u.seq.items, v->u.seq.n))) {
+        PyObject *o = var_to_py(c, v);
+        if (!o)
+            return NULL;
+        Py_hash_t h = PyObject_Hash(o);
+        Py_DECREF(o);
+        if (h == -1 && PyErr_Occurred()) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+        return var_const_steal(c, PyLong_FromSsize_t(h));
+    }
+    PyObject *fn = t && (v->kind == VK_USEROBJ || v->kind == VK_OBJECT) ? type_slot(t, "__hash__") : NULL;
+    if (fn && PyFunction_Check(fn)) {
+        Var *f = wrap_untracked(c, fn);
+        Var *a[1] = {v};
+        Var *r = f ? call_var(c, f, a, 1, NULL) : NULL;
+        if (r && !(var_is_const(r) && PyLong_Check(r->obj))) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "__hash__ of %s returned a %s", t->tp_name, var_kind_name(r));
+            return NULL;
+        }
+        if (r) {
+            /* hash() reduces what __hash__ returns to a Py_hash_t as the interpreter does */
+            Py_hash_t h = PyObject_Hash(r->obj);
+            if (h == -1 && PyErr_Occurred()) {
+                cap_fail_exc(c, BR_USER_EXCEPTION);
+                return NULL;
+            }
+            return var_const_steal(c, PyLong_FromSsize_t(h));
+        }
+        return NULL;
+    }
+    if (fn == Py_None) {
+        PyErr_Format(PyExc_TypeError, "unhashable type: '%s'", t->tp_name);
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    if (sourced_object(v) && t && t->tp_hash == PyBaseObject_Type.tp_hash) {
+        /* object's hash is derived from the object's address */
+        if (!cap_keep(c, v->obj) || guard_add_simple(c, GK_ID_MATCH, v->src, v->obj) < 0)
+            return NULL;
+        Py_hash_t h = PyObject_Hash(v->obj);
+        return var_const_steal(c, PyLong_FromSsize_t(h));
+    }
+    cap_fail(c, BR_UNSUPPORTED_CALL, "hash() of a %s", var_kind_name(v));
     return NULL;
 }

@@ -700,6 +700,12 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         return NULL;
     }
     const char *name = nb_names[nb];
+    if (!is_tensor(a) && !is_tensor(b)) {
+        int handled;
+        Var *r = collections_operator(c, nb, a, b, &handled);
+        if (handled)
+            return r;
+    }
     if (is_tensor(a) || is_tensor(b)) {
         char path[48];
         snprintf(path, sizeof path, "operator.%s", name);
@@ -789,6 +795,12 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
     }
     if (a->kind == VK_GSCALAR || b->kind == VK_GSCALAR)
         return gscalar_compare(c, cmp, a, b);
+    {
+        int handled;
+        Var *r = collections_operator(c, -1 - cmp, a, b, &handled);
+        if (handled)
+            return r;
+    }
     if (a->kind == VK_SYMINT || b->kind == VK_SYMINT) {
         int handled;
         Var *r = symb_compare(c, cmp, a, b, &handled);
@@ -798,6 +810,12 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
     if (is_foldable(a) && is_foldable(b)) {
         Var *args[2] = {a, b};
         return fold_operator(c, names[cmp], args, 2);
+    }
+    if (cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) {
+        int handled;
+        Var *r = objects_compare(c, cmp, a, b, &handled);
+        if (handled)
+            return r;
     }
     if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->obj && b->obj &&
         a->kind != VK_TUPLE && b->kind != VK_TUPLE && a->kind != VK_LIST && b->kind != VK_LIST) {
@@ -1069,6 +1087,11 @@ static Var *seq_index(Capture *c, Var *s, PyObject *key)
         }
         return s->u.seq.items[i];
     }
+    if (PySlice_Check(key) && s->kind == VK_LIST && s->u.seq.subtype) {
+        PyErr_Format(PyExc_TypeError, "sequence index must be integer, not 'slice'");
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
     if (PySlice_Check(key)) {
         Py_ssize_t start, stop, step, len;
         if (PySlice_Unpack(key, &start, &stop, &step) < 0) {
@@ -1080,8 +1103,8 @@ static Var *seq_index(Capture *c, Var *s, PyObject *key)
         for (Py_ssize_t k = 0; r && k < len; k++)
             if (var_seq_append(c, r, s->u.seq.items[start + k * step]) < 0)
                 return NULL;
-        if (r)
-            r->u.seq.subtype = s->u.seq.subtype;
+        if (r && libs.size_type && (PyObject *)s->u.seq.subtype == libs.size_type)
+            r->u.seq.subtype = s->u.seq.subtype;   /* a slice of a namedtuple is a tuple */
         return r;
     }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "index of type %s", Py_TYPE(key)->tp_name);
@@ -1111,6 +1134,12 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
     if (obj->kind == VK_DICT && var_is_const(key)) {
         int found;
         Var *v = var_dict_get(c, obj, key, &found);
+        if (!found && !PyErr_Occurred() && collections_type_of(obj)) {
+            int handled;
+            Var *r = collections_missing(c, obj, key, &handled);
+            if (handled || cap_failed(c))
+                return r;
+        }
         if (!found) {
             if (!PyErr_Occurred())
                 PyErr_SetObject(PyExc_KeyError, key->obj);

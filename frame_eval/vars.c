@@ -296,6 +296,12 @@ PyObject *var_to_py(Capture *c, Var *v)
             Py_DECREF(seq);
             return r;
         }
+        if (v->kind == VK_LIST && v->u.seq.subtype) {   /* a deque */
+            PyObject *r = PyObject_CallFunction((PyObject *)v->u.seq.subtype, "OO", seq,
+                                                v->u.seq.maxlen ? v->u.seq.maxlen->obj : Py_None);
+            Py_DECREF(seq);
+            return r;
+        }
         return seq;
     }
     case VK_DICT: {
@@ -310,6 +316,21 @@ PyObject *var_to_py(Capture *c, Var *v)
                 return NULL;
             }
             Py_DECREF(val);
+        }
+        if (v->u.dict.subtype) {
+            /* OrderedDict(d), Counter(d), defaultdict(factory, d): d's order is the var's */
+            PyObject *f = v->u.dict.factory ? var_to_py(c, v->u.dict.factory)
+                        : !strcmp(v->u.dict.subtype->tp_name, "collections.defaultdict") ? Py_NewRef(Py_None)
+                                                                                          : NULL;
+            if (v->u.dict.factory && !f) {
+                Py_DECREF(d);   /* the factory's own failure */
+                return NULL;
+            }
+            PyObject *r = f ? PyObject_CallFunctionObjArgs((PyObject *)v->u.dict.subtype, f, d, NULL)
+                            : PyObject_CallOneArg((PyObject *)v->u.dict.subtype, d);
+            Py_XDECREF(f);
+            Py_DECREF(d);
+            return r;
         }
         return d;
     }

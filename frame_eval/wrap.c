@@ -254,7 +254,8 @@ static Var *wrap_seq(Capture *c, PyObject *orig, PyObject *fast, int32_t src)
 
 static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
 {
-    PyObject *keys = PyDict_Keys(obj);
+    /* the keys in iteration order: an OrderedDict's own, which its dict's need not be */
+    PyObject *keys = PyODict_Check(obj) ? PySequence_List(obj) : PyDict_Keys(obj);
     if (!keys)
         return NULL;
     PyObject *kt = PyList_AsTuple(keys);
@@ -317,13 +318,15 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     }
     Var *v = NULL;
     if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0) {
-        if (PyDict_CheckExact(obj)) {
+        if (PyDict_Check(obj)) {
             v = wrap_dict(c, obj, src);
         } else {
             PyObject *fast = PySequence_Fast(obj, "");
             v = fast ? wrap_seq(c, obj, fast, src) : NULL;
             Py_XDECREF(fast);
         }
+        if (v && !PyList_CheckExact(obj) && !PyDict_CheckExact(obj) && collections_wrap_extra(c, v, obj, src) < 0)
+            v = NULL;
     }
     PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
     int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
@@ -352,7 +355,8 @@ static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind 
 
 int guard_dict_keys(Capture *c, int32_t src, PyObject *d)
 {
-    PyObject *k = PyDict_Keys(d);
+    /* an OrderedDict's keys in its own order, as DICT_KEYS checks them */
+    PyObject *k = PyODict_Check(d) ? PySequence_List(d) : PyDict_Keys(d);
     PyObject *kt = k ? PyList_AsTuple(k) : NULL;
     Py_XDECREF(k);
     int r = kt ? guard_add_simple(c, GK_DICT_KEYS, src, kt) : -1;
@@ -400,7 +404,7 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
-    if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj)))
+    if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || collections_is_container(obj)))
         return wrap_mutable(c, obj, src);
     if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
         if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||

@@ -170,6 +170,19 @@ static int check_dict_keys(const Guard *g, PyObject *v, GuardCall *call)
     (void)call;
     if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(g->expected))
         return 0;
+    if (PyODict_Check(v)) {
+        /* an OrderedDict's order is its own (move_to_end does not reorder its dict) */
+        PyObject *keys = PySequence_List(v);
+        if (!keys)
+            return -1;
+        int r = PyList_GET_SIZE(keys) == PyTuple_GET_SIZE(g->expected);
+        for (Py_ssize_t j = 0; r == 1 && j < PyList_GET_SIZE(keys); j++) {
+            PyObject *k = PyList_GET_ITEM(keys, j), *want = PyTuple_GET_ITEM(g->expected, j);
+            r = k == want ? 1 : PyObject_RichCompareBool(k, want, Py_EQ);
+        }
+        Py_DECREF(keys);
+        return r;
+    }
     Py_ssize_t pos = 0, i = 0;
     PyObject *k, *val;
     while (PyDict_Next(v, &pos, &k, &val)) {
@@ -367,7 +380,7 @@ static PyObject *explain_dict_keys(const Guard *g, PyObject *v, PyObject *name, 
     (void)call;
     if (!PyDict_Check(v))
         return PyUnicode_FromFormat("%U is no longer a dict (%s)", name, Py_TYPE(v)->tp_name);
-    PyObject *keys = PyDict_Keys(v);
+    PyObject *keys = PyODict_Check(v) ? PySequence_List(v) : PyDict_Keys(v);   /* in the order checked */
     if (!keys)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("keys of %U changed: expected %.200R, actual %.200R", name, g->expected, keys);

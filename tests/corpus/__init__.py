@@ -10,7 +10,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
-    np_mech, t_npmix,
+    np_mech, t_npmix, t_pyobj, np_pyobj,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -45,6 +45,16 @@ ORACLE_DIFFERENCES = {
         "torch.compile compiles an op-less graph (it returns its inputs) before a mask selection that is the frame's first op; shapejit makes no graph without ops",
     "t_npmix_tensor_numpy":
         "torch.compile traces numpy code on Tensor.numpy() results through torch._numpy (one graph); shapejit breaks at Tensor.numpy(), since a graph holds values of one library and the array shares the tensor's memory",
+    "t_obj_deque_rotate":
+        "torch.compile does not trace deque.rotate (a graph break); shapejit runs it on the deque's shadow (placeholders for its tensors) and captures the frame whole",
+    "t_obj_counter_most_common":
+        "torch.compile cannot trace Counter.most_common (its heap makes an object()) and skips the frame (0 graphs); shapejit runs it over the Counter's constant counts",
+    "t_obj_ordereddict_fromkeys":
+        'torch.compile cannot rebuild an OrderedDict made by OrderedDict.fromkeys that leaves the frame and skips the frame (0 graphs); shapejit rebuilds it from the result plan',
+    "t_obj_user_module_made_in_frame":
+        "the break at the module's construction comes before any op: shapejit counts it (the module is made at run time, in the interpreter, as torch.compile does), torch.compile's explain lists only breaks that end a non-empty graph",
+    "t_obj_nn_linear_made_in_frame":
+        "the break at the module's construction comes before any op: shapejit counts it (the module is made at run time, in the interpreter, as torch.compile does), torch.compile's explain lists only breaks that end a non-empty graph",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

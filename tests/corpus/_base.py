@@ -83,6 +83,11 @@ class Entry:
                                   # a constant: new data recompiles it (when the value is specialised)
     rtol: float = 1e-5
     atol: float = 1e-6
+    rng: bool = False             # draws from torch's global generator: eager and compiled
+                                  # calls start from the same state and must leave it equal
+    new_module: bool = False      # makes an nn.Module with parameters per call: the resume
+                                  # function after the construction guards the module by
+                                  # identity, so every call recompiles it
 
     def make(self, seed: int):
         """(args, kwargs) for one call, reproducible from ``seed``."""
@@ -99,7 +104,7 @@ REGISTRY: Dict[str, Entry] = {}
 
 
 def _case(lib, args, *, kwargs=None, fullgraph=True, graphs=1, breaks=0, mutates=False,
-          reads_data=False, rtol=1e-5, atol=1e-6):
+          reads_data=False, rtol=1e-5, atol=1e-6, rng=False, new_module=False):
     if not callable(args):
         raise TypeError("args must be a factory (a callable returning a tuple)")
 
@@ -112,7 +117,8 @@ def _case(lib, args, *, kwargs=None, fullgraph=True, graphs=1, breaks=0, mutates
         REGISTRY[name] = Entry(name=name, fn=fn, args=args, lib=lib,
                                module=fn.__module__.rsplit(".", 1)[-1], kwargs=kwargs,
                                fullgraph=fullgraph, graphs=graphs, breaks=breaks,
-                               mutates=mutates, reads_data=reads_data, rtol=rtol, atol=atol)
+                               mutates=mutates, reads_data=reads_data, rtol=rtol, atol=atol, rng=rng,
+                               new_module=new_module)
         return fn
     return deco
 
