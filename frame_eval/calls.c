@@ -836,6 +836,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj && disabled_is_wrapper(fn->obj))
+            return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
+        if (fn->obj && disabled_is_factory(fn->obj))
+            return disabled_make(c, fn->obj, args, nargs, kwnames);
         if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
             int handled = 0;
             Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);

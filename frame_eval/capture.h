@@ -406,6 +406,17 @@ int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why);
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);
 
+/* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */
+/* 1 when fn (borrowed) is such a wrapper. */
+int disabled_is_wrapper(PyObject *fn);
+/* Their call: the function it wraps is marked never compiled (with what it calls, when
+ * the wrapper is recursive) and capture fails with BR_DISABLED. Always NULL. */
+Var *disabled_call(Capture *c, PyObject *fn);
+/* torch.compiler.disable / torch._dynamo.disable themselves (borrowed fn): 1 or 0. */
+int disabled_is_factory(PyObject *fn);
+/* Their call inside a capture: the wrapper, made now from the function's live value. */
+Var *disabled_make(Capture *c, PyObject *factory, Var **args, int32_t nargs, PyObject *kwnames);
+
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);
 Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);

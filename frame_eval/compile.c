@@ -883,7 +883,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             e->action = ENTRY_EAGER;
             e->reason = PyUnicode_FromString("no tensor ops in the frame");
         }
-        if (st->skip != 2)
+        if (st->skip != 2 && st->skip != 3)
             st->skip = 1;
         goto done;
     }

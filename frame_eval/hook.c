@@ -391,6 +391,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
     PyCodeObject *co = f->f_code;
     if (st->skip < 0)
         st->skip = st->role == ROLE_RESUME ? 0 : decide_skip(co, f);
+    if (st->skip == 3)
+        goto run_only;   /* disabled with what it calls (torch.compiler.disable) */
     if (st->skip)
         goto eager;
     int is_top = tls_top_pending;
