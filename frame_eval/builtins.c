@@ -613,6 +613,8 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
             v->u.grad.enabled = fn == libs.enable_grad;
         return v;
     }
+    if (fn == libs.inference_mode)
+        return infmode_new(c, args, nargs, kwnames);
     PyObject *name = PyObject_GetAttrString(fn, "__name__");
     PyObject *mod = name ? PyObject_GetAttrString(fn, "__module__") : NULL;
     if (!name || !mod || !PyUnicode_Check(name) || !PyUnicode_Check(mod)) {

@@ -812,8 +812,8 @@ static int is_pure_folder(PyObject *fn)
     return 0;
 }
 
-/* 1 when fn is a function of torch.utils._contextlib: the decorator wrappers of the
- * grad-mode context managers and their clone() */
+/* 1 when fn is a function of torch.utils._contextlib (the decorator wrappers of the
+ * grad-mode context managers and their clone()) or inference_mode's own clone() */
 static int is_grad_mode_decorator(PyObject *fn)
 {
     PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
@@ -822,6 +822,8 @@ static int is_grad_mode_decorator(PyObject *fn)
         sj_err_clear();
         return 0;
     }
+    if (!strcmp(n, "torch.autograd.grad_mode"))
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "inference_mode.clone") == 0;
     return !strcmp(n, "torch.utils._contextlib");
 }
 
@@ -937,6 +939,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     }
     case VK_EXIT: {
         /* the normal exit of a grad-mode block: restore the mode from before it */
+        if (fn->u.grad.inference)
+            return infmode_exit(c, fn) < 0 ? NULL : var_const(c, Py_None);
         Var *flag = var_const(c, fn->u.grad.prev ? Py_True : Py_False);
         Var *setter = flag ? wrap_untracked(c, libs.set_grad_fn) : NULL;
         Var *a[1] = {flag};

@@ -80,7 +80,12 @@ struct Var {
                                       kids[i] is the source of the i-th entry of its _modules
                                       (capture arena); kids NULL otherwise */
         struct { Var *fn; Var *args; Var *kwargs; } partial;
-        struct { int enabled; int prev; } grad;
+        struct { int enabled; int prev; int inference; int32_t ctx; } grad;
+                                      /* enabled: the grad mode inside the block; prev (VK_EXIT):
+                                         the one before; inference: 0 a grad-mode object, 1/2
+                                         torch.inference_mode(True/False); ctx (VK_EXIT of an
+                                         inference block): the graph value of torch's guard
+                                         object (inference_mode.c) */
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
@@ -176,6 +181,7 @@ typedef struct Capture {
     int nops;                  /* op nodes recorded */
     int used_torch;            /* some op or input belongs to torch */
     int grad_mode;             /* grad mode at this point of the captured program */
+    int infer_depth;           /* inference_mode blocks open at this point (inference_mode.c) */
     PyObject *linecache;       /* strong dict: (code, line) -> where tuple */
     /* the failure */
     BreakReason reason;
@@ -405,6 +411,18 @@ int gscalar_pin_hinted(Capture *c, Var **args, int32_t n, const char *why);
 /* A Python value of the graph scalar's type for the shape rules (their dtype logic); they
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);
+
+/* inference_mode.c: torch.inference_mode blocks and decorators (VK_GRADMODE vars with
+ * u.grad.inference set) */
+/* torch.inference_mode(mode=True) called in the frame. */
+Var *infmode_new(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+/* Fill v (VK_GRADMODE) from a live inference_mode object read at src: 0 or -1. */
+int infmode_wrap(Capture *c, Var *v, PyObject *obj, int32_t src);
+Var *infmode_attr(Capture *c, Var *o, PyObject *name);
+/* BEFORE_WITH on mgr: the enter node, noted in ex (its VK_EXIT). 0 or -1. */
+int infmode_enter(Capture *c, Var *mgr, Var *ex);
+/* The normal exit of the block ex was pushed for. 0 or -1. */
+int infmode_exit(Capture *c, Var *ex);
 
 /* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */
 /* 1 when fn (borrowed) is such a wrapper. */

@@ -774,8 +774,8 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     (void)eval_top(c, co, globals, builtins, locals, closure);
     if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
         goto undo;
-    if (c->grad_mode != grad0)
-        goto undo;   /* the continuation would run with the wrong grad mode */
+    if (c->grad_mode != grad0 || c->infer_depth)
+        goto undo;   /* the continuation would run with the wrong grad or inference mode */
     if (resume_build(c, co, st, bk) < 0) {
         sj_err_clear();
         goto undo;

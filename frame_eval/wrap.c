@@ -438,6 +438,10 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
             v->u.grad.enabled = (PyObject *)t == libs.enable_grad;
         return v;
     }
+    if (libs.torch && (PyObject *)t == libs.inference_mode) {
+        Var *v = simple(c, VK_GRADMODE, obj, src, GK_TYPE_MATCH);
+        return v && infmode_wrap(c, v, obj, src) == 0 ? v : NULL;
+    }
     if (PyMethod_Check(obj)) {
         int32_t s1 = -1, s2 = -1;
         if (src >= 0) {

@@ -391,7 +391,9 @@ done:
         PyErr_Restore(et, ev, tb);
     }
     Py_XDECREF(grad0);
-    for (int32_t i = 0; i < g->nvalues; i++)
+    /* newest first: the guard objects of inference_mode blocks a failed run left open
+     * restore their modes innermost first */
+    for (int32_t i = g->nvalues - 1; i >= 0; i--)
         Py_XDECREF(vals[i]);
     if (vals != small)
         PyMem_Free(vals);

@@ -60,3 +60,108 @@ def _deep(x):
 @with_breaks("torch", lambda: (T(2, 5),), graphs=2, breaks=1)
 def t_mech_disable_recursive_inner_eager(x):
     return _deep(x.tanh()) * x
+
+
+# ---- grad mode and inference mode: decorators, blocks, module methods --------------------
+@torch.inference_mode()
+def _infer_scale(x):
+    return x * 2 + 1
+
+
+@torch.inference_mode(mode=False)
+def _not_inference(x):
+    return x.sigmoid()
+
+
+@torch.no_grad()
+def _frozen_proj(x, w):
+    return x @ w
+
+
+@torch.enable_grad()
+def _tracked(x):
+    return x.tanh()
+
+
+class _InferHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    @torch.inference_mode()
+    def forward(self, x):
+        return self.fc(x).softmax(-1)
+
+
+class _Scorer(nn.Module):
+    """A module whose helper method (not its forward) is decorated."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Linear(6, 6)
+
+    @torch.no_grad()
+    def normalise(self, x):
+        return x / x.norm(dim=-1, keepdim=True)
+
+    def forward(self, x):
+        return self.emb(self.normalise(x)) + x
+
+
+with torch.random.fork_rng():
+    torch.manual_seed(0)
+    _INFER_HEAD = _InferHead().eval()
+    _SCORER = _Scorer().eval()
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_inference_mode_decorator(x):
+    return _infer_scale(x)
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_inference_mode_block(x):
+    with torch.inference_mode():
+        y = x.exp() * 3
+    return y, x * 2
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_inference_mode_false_inside(x):
+    with torch.inference_mode():
+        a = x.relu()
+        with torch.inference_mode(False):
+            b = x * 2
+    return a, b, torch.is_grad_enabled()
+
+
+@torch_case(lambda: (T(2, 5, requires_grad=True),))
+def t_mech_inference_mode_false_decorator(x):
+    return _not_inference(x) + x
+
+
+@torch_case(lambda: (T(2, 6),), atol=1e-5)
+def t_mech_inference_mode_module_forward(x):
+    return _INFER_HEAD(x) * 2
+
+
+@torch_case(lambda: (T(2, 6, requires_grad=True),), atol=1e-5)
+def t_mech_no_grad_module_method(x):
+    return _SCORER(x)
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True), T(4, 4, requires_grad=True)))
+def t_mech_grad_decorators_mixed(x, w):
+    with torch.no_grad():
+        a = _tracked(x)              # grad on again inside the decorated call
+    b = _frozen_proj(x, w)           # grad off inside
+    with torch.inference_mode():
+        c = _tracked(x)              # enable_grad inside inference mode
+    return a, b, c, torch.is_grad_enabled()
+
+
+@with_breaks("torch", lambda: (T(3, 4),), graphs=1, breaks=1)
+def t_mech_inference_mode_is_inference(x):
+    with torch.inference_mode():
+        y = x * 2
+    return y + 1, y.is_inference()
