@@ -827,6 +827,15 @@ static int is_grad_mode_decorator(PyObject *fn)
     return !strcmp(n, "torch.utils._contextlib");
 }
 
+/* 1 for the torch modules whose Python helpers capture inlines as user code: the
+ * parametrization machinery (the property a parametrized tensor reads through, its
+ * ParametrizationList and the parametrizations of torch.nn.utils.parametrizations) */
+static int inline_torch_helper(const char *m)
+{
+    return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
+           !strcmp(m, "torch.nn.utils.weight_norm");
+}
+
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     if (!fn) {
@@ -864,7 +873,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
              * handles. */
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
-                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj))) {
+                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj) &&
+                       !inline_torch_helper(m))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)

@@ -396,6 +396,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (libs.torch && ((PyObject *)t == libs.dtype_type || (PyObject *)t == libs.size_type))
         return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
+    if (libs.torch && (PyObject *)t == libs.memory_format_type)
+        return simple(c, VK_CONST, obj, src, GK_ID_MATCH);   /* torch.contiguous_format, ... */
     if (libs.torch && (PyObject *)t == libs.device_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)

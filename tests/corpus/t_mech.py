@@ -165,3 +165,67 @@ def t_mech_inference_mode_is_inference(x):
     with torch.inference_mode():
         y = x * 2
     return y + 1, y.is_inference()
+
+
+# ---- parametrizations -------------------------------------------------------------------
+class _Symmetric(nn.Module):
+    """A user parametrization: the weight is read as a symmetric matrix."""
+
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+
+
+class _PositiveScale(nn.Module):
+    def forward(self, s):
+        return nn.functional.softplus(s) + 1e-3
+
+
+def _build_parametrized():
+    P = nn.utils.parametrizations
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        wn = P.weight_norm(nn.Linear(6, 5)).eval()
+        sn = P.spectral_norm(nn.Linear(6, 5)).eval()
+        orth = P.orthogonal(nn.Linear(5, 5)).eval()
+        sym = nn.Linear(5, 5)
+        nn.utils.parametrize.register_parametrization(sym, "weight", _Symmetric())
+        sym.eval()
+        chained = nn.Linear(5, 5)
+        nn.utils.parametrize.register_parametrization(chained, "weight", _Symmetric())
+        nn.utils.parametrize.register_parametrization(chained, "bias", _PositiveScale())
+        chained.eval()
+        conv = P.weight_norm(nn.Conv2d(3, 4, 3, padding=1), dim=0).eval()
+    return wn, sn, orth, sym, chained, conv
+
+
+_WN, _SN, _ORTH, _SYM, _CHAINED, _WN_CONV = _build_parametrized()
+
+
+@torch_case(lambda: (T(3, 6),), atol=1e-5)
+def t_mech_weight_norm_parametrization(x):
+    return _WN(x).relu()
+
+
+@torch_case(lambda: (T(3, 6),), atol=1e-5)
+def t_mech_spectral_norm_eval(x):
+    return _SN(x)
+
+
+@torch_case(lambda: (T(3, 5),), atol=1e-5)
+def t_mech_orthogonal_parametrization(x):
+    return _ORTH(x)
+
+
+@torch_case(lambda: (T(3, 5),), atol=1e-5)
+def t_mech_register_parametrization_user(x):
+    return _SYM(x), _SYM.weight.sum()
+
+
+@torch_case(lambda: (T(3, 5),), atol=1e-5)
+def t_mech_parametrized_weight_and_bias(x):
+    return _CHAINED(x)
+
+
+@torch_case(lambda: (T(2, 3, 6, 6),), atol=1e-5)
+def t_mech_weight_norm_conv(x):
+    return _WN_CONV(x)
