@@ -813,7 +813,8 @@ static int is_pure_folder(PyObject *fn)
 }
 
 /* 1 when fn is a function of torch.utils._contextlib (the decorator wrappers of the
- * grad-mode context managers and their clone()) or inference_mode's own clone() */
+ * grad-mode context managers and their clone()), inference_mode's own clone() or the
+ * wrapper of @torch.jit.script_if_tracing */
 static int is_grad_mode_decorator(PyObject *fn)
 {
     PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
@@ -824,14 +825,20 @@ static int is_grad_mode_decorator(PyObject *fn)
     }
     if (!strcmp(n, "torch.autograd.grad_mode"))
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "inference_mode.clone") == 0;
+    if (!strcmp(n, "torch.jit._trace"))   /* @torch.jit.script_if_tracing: runs fn when not tracing */
+        return PyUnicode_CompareWithASCIIString(((PyCodeObject *)PyFunction_GET_CODE(fn))->co_qualname,
+                                                "_script_if_tracing.<locals>.wrapper") == 0;
     return !strcmp(n, "torch.utils._contextlib");
 }
 
-/* 1 for the torch modules whose Python helpers capture inlines as user code: the
- * parametrization machinery (the property a parametrized tensor reads through, its
- * ParametrizationList and the parametrizations of torch.nn.utils.parametrizations) */
-static int inline_torch_helper(const char *m)
+/* 1 for the torch Python helpers capture inlines as user code (m: the function's
+ * __module__): the parametrization machinery (the property a parametrized tensor reads
+ * through, its ParametrizationList, the parametrizations of
+ * torch.nn.utils.parametrizations, the old weight_norm hook) and torch.jit.annotate */
+static int inline_torch_helper(const char *m, PyObject *fn)
 {
+    if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
     return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
            !strcmp(m, "torch.nn.utils.weight_norm");
 }
@@ -874,7 +881,7 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
                        strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj) &&
-                       !inline_torch_helper(m))) {
+                       !inline_torch_helper(m, fn->obj))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)

@@ -229,3 +229,41 @@ def t_mech_parametrized_weight_and_bias(x):
 @torch_case(lambda: (T(2, 3, 6, 6),), atol=1e-5)
 def t_mech_weight_norm_conv(x):
     return _WN_CONV(x)
+
+
+# ---- torch.jit helpers and compile-time queries ------------------------------------------
+@torch.jit.script_if_tracing
+def _scripted_when_tracing(x, k: int):
+    return x.roll(k, dims=-1) + x
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_jit_annotate(x):
+    parts = torch.jit.annotate(list, [])
+    for i in range(3):
+        parts.append(x * i)
+    return torch.stack(parts).sum(0)
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_script_if_tracing(x):
+    return _scripted_when_tracing(x, 1) * 2
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_jit_is_scripting_tracing(x):
+    if torch.jit.is_scripting() or torch.jit.is_tracing():
+        return x.clone()
+    if torch._C._get_tracing_state() is not None:
+        return x.clone()
+    return x.softmax(-1)
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_is_compiling_skips_check(x):
+    # a data-dependent sanity check that only runs eagerly
+    if not torch.compiler.is_compiling():
+        assert not torch.isnan(x).any()
+    if not torch._dynamo.is_compiling():
+        assert x.dim() == 2
+    return x.exp() / 2
