@@ -837,6 +837,13 @@ static int is_grad_mode_decorator(PyObject *fn)
  * torch.nn.utils.parametrizations, the old weight_norm hook) and torch.jit.annotate */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
+    if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
+    {
+        const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
+        if (!q)
+            sj_err_clear();
+        return q && !strncmp(q, "FunctionCtx.", 12);
+    }
     if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
     return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
@@ -856,6 +863,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             return op_record(c, row, args, nargs, kwnames);
         if (fn->obj && disabled_is_wrapper(fn->obj))
             return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
+        if (fn->obj && autograd_fn_is_apply(fn->obj))
+            return autograd_fn_apply(c, args, nargs, kwnames);
         if (fn->obj && disabled_is_factory(fn->obj))
             return disabled_make(c, fn->obj, args, nargs, kwnames);
         if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */

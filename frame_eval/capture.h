@@ -424,6 +424,13 @@ int infmode_enter(Capture *c, Var *mgr, Var *ex);
 /* The normal exit of the block ex was pushed for. 0 or -1. */
 int infmode_exit(Capture *c, Var *ex);
 
+/* autograd_fn.c: torch.autograd.Function.apply */
+/* 1 when fn (borrowed) is the function under Function.apply. */
+int autograd_fn_is_apply(PyObject *fn);
+/* Its call, args[0] the Function subclass: forward inlined with grad mode off, else one
+ * graph node running cls.apply. */
+Var *autograd_fn_apply(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+
 /* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */
 /* 1 when fn (borrowed) is such a wrapper. */
 int disabled_is_wrapper(PyObject *fn);
@@ -461,6 +468,9 @@ Var *op_subscr(Capture *c, Var *obj, Var *key);
 int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val);
 int op_truth(Capture *c, Var *v, int *truth);   /* 0 ok; -1 failure (data-dependent etc.) */
 Var *op_contains(Capture *c, Var *item, Var *container);
+/* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a
+ * constant or a list of them. 0, or -1 with the failure recorded. */
+int cap_to_arg(Capture *c, Var *v, int32_t slot);
 /* Record a call of a callables.def row. args: receiver first for methods. */
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames);
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */

@@ -267,3 +267,98 @@ def t_mech_is_compiling_skips_check(x):
     if not torch._dynamo.is_compiling():
         assert x.dim() == 2
     return x.exp() / 2
+
+
+# ---- torch.autograd.Function -----------------------------------------------------------
+class _ScaledSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x * k
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return 2 * ctx.k * x * g, None
+
+
+class _TopIndex(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        idx = x.argmax(-1)
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(idx)
+        return x * 2, idx
+
+    @staticmethod
+    def backward(ctx, g, g_idx):
+        return g * 2
+
+
+class _RoundSTE(torch.autograd.Function):
+    """Straight-through rounding, written in the setup_context style."""
+
+    @staticmethod
+    def forward(x, scale):
+        return torch.round(x * scale) / scale
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+        ctx.scale = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class _FakeQuantLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.fc(_RoundSTE.apply(x, 8.0))
+
+
+with torch.random.fork_rng():
+    torch.manual_seed(0)
+    _FQ = _FakeQuantLinear().eval()
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_autograd_fn_no_grad(x):
+    with torch.no_grad():
+        y = _ScaledSquare.apply(x + 1, 2.0)
+    return y.sum(-1)
+
+
+@torch_case(lambda: (T(3, 5),))
+def t_mech_autograd_fn_non_differentiable(x):
+    with torch.no_grad():
+        y, idx = _TopIndex.apply(x.tanh())
+    return y, idx
+
+
+@torch_case(lambda: (T(3, 6),), atol=1e-5)
+def t_mech_autograd_fn_setup_context_inference(x):
+    with torch.inference_mode():
+        return _FQ(x)
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_autograd_fn_under_grad(x):
+    y = _ScaledSquare.apply(x + 1, 2.0)
+    return y.sum(-1) * 3
+
+
+@torch_case(lambda: (T(3, 6, requires_grad=True),), atol=1e-5)
+def t_mech_autograd_fn_ste_module_grad(x):
+    return _FQ(x).relu()
+
+
+@torch_case(lambda: (T(3, 5, requires_grad=True),))
+def t_mech_autograd_fn_two_outputs_grad(x):
+    y, idx = _TopIndex.apply(x.sin())
+    return y + 1, idx
