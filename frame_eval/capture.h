@@ -431,6 +431,13 @@ int autograd_fn_is_apply(PyObject *fn);
  * graph node running cls.apply. */
 Var *autograd_fn_apply(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
 
+/* rnn.c: nn.LSTM / nn.GRU / nn.RNN modules */
+/* 1 when fn (borrowed) is the forward of one of them. */
+int rnn_is_forward(PyObject *fn);
+/* The call of module m's forward fwd (args without self): one graph node. *handled = 0
+ * (nothing recorded) when the input is not one it models (forward is then inlined). */
+Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
 /* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */
 /* 1 when fn (borrowed) is such a wrapper. */
 int disabled_is_wrapper(PyObject *fn);

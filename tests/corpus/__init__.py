@@ -40,6 +40,23 @@ ORACLE_DIFFERENCES = {
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_loop_enumerate":
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
+    # t_mech: recurrent layers
+    "t_mech_lstm_batch_first":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_initial_state":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_gru_no_grad":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_gru_bidirectional_state":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_rnn_relu_bidirectional":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_unbatched_proj":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_torch_lstm_call":
+        "torch.compile runs a frame that calls torch.lstm eagerly (0 graphs); shapejit records torch.lstm as one graph node",
+    "t_mech_lstm_text_encoder":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and breaks the graph at a nested one; shapejit captures the recurrent layer as one graph node",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

@@ -362,3 +362,83 @@ def t_mech_autograd_fn_ste_module_grad(x):
 def t_mech_autograd_fn_two_outputs_grad(x):
     y, idx = _TopIndex.apply(x.sin())
     return y + 1, idx
+
+
+# ---- recurrent layers -------------------------------------------------------------------
+class _TextEncoder(nn.Module):
+    """Embedding, a 2-layer LSTM over the tokens and a head on the last hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.rnn = nn.LSTM(8, 12, num_layers=2, batch_first=True)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, tokens):
+        out, (h, c) = self.rnn(self.emb(tokens))
+        return self.head(h[-1]), out.mean(1)
+
+
+def _build_rnns():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return (nn.LSTM(4, 6, batch_first=True).eval(),
+                nn.LSTM(4, 6, num_layers=2).eval(),
+                nn.GRU(4, 5).eval(),
+                nn.GRU(4, 5, num_layers=2, batch_first=True, bidirectional=True).eval(),
+                nn.RNN(4, 6, nonlinearity="relu", bidirectional=True).eval(),
+                nn.LSTM(4, 6, proj_size=3).eval(),
+                _TextEncoder().eval())
+
+
+_LSTM_BF, _LSTM2, _GRU, _GRU_BI, _RNN_BI, _LSTM_PROJ, _ENCODER = _build_rnns()
+
+
+@torch_case(lambda: (T(2, 7, 4),), atol=1e-5)
+def t_mech_lstm_batch_first(x):
+    out, (h, c) = _LSTM_BF(x)
+    return out.relu(), h, c
+
+
+@torch_case(lambda: (T(7, 2, 4), T(2, 2, 6), T(2, 2, 6)), atol=1e-5)
+def t_mech_lstm_initial_state(x, h0, c0):
+    out, (h, c) = _LSTM2(x, (h0, c0))
+    return out[-1] + h[-1], c
+
+
+@torch_case(lambda: (T(6, 3, 4, requires_grad=True),), atol=1e-5)
+def t_mech_gru_no_grad(x):
+    with torch.no_grad():
+        out, h = _GRU(x)
+    return out * 2, h
+
+
+@torch_case(lambda: (T(3, 6, 4), T(4, 3, 5)), atol=1e-5)
+def t_mech_gru_bidirectional_state(x, h0):
+    out, h = _GRU_BI(x, h0)
+    return out.sum(1), h
+
+
+@torch_case(lambda: (T(5, 2, 4),), atol=1e-5)
+def t_mech_rnn_relu_bidirectional(x):
+    out, h = _RNN_BI(x)
+    return out.tanh(), h.sum(0)
+
+
+@torch_case(lambda: (T(7, 4),), atol=1e-5)
+def t_mech_lstm_unbatched_proj(x):
+    out, (h, c) = _LSTM_PROJ(x)
+    return out, h, c
+
+
+@torch_case(lambda: (T(7, 2, 4), T(1, 2, 3), T(1, 2, 6)), atol=1e-5)
+def t_mech_torch_lstm_call(x, h0, c0):
+    w = _LSTM_PROJ._flat_weights
+    out, h, c = torch.lstm(x, (h0, c0), w, True, 1, 0.0, False, False, False)
+    return out, h + 1, c
+
+
+@torch_case(lambda: (torch.randint(0, 20, (2, 9)),), atol=1e-5)
+def t_mech_lstm_text_encoder(tokens):
+    with torch.inference_mode():
+        return _ENCODER(tokens)
