@@ -80,12 +80,15 @@ struct Var {
                                       kids[i] is the source of the i-th entry of its _modules
                                       (capture arena); kids NULL otherwise */
         struct { Var *fn; Var *args; Var *kwargs; } partial;
-        struct { int enabled; int prev; int inference; int32_t ctx; } grad;
+        struct { int enabled; int prev; int inference; int32_t ctx; int applied; } grad;
                                       /* enabled: the grad mode inside the block; prev (VK_EXIT):
                                          the one before; inference: 0 a grad-mode object, 1/2
                                          torch.inference_mode(True/False); ctx (VK_EXIT of an
                                          inference block): the graph value of torch's guard
-                                         object (inference_mode.c) */
+                                         object (inference_mode.c); applied: a
+                                         torch.set_grad_enabled(mode) object, whose
+                                         construction already switched (prev: the mode
+                                         before it) */
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */

@@ -160,6 +160,28 @@ def t_mech_grad_decorators_mixed(x, w):
     return a, b, c, torch.is_grad_enabled()
 
 
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_set_grad_enabled_block(x):
+    with torch.set_grad_enabled(False):
+        y = x * 2
+        inside = torch.is_grad_enabled()
+    return y, x.exp(), inside
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True), False))
+def t_mech_set_grad_enabled_flag(x, train):
+    with torch.set_grad_enabled(train):
+        return (x @ x.T).relu()
+
+
+@torch_case(lambda: (T(3, 4, requires_grad=True),))
+def t_mech_set_grad_enabled_statement(x):
+    torch.set_grad_enabled(False)
+    frozen = x.sin()
+    torch.set_grad_enabled(True)
+    return frozen, x.cos()
+
+
 @with_breaks("torch", lambda: (T(3, 4),), graphs=1, breaks=1)
 def t_mech_inference_mode_is_inference(x):
     with torch.inference_mode():
