@@ -76,6 +76,21 @@ static Var *inline_forward(Capture *c, PyObject *cls, Var **args, int32_t nargs,
         return NULL;
     ctx->u.uobj.type = (PyTypeObject *)ctx_type;
     ctx->u.uobj.attrs = attrs;
+    /* ctx.needs_input_grad: which arguments are tensors that require grad (whatever the
+     * grad mode, as torch gives it) */
+    int32_t npos = nargs - (kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *needs = PyTuple_New(npos);
+    if (!needs || !cap_keep_steal(c, needs))
+        return NULL;
+    for (int32_t i = 0; i < npos; i++) {
+        int rg = args[i]->kind == VK_TENSOR && args[i]->u.t.meta.requires_grad;
+        PyTuple_SET_ITEM(needs, i, Py_NewRef(rg ? Py_True : Py_False));
+    }
+    PyObject *nk = PyUnicode_FromString("needs_input_grad");
+    Var *key = nk ? var_const_steal(c, nk) : NULL;
+    Var *val = key ? var_const(c, needs) : NULL;
+    if (!val || var_dict_set(c, attrs, key, val) < 0)
+        return NULL;
     Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
     if (!all)
         return NULL;

@@ -464,3 +464,22 @@ def t_mech_torch_lstm_call(x, h0, c0):
 def t_mech_lstm_text_encoder(tokens):
     with torch.inference_mode():
         return _ENCODER(tokens)
+
+
+class _GatedScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        if ctx.needs_input_grad[1]:
+            ctx.save_for_backward(x)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return None, (g * x).sum(0)
+
+
+@torch_case(lambda: (T(3, 4), T(4, requires_grad=True)))
+def t_mech_autograd_fn_needs_input_grad(x, w):
+    with torch.no_grad():
+        return _GatedScale.apply(x, w).sum(-1)
