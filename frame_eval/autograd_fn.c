@@ -61,6 +61,8 @@ static Var *call_static(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyO
     return f ? call_var(c, f, args, nargs, kwnames) : NULL;
 }
 
+static Var *outputs_as_apply_gives(Capture *c, Var *ctx, Var *out, Var **args, int32_t nargs);
+
 static Var *inline_forward(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames)
 {
     PyObject *fwd = PyObject_GetAttrString(cls, "forward");
@@ -98,7 +100,7 @@ static Var *inline_forward(Capture *c, PyObject *cls, Var **args, int32_t nargs,
         all[0] = ctx;
         if (nargs)
             memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
-        return call_static(c, fwd, all, nargs + 1, kwnames);
+        return outputs_as_apply_gives(c, ctx, call_static(c, fwd, all, nargs + 1, kwnames), args, nargs);
     }
     /* forward(*args) then setup_context(ctx, inputs, output) */
     if (kwnames) {
@@ -110,7 +112,72 @@ static Var *inline_forward(Capture *c, PyObject *cls, Var **args, int32_t nargs,
     if (!inputs)
         return NULL;
     Var *sa[3] = {ctx, inputs, out};
-    return call_static(c, setup, sa, 3, NULL) ? out : NULL;
+    return call_static(c, setup, sa, 3, NULL) ? outputs_as_apply_gives(c, ctx, out, args, nargs) : NULL;
+}
+
+/* apply returns an input that forward returned as is (and did not mark dirty) as a new
+ * view of it, not the input itself: out, or such a view node. */
+static Var *as_view_of_input(Capture *c, Var *out, Var **args, int32_t nargs, Var *dirty)
+{
+    if (!out || out->kind != VK_TENSOR)
+        return out;
+    int is_input = 0;
+    for (int32_t i = 0; i < nargs; i++)
+        if (args[i] == out || (args[i]->kind == VK_TENSOR && args[i]->u.t.value == out->u.t.value))
+            is_input = 1;
+    for (int32_t i = 0; dirty && i < dirty->u.seq.n; i++)
+        if (dirty->u.seq.items[i] == out ||
+            (dirty->u.seq.items[i]->kind == VK_TENSOR && dirty->u.seq.items[i]->u.t.value == out->u.t.value))
+            is_input = 0;
+    if (!is_input)
+        return out;
+    static PyObject *view_as;   /* strong: Tensor.view_as */
+    if (!view_as && !(view_as = PyObject_GetAttrString(libs.tensor_type, "view_as"))) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    int32_t first = graph_pool(c->g, 2);
+    if (first < 0 || cap_to_arg(c, out, first) < 0 || cap_to_arg(c, out, first + 1) < 0)
+        return cap_failed(c) ? NULL : (cap_fail_exc(c, BR_INTERNAL), NULL);
+    TensorMeta m = out->u.t.meta;
+    m.requires_grad = 0;   /* grad mode is off here */
+    PyObject *where = cap_where(c);
+    int32_t v = where ? graph_add_node(c->g, OP_FN_OUTPUT_VIEW, 0, view_as, first, 2, first + 2, 0, NULL, &m, 1,
+                                       where) : -1;
+    Py_XDECREF(where);
+    Var *t = v >= 0 ? var_new(c, VK_TENSOR) : NULL;
+    if (!t) {
+        if (!cap_failed(c))
+            cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    c->nops++;
+    t->u.t.value = v;
+    t->u.t.meta = m;
+    return t;
+}
+
+static Var *outputs_as_apply_gives(Capture *c, Var *ctx, Var *out, Var **args, int32_t nargs)
+{
+    if (!out)
+        return NULL;
+    PyObject *dn = PyUnicode_FromString("dirty_tensors");
+    Var *key = dn ? var_const_steal(c, dn) : NULL;
+    int found = 0;
+    Var *dirty = key ? var_dict_get(c, ctx->u.uobj.attrs, key, &found) : NULL;
+    if (!key)
+        return NULL;
+    if (!found || !dirty || dirty->kind != VK_TUPLE)
+        dirty = NULL;
+    if (out->kind != VK_TUPLE)
+        return as_view_of_input(c, out, args, nargs, dirty);
+    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)(out->u.seq.n ? out->u.seq.n : 1));
+    if (!items)
+        return NULL;
+    for (int32_t i = 0; i < out->u.seq.n; i++)
+        if (!(items[i] = as_view_of_input(c, out->u.seq.items[i], args, nargs, dirty)))
+            return NULL;
+    return var_seq(c, VK_TUPLE, items, out->u.seq.n);
 }
 
 /* ---------------------------------------------------------- opaque node ---- */

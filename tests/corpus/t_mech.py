@@ -483,3 +483,40 @@ class _GatedScale(torch.autograd.Function):
 def t_mech_autograd_fn_needs_input_grad(x, w):
     with torch.no_grad():
         return _GatedScale.apply(x, w).sum(-1)
+
+
+class _PassThrough(torch.autograd.Function):
+    """Returns its input as is (apply hands back a view of it) and a scaled copy."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x, x * 0.5
+
+    @staticmethod
+    def backward(ctx, g, g_half):
+        return g + 0.5 * g_half
+
+
+class _DoubleInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+@torch_case(lambda: (T(3, 4),))
+def t_mech_autograd_fn_returns_input(x):
+    with torch.no_grad():
+        same, half = _PassThrough.apply(x)
+    return same, half
+
+
+@torch_case(lambda: (T(3, 4),), mutates=True)
+def t_mech_autograd_fn_mark_dirty(x):
+    with torch.no_grad():
+        y = _DoubleInPlace.apply(x)
+    return y
