@@ -868,6 +868,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             return op_record(c, row, args, nargs, kwnames);
         if (fn->obj && disabled_is_wrapper(fn->obj))
             return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
+        if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
+            /* nn.LSTM.forward(self, ...) called directly (super().forward in a subclass) */
+            int handled = 0;
+            Var *r = rnn_module_call(c, args[0], fn, args + 1, nargs - 1, kwnames, &handled);
+            if (handled)
+                return r;
+        }
         if (fn->obj && autograd_fn_is_apply(fn->obj))
             return autograd_fn_apply(c, args, nargs, kwnames);
         if (fn->obj && disabled_is_factory(fn->obj))

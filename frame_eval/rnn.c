@@ -143,10 +143,10 @@ Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, Py
         (x->u.t.meta.ndim != 2 && x->u.t.meta.ndim != 3))
         return NULL;
     int batched = x->u.t.meta.ndim == 3;
+    *handled = 1;
     PyObject *mode = setting(c, m, "mode");
     if (!mode)
         return NULL;
-    *handled = 1;
     int lstm = PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "LSTM") == 0;
     Py_DECREF(mode);
     /* the initial state: None, a tensor, or (h0, c0) for an LSTM; forward checks the shapes */

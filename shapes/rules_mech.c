@@ -130,3 +130,42 @@ int rule_weight_norm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     *nout = 1;
     return 0;
 }
+
+/* torch.lstm_cell / gru_cell / rnn_tanh_cell / rnn_relu_cell (input, hx, w_ih, w_hh, b_ih,
+ * b_hh): one step of a cell on a 2-D batch; the new states are shaped like hx (for the
+ * LSTM cell the pair (h, c), and it returns (h', c')). */
+int rule_rnn_cell(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    const BoundArg *hx = ba_get(b, "hx");
+    const TensorMeta *st[2] = {NULL, NULL};
+    int n = op == OP_LSTM_CELL ? 2 : 1;
+    if (op == OP_LSTM_CELL) {
+        if (!hx || hx->kind != BA_LIST || hx->n != 2 || hx->items[0].kind != BA_TENSOR ||
+            hx->items[1].kind != BA_TENSOR)
+            return sj_err(err, "lstm_cell: hx must be a pair of tensors");
+        st[0] = hx->items[0].meta;
+        st[1] = hx->items[1].meta;
+    } else {
+        if (!hx || hx->kind != BA_TENSOR)
+            return sj_err(err, "%s: hx must be a tensor", op_info[op].name);
+        st[0] = hx->meta;
+    }
+    if (x->dtype != DT_F32 && x->dtype != DT_F64)
+        return sj_err(err, "%s: input must be float32 or float64", op_info[op].name);
+    if (x->ndim != 2)
+        return sj_err(err, "%s: expected a 2-D input", op_info[op].name);
+    for (int i = 0; i < n; i++) {
+        if (st[i]->ndim != 2 || st[i]->dtype != x->dtype)
+            return sj_err(err, "%s: states must be 2-D of the input's dtype", op_info[op].name);
+        int eq = sj_dims_equal(st[i], 0, x, 0, err);
+        if (eq <= 0)
+            return eq < 0 ? -1 : sj_err(err, "%s: input and state batch sizes differ", op_info[op].name);
+        out[i] = *st[i];
+        out[i].lib = (unsigned char)lib;
+    }
+    *nout = n;
+    return 0;
+}

@@ -848,6 +848,19 @@ def rnn_cases(lib, row):
     return cases
 
 
+def rnn_cell_cases(lib, row):
+    op = row[3]
+    gates = {"lstm_cell": 4, "gru_cell": 3}.get(op, 1)
+    nh, nin, N = 6, 4, 3
+    w_ih, w_hh = mk(lib, "float32", (gates * nh, nin)), mk(lib, "float32", (gates * nh, nh))
+    b_ih, b_hh = mk(lib, "float32", (gates * nh,)), mk(lib, "float32", (gates * nh,))
+    h = mk(lib, "float32", (N, nh))
+    hx = (h, mk(lib, "float32", (N, nh))) if op == "lstm_cell" else h
+    return [Case([mk(lib, "float32", (N, nin)), hx, w_ih, w_hh, b_ih, b_hh]),
+            Case([mk(lib, "float32", (N, nin)), hx, w_ih, w_hh]),
+            Case([mk(lib, "int64", (N, nin)), hx, w_ih, w_hh, b_ih, b_hh])]
+
+
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
     "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases, "rule_binary_float": binary_cases,
@@ -868,6 +881,7 @@ FAMILIES = {
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
     "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
     "rule_rnn": rnn_cases, "rule_matrix_exp": matrix_exp_cases, "rule_weight_norm": weight_norm_cases,
+    "rule_rnn_cell": rnn_cell_cases,
 }
 
 

@@ -53,6 +53,8 @@ ORACLE_DIFFERENCES = {
         "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
     "t_mech_lstm_unbatched_proj":
         "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_subclass_super_forward":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
     "t_mech_torch_lstm_call":
         "torch.compile runs a frame that calls torch.lstm eagerly (0 graphs); shapejit records torch.lstm as one graph node",
     "t_mech_lstm_text_encoder":

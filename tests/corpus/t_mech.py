@@ -401,6 +401,14 @@ class _TextEncoder(nn.Module):
         return self.head(h[-1]), out.mean(1)
 
 
+class _ScaledLSTM(nn.LSTM):
+    """An LSTM subclass whose forward post-processes the base forward's output."""
+
+    def forward(self, x):
+        out, (h, c) = super().forward(x)
+        return out * 0.5, h
+
+
 def _build_rnns():
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -410,10 +418,14 @@ def _build_rnns():
                 nn.GRU(4, 5, num_layers=2, batch_first=True, bidirectional=True).eval(),
                 nn.RNN(4, 6, nonlinearity="relu", bidirectional=True).eval(),
                 nn.LSTM(4, 6, proj_size=3).eval(),
-                _TextEncoder().eval())
+                _TextEncoder().eval(),
+                nn.LSTMCell(4, 6).eval(),
+                nn.GRUCell(4, 6).eval(),
+                _ScaledLSTM(4, 6).eval())
 
 
-_LSTM_BF, _LSTM2, _GRU, _GRU_BI, _RNN_BI, _LSTM_PROJ, _ENCODER = _build_rnns()
+(_LSTM_BF, _LSTM2, _GRU, _GRU_BI, _RNN_BI, _LSTM_PROJ, _ENCODER, _LSTM_CELL, _GRU_CELL,
+ _SCALED_LSTM) = _build_rnns()
 
 
 @torch_case(lambda: (T(2, 7, 4),), atol=1e-5)
@@ -520,3 +532,26 @@ def t_mech_autograd_fn_mark_dirty(x):
     with torch.no_grad():
         y = _DoubleInPlace.apply(x)
     return y
+
+
+@torch_case(lambda: (T(4, 2, 4), T(2, 6), T(2, 6)), atol=1e-5)
+def t_mech_lstm_cell_loop(x, h, c):
+    outs = []
+    for t in range(x.shape[0]):
+        h, c = _LSTM_CELL(x[t], (h, c))
+        outs.append(h)
+    return torch.stack(outs), c
+
+
+@torch_case(lambda: (T(3, 2, 4),), atol=1e-5)
+def t_mech_gru_cell_zero_state(x):
+    h = torch.zeros(x.shape[1], 6)
+    for t in range(x.shape[0]):
+        h = _GRU_CELL(x[t], h)
+    return h
+
+
+@torch_case(lambda: (T(5, 2, 4),), atol=1e-5)
+def t_mech_lstm_subclass_super_forward(x):
+    out, h = _SCALED_LSTM(x)
+    return out.sum(0), h
