@@ -22,6 +22,13 @@ static PyObject *function_type;   /* strong: torch.autograd.Function */
 static PyObject *ctx_type;        /* strong: torch.autograd.function.FunctionCtx */
 static PyObject *base_setup;      /* strong: _SingleLevelFunction.setup_context (the default) */
 
+/* Record the pending exception as an internal failure: NULL. */
+static Var *fail_internal(Capture *c)
+{
+    cap_fail_exc(c, BR_INTERNAL);
+    return NULL;
+}
+
 static int init(void)
 {
     if (apply_fn)
@@ -137,8 +144,10 @@ static Var *as_view_of_input(Capture *c, Var *out, Var **args, int32_t nargs, Va
         return NULL;
     }
     int32_t first = graph_pool(c->g, 2);
-    if (first < 0 || cap_to_arg(c, out, first) < 0 || cap_to_arg(c, out, first + 1) < 0)
-        return cap_failed(c) ? NULL : (cap_fail_exc(c, BR_INTERNAL), NULL);
+    if (first < 0)
+        return fail_internal(c);
+    if (cap_to_arg(c, out, first) < 0 || cap_to_arg(c, out, first + 1) < 0)
+        return NULL;
     TensorMeta m = out->u.t.meta;
     m.requires_grad = 0;   /* grad mode is off here */
     PyObject *where = cap_where(c);
@@ -280,7 +289,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
         }
         if (!s) {
             Py_DECREF(standins);
-            return cap_fail_exc(c, BR_INTERNAL), NULL;
+            return fail_internal(c);
         }
         PyTuple_SET_ITEM(standins, i, s);
     }
@@ -318,7 +327,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
         if (r < 0) {
             Py_DECREF(out);
             Py_DECREF(apply);
-            return cap_fail_exc(c, BR_INTERNAL), NULL;
+            return fail_internal(c);
         }
         bad = r;
     }
@@ -332,7 +341,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
     /* the node: cls.apply(*args) */
     int32_t first = graph_pool(c->g, nargs > 0 ? nargs : 1);
     if (first < 0)
-        return cap_fail_exc(c, BR_INTERNAL), NULL;
+        return fail_internal(c);
     for (int32_t i = 0; i < nargs; i++)
         if (cap_to_arg(c, args[i], first + i) < 0)
             return NULL;
@@ -343,7 +352,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
                                outs, nout, where);
     Py_DECREF(where);
     if (v < 0)
-        return cap_fail_exc(c, BR_INTERNAL), NULL;
+        return fail_internal(c);
     c->nops++;
     c->used_torch = 1;
     Var **items = cap_alloc(c, sizeof(Var *) * (size_t)nout);
