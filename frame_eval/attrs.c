@@ -431,6 +431,8 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         return r;
     }
     case VK_GRADMODE:
+        if (o->u.grad.inference)
+            return infmode_attr(c, o, name);
         /* the class, for clone() of the grad-mode decorators (self.__class__()); a live
          * one is guarded by its type */
         if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0)

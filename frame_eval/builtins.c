@@ -619,6 +619,31 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
             v->u.grad.enabled = fn == libs.enable_grad;
         return v;
     }
+    if (fn == libs.inference_mode)
+        return infmode_new(c, args, nargs, kwnames);
+    if (fn == libs.set_grad_enabled) {
+        /* torch.set_grad_enabled(mode) switches when it is made (a statement or a with) */
+        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+        Var *mode = nargs == 1 ? args[0] : NULL;
+        if (!mode || (nkw && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "mode") != 0) ||
+            mode->kind != VK_CONST || !PyBool_Check(mode->obj)) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.set_grad_enabled with a mode that is not a constant bool");
+            return NULL;
+        }
+        Var *setter = wrap_untracked(c, libs.set_grad_fn);
+        Var *a[1] = {mode};
+        int prev = c->grad_mode;
+        if (!setter || !call_var(c, setter, a, 1, NULL))
+            return NULL;
+        c->grad_mode = mode->obj == Py_True;
+        Var *v = var_new(c, VK_GRADMODE);
+        if (v) {
+            v->u.grad.enabled = c->grad_mode;
+            v->u.grad.prev = prev;
+            v->u.grad.applied = 1;
+        }
+        return v;
+    }
     PyObject *name = PyObject_GetAttrString(fn, "__name__");
     PyObject *mod = name ? PyObject_GetAttrString(fn, "__module__") : NULL;
     if (!name || !mod || !PyUnicode_Check(name) || !PyUnicode_Check(mod)) {

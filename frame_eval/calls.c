@@ -324,7 +324,12 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
         memcpy(all + 1, pos->u.seq.items, sizeof(Var *) * (size_t)npos);
     if (nkw)
         memcpy(all + 1 + npos, args + nargs - nkw, sizeof(Var *) * (size_t)nkw);
-    Var *result = inline_function(c, fn, all, npos + nkw + 1, kwnames);
+    Var *result = NULL;
+    int handled = 0;
+    if (rnn_is_forward(fn->obj))   /* nn.LSTM / GRU / RNN: one node (rnn.c) */
+        result = rnn_module_call(c, m, fn, all + 1, npos + nkw, kwnames, &handled);
+    if (!handled)
+        result = inline_function(c, fn, all, npos + nkw + 1, kwnames);
     if (!result || run_hooks(c, m, "_forward_hooks", &pos, &result) < 0)
         return NULL;
     return result;
@@ -815,8 +820,9 @@ static int is_pure_folder(PyObject *fn)
     return 0;
 }
 
-/* 1 when fn is a function of torch.utils._contextlib: the decorator wrappers of the
- * grad-mode context managers and their clone() */
+/* 1 when fn is a function of torch.utils._contextlib (the decorator wrappers of the
+ * grad-mode context managers and their clone()), inference_mode's own clone() or the
+ * wrapper of @torch.jit.script_if_tracing */
 static int is_grad_mode_decorator(PyObject *fn)
 {
     PyObject *name = PyDict_GetItemString(((PyFunctionObject *)fn)->func_globals, "__name__"); /* borrowed */
@@ -825,7 +831,31 @@ static int is_grad_mode_decorator(PyObject *fn)
         sj_err_clear();
         return 0;
     }
+    if (!strcmp(n, "torch.autograd.grad_mode"))
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "inference_mode.clone") == 0;
+    if (!strcmp(n, "torch.jit._trace"))   /* @torch.jit.script_if_tracing: runs fn when not tracing */
+        return PyUnicode_CompareWithASCIIString(((PyCodeObject *)PyFunction_GET_CODE(fn))->co_qualname,
+                                                "_script_if_tracing.<locals>.wrapper") == 0;
     return !strcmp(n, "torch.utils._contextlib");
+}
+
+/* 1 for the torch Python helpers capture inlines as user code (m: the function's
+ * __module__): the parametrization machinery (the property a parametrized tensor reads
+ * through, its ParametrizationList, the parametrizations of
+ * torch.nn.utils.parametrizations, the old weight_norm hook) and torch.jit.annotate */
+static int inline_torch_helper(const char *m, PyObject *fn)
+{
+    if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
+    {
+        const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
+        if (!q)
+            sj_err_clear();
+        return q && !strncmp(q, "FunctionCtx.", 12);
+    }
+    if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
+    return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
+           !strcmp(m, "torch.nn.utils.weight_norm");
 }
 
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
@@ -839,6 +869,19 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj && disabled_is_wrapper(fn->obj))
+            return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
+        if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
+            /* nn.LSTM.forward(self, ...) called directly (super().forward in a subclass) */
+            int handled = 0;
+            Var *r = rnn_module_call(c, args[0], fn, args + 1, nargs - 1, kwnames, &handled);
+            if (handled)
+                return r;
+        }
+        if (fn->obj && autograd_fn_is_apply(fn->obj))
+            return autograd_fn_apply(c, args, nargs, kwnames);
+        if (fn->obj && disabled_is_factory(fn->obj))
+            return disabled_make(c, fn->obj, args, nargs, kwnames);
         if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
             int handled = 0;
             Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
@@ -864,7 +907,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
              * handles. */
             const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
             if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
-                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj))) {
+                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj) &&
+                       !inline_torch_helper(m, fn->obj))) {
                 int handled = 0;
                 Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
@@ -949,6 +993,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     }
     case VK_EXIT: {
         /* the normal exit of a grad-mode block: restore the mode from before it */
+        if (fn->u.grad.inference)
+            return infmode_exit(c, fn) < 0 ? NULL : var_const(c, Py_None);
         Var *flag = var_const(c, fn->u.grad.prev ? Py_True : Py_False);
         Var *setter = flag ? wrap_untracked(c, libs.set_grad_fn) : NULL;
         Var *a[1] = {flag};

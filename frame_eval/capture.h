@@ -86,7 +86,15 @@ struct Var {
                                       kids[i] is the source of the i-th entry of its _modules
                                       (capture arena); kids NULL otherwise */
         struct { Var *fn; Var *args; Var *kwargs; } partial;
-        struct { int enabled; int prev; } grad;
+        struct { int enabled; int prev; int inference; int32_t ctx; int applied; } grad;
+                                      /* enabled: the grad mode inside the block; prev (VK_EXIT):
+                                         the one before; inference: 0 a grad-mode object, 1/2
+                                         torch.inference_mode(True/False); ctx (VK_EXIT of an
+                                         inference block): the graph value of torch's guard
+                                         object (inference_mode.c); applied: a
+                                         torch.set_grad_enabled(mode) object, whose
+                                         construction already switched (prev: the mode
+                                         before it) */
         struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
         struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
         struct { SymNode *e; } s;                                      /* the capture's env */
@@ -182,6 +190,7 @@ typedef struct Capture {
     int nops;                  /* op nodes recorded */
     int used_torch;            /* some op or input belongs to torch */
     int grad_mode;             /* grad mode at this point of the captured program */
+    int infer_depth;           /* inference_mode blocks open at this point (inference_mode.c) */
     PyObject *linecache;       /* strong dict: (code, line) -> where tuple */
     /* the failure */
     BreakReason reason;
@@ -417,6 +426,43 @@ Var *gscalar_as_np_value(Capture *c, Var *v);
  * must not read the number (BoundArg.data). Borrowed, or NULL with the failure set. */
 PyObject *gscalar_standin(Capture *c, Var *v);
 
+/* inference_mode.c: torch.inference_mode blocks and decorators (VK_GRADMODE vars with
+ * u.grad.inference set) */
+/* torch.inference_mode(mode=True) called in the frame. */
+Var *infmode_new(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+/* Fill v (VK_GRADMODE) from a live inference_mode object read at src: 0 or -1. */
+int infmode_wrap(Capture *c, Var *v, PyObject *obj, int32_t src);
+Var *infmode_attr(Capture *c, Var *o, PyObject *name);
+/* BEFORE_WITH on mgr: the enter node, noted in ex (its VK_EXIT). 0 or -1. */
+int infmode_enter(Capture *c, Var *mgr, Var *ex);
+/* The normal exit of the block ex was pushed for. 0 or -1. */
+int infmode_exit(Capture *c, Var *ex);
+
+/* autograd_fn.c: torch.autograd.Function.apply */
+/* 1 when fn (borrowed) is the function under Function.apply. */
+int autograd_fn_is_apply(PyObject *fn);
+/* Its call, args[0] the Function subclass: forward inlined with grad mode off, else one
+ * graph node running cls.apply. */
+Var *autograd_fn_apply(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+
+/* rnn.c: nn.LSTM / nn.GRU / nn.RNN modules */
+/* 1 when fn (borrowed) is the forward of one of them. */
+int rnn_is_forward(PyObject *fn);
+/* The call of module m's forward fwd (args without self): one graph node. *handled = 0
+ * (nothing recorded) when the input is not one it models (forward is then inlined). */
+Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+/* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */
+/* 1 when fn (borrowed) is such a wrapper. */
+int disabled_is_wrapper(PyObject *fn);
+/* Their call: the function it wraps is marked never compiled (with what it calls, when
+ * the wrapper is recursive) and capture fails with BR_DISABLED. Always NULL. */
+Var *disabled_call(Capture *c, PyObject *fn);
+/* torch.compiler.disable / torch._dynamo.disable themselves (borrowed fn): 1 or 0. */
+int disabled_is_factory(PyObject *fn);
+/* Their call inside a capture: the wrapper, made now from the function's live value. */
+Var *disabled_make(Capture *c, PyObject *factory, Var **args, int32_t nargs, PyObject *kwnames);
+
 /* calls.c */
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames);
 Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
@@ -443,6 +489,9 @@ Var *op_subscr(Capture *c, Var *obj, Var *key);
 int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val);
 int op_truth(Capture *c, Var *v, int *truth);   /* 0 ok; -1 failure (data-dependent etc.) */
 Var *op_contains(Capture *c, Var *item, Var *container);
+/* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a
+ * constant or a list of them. 0, or -1 with the failure recorded. */
+int cap_to_arg(Capture *c, Var *v, int32_t slot);
 /* Record a call of a callables.def row. args: receiver first for methods. */
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames);
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */

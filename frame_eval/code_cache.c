@@ -114,10 +114,17 @@ CodeState *code_state_get(PyCodeObject *co)
 
 int code_cache_disable(PyCodeObject *co)
 {
+    return code_cache_disable_calls(co, 0);
+}
+
+int code_cache_disable_calls(PyCodeObject *co, int recursive)
+{
     CodeState *st = code_state_get(co);
     if (!st)
         return -1;
-    st->skip = 2;   /* disabled by the user: reset() keeps it */
+    if (st->skip == SKIP_DISABLED_WITH_CALLEES && !recursive)
+        return 0;   /* a recursive disable of the same code stays */
+    st->skip = recursive ? SKIP_DISABLED_WITH_CALLEES : 2;   /* disabled by the user: reset() keeps it */
     if (busy) {
         st->clear_pending = 1;
         clear_pending = 1;
@@ -180,7 +187,7 @@ void code_cache_reset_all(void)
             else
                 sj_err_clear();   /* kept: its codes stay cached, which is harmless */
         }
-        if (l->st.skip != 2)
+        if (l->st.skip != 2 && l->st.skip != SKIP_DISABLED_WITH_CALLEES)
             l->st.skip = -1;
         l->st.frame_id = -1;
         l->st.ncompiles = 0;

@@ -44,14 +44,20 @@ typedef enum {
                            with a break costs a bounded stack; frames it calls are compiled */
 } CodeRole;
 
+/* CodeState.skip values whose frames run eagerly with their callees not compiled either
+ * (the callees use the entries they have). */
+#define SKIP_DISABLED_WITH_CALLEES 3
+#define SKIP_INIT_WITH_CALLEES 4
+
 typedef struct {
     GuardTree tree;        /* owned: sources and guards of every entry */
     CacheEntry *entries;   /* most recent first */
     int nentries;
     int skip;              /* never compile: -1 undecided, 0 compile, 1 library or generator
                               code or a frame with nothing to capture, 2 disabled by the user,
-                              3 an nn.Module's __init__: run eagerly with its callees
-                              (hook.c SKIP_WITH_CALLEES) */
+                              3 disabled by the user with what it calls
+                              (SKIP_DISABLED_WITH_CALLEES), 4 an nn.Module's __init__: run
+                              eagerly with its callees (SKIP_INIT_WITH_CALLEES) */
     int frame_id;          /* -1 until first compiled */
     int ncompiles;
     long calls;            /* frames seen (eager_then_compile counts them) */
@@ -80,6 +86,9 @@ int code_cache_init(void);
 CodeState *code_state_get(PyCodeObject *co);
 /* Mark co as never compiled. */
 int code_cache_disable(PyCodeObject *co);
+/* The same; with recursive set, nothing its frames call compiles either (skip 3:
+ * torch.compiler.disable's default). */
+int code_cache_disable_calls(PyCodeObject *co, int recursive);
 /* Forget every entry (reset()). While the hook holds pointers into entries (between
  * code_cache_busy_enter and _leave: guards, the graph, compiling) this is deferred to the
  * moment the last such hook activity ends, because any Python code run there (a property,

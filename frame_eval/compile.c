@@ -836,8 +836,8 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     (void)eval_top(c, co, globals, builtins, locals, closure);
     if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
         goto undo;
-    if (c->grad_mode != grad0)
-        goto undo;   /* the continuation would run with the wrong grad mode */
+    if (c->grad_mode != grad0 || c->infer_depth)
+        goto undo;   /* the continuation would run with the wrong grad or inference mode */
     if (resume_build(c, co, st, bk) < 0) {
         sj_err_clear();
         goto undo;
@@ -945,7 +945,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             e->action = ENTRY_EAGER;
             e->reason = PyUnicode_FromString("no tensor ops in the frame");
         }
-        if (st->skip != 2)
+        if (st->skip != 2 && st->skip != SKIP_DISABLED_WITH_CALLEES)
             st->skip = 1;
         goto done;
     }

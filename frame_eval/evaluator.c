@@ -233,7 +233,14 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
     if (!ex)
         return -1;
     ex->u.grad.enabled = mgr->u.grad.enabled;
-    ex->u.grad.prev = c->grad_mode;
+    ex->u.grad.prev = mgr->u.grad.applied ? mgr->u.grad.prev : c->grad_mode;
+    if (mgr->u.grad.inference) {
+        ex->obj = mgr->obj;
+        if (infmode_enter(c, mgr, ex) < 0 || push(c, f, ex) < 0)
+            return -1;
+        Var *none = var_const(c, Py_None);
+        return none ? push(c, f, none) : -1;
+    }
     Var *flag = var_const(c, mgr->u.grad.enabled ? Py_True : Py_False);
     if (!flag)
         return -1;

@@ -116,10 +116,6 @@ static int skip_file(PyObject *filename)
     return 0;
 }
 
-/* decide_skip's answer for a frame that runs eagerly and whose callees are not compiled
- * either (they use the entries they have). */
-#define SKIP_WITH_CALLEES 3
-
 static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
 {
     if (!(co->co_flags & CO_OPTIMIZED) || !f->f_func)
@@ -148,7 +144,7 @@ static int decide_skip(PyCodeObject *co, _PyInterpreterFrame *f)
         if (libs_refresh() < 0)
             sj_err_clear();
         if (libs.module_type && PyObject_TypeCheck(f->localsplus[0], (PyTypeObject *)libs.module_type))
-            return SKIP_WITH_CALLEES;
+            return SKIP_INIT_WITH_CALLEES;
     }
     return 0;
 }
@@ -406,8 +402,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
     PyCodeObject *co = f->f_code;
     if (st->skip < 0)
         st->skip = st->role == ROLE_RESUME ? 0 : decide_skip(co, f);
-    if (st->skip == SKIP_WITH_CALLEES)
-        goto run_only;
+    if (st->skip == SKIP_DISABLED_WITH_CALLEES || st->skip == SKIP_INIT_WITH_CALLEES)
+        goto run_only;   /* torch.compiler.disable(recursive=True), an nn.Module's __init__ */
     if (st->skip)
         goto eager;
     int is_top = tls_top_pending;

@@ -33,6 +33,10 @@ static int load_torch(PyObject *torch)
         !(libs.enable_grad = libs_get_path(torch, "enable_grad")) ||
         !(libs.set_grad_enabled = libs_get_path(torch, "set_grad_enabled")) ||
         !(libs.set_grad_fn = libs_get_path(torch, "_C._set_grad_enabled")) ||
+        !(libs.inference_mode = libs_get_path(torch, "inference_mode")) ||
+        !(libs.memory_format_type = libs_get_path(torch, "memory_format")) ||
+        !(libs.enter_inference_mode = libs_get_path(torch, "autograd.grad_mode._enter_inference_mode")) ||
+        !(libs.exit_inference_mode = libs_get_path(torch, "autograd.grad_mode._exit_inference_mode")) ||
         !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
         !(libs.device_type = libs_get_path(torch, "device")) ||
         !(libs.finfo = libs_get_path(torch, "finfo")))

@@ -13,6 +13,9 @@ typedef struct {
     PyObject *size_type;        /* torch.Size */
     PyObject *no_grad, *enable_grad, *set_grad_enabled;  /* the classes */
     PyObject *set_grad_fn;      /* torch._C._set_grad_enabled */
+    PyObject *inference_mode;   /* the class torch.inference_mode */
+    PyObject *memory_format_type;   /* torch.memory_format (torch.contiguous_format's type) */
+    PyObject *enter_inference_mode, *exit_inference_mode;   /* torch.autograd.grad_mode's */
     PyObject *dtype_type, *device_type, *finfo;
     PyObject *numpy;            /* module or NULL */
     PyObject *ndarray_type;

@@ -258,6 +258,11 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
     return 0;
 }
 
+int cap_to_arg(Capture *c, Var *v, int32_t slot)
+{
+    return to_arg(c, v, slot);
+}
+
 static Lib lib_of_args(Var **args, int32_t n, int *found)
 {
     for (int32_t i = 0; i < n; i++) {

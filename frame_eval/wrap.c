@@ -400,6 +400,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     }
     if (libs.torch && ((PyObject *)t == libs.dtype_type || (PyObject *)t == libs.size_type))
         return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
+    if (libs.torch && (PyObject *)t == libs.memory_format_type)
+        return simple(c, VK_CONST, obj, src, GK_ID_MATCH);   /* torch.contiguous_format, ... */
     if (libs.torch && (PyObject *)t == libs.device_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
@@ -441,6 +443,10 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         if (v)
             v->u.grad.enabled = (PyObject *)t == libs.enable_grad;
         return v;
+    }
+    if (libs.torch && (PyObject *)t == libs.inference_mode) {
+        Var *v = simple(c, VK_GRADMODE, obj, src, GK_TYPE_MATCH);
+        return v && infmode_wrap(c, v, obj, src) == 0 ? v : NULL;
     }
     if (PyMethod_Check(obj)) {
         int32_t s1 = -1, s2 = -1;

@@ -359,6 +359,7 @@ PyObject *graph_run_with(Graph *g, PyObject *const *inputs, PyObject **mismatch,
         return PyErr_NoMemory();
     memset(vals, 0, sizeof(PyObject *) * (size_t)g->nvalues);
     PyObject *grad0 = NULL;   /* grad mode before the run, when the graph switches it */
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;   /* a failed run's exception, kept aside */
     if (g->grad_query >= 0 && !(grad0 = PyObject_CallNoArgs(PyList_GET_ITEM(g->consts, g->grad_query)))) {
         if (vals != small)
             PyMem_Free(vals);
@@ -376,10 +377,15 @@ PyObject *graph_run_with(Graph *g, PyObject *const *inputs, PyObject **mismatch,
         PyTuple_SET_ITEM(out, i, Py_NewRef(v ? v : Py_None));
     }
 done:
+    if (!out)
+        PyErr_Fetch(&et, &ev, &tb);
+    /* newest first: the guard objects of inference_mode blocks a failed run left open
+     * restore their modes innermost first (they restore the grad mode too, so the grad
+     * mode from before the run is put back after them) */
+    for (int32_t i = g->nvalues - 1; i >= 0; i--)
+        Py_XDECREF(vals[i]);
     if (!out && grad0) {
         /* a failed run must not leave the grad mode it switched to */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
         for (int32_t ni = 0; ni < g->nnodes; ni++)
             if (g->nodes[ni].op == OP_SET_GRAD_ENABLED) {
                 PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(g->consts, g->nodes[ni].target), grad0);
@@ -388,11 +394,10 @@ done:
                 Py_XDECREF(r);
                 break;
             }
-        PyErr_Restore(et, ev, tb);
     }
+    if (!out)
+        PyErr_Restore(et, ev, tb);
     Py_XDECREF(grad0);
-    for (int32_t i = 0; i < g->nvalues; i++)
-        Py_XDECREF(vals[i]);
     if (vals != small)
         PyMem_Free(vals);
     return out;

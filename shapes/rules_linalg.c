@@ -99,7 +99,9 @@ int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return -1;
     DType dt;
     if (lib == LIB_TORCH) {
-        int want = op == OP_MM ? 2 : op == OP_BMM ? 3 : op == OP_DOT ? 1 : 0;
+        int want = op == OP_MM ? 2 : op == OP_BMM ? 3 : op == OP_DOT || op == OP_VDOT ? 1 : 0;
+        if (op == OP_MV && (x->ndim != 2 || y->ndim != 1))
+            return sj_err(err, "mv: expected a 2-D and a 1-D tensor, got %d-D and %d-D", x->ndim, y->ndim);
         if (want && (x->ndim != want || y->ndim != want))
             return sj_err(err, "%s: expected %d-D tensors, got %d-D and %d-D",
                           op_info[op].name, want, x->ndim, y->ndim);

@@ -999,6 +999,62 @@ def np_bincount_cases(lib, row):
             for kw in [{}, {"minlength": 10}, {"weights": mk(lib, "float32", (6,))}]] + \
         [Case([mk(lib, "float64", (6,))]), Case([mk(lib, "int64", (2, 3))]), Case([mk(lib, "int64", (6,))], {"minlength": -1})]
 
+
+# ---- t_mech: the ops the torch mechanisms reach (shapes/rules_mech.c) ----
+def matrix_exp_cases(lib, row):
+    return [Case([mk(lib, dt, sh)]) for dt in ("float32", "float64", "int64") for sh in
+            ((3, 3), (2, 4, 4), (0, 0), (2, 3), (3,), ())]
+
+
+def weight_norm_cases(lib, row):
+    v = mk(lib, "float32", (5, 4))
+    return [Case([v, mk(lib, "float32", (5, 1)), 0]), Case([v, mk(lib, "float32", (1, 4)), 1]),
+            Case([v, mk(lib, "float32", (5,)), 0]), Case([v, mk(lib, "float32", (5, 1)), -1]),
+            Case([v, mk(lib, "float32", (1, 4))], {"dim": -1}), Case([v, mk(lib, "float32", (5, 1)), 2]),
+            Case([v, mk(lib, "float64", (5, 1)), 0]), Case([v.double(), mk(lib, "float64", (5, 1)), 0]),
+            Case([v.long(), mk(lib, "int64", (5, 1)), 0]), Case([v, mk(lib, "float32", (5,)), -1]),
+            Case([mk(lib, "float32", (2, 3, 4)), mk(lib, "float32", (1, 3, 1)), 1])]
+
+
+def rnn_cases(lib, row):
+    op = row[3]
+    nh, nin, L, N = 6, 4, 5, 2
+    gates = {"lstm": 4, "gru": 3}.get(op, 1)
+    cases = []
+    for bidir in (False, True):
+        for batch_first in (False, True):
+            dirs = 2 if bidir else 1
+            params = []
+            for _ in range(dirs):
+                params += [mk(lib, "float32", (gates * nh, nin)), mk(lib, "float32", (gates * nh, nh)),
+                           mk(lib, "float32", (gates * nh,)), mk(lib, "float32", (gates * nh,))]
+            x = mk(lib, "float32", (N, L, nin) if batch_first else (L, N, nin))
+            h = mk(lib, "float32", (dirs, N, nh))
+            hx = (h, mk(lib, "float32", (dirs, N, nh))) if op == "lstm" else h
+            cases.append(Case([x, hx, params, True, 1, 0.0, False, bidir, batch_first]))
+    x = mk(lib, "float32", (L, N, nin))
+    params = [mk(lib, "float32", (gates * nh, nin)), mk(lib, "float32", (gates * nh, nh))]
+    h = mk(lib, "float32", (1, N, nh))
+    cases.append(Case([x, (h, h) if op == "lstm" else h, params, False, 1, 0.0, False, False, False]))
+    cases.append(Case([x, (h, h) if op == "lstm" else h, params, False, 1, 0.0, False, False, False]))
+    cases.append(Case([mk(lib, "int64", (L, N, nin)), (h, h) if op == "lstm" else h, params, False, 1, 0.0, False,
+                       False, False]))
+    return cases
+
+
+def rnn_cell_cases(lib, row):
+    op = row[3]
+    gates = {"lstm_cell": 4, "gru_cell": 3}.get(op, 1)
+    nh, nin, N = 6, 4, 3
+    w_ih, w_hh = mk(lib, "float32", (gates * nh, nin)), mk(lib, "float32", (gates * nh, nh))
+    b_ih, b_hh = mk(lib, "float32", (gates * nh,)), mk(lib, "float32", (gates * nh,))
+    h = mk(lib, "float32", (N, nh))
+    hx = (h, mk(lib, "float32", (N, nh))) if op == "lstm_cell" else h
+    return [Case([mk(lib, "float32", (N, nin)), hx, w_ih, w_hh, b_ih, b_hh]),
+            Case([mk(lib, "float32", (N, nin)), hx, w_ih, w_hh]),
+            Case([mk(lib, "int64", (N, nin)), hx, w_ih, w_hh, b_ih, b_hh])]
+
+
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
     "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases, "rule_binary_float": binary_cases,
@@ -1025,6 +1081,8 @@ FAMILIES = {
     "rule_np_bincount": np_bincount_cases,
     "rule_tensor_const": tensor_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases,
     "rule_flatnonzero": flatnonzero_cases, "rule_unique": unique_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
+    "rule_rnn": rnn_cases, "rule_matrix_exp": matrix_exp_cases, "rule_weight_norm": weight_norm_cases,
+    "rule_rnn_cell": rnn_cell_cases,
 }
 
 

@@ -10,7 +10,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
-    np_mech, t_npmix, t_pyobj, np_pyobj,
+    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -55,6 +55,25 @@ ORACLE_DIFFERENCES = {
         "the break at the module's construction comes before any op: shapejit counts it (the module is made at run time, in the interpreter, as torch.compile does), torch.compile's explain lists only breaks that end a non-empty graph",
     "t_obj_nn_linear_made_in_frame":
         "the break at the module's construction comes before any op: shapejit counts it (the module is made at run time, in the interpreter, as torch.compile does), torch.compile's explain lists only breaks that end a non-empty graph",
+    # t_mech: recurrent layers
+    "t_mech_lstm_batch_first":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_initial_state":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_gru_no_grad":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_gru_bidirectional_state":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_rnn_relu_bidirectional":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_unbatched_proj":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_lstm_subclass_super_forward":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+    "t_mech_torch_lstm_call":
+        "torch.compile runs a frame that calls torch.lstm eagerly (0 graphs); shapejit records torch.lstm as one graph node",
+    "t_mech_lstm_text_encoder":
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and breaks the graph at a nested one; shapejit captures the recurrent layer as one graph node",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
