@@ -599,7 +599,8 @@ int shapes_rule_is_symbolic(OpId op)
         rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
         rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
         rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
-        rule_sort,
+        rule_sort, rule_pad, rule_conv_transpose, rule_interpolate, rule_addc, rule_tensor_new,
+        rule_random_fill,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;
