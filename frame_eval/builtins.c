@@ -157,6 +157,47 @@ static int all_foldable(Var **args, int32_t n)
 
 /* ----------------------------------------------------------- tensor methods ---- */
 
+/* The dtype of a Tensor.type() target: a cpu tensor type (torch.DoubleTensor) or its name
+ * ('torch.DoubleTensor') as a torch.dtype constant; any other constant (a dtype) as is.
+ * NULL after cap_fail for a cuda type or a name that is not a torch tensor type. */
+static Var *type_target_dtype(Capture *c, Var *t)
+{
+    PyObject *cls = NULL;   /* new reference */
+    PyObject *v = t->obj;
+    if (PyUnicode_Check(v)) {
+        const char *s = PyUnicode_AsUTF8(v);
+        if (!s || strncmp(s, "torch.", 6) != 0 || strchr(s + 6, '.') || !libs.torch) {
+            sj_err_clear();
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with a name that is not a cpu tensor type");
+            return NULL;
+        }
+        cls = PyObject_GetAttrString(libs.torch, s + 6);
+        if (!cls)
+            sj_err_clear();
+    } else if (PyType_Check(v) && !strcmp(Py_TYPE(v)->tp_name, "torch.tensortype")) {
+        cls = Py_NewRef(v);
+    } else {
+        return t;
+    }
+    if (!cls || strcmp(Py_TYPE(cls)->tp_name, "torch.tensortype") != 0) {
+        Py_XDECREF(cls);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with a name that is not a tensor type");
+        return NULL;
+    }
+    PyObject *cuda = PyObject_GetAttrString(cls, "is_cuda");   /* new */
+    PyObject *dt = cuda ? PyObject_GetAttrString(cls, "dtype") : NULL;   /* new */
+    Py_DECREF(cls);
+    if (!dt || cuda != Py_False) {
+        sj_err_clear();
+        Py_XDECREF(cuda);
+        Py_XDECREF(dt);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type to a type that is not a cpu tensor type");
+        return NULL;
+    }
+    Py_DECREF(cuda);
+    return var_const_steal(c, dt);
+}
+
 static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs, int *handled)
 {
     Var *self = args[0];
@@ -201,11 +242,20 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
             [DT_C128] = "torch.ComplexDoubleTensor"};
         if (nargs == 1)
             return var_const_steal(c, PyUnicode_FromString(names[m->dtype]));
+        /* x.type('torch.DoubleTensor') and x.type(torch.DoubleTensor) are x.to(float64) */
+        Var *targs[3];
+        if (nargs > 3) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with these arguments");
+            return NULL;
+        }
+        memcpy(targs, args, sizeof(Var *) * (size_t)nargs);
+        if (args[1]->obj && args[1]->kind != VK_TENSOR && !(targs[1] = type_target_dtype(c, args[1])))
+            return NULL;
         PyObject *to = PyUnicode_FromString("to");
         int row = to ? callables_lookup_method(LIB_TORCH, to) : -1;
         Py_XDECREF(to);
         if (row >= 0)
-            return op_record(c, row, args, nargs, NULL);
+            return op_record(c, row, targs, nargs, NULL);
     }
     if (!strcmp(name, "get_device"))
         return var_const_steal(c, PyLong_FromLong(-1));

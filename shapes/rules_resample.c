@@ -346,7 +346,7 @@ int rule_interpolate(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
 /* --------------------------------------------------------- addcmul, addcdiv ---- */
 
 /* input + value * tensor1 * tensor2 (or / tensor2): the three broadcast and promote; value
- * is a weak scalar that must fit the result's kind. */
+ * is a weak scalar (eager casts a float value to an integer result). */
 int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     if (lib != LIB_TORCH)
@@ -375,9 +375,8 @@ int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
                : PyComplex_Check(o) ? CAT_COMPLEX : -1;
         if (vc < 0)
             return sj_err(err, "%s: value must be a number", op_info[op].name);
-        if ((int)c < vc && !(c == CAT_INT && vc == CAT_BOOL))
-            return sj_err(err, "%s: value of this kind does not fit the %s result", op_info[op].name,
-                          dtype_info[d].name);
+        if (vc == CAT_COMPLEX && c != CAT_COMPLEX)
+            return sj_err(err, "%s: a complex value needs a complex result", op_info[op].name);
     }
     const TensorMeta *ms[3] = {x, t1, t2};
     sj_meta(out, lib, d);
@@ -435,6 +434,16 @@ int rule_tensor_new(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     }
     *nout = 1;
     return 0;
+}
+
+/* x.new_tensor(data): torch.tensor(data) in x's dtype (rules_factory.c). x's sizes may be
+ * symbolic (they do not matter); symbolic data (a list of sizes) is refused. */
+int rule_new_tensor(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    const BoundArg *data = ba_get(b, "data");
+    if (data && (data->kind == BA_LIST || (data->kind == BA_CONST && (data->sym || data->data))))
+        return sj_err(err, "new_tensor of sizes or graph values is not supported");
+    return rule_tensor_const(op, lib, b, out, nout, err);
 }
 
 /* ------------------------------------------------------------- random fills ---- */
