@@ -198,7 +198,46 @@ static Var *type_target_dtype(Capture *c, Var *t)
     return var_const_steal(c, dt);
 }
 
-static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs, int *handled)
+/* x.is_contiguous(memory_format=...) of a graph input: the input's own answer, which its
+ * TENSOR_MATCH guard keeps (exact strides, or under dynamic sizes the dense dim order, a
+ * symbolic size never being 1). A value computed in the graph has no modelled strides. */
+static Var *input_is_contiguous(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var *self = args[0];
+    int32_t vid = self->u.t.value;
+    int input = self->src >= 0 && self->obj && libs.tensor_type &&
+                PyObject_TypeCheck(self->obj, (PyTypeObject *)libs.tensor_type) &&
+                vid >= 0 && vid < c->g->nvalues && c->g->nodes[c->g->values[vid].node].op == OP_INPUT;
+    if (!input) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous of a value computed in the graph "
+                 "(strides are not modelled)");
+        return NULL;
+    }
+    if (nargs > 2) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous with these arguments");
+        return NULL;
+    }
+    PyObject *pos[2] = {self->obj, NULL};   /* borrowed */
+    for (int32_t i = 1; i < nargs; i++) {
+        if (!args[i]->obj || args[i]->kind == VK_TENSOR) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous with a non-constant argument");
+            return NULL;
+        }
+        pos[i] = args[i]->obj;
+    }
+    PyObject *meth = PyObject_GetAttrString(libs.tensor_type, "is_contiguous");   /* new */
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *r = meth ? PyObject_Vectorcall(meth, pos, (size_t)(nargs - nkw), nkw ? kwnames : NULL) : NULL;
+    Py_XDECREF(meth);
+    if (!r) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, r);
+}
+
+static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs,
+                               PyObject *kwnames, int *handled)
 {
     Var *self = args[0];
     const TensorMeta *m = &self->u.t.meta;
@@ -259,6 +298,8 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
     }
     if (!strcmp(name, "get_device"))
         return var_const_steal(c, PyLong_FromLong(-1));
+    if (!strcmp(name, "is_contiguous") && m->lib == LIB_TORCH)
+        return input_is_contiguous(c, args, nargs, kwnames);
     if (!strcmp(name, "__len__"))
         return op_len(c, self);
     if (!strcmp(name, "item") && nargs == 1 && m->lib == LIB_TORCH && sj_config.capture_scalar_outputs)
@@ -770,7 +811,7 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         PyObject *name = PyObject_GetAttrString(fn, "__name__");
         if (name && PyUnicode_Check(name)) {
             const char *n = PyUnicode_AsUTF8(name);
-            Var *r = n ? tensor_meta_method(c, n, args, nargs, handled) : NULL;
+            Var *r = n ? tensor_meta_method(c, n, args, nargs, kwnames, handled) : NULL;
             Py_DECREF(name);
             if (*handled)
                 return r;
