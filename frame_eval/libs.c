@@ -35,6 +35,7 @@ static int load_torch(PyObject *torch)
         !(libs.set_grad_fn = libs_get_path(torch, "_C._set_grad_enabled")) ||
         !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
         !(libs.device_type = libs_get_path(torch, "device")) ||
+        !(libs.memory_format_type = libs_get_path(torch, "memory_format")) ||
         !(libs.finfo = libs_get_path(torch, "finfo")))
         return -1;
     PyObject *m = libs_get_path(torch, "nn.modules.module");

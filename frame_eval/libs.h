@@ -14,6 +14,7 @@ typedef struct {
     PyObject *no_grad, *enable_grad, *set_grad_enabled;  /* the classes */
     PyObject *set_grad_fn;      /* torch._C._set_grad_enabled */
     PyObject *dtype_type, *device_type, *finfo;
+    PyObject *memory_format_type;   /* torch.memory_format (torch.channels_last is one) */
     PyObject *numpy;            /* module or NULL */
     PyObject *ndarray_type;
     PyObject *np_generic;       /* numpy.generic (numpy scalars) */

@@ -398,6 +398,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
     if (libs.torch && (PyObject *)t == libs.device_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (libs.torch && (PyObject *)t == libs.memory_format_type)   /* singletons */
+        return simple(c, VK_CONST, obj, src, GK_ID_MATCH);
     if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
         return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj)))
