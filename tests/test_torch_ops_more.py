@@ -159,3 +159,21 @@ def test_bad_arguments_raise_what_eager_raises(call):
     with pytest.raises(type(want.value)) as got:
         shapejit.compile(f)()
     assert str(got.value).split("\n")[0] == str(want.value).split("\n")[0]
+
+
+def test_nn_init_fills_on_a_parameter():
+    # nn.init fills under its own no_grad, so a leaf parameter may be filled in the frame
+    def f(w):
+        nn.init.normal_(w, 0, 0.02)
+        nn.init.uniform_(w[:2], -1, 1)
+        return (w * 2).sum()
+    torch.manual_seed(0)
+    w1 = nn.Parameter(torch.zeros(3))
+    want = f(w1)
+    torch.manual_seed(0)
+    w2 = nn.Parameter(torch.zeros(3))
+    got = shapejit.compile(f)(w2)
+    assert torch.equal(got, want) and torch.equal(w1, w2)
+    assert shapejit.stats()["graph_breaks"] == 0
+    got.backward()
+    assert torch.equal(w2.grad, torch.full((3,), 2.0))
