@@ -356,7 +356,8 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (x->ndim != sp + 1 && x->ndim != sp + 2)
         return sj_err(err, "%s expects %d-D or %d-D input", op_info[op].name, sp + 1, sp + 2);
     DTypeCategory c = dtype_info[x->dtype].category;
-    if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL1D && c != CAT_FLOAT))
+    /* avg_pool1d has int64 and floating kernels */
+    if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL1D && c != CAT_FLOAT && x->dtype != DT_I64))
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
                       dtype_info[x->dtype].name);
     int64_t k[2], s[2], p[2], d[2] = {1, 1};
@@ -378,6 +379,9 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return -1;
     if (is_max && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
         return -1;
+    /* max_pool1d without indices has floating kernels only (with them, integer ones too) */
+    if (op == OP_MAX_POOL1D && !ret_idx && c != CAT_FLOAT)
+        return sj_err(err, "max_pool1d is not implemented for %s", dtype_info[x->dtype].name);
     *out = *x;
     int off = x->ndim - sp;
     for (int i = 0; i < sp; i++) {
@@ -689,10 +693,12 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
                 return sj_err(err, "Padding mode \"%s\" doesn't take in value argument", mode);
             if (k < 1 || k > 3 || (x->ndim != k + 1 && x->ndim != k + 2))
                 return sj_err(err, "Padding size %d is not supported for %dD input tensor", n, x->ndim);
-            DTypeCategory c = dtype_info[x->dtype].category;
-            if (c == CAT_BOOL || (c != CAT_FLOAT && strcmp(mode, "circular") && strcmp(mode, "reflect")))
-                return sj_err(err, "%s padding is not implemented for %s", mode, dtype_info[x->dtype].name);
-            for (int d = x->ndim - k - (x->ndim == k + 2 ? 1 : 0); d < x->ndim; d++) {
+            /* circular padding is slicing and cat (any dtype, empty dims too); the others
+             * have kernels for every dtype but bool, and need non-empty dims */
+            int circular = !strcmp(mode, "circular");
+            if (!circular && x->dtype == DT_BOOL)
+                return sj_err(err, "%s padding is not implemented for bool", mode);
+            for (int d = x->ndim - k - (x->ndim == k + 2 ? 1 : 0); !circular && d < x->ndim; d++) {
                 int empty = sj_dim_equals(x, d, 0, err);
                 if (empty)
                     return empty < 0 ? -1 : sj_err(err, "%s padding needs non-empty dims", mode);

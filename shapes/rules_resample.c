@@ -377,6 +377,24 @@ int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
             return sj_err(err, "%s: value must be a number", op_info[op].name);
         if (vc == CAT_COMPLEX && c != CAT_COMPLEX)
             return sj_err(err, "%s: a complex value needs a complex result", op_info[op].name);
+        /* eager converts value to an integer result type and refuses an overflow
+         * (floating results compute in at least float32: no check) */
+        double lim;
+        switch (d) {
+        case DT_U8: lim = 255; break;
+        case DT_I8: lim = 127; break;
+        case DT_I16: lim = 32767; break;
+        case DT_I32: lim = 2147483647.0; break;
+        case DT_I64: lim = 9.2e18; break;
+        default: lim = HUGE_VAL;
+        }
+        double dv = vc == CAT_COMPLEX ? 0 : PyFloat_AsDouble(o);
+        if (dv == -1.0 && PyErr_Occurred()) {
+            sj_err_clear();
+            return sj_err(err, "%s: value out of range", op_info[op].name);
+        }
+        if (dv > lim || dv < (d == DT_U8 ? -128 : -lim - 1))
+            return sj_err(err, "value cannot be converted to type %s without overflow", dtype_info[d].name);
     }
     const TensorMeta *ms[3] = {x, t1, t2};
     sj_meta(out, lib, d);
@@ -390,8 +408,8 @@ int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 /* ---------------------------------------------------------------- Tensor.new ---- */
 
 /* x.new(*sizes): an uninitialised tensor of x's dtype; x.new() is empty (0 elements).
- * The data forms (x.new([1, 2]), x.new(tensor)) are refused: a sequence there is data,
- * not a size. */
+ * The data forms (x.new([1, 2]), x.new(tensor), and x.new(torch.Size([2, 2])), which is
+ * data too) are refused: only separate ints are sizes. */
 int rule_tensor_new(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
@@ -410,14 +428,11 @@ int rule_tensor_new(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     }
     if (s->kind != BA_LIST)
         return sj_err(err, "Tensor.new: unsupported arguments");
-    int torch_size = s->n == 1 && s->items[0].kind == BA_CONST &&
-                     Py_TYPE(s->items[0].value) != &PyTuple_Type && PyTuple_Check(s->items[0].value);
-    if (!torch_size)
-        for (int i = 0; i < s->n; i++) {
-            const BoundArg *it = &s->items[i];
-            if (it->kind != BA_CONST || it->data || !PyLong_Check(it->value) || PyBool_Check(it->value))
-                return sj_err(err, "Tensor.new with data is not supported");
-        }
+    for (int i = 0; i < s->n; i++) {
+        const BoundArg *it = &s->items[i];
+        if (it->kind != BA_CONST || it->data || !PyLong_Check(it->value) || PyBool_Check(it->value))
+            return sj_err(err, "Tensor.new with data is not supported");
+    }
     int64_t v[SJ_MAX_RANK + 1];
     SymNode *syms[SJ_MAX_RANK + 1];
     int n;

@@ -228,7 +228,7 @@ def t_op2_addcdiv_mixed_dtypes(x, a, n):
 def t_op2_tensor_new_sizes(x):
     buf = x.new(x.shape[0], 2).fill_(0.5)
     empty = x.new()
-    return buf + x[:, :2], empty.shape, x.new(torch.Size([2, 2])).zero_()
+    return buf + x[:, :2], empty.shape, x.new(2, 2).zero_()
 
 
 @torch_case(lambda: (T(3, 4, dtype=torch.float64),))
