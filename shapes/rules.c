@@ -600,7 +600,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
         rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
         rule_sort, rule_pad, rule_conv_transpose, rule_interpolate, rule_addc, rule_tensor_new,
-        rule_random_fill, rule_new_tensor,
+        rule_random_fill, rule_tensor_data,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

@@ -451,14 +451,52 @@ int rule_tensor_new(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     return 0;
 }
 
-/* x.new_tensor(data): torch.tensor(data) in x's dtype (rules_factory.c). x's sizes may be
- * symbolic (they do not matter); symbolic data (a list of sizes) is refused. */
-int rule_new_tensor(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+/* The hints of a list of constants (some of them symbolic sizes), nested lists included, as
+ * a new Python list; NULL when some item is a tensor or a value computed in the graph (no
+ * Python error is left set). */
+static PyObject *hint_list(const BoundArg *a, int depth)
 {
-    const BoundArg *data = ba_get(b, "data");
-    if (data && (data->kind == BA_LIST || (data->kind == BA_CONST && (data->sym || data->data))))
-        return sj_err(err, "new_tensor of sizes or graph values is not supported");
-    return rule_tensor_const(op, lib, b, out, nout, err);
+    if (a->kind == BA_CONST && !a->data && a->value)
+        return Py_NewRef(a->value);
+    if (a->kind != BA_LIST || depth >= SJ_MAX_RANK)
+        return NULL;
+    PyObject *l = PyList_New(a->n);
+    for (int i = 0; l && i < a->n; i++) {
+        PyObject *it = hint_list(&a->items[i], depth + 1);
+        if (!it) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, it);   /* steals it */
+    }
+    if (!l)
+        sj_err_clear();
+    return l;
+}
+
+/* torch.tensor(data) / numpy.array(data), and x.new_tensor(data) (x's dtype): the data's
+ * shape and kind (rules_factory.c). A symbolic size among the data (torch.tensor([n, 2]))
+ * is a value, not a size: the rule reads the hints, and the output's shape is static. */
+int rule_tensor_data(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    int k = -1;
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->names[i], "data"))
+            k = i;
+    const BoundArg *data = k >= 0 ? &b->args[k] : NULL;
+    if (!data || !(data->kind == BA_LIST || (data->kind == BA_CONST && data->sym)))
+        return rule_tensor_const(op, lib, b, out, nout, err);
+    PyObject *hints = hint_list(data, 0);   /* new, or NULL */
+    if (!hints)
+        return rule_tensor_const(op, lib, b, out, nout, err);
+    BoundArgs nb = *b;
+    BoundArg h = {BA_CONST, NULL, hints, 0, NULL, NULL, NULL, 0};
+    nb.args[k] = h;
+    int r = rule_tensor_const(op, lib, &nb, out, nout, err);
+    Py_DECREF(hints);
+    for (int i = 0; r == 0 && i < *nout; i++)
+        memset(out[i].sym, 0, sizeof out[i].sym);
+    return r;
 }
 
 /* ------------------------------------------------------------- random fills ---- */

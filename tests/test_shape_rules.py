@@ -738,6 +738,10 @@ def new_tensor_cases(lib, row):
             Case([x, 3]), Case([x, []]), Case([x, mk(lib, "int64", (2, 2))]), Case([x, [True]], {"requires_grad": False})]
 
 
+def tensor_data_cases(lib, row):
+    return new_tensor_cases(lib, row) if row[3] == "new_tensor" else tensor_cases(lib, row)
+
+
 def random_fill_cases(lib, row):
     f = lambda dt: mk(lib, dt, (2, 3))   # noqa: E731
     path = row[2]
@@ -943,9 +947,9 @@ FAMILIES = {
     "rule_adaptive_pool": adaptive_cases, "rule_embedding": embedding_cases, "rule_sdpa": sdpa_cases,
     "rule_pad": pad_cases, "rule_factory": factory_cases, "rule_factory_like": factory_like_cases,
     "rule_arange": arange_cases, "rule_linspace": linspace_cases, "rule_eye": eye_cases,
-    "rule_tensor_const": tensor_cases, "rule_conv_transpose": conv_transpose_cases,
+    "rule_conv_transpose": conv_transpose_cases,
     "rule_interpolate": interpolate_cases, "rule_addc": addc_cases, "rule_tensor_new": tensor_new_cases,
-    "rule_new_tensor": new_tensor_cases, "rule_random_fill": random_fill_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
+    "rule_tensor_data": tensor_data_cases, "rule_random_fill": random_fill_cases, "rule_nonzero": nonzero_cases, "rule_masked_select": masked_select_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
 }
 
 

@@ -91,6 +91,14 @@ def test_addc_and_new_symbolic():
     _check(f, [(torch.randn(n, 4), torch.randn(4)) for n in (3, 5, 8)], 1)
 
 
+def test_tensor_of_symbolic_sizes_keeps_one_graph():
+    # the sizes are values of the new tensor: its shape is static, its data read at run time
+    def f(x):
+        return (torch.tensor([x.shape[0], x.shape[1] * 2, 3]) + 1, torch.tensor(x.shape[0]),
+                x.new_tensor([[x.shape[0], 1]]), torch.tensor(x.shape))
+    _check(f, [(torch.randn(n, 4),) for n in (3, 5, 7)], 1)
+
+
 # ---------------------------------------------------------------- random ----
 
 def _fills(x):
