@@ -327,3 +327,8 @@ def t_op2_normal_zero_std_and_fills(x):
     g = torch.empty(16).geometric_(0.3)
     ca = torch.empty(16).cauchy_()
     return c + x, (e > 0).all(), (ln > 0).all(), (g >= 1).all(), ca.isnan().any()
+
+
+@torch_case(lambda: (T(1, 2, 4, 4),), atol=1e-5)
+def t_op2_upsample_deprecated_names(x):
+    return F.upsample(x, scale_factor=2), F.upsample_bilinear(x, size=(6, 6)), F.upsample_nearest(x, scale_factor=3)
