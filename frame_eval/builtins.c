@@ -283,7 +283,10 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
             return var_const_steal(c, PyUnicode_FromString(names[m->dtype]));
         /* x.type('torch.DoubleTensor') and x.type(torch.DoubleTensor) are x.to(float64) */
         Var *targs[3];
-        if (nargs > 3) {
+        /* keywords other than a lone dtype= (non_blocking=) do not line up with to()'s */
+        int kw_ok = !kwnames || (PyTuple_GET_SIZE(kwnames) == 1 &&
+                                 PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0);
+        if (nargs > 3 || !kw_ok) {
             cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with these arguments");
             return NULL;
         }
