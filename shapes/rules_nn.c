@@ -360,7 +360,7 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL1D && c != CAT_FLOAT && x->dtype != DT_I64))
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
                       dtype_info[x->dtype].name);
-    int64_t k[2], s[2], p[2], d[2] = {1, 1};
+    int64_t k[2] = {1, 1}, s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
     if (int_tuple(b, "kernel_size", 1, sp, k, err) || int_tuple(b, "padding", 0, sp, p, err))
         return -1;
     const BoundArg *sa = ba_get(b, "stride");

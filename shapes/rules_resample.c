@@ -1,8 +1,8 @@
 /* Resampling and its neighbours: transposed convolution, F.interpolate, addcmul/addcdiv,
- * Tensor.new / new_tensor (rules_factory.c holds new_tensor's rule), and the in-place
- * fills from a distribution (x.uniform_(), x.bernoulli_(p), ...). The cpu backend runs all
- * of them as eager steps; the rules say what the library call returns, and refuse what it
- * would raise on. */
+ * Tensor.new, tensor data holding symbolic sizes (torch.tensor([n, 2]), x.new_tensor;
+ * rules_factory.c reads the data), and the in-place fills from a distribution
+ * (x.uniform_(), x.bernoulli_(p), ...). The cpu backend runs all of them as eager steps;
+ * the rules say what the library call returns, and refuse what it would raise on. */
 #include <math.h>
 #include <string.h>
 
