@@ -185,3 +185,23 @@ def test_nn_init_fills_on_a_parameter():
     assert shapejit.stats()["graph_breaks"] == 0
     got.backward()
     assert torch.equal(w2.grad, torch.full((3,), 2.0))
+
+
+def test_a_graph_that_drew_and_then_raised_is_not_run_again():
+    # running the frame again in the interpreter after the error would draw twice
+    def f(x, idx):
+        u = torch.empty(3).uniform_()
+        return u + x[idx]
+    cf = shapejit.compile(f)
+    x = torch.randn(3)
+    cf(x, torch.tensor([0, 1, 2]))
+    bad = (x, torch.tensor([0, 1, 7]))
+    torch.manual_seed(1)
+    with pytest.raises(IndexError):
+        f(*bad)
+    want = torch.rand(2)
+    torch.manual_seed(1)
+    with pytest.raises(IndexError):
+        cf(*bad)
+    assert torch.equal(torch.rand(2), want)
+    assert shapejit.stats()["graph_breaks"] == 0
