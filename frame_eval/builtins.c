@@ -157,7 +157,87 @@ static int all_foldable(Var **args, int32_t n)
 
 /* ----------------------------------------------------------- tensor methods ---- */
 
-static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs, int *handled)
+/* The dtype of a Tensor.type() target: a cpu tensor type (torch.DoubleTensor) or its name
+ * ('torch.DoubleTensor') as a torch.dtype constant; any other constant (a dtype) as is.
+ * NULL after cap_fail for a cuda type or a name that is not a torch tensor type. */
+static Var *type_target_dtype(Capture *c, Var *t)
+{
+    PyObject *cls = NULL;   /* new reference */
+    PyObject *v = t->obj;
+    if (PyUnicode_Check(v)) {
+        const char *s = PyUnicode_AsUTF8(v);
+        if (!s || strncmp(s, "torch.", 6) != 0 || strchr(s + 6, '.') || !libs.torch) {
+            sj_err_clear();
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with a name that is not a cpu tensor type");
+            return NULL;
+        }
+        cls = PyObject_GetAttrString(libs.torch, s + 6);
+        if (!cls)
+            sj_err_clear();
+    } else if (PyType_Check(v) && !strcmp(Py_TYPE(v)->tp_name, "torch.tensortype")) {
+        cls = Py_NewRef(v);
+    } else {
+        return t;
+    }
+    if (!cls || strcmp(Py_TYPE(cls)->tp_name, "torch.tensortype") != 0) {
+        Py_XDECREF(cls);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with a name that is not a tensor type");
+        return NULL;
+    }
+    PyObject *cuda = PyObject_GetAttrString(cls, "is_cuda");   /* new */
+    PyObject *dt = cuda ? PyObject_GetAttrString(cls, "dtype") : NULL;   /* new */
+    Py_DECREF(cls);
+    if (!dt || cuda != Py_False) {
+        sj_err_clear();
+        Py_XDECREF(cuda);
+        Py_XDECREF(dt);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type to a type that is not a cpu tensor type");
+        return NULL;
+    }
+    Py_DECREF(cuda);
+    return var_const_steal(c, dt);
+}
+
+/* x.is_contiguous(memory_format=...) of a graph input: the input's own answer, which its
+ * TENSOR_MATCH guard keeps (exact strides, or under dynamic sizes the dense dim order, a
+ * symbolic size never being 1). A value computed in the graph has no modelled strides. */
+static Var *input_is_contiguous(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var *self = args[0];
+    int32_t vid = self->u.t.value;
+    int input = self->src >= 0 && self->obj && libs.tensor_type &&
+                PyObject_TypeCheck(self->obj, (PyTypeObject *)libs.tensor_type) &&
+                vid >= 0 && vid < c->g->nvalues && c->g->nodes[c->g->values[vid].node].op == OP_INPUT;
+    if (!input) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous of a value computed in the graph "
+                 "(strides are not modelled)");
+        return NULL;
+    }
+    if (nargs > 2) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous with these arguments");
+        return NULL;
+    }
+    PyObject *pos[2] = {self->obj, NULL};   /* borrowed */
+    for (int32_t i = 1; i < nargs; i++) {
+        if (!args[i]->obj || args[i]->kind == VK_TENSOR) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous with a non-constant argument");
+            return NULL;
+        }
+        pos[i] = args[i]->obj;
+    }
+    PyObject *meth = PyObject_GetAttrString(libs.tensor_type, "is_contiguous");   /* new */
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *r = meth ? PyObject_Vectorcall(meth, pos, (size_t)(nargs - nkw), nkw ? kwnames : NULL) : NULL;
+    Py_XDECREF(meth);
+    if (!r) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    return var_const_steal(c, r);
+}
+
+static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs,
+                               PyObject *kwnames, int *handled)
 {
     Var *self = args[0];
     const TensorMeta *m = &self->u.t.meta;
@@ -201,14 +281,28 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
             [DT_C128] = "torch.ComplexDoubleTensor"};
         if (nargs == 1)
             return var_const_steal(c, PyUnicode_FromString(names[m->dtype]));
+        /* x.type('torch.DoubleTensor') and x.type(torch.DoubleTensor) are x.to(float64) */
+        Var *targs[3];
+        /* keywords other than a lone dtype= (non_blocking=) do not line up with to()'s */
+        int kw_ok = !kwnames || (PyTuple_GET_SIZE(kwnames) == 1 &&
+                                 PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0);
+        if (nargs > 3 || !kw_ok) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.type with these arguments");
+            return NULL;
+        }
+        memcpy(targs, args, sizeof(Var *) * (size_t)nargs);
+        if (args[1]->obj && args[1]->kind != VK_TENSOR && !(targs[1] = type_target_dtype(c, args[1])))
+            return NULL;
         PyObject *to = PyUnicode_FromString("to");
         int row = to ? callables_lookup_method(LIB_TORCH, to) : -1;
         Py_XDECREF(to);
         if (row >= 0)
-            return op_record(c, row, args, nargs, NULL);
+            return op_record(c, row, targs, nargs, NULL);
     }
     if (!strcmp(name, "get_device"))
         return var_const_steal(c, PyLong_FromLong(-1));
+    if (!strcmp(name, "is_contiguous") && m->lib == LIB_TORCH)
+        return input_is_contiguous(c, args, nargs, kwnames);
     if (!strcmp(name, "__len__"))
         return op_len(c, self);
     if (!strcmp(name, "item") && nargs == 1 && m->lib == LIB_TORCH && sj_config.capture_scalar_outputs)
@@ -751,7 +845,7 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         PyObject *name = PyObject_GetAttrString(fn, "__name__");
         if (name && PyUnicode_Check(name)) {
             const char *n = PyUnicode_AsUTF8(name);
-            Var *r = n ? tensor_meta_method(c, n, args, nargs, handled) : NULL;
+            Var *r = n ? tensor_meta_method(c, n, args, nargs, kwnames, handled) : NULL;
             Py_DECREF(name);
             if (*handled)
                 return r;

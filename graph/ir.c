@@ -157,6 +157,10 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 &&
         (g->pool[args].kind != ARG_VALUE || graph_value_may_alias_input(g, g->pool[args].a)))
         g->has_mutation = 1;
+    /* a draw from the default generator changes state outside the graph: running the frame
+     * again after the graph (on an error, or a shape rule that disagreed) would draw twice */
+    if (op == OP_RANDOM_FILL || op == OP_DROPOUT)
+        g->has_mutation = 1;
     return v;
 }
 

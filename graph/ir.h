@@ -53,7 +53,8 @@ typedef struct Graph {
     int32_t *inputs;  int32_t ninputs, cap_inputs;    /* value ids of inputs, in call order */
     int32_t *outputs; int32_t noutputs, cap_outputs;  /* value ids returned, in order */
     PyObject *consts;   /* strong: a list owning every object the graph refers to */
-    int has_mutation;   /* some node writes into a graph input, a view of one or a constant */
+    int has_mutation;   /* some node writes into a graph input, a view of one or a constant,
+                           or draws from the default random generator */
     int32_t grad_query; /* constants index of torch.is_grad_enabled when the graph switches
                            grad mode (restored if a run fails midway), else -1 */
     struct SymEnv *env; /* owned or NULL: the shape environment whose nodes the values'

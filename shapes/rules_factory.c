@@ -342,6 +342,30 @@ int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
 static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_shape,
                       int *cat, ShapeErr *err)
 {
+    if (PyRange_Check(v)) {
+        /* range(n): a run of ints, a list's shape */
+        Py_ssize_t n = PyObject_Size(v);
+        if (n < 0) {
+            sj_err_clear();
+            return sj_err(err, "range too long");
+        }
+        if (depth >= SJ_MAX_RANK)
+            return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
+        if (*have_shape) {
+            if (depth >= m->ndim || m->size[depth] != n || (n && depth + 1 != m->ndim))
+                return sj_err(err, "the nested sequences have inhomogeneous lengths");
+        } else {
+            m->size[depth] = n;
+            m->ndim = (unsigned char)(depth + 1);
+            *have_shape = n > 0;
+        }
+        if (n > 0) {
+            *have_shape = 1;
+            if (*cat < CAT_INT)
+                *cat = CAT_INT;
+        }
+        return 0;
+    }
     if (PyList_Check(v) || PyTuple_Check(v)) {
         if (depth >= SJ_MAX_RANK)
             return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
@@ -381,7 +405,6 @@ static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_
 int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                       ShapeErr *err)
 {
-    (void)op;
     const BoundArg *data = ba_get(b, "data");
     if (!data)
         return sj_err(err, "missing data");
@@ -392,9 +415,13 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
         return sj_err(err, "ndmin is not supported");
     if (check_device(b, err))
         return -1;
+    /* x.new_tensor(data) takes x's dtype unless dtype= says otherwise */
+    const TensorMeta *like = op == OP_NEW_TENSOR ? sj_tensor(b, "input", err) : NULL;
+    if (op == OP_NEW_TENSOR && !like)
+        return -1;
     if (data->kind == BA_TENSOR) {
         DType dt;
-        if (out_dtype(lib, b, (DType)data->meta->dtype, &dt, err))
+        if (out_dtype(lib, b, like ? (DType)like->dtype : (DType)data->meta->dtype, &dt, err))
             return -1;
         if ((Lib)data->meta->lib != lib)
             return sj_err(err, "converting between torch and numpy is not supported");
@@ -419,7 +446,7 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             dflt = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
         }
         DType dt;
-        if (out_dtype(lib, b, dflt, &dt, err))
+        if (out_dtype(lib, b, like ? (DType)like->dtype : dflt, &dt, err))
             return -1;
         *out = m;
         out->dtype = (unsigned char)dt;

@@ -351,14 +351,17 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
-    if (x->ndim != 3 && x->ndim != 4)
-        return sj_err(err, "%s expects 3-D or 4-D input", op_info[op].name);
+    int sp = op == OP_MAX_POOL1D || op == OP_AVG_POOL1D ? 1 : 2;   /* spatial dims */
+    int is_max = op == OP_MAX_POOL2D || op == OP_MAX_POOL1D;
+    if (x->ndim != sp + 1 && x->ndim != sp + 2)
+        return sj_err(err, "%s expects %d-D or %d-D input", op_info[op].name, sp + 1, sp + 2);
     DTypeCategory c = dtype_info[x->dtype].category;
-    if (c == CAT_COMPLEX || c == CAT_BOOL)
+    /* avg_pool1d has int64 and floating kernels */
+    if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL1D && c != CAT_FLOAT && x->dtype != DT_I64))
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
                       dtype_info[x->dtype].name);
-    int64_t k[2], s[2], p[2], d[2] = {1, 1};
-    if (int_tuple(b, "kernel_size", 1, 2, k, err) || int_tuple(b, "padding", 0, 2, p, err))
+    int64_t k[2] = {1, 1}, s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
+    if (int_tuple(b, "kernel_size", 1, sp, k, err) || int_tuple(b, "padding", 0, sp, p, err))
         return -1;
     const BoundArg *sa = ba_get(b, "stride");
     if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) &&
@@ -366,19 +369,22 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         sj_err_clear();
         s[0] = k[0];
         s[1] = k[1];
-    } else if (int_tuple(b, "stride", 1, 2, s, err)) {
+    } else if (int_tuple(b, "stride", 1, sp, s, err)) {
         return -1;
     }
-    if (op == OP_MAX_POOL2D && int_tuple(b, "dilation", 1, 2, d, err))
+    if (is_max && int_tuple(b, "dilation", 1, sp, d, err))
         return -1;
     int ceil_mode, ret_idx = 0;
     if (sj_get_bool(b, "ceil_mode", 0, &ceil_mode, err))
         return -1;
-    if (op == OP_MAX_POOL2D && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
+    if (is_max && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
         return -1;
+    /* max_pool1d without indices has floating kernels only (with them, integer ones too) */
+    if (op == OP_MAX_POOL1D && !ret_idx && c != CAT_FLOAT)
+        return sj_err(err, "max_pool1d is not implemented for %s", dtype_info[x->dtype].name);
     *out = *x;
-    int off = x->ndim - 2;
-    for (int i = 0; i < 2; i++) {
+    int off = x->ndim - sp;
+    for (int i = 0; i < sp; i++) {
         if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0)
             return sj_err(err, "kernel size, stride and dilation must be greater than zero");
         if (p[i] < 0 || p[i] > k[i] / 2)
@@ -386,9 +392,17 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         if (window_extent(x, off + i, d[i] * (k[i] - 1) + 1, NULL, p[i], s[i], ceil_mode, 0, out, err) < 0)
             return -1;
     }
-    int empty = sj_dim_equals(x, off - 1, 0, err);
-    if (empty)
-        return empty < 0 ? -1 : sj_err(err, "expected non-empty channels");
+    for (int i = off - 1; i < off; i++) {
+        int empty = sj_dim_equals(x, i, 0, err);
+        if (empty)
+            return empty < 0 ? -1 : sj_err(err, "expected non-empty channels");
+    }
+    if (sp == 1)
+        for (int i = 0; i < x->ndim; i++) {
+            int empty = sj_dim_equals(x, i, 0, err);
+            if (empty)
+                return empty < 0 ? -1 : sj_err(err, "%s: empty input", op_info[op].name);
+        }
     out[0].requires_grad = x->requires_grad;
     if (ret_idx) {
         out[1] = out[0];
@@ -427,17 +441,20 @@ static int adaptive_size(const BoundArg *a, TensorMeta *out, int i, ShapeErr *er
 int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                        ShapeErr *err)
 {
-    (void)op; (void)lib;
+    (void)lib;
+    const char *name = op_info[op].name;
+    int sp = op == OP_ADAPTIVE_AVG_POOL1D || op == OP_ADAPTIVE_MAX_POOL1D ? 1 : 2;
+    int is_max = op == OP_ADAPTIVE_MAX_POOL1D || op == OP_ADAPTIVE_MAX_POOL2D;
     const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x || need_float(x, "adaptive_avg_pool2d", err))
+    if (!x || need_float(x, name, err))
         return -1;
-    if (x->ndim != 3 && x->ndim != 4)
-        return sj_err(err, "adaptive_avg_pool2d expects 3-D or 4-D input");
-    int off = x->ndim - 2;
-    for (int i = 0; i < 2; i++) {
+    if (x->ndim != sp + 1 && x->ndim != sp + 2)
+        return sj_err(err, "%s expects %d-D or %d-D input", name, sp + 1, sp + 2);
+    int off = x->ndim - sp;
+    for (int i = 0; i < sp; i++) {
         int empty = sj_dim_equals(x, off + i, 0, err);
         if (empty)
-            return empty < 0 ? -1 : sj_err(err, "adaptive_avg_pool2d: empty spatial dims");
+            return empty < 0 ? -1 : sj_err(err, "%s: empty spatial dims", name);
     }
     const BoundArg *os = ba_get(b, "output_size");
     if (!os || (os->kind != BA_CONST && os->kind != BA_LIST))
@@ -446,21 +463,34 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     BoundArg items[2] = {{BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}, {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}};
     const BoundArg *its = items;
     if (os->kind == BA_LIST) {
-        if (os->n != 2)
-            return sj_err(err, "output_size must be an int or a pair");
+        if (os->n != sp)
+            return sj_err(err, "output_size must be an int or %d ints", sp);
         its = os->items;
     } else if (PyTuple_Check(os->value) || PyList_Check(os->value)) {
-        if (PySequence_Fast_GET_SIZE(os->value) != 2)
-            return sj_err(err, "output_size must be an int or a pair");
-        for (int i = 0; i < 2; i++)
+        if (PySequence_Fast_GET_SIZE(os->value) != sp)
+            return sj_err(err, "output_size must be an int or %d ints", sp);
+        for (int i = 0; i < sp; i++)
             items[i].value = PySequence_Fast_GET_ITEM(os->value, i);
     } else {
-        items[0] = items[1] = *os;   /* one int for both */
+        items[0] = items[1] = *os;   /* one int for every dim */
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < sp; i++) {
+        if (sp == 1 && its[i].kind == BA_CONST && its[i].value == Py_None)
+            return sj_err(err, "%s: output_size must be an int", name);
         if (adaptive_size(&its[i], out, off + i, err) < 0)
             return -1;
-    *nout = 1;
+    }
+    int ret_idx = 0;
+    if (is_max && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
+        return -1;
+    if (ret_idx) {
+        out[1] = out[0];
+        out[1].dtype = DT_I64;
+        out[1].requires_grad = 0;
+        *nout = 2;
+    } else {
+        *nout = 1;
+    }
     return 0;
 }
 
@@ -573,7 +603,55 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     return 0;
 }
 
-/* torch F.pad: pairs (left, right) from the last dim backwards; negative pads crop.
+/* One torch pad pair on dim d of x into out: size + left + right (symbols kept: of the dim
+ * and of the pads), which must stay >= least. For reflect each pad must be below the size,
+ * for circular at most the size (wrapping around once). Relations are decided (guarded)
+ * when symbolic. */
+static int pad_dim(const TensorMeta *x, int d, const int64_t *p, SymNode *const *ps, int i,
+                   const char *mode, int64_t least, TensorMeta *out, ShapeErr *err)
+{
+    int64_t l = p[2 * i], r = p[2 * i + 1];
+    int reflect = !strcmp(mode, "reflect"), circular = !strcmp(mode, "circular");
+    if (!sj_symctx || (!x->sym[d] && !ps[2 * i] && !ps[2 * i + 1])) {
+        int64_t n = x->size[d];
+        if (reflect && (l >= n || r >= n))
+            return sj_err(err, "Padding size should be less than the corresponding input dimension");
+        if (circular && (l > n || r > n))
+            return sj_err(err, "Padding value causes wrapping around more than once.");
+        if (n + l + r < least)
+            return sj_err(err, "resulting padded dimension is too small");
+        out->size[d] = n + l + r;
+        out->sym[d] = NULL;
+        return 0;
+    }
+    SymEnv *env = sj_symctx->env;
+    SymNode *n = sj_dimsym(x, d, err);
+    if (!n)
+        return -1;
+    SymNode *ln = ps[2 * i] ? ps[2 * i] : sym_const(env, l), *rn = ps[2 * i + 1] ? ps[2 * i + 1] : sym_const(env, r);
+    SymNode *lk = sym_const(env, least);
+    SymNode *o = ln && rn && lk ? sym_add(env, n, ln) : NULL;
+    o = o ? sym_add(env, o, rn) : NULL;
+    if (!o)
+        return sj_sym_error(err);
+    int t;
+    for (int k = 0; k < 2 && (reflect || circular); k++) {
+        SymNode *pk = k ? rn : ln;
+        if (sj_decide(reflect ? sym_lt(env, pk, n) : sym_le(env, pk, n), &t, err) < 0)
+            return -1;
+        if (!t)
+            return sj_err(err, "Padding size is too large for the input dimension");
+    }
+    if (sj_decide(sym_ge(env, o, lk), &t, err) < 0)
+        return -1;
+    if (!t)
+        return sj_err(err, "resulting padded dimension is too small");
+    return sj_set_dim(out, d, o, err);
+}
+
+/* torch F.pad: pairs (left, right) from the last dim backwards; negative pads crop. The
+ * modes other than constant pad the last 1-3 dims of an input with one or two more (batch,
+ * channels), whose padded dims must be non-empty.
  * numpy.pad: pad_width per axis from the first: n, (before, after) or one pair per axis. */
 int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
@@ -582,33 +660,65 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     if (!x)
         return -1;
     const BoundArg *pa = ba_get(b, "pad");
-    if (!pa || pa->kind != BA_CONST)
+    if (!pa || (pa->kind != BA_CONST && pa->kind != BA_LIST))
         return sj_err(err, "pad must be constant");
     *out = *x;
     out->np_scalar = 0;
     if (lib == LIB_TORCH) {
         int64_t p[SJ_MAX_RANK * 2];
+        SymNode *ps[SJ_MAX_RANK * 2];
         int n;
-        if (sj_int_list(pa, "pad", p, &n, SJ_MAX_RANK * 2, err))
+        if (sj_int_list_sym(pa, "pad", p, ps, &n, SJ_MAX_RANK * 2, err))
             return -1;
+        if (!sj_symctx)
+            memset(ps, 0, sizeof ps);
         if (n % 2 != 0)
             return sj_err(err, "Padding length must be divisible by 2");
         if (n / 2 > x->ndim)
             return sj_err(err, "Padding length too large");
-        const BoundArg *mode = ba_get(b, "mode");
-        if (mode && (mode->kind != BA_CONST || !PyUnicode_Check(mode->value) ||
-                     PyUnicode_CompareWithASCIIString(mode->value, "constant") != 0))
-            return sj_err(err, "only mode='constant' padding is supported");
-        for (int i = 0; i < n / 2; i++) {
-            int d = x->ndim - 1 - i;
-            int64_t s = x->size[d] + p[2 * i] + p[2 * i + 1];
-            if (s < 0)
-                return sj_err(err, "resulting padded dimension is negative");
-            out->size[d] = s;
+        const char *mode = "constant";
+        const BoundArg *ma = ba_get(b, "mode");
+        if (ma) {
+            mode = ma->kind == BA_CONST && PyUnicode_Check(ma->value) ? PyUnicode_AsUTF8(ma->value) : NULL;
+            if (!mode) {
+                sj_err_clear();
+                return sj_err(err, "mode must be a string");
+            }
         }
+        int k = n / 2;
+        if (strcmp(mode, "constant") != 0) {
+            if (strcmp(mode, "reflect") && strcmp(mode, "replicate") && strcmp(mode, "circular"))
+                return sj_err(err, "Unrecognised padding mode %.40s", mode);
+            if (ba_get(b, "value"))
+                return sj_err(err, "Padding mode \"%s\" doesn't take in value argument", mode);
+            if (k < 1 || k > 3 || (x->ndim != k + 1 && x->ndim != k + 2))
+                return sj_err(err, "Padding size %d is not supported for %dD input tensor", n, x->ndim);
+            /* circular padding is slicing and cat (any dtype, empty dims too); the others
+             * have kernels for every dtype but bool, and need non-empty dims */
+            int circular = !strcmp(mode, "circular");
+            if (!circular && x->dtype == DT_BOOL)
+                return sj_err(err, "%s padding is not implemented for bool", mode);
+            for (int d = x->ndim - k - (x->ndim == k + 2 ? 1 : 0); !circular && d < x->ndim; d++) {
+                int empty = sj_dim_equals(x, d, 0, err);
+                if (empty)
+                    return empty < 0 ? -1 : sj_err(err, "%s padding needs non-empty dims", mode);
+            }
+        }
+        int64_t least = strcmp(mode, "constant") ? 1 : 0;
+        for (int i = 0; i < k; i++)
+            if (pad_dim(x, x->ndim - 1 - i, p, ps, i, mode, least, out, err) < 0)
+                return -1;
         *nout = 1;
         return 0;
     }
+    if (pa->kind != BA_CONST)
+        return sj_err(err, "pad_width must be constant");
+    for (int i = 0; i < x->ndim; i++)
+        if (sj_symctx && out->sym[i]) {
+            if (sj_pin(out->sym[i], &out->size[i], err) < 0)
+                return -1;
+            out->sym[i] = NULL;
+        }
     PyObject *v = pa->value;
     int64_t before[SJ_MAX_RANK], after[SJ_MAX_RANK];
     int64_t flat[SJ_MAX_RANK * 2];
@@ -642,7 +752,7 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     for (int i = 0; i < x->ndim; i++) {
         if (before[i] < 0 || after[i] < 0)
             return sj_err(err, "index can't contain negative values");
-        out->size[i] = x->size[i] + before[i] + after[i];
+        out->size[i] = out->size[i] + before[i] + after[i];
     }
     *nout = 1;
     return 0;

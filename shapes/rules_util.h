@@ -112,6 +112,10 @@ int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct Sy
 /* a // b for sizes: exact when b's factors divide a's (s0*s1 // s1 -> s0). */
 struct SymNode *sj_sym_div(struct SymNode *a, struct SymNode *b);
 
+/* The shape of Python data (rules_factory.c): what rule_tensor_data runs once symbolic
+ * sizes among the data are read as their hints. */
+int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);
+
 /* Every rule named in ops.def (repeats are harmless redeclarations). */
 #define X(e, name, kind, rule) \
     int rule(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);

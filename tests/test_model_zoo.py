@@ -28,7 +28,8 @@ import shapejit
 FULL = os.environ.get("SJ_ZOO", "") == "full"
 
 # Models run only with SJ_ZOO=full: each repeats a mechanism a default one covers
-# (Mistral is Llama's code with a sliding window; BART's encoder-decoder is T5's shape),
+# (Mistral is Llama's code with a sliding window; BART's encoder-decoder is T5's shape;
+# CLIP vision resized is CLIP vision with its position table interpolated bicubically),
 # or is a known gap whose failing run costs minutes (dozens of graphs on both sides of
 # each break).
 ZOO_HEAVY = {"mistral", "bart", "llama_hidden_states", "t5_seq2seq_cache",
@@ -40,15 +41,12 @@ _HOOKS = ("output_hidden_states: `outputs[key] = ...` on a ModelOutput (an Order
           "`with threading.Lock()` and RemovableHandle() while the hooks are installed")
 _OBJECT_WRITES = ("DynamicCache built in the forward: copy.deepcopy of the config (id() is "
                   "not supported) and attribute writes to the cache's layers break the graph")
-_UPSAMPLE = ("F.interpolate(mode='bicubic') (torch._C._nn.upsample_bicubic2d) is not "
-             "captured: a break per call of the embeddings")
 
 # Models that still fail, with the mechanisms (strict: the test turns red once it passes,
 # and the line must go).
 ZOO_GAPS = {
     "llama_hidden_states": _HOOKS,
     "t5_seq2seq_cache": _OBJECT_WRITES,
-    "clip_vision_resized": _UPSAMPLE,
 }
 
 

@@ -612,12 +612,28 @@ def pool_cases(lib, row):
              Case([mk(lib, "int64", (2, 3, 4, 4)), 2])]
     if row[3] == "max_pool2d":
         cases += [Case([x, 2], {"return_indices": True}), Case([x, 3], {"dilation": 2})]
+    if row[3] in ("max_pool1d", "avg_pool1d"):
+        x1 = mk(lib, "float32", (2, 3, 11))
+        cases += [Case([x1, 2]), Case([x1, 3, 2, 1]), Case([x1, 4, 3], {"ceil_mode": True}), Case([x1, 3, 2, 2]),
+                  Case([mk(lib, "float32", (3, 7)), 2]), Case([x1, (3,), (2,)]), Case([x1, 12]),
+                  Case([mk(lib, "int64", (2, 3, 8)), 2]), Case([mk(lib, "int32", (2, 3, 8)), 2])]
+        if row[3] == "max_pool1d":
+            cases += [Case([mk(lib, "int64", (2, 3, 8)), 2], {"return_indices": True})]
+        if row[3] == "max_pool1d":
+            cases += [Case([x1, 2], {"return_indices": True}), Case([x1, 3], {"dilation": 2, "ceil_mode": True})]
     return cases
 
 
 def adaptive_cases(lib, row):
     x = mk(lib, "float32", (2, 3, 9, 8))
-    return [Case([x, 1]), Case([x, (4, 3)]), Case([x, (None, 2)]), Case([mk(lib, "float32", (3, 9, 8)), 5])]
+    cases = [Case([x, 1]), Case([x, (4, 3)]), Case([x, (None, 2)]), Case([mk(lib, "float32", (3, 9, 8)), 5])]
+    if row[3].endswith("1d"):
+        x1 = mk(lib, "float32", (2, 3, 9))
+        cases += [Case([x1, 4]), Case([x1, (2,)]), Case([mk(lib, "float32", (3, 9)), 12]), Case([x1, (2, 2)]),
+                  Case([mk(lib, "int64", (2, 3, 9)), 3]), Case([mk(lib, "float32", (2, 3, 0)), 3])]
+    if "max" in row[3]:
+        cases += [Case([x, 2], {"return_indices": True}), Case([mk(lib, "float32", (2, 3, 9)), 2], {"return_indices": True})]
+    return cases
 
 
 def embedding_cases(lib, row):
@@ -639,9 +655,116 @@ def sdpa_cases(lib, row):
 def pad_cases(lib, row):
     x = mk(lib, "float32", (2, 3, 4))
     if lib == "torch":
-        return [Case([x, (1, 2)]), Case([x, (1, 1, 2, 0)]), Case([x, (-1, 0)]), Case([x, (1,)]),
-                Case([x, (1, 1)], {"value": 2.0})]
+        cases = [Case([x, (1, 2)]), Case([x, (1, 1, 2, 0)]), Case([x, (-1, 0)]), Case([x, (1,)]),
+                 Case([x, (1, 1)], {"value": 2.0})]
+        x4 = mk(lib, "float32", (2, 3, 4, 5))
+        for mode in ("reflect", "replicate", "circular"):
+            cases += [Case([x, (1, 2), mode]), Case([x4, (1, 2, 3, 0), mode]), Case([x, (4, 0), mode]),
+                      Case([x, (5, 0), mode]), Case([x, (-1, 1), mode]), Case([x4, (1, 1), mode]),
+                      Case([mk(lib, "float32", (4,)), (1, 1), mode]), Case([x, (1, 1), mode, 1.0]),
+                      Case([mk(lib, "float32", (1, 2, 3, 4, 5)), (1, 1, 1, 1, 1, 1), mode]),
+                      Case([mk(lib, "int64", (2, 3, 4)), (1, 1), mode]), Case([mk(lib, "float32", (2, 0, 4)), (1, 1), mode]),
+                      Case([mk(lib, "bool", (2, 3, 4)), (1, 1), mode]), Case([mk(lib, "int8", (2, 3, 4)), (2, 1), mode])]
+        cases.append(Case([x, (1, 1), "wrap"]))
+        return cases
     return [Case([x, 1]), Case([x, (1, 2)]), Case([x, ((1, 0), (0, 2), (3, 3))]), Case([x, ((1, 2),)])]
+
+
+def conv_transpose_cases(lib, row):
+    f = lambda *sh, dt="float32": mk(lib, dt, sh)   # noqa: E731
+    if row[3] == "conv_transpose1d":
+        x, w = f(2, 4, 9), f(4, 3, 3)
+        return [Case([x, w]), Case([x, w, f(3), 2, 1, 1]), Case([x, f(4, 2, 3)], {"groups": 2, "dilation": 2}),
+                Case([f(4, 9), w]), Case([x, w], {"output_padding": 1}), Case([x, f(3, 3, 3)]),
+                Case([f(1, 4, 1), w], {"padding": 2}), Case([x, w, f(4)]), Case([x, w], {"padding": "same"}),
+                Case([x, f(4, 3, 3, dt="float64")]), Case([x, w], {"stride": 3, "output_padding": 2})]
+    x, w = f(2, 4, 5, 6), f(4, 3, 3, 2)
+    return [Case([x, w]), Case([x, w, None, (2, 1), (1, 0), (1, 0), 2, (1, 2)]), Case([f(4, 5, 6), w], {"stride": 2}),
+            Case([x, w], {"output_padding": (0, 1), "stride": 2}), Case([x, f(4, 1, 3, 3)], {"groups": 4}),
+            Case([x, f(3, 3, 3, 3)], {"groups": 3}),
+            Case([f(2, 4, 5, 6, dt="int64"), f(4, 3, 3, 2, dt="int64")], refuse=True),
+            Case([f(2, 4, 5, 6, dt="float64"), f(4, 3, 3, 2, dt="float64")]),
+            Case([f(2, 4, 5, 6, dt="bfloat16"), f(4, 3, 3, 2, dt="bfloat16")])]
+
+
+def interpolate_cases(lib, row):
+    f = lambda *sh, dt="float32": mk(lib, dt, sh)   # noqa: E731
+    x3, x4, x5 = f(2, 3, 5), f(2, 3, 4, 6), f(1, 2, 3, 4, 5)
+    cases = [Case([x4], {"scale_factor": 2}), Case([x4, (3, 7)]), Case([x4, 5]), Case([x3, 9], {"mode": "linear"}),
+            Case([x3], {"scale_factor": 1.5, "mode": "linear", "align_corners": True}),
+            Case([x4], {"scale_factor": (0.5, 1.7), "mode": "bilinear"}), Case([x4, (8, 8)], {"mode": "bicubic"}),
+            Case([x4], {"scale_factor": 1.3, "mode": "bilinear", "recompute_scale_factor": True}),
+            Case([x4, (2, 3)], {"mode": "area"}), Case([x5], {"scale_factor": 2, "mode": "trilinear"}),
+            Case([x4, (5, 5)], {"mode": "nearest-exact"}), Case([x4, (2, 2)], {"mode": "bilinear", "antialias": True}),
+            Case([x4], {"scale_factor": 0.1}), Case([x4, (3, 3)], {"scale_factor": 2}), Case([x4]),
+            Case([x4, 3], {"align_corners": True}), Case([x3, 4], {"mode": "bilinear"}),
+            Case([x4, (3, 3)], {"mode": "area", "antialias": True}), Case([f(2, 3, 4, 4, dt="int64"), 8]),
+            Case([f(1, 3, 4, 4, dt="uint8"), 8]), Case([f(1, 3, 4, 4, dt="uint8"), 8], {"mode": "bicubic"}),
+            Case([x4, (3, 0)]), Case([x4, (3, 3, 3)]), Case([f(2, 3, 4, 4, dt="float64"), 6], {"mode": "bicubic"})]
+    for dt in ("float16", "bfloat16", "int32", "bool"):
+        for mode in ("nearest", "nearest-exact", "bilinear", "bicubic", "area"):
+            cases.append(Case([f(1, 2, 4, 4, dt=dt), 6], {"mode": mode}))
+        cases.append(Case([f(1, 2, 4, dt=dt), 6], {"mode": "linear"}))
+        cases.append(Case([f(1, 2, 2, 3, 4, dt=dt), 6], {"mode": "trilinear"}))
+    cases.append(Case([f(1, 3, 8, 8, dt="uint8"), 4], {"mode": "bilinear", "antialias": True}))
+    cases.append(Case([f(1, 3, 8, 8, dt="uint8"), 4], {"mode": "area"}))
+    cases.append(Case([f(1, 3, 4, dt="uint8"), 8], {"mode": "linear"}))
+    return cases
+
+
+def addc_cases(lib, row):
+    f = lambda *sh, dt="float32": mk(lib, dt, sh)   # noqa: E731
+    x = f(3, 4)
+    cases = [Case([x, f(3, 4), f(3, 4)]), Case([x, f(4), f(3, 1)], {"value": 0.5}), Case([f(4), f(2, 1, 4), f(3, 4)]),
+             Case([x, f(3, 4, dt="float64"), f(3, 4)]), Case([x, f(3, 4, dt="int64"), f(3, 4, dt="int64")]),
+             Case([f(3, 4, dt="int64"), f(3, 4, dt="int64"), f(3, 4, dt="int64")], {"value": 2}),
+             Case([f(3, 4, dt="bool"), f(3, 4, dt="bool"), f(3, 4, dt="bool")]), Case([x, f(2, 4), f(3, 4)]),
+             Case([x, f(3, 4), f(3, 4)], {"value": 1j}), Case([f(3, dt="float16"), f(3, dt="float16"), f(3)]),
+             Case([f(3, dt="int32"), f(3, dt="int64"), f(3, dt="int8")]), Case([f(3, dt="int32"), f(3, dt="float16"), f(3, dt="int8")]),
+             Case([f(3, dt="uint8"), f(3, dt="uint8"), f(3, dt="uint8")], {"value": 300}),
+             Case([f(3, dt="int8"), f(3, dt="int8"), f(3, dt="int8")], {"value": -100}),
+             Case([f(3, dt="float16"), f(3, dt="float16"), f(3, dt="float16")], {"value": 1e6}),
+             Case([f(3, dt="complex64"), f(3), f(3)], {"value": 1j}), Case([f(), f(3), f()])]
+    if row[5] == "CF_INPLACE":
+        cases.append(Case([f(4), f(3, 4), f(3, 4)]))
+    return cases
+
+
+def tensor_new_cases(lib, row):
+    x, i = mk(lib, "float32", (2, 3)), mk(lib, "int64", (2,))
+    return [Case([x, 2, 3]), Case([x]), Case([i, 4]), Case([x, torch.Size([2, 2])], refuse=True), Case([x, 0, 2]),
+            Case([x, [1, 2]], refuse=True), Case([x, -1])]
+
+
+def new_tensor_cases(lib, row):
+    x, i = mk(lib, "float32", (2, 3)), mk(lib, "int64", (2,))
+    return [Case([x, [1, 2, 3]]), Case([i, [1.5, 2.5]]), Case([x, [[1, 2], [3, 4]]], {"dtype": torch.int32}),
+            Case([x, 3]), Case([x, []]), Case([x, mk(lib, "int64", (2, 2))]), Case([x, [True]], {"requires_grad": False})]
+
+
+def tensor_data_cases(lib, row):
+    return new_tensor_cases(lib, row) if row[3] == "new_tensor" else tensor_cases(lib, row)
+
+
+def random_fill_cases(lib, row):
+    f = lambda dt: mk(lib, dt, (2, 3))   # noqa: E731
+    path = row[2]
+    dts = ["float32", "float64", "float16", "int64", "int32", "uint8", "bool"]
+    cases = [Case([f(dt)]) for dt in dts] if not path.endswith("geometric_") else \
+        [Case([f(dt), 0.5]) for dt in dts]
+    extra = {
+        "Tensor.uniform_": [(-1, 1), (2, 1), (1, 1)], "Tensor.normal_": [(0, 2), (0, -1), (1, 0)],
+        "Tensor.log_normal_": [(0, 0.5), (0, 0)], "Tensor.cauchy_": [(0, 1), (0, -1)],
+        "Tensor.exponential_": [(2.0,), (0,), (-1,)], "Tensor.geometric_": [(0.2,), (1,), (0,)],
+        "Tensor.bernoulli_": [(0.3,), (1.5,), (0,)], "Tensor.random_": [(0, 10), (10,), (5, 3), (300,), (-3, 3)],
+        "torch.nn.init.uniform_": [(-1, 1), (2, 1)], "torch.nn.init.normal_": [(0, 0.02), (0, -1)],
+    }[path]
+    for dt in ("float32", "int64", "uint8"):
+        cases += [Case([f(dt), *a]) for a in extra]
+    if path == "Tensor.bernoulli_":
+        cases += [Case([f("float32"), mk(lib, "float32", (2, 3), lo=0, hi=1)]),
+                  Case([f("float32"), mk(lib, "float32", (3,), lo=0, hi=1)], refuse=True)]
+    return cases
 
 
 def factory_cases(lib, row):
@@ -1083,6 +1206,9 @@ FAMILIES = {
     "rule_flatnonzero": flatnonzero_cases, "rule_unique": unique_cases, "rule_ufunc_scan": ufunc_scan_cases, "rule_ufunc_at": ufunc_at_cases, "rule_setitem": setitem_cases, "rule_none": grad_cases,
     "rule_rnn": rnn_cases, "rule_matrix_exp": matrix_exp_cases, "rule_weight_norm": weight_norm_cases,
     "rule_rnn_cell": rnn_cell_cases,
+    "rule_conv_transpose": conv_transpose_cases,
+    "rule_interpolate": interpolate_cases, "rule_addc": addc_cases, "rule_tensor_new": tensor_new_cases,
+    "rule_tensor_data": tensor_data_cases, "rule_random_fill": random_fill_cases,
 }
 
 

@@ -7,7 +7,7 @@ the same entries with the same reasons (tests/test_corpus.py checks that they ag
 """
 from ._base import REGISTRY, Entry, reseed  # noqa: F401
 from . import (  # noqa: F401  (importing a module registers its entries)
-    t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
+    t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules, t_ops2,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix, t_pyobj, np_pyobj, t_mech,
@@ -74,6 +74,11 @@ ORACLE_DIFFERENCES = {
         "torch.compile runs a frame that calls torch.lstm eagerly (0 graphs); shapejit records torch.lstm as one graph node",
     "t_mech_lstm_text_encoder":
         "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and breaks the graph at a nested one; shapejit captures the recurrent layer as one graph node",
+    # torch ops (tests/corpus/t_ops2.py)
+    "t_op2_random_int_range":
+        "torch.compile does not trace Tensor.random_ (a graph break at each call); shapejit captures it as an eager step that draws from the default generator in program order, so the values and the generator's state match eager",
+    "t_op2_is_contiguous_of_view":
+        "Tensor.is_contiguous of a value computed in the graph breaks in shapejit, which does not model strides (of a graph input it folds, the input's layout being guarded); torch.compile's fake tensors carry strides",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
