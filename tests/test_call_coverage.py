@@ -97,3 +97,33 @@ def test_status_of_a_table_row():
     assert cov.status_of("Tensor.__add__", rows) == ("covered", "operator.add")
     assert cov.status_of("Tensor.shape", rows)[0] == "answered"
     assert cov.status_of("torch.no_such_function", rows)[0] == "not covered"
+
+
+# The error paths of the keywords and rows added for these calls: shapejit raises what
+# eager raises.
+def _raises_like_eager(fn, *args):
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    with pytest.raises(type(eager.value)) as got:
+        shapejit.compile(fn)(*args)
+    assert str(got.value) == str(eager.value)
+
+
+def test_numpy_keywords_error_paths():
+    import torch.nn.functional as F
+    x = torch.randn(2, 3)
+    _raises_like_eager(lambda t: torch.cat([t, t], 1, axis=0), x)   # dim twice
+    _raises_like_eager(lambda t: F.softmax(t, axis=1), x)           # a Python function
+    _raises_like_eager(lambda t: t.sum(keepdims=True, keepdim=True), x)
+
+
+def test_added_rows_error_paths():
+    import torch.nn.functional as F
+    x = torch.randn(4, 6)
+    _raises_like_eager(lambda t: F.one_hot(t.long().int(), 3), x)   # int32 index
+    _raises_like_eager(lambda t: F.glu(t[:, :5]), x)                 # odd halving dim
+    _raises_like_eager(lambda t: t.index_select(0, t), x)            # float index
+    _raises_like_eager(lambda t: t.repeat_interleave(-1), x)
+    _raises_like_eager(lambda t: torch.histc(t.long(), bins=3), x)
+    _raises_like_eager(lambda t: t.reshape_as(t[:3]), x)
+    _raises_like_eager(lambda t: F.unfold(t[None, None], 7), x)      # no sliding block

@@ -243,7 +243,32 @@ LEFT = {
     "torch.nn.utils.parametrize._inject_property.<locals>.get_parametrized":
         "owned elsewhere (parametrizations: reading a parametrized weight)",
     "torch.autograd.Function.apply": "owned elsewhere (autograd.Function)",
+    "torch._grouped_mm": "reached in eager only: under a compiler transformers' grouped experts "
+                         "call its custom op torch.ops.transformers.grouped_mm_fallback instead, "
+                         "and torch.library custom ops are not captured (a break in mixtral and "
+                         "qwen2_moe)",
+    "torch._C._fft.fft_fftn": "FFT and complex results are not modelled (fnet's Fourier mixing; "
+                              "a break)",
+    "Tensor.real": "a complex tensor's real part: complex results are not modelled (fnet)",
+    "Tensor.__format__": "data-dependent: switch transformers picks each expert by name, "
+                         "f'expert_{idx}' formats a tensor's value (torch.compile breaks too)",
+    "Tensor.__iter__": "data-dependent: switch transformers iterates over the experts hit "
+                       "(a tensor made from the router's data; torch.compile breaks too)",
+    "Tensor.__hash__": "reached inside nn.Module.parameters() (PreTrainedModel.dtype): shapejit "
+                       "answers parameters() itself (frame_eval/calls.c module_iter_method), so "
+                       "no capture hashes a parameter",
 }
+# nn.Module.to() called inside forward (switch transformers' router casts its classifier
+# on every call): Module._apply rewrites the parameters.
+_MODULE_TO = ("owned elsewhere (nn.Module state): Module.to() inside forward (switch "
+              "transformers' router) rewrites the module's parameters (param.data = ...), a "
+              "side effect on the model")
+for _n in ("Tensor.data (write)", "Tensor.grad", "torch._C._nn._parse_to",
+           "torch.__future__.get_overwrite_module_params_on_conversion",
+           "torch.__future__.get_swap_module_params_on_conversion",
+           "torch._has_compatible_shallow_copy_type",
+           "torch.utils._python_dispatch.is_traceable_wrapper_subclass"):
+    LEFT[_n] = _MODULE_TO
 
 
 def inlined(obj):
@@ -517,7 +542,9 @@ def _evaluated_code(frame):
 
 # What follows a torch class read that is an argument (isinstance(x, torch.SymInt),
 # a comparison), not the callee of a call.
-_ARGUMENT_USES = ("PRECALL", "CALL", "BUILD_TUPLE", "COMPARE_OP", "IS_OP", "CONTAINS_OP")
+# (nn.LayerNorm.forward(self, x): an attribute of the class is read, the class not called).
+_ARGUMENT_USES = ("PRECALL", "CALL", "BUILD_TUPLE", "COMPARE_OP", "IS_OP", "CONTAINS_OP",
+                  "LOAD_ATTR", "LOAD_METHOD")
 
 
 class _Tracer:
@@ -601,6 +628,10 @@ _CODES = {}
 def _functions_with_code():
     """{code: [function]} of the Python functions of the public torch namespaces."""
     if not _CODES:
+        for k in dir(torch.Tensor):   # Tensor.__rsub__ & co. share one wrapper's code
+            f = getattr(torch.Tensor, k, None)
+            if isinstance(f, types.FunctionType):
+                _CODES.setdefault(f.__code__, []).append(f)
         for _, ns in _NAMESPACES:
             for k in dir(ns):
                 f = getattr(ns, k, None)
