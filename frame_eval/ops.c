@@ -475,10 +475,12 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         t->u.t.meta = outs[i];
         items[i] = t;
     }
-    if (nout == 1 && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND))
+    /* ops returning a plain tuple of any length, one tensor included */
+    int plain = r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND || r->op == OP_MESHGRID;
+    if (nout == 1 && !plain)
         return items[0];
     Var *tup = var_seq(c, VK_TUPLE, items, nout);
-    if (tup && lib == LIB_TORCH && !(r->op == OP_SPLIT || r->op == OP_CHUNK || r->op == OP_UNBIND)) {
+    if (tup && lib == LIB_TORCH && !plain) {
         /* torch returns a named structseq (torch.return_types.max): values/indices */
         PyObject *rt = PyObject_GetAttrString(libs.torch, "return_types");
         PyObject *t = rt ? PyObject_GetAttrString(rt, op_info[r->op].name) : NULL;

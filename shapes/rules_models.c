@@ -6,6 +6,7 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "../core/errors.h"
 
 static int is_index_dtype(const TensorMeta *m)
 {
@@ -286,5 +287,61 @@ int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     for (int i = 0; i < o; i++)
         out->sym[i] = NULL;
     *nout = 1;
+    return 0;
+}
+
+/* meshgrid(*tensors, indexing=None): n 0-d or 1-d tensors of one dtype give n tensors of
+ * shape (len_0, ..., len_n-1) ('xy' swaps the first two). One list argument holds them. */
+int rule_meshgrid(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    (void)lib;
+    const BoundArg *t = ba_get(b, "tensors");
+    if (t && t->kind == BA_LIST && t->n == 1 && t->items[0].kind == BA_LIST)
+        t = &t->items[0];
+    if (!t || t->kind != BA_LIST || t->n == 0)
+        return sj_err(err, "meshgrid expects a non-empty TensorList");
+    if (t->n > SJ_MAX_RANK || t->n > *nout)
+        return sj_err(err, "meshgrid of more than %d tensors is not supported", SJ_MAX_RANK);
+    int xy = 0;
+    const BoundArg *ix = ba_get(b, "indexing");
+    if (ix) {
+        const char *s = ix->kind == BA_CONST && PyUnicode_Check(ix->value) ? PyUnicode_AsUTF8(ix->value) : NULL;
+        if (!s) {
+            sj_err_clear();
+            return sj_err(err, "torch.meshgrid: indexing must be a string");
+        }
+        if (strcmp(s, "xy") == 0)
+            xy = 1;
+        else if (strcmp(s, "ij") != 0)
+            return sj_err(err, "torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but received: %.40s", s);
+    }
+    TensorMeta grid;
+    memset(&grid, 0, sizeof grid);
+    for (int i = 0; i < t->n; i++) {
+        const BoundArg *a = &t->items[i];
+        if (a->kind != BA_TENSOR)
+            return sj_err(err, "meshgrid expects tensors");
+        const TensorMeta *m = a->meta;
+        if (m->ndim > 1)
+            return sj_err(err, "torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got a %dD tensor",
+                          m->ndim);
+        if (i == 0)
+            grid = *m;
+        else if (m->dtype != grid.dtype)
+            return sj_err(err, "meshgrid expects all tensors to have the same dtype");
+        grid.size[i] = m->ndim ? m->size[0] : 1;
+        grid.sym[i] = NULL;
+    }
+    grid.ndim = (unsigned char)t->n;
+    grid.requires_grad = (unsigned char)sj_requires_grad(b);
+    if (xy && t->n >= 2) {
+        int64_t s0 = grid.size[0];
+        grid.size[0] = grid.size[1];
+        grid.size[1] = s0;
+    }
+    for (int i = 0; i < t->n; i++)
+        out[i] = grid;
+    *nout = t->n;
     return 0;
 }

@@ -877,6 +877,17 @@ def unfold_cases(lib, row):
             Case([y, 2], {"stride": 0})]                                 # eager raises: stride
 
 
+def meshgrid_cases(lib, row):
+    a, b = mk(lib, "int64", (3,)), mk(lib, "int64", (4,))
+    return [Case([a, b], {"indexing": "ij"}), Case([a, b], {"indexing": "xy"}),
+            Case([[a, b]], {"indexing": "ij"}), Case([a], {"indexing": "xy"}),
+            Case([mk(lib, "float32", ()), mk(lib, "float32", (2,)), mk(lib, "float32", (3,))],
+                 {"indexing": "ij"}),
+            Case([a, mk(lib, "float32", (2,))], {"indexing": "ij"}),      # eager raises: dtypes
+            Case([mk(lib, "int64", (2, 2)), a], {"indexing": "ij"}),      # eager raises: 2-d
+            Case([a, b], {"indexing": "yx"})]                             # eager raises
+
+
 def reshape_as_cases(lib, row):
     x = mk(lib, "float32", (2, 6))
     return [Case([x, mk(lib, "int64", (3, 4))]), Case([x, mk(lib, "float32", (12,))]),
@@ -906,7 +917,7 @@ FAMILIES = {
     "rule_index_select": index_select_cases, "rule_index_add": index_add_cases,
     "rule_repeat_interleave": repeat_interleave_cases, "rule_one_hot": one_hot_cases,
     "rule_glu": glu_cases, "rule_reshape_as": reshape_as_cases, "rule_histc": histc_cases,
-    "rule_unfold": unfold_cases,
+    "rule_unfold": unfold_cases, "rule_meshgrid": meshgrid_cases,
 }
 
 

@@ -7,7 +7,9 @@ Three steps, each a flag:
             mode under torch.no_grad() and records each torch callable it calls at the
             Python API level, under a normalised dotted name (torch.xxx,
             torch.nn.functional.xxx, Tensor.xxx), attribute reads such as Tensor.shape
-            included. Two recorders run, one after the other:
+            included. Two recorders run, one after the other (the second twice: as eager runs, then with
+            torch.compiler.is_compiling() answering True, as shapejit answers it, so that
+            the paths transformers takes under a compiler are traced too):
               - a torch.overrides.TorchFunctionMode: every call that goes through the
                 __torch_function__ protocol (torch functions, Tensor methods, operators,
                 property reads), the outermost one only;
@@ -74,6 +76,7 @@ _NAMESPACES = [
     ("torch.compiler", torch.compiler),
     ("torch._C._nn", torch._C._nn),
     ("torch._C", torch._C),
+    ("torch._C._VariableFunctions", torch._C._VariableFunctions),   # what torch._VF reaches
 ]
 
 
@@ -95,7 +98,7 @@ def resolve(name):
 
 def _public_name(func):
     name = getattr(func, "__name__", None)
-    if not isinstance(name, str):
+    if not isinstance(name, str) or name.startswith("__"):
         return None
     for ns_name, ns in _NAMESPACES:
         try:
@@ -186,6 +189,7 @@ ANSWERED = {
     "Tensor.is_cuda": ("frame_eval/attrs.c tensor_attr", "x.is_cuda"),
     "Tensor.is_nested": ("frame_eval/attrs.c tensor_attr", "x.is_nested"),
     "Tensor.is_meta": ("frame_eval/attrs.c tensor_attr", "x.is_meta"),
+    "Tensor.is_cpu": ("frame_eval/attrs.c tensor_attr", "x.is_cpu"),
     "Tensor.T": ("frame_eval/attrs.c tensor_attr (a permute)", "x.T"),
     "Tensor.mT": ("frame_eval/attrs.c tensor_attr (a transpose)", "x.mT"),
     "Tensor.size": ("frame_eval/builtins.c tensor_meta_method", "x.size(1)"),
@@ -243,6 +247,9 @@ LEFT = {
     "torch.nn.utils.parametrize._inject_property.<locals>.get_parametrized":
         "owned elsewhere (parametrizations: reading a parametrized weight)",
     "torch.autograd.Function.apply": "owned elsewhere (autograd.Function)",
+    "torch.ops.transformers.grouped_mm_fallback":
+        "a torch.library custom op (transformers' grouped experts under a compiler): custom ops "
+        "are not captured, a break in mixtral and qwen2_moe",
     "torch._grouped_mm": "reached in eager only: under a compiler transformers' grouped experts "
                          "call its custom op torch.ops.transformers.grouped_mm_fallback instead, "
                          "and torch.library custom ops are not captured (a break in mixtral and "
@@ -467,7 +474,7 @@ def _models():
         "mobilenet_v2": (lambda: T.MobileNetV2Model(T.MobileNetV2Config(
             image_size=32, depth_multiplier=0.25)), pixels()),
         "efficientnet": (lambda: T.EfficientNetModel(T.EfficientNetConfig(
-            image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=64)),
+            image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)),
             pixels()),
         "regnet": (lambda: T.RegNetModel(T.RegNetConfig(
             embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8)), pixels()),
@@ -650,6 +657,13 @@ def _python_name(fn, frame):
         cls = getattr(torch, parts[0], None)
         if isinstance(cls, type):
             return "torch." + parts[0]
+    if code.co_qualname == "OpOverloadPacket.__call__":   # torch.ops.<namespace>.<op>(...)
+        op = frame.f_locals.get("self")
+        qn = getattr(op, "_qualified_op_name", None)
+        if isinstance(qn, str):
+            return "torch.ops." + qn.replace("::", ".")
+    if code.co_qualname == "VFModule.__getattr__":   # torch._VF.<name>: an attribute read
+        return None
     n = normalise(fn) if fn is not None else None
     return n or "%s.%s" % (m, code.co_qualname)
 
@@ -687,15 +701,29 @@ def trace_model(model, kwargs):
         model(**kwargs)                          # warm-up: lazy init not counted
         with _Mode(found):
             model(**kwargs)
-        tr = _Tracer(found, table_objects())
-        sys.setprofile(tr.profile)
-        sys.settrace(tr.trace)
-        try:
-            model(**kwargs)
-        finally:
-            sys.settrace(None)
-            sys.setprofile(None)
+        rows = table_objects()
+        for compiling in (False, True):
+            tr = _Tracer(found, rows)
+            saved = torch.compiler.is_compiling
+            if compiling:
+                torch.compiler.is_compiling = _answer_true
+            sys.setprofile(tr.profile)
+            sys.settrace(tr.trace)
+            try:
+                model(**kwargs)
+            finally:
+                sys.settrace(None)
+                sys.setprofile(None)
+                torch.compiler.is_compiling = saved
     return found
+
+
+def _answer_true():
+    """torch.compiler.is_compiling as shapejit answers it in the frames it evaluates: the
+    second settrace pass takes the paths a model takes under a compiler (transformers
+    skips its caches and data-dependent checks there: beit's lru_cache of the relative
+    position index, the masks' `padding_mask.all()`)."""
+    return True
 
 
 def _reason_text(r):

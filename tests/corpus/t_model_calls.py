@@ -79,3 +79,13 @@ def t_mc_unfold_span_conv(hidden, w):
     layer = (hidden @ w).transpose(1, 2).contiguous().unsqueeze(-1)
     windows = F.unfold(layer, kernel_size=[3, 1], dilation=1, padding=[1, 0], stride=1)
     return windows.transpose(1, 2).reshape(b, -1, c, 3), F.unfold(hidden.unsqueeze(1), (2, 2), stride=2)
+
+
+@torch_case(lambda: (T(2, 10, 4),))
+def t_mc_meshgrid_relative_positions(attn):
+    # BEiT's relative position index: pairwise offsets of a window's coordinates
+    coords = torch.stack(torch.meshgrid(torch.arange(3), torch.arange(3), indexing="ij"))
+    flat = torch.flatten(coords, start_dim=1)
+    rel = (flat[:, :, None] - flat[:, None, :]).permute(1, 2, 0).contiguous()
+    xs, ys = torch.meshgrid([torch.arange(4.0), torch.arange(2.0)], indexing="xy")
+    return rel.sum(-1), xs * ys, attn * attn.is_cpu
