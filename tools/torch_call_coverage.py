@@ -3,13 +3,14 @@
 
 Three steps, each a flag:
 
-  --trace   runs every model of MODELS (small configs, nothing downloaded) once in eval
-            mode under torch.no_grad() and records each torch callable it calls at the
-            Python API level, under a normalised dotted name (torch.xxx,
-            torch.nn.functional.xxx, Tensor.xxx), attribute reads such as Tensor.shape
-            included. Two recorders run, one after the other (the second twice: as eager runs, then with
-            torch.compiler.is_compiling() answering True, as shapejit answers it, so that
-            the paths transformers takes under a compiler are traced too):
+  --trace   runs every model of _models() (small configs, nothing downloaded; after one
+            warm-up call) in eval mode under torch.no_grad() and records each torch
+            callable it calls at the Python API level, under a normalised dotted name
+            (torch.xxx, torch.nn.functional.xxx, Tensor.xxx), attribute reads such as
+            Tensor.shape included. Two recorders run, one after the other (the second
+            twice: as eager runs, then with torch.compiler.is_compiling() answering True,
+            as shapejit answers it, so that the paths transformers takes under a
+            compiler are traced too):
               - a torch.overrides.TorchFunctionMode: every call that goes through the
                 __torch_function__ protocol (torch functions, Tensor methods, operators,
                 property reads), the outermost one only;
@@ -535,21 +536,10 @@ class _Mode(torch.overrides.TorchFunctionMode):
 
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_INLINED_MODULES = ("torch.nn.modules", "torch.nn.functional", "torch.functional",
-                    "torch.utils._contextlib")
 
 
-def _evaluated_code(frame):
-    """1 when shapejit evaluates this frame's code itself (it is not a torch internal)."""
-    if not frame.f_code.co_filename.startswith(TORCH_DIR):
-        return True
-    m = frame.f_globals.get("__name__", "")
-    return m.startswith(_INLINED_MODULES)
-
-
-# What follows a torch class read that is an argument (isinstance(x, torch.SymInt),
-# a comparison), not the callee of a call.
-# (nn.LayerNorm.forward(self, x): an attribute of the class is read, the class not called).
+# What follows a torch class read that is not the callee of a call: an argument
+# (isinstance(x, torch.SymInt)), a comparison, an attribute read (nn.LayerNorm.forward).
 _ARGUMENT_USES = ("PRECALL", "CALL", "BUILD_TUPLE", "COMPARE_OP", "IS_OP", "CONTAINS_OP",
                   "LOAD_ATTR", "LOAD_METHOD")
 
