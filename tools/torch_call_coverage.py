@@ -310,8 +310,6 @@ def table_objects():
 def status_of(name, rows=None):
     """(status, detail) of one normalised name against the current callables table."""
     rows = table_objects() if rows is None else rows
-    if name in LEFT:
-        return "left", LEFT[name]
     attr = name.split(".")[-1]
     if name.startswith("Tensor.") and attr in OPERATOR_OF:
         path = "operator." + OPERATOR_OF[attr]
@@ -322,9 +320,13 @@ def status_of(name, rows=None):
     try:
         obj = resolve(name)
     except AttributeError:
+        obj = None
+    if obj is not None and id(obj) in rows:
+        return "covered", rows[id(obj)]       # before LEFT: a row added since wins
+    if name in LEFT:
+        return "left", LEFT[name]
+    if obj is None:
         return "not covered", "the name no longer resolves"
-    if id(obj) in rows:
-        return "covered", rows[id(obj)]
     if inlined(obj):
         return "inlined", "Python body inlined (%s)" % obj.__module__
     return "not covered", ""
