@@ -5,6 +5,11 @@
 #                links to the Python package files) and run the whole suite against it
 #   make zoo     build, then run every model of the transformers model zoo
 #                (tests/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
+#   make coverage  build, then trace the torch callables of ~30 transformers models
+#                (tools/torch_call_coverage.py --trace --explain --write: minutes) into
+#                tools/torch_calls.json and docs/torch_call_coverage.md; after a change to
+#                graph/callables.def, `python3 tools/torch_call_coverage.py --write` alone
+#                refreshes the document (tests/test_call_coverage.py checks it is in step)
 #   make bench   build, then run the benchmark suite (bench/suite.py; BENCH_ARGS=--quick etc.);
 #                table and plots in bench/results/suite/
 #   make fuzz-py      differential fuzz of Python constructs (tests/pyfuzz): FUZZ_COUNT programs
@@ -30,7 +35,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test zoo bench asan asan-build clean fuzz-py fuzz-breaks
+.PHONY: build test zoo coverage bench asan asan-build clean fuzz-py fuzz-breaks
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -41,6 +46,9 @@ test: build
 
 zoo: build
 	SJ_ZOO=full $(PYTEST) tests/test_model_zoo.py $(PYTEST_ARGS)
+
+coverage: build
+	$(PYTHON) tools/torch_call_coverage.py --trace --explain --write
 
 fuzz-py: build
 	$(PYTHON) tests/pyfuzz/run.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT)

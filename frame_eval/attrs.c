@@ -95,6 +95,8 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
     if (m->lib == LIB_TORCH) {
         if (!strcmp(n, "requires_grad"))
             return var_const(c, m->requires_grad ? Py_True : Py_False);
+        if (!strcmp(n, "is_cpu"))   /* capture models CPU tensors only (shapes/meta.c) */
+            return var_const(c, Py_True);
         if (!strcmp(n, "is_cuda") || !strcmp(n, "is_sparse") || !strcmp(n, "is_quantized") ||
             !strcmp(n, "is_meta") || !strcmp(n, "is_nested") || !strcmp(n, "is_mps"))
             return var_const(c, Py_False);

@@ -593,7 +593,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         t->u.t.meta = outs[i];
         items[i] = t;
     }
-    int always_tuple = op == OP_SPLIT || op == OP_CHUNK || op == OP_UNBIND || (op == OP_NONZERO && lib == LIB_NUMPY);
+    /* ops returning a plain tuple of any length, one tensor included */
+    int always_tuple = op == OP_SPLIT || op == OP_CHUNK || op == OP_UNBIND || op == OP_MESHGRID ||
+                       (op == OP_NONZERO && lib == LIB_NUMPY);
     if (nout == 1 && !always_tuple)
         return items[0];
     Var *tup = var_seq(c, VK_TUPLE, items, nout);
@@ -613,6 +615,54 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     return tup;
 }
 
+/* torch's C-bound functions and Tensor methods also take numpy's spellings of two keywords,
+ * axis for dim and keepdims for keepdim (its argument parser's numpy compatibility: funnel
+ * calls torch.cat(..., axis=0)); the rows spell torch's names, so such keywords are renamed
+ * before binding. torch's Python functions (F.softmax) do not accept them: their keywords
+ * stay as written, and binding refuses them as Python would. Returns kwnames itself, or a
+ * renamed tuple the capture holds (borrowed either way); NULL with the capture failed. */
+static PyObject *numpy_keywords(Capture *c, const CallableRow *r, PyObject *target, PyObject *kwnames)
+{
+    static const char *const spelled[][2] = {{"axis", "dim"}, {"keepdims", "keepdim"}};
+    if (!kwnames || (r->kind != CK_TORCH && r->kind != CK_TENSOR_METHOD) ||
+        !(PyCFunction_Check(target) || Py_TYPE(target) == &PyMethodDescr_Type))
+        return kwnames;
+    PyObject *renamed = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+        const char *k = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));
+        if (!k) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+        for (size_t j = 0; j < sizeof spelled / sizeof *spelled; j++) {
+            /* a row that spells the numpy name itself (torch.concatenate's axis) keeps it */
+            if (strcmp(k, spelled[j][0]) != 0 || strstr(r->schema, spelled[j][0]))
+                continue;
+            if (!renamed) {
+                /* a new tuple (kwnames may be a code object's constant), held by the
+                 * capture: cap_keep_steal takes the reference */
+                Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+                renamed = PyTuple_New(n);
+                for (Py_ssize_t m = 0; renamed && m < n; m++)
+                    PyTuple_SET_ITEM(renamed, m, Py_NewRef(PyTuple_GET_ITEM(kwnames, m)));
+                if (!renamed || !cap_keep_steal(c, renamed)) {
+                    cap_fail_exc(c, BR_INTERNAL);
+                    return NULL;
+                }
+            }
+            PyObject *name = PyUnicode_FromString(spelled[j][1]);
+            if (!name) {
+                cap_fail_exc(c, BR_INTERNAL);
+                return NULL;
+            }
+            PyObject *old = PyTuple_GET_ITEM(renamed, i);
+            PyTuple_SET_ITEM(renamed, i, name);   /* steals name; the tuple is ours alone */
+            Py_DECREF(old);
+        }
+    }
+    return renamed ? renamed : kwnames;
+}
+
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames)
 {
     PyObject *target = callables_object(row);
@@ -620,7 +670,10 @@ Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames
         cap_fail(c, BR_INTERNAL, "callable %s did not resolve", callable_rows[row].path);
         return NULL;
     }
-    return record(c, row, target, args, nargs, kwnames);
+    PyObject *names = numpy_keywords(c, &callable_rows[row], target, kwnames);
+    if (kwnames && !names)
+        return NULL;
+    return record(c, row, target, args, nargs, names);
 }
 
 /* Record through the operator row of a given name ("operator.add"). */

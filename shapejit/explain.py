@@ -14,7 +14,7 @@ class BreakReason:
 
     def __init__(self, reason, frames):
         self.reason = reason
-        self.frames = [tuple(f) for f in frames]
+        self.frames = [tuple(f) for f in frames or ()]   # a break outside any frame has none
         self.user_stack = ["%s:%s in %s" % (f[0], f[1], f[2]) for f in self.frames]
 
     def __repr__(self):

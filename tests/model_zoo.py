@@ -46,11 +46,11 @@ def _padding_mask(batch, seq):
     return mask
 
 
-def _decoder_only(config_cls, model_cls):
+def _decoder_only(config_cls, model_cls, **extra):
     def build():
         cfg = config_cls(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, use_cache=False)
+                         max_position_embeddings=64, use_cache=False, **extra)
         return model_cls(cfg)
 
     def inputs(batch, seq, gen):
@@ -152,6 +152,42 @@ def _t5_cache_build():
     return transformers.T5ForConditionalGeneration(cfg)
 
 
+def _encoder(config_cls, model_cls, **extra):
+    """A BERT-like encoder of the coverage list (tools/torch_call_coverage.py)."""
+    def build():
+        cfg = config_cls(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                         **extra)
+        return model_cls(cfg)
+    return build
+
+
+def _gpt2_build():
+    return transformers.GPT2Model(transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False))
+
+
+# Vision models of the coverage list take images of one size: only the batch varies.
+def _image_inputs(batch, seq, gen):
+    return dict(pixel_values=torch.randn(batch, 3, 32, 32, generator=gen))
+
+
+def _vit_build():
+    return transformers.ViTModel(transformers.ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64))
+
+
+def _resnet_build():
+    return transformers.ResNetModel(transformers.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck"))
+
+
+def _convnext_build():
+    return transformers.ConvNextModel(transformers.ConvNextConfig(
+        hidden_sizes=[16, 32], depths=[1, 1], num_stages=2))
+
+
 Model = collections.namedtuple("Model", "build inputs")
 
 _llama_build, _llama_inputs = _decoder_only(transformers.LlamaConfig, transformers.LlamaModel)
@@ -169,6 +205,18 @@ ZOO = {
     "llama_hidden_states": Model(_llama_build, _llama_hidden_states_inputs),
     "t5_seq2seq_cache": Model(_t5_cache_build, _seq2seq_inputs),
     "clip_vision_resized": Model(_clip_vision_build, _clip_vision_resized_inputs),
+    # more architectures of the coverage list (docs/torch_call_coverage.md) that capture
+    # without a break
+    "bert": Model(_encoder(transformers.BertConfig, transformers.BertModel), _encoder_inputs),
+    "deberta_v2": Model(_encoder(transformers.DebertaV2Config, transformers.DebertaV2Model,
+                                 position_buckets=8, max_relative_positions=16), _encoder_inputs),
+    "gpt2": Model(_gpt2_build, _encoder_inputs),
+    "qwen2": Model(*_decoder_only(transformers.Qwen2Config, transformers.Qwen2Model)),
+    "gemma": Model(*_decoder_only(transformers.GemmaConfig, transformers.GemmaModel,
+                                       head_dim=8)),
+    "vit": Model(_vit_build, _image_inputs),
+    "resnet": Model(_resnet_build, _image_inputs),
+    "convnext": Model(_convnext_build, _image_inputs),
 }
 
 

@@ -1,5 +1,6 @@
 """The model zoo: `transformers` models nobody here wrote (Llama, Mistral, T5 encoder and
-seq2seq, BART, Whisper's encoder, CLIP text and vision), built from small configs
+seq2seq, BART, Whisper's encoder, CLIP text and vision; with SJ_ZOO=full also BERT,
+DeBERTa-v2, GPT-2, Qwen2, Gemma, ViT, ResNet and ConvNeXt), built from small configs
 (tests/model_zoo.py), each compiled with shapejit's default backend and with
 torch.compile, both under automatic dynamic (dynamic=None), over the same 20 calls of
 changing batch and sequence sizes (model_zoo.SCHEDULE, sizes revisited).
@@ -33,7 +34,10 @@ FULL = os.environ.get("SJ_ZOO", "") == "full"
 # or is a known gap whose failing run costs minutes (dozens of graphs on both sides of
 # each break).
 ZOO_HEAVY = {"mistral", "bart", "llama_hidden_states", "t5_seq2seq_cache",
-             "clip_vision_resized"}
+             "clip_vision_resized",
+             # architectures of the coverage list (docs/torch_call_coverage.md) that capture
+             # without a break: each repeats mechanisms of the default set
+             "bert", "deberta_v2", "gpt2", "qwen2", "gemma", "vit", "resnet", "convnext"}
 
 _HOOKS = ("output_hidden_states: `outputs[key] = ...` on a ModelOutput (an OrderedDict "
           "subclass with its own __setitem__) made in the frame is a side effect capture "

@@ -1177,6 +1177,94 @@ def rnn_cell_cases(lib, row):
             Case([mk(lib, "float32", (N, nin)), hx, w_ih, w_hh]),
             Case([mk(lib, "int64", (N, nin)), hx, w_ih, w_hh, b_ih, b_hh])]
 
+def index_select_cases(lib, row):
+    x = mk(lib, "float32", (3, 4))
+    i = mk(lib, "int64", (5,), lo=0, hi=2)
+    return [Case([x, 0, i]), Case([x, 1, i]), Case([x, -1, mk(lib, "int32", (2,), lo=0, hi=2)]),
+            Case([x, 0, mk(lib, "int64", (), lo=0, hi=2)]), Case([mk(lib, "int64", (4, 2)), 0, i]),
+            Case([mk(lib, "float32", ()), 0, mk(lib, "int64", (1,), lo=0, hi=0)]),
+            Case([x, 0, mk(lib, "int64", (2, 2), lo=0, hi=1)]),      # eager raises: not a vector
+            Case([x, 0, mk(lib, "float32", (2,), lo=0, hi=1)]),      # eager raises: float index
+            Case([x, 2, i])]                                         # eager raises: dim
+
+
+def index_add_cases(lib, row):
+    x = mk(lib, "float32", (3, 4))
+    i = mk(lib, "int64", (2,), lo=0, hi=2)
+    cases = [Case([x, 0, i, mk(lib, "float32", (2, 4))]), Case([x, 1, i, mk(lib, "float32", (3, 2))]),
+             Case([x, -1, i, mk(lib, "float32", (3, 2))], {"alpha": 2.0}),
+             Case([mk(lib, "int64", (3, 4)), 0, i, mk(lib, "int64", (2, 4))]),
+             Case([x, 0, i, mk(lib, "float32", (3, 4))]),             # eager raises: count
+             Case([x, 0, i, mk(lib, "float64", (2, 4))]),             # eager raises: dtype
+             Case([x, 0, i, mk(lib, "float32", (2, 5))])]             # eager raises: other dim
+    return cases
+
+
+def repeat_interleave_cases(lib, row):
+    x = mk(lib, "float32", (2, 3))
+    cases = [Case([x, 2]), Case([x, 2, 0]), Case([x, 3], {"dim": -1}), Case([x, 0, 1]),
+             Case([mk(lib, "int64", ()), 2]), Case([mk(lib, "int64", ()), 2, 0]),
+             Case([x, 2, 1], {"output_size": 6}),
+             Case([x, mk(lib, "int64", (3,), lo=1, hi=2), 1], refuse=True),   # repeats from the data
+             Case([x, -1]),                                                   # eager raises
+             Case([x, 2, 2])]                                                 # eager raises: dim
+    if row[2].startswith("torch."):
+        cases.append(Case([mk(lib, "int64", (3,), lo=1, hi=2)], refuse=True))
+    return cases
+
+
+def one_hot_cases(lib, row):
+    i = mk(lib, "int64", (2, 3), lo=0, hi=3)
+    return [Case([i, 4]), Case([i], {"num_classes": 5}), Case([mk(lib, "int64", (), lo=0, hi=1), 2]),
+            Case([i], refuse=True),                                    # the classes from the data
+            Case([mk(lib, "int32", (2,), lo=0, hi=1), 3])]             # eager raises: not int64
+
+
+def glu_cases(lib, row):
+    return [Case([mk(lib, "float32", (2, 4))]), Case([mk(lib, "float64", (4, 3)), 0]),
+            Case([mk(lib, "float32", (2, 6, 3))], {"dim": 1}),
+            Case([mk(lib, "float32", (2, 3))]),                        # eager raises: odd
+            Case([mk(lib, "float32", ())]),                            # eager raises: scalar
+            Case([mk(lib, "int64", (2, 4))])]                          # eager raises: integer
+
+
+def histc_cases(lib, row):
+    x = mk(lib, "float32", (2, 3))
+    return [Case([x]), Case([x, 4]), Case([x], {"bins": 3, "min": 0, "max": 5}),
+            Case([mk(lib, "float64", (5,)), 2]), Case([mk(lib, "float32", ())]),
+            Case([x, 0]),                                              # eager raises: bins
+            Case([mk(lib, "int64", (3,)), 4])]                         # eager raises: integer
+
+
+def unfold_cases(lib, row):
+    x = mk(lib, "float32", (2, 3, 9, 1))
+    y = mk(lib, "float32", (2, 3, 5, 5))
+    return [Case([x, [3, 1]], {"padding": [1, 0]}), Case([x[0], (3, 1), 1, (1, 0)]),
+            Case([y, 2], {"dilation": 2, "stride": 2, "padding": 1}), Case([y, (2, 3)]),
+            Case([mk(lib, "float64", (3, 4, 4)), 2, 1, 0, 2]),
+            Case([mk(lib, "float32", (2, 3, 1, 1)), 3]),                 # eager raises: no block
+            Case([mk(lib, "int64", (2, 3, 5, 5)), 3]),                   # eager raises: integer
+            Case([mk(lib, "float32", (3, 5)), 2]),                       # eager raises: rank
+            Case([y, 2], {"stride": 0})]                                 # eager raises: stride
+
+
+def meshgrid_cases(lib, row):
+    a, b = mk(lib, "int64", (3,)), mk(lib, "int64", (4,))
+    return [Case([a, b], {"indexing": "ij"}), Case([a, b], {"indexing": "xy"}),
+            Case([[a, b]], {"indexing": "ij"}), Case([a], {"indexing": "xy"}),
+            Case([mk(lib, "float32", ()), mk(lib, "float32", (2,)), mk(lib, "float32", (3,))],
+                 {"indexing": "ij"}),
+            Case([a, mk(lib, "float32", (2,))], {"indexing": "ij"}),      # eager raises: dtypes
+            Case([mk(lib, "int64", (2, 2)), a], {"indexing": "ij"}),      # eager raises: 2-d
+            Case([a, b], {"indexing": "yx"})]                             # eager raises
+
+
+def reshape_as_cases(lib, row):
+    x = mk(lib, "float32", (2, 6))
+    return [Case([x, mk(lib, "int64", (3, 4))]), Case([x, mk(lib, "float32", (12,))]),
+            Case([mk(lib, "float32", ()), mk(lib, "float32", (1, 1))]),
+            Case([x, mk(lib, "float32", (5,))])]                       # eager raises: numel
+
 
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
@@ -1209,6 +1297,10 @@ FAMILIES = {
     "rule_conv_transpose": conv_transpose_cases,
     "rule_interpolate": interpolate_cases, "rule_addc": addc_cases, "rule_tensor_new": tensor_new_cases,
     "rule_tensor_data": tensor_data_cases, "rule_random_fill": random_fill_cases,
+    "rule_index_select": index_select_cases, "rule_index_add": index_add_cases,
+    "rule_repeat_interleave": repeat_interleave_cases, "rule_one_hot": one_hot_cases,
+    "rule_glu": glu_cases, "rule_reshape_as": reshape_as_cases, "rule_histc": histc_cases,
+    "rule_unfold": unfold_cases, "rule_meshgrid": meshgrid_cases,
 }
 
 
