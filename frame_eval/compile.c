@@ -28,7 +28,10 @@ static long graph_counter;
  *                              after a break sees one object, as eager code does
  *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
  *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run
- *   ("i", list, pos)           an iterator over list, at pos */
+ *   ("i", list, pos)           an iterator over list, at pos
+ *   ("f", fn, (args...), kwnames) fn(*args) with the last len(kwnames) args passed by
+ *                              name (kwnames a tuple or None): an iterator rebuilt at its
+ *                              state (map(f, it), itertools.count(5, 1), ...) */
 
 typedef struct {
     Capture *c;
@@ -136,12 +139,32 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         PyObject *d = plan_for(p, v->u.dview.dict);
         return d ? Py_BuildValue("(ssN)", "v", var_view_method(v), d) : NULL;
     }
-    case VK_ITER:
+    case VK_ITER: {
         if (v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
             PyObject *l = plan_for(p, v->u.iter.live);
             return l ? Py_BuildValue("(sNi)", "i", l, (int)v->u.iter.pos) : NULL;
         }
-        break;
+        if (v->u.iter.live || v->u.iter.gen)
+            break;   /* a dict's iterator, a generator: not rebuilt */
+        /* any other iterator: the real one at its state, from its recipe (iters.c) */
+        PyObject *fn, *kwnames;
+        Var **args;
+        int32_t nargs;
+        if (iter_recipe(c, v, &fn, &args, &nargs, &kwnames) < 0)
+            return NULL;
+        PyObject *ap = PyTuple_New(nargs);
+        for (int32_t i = 0; ap && i < nargs; i++) {
+            PyObject *a = plan_for(p, args[i]);
+            if (!a) {
+                Py_CLEAR(ap);
+                break;
+            }
+            PyTuple_SET_ITEM(ap, i, a);
+        }
+        if (!ap)
+            return NULL;
+        return Py_BuildValue("(sONO)", "f", fn, ap, kwnames ? kwnames : Py_None);
+    }
     default:
         break;
     }
@@ -319,6 +342,27 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         if (!r)
             Py_CLEAR(it);
         return it;
+    }
+    case 'f': {
+        PyObject *ap = PyTuple_GET_ITEM(plan, 2), *kwnames = PyTuple_GET_ITEM(plan, 3);
+        Py_ssize_t n = PyTuple_GET_SIZE(ap);
+        PyObject **a = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+        Py_ssize_t k = 0;
+        for (; a && k < n; k++)
+            if (!(a[k] = build(PyTuple_GET_ITEM(ap, k), outputs, bc)))
+                break;
+        PyObject *r = NULL;
+        if (!a)
+            PyErr_NoMemory();
+        else if (k == n) {
+            PyObject *kw = kwnames == Py_None ? NULL : kwnames;
+            size_t npos = (size_t)(n - (kw ? PyTuple_GET_SIZE(kw) : 0));
+            r = PyObject_Vectorcall(PyTuple_GET_ITEM(plan, 1), a, npos, kw);
+        }
+        for (Py_ssize_t i = 0; a && i < k; i++)
+            Py_DECREF(a[i]);
+        PyMem_Free(a);
+        return r;
     }
     case 'v': {
         PyObject *d = build(PyTuple_GET_ITEM(plan, 2), outputs, bc);

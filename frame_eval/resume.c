@@ -683,6 +683,10 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         if (v->kind == VK_ITER && reenters && v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
             /* the loop goes on in the interpreter: it iterates the list as it is then (items
              * appended after the break included), from the position reached, as eager does */
+        } else if (v->kind == VK_ITER && v->u.iter.lazy) {
+            /* map, zip, count, ...: handed over as the real iterator at its state, rebuilt
+             * from its recipe (a lazy iterator may be unbounded, and its calls run when the
+             * loop asks for items) */
         } else if (v->kind == VK_ITER) {
             Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
             if (!rest)
