@@ -9,7 +9,7 @@ from ._base import REGISTRY, Entry, reseed  # noqa: F401
 from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more,
-    uncapturable, t_breaks, np_breaks,
+    uncapturable, t_breaks, np_breaks, t_pyiter, np_pyiter,
 )
 
 ENTRIES = list(REGISTRY.values())
