@@ -479,8 +479,9 @@ int iter_next(Capture *c, Var *it, Var **out);
 int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n);
 /* How to rebuild iterator it as the real iterator at its state: *fn (borrowed, kept alive)
  * called with *args (arena; the last len(*kwnames) are keyword values; *kwnames borrowed
- * or NULL). 0, or -1 with the failure set. */
-int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs, PyObject **kwnames);
+ * or NULL), then, when *state is set, given it by __setstate__. 0, or -1 with the failure
+ * set. */
+int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs, PyObject **kwnames, Var **state);
 /* map, filter, zip, enumerate, iter, sorted, min, max, functools.reduce and itertools:
  * *handled = 0 for other functions (or argument forms left to builtins.c). */
 Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);

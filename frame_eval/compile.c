@@ -29,8 +29,9 @@ static long graph_counter;
  *   ("v", name, dict)          a view of a dict: dict.keys(), .values(), .items()
  *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run
  *   ("i", list, pos)           an iterator over list, at pos
- *   ("f", fn, (args...), kwnames) fn(*args) with the last len(kwnames) args passed by
- *                              name (kwnames a tuple or None): an iterator rebuilt at its
+ *   ("f", fn, (args...), kwnames[, state]) fn(*args) with the last len(kwnames) args
+ *                              passed by name (kwnames a tuple or None), then given state
+ *                              by __setstate__ when present: an iterator rebuilt at its
  *                              state (map(f, it), itertools.count(5, 1), ...) */
 
 typedef struct {
@@ -148,9 +149,9 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
             break;   /* a dict's iterator, a generator: not rebuilt */
         /* any other iterator: the real one at its state, from its recipe (iters.c) */
         PyObject *fn, *kwnames;
-        Var **args;
+        Var **args, *state;
         int32_t nargs;
-        if (iter_recipe(c, v, &fn, &args, &nargs, &kwnames) < 0)
+        if (iter_recipe(c, v, &fn, &args, &nargs, &kwnames, &state) < 0)
             return NULL;
         PyObject *ap = PyTuple_New(nargs);
         for (int32_t i = 0; ap && i < nargs; i++) {
@@ -161,9 +162,13 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
             }
             PyTuple_SET_ITEM(ap, i, a);
         }
-        if (!ap)
+        PyObject *sp = ap && state ? plan_for(p, state) : NULL;
+        if (!ap || (state && !sp)) {
+            Py_XDECREF(ap);
             return NULL;
-        return Py_BuildValue("(sONO)", "f", fn, ap, kwnames ? kwnames : Py_None);
+        }
+        return sp ? Py_BuildValue("(sONON)", "f", fn, ap, kwnames ? kwnames : Py_None, sp)
+                  : Py_BuildValue("(sONO)", "f", fn, ap, kwnames ? kwnames : Py_None);
     }
     default:
         break;
@@ -358,6 +363,12 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             PyObject *kw = kwnames == Py_None ? NULL : kwnames;
             size_t npos = (size_t)(n - (kw ? PyTuple_GET_SIZE(kw) : 0));
             r = PyObject_Vectorcall(PyTuple_GET_ITEM(plan, 1), a, npos, kw);
+            PyObject *st = r && PyTuple_GET_SIZE(plan) > 4 ? build(PyTuple_GET_ITEM(plan, 4), outputs, bc) : NULL;
+            PyObject *ok = st ? PyObject_CallMethod(r, "__setstate__", "(O)", st) : NULL;
+            Py_XDECREF(st);
+            if (r && PyTuple_GET_SIZE(plan) > 4 && !ok)
+                Py_CLEAR(r);
+            Py_XDECREF(ok);
         }
         for (Py_ssize_t i = 0; a && i < k; i++)
             Py_DECREF(a[i]);

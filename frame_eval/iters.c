@@ -417,11 +417,12 @@ static int lazy_next(Capture *c, LazyIter *z, Var **out)
 
 /* ------------------------------------------------------------------ recipes ---- */
 
-int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs, PyObject **kwnames)
+int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs, PyObject **kwnames, Var **state)
 {
     if (py_init() < 0)
         return cap_fail_exc(c, BR_INTERNAL);
     *kwnames = NULL;
+    *state = NULL;
     LazyIter *z = it->u.iter.lazy;
     Var **a = cap_alloc(c, sizeof(Var *) * (size_t)((z ? z->nits : 0) + 4));
     if (!a)
@@ -516,39 +517,20 @@ int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs,
         break;
     }
     case LZ_ACCUMULATE: {
-        /* not started: accumulate(src, fn, initial=...); started: the same from the
-         * total, without yielding the total again */
-        Var *src = z->its[0];
-        if (z->dropped && !z->step) {
-            *fn = py.iter;
-            if (!(a[n++] = var_seq(c, VK_TUPLE, NULL, 0)))
-                return -1;
-            break;
-        }
-        Var *init = z->step ? z->step : z->value;
-        Var *acc;
-        LazyIter *za = NULL;
-        if (init && z->value) {
-            /* islice(accumulate(src, fn, initial=total), 1, None) */
-            if (!(za = new_lazy(c, &acc, LZ_ACCUMULATE, 1)))
-                return -1;
-            za->its[0] = src;
-            za->fn = z->fn;
-            za->step = z->value;
-            *fn = py.islice;
-            a[n++] = acc;
-            if (!(a[n++] = const_ssize(c, 1)) || !(a[n++] = var_const(c, Py_None)))
-                return -1;
-            break;
-        }
+        /* accumulate(src, fn[, initial=...]); once started, its total is restored with
+         * __setstate__ (how itertools objects are unpickled) */
         *fn = py.accumulate;
-        a[n++] = src;
+        a[n++] = z->dropped ? var_seq(c, VK_TUPLE, NULL, 0) : z->its[0];
+        if (!a[0])
+            return -1;
         if (!is_none(z->fn))
             a[n++] = z->fn;
-        if (init) {
-            a[n++] = init;
+        if (z->step) {
+            a[n++] = z->step;
             if (!(*kwnames = cap_keep_steal(c, Py_BuildValue("(s)", "initial"))))
                 return -1;
+        } else if (z->value) {
+            *state = z->value;
         }
         break;
     }
