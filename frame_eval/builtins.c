@@ -444,6 +444,11 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_REVERSED: {
         if (nargs != 1)
             break;
+        if (args[0]->kind == VK_ITER) {
+            /* an iterator is not reversible: the interpreter raises eager's TypeError */
+            cap_fail(c, BR_UNSUPPORTED_CALL, "reversed() of an iterator");
+            return NULL;
+        }
         Var **items;
         int32_t n;
         if (op_iterate(c, args[0], &items, &n) < 0)

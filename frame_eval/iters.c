@@ -33,6 +33,10 @@ typedef enum {
     LZ_ISLICE,       /* items of its[0] at cnt == next, next += step, until stop */
     LZ_CHAIN,        /* items of value (the active iterator), then of the next iterable its[0] yields */
     LZ_ACCUMULATE,   /* running totals of its[0] under fn (NULL: +), from step (initial) if set */
+    LZ_PAIRWISE,     /* (value, next): value is the item read last (NULL before the first) */
+    LZ_STARMAP,      /* fn(*next of its[0]) */
+    LZ_ZIP_LONGEST,  /* tuples of the next of each source, value filling the exhausted ones
+                        (left: sources not exhausted yet) */
 } LazyKind;
 
 struct LazyIter {
@@ -411,6 +415,56 @@ static int lazy_next(Capture *c, LazyIter *z, Var **out)
             z->value = call_var(c, z->fn, (Var *[]){z->value, x}, 2, NULL);
         *out = z->value;
         return z->value ? 1 : -1;
+    case LZ_PAIRWISE: {
+        if (z->dropped)
+            return 0;
+        if (!z->value) {
+            if ((r = iter_next(c, z->its[0], &z->value)) <= 0) {
+                z->dropped = r == 0;
+                return r;
+            }
+        }
+        if ((r = iter_next(c, z->its[0], &x)) <= 0) {
+            z->dropped = r == 0;
+            return r;
+        }
+        *out = var_seq(c, VK_TUPLE, (Var *[]){z->value, x}, 2);
+        z->value = x;
+        return *out ? 1 : -1;
+    }
+    case LZ_STARMAP: {
+        if ((r = iter_next(c, z->its[0], &x)) <= 0)
+            return r;
+        Var **a;
+        int32_t na;
+        if (op_iterate(c, x, &a, &na) < 0)
+            return -1;
+        *out = call_var(c, z->fn, a, na, NULL);
+        return *out ? 1 : -1;
+    }
+    case LZ_ZIP_LONGEST: {
+        if (z->nits == 0 || z->left == 0)
+            return 0;
+        Var **row = cap_alloc(c, sizeof(Var *) * (size_t)(z->nits + 1));
+        if (!row)
+            return -1;
+        for (int32_t i = 0; i < z->nits; i++) {
+            if (!z->its[i]) {   /* exhausted before: the fill value */
+                row[i] = z->value;
+                continue;
+            }
+            if ((r = iter_next(c, z->its[i], &row[i])) < 0)
+                return -1;
+            if (r)
+                continue;
+            if (--z->left == 0)
+                return 0;
+            z->its[i] = NULL;
+            row[i] = z->value;
+        }
+        *out = var_seq(c, VK_TUPLE, row, z->nits);
+        return *out ? 1 : -1;
+    }
     }
     return cap_fail(c, BR_INTERNAL, "unknown lazy iterator");
 }
@@ -516,6 +570,38 @@ int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs,
         a[n++] = inner;
         break;
     }
+    case LZ_PAIRWISE:
+        /* the item read last goes in front again: pairwise(chain([last], src)) */
+        *fn = py.pairwise;
+        if (z->dropped) {
+            if (!(a[n++] = var_seq(c, VK_TUPLE, NULL, 0)))
+                return -1;
+        } else if (z->value) {
+            Var *head = var_seq(c, VK_LIST, &z->value, 1), *ch;
+            LazyIter *zc = head ? new_lazy(c, &ch, LZ_CHAIN, 1) : NULL;
+            Var *pair = zc ? var_seq(c, VK_TUPLE, (Var *[]){head, z->its[0]}, 2) : NULL;
+            if (!pair || !(zc->its[0] = iter_get(c, pair)))
+                return -1;
+            a[n++] = ch;
+        } else {
+            a[n++] = z->its[0];
+        }
+        break;
+    case LZ_STARMAP:
+        *fn = py.starmap;
+        a[n++] = z->fn;
+        a[n++] = z->its[0];
+        break;
+    case LZ_ZIP_LONGEST:
+        /* the exhausted sources stay exhausted (an empty tuple's iterator): fill values */
+        *fn = py.zip_longest;
+        for (int32_t i = 0; i < z->nits; i++)
+            if (!(a[n++] = z->its[i] && z->left ? z->its[i] : var_seq(c, VK_TUPLE, NULL, 0)))
+                return -1;
+        a[n++] = z->value;
+        if (!(*kwnames = cap_keep_steal(c, Py_BuildValue("(s)", "fillvalue"))))
+            return -1;
+        break;
     case LZ_ACCUMULATE: {
         /* accumulate(src, fn[, initial=...]); once started, its total is restored with
          * __setstate__ (how itertools objects are unpickled) */
@@ -557,7 +643,7 @@ static PyObject *keys_to_py(Capture *c, Var **keys, int32_t n, const char *what)
         if (!o) {
             Py_DECREF(l);
             if (!cap_failed(c))
-                cap_fail_exc(c, BR_DATA_DEPENDENT);
+                cap_fail_exc(c, BR_UNSUPPORTED_VALUE);
             return NULL;
         }
         PyList_SET_ITEM(l, i, o);
@@ -913,7 +999,8 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         return iters_combinatoric(c, fn, args, nargs, kwnames);
     if (fn == py.iter && nargs == 1)
         return iter_get(c, args[0]);
-    if (nkw && fn != py.enumerate && fn != py.count && fn != py.repeat && fn != py.accumulate) {
+    if (nkw && fn != py.enumerate && fn != py.count && fn != py.repeat && fn != py.accumulate &&
+        fn != py.zip_longest) {
         *handled = 0;
         return NULL;
     }
@@ -1003,6 +1090,32 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         if (!(z = new_lazy(c, &it, LZ_CHAIN, 1)))
             return NULL;
         return (z->its[0] = iter_get(c, args[0])) ? it : NULL;
+    }
+    if (fn == py.pairwise && npos == 1) {
+        if (!(z = new_lazy(c, &it, LZ_PAIRWISE, 1)))
+            return NULL;
+        return (z->its[0] = iter_get(c, args[0])) ? it : NULL;
+    }
+    if (fn == py.starmap && npos == 2) {
+        if (!(z = new_lazy(c, &it, LZ_STARMAP, 1)))
+            return NULL;
+        z->fn = args[0];
+        return (z->its[0] = iter_get(c, args[1])) ? it : NULL;
+    }
+    if (fn == py.zip_longest) {
+        static const char *const names[] = {"fillvalue", NULL};
+        if (!kw_only(kwnames, names)) {
+            *handled = 0;
+            return NULL;
+        }
+        Var *fill = kwarg(args, nargs, kwnames, "fillvalue");
+        if (!(z = new_lazy(c, &it, LZ_ZIP_LONGEST, npos)) || !(z->value = fill ? fill : var_const(c, Py_None)))
+            return NULL;
+        z->left = npos;
+        for (int32_t i = 0; i < npos; i++)
+            if (!(z->its[i] = iter_get(c, args[i])))
+                return NULL;
+        return it;
     }
     if (fn == py.accumulate && npos >= 1 && npos <= 2) {
         static const char *const names[] = {"func", "initial", NULL};

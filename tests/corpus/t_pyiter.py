@@ -312,3 +312,18 @@ def t_it_random_random(x):
 @with_breaks("torch", lambda: (T(3),), graphs=2, breaks=1, reads_data=True)
 def t_it_random_scale(x):
     return x.relu() * (1.0 + 0.0 * random.random())
+
+
+@torch_case(lambda: ([T(3), T(3), T(3), T(3)],))
+def t_it_pairwise_differences(xs):
+    return torch.stack([b - a for a, b in itertools.pairwise(xs)])
+
+
+@torch_case(lambda: (T(3), T(3)))
+def t_it_starmap_scaled(x, y):
+    return list(itertools.starmap(lambda t, s: t * s, [(x, 2.0), (y, 0.5), (x + y, -1.0)]))
+
+
+@torch_case(lambda: ([T(3), T(3), T(3)], [T(3)]))
+def t_it_zip_longest_fill(xs, ys):
+    return [a + (0.0 if b is None else b) for a, b in itertools.zip_longest(xs, ys)]
