@@ -56,6 +56,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     int made_here = (v->src < 0 || v->fresh) && v != p->contents_of &&
                     (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ ||
+                     v->kind == VK_ITER ||
                      (v->kind == VK_CONST && is_mutable_builtin(v->obj)));
     if (v->src < 0 && (v->kind == VK_CONST || v->kind == VK_CALLABLE) && PyCFunction_Check(v->obj) &&
         PyCFunction_GET_SELF(v->obj) && is_mutable_builtin(PyCFunction_GET_SELF(v->obj))) {

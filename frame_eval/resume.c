@@ -675,24 +675,22 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         ARG(v, "%U", PyTuple_GET_ITEM(orig->co_localsplusnames, i));
     }
     int32_t a_deep = (int32_t)PyList_GET_SIZE(cvarnames);
-    int reenters = out->loop[0] || (shape.nexits > 1 && out->loop[1]);   /* a way out loops back */
     for (int32_t i = 0; i < ndeep; i++) {
         Var *v = c->stop_stack[i];
         if (!v)
             continue;
-        if (v->kind == VK_ITER && reenters && v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
-            /* the loop goes on in the interpreter: it iterates the list as it is then (items
-             * appended after the break included), from the position reached, as eager does */
-        } else if (v->kind == VK_ITER && v->u.iter.lazy) {
-            /* map, zip, count, ...: handed over as the real iterator at its state, rebuilt
-             * from its recipe (a lazy iterator may be unbounded, and its calls run when the
-             * loop asks for items) */
-        } else if (v->kind == VK_ITER) {
+        if (v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
+            /* what an inlined generator yielded, a dict's keys: the rest as a tuple (they
+             * have no recipe to be rebuilt from) */
             Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
             if (!rest)
                 goto fail;
             v = rest;
         }
+        /* any other iterator is handed over as the real iterator at its state (a list's
+         * iterator reads the list as it is then, items appended after the break included;
+         * map, zip, count, ... are rebuilt from their recipes, their calls run when the
+         * loop asks for items), one object however many slots hold it */
         ARG(v, "___stack%d", (int)i);
     }
     int32_t a_cells = (int32_t)PyList_GET_SIZE(cvarnames);
