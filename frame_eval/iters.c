@@ -975,6 +975,53 @@ static Var *make_zip(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
     return it;
 }
 
+/* 1 when fn reads an iterable argument to its end before anything else happens (so an
+ * iterator passed to it can be read now, into a tuple): str.join, math.prod/fsum, set(),
+ * frozenset(), tuple(). */
+static int consumes_whole(PyObject *fn)
+{
+    if (fn == (PyObject *)&PySet_Type || fn == (PyObject *)&PyFrozenSet_Type || fn == (PyObject *)&PyTuple_Type)
+        return 1;
+    if (Py_TYPE(fn) == &PyMethodDescr_Type)   /* str.join reached through a method call */
+        return PyDescr_TYPE(fn) == &PyUnicode_Type && PyUnicode_CompareWithASCIIString(PyDescr_NAME(fn), "join") == 0;
+    if (!PyCFunction_Check(fn))
+        return 0;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    const char *n = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    if (self && PyUnicode_Check(self))
+        return !strcmp(n, "join");
+    if (self && PyModule_Check(self)) {
+        const char *mn = PyModule_GetName(self);
+        if (!mn) {
+            sj_err_clear();
+            return 0;
+        }
+        return !strcmp(mn, "math") && (!strcmp(n, "prod") || !strcmp(n, "fsum"));
+    }
+    return 0;
+}
+
+/* The call again with every iterator argument read into a tuple (consumes_whole). */
+static Var *call_with_drained(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var **a = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+    Var *f = a ? wrap_untracked(c, fn) : NULL;
+    if (!f)
+        return NULL;
+    for (int32_t i = 0; i < nargs; i++) {
+        a[i] = args[i];
+        if (args[i]->kind != VK_ITER)
+            continue;
+        Var **items;
+        int32_t n;
+        if (iter_drain(c, args[i], &items, &n) < 0 || !(a[i] = var_seq(c, VK_TUPLE, items, n)))
+            return NULL;
+        if (var_all_const(items, n) && !(a[i] = var_const_steal(c, var_to_py(c, a[i]))))   /* folds */
+            return cap_failed(c) ? NULL : (cap_fail_exc(c, BR_INTERNAL), NULL);
+    }
+    return call_var(c, f, a, nargs, kwnames);
+}
+
 Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
@@ -987,6 +1034,9 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
     Var *it = NULL;
     LazyIter *z;
     *handled = 1;
+    for (int32_t i = 0; i < nargs; i++)
+        if (args[i]->kind == VK_ITER && consumes_whole(fn))
+            return call_with_drained(c, fn, args, nargs, kwnames);
     if (fn == py.reduce)
         return iters_reduce(c, args, nargs, kwnames);
     if (fn == py.sorted)

@@ -40,6 +40,8 @@ ORACLE_DIFFERENCES = {
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_brk_loop_enumerate":
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
+    "t_it_max_tensor_and_number":
+        'max() of a tensor and a Python number gives either object in eager (the tensor, or the number itself, as the data decides); torch.compile turns it into a clamp (always a tensor); shapejit breaks at the comparison',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

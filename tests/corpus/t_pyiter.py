@@ -327,3 +327,21 @@ def t_it_starmap_scaled(x, y):
 @torch_case(lambda: ([T(3), T(3), T(3)], [T(3)]))
 def t_it_zip_longest_fill(xs, ys):
     return [a + (0.0 if b is None else b) for a, b in itertools.zip_longest(xs, ys)]
+
+
+@torch_case(lambda: (T(2, 3, 4),))
+def t_it_join_map_str_shape(x):
+    tag = "x".join(map(str, x.shape))
+    return {tag: x.flatten(1)}
+
+
+@torch_case(lambda: (T(4, 6),))
+def t_it_set_of_mapped_parities(x):
+    parities = set(map(lambda d: d % 4, x.shape))
+    return x * len(parities) + sum(map(float, x.shape))
+
+
+@with_breaks("torch", lambda: (T(3),), graphs=2, breaks=1, reads_data=True)
+def t_it_max_tensor_and_number(x):
+    floor = max(x.sum(), 0.0)   # a tensor or the float 0.0, as the data decides
+    return x * floor
