@@ -789,6 +789,14 @@ static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t n
     return v;
 }
 
+static int all_const_or_symint(Var **args, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (args[i]->kind != VK_CONST && args[i]->kind != VK_SYMINT)
+            return 0;
+    return 1;
+}
+
 static int is_pure_folder(PyObject *fn)
 {
     /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
@@ -978,6 +986,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 return NULL;
             if (all)
                 return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
+            if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
+                return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
         }
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {

@@ -60,7 +60,7 @@ struct LazyIter {
 
 static struct {
     PyObject *map, *filter, *zip, *enumerate, *iter, *reversed, *sorted, *min, *max;   /* builtins */
-    PyObject *reduce;                                                    /* functools */
+    PyObject *reduce, *prod;                                             /* functools, math */
     PyObject *count, *repeat, *islice, *chain, *accumulate, *product, *combinations,
         *permutations, *combinations_with_replacement, *pairwise, *starmap, *zip_longest;  /* itertools */
 } py;   /* all strong, loaded once, never released */
@@ -72,12 +72,13 @@ static int py_init(void)
     PyObject *b = PyImport_ImportModule("builtins");
     PyObject *ft = b ? PyImport_ImportModule("functools") : NULL;
     PyObject *it = ft ? PyImport_ImportModule("itertools") : NULL;
-    int ok = it != NULL;
+    PyObject *m = it ? PyImport_ImportModule("math") : NULL;
+    int ok = m != NULL;
 #define LOAD(field, mod, name) \
     if (ok && !(py.field = PyObject_GetAttrString(mod, name))) ok = 0;
     LOAD(filter, b, "filter") LOAD(zip, b, "zip") LOAD(enumerate, b, "enumerate") LOAD(iter, b, "iter")
     LOAD(reversed, b, "reversed") LOAD(sorted, b, "sorted") LOAD(min, b, "min") LOAD(max, b, "max")
-    LOAD(reduce, ft, "reduce") LOAD(count, it, "count") LOAD(repeat, it, "repeat") LOAD(islice, it, "islice")
+    LOAD(reduce, ft, "reduce") LOAD(prod, m, "prod") LOAD(count, it, "count") LOAD(repeat, it, "repeat") LOAD(islice, it, "islice")
     LOAD(chain, it, "chain") LOAD(accumulate, it, "accumulate") LOAD(product, it, "product")
     LOAD(combinations, it, "combinations") LOAD(permutations, it, "permutations")
     LOAD(combinations_with_replacement, it, "combinations_with_replacement") LOAD(pairwise, it, "pairwise")
@@ -87,6 +88,7 @@ static int py_init(void)
     Py_XDECREF(b);
     Py_XDECREF(ft);
     Py_XDECREF(it);
+    Py_XDECREF(m);
     return ok ? 0 : -1;
 }
 
@@ -809,6 +811,30 @@ static Var *iters_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyOb
             return acc;
         }
     }
+    if (is_none(key)) {
+        /* sizes (symbolic ints among ints): a symbolic min/max, as torch's sym_max, so the
+         * sizes are not specialised */
+        int nsym = 0, ints = 1;
+        for (int32_t i = 0; ints && i < n; i++) {
+            nsym += items[i]->kind == VK_SYMINT;
+            ints = items[i]->kind == VK_SYMINT ||
+                   (items[i]->kind == VK_CONST && PyLong_CheckExact(items[i]->obj));
+        }
+        if (ints && nsym) {
+            SymNode **nodes = cap_alloc(c, sizeof(SymNode *) * (size_t)(n + 1));
+            if (!nodes || symb_ensure(c) < 0)
+                return NULL;
+            for (int32_t i = 0; i < n; i++)
+                if (!(nodes[i] = symb_node_of(c, items[i])))
+                    return cap_failed(c) ? NULL : (cap_fail_exc(c, BR_INTERNAL), NULL);
+            SymNode *e = is_max ? sym_max_n(c->env, nodes, (uint32_t)n) : sym_min_n(c->env, nodes, (uint32_t)n);
+            if (!e) {
+                cap_fail_exc(c, BR_INTERNAL);
+                return NULL;
+            }
+            return symb_var(c, e);
+        }
+    }
     Var **keys = keys_of(c, key, items, n);
     if (!keys)
         return NULL;
@@ -869,6 +895,34 @@ static Var *iters_reduce(Capture *c, Var **args, int32_t nargs, PyObject *kwname
     if (!acc)
         raise_msg(c, PyExc_TypeError, "reduce() of empty iterable with no initial value");
     return acc;
+}
+
+/* math.prod(iterable, *, start=1): start * item * ... as Python's operators give it, so a
+ * product of symbolic sizes stays symbolic. */
+static Var *iters_prod(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"start", NULL};
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs - nkw != 1 || !kw_only(kwnames, names)) {
+        raise_msg(c, PyExc_TypeError, "prod() takes exactly 1 positional argument and the keyword start");
+        return NULL;
+    }
+    Var *acc = kwarg(args, nargs, kwnames, "start");
+    Var *it = (acc || (acc = const_ssize(c, 1))) ? iter_get(c, args[0]) : NULL;
+    if (!it)
+        return NULL;
+    for (int32_t k = 0;; k++) {
+        Var *x;
+        int r = iter_next(c, it, &x);
+        if (r <= 0)
+            return r < 0 ? NULL : acc;
+        if (k >= ITER_MAX_ITEMS) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "math.prod() over more than %d items", ITER_MAX_ITEMS);
+            return NULL;
+        }
+        if (!(acc = op_binary(c, SJ_NB_MULTIPLY, acc, x)))
+            return NULL;
+    }
 }
 
 /* product / combinations / permutations take their inputs whole (as CPython does) and
@@ -976,7 +1030,7 @@ static Var *make_zip(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
 }
 
 /* 1 when fn reads an iterable argument to its end before anything else happens (so an
- * iterator passed to it can be read now, into a tuple): str.join, math.prod/fsum, set(),
+ * iterator passed to it can be read now, into a tuple): str.join, math.fsum, set(),
  * frozenset(), tuple(). */
 static int consumes_whole(PyObject *fn)
 {
@@ -996,7 +1050,7 @@ static int consumes_whole(PyObject *fn)
             sj_err_clear();
             return 0;
         }
-        return !strcmp(mn, "math") && (!strcmp(n, "prod") || !strcmp(n, "fsum"));
+        return !strcmp(mn, "math") && !strcmp(n, "fsum");
     }
     return 0;
 }
@@ -1039,6 +1093,8 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
             return call_with_drained(c, fn, args, nargs, kwnames);
     if (fn == py.reduce)
         return iters_reduce(c, args, nargs, kwnames);
+    if (fn == py.prod)
+        return iters_prod(c, args, nargs, kwnames);
     if (fn == py.sorted)
         return iters_sorted(c, args, nargs, kwnames);
     if (fn == py.min || fn == py.max)

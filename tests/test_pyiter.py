@@ -276,3 +276,24 @@ def test_unbounded_iterator_breaks():
         return x + len(list(itertools.islice(itertools.count(), 200000)))
     explain = shapejit.explain(f)(X)
     assert explain.graph_break_count >= 1
+
+
+# ---- sizes stay symbolic -----------------------------------------------------------
+def max_of_shape(x):
+    return x.new_zeros(max(x.shape)) + min(x.shape[0], 8)
+
+
+def prod_of_shape(x):
+    import math
+    return x.reshape(math.prod(x.shape)) * max(x.shape[1], x.shape[0], 2)
+
+
+@pytest.mark.parametrize("fn", [max_of_shape, prod_of_shape])
+def test_min_max_prod_of_dynamic_sizes(fn):
+    compiled = shapejit.compile(fn, dynamic=True)
+    for rows in (6, 3, 11, 2):
+        x = torch.randn(rows, 5)
+        expected, actual = fn(x), compiled(x)
+        assert actual.shape == expected.shape
+        assert torch.equal(actual, expected)
+    assert shapejit.stats()["recompiles"] == 0
