@@ -763,9 +763,11 @@ static int torch_row(const char *path)
     return -1;
 }
 
-/* min()/max(): over constants and sizes by the real builtin; over same-shaped one-element
- * torch tensors of one dtype as torch.minimum/maximum (torch.compile does the same; eager
- * gives the same value); otherwise the order depends on data: a graph break. */
+/* min()/max(): over constants and sizes by the real builtin (sizes alone: a symbolic
+ * min/max); over 0-d torch tensors of one dtype as torch.minimum/maximum, as torch.compile
+ * does (eager gives the same value, as a new tensor rather than one of the arguments, and
+ * a NaN wins where eager's comparison would skip it); otherwise the order depends on data:
+ * a graph break. */
 static Var *iters_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"key", "default", NULL};

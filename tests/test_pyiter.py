@@ -297,3 +297,22 @@ def test_min_max_prod_of_dynamic_sizes(fn):
         assert actual.shape == expected.shape
         assert torch.equal(actual, expected)
     assert shapejit.stats()["recompiles"] == 0
+
+
+def _noisy_double(t):
+    print("shapejit test")
+    return t * 2
+
+
+def list_of_map_that_breaks(x):
+    return torch.stack(list(map(_noisy_double, [x, x + 1]))) + 1
+
+
+def sum_of_zip_map_that_breaks(x):
+    return sum(map(_noisy_double, [x, x + 1])) + x.sin()
+
+
+@pytest.mark.parametrize("fn", [list_of_map_that_breaks, sum_of_zip_map_that_breaks])
+def test_lazy_iterator_as_operand_of_a_break(fn):
+    st = _check(fn, X)
+    assert st["graph_breaks"] >= 1 and st["graphs"] >= 2
