@@ -628,11 +628,15 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             stack[e][i++] = SK_VALUE;
         stack[e][i] = 0;
     }
-    for (int32_t i = ndeep; i < c->stop_sp; i++)
-        if (c->stop_stack[i] && c->stop_stack[i]->kind == VK_ITER) {
+    for (int32_t i = ndeep; i < c->stop_sp; i++) {
+        /* an operand of the instruction is handed over as itself: an iterator must be one
+         * that is rebuilt as the real iterator (list(map(f, xs)) with a print in f) */
+        Var *v = c->stop_stack[i];
+        if (v && v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
             cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator as the operand of a graph break");
             goto fail;
         }
+    }
     for (int e = 0; e < shape.nexits; e++) {
         out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask, out->loop[e]);
         if (!out->resume[e])

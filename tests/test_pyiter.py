@@ -273,7 +273,7 @@ def test_lazy_iterator_across_a_break(fn):
 
 def test_unbounded_iterator_breaks():
     def f(x):
-        return x + len(list(itertools.islice(itertools.count(), 200000)))
+        return x + sum(itertools.islice(itertools.count(), 200000))
     explain = shapejit.explain(f)(X)
     assert explain.graph_break_count >= 1
 
