@@ -135,6 +135,11 @@ static int raise_msg(Capture *c, PyObject *exc_type, const char *fmt, ...)
     return -1;
 }
 
+static int is_none(const Var *v)
+{
+    return !v || (v->kind == VK_CONST && v->obj == Py_None);
+}
+
 static Var *const_ssize(Capture *c, Py_ssize_t n)
 {
     return var_const_steal(c, PyLong_FromSsize_t(n));
@@ -147,13 +152,39 @@ static int ssize_arg(Capture *c, Var *v, Py_ssize_t dflt, Py_ssize_t *out, const
         *out = dflt;
         return 0;
     }
-    PyObject *o = v->kind == VK_SYMINT || v->kind == VK_CONST ? var_to_py(c, v) : NULL;
+    /* anything but an int: the interpreter raises eager's error */
+    PyObject *o = v->kind == VK_SYMINT || (v->kind == VK_CONST && PyLong_Check(v->obj)) ? var_to_py(c, v) : NULL;
     if (!o)
         return cap_failed(c) ? -1 : cap_fail(c, BR_UNSUPPORTED_CALL, "%s that is not a constant int", what);
     Py_ssize_t n = PyNumber_AsSsize_t(o, PyExc_OverflowError);
     Py_DECREF(o);
     if (n == -1 && PyErr_Occurred())
         return cap_fail_exc(c, BR_USER_EXCEPTION);
+    *out = n;
+    return 0;
+}
+
+/* An argument of islice(): None gives dflt; else an int in [0, sys.maxsize] (is_stop: 0
+ * start, 1 stop, 2 step, which must be positive), eager's ValueError otherwise. 0, or -1
+ * with the failure set. */
+static int islice_arg(Capture *c, Var *v, Py_ssize_t dflt, Py_ssize_t *out, int is_stop)
+{
+    if (is_none(v)) {
+        *out = dflt;
+        return 0;
+    }
+    PyObject *o = v->kind == VK_SYMINT || v->kind == VK_CONST ? var_to_py(c, v) : NULL;
+    if (!o)
+        return cap_failed(c) ? -1 : cap_fail(c, BR_UNSUPPORTED_CALL, "islice() with an argument that is not a constant");
+    Py_ssize_t n = PyLong_Check(o) ? PyLong_AsSsize_t(o) : -1;
+    Py_DECREF(o);
+    if (n == -1 && PyErr_Occurred())
+        sj_err_clear();   /* too big: refused below, as eager refuses it */
+    if (n < 0 || (is_stop == 2 && n == 0))
+        return raise_msg(c, PyExc_ValueError, "%s",
+                         is_stop == 1   ? "Stop argument for islice() must be None or an integer: 0 <= x <= sys.maxsize."
+                         : is_stop == 2 ? "Step for islice() must be a positive integer or None."
+                                        : "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.");
     *out = n;
     return 0;
 }
@@ -180,11 +211,6 @@ static int kw_only(PyObject *kwnames, const char *const *names)
             return 0;
     }
     return 1;
-}
-
-static int is_none(const Var *v)
-{
-    return !v || (v->kind == VK_CONST && v->obj == Py_None);
 }
 
 /* ------------------------------------------------------------ get and next ---- */
@@ -1165,19 +1191,10 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
     if (fn == py.islice && npos >= 2 && npos <= 4) {
         Py_ssize_t start = 0, stop = -1, step = 1;
         if (npos == 2) {
-            if (ssize_arg(c, args[1], -1, &stop, "islice() stop") < 0)
+            if (islice_arg(c, args[1], -1, &stop, 1) < 0)
                 return NULL;
-        } else if (ssize_arg(c, args[1], 0, &start, "islice() start") < 0 ||
-                   ssize_arg(c, args[2], -1, &stop, "islice() stop") < 0 ||
-                   (npos == 4 && ssize_arg(c, args[3], 1, &step, "islice() step") < 0)) {
-            return NULL;
-        }
-        if (start < 0 || (stop < -1) || (npos >= 3 && !is_none(args[2]) && stop < 0)) {
-            raise_msg(c, PyExc_ValueError, "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.");
-            return NULL;
-        }
-        if (step < 1) {
-            raise_msg(c, PyExc_ValueError, "Step for islice() must be a positive integer or None.");
+        } else if (islice_arg(c, args[2], -1, &stop, 1) < 0 || islice_arg(c, args[1], 0, &start, 0) < 0 ||
+                   (npos == 4 && islice_arg(c, args[3], 1, &step, 2) < 0)) {
             return NULL;
         }
         if (!(z = new_lazy(c, &it, LZ_ISLICE, 1)))

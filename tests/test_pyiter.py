@@ -316,3 +316,10 @@ def sum_of_zip_map_that_breaks(x):
 def test_lazy_iterator_as_operand_of_a_break(fn):
     st = _check(fn, X)
     assert st["graph_breaks"] >= 1 and st["graphs"] >= 2
+
+
+@pytest.mark.parametrize("args", [(-1,), (1, -1), (-1, 2), (0, 2, 0), (0, 2, -1), (1.5,), (None,), (1, None, 2)])
+def test_islice_arguments_match_eager(args):
+    def f(x):
+        return [t + 1 for t in itertools.islice([x, x * 2, x * 3], *args)]
+    _check(f, X)
