@@ -740,6 +740,14 @@ static const char *const nb_names[] = {
     [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv", [SJ_NB_INPLACE_XOR] = "ixor",
 };
 
+int op_nb_index(const char *name)
+{
+    for (int nb = 0; nb < SJ_NB_COUNT; nb++)
+        if (nb_names[nb] && !strcmp(nb_names[nb], name))
+            return nb;
+    return -1;
+}
+
 static Var *seq_concat(Capture *c, Var *a, Var *b)
 {
     Var *r = var_seq(c, a->kind, a->u.seq.items, a->u.seq.n);
@@ -1315,10 +1323,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         *n = v->u.seq.n;
         return 0;
     case VK_ITER:
-        *items = v->u.iter.items + v->u.iter.pos;
-        *n = v->u.iter.n - v->u.iter.pos;
-        v->u.iter.pos = v->u.iter.n;
-        return 0;
+        return iter_drain(c, v, items, n);
     case VK_DICT:
         *items = v->u.dict.keys;
         *n = v->u.dict.n;
@@ -1392,12 +1397,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         Var *r = call_dunder(c, v, "__iter__", NULL, 0);
         if (!r)
             return -1;
-        if (r->kind != VK_ITER)
-            return op_iterate(c, r, items, n);
-        *items = r->u.iter.items + r->u.iter.pos;
-        *n = r->u.iter.n - r->u.iter.pos;
-        r->u.iter.pos = r->u.iter.n;
-        return 0;
+        return op_iterate(c, r, items, n);
     }
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
+    t_pyiter, np_pyiter,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -79,6 +80,8 @@ ORACLE_DIFFERENCES = {
         "torch.compile does not trace Tensor.random_ (a graph break at each call); shapejit captures it as an eager step that draws from the default generator in program order, so the values and the generator's state match eager",
     "t_op2_is_contiguous_of_view":
         "Tensor.is_contiguous of a value computed in the graph breaks in shapejit, which does not model strides (of a graph input it folds, the input's layout being guarded); torch.compile's fake tensors carry strides",
+    "t_it_max_tensor_and_number":
+        'max() of a tensor and a Python number gives either object in eager (the tensor, or the number itself, as the data decides); torch.compile turns it into a clamp (always a tensor); shapejit breaks at the comparison',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
