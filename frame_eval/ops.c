@@ -131,6 +131,16 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
     case VK_LIST:
     case VK_DICT:
     case VK_SLICE: {
+        if (v->kind == VK_SLICE) {
+            /* x[a[i]:a[i + 1]]: the bound's __index__ reads array data into Python, as
+             * .item() does (torch.compile breaks there too) */
+            Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
+            for (int k = 0; k < 3; k++)
+                if (parts[k] && parts[k]->kind == VK_TENSOR)
+                    return cap_fail(c, BR_SCALAR_OUTPUT, "a %s element used as a slice bound is read "
+                                    "into Python (its __index__)",
+                                    parts[k]->u.t.meta.lib == LIB_NUMPY ? "ndarray" : "tensor");
+        }
         if (!specialize && slice_symbolic(v))
             return bound_slice(c, v, out);
         int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
