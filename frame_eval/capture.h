@@ -267,6 +267,8 @@ Var *var_dict_live_view(Capture *c, Var *d, char which);
 Var *var_view_list(Capture *c, Var *view);
 /* The method name of a dict view ("keys", "values", "items"). */
 const char *var_view_method(const Var *view);
+/* A constant, or a list/tuple made only of constants at any depth (NULL counts). */
+int var_deep_const(const Var *v);
 int var_is_const(const Var *v);
 int var_all_const(Var *const *vs, int32_t n);
 /* New reference: the Python value of a var made of constants (tuples/lists/dicts/slices of

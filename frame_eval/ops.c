@@ -8,21 +8,6 @@
 
 /* ------------------------------------------------------- argument lowering ---- */
 
-/* A constant, or a list/tuple made only of constants at any depth. */
-static int deep_const(const Var *v)
-{
-    if (!v)
-        return 1;
-    if (v->kind == VK_CONST)
-        return 1;
-    if (v->kind != VK_TUPLE && v->kind != VK_LIST)
-        return 0;
-    for (int32_t i = 0; i < v->u.seq.n; i++)
-        if (!deep_const(v->u.seq.items[i]))
-            return 0;
-    return 1;
-}
-
 /* The hint of a symbolic int as a Python int the capture keeps alive (borrowed). */
 static PyObject *hint_obj(Capture *c, SymNode *e, const char *specialize)
 {
@@ -143,7 +128,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
         }
         if (!specialize && slice_symbolic(v))
             return bound_slice(c, v, out);
-        int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
+        int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !var_deep_const(v);
         if (has_tensor && specialize && (v->kind == VK_TUPLE || v->kind == VK_LIST)) {
             /* only symbolic ints among constants: specialise them into one constant */
             int only_ints = 1;
@@ -234,7 +219,7 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
         if ((a.a = slice_node(c, v)) < 0)
             return -1;
     } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
-        if (!deep_const(v)) {
+        if (!var_deep_const(v)) {
             int32_t first = graph_pool(g, v->u.seq.n);
             if (first < 0)
                 return -1;
