@@ -403,6 +403,11 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         }
         int32_t s = trusted ? -1 : attr_source(c, o, name);
         Var *r = (!trusted && o->src >= 0 && s < 0) ? NULL : wrap_value(c, v, s);
+        if (r && trusted && r->src < 0) {
+            r->stable = 1;
+            if (r->kind == VK_METHOD && !r->obj && cap_keep(c, v))
+                r->obj = v;   /* the bound method itself, for a resume function */
+        }
         Py_DECREF(v);
         return r;
     }

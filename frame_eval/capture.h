@@ -58,6 +58,9 @@ struct Var {
     uint8_t fresh;         /* a container the frame owns although it has a source (the
                               *args tuple and **kwargs dict of the compiled frame): writes
                               to it are not side effects */
+    uint8_t stable;        /* an attribute of a trusted library module read without a guard
+                              (np.random.rand): the same object every run, so a resume
+                              function may be handed it as a constant */
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {

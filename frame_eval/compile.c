@@ -252,6 +252,8 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
     case VK_METHOD: {
         if (v->src >= 0)
             return Py_BuildValue("(si)", "s", (int)v->src);
+        if (v->stable && v->obj)   /* np.random.rand: a library module's bound method */
+            return Py_BuildValue("(sO)", "c", v->obj);
         Var *f = v->u.method.fn;
         int by_name = f->kind == VK_CONST && PyUnicode_Check(f->obj);   /* record methods */
         PyObject *fn = by_name ? Py_NewRef(f->obj) : NULL;
@@ -276,7 +278,7 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
     default:
         if (v->src >= 0)
             return Py_BuildValue("(si)", "s", (int)v->src);
-        if (v->obj && (v->kind == VK_CALLABLE || v->kind == VK_PYMODULE || (v->kind == VK_FUNC)))
+        if (v->obj && (v->kind == VK_CALLABLE || v->kind == VK_PYMODULE || v->kind == VK_FUNC || v->stable))
             return Py_BuildValue("(sO)", "c", v->obj);
         cap_fail(c, BR_UNSUPPORTED_RETURN, "returning a %s made during capture", var_kind_name(v));
         return NULL;

@@ -96,3 +96,17 @@ def t_uncap_tensor_slice_bound(r, c):
 def np_uncap_array_slice_bound(r, c):
     y = c * 2
     return y[r[0]:r[1]] + 1
+
+
+@with_breaks("numpy", lambda: (A(3),), graphs=2, breaks=1)
+def np_uncap_global_random(a):
+    b = a * 2
+    noise = np.random.rand(3)   # numpy's global generator: runs in the interpreter
+    return b + noise * 0.0
+
+
+@with_breaks("numpy", lambda: (A(4),), graphs=2, breaks=1)
+def np_uncap_random_choice_then_ops(a):
+    b = np.sqrt(np.abs(a))
+    k = np.random.randint(0, 1)   # always 0
+    return b[k:] + 1
