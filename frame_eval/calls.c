@@ -842,7 +842,8 @@ static int is_grad_mode_decorator(PyObject *fn)
 /* 1 for the torch Python helpers capture inlines as user code (m: the function's
  * __module__): the parametrization machinery (the property a parametrized tensor reads
  * through, its ParametrizationList, the parametrizations of
- * torch.nn.utils.parametrizations, the old weight_norm hook) and torch.jit.annotate */
+ * torch.nn.utils.parametrizations, the old weight_norm hook), torch.jit.annotate and the
+ * fan helpers of torch.nn.init */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
     if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
@@ -854,6 +855,14 @@ static int inline_torch_helper(const char *m, PyObject *fn)
     }
     if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
+    if (!strcmp(m, "torch.nn.init")) {
+        /* the fan helpers only read a tensor's rank and sizes; the initialisers themselves
+         * (kaiming_uniform_, ...) write random draws into parameters and stay out */
+        const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
+        if (!q)
+            sj_err_clear();
+        return q && !strncmp(q, "_calculate_", 11);
+    }
     return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
            !strcmp(m, "torch.nn.utils.weight_norm");
 }
@@ -869,6 +878,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj) {   /* library queries answered by a constant (folds.def) */
+            int handled = 0;
+            Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled)
+                return r;
+        }
         if (fn->obj && disabled_is_wrapper(fn->obj))
             return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
         if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
@@ -1008,7 +1023,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
-        Var *r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+        Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
@@ -1039,20 +1057,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (all)
                 return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
         }
-        PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
-        if (!qn) {
+        PyObject *name = folds_public_name(fn->obj);
+        if (!name) {
             sj_err_clear();
-            qn = PyObject_Repr(fn->obj);
+            name = PyObject_Repr(fn->obj);
         }
-        PyObject *mod = PyObject_GetAttrString(fn->obj, "__module__");
-        if (!mod || !PyUnicode_Check(mod)) {
-            sj_err_clear();
-            Py_XDECREF(mod);
-            mod = PyUnicode_FromString("?");
-        }
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%S.%S", mod, qn);
-        Py_XDECREF(qn);
-        Py_XDECREF(mod);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%S", name);
+        Py_XDECREF(name);
         return NULL;
     }
     case VK_OBJECT:

@@ -521,6 +521,15 @@ Var *ufunc_method_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyOb
 /* np.meshgrid, np.mgrid[...], np.ogrid[...], np.indices (frame_eval/npgrid.c) */
 Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
+/* folds.c: library queries answered by a constant (folds.def) */
+/* A call of a row's callable: *handled = 1 with the constant (guarded where the row says)
+ * or NULL with the failure set; *handled = 0 for any other callable, or for graph values
+ * among the arguments. */
+Var *folds_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* New reference: "module.name" of a callable as its library exposes it (a builtin by its
+ * __name__, anything else by its __qualname__), or NULL with an exception. */
+PyObject *folds_public_name(PyObject *fn);
+
 /* builtins.c */
 /* Call fn now with the Python values of args (constants, live objects); a new reference,
  * or NULL with the failure recorded (BR_USER_EXCEPTION: user code raised). */
