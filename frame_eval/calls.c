@@ -867,6 +867,28 @@ static int inline_torch_helper(const char *m, PyObject *fn)
            !strcmp(m, "torch.nn.utils.weight_norm");
 }
 
+/* 1 when obj (borrowed) is a functools.lru_cache wrapper of a Python function. */
+static int is_lru_cache_wrapper(PyObject *obj)
+{
+    static PyObject *lru_type;   /* strong: functools._lru_cache_wrapper, never released */
+    if (!lru_type) {
+        PyObject *ft = PyImport_ImportModule("functools");
+        lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
+        Py_XDECREF(ft);
+        if (!lru_type) {
+            sj_err_clear();
+            return 0;
+        }
+    }
+    if ((PyObject *)Py_TYPE(obj) != lru_type)
+        return 0;
+    PyObject *w = PyObject_GetAttrString(obj, "__wrapped__");
+    int r = w && PyFunction_Check(w);
+    Py_XDECREF(w);
+    sj_err_clear();
+    return r;
+}
+
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     if (!fn) {
@@ -1068,6 +1090,15 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     }
     case VK_OBJECT:
     case VK_USEROBJ: {
+        if (fn->kind == VK_OBJECT && is_lru_cache_wrapper(fn->obj)) {
+            /* @functools.lru_cache / @functools.cache: the function it wraps is inlined, as
+             * torch.compile does; the cache is neither read nor filled (capture's values
+             * are graph values, not the objects the cache would key on) */
+            PyObject *wn = PyUnicode_FromString("__wrapped__");
+            Var *w = wn ? attr_load(c, fn, wn) : NULL;
+            Py_XDECREF(wn);
+            return w ? call_var(c, w, args, nargs, kwnames) : NULL;
+        }
         static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
         if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
             return NULL;
