@@ -487,6 +487,9 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b);
 Var *op_unary(Capture *c, int opcode, Var *a);
 Var *op_subscr(Capture *c, Var *obj, Var *key);
 int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val);
+/* lst[slice] = val (any iterable var), or del lst[slice] when val is NULL, on list var lst
+ * (already noted as mutated when it comes from outside). 0, or -1 with the failure set. */
+int op_list_slice_write(Capture *c, Var *list, PyObject *slice, Var *val);
 int op_truth(Capture *c, Var *v, int *truth);   /* 0 ok; -1 failure (data-dependent etc.) */
 Var *op_contains(Capture *c, Var *item, Var *container);
 /* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a

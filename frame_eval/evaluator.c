@@ -607,6 +607,11 @@ resume:
                 o->u.seq.n--;
                 break;
             }
+            if (o->kind == VK_LIST && !o->u.seq.subtype && writable && var_is_const(k) && PySlice_Check(k->obj)) {
+                if (op_list_slice_write(c, o, k->obj, NULL) < 0)
+                    goto fail;
+                break;
+            }
             cap_fail(c, BR_SIDE_EFFECT, "del on a %s", var_kind_name(o));
             goto fail;
         }
