@@ -1148,7 +1148,7 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
             return NULL;
         for (int32_t i = 0; i < nk; i++) {
             PyObject *k = kwargs->u.dict.keys[i]->obj;
-            if (!PyUnicode_Check(k)) {
+            if (kwargs->u.dict.keys[i]->kind != VK_CONST || !PyUnicode_Check(k)) {
                 cap_fail(c, BR_USER_EXCEPTION, "keywords must be strings");
                 return NULL;
             }

@@ -249,6 +249,8 @@ int var_seq_append(Capture *c, Var *seq, Var *item);
 Var *var_dict(Capture *c);
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
 Var *var_dict_get(Capture *c, Var *d, Var *key, int *found);
+/* 1 when v can key a dict var: a constant, or a torch tensor (keyed by identity). */
+int var_is_dict_key(const Var *v);
 /* d.keys() / values() / items() as a new list var (which: 'k', 'v' or 'i'); skip_none
  * leaves out entries whose value is None (ModelOutput's dict view). */
 Var *var_dict_view(Capture *c, Var *d, char which, int skip_none);

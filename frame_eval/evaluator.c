@@ -578,12 +578,12 @@ resume:
             NEED(2);
             Var *k = POP(), *o = POP();
             int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
-            if (!writable && (o->kind == VK_DICT || o->kind == VK_LIST) && var_is_const(k)) {
+            if (!writable && ((o->kind == VK_DICT && var_is_dict_key(k)) || (o->kind == VK_LIST && var_is_const(k)))) {
                 if (cap_note_mutation(c, o, "del") < 0)
                     goto fail;
                 writable = 1;
             }
-            if (o->kind == VK_DICT && writable && var_is_const(k)) {
+            if (o->kind == VK_DICT && writable && var_is_dict_key(k)) {
                 int r = var_dict_del(c, o, k);
                 if (r <= 0) {
                     if (!r)

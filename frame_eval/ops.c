@@ -1057,7 +1057,7 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         Var *in = container->u.dview.which == 'k' ? container->u.dview.dict : var_view_list(c, container);
         return in ? op_contains(c, item, in) : NULL;
     }
-    if (container->kind == VK_DICT && var_is_const(item)) {
+    if (container->kind == VK_DICT && var_is_dict_key(item)) {
         int found;
         var_dict_get(c, container, item, &found);
         if (PyErr_Occurred()) {
@@ -1235,7 +1235,7 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
     }
     if ((obj->kind == VK_TUPLE || obj->kind == VK_LIST) && var_is_const(key))
         return seq_index(c, obj, key->obj);
-    if (obj->kind == VK_DICT && var_is_const(key)) {
+    if (obj->kind == VK_DICT && var_is_dict_key(key)) {
         int found;
         Var *v = var_dict_get(c, obj, key, &found);
         if (!found && !PyErr_Occurred() && collections_type_of(obj)) {
@@ -1304,7 +1304,7 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         obj->u.seq.items[i] = val;
         return 0;
     }
-    if (obj->kind == VK_DICT && var_is_const(key))
+    if (obj->kind == VK_DICT && var_is_dict_key(key))
         return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
     if (obj->kind == VK_LIST && !obj->u.seq.subtype && var_is_const(key) && PySlice_Check(key->obj))
         return op_list_slice_write(c, obj, key->obj, val);
