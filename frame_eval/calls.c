@@ -843,7 +843,7 @@ static int is_grad_mode_decorator(PyObject *fn)
  * __module__): the parametrization machinery (the property a parametrized tensor reads
  * through, its ParametrizationList, the parametrizations of
  * torch.nn.utils.parametrizations, the old weight_norm hook), torch.jit.annotate and the
- * fan helpers of torch.nn.init */
+ * fan and gain helpers of torch.nn.init */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
     if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
@@ -856,12 +856,13 @@ static int inline_torch_helper(const char *m, PyObject *fn)
     if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
     if (!strcmp(m, "torch.nn.init")) {
-        /* the fan helpers only read a tensor's rank and sizes; the initialisers themselves
-         * (kaiming_uniform_, ...) write random draws into parameters and stay out */
+        /* the fan and gain helpers only read a tensor's rank and sizes or their arguments;
+         * the initialisers themselves (kaiming_uniform_, ...) write random draws into
+         * parameters and stay out */
         const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
         if (!q)
             sj_err_clear();
-        return q && !strncmp(q, "_calculate_", 11);
+        return q && (!strncmp(q, "_calculate_", 11) || !strcmp(q, "calculate_gain"));
     }
     return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
            !strcmp(m, "torch.nn.utils.weight_norm");

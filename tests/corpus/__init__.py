@@ -10,7 +10,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules, t_ops2,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
-    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
+    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls, t_pymisc, np_pymisc,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -79,6 +79,9 @@ ORACLE_DIFFERENCES = {
         "torch.compile does not trace Tensor.random_ (a graph break at each call); shapejit captures it as an eager step that draws from the default generator in program order, so the values and the generator's state match eager",
     "t_op2_is_contiguous_of_view":
         "Tensor.is_contiguous of a value computed in the graph breaks in shapejit, which does not model strides (of a graph input it folds, the input's layout being guarded); torch.compile's fake tensors carry strides",
+    # library queries folded to constants (tests/corpus/t_pymisc.py)
+    "t_misc_result_type_cast":
+        "torch.compile breaks at torch.result_type of two tensors (a torch op returning a dtype); shapejit folds it from the tensors' dtypes and ranks, which their guards fix",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
