@@ -128,6 +128,24 @@ def t_misc_cache_attention_scale(q, k):
     return scores.masked_fill(~_causal_mask(q.shape[1]), float("-inf")).softmax(-1)
 
 
+class _ScaledHead(nn.Module):
+    @functools.lru_cache
+    def scale(self, n):
+        return n ** -0.5
+
+    def forward(self, x):
+        return x * self.scale(x.shape[-1])
+
+
+_HEAD = _ScaledHead()
+
+
+@torch_case(lambda: (T(2, 8),))
+def t_misc_lru_cache_method(x):
+    # an lru_cache'd method: the wrapper bound to the module through its __get__
+    return _HEAD(x)
+
+
 # ---- lists: repetition, slice writes ----------------------------------------------------
 @torch_case(lambda: (T(3, 3),))
 def t_misc_list_repeat_sum(x):
