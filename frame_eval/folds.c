@@ -42,6 +42,8 @@ static int resolve(void)
         if (objs[i])
             continue;
         const char *dot = strrchr(rows[i].path, '.');
+        if (!dot)
+            continue;   /* not a path: a table error, the row never resolves */
         PyObject *mname = PyUnicode_FromStringAndSize(rows[i].path, dot - rows[i].path);
         if (!mname)
             return -1;
