@@ -834,6 +834,22 @@ static int capture_init(Capture *c, CodeState *st, int dynamic)
     return 0;
 }
 
+/* Under torch.autocast the library casts inside each op, which the graph's ops do not
+ * model: a capture that recorded torch work then fails, and the frame runs in the
+ * interpreter (GLOBAL_STATE keeps an entry made without autocast from serving a call under
+ * it). 0, or -1 with the failure set. */
+static int check_autocast(Capture *c)
+{
+    if (!c->used_torch)
+        return 0;
+    GlobalState gs;
+    if (guards_read_global_state(&gs) < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (gs.autocast > 0)
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "torch.autocast is enabled: ops under autocast are not modelled");
+    return 0;
+}
+
 static void log_code(const char *what, PyObject *code)
 {
     PyObject *dis = PyImport_ImportModule("dis");
@@ -865,7 +881,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     int grad0 = c->grad_mode;
     c->stop_step = step;
     (void)eval_top(c, co, globals, builtins, locals, closure);
-    if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
+    if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0 || check_autocast(c) < 0)
         goto undo;
     if (c->grad_mode != grad0 || c->infer_depth)
         goto undo;   /* the continuation would run with the wrong grad or inference mode */
@@ -938,7 +954,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
-    if (r && attr_check_writes(&c) < 0)
+    if (r && (attr_check_writes(&c) < 0 || check_autocast(&c) < 0))
         r = NULL;
     if (!r && can_split(&c, co, opts) && split_frame(&c, co, locals, closure, globals, builtins, st, &bk) == 0) {
         r = bk.args;
