@@ -842,7 +842,8 @@ static int is_grad_mode_decorator(PyObject *fn)
 /* 1 for the torch Python helpers capture inlines as user code (m: the function's
  * __module__): the parametrization machinery (the property a parametrized tensor reads
  * through, its ParametrizationList, the parametrizations of
- * torch.nn.utils.parametrizations, the old weight_norm hook), torch.jit.annotate and the
+ * torch.nn.utils.parametrizations, the old weight_norm hook), torch.jit.annotate and
+ * _unwrap_optional, and the
  * fan and gain helpers of torch.nn.init */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
@@ -855,6 +856,8 @@ static int inline_torch_helper(const char *m, PyObject *fn)
     }
     if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
+    if (!strcmp(m, "torch.jit._script"))   /* torch.jit._unwrap_optional(x): x, asserted not None */
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "_unwrap_optional") == 0;
     if (!strcmp(m, "torch.nn.init")) {
         /* the fan and gain helpers only read a tensor's rank and sizes or their arguments;
          * the initialisers themselves (kaiming_uniform_, ...) write random draws into

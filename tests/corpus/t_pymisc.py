@@ -1,5 +1,6 @@
 """torch: library queries answered by constants (dtype facts, autocast and engine state,
-build facts), functools.lru_cache helpers, list repetition and slice writes, the class of a
+build facts) and torch's small pure helpers (nn.init fans, jit._unwrap_optional),
+functools.lru_cache helpers (functions and methods), list repetition and slice writes, the class of a
 tensor, and tensors as dict keys."""
 import functools
 import math
@@ -99,6 +100,14 @@ def t_misc_calculate_fan(x, w):
     fan_in = torch.nn.init._calculate_correct_fan(w, "fan_in")
     gain = torch.nn.init.calculate_gain("relu")
     return x @ w.t() * (gain / math.sqrt(fan_in))
+
+
+@torch_case(lambda: (T(2, 2),))
+def t_misc_jit_unwrap_optional(x):
+    # TorchScript-compatible code asserting an Optional is set
+    if torch.jit._unwrap_optional(x) is None:
+        return torch.ones(2, 2)
+    return x.sin()
 
 
 # ---- functools.lru_cache / functools.cache ----------------------------------------------
