@@ -1,7 +1,7 @@
 """torch: library queries answered by constants (dtype facts, autocast and engine state,
 build facts) and torch's small pure helpers (nn.init fans, jit._unwrap_optional),
-functools.lru_cache helpers (functions and methods), list repetition and slice writes, the class of a
-tensor, and tensors as dict keys."""
+functools.lru_cache helpers (functions and methods), list repetition and slice writes,
+the class of a tensor, and tensors as dict keys."""
 import functools
 import math
 
