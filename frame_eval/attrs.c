@@ -338,6 +338,19 @@ static int set_method_reads(PyObject *name)
 
 Var *attr_load(Capture *c, Var *o, PyObject *name)
 {
+    switch (o->kind) {
+    case VK_TENSOR: case VK_LIST: case VK_TUPLE: case VK_DICT: case VK_SLICE: case VK_DICTVIEW:
+    case VK_SYMINT: case VK_GSCALAR: case VK_PARTIAL: case VK_METHOD:
+        /* values capture models by kind: v.__class__ is type(v) (the type of an input is
+         * guarded with it) */
+        if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
+            Var *type_fn = wrap_untracked(c, (PyObject *)&PyType_Type);
+            return type_fn ? call_var(c, type_fn, &o, 1, NULL) : NULL;
+        }
+        break;
+    default:
+        break;
+    }
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && c->writes) {
         AttrWrite *w = find_write(c, o->obj, name);
         if (w)

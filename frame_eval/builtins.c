@@ -690,14 +690,11 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     } else if (strstr(n, "has_torch_function")) {
         /* capture only models plain tensors: no __torch_function__ overrides */
         r = const_bool(c, 0);
-    } else if (!strcmp(n, "is_autocast_enabled") || !strcmp(n, "is_autocast_cpu_enabled") ||
-               !strcmp(n, "_is_any_autocast_enabled")) {
-        r = const_bool(c, 0);
     } else if (!strcmp(n, "is_tensor")) {
         r = nargs == 1 ? const_bool(c, args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH) : NULL;
         if (!r && !cap_failed(c))
             *handled = 0;
-    } else if ((fn == libs.finfo || !strcmp(n, "iinfo") || fn == libs.size_type || fn == libs.device_type) &&
+    } else if ((fn == libs.size_type || fn == libs.device_type) &&
                all_foldable(args, nargs)) {
         r = cap_fold_call(c, fn, args, nargs, kwnames);
     } else {

@@ -853,7 +853,9 @@ static int is_grad_mode_decorator(PyObject *fn)
 /* 1 for the torch Python helpers capture inlines as user code (m: the function's
  * __module__): the parametrization machinery (the property a parametrized tensor reads
  * through, its ParametrizationList, the parametrizations of
- * torch.nn.utils.parametrizations, the old weight_norm hook) and torch.jit.annotate */
+ * torch.nn.utils.parametrizations, the old weight_norm hook), torch.jit.annotate and
+ * _unwrap_optional, and the
+ * fan and gain helpers of torch.nn.init */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
     if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
@@ -865,8 +867,41 @@ static int inline_torch_helper(const char *m, PyObject *fn)
     }
     if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
+    if (!strcmp(m, "torch.jit._script"))   /* torch.jit._unwrap_optional(x): x, asserted not None */
+        return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "_unwrap_optional") == 0;
+    if (!strcmp(m, "torch.nn.init")) {
+        /* the fan and gain helpers only read a tensor's rank and sizes or their arguments;
+         * the initialisers themselves (kaiming_uniform_, ...) write random draws into
+         * parameters and stay out */
+        const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
+        if (!q)
+            sj_err_clear();
+        return q && (!strncmp(q, "_calculate_", 11) || !strcmp(q, "calculate_gain"));
+    }
     return !strcmp(m, "torch.nn.utils.parametrize") || !strcmp(m, "torch.nn.utils.parametrizations") ||
            !strcmp(m, "torch.nn.utils.weight_norm");
+}
+
+/* 1 when obj (borrowed) is a functools.lru_cache wrapper of a Python function. */
+static int is_lru_cache_wrapper(PyObject *obj)
+{
+    static PyObject *lru_type;   /* strong: functools._lru_cache_wrapper, never released */
+    if (!lru_type) {
+        PyObject *ft = PyImport_ImportModule("functools");
+        lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
+        Py_XDECREF(ft);
+        if (!lru_type) {
+            sj_err_clear();
+            return 0;
+        }
+    }
+    if ((PyObject *)Py_TYPE(obj) != lru_type)
+        return 0;
+    PyObject *w = PyObject_GetAttrString(obj, "__wrapped__");
+    int r = w && PyFunction_Check(w);
+    Py_XDECREF(w);
+    sj_err_clear();
+    return r;
 }
 
 Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
@@ -880,6 +915,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         int row = fn->obj ? callables_lookup(fn->obj) : -1;
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
+        if (fn->obj) {   /* library queries answered by a constant (folds.def) */
+            int handled = 0;
+            Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled)
+                return r;
+        }
         if (fn->obj && disabled_is_wrapper(fn->obj))
             return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
         if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
@@ -1027,7 +1068,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
-        Var *r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+        Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
             return r;
         r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
@@ -1060,24 +1104,26 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
                 return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
         }
-        PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
-        if (!qn) {
+        PyObject *name = folds_public_name(fn->obj);
+        if (!name) {
             sj_err_clear();
-            qn = PyObject_Repr(fn->obj);
+            name = PyObject_Repr(fn->obj);
         }
-        PyObject *mod = PyObject_GetAttrString(fn->obj, "__module__");
-        if (!mod || !PyUnicode_Check(mod)) {
-            sj_err_clear();
-            Py_XDECREF(mod);
-            mod = PyUnicode_FromString("?");
-        }
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%S.%S", mod, qn);
-        Py_XDECREF(qn);
-        Py_XDECREF(mod);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%S", name);
+        Py_XDECREF(name);
         return NULL;
     }
     case VK_OBJECT:
     case VK_USEROBJ: {
+        if (fn->kind == VK_OBJECT && is_lru_cache_wrapper(fn->obj)) {
+            /* @functools.lru_cache / @functools.cache: the function it wraps is inlined, as
+             * torch.compile does; the cache is neither read nor filled (capture's values
+             * are graph values, not the objects the cache would key on) */
+            PyObject *wn = PyUnicode_FromString("__wrapped__");
+            Var *w = wn ? attr_load(c, fn, wn) : NULL;
+            Py_XDECREF(wn);
+            return w ? call_var(c, w, args, nargs, kwnames) : NULL;
+        }
         static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
         if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
             return NULL;
@@ -1127,7 +1173,7 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
             return NULL;
         for (int32_t i = 0; i < nk; i++) {
             PyObject *k = kwargs->u.dict.keys[i]->obj;
-            if (!PyUnicode_Check(k)) {
+            if (kwargs->u.dict.keys[i]->kind != VK_CONST || !PyUnicode_Check(k)) {
                 cap_fail(c, BR_USER_EXCEPTION, "keywords must be strings");
                 return NULL;
             }

@@ -256,6 +256,8 @@ int var_seq_append(Capture *c, Var *seq, Var *item);
 Var *var_dict(Capture *c);
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
 Var *var_dict_get(Capture *c, Var *d, Var *key, int *found);
+/* 1 when v can key a dict var: a constant, or a torch tensor (keyed by identity). */
+int var_is_dict_key(const Var *v);
 /* d.keys() / values() / items() as a new list var (which: 'k', 'v' or 'i'); skip_none
  * leaves out entries whose value is None (ModelOutput's dict view). */
 Var *var_dict_view(Capture *c, Var *d, char which, int skip_none);
@@ -498,6 +500,9 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b);
 Var *op_unary(Capture *c, int opcode, Var *a);
 Var *op_subscr(Capture *c, Var *obj, Var *key);
 int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val);
+/* lst[slice] = val (any iterable var), or del lst[slice] when val is NULL, on list var lst
+ * (already noted as mutated when it comes from outside). 0, or -1 with the failure set. */
+int op_list_slice_write(Capture *c, Var *list, PyObject *slice, Var *val);
 int op_truth(Capture *c, Var *v, int *truth);   /* 0 ok; -1 failure (data-dependent etc.) */
 Var *op_contains(Capture *c, Var *item, Var *container);
 /* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a
@@ -531,6 +536,15 @@ int callables_path_row(const char *path);       /* the first row of a path, or -
 Var *ufunc_method_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* np.meshgrid, np.mgrid[...], np.ogrid[...], np.indices (frame_eval/npgrid.c) */
 Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+/* folds.c: library queries answered by a constant (folds.def) */
+/* A call of a row's callable: *handled = 1 with the constant (guarded where the row says)
+ * or NULL with the failure set; *handled = 0 for any other callable, or for graph values
+ * among the arguments. */
+Var *folds_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* New reference: "module.name" of a callable as its library exposes it (a builtin by its
+ * __name__, anything else by its __qualname__), or NULL with an exception. */
+PyObject *folds_public_name(PyObject *fn);
 
 /* builtins.c */
 /* Call fn now with the Python values of args (constants, live objects); a new reference,

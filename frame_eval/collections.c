@@ -268,6 +268,10 @@ static PyObject *to_py(Shadow *s, Var *v)
         if (v->kind == VK_DICT) {
             for (int32_t i = 0; i < v->u.dict.n; i++) {
                 PyObject *val = to_py(s, v->u.dict.vals[i]);
+                if (val && v->u.dict.keys[i]->kind != VK_CONST) {
+                    Py_CLEAR(val);
+                    PyErr_SetString(PyExc_TypeError, "shapejit: a dict keyed by a tensor");
+                }
                 int r = val ? PyObject_SetItem(obj, v->u.dict.keys[i]->obj, val) : -1;
                 Py_XDECREF(val);
                 if (r < 0) {
@@ -359,7 +363,9 @@ static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
                 Py_DECREF(keys);
                 return -1;
             }
-            if (!differ && (v->u.dict.vals[i] != vv[i] || v->u.dict.keys[i]->obj != k)) {
+            if (!differ && v->u.dict.keys[i]->kind != VK_CONST) {
+                differ = 1;
+            } else if (!differ && (v->u.dict.vals[i] != vv[i] || v->u.dict.keys[i]->obj != k)) {
                 int eq = PyObject_RichCompareBool(v->u.dict.keys[i]->obj, k, Py_EQ);
                 if (eq < 0) {
                     Py_DECREF(keys);

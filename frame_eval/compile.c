@@ -19,6 +19,7 @@ static long graph_counter;
  *   ("t"|"l", (items...))      a tuple or list
  *   ("T", type, (items...))    a tuple subclass (namedtuple, torch.Size)
  *   ("d", (keys...), (items...)) a dict
+ *   ("D", (keyplans...), (items...)) a dict with tensor keys: each key is a plan
  *   ("m", fn, self)            a bound method; ("g", name, self): getattr(self, name)
  *   ("o"|"r", type, keys, items) an object made during capture (see build)
  *   ("=", slot, plan)          build plan, and keep the object as slot
@@ -198,6 +199,7 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         return Py_BuildValue("(sN)", v->kind == VK_TUPLE ? "t" : "l", items);
     }
     case VK_DICT: {
+        int any_planned = 0;
         PyObject *keys = PyTuple_New(v->u.dict.n), *items = PyTuple_New(v->u.dict.n);
         if (!keys || !items) {
             Py_XDECREF(keys);
@@ -205,7 +207,16 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
             return NULL;
         }
         for (int32_t i = 0; i < v->u.dict.n; i++) {
-            PyTuple_SET_ITEM(keys, i, Py_NewRef(v->u.dict.keys[i]->obj));
+            /* a tensor key (keyed by identity) is the value the graph or the frame gives */
+            int planned = v->u.dict.keys[i]->kind != VK_CONST;
+            PyObject *k = planned ? plan_for(p, v->u.dict.keys[i]) : Py_NewRef(v->u.dict.keys[i]->obj);
+            if (!k) {
+                Py_DECREF(keys);
+                Py_DECREF(items);
+                return NULL;
+            }
+            any_planned |= planned;
+            PyTuple_SET_ITEM(keys, i, k);
             PyObject *it = plan_for(p, v->u.dict.vals[i]);
             if (!it) {
                 Py_DECREF(keys);
@@ -226,6 +237,21 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
             PyObject *d = Py_BuildValue("(sNN)", "d", keys, items);
             PyObject *args = !d ? NULL : f ? Py_BuildValue("(NN)", f, d) : Py_BuildValue("(N)", d);
             return args ? Py_BuildValue("(sON)", "C", (PyObject *)v->u.dict.subtype, args) : NULL;
+        }
+        if (any_planned) {
+            /* constant keys as constant plans */
+            for (int32_t i = 0; i < v->u.dict.n; i++) {
+                if (v->u.dict.keys[i]->kind != VK_CONST)
+                    continue;
+                PyObject *cp = Py_BuildValue("(sO)", "c", PyTuple_GET_ITEM(keys, i));
+                if (!cp) {
+                    Py_DECREF(keys);
+                    Py_DECREF(items);
+                    return NULL;
+                }
+                Py_SETREF(((PyTupleObject *)keys)->ob_item[i], cp);
+            }
+            return Py_BuildValue("(sNN)", "D", keys, items);
         }
         return Py_BuildValue("(sNN)", "d", keys, items);
     }
@@ -542,8 +568,9 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
     case 't':
     case 'l':
     case 'T':
-    case 'd': {
-        PyObject *items = PyTuple_GET_ITEM(plan, tag[0] == 'T' || tag[0] == 'd' ? 2 : 1);
+    case 'd':
+    case 'D': {
+        PyObject *items = PyTuple_GET_ITEM(plan, tag[0] == 'T' || tag[0] == 'd' || tag[0] == 'D' ? 2 : 1);
         Py_ssize_t n = PyTuple_GET_SIZE(items);
         PyObject *vals = PyTuple_New(n);
         if (!vals)
@@ -577,9 +604,13 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         }
         PyObject *d = PyDict_New();
         PyObject *keys = PyTuple_GET_ITEM(plan, 1);
-        for (Py_ssize_t i = 0; d && i < n; i++)
-            if (PyDict_SetItem(d, PyTuple_GET_ITEM(keys, i), PyTuple_GET_ITEM(vals, i)) < 0)
+        for (Py_ssize_t i = 0; d && i < n; i++) {
+            PyObject *k = tag[0] == 'D' ? build(PyTuple_GET_ITEM(keys, i), outputs, bc)
+                                        : Py_NewRef(PyTuple_GET_ITEM(keys, i));
+            if (!k || PyDict_SetItem(d, k, PyTuple_GET_ITEM(vals, i)) < 0)
                 Py_CLEAR(d);
+            Py_XDECREF(k);
+        }
         Py_DECREF(vals);
         return d;
     }
@@ -861,6 +892,22 @@ static int capture_init(Capture *c, CodeState *st, int dynamic)
     return 0;
 }
 
+/* Under torch.autocast the library casts inside each op, which the graph's ops do not
+ * model: a capture that recorded torch work then fails, and the frame runs in the
+ * interpreter (GLOBAL_STATE keeps an entry made without autocast from serving a call under
+ * it). 0, or -1 with the failure set. */
+static int check_autocast(Capture *c)
+{
+    if (!c->used_torch)
+        return 0;
+    GlobalState gs;
+    if (guards_read_global_state(&gs) < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (gs.autocast > 0)
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "torch.autocast is enabled: ops under autocast are not modelled");
+    return 0;
+}
+
 static void log_code(const char *what, PyObject *code)
 {
     PyObject *dis = PyImport_ImportModule("dis");
@@ -892,7 +939,7 @@ static int split_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, Py
     int grad0 = c->grad_mode;
     c->stop_step = step;
     (void)eval_top(c, co, globals, builtins, locals, closure);
-    if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0)
+    if (!c->stopped || cap_failed(c) || attr_check_writes(c) < 0 || check_autocast(c) < 0)
         goto undo;
     if (c->grad_mode != grad0 || c->infer_depth)
         goto undo;   /* the continuation would run with the wrong grad or inference mode */
@@ -965,7 +1012,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
-    if (r && attr_check_writes(&c) < 0)
+    if (r && (attr_check_writes(&c) < 0 || check_autocast(&c) < 0))
         r = NULL;
     if (!r && can_split(&c, co, opts) && split_frame(&c, co, locals, closure, globals, builtins, st, &bk) == 0) {
         r = bk.args;

@@ -578,12 +578,12 @@ resume:
             NEED(2);
             Var *k = POP(), *o = POP();
             int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
-            if (!writable && (o->kind == VK_DICT || o->kind == VK_LIST) && var_is_const(k)) {
+            if (!writable && ((o->kind == VK_DICT && var_is_dict_key(k)) || (o->kind == VK_LIST && var_is_const(k)))) {
                 if (cap_note_mutation(c, o, "del") < 0)
                     goto fail;
                 writable = 1;
             }
-            if (o->kind == VK_DICT && writable && var_is_const(k)) {
+            if (o->kind == VK_DICT && writable && var_is_dict_key(k)) {
                 int r = var_dict_del(c, o, k);
                 if (r <= 0) {
                     if (!r)
@@ -605,6 +605,11 @@ resume:
                 }
                 memmove(o->u.seq.items + i, o->u.seq.items + i + 1, sizeof(Var *) * (size_t)(o->u.seq.n - i - 1));
                 o->u.seq.n--;
+                break;
+            }
+            if (o->kind == VK_LIST && !o->u.seq.subtype && writable && var_is_const(k) && PySlice_Check(k->obj)) {
+                if (op_list_slice_write(c, o, k->obj, NULL) < 0)
+                    goto fail;
                 break;
             }
             cap_fail(c, BR_SIDE_EFFECT, "del on a %s", var_kind_name(o));

@@ -38,8 +38,7 @@ static int load_torch(PyObject *torch)
         !(libs.enter_inference_mode = libs_get_path(torch, "autograd.grad_mode._enter_inference_mode")) ||
         !(libs.exit_inference_mode = libs_get_path(torch, "autograd.grad_mode._exit_inference_mode")) ||
         !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
-        !(libs.device_type = libs_get_path(torch, "device")) ||
-        !(libs.finfo = libs_get_path(torch, "finfo")))
+        !(libs.device_type = libs_get_path(torch, "device")))
         return -1;
     PyObject *m = libs_get_path(torch, "nn.modules.module");
     if (!m)

@@ -16,7 +16,7 @@ typedef struct {
     PyObject *inference_mode;   /* the class torch.inference_mode */
     PyObject *memory_format_type;   /* torch.memory_format (torch.contiguous_format's type) */
     PyObject *enter_inference_mode, *exit_inference_mode;   /* torch.autograd.grad_mode's */
-    PyObject *dtype_type, *device_type, *finfo;
+    PyObject *dtype_type, *device_type;
     PyObject *numpy;            /* module or NULL */
     PyObject *ndarray_type;
     PyObject *np_generic;       /* numpy.generic (numpy scalars) */

@@ -735,6 +735,57 @@ static const char *const nb_names[] = {
     [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv", [SJ_NB_INPLACE_XOR] = "ixor",
 };
 
+/* seq * n and n * seq for a list or tuple var and an int (a symbolic one is specialised:
+ * the length of the result is a Python fact); `lst *= n` repeats the list in place.
+ * NULL without a failure when the operands are not such a pair. */
+static Var *seq_repeat(Capture *c, int inplace, Var *a, Var *b)
+{
+    int seq_first = a->kind == VK_TUPLE || a->kind == VK_LIST;
+    Var *seq = seq_first ? a : b, *count = seq_first ? b : a;
+    if ((seq->kind != VK_TUPLE && seq->kind != VK_LIST) ||
+        !((var_is_const(count) && PyLong_Check(count->obj)) || count->kind == VK_SYMINT))
+        return NULL;
+    PyObject *py = var_to_py(c, count);   /* new reference */
+    if (!py)
+        return NULL;
+    long k = PyLong_AsLong(py);
+    Py_DECREF(py);
+    if (k == -1 && PyErr_Occurred()) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);   /* OverflowError, as eager's MemoryError path */
+        return NULL;
+    }
+    int32_t n = seq->u.seq.n;
+    if (k > 0 && n > 0 && k > (INT32_MAX / 4) / n) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s repeated %ld times", var_kind_name(seq), k);
+        return NULL;
+    }
+    /* the items first: seq may be the list being extended */
+    Var **items = n ? cap_alloc(c, sizeof(Var *) * (size_t)n) : NULL;
+    if (n && !items)
+        return NULL;
+    if (n)
+        memcpy(items, seq->u.seq.items, sizeof(Var *) * (size_t)n);
+    Var *r;
+    if (inplace && seq_first && seq->kind == VK_LIST && !seq->u.seq.subtype) {
+        if (seq->src >= 0 && !seq->fresh && cap_note_mutation(c, seq, "*=") < 0)
+            return NULL;
+        seq->u.seq.n = 0;
+        r = seq;
+    } else if (seq->kind == VK_LIST && seq->u.seq.subtype) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "operator * on a %s", seq->u.seq.subtype->tp_name);
+        return NULL;
+    } else if ((r = var_seq(c, seq->kind, NULL, 0)) && libs.size_type &&
+               (PyObject *)seq->u.seq.subtype == libs.size_type) {
+        r->u.seq.subtype = seq->u.seq.subtype;   /* torch.Size repeats into a Size; a
+                                                    namedtuple into a plain tuple */
+    }
+    for (long j = 0; r && j < k; j++)
+        for (int32_t i = 0; i < n; i++)
+            if (var_seq_append(c, r, items[i]) < 0)
+                return NULL;
+    return r;
+}
+
 int op_nb_index(const char *name)
 {
     for (int nb = 0; nb < SJ_NB_COUNT; nb++)
@@ -826,15 +877,10 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             return NULL;
         return seq_concat(c, as, b);
     }
-    if ((nb == SJ_NB_MULTIPLY) && (a->kind == VK_TUPLE || a->kind == VK_LIST) && var_is_const(b) &&
-        PyLong_Check(b->obj)) {
-        long k = PyLong_AsLong(b->obj);
-        Var *r = var_seq(c, a->kind, NULL, 0);
-        for (long j = 0; r && j < k; j++)
-            for (int32_t i = 0; i < a->u.seq.n; i++)
-                if (var_seq_append(c, r, a->u.seq.items[i]) < 0)
-                    return NULL;
-        return r;
+    if (nb == SJ_NB_MULTIPLY || nb == SJ_NB_INPLACE_MULTIPLY) {
+        Var *r = seq_repeat(c, nb == SJ_NB_INPLACE_MULTIPLY, a, b);
+        if (r || cap_failed(c))
+            return r;
     }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on a %s and a %s", sj_nb_symbols[nb],
              var_kind_name(a), var_kind_name(b));
@@ -1014,7 +1060,7 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         Var *in = container->u.dview.which == 'k' ? container->u.dview.dict : var_view_list(c, container);
         return in ? op_contains(c, item, in) : NULL;
     }
-    if (container->kind == VK_DICT && var_is_const(item)) {
+    if (container->kind == VK_DICT && var_is_dict_key(item)) {
         int found;
         var_dict_get(c, container, item, &found);
         if (PyErr_Occurred()) {
@@ -1192,7 +1238,7 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
     }
     if ((obj->kind == VK_TUPLE || obj->kind == VK_LIST) && var_is_const(key))
         return seq_index(c, obj, key->obj);
-    if (obj->kind == VK_DICT && var_is_const(key)) {
+    if (obj->kind == VK_DICT && var_is_dict_key(key)) {
         int found;
         Var *v = var_dict_get(c, obj, key, &found);
         if (!found && !PyErr_Occurred() && collections_type_of(obj)) {
@@ -1261,9 +1307,69 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         obj->u.seq.items[i] = val;
         return 0;
     }
-    if (obj->kind == VK_DICT && var_is_const(key))
+    if (obj->kind == VK_DICT && var_is_dict_key(key))
         return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
+    if (obj->kind == VK_LIST && !obj->u.seq.subtype && var_is_const(key) && PySlice_Check(key->obj))
+        return op_list_slice_write(c, obj, key->obj, val);
     return cap_fail(c, BR_SIDE_EFFECT, "item assignment on a %s", var_kind_name(obj));
+}
+
+int op_list_slice_write(Capture *c, Var *list, PyObject *slice, Var *val)
+{
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(slice, &start, &stop, &step) < 0)
+        return cap_fail_exc(c, BR_USER_EXCEPTION);
+    int32_t n = list->u.seq.n;
+    Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+    Var **items = NULL;
+    int32_t m = 0;
+    if (val) {
+        Var **vi;
+        if (op_iterate(c, val, &vi, &m) < 0)
+            return -1;
+        /* a copy: the value may be the list itself (m[1:] = m) */
+        if (!(items = cap_alloc(c, sizeof(Var *) * (size_t)(m + 1))))
+            return -1;
+        if (m)
+            memcpy(items, vi, sizeof(Var *) * (size_t)m);
+    }
+    if (step != 1) {
+        if (val && m != len) {
+            PyErr_Format(PyExc_ValueError, "attempt to assign sequence of size %d to extended slice of size %zd",
+                         (int)m, len);
+            return cap_fail_exc(c, BR_USER_EXCEPTION);
+        }
+        if (val) {
+            for (Py_ssize_t k = 0; k < len; k++)
+                list->u.seq.items[start + k * step] = items[k];
+            return 0;
+        }
+        /* del m[::2]: keep what the slice does not name */
+        int32_t w = 0;
+        for (int32_t i = 0; i < n; i++) {
+            Py_ssize_t off = (Py_ssize_t)i - start;
+            int named = off % step == 0 && off / step >= 0 && off / step < len;
+            if (!named)
+                list->u.seq.items[w++] = list->u.seq.items[i];
+        }
+        list->u.seq.n = w;
+        return 0;
+    }
+    if (stop < start)
+        stop = start;   /* m[3:1] = [...] inserts at 3 */
+    Var **rest = cap_alloc(c, sizeof(Var *) * (size_t)(n - stop + 1));
+    if (!rest)
+        return -1;
+    if (n - stop)
+        memcpy(rest, list->u.seq.items + stop, sizeof(Var *) * (size_t)(n - stop));
+    list->u.seq.n = (int32_t)start;
+    for (int32_t i = 0; i < m; i++)
+        if (var_seq_append(c, list, items[i]) < 0)
+            return -1;
+    for (Py_ssize_t i = 0; i < n - stop; i++)
+        if (var_seq_append(c, list, rest[i]) < 0)
+            return -1;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- iteration ---- */

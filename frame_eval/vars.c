@@ -88,17 +88,35 @@ Var *var_dict(Capture *c)
     return v->u.dict.keys && v->u.dict.vals ? v : NULL;
 }
 
-/* Keys are constants; hashable and compared by Python equality. */
+int var_is_dict_key(const Var *v)
+{
+    return v->kind == VK_CONST || (v->kind == VK_TENSOR && v->u.t.meta.lib == LIB_TORCH);
+}
+
+/* Keys are constants, hashable and compared by Python equality, or torch tensors, compared
+ * by identity as Python's dict does (a tensor hashes by id): the same var, or two vars
+ * read from the same live tensor. A tensor never equals a constant key. */
 static int key_index(Capture *c, Var *d, Var *key, int32_t *idx)
 {
     (void)c;
-    if (key->kind != VK_CONST) {
-        PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got a %s",
-                     var_kind_name(key));
+    if (!var_is_dict_key(key)) {
+        if (key->kind == VK_TENSOR)
+            PyErr_SetString(PyExc_TypeError, "unhashable type: 'numpy.ndarray'");
+        else
+            PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got a %s",
+                         var_kind_name(key));
         return -1;
     }
     for (int32_t i = 0; i < d->u.dict.n; i++) {
-        PyObject *k = d->u.dict.keys[i]->obj;
+        Var *kv = d->u.dict.keys[i];
+        if (kv->kind != VK_CONST || key->kind != VK_CONST) {
+            if (kv == key || (kv->kind == key->kind && kv->obj && kv->obj == key->obj)) {
+                *idx = i;
+                return 1;
+            }
+            continue;
+        }
+        PyObject *k = kv->obj;
         int eq = k == key->obj ? 1 : PyObject_RichCompareBool(k, key->obj, Py_EQ);
         if (eq < 0)
             return -1;
@@ -119,6 +137,12 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
     if (r) {
         d->u.dict.vals[i] = val;
         return 0;
+    }
+    if (key->kind != VK_CONST && ((d->src >= 0 && !d->fresh) || d->u.dict.subtype)) {
+        /* written back (or rebuilt as its collections type) from constant keys only */
+        PyErr_SetString(PyExc_TypeError, "shapejit: a tensor key in a dict from outside the frame or a "
+                                         "collections dict");
+        return -1;
     }
     if (d->u.dict.n == d->u.dict.cap) {
         int32_t ncap = d->u.dict.cap * 2;
@@ -322,6 +346,10 @@ PyObject *var_to_py(Capture *c, Var *v)
             return NULL;
         for (int32_t i = 0; i < v->u.dict.n; i++) {
             PyObject *val = var_to_py(c, v->u.dict.vals[i]);
+            if (val && v->u.dict.keys[i]->kind != VK_CONST) {
+                Py_CLEAR(val);
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict keyed by a tensor used as a Python value");
+            }
             if (!val || PyDict_SetItem(d, v->u.dict.keys[i]->obj, val) < 0) {
                 Py_XDECREF(val);
                 Py_DECREF(d);

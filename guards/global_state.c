@@ -1,5 +1,5 @@
 /* The interpreter-wide state a graph depends on (GLOBAL_STATE): torch's grad mode, its
- * default dtype and its intra-op thread count.
+ * default dtype, its intra-op thread count and whether autocast is on for some device.
  *
  * They are thread-local or global C++ state inside torch, reachable only through torch's
  * own builtins (torch._C.is_grad_enabled, get_default_dtype, get_num_threads). Those are
@@ -10,12 +10,13 @@
 #include "guards.h"
 
 typedef struct {
-    const char *name;      /* attribute of torch */
+    const char *name;      /* dotted path from torch */
     PyObject *fn;          /* strong, cached */
 } TorchFn;
 
-static TorchFn fns[] = {{"is_grad_enabled", NULL}, {"get_default_dtype", NULL}, {"get_num_threads", NULL}};
-enum { FN_GRAD, FN_DTYPE, FN_THREADS, FN_COUNT };
+static TorchFn fns[] = {{"is_grad_enabled", NULL}, {"get_default_dtype", NULL}, {"get_num_threads", NULL},
+                        {"_C._is_any_autocast_enabled", NULL}};
+enum { FN_GRAD, FN_DTYPE, FN_THREADS, FN_AUTOCAST, FN_COUNT };
 
 static PyObject *last_dtype_obj;   /* strong: the torch.dtype seen last */
 static int last_dtype = -1;         /* its DType */
@@ -33,13 +34,23 @@ int guards_read_global_state(GlobalState *gs)
     gs->grad_enabled = 1;
     gs->default_dtype = -1;
     gs->num_threads = -1;
+    gs->autocast = -1;
     if (!fns[0].fn) {
         PyObject *mods = PyImport_GetModuleDict();                 /* borrowed */
         PyObject *torch = PyDict_GetItemString(mods, "torch");     /* borrowed */
         if (!torch)
             return 0;
         for (int i = 0; i < FN_COUNT; i++) {
-            PyObject *f = PyObject_GetAttrString(torch, fns[i].name);
+            PyObject *f = Py_NewRef(torch);
+            for (const char *p = fns[i].name; f && *p;) {
+                const char *dot = strchr(p, '.');
+                size_t n = dot ? (size_t)(dot - p) : strlen(p);
+                PyObject *part = PyUnicode_FromStringAndSize(p, (Py_ssize_t)n);
+                PyObject *next = part ? PyObject_GetAttr(f, part) : NULL;
+                Py_XDECREF(part);
+                Py_SETREF(f, next);
+                p += n + (dot != NULL);
+            }
             if (!f) {
                 for (int j = 0; j < i; j++)
                     Py_CLEAR(fns[j].fn);
@@ -78,5 +89,10 @@ int guards_read_global_state(GlobalState *gs)
     if (n == -1 && PyErr_Occurred())
         return -1;
     gs->num_threads = (int)n;
-    return 0;
+    r = call0(fns[FN_AUTOCAST].fn);
+    if (!r)
+        return -1;
+    gs->autocast = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return gs->autocast < 0 ? -1 : 0;
 }

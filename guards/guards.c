@@ -57,7 +57,7 @@ static TensorDiff tensor_diff(const Guard *g, PyObject *v, const TensorFacts *f,
     return TM_SAME;
 }
 
-typedef enum { GS_SAME, GS_GRAD, GS_DTYPE, GS_THREADS } GlobalDiff;
+typedef enum { GS_SAME, GS_GRAD, GS_DTYPE, GS_THREADS, GS_AUTOCAST } GlobalDiff;
 
 static GlobalDiff global_diff(const Guard *g, const GlobalState *now)
 {
@@ -67,6 +67,8 @@ static GlobalDiff global_diff(const Guard *g, const GlobalState *now)
         return GS_DTYPE;
     if (g->gs.num_threads >= 0 && now->num_threads != g->gs.num_threads)
         return GS_THREADS;
+    if (g->gs.autocast >= 0 && now->autocast != g->gs.autocast)
+        return GS_AUTOCAST;
     return GS_SAME;
 }
 
@@ -425,6 +427,9 @@ static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name, Gua
     case GS_THREADS:
         return PyUnicode_FromFormat("GLOBAL_STATE changed: num_threads (expected %d, actual %d)",
                                     g->gs.num_threads, now.num_threads);
+    case GS_AUTOCAST:
+        return PyUnicode_FromFormat("GLOBAL_STATE changed: autocast (expected %s, actual %s)",
+                                    g->gs.autocast ? "enabled" : "disabled", now.autocast ? "enabled" : "disabled");
     case GS_SAME:
         break;
     }
@@ -573,9 +578,11 @@ static PyObject *format_global(const Guard *g, PyObject *src, const SourceTable 
         snprintf(threads, sizeof threads, "%d", g->gs.num_threads);
     else
         strcpy(threads, "n/a");
-    return PyUnicode_FromFormat("GLOBAL_STATE: ___check_global_state(grad_mode=%s, default_dtype=%s%s, num_threads=%s)",
+    return PyUnicode_FromFormat("GLOBAL_STATE: ___check_global_state(grad_mode=%s, default_dtype=%s%s, num_threads=%s, "
+                                "autocast=%s)",
                                 g->gs.grad_enabled ? "True" : "False", g->gs.default_dtype >= 0 ? "torch." : "",
-                                g->gs.default_dtype >= 0 ? dtype_info[g->gs.default_dtype].name : "n/a", threads);
+                                g->gs.default_dtype >= 0 ? dtype_info[g->gs.default_dtype].name : "n/a", threads,
+                                g->gs.autocast < 0 ? "n/a" : g->gs.autocast ? "True" : "False");
 }
 
 static PyObject *format_backend(const Guard *g, PyObject *src, const SourceTable *t)

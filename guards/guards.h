@@ -26,6 +26,7 @@ typedef struct {
     int grad_enabled;               /* torch's grad mode (1 when torch is not loaded) */
     int default_dtype;              /* DType of torch.get_default_dtype(), -1 without torch */
     int num_threads;                /* torch.get_num_threads(), -1 without torch */
+    int autocast;                   /* torch._C._is_any_autocast_enabled(), -1 without torch */
 } GlobalState;
 
 typedef struct GuardCall GuardCall;   /* tree.h: per-call memo */

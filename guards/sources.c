@@ -45,6 +45,8 @@ static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, 
         return PyUnicode_FromFormat("%U.size()[%d]", b, index);
     case SRC_STRIDE:
         return PyUnicode_FromFormat("%U.stride()[%d]", b, index);
+    case SRC_CALL:
+        return Py_NewRef(PyTuple_GET_ITEM(key, 2));
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
     return NULL;
@@ -215,6 +217,10 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
             return NULL;
         }
         return PyLong_FromLongLong(e->kind == SRC_SIZE ? m.size[e->index] : st[e->index]);
+    }
+    case SRC_CALL: {
+        PyObject *kw = PyTuple_GET_ITEM(e->key, 1);
+        return PyObject_Call(e->obj, PyTuple_GET_ITEM(e->key, 0), kw == Py_None ? NULL : kw);
     }
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");

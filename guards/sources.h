@@ -21,6 +21,8 @@ typedef enum {
     SRC_KWDEFAULT,  /* base.__kwdefaults__[key] */
     SRC_SIZE,       /* base.size()[index] (base: a tensor or array), read by the tensor reader */
     SRC_STRIDE,     /* base.stride()[index], in elements */
+    SRC_CALL,       /* obj(*key[0], **key[1]): a library query called again on each check
+                       (key[2]: its printed form); no base */
 } SourceKind;
 
 typedef struct {

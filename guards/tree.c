@@ -452,6 +452,8 @@ static PyObject *accessor_name(const SourceTable *s, int32_t id)
         return PyUnicode_FromFormat("TensorSizeGuardAccessor(index=%d)", e->index);
     case SRC_STRIDE:
         return PyUnicode_FromFormat("TensorStrideGuardAccessor(index=%d)", e->index);
+    case SRC_CALL:
+        return PyUnicode_FromFormat("CallFunctionGuardAccessor(%U)", PyTuple_GET_ITEM(e->key, 2));
     }
     return PyUnicode_FromString("?");
 }

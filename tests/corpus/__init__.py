@@ -11,7 +11,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
-    t_pyiter, np_pyiter, t_random,
+    t_pyiter, np_pyiter, t_random, t_pymisc, np_pymisc,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -84,6 +84,9 @@ ORACLE_DIFFERENCES = {
         "Tensor.is_contiguous of a value computed in the graph breaks in shapejit, which does not model strides (of a graph input it folds, the input's layout being guarded); torch.compile's fake tensors carry strides",
     "t_it_max_tensor_and_number":
         'max() of a tensor and a Python number gives either object in eager (the tensor, or the number itself, as the data decides); torch.compile turns it into a clamp (always a tensor); shapejit breaks at the comparison',
+    # library queries folded to constants (tests/corpus/t_pymisc.py)
+    "t_misc_result_type_cast":
+        "torch.compile breaks at torch.result_type of two tensors (a torch op returning a dtype); shapejit folds it from the tensors' dtypes and ranks, which their guards fix",
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an
