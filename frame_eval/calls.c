@@ -961,7 +961,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (handled)
                 return r;
         }
-        return call_var(c, inner, all, nargs + 1, kwnames);
+        Var *r = call_var(c, inner, all, nargs + 1, kwnames);
+        if (!r && inner->obj && fn->u.method.self->obj)
+            sj_name_bound_call(c, inner->obj, fn->u.method.self->obj);
+        return r;
     }
     case VK_MODULE:
         return call_module(c, fn, args, nargs, kwnames);
@@ -1039,20 +1042,7 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (all)
                 return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
         }
-        PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
-        if (!qn) {
-            sj_err_clear();
-            qn = PyObject_Repr(fn->obj);
-        }
-        PyObject *mod = PyObject_GetAttrString(fn->obj, "__module__");
-        if (!mod || !PyUnicode_Check(mod)) {
-            sj_err_clear();
-            Py_XDECREF(mod);
-            mod = PyUnicode_FromString("?");
-        }
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%S.%S", mod, qn);
-        Py_XDECREF(qn);
-        Py_XDECREF(mod);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
         return NULL;
     }
     case VK_OBJECT:
@@ -1076,7 +1066,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     default:
         break;
     }
-    cap_fail(c, BR_UNSUPPORTED_CALL, "calling a %s", var_kind_name(fn));
+    if (fn->kind == VK_GRADMODE && nargs == 1 && args[0]->kind == VK_FUNC)
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s used as a decorator on %s, a function defined in the frame",
+                 sj_grad_mode_text(fn), var_a(c, args[0]));
+    else if (fn->obj && (fn->kind == VK_OBJECT || fn->kind == VK_CALLABLE))
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
+    else
+        cap_fail(c, BR_UNSUPPORTED_CALL, "calling %s", var_a(c, fn));
     return NULL;
 }
 
