@@ -503,7 +503,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         return NULL;
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update"))) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", var_kind_name(self), n);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", sj_var_type_name(c, self), n);
         return NULL;
     }
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
@@ -651,7 +651,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         }
     }
 unsupported:
-    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s(...) with these arguments", var_kind_name(self), n);
+    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s(...) with these arguments", sj_var_type_name(c, self), n);
     return NULL;
 }
 
@@ -1085,7 +1085,7 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
     int32_t nk = 0;
     if (kwargs) {
         if (kwargs->kind != VK_DICT) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from a %s", var_kind_name(kwargs));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from %s", var_a(c, kwargs));
             return NULL;
         }
         nk = kwargs->u.dict.n;

@@ -281,6 +281,9 @@ const char *sj_type_a(Capture *c, PyTypeObject *t, const char *what);
 /* The path a user writes for a callable: torch.rand, torch.Tensor.addcdiv_,
  * numpy.add.outer, numpy.random.randn, functools._lru_cache_wrapper of f. */
 const char *sj_callable_name(Capture *c, PyObject *fn);
+/* The Python type of v as a path ("list", "collections.OrderedDict", "Tensor"), for
+ * "type.method" texts. */
+const char *sj_var_type_name(Capture *c, const Var *v);
 /* New references (NULL only on memory errors, cleared): the same for a callable / a type. */
 PyObject *sj_callable_path(PyObject *fn);
 PyObject *sj_type_path(PyTypeObject *t);

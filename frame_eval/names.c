@@ -393,3 +393,22 @@ void sj_name_bound_call(Capture *c, PyObject *func, PyObject *self)
     Py_XDECREF(plain);
     sj_err_clear();
 }
+
+const char *sj_var_type_name(Capture *c, const Var *v)
+{
+    PyTypeObject *t = NULL;
+    if (v->kind == VK_TUPLE || v->kind == VK_LIST)
+        t = v->u.seq.subtype;
+    else if (v->kind == VK_DICT)
+        t = v->u.dict.subtype;
+    else if (v->kind == VK_USEROBJ)
+        t = v->u.uobj.type;
+    else if (v->obj && v->kind != VK_TENSOR)
+        t = Py_TYPE(v->obj);
+    if (!t)
+        return v->kind == VK_TENSOR ? (v->u.t.meta.lib == LIB_TORCH ? "Tensor" : "ndarray") : var_kind_name(v);
+    PyObject *p = sj_type_path(t);
+    const char *r = p ? arena_str(c, p) : t->tp_name;
+    Py_XDECREF(p);
+    return r;
+}

@@ -163,7 +163,7 @@ int var_dict_merge(Capture *c, Var *d, Var *src)
                 (src->kind == VK_DICTVIEW && src->u.dview.which == 'i') ||
                 (src->kind == VK_CONST && !PyObject_HasAttrString(src->obj, "keys"));
     if (!pairs)
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict updated from a %s", var_kind_name(src));
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict updated from %s", var_a(c, src));
     Var **items;
     int32_t n;
     if (op_iterate(c, src, &items, &n) < 0)
