@@ -897,7 +897,6 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 return r;
         }
         if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
-            PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
             /* module forwards, container helpers and the Python helpers of
              * torch.nn.functional are inlined on purpose; other torch internals are not.
@@ -916,8 +915,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
                     return r;
-                cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
-                         m ? m : "?", qn);
+                cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
+                         sj_callable_name(c, fn->obj));
                 return NULL;
             }
         }

@@ -226,8 +226,7 @@ static Var *make_function(Capture *c, EvalFrame *f, int flags)
 static int before_with(Capture *c, EvalFrame *f, Var *mgr)
 {
     if (mgr->kind != VK_GRADMODE)
-        return cap_fail(c, BR_UNSUPPORTED_OPCODE, "'with' on %s (%s)", var_a(c, mgr),
-                        mgr->obj ? Py_TYPE(mgr->obj)->tp_name : "?");
+        return cap_fail(c, BR_UNSUPPORTED_OPCODE, "'with' on %s", var_a(c, mgr));
     /* The grad mode at capture start is guarded (GLOBAL_STATE); inside, capture tracks it. */
     Var *ex = var_new(c, VK_EXIT);
     if (!ex)

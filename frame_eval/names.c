@@ -41,6 +41,8 @@ static PyObject *public_path(PyObject *obj, const char *module, const char *name
     size_t n = strlen(module);
     if (n >= sizeof buf || !*name || strchr(name, '.'))
         return NULL;
+    if (same_object(module_item("builtins", name), obj))   /* open, not io.open */
+        return PyUnicode_FromString(name);
     if (module[0] == '_' && !strchr(module, '.') && same_object(module_item(module + 1, name), obj))
         return PyUnicode_FromFormat("%s.%s", module + 1, name);
     for (size_t i = 1; i <= n; i++) {
@@ -131,6 +133,29 @@ static PyObject *member_path(PyTypeObject *owner, PyObject *name)
 
 static PyObject *callable_path(PyObject *fn, int depth);
 
+/* A Python function: by the module that holds it, or as a method of its class named by
+ * the class's public path (torch.Tensor.share_memory_, not torch._tensor.Tensor....). */
+static PyObject *function_path(PyObject *fn)
+{
+    PyObject *mod = ((PyFunctionObject *)fn)->func_module;   /* borrowed */
+    PyObject *qn = ((PyFunctionObject *)fn)->func_qualname;  /* borrowed */
+    const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+    const char *q = qn && PyUnicode_Check(qn) ? PyUnicode_AsUTF8(qn) : NULL;
+    PyObject *r = m && q ? public_path(fn, m, q) : NULL;
+    const char *dot = q && !r ? strchr(q, '.') : NULL;
+    if (dot && dot - q < 128 && !strstr(q, "<locals>")) {
+        char owner[128];
+        memcpy(owner, q, (size_t)(dot - q));
+        owner[dot - q] = '\0';
+        PyObject *cls = module_item(m, owner);   /* borrowed */
+        PyObject *cp = cls && PyType_Check(cls) ? sj_type_path((PyTypeObject *)cls) : NULL;
+        r = cp ? PyUnicode_FromFormat("%U%s", cp, dot) : NULL;
+        Py_XDECREF(cp);
+    }
+    sj_err_clear();
+    return r ? r : join_path(mod && PyUnicode_Check(mod) ? mod : NULL, qn);
+}
+
 /* A builtin function: a module's (self NULL or the module), a type's (dict.fromkeys),
  * a pybind11 function (self is pybind's record of it; m_module names the module) or a
  * bound method of an instance (x.addcdiv_, numpy.add.outer, sys.stdout.write). */
@@ -179,7 +204,7 @@ static PyObject *callable_path(PyObject *fn, int depth)
     if (PyType_Check(fn))
         return sj_type_path((PyTypeObject *)fn);
     if (PyFunction_Check(fn))
-        return join_path(((PyFunctionObject *)fn)->func_module, ((PyFunctionObject *)fn)->func_qualname);
+        return function_path(fn);
     PyObject *r = NULL;
     if (depth < 4 && !PyCFunction_Check(fn)) {
         /* a wrapper object (functools.lru_cache, a decorator class) copies the name of
