@@ -276,6 +276,8 @@ const char *var_kind_name(const Var *v);
 const char *var_a(Capture *c, const Var *v);
 /* "a"/"an" for noun (leading underscores and quotes skipped). Static. */
 const char *sj_article(const char *noun);
+/* "collections.OrderedDict", "torch.nn.Linear", "Point" (a class of the script). */
+const char *sj_type_name(Capture *c, PyTypeObject *t);
 /* "a collections.OrderedDict" (+ " what" when what is not NULL). */
 const char *sj_type_a(Capture *c, PyTypeObject *t, const char *what);
 /* The path a user writes for a callable: torch.rand, torch.Tensor.addcdiv_,

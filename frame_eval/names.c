@@ -324,6 +324,14 @@ const char *sj_type_a(Capture *c, PyTypeObject *t, const char *what)
     return r;
 }
 
+const char *sj_type_name(Capture *c, PyTypeObject *t)
+{
+    PyObject *p = sj_type_path(t);
+    const char *r = p ? arena_str(c, p) : t->tp_name;
+    Py_XDECREF(p);
+    return r;
+}
+
 const char *sj_callable_name(Capture *c, PyObject *fn)
 {
     PyObject *p = sj_callable_path(fn);
@@ -432,8 +440,5 @@ const char *sj_var_type_name(Capture *c, const Var *v)
         t = Py_TYPE(v->obj);
     if (!t)
         return v->kind == VK_TENSOR ? (v->u.t.meta.lib == LIB_TORCH ? "Tensor" : "ndarray") : var_kind_name(v);
-    PyObject *p = sj_type_path(t);
-    const char *r = p ? arena_str(c, p) : t->tp_name;
-    Py_XDECREF(p);
-    return r;
+    return sj_type_name(c, t);
 }

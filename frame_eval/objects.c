@@ -137,7 +137,7 @@ static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nar
     if (m && drew) {
         Py_DECREF(m);
         cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s inside the function draws from the global generator: "
-                 "it is made at run time, in the interpreter", ((PyTypeObject *)cls)->tp_name);
+                 "it is made at run time, in the interpreter", sj_type_name(c, (PyTypeObject *)cls));
         return NULL;
     }
     return m;
@@ -172,7 +172,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         *handled = 1;
         Var *r = PyDict_Check(dfields) ? construct_record(c, t, dfields, args, nargs, kwnames) : NULL;
         if (!r && !cap_failed(c))
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s", t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s", sj_type_name(c, t));
         Py_DECREF(dfields);
         return r;
     }
@@ -190,7 +190,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         *handled = 1;
         if (!torch_layer || !var_all_const(args, nargs)) {
             cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (an nn.Module) inside the function: it is made "
-                     "at run time, in the interpreter", t->tp_name);
+                     "at run time, in the interpreter", sj_type_name(c, t));
             return NULL;
         }
         PyObject *m = probe_module(c, cls, args, nargs, kwnames);
@@ -204,7 +204,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
             Py_DECREF(m);
             sj_err_clear();
             cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function: "
-                     "it is made at run time, in the interpreter", t->tp_name);
+                     "it is made at run time, in the interpreter", sj_type_name(c, t));
             return NULL;
         }
         Var *v = wrap_untracked(c, m);
@@ -242,7 +242,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     }
     if (nargs == 0)
         return o;   /* object.__init__ */
-    cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (its __init__ is not Python code)", t->tp_name);
+    cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (its __init__ is not Python code)", sj_type_name(c, t));
     return NULL;
 }
 

@@ -958,7 +958,7 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_GSCALAR:
         return gscalar_truth(c, v, truth);
     case VK_TENSOR:
-        return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
+        return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of %s (%s)", var_a(c, v),
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");
     case VK_FUNC:
     case VK_CALLABLE:
