@@ -419,9 +419,14 @@ void sj_name_bound_call(Capture *c, PyObject *func, PyObject *self)
         return;
     PyObject *plain = sj_callable_path(func);
     PyObject *bound = plain && PyUnicode_Compare(plain, c->reason_msg) == 0 ? PyMethod_New(func, self) : NULL;
-    PyObject *p = bound ? sj_callable_path(bound) : NULL;
+    PyObject *mod = bound ? str_attr(func, "__module__") : NULL;
+    PyObject *name = mod ? str_attr(func, "__name__") : NULL;
+    const char *m = mod ? PyUnicode_AsUTF8(mod) : NULL, *n = name ? PyUnicode_AsUTF8(name) : NULL;
+    PyObject *p = m && n ? public_path(bound, m, n) : NULL;   /* only a module's name */
     if (p)
         Py_SETREF(c->reason_msg, p);
+    Py_XDECREF(name);
+    Py_XDECREF(mod);
     Py_XDECREF(bound);
     Py_XDECREF(plain);
     sj_err_clear();

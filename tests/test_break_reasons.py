@@ -222,3 +222,17 @@ def test_article_before_a_consonant():
         return y
     assert only_reason(f, torch.randn(3), memoryview(b"ab")) == (
         "unsupported bytecode: 'with' on a memoryview object")
+
+
+class _Record(collections.OrderedDict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+
+
+def test_method_reached_through_super_is_named_by_its_owner():
+    # the method of the C base, called on a subclass instance: named by the base
+    def f(x, r):
+        r["a"] = x
+        return x + 1
+    rs = reasons(f, torch.randn(3), _Record())
+    assert CALL + "collections.OrderedDict.__setitem__" in rs, rs
