@@ -156,6 +156,18 @@ static PyObject *function_path(PyObject *fn)
     return r ? r : join_path(mod && PyUnicode_Check(mod) ? mod : NULL, qn);
 }
 
+/* New reference: "P.name" when a module on the path of t's module holds fn under its
+ * name (the module-level functions that are methods of a hidden instance); else NULL. */
+static PyObject *held_by_type_module(PyObject *fn, PyTypeObject *t, PyObject *name)
+{
+    PyObject *mod = str_attr((PyObject *)t, "__module__");
+    const char *m = mod ? PyUnicode_AsUTF8(mod) : NULL, *n = PyUnicode_AsUTF8(name);
+    PyObject *r = m && n ? public_path(fn, m, n) : NULL;
+    Py_XDECREF(mod);
+    sj_err_clear();
+    return r;
+}
+
 /* A builtin function: a module's (self NULL or the module), a type's (dict.fromkeys),
  * a pybind11 function (self is pybind's record of it; m_module names the module) or a
  * bound method of an instance (x.addcdiv_, numpy.add.outer, sys.stdout.write). */
@@ -177,6 +189,8 @@ static PyObject *cfunction_path(PyObject *fn, PyObject *name)
             r = join_path(mod, name);
     } else if (self && PyType_Check(self)) {
         r = member_path((PyTypeObject *)self, name);
+    } else if (self && (r = held_by_type_module(fn, Py_TYPE(self), name)) != NULL) {
+        /* random.random: a method of the module's hidden Random instance */
     } else if (self) {
         PyObject *own = str_attr(self, "__name__");   /* a named object: a ufunc */
         PyObject *tp = own ? sj_type_path(Py_TYPE(self)) : NULL;

@@ -91,10 +91,8 @@ Var *var_dict(Capture *c)
 /* Keys are constants; hashable and compared by Python equality. */
 static int key_index(Capture *c, Var *d, Var *key, int32_t *idx)
 {
-    (void)c;
     if (key->kind != VK_CONST) {
-        PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got a %s",
-                     var_kind_name(key));
+        PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got %s", var_a(c, key));
         return -1;
     }
     for (int32_t i = 0; i < d->u.dict.n; i++) {
@@ -352,6 +350,6 @@ PyObject *var_to_py(Capture *c, Var *v)
     default:
         break;
     }
-    PyErr_Format(PyExc_TypeError, "shapejit: a %s has no constant value here", var_kind_name(v));
+    PyErr_Format(PyExc_TypeError, "shapejit: %s has no constant value here", var_a(c, v));
     return NULL;
 }

@@ -4,6 +4,7 @@ and names values with their type and the right article (frame_eval/names.c)."""
 import collections
 import functools
 import io
+import random
 
 import numpy as np
 import pytest
@@ -101,6 +102,13 @@ def test_module_level_bound_method_is_named_by_the_module():
     def f(x):
         return x + 1, np.random.randn(2, 2)
     assert only_reason(f, torch.randn(3)) == CALL + "numpy.random.randn"
+
+
+def test_method_of_a_hidden_instance_is_named_by_the_module():
+    # random.random is a method of the random module's own Random instance
+    def f(x):
+        return x * random.random()
+    assert only_reason(f, torch.randn(3)) == CALL + "random.random"
 
 
 @functools.lru_cache
