@@ -1055,6 +1055,12 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         return var_const(c, Py_False);
     }
     if (container->kind == VK_OBJECT || (container->kind == VK_USEROBJ && !container->u.uobj.record)) {
+        PyTypeObject *t = container->kind == VK_USEROBJ ? container->u.uobj.type : Py_TYPE(container->obj);
+        if (!PyObject_HasAttrString((PyObject *)t, "__contains__")) {
+            /* Python falls back to iterating it (or raises TypeError): not the user's error */
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "'in' on %s, which has no __contains__", var_a(c, container));
+            return NULL;
+        }
         Var *args[1] = {item};
         return call_dunder(c, container, "__contains__", args, 1);
     }
@@ -1260,6 +1266,9 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
     }
     if (obj->kind == VK_DICT && var_is_const(key))
         return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
+    if (obj->kind == VK_DICT || obj->kind == VK_LIST)   /* the key is what is not modelled */
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "item assignment on %s with %s as the %s", var_a(c, obj),
+                        var_a(c, key), obj->kind == VK_DICT ? "key (keys must be constants)" : "index");
     return cap_fail(c, BR_SIDE_EFFECT, "item assignment on %s", var_a(c, obj));
 }
 

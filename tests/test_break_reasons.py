@@ -244,3 +244,20 @@ def test_method_reached_through_super_is_named_by_its_owner():
         return x + 1
     rs = reasons(f, torch.randn(3), _Record())
     assert CALL + "collections.OrderedDict.__setitem__" in rs, rs
+
+
+def test_in_on_an_object_without_contains_is_not_a_user_exception():
+    def f(x, m):
+        return x + 1, 97 in m
+    assert only_reason(f, torch.randn(3), memoryview(b"ab")) == (
+        "an input or value shapejit cannot model: 'in' on a memoryview object, which has "
+        "no __contains__")
+
+
+def test_tensor_dict_key_names_the_key():
+    def f(x, d):
+        d[x] = 1
+        return x + 1
+    assert only_reason(f, torch.randn(3), {}) == (
+        "an input or value shapejit cannot model: item assignment on a dict with a tensor as "
+        "the key (keys must be constants)")
