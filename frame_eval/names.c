@@ -59,11 +59,17 @@ static PyObject *public_path(PyObject *obj, const char *module, const char *name
 
 /* New reference: attribute attr of o, or NULL (no exception). Only objects with the
  * generic lookup of objects or types, and bound methods (which read their function's),
- * are read: a class's own __getattr__ or __getattribute__ is user code. */
+ * are read, and not through a property or a descriptor class written in Python: a
+ * class's own __getattr__, __getattribute__ or property is user code. */
 static PyObject *plain_attr(PyObject *o, const char *attr)
 {
     getattrofunc g = Py_TYPE(o)->tp_getattro;
     if (g != PyObject_GenericGetAttr && g != PyType_Type.tp_getattro && !PyMethod_Check(o))
+        return NULL;
+    PyObject *key = PyUnicode_InternFromString(attr);
+    PyObject *d = key ? _PyType_Lookup(Py_TYPE(o), key) : NULL;   /* borrowed */
+    Py_XDECREF(key);
+    if (d && (PyType_HasFeature(Py_TYPE(d), Py_TPFLAGS_HEAPTYPE) || PyObject_TypeCheck(d, &PyProperty_Type)))
         return NULL;
     PyObject *v = PyObject_GetAttrString(o, attr);
     if (!v)
@@ -142,7 +148,7 @@ static PyObject *function_path(PyObject *fn)
     const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
     const char *q = qn && PyUnicode_Check(qn) ? PyUnicode_AsUTF8(qn) : NULL;
     PyObject *r = m && q ? public_path(fn, m, q) : NULL;
-    const char *dot = q && !r ? strchr(q, '.') : NULL;
+    const char *dot = m && q && !r ? strchr(q, '.') : NULL;
     if (dot && dot - q < 128 && !strstr(q, "<locals>")) {
         char owner[128];
         memcpy(owner, q, (size_t)(dot - q));
