@@ -1143,6 +1143,26 @@ done:
         e = NULL;
         sj_err_clear();   /* out of memory: the frame runs eagerly this time */
     }
+    if (e && c.src.n > GUARD_MAX_SOURCES) {
+        /* a list of 30,000 values crossing a break is guarded item by item: past the limit
+         * the code is not compiled again (until a reset); this call runs in the interpreter */
+        cache_entry_free(e);
+        e = NULL;
+        PyObject *reason = PyUnicode_FromFormat("%s: the frame's guards would read %d values (at most %d); "
+                                                "it runs in the interpreter", break_messages[BR_UNSUPPORTED_VALUE],
+                                                (int)c.src.n, GUARD_MAX_SOURCES);
+        if (reason && opts->fullgraph) {
+            PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname, reason);
+        } else if (reason) {
+            st->skip = 1;
+            sj_stats.graph_breaks++;
+            sj_stats.eager_frames++;
+            report_break(&c, co, reason);
+        }
+        Py_XDECREF(reason);
+        if (!opts->fullgraph)
+            sj_err_clear();
+    }
     if (e) {
         int r = code_cache_insert(st, e, &c.src, &c.guards);
         if (r != 0) {
