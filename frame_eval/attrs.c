@@ -150,7 +150,7 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
         return fn ? method_var(c, t, fn) : NULL;
     }
     Py_DECREF(d);
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "tensor attribute '%U'", name);
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "%s attribute '%U'", m->lib == LIB_TORCH ? "tensor" : "numpy array", name);
     return NULL;
 }
 
@@ -459,7 +459,7 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             return wrap_untracked(c, o->u.grad.enabled ? libs.enable_grad : libs.no_grad);
         /* fall through */
     default:
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a %s", name, var_kind_name(o));
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of %s", name, var_a(c, o));
         return NULL;
     }
 }
@@ -498,7 +498,7 @@ int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
         w->value = val;
         return 0;
     }
-    return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s", name, var_kind_name(o));
+    return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of %s", name, var_a(c, o));
 }
 
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr)

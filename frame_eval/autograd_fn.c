@@ -284,7 +284,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
             s = Py_NewRef(a->obj);
         } else {
             Py_DECREF(standins);
-            cap_fail(c, BR_UNSUPPORTED_CALL, "%s.apply with a %s argument under grad mode", name, var_kind_name(a));
+            cap_fail(c, BR_UNSUPPORTED_CALL, "%s.apply with %s argument under grad mode", name, var_a(c, a));
             return NULL;
         }
         if (!s) {

@@ -99,7 +99,7 @@ static PyObject *var_type(Capture *c, Var *v)
         if (v->obj)
             return Py_NewRef((PyObject *)Py_TYPE(v->obj));
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "type of a %s", var_kind_name(v));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "type of %s", var_a(c, v));
     return NULL;
 }
 
@@ -312,10 +312,15 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
                  "shapejit.config.capture_scalar_outputs = True");
         return NULL;
     }
-    if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "numpy") ||
+    if (!strcmp(name, "numpy") && m->lib == LIB_TORCH) {
+        cap_fail(c, BR_TO_NUMPY, "Tensor.numpy() makes a numpy array that shares the tensor's memory; "
+                 "numpy code on it runs in the interpreter");
+        return NULL;
+    }
+    if (!strcmp(name, "item") || !strcmp(name, "tolist") ||
         !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
-        cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads tensor data into Python",
-                 m->lib == LIB_TORCH ? "Tensor" : "ndarray", name);
+        cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads %s data into Python",
+                 m->lib == LIB_TORCH ? "Tensor" : "ndarray", name, m->lib == LIB_TORCH ? "tensor" : "array");
         return NULL;
     }
     *handled = 0;
@@ -369,7 +374,7 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
             return NULL;
         }
         if (custom) {
-            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on a %s with __getattr__", o->u.uobj.type->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on %s with __getattr__", sj_type_a(c, o->u.uobj.type, "object"));
             return NULL;
         }
         return const_bool(c, 0);
@@ -488,7 +493,7 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_FLOAT:
     case B_BOOL:
         if (nargs == 1 && args[0]->kind == VK_TENSOR) {
-            cap_fail(c, BR_SCALAR_OUTPUT, "%s() of a tensor reads its data", builtin_names[id]);
+            cap_fail(c, BR_SCALAR_OUTPUT, "%s() of %s reads its data", builtin_names[id], var_a(c, args[0]));
             return NULL;
         }
         if (id == B_BOOL && nargs == 1) {

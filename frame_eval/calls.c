@@ -504,7 +504,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     int list_sort = self->kind == VK_LIST && !strcmp(n, "sort");   /* key=, reverse= (iters.c) */
     if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update")) && !list_sort) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", var_kind_name(self), n);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", sj_var_type_name(c, self), n);
         return NULL;
     }
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
@@ -654,7 +654,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         }
     }
 unsupported:
-    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s(...) with these arguments", var_kind_name(self), n);
+    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s(...) with these arguments", sj_var_type_name(c, self), n);
     return NULL;
 }
 
@@ -949,7 +949,6 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 return r;
         }
         if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
-            PyObject *qn = ((PyFunctionObject *)fn->obj)->func_qualname;
             PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
             /* module forwards, container helpers and the Python helpers of
              * torch.nn.functional are inlined on purpose; other torch internals are not.
@@ -968,8 +967,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
                     return r;
-                cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%U is not supported (not in shapejit's callables table)",
-                         m ? m : "?", qn);
+                cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
+                         sj_callable_name(c, fn->obj));
                 return NULL;
             }
         }
@@ -1013,7 +1012,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (handled)
                 return r;
         }
-        return call_var(c, inner, all, nargs + 1, kwnames);
+        Var *r = call_var(c, inner, all, nargs + 1, kwnames);
+        if (!r && inner->obj && fn->u.method.self->obj)
+            sj_name_bound_call(c, inner->obj, fn->u.method.self->obj);
+        return r;
     }
     case VK_MODULE:
         return call_module(c, fn, args, nargs, kwnames);
@@ -1104,13 +1106,7 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
             if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
                 return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
         }
-        PyObject *name = folds_public_name(fn->obj);
-        if (!name) {
-            sj_err_clear();
-            name = PyObject_Repr(fn->obj);
-        }
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%S", name);
-        Py_XDECREF(name);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
         return NULL;
     }
     case VK_OBJECT:
@@ -1143,7 +1139,13 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     default:
         break;
     }
-    cap_fail(c, BR_UNSUPPORTED_CALL, "calling a %s", var_kind_name(fn));
+    if (fn->kind == VK_GRADMODE && nargs == 1 && args[0]->kind == VK_FUNC)
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s used as a decorator on %s, a function defined in the frame",
+                 sj_grad_mode_text(fn), var_a(c, args[0]));
+    else if (fn->obj && (fn->kind == VK_OBJECT || fn->kind == VK_CALLABLE))
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
+    else
+        cap_fail(c, BR_UNSUPPORTED_CALL, "calling %s", var_a(c, fn));
     return NULL;
 }
 
@@ -1156,7 +1158,7 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
     int32_t nk = 0;
     if (kwargs) {
         if (kwargs->kind != VK_DICT) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from a %s", var_kind_name(kwargs));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from %s", var_a(c, kwargs));
             return NULL;
         }
         nk = kwargs->u.dict.n;

@@ -236,7 +236,7 @@ int cap_raise(Capture *c, PyObject *exc)
 int cap_note_mutation(Capture *c, Var *v, const char *what)
 {
     if (v->kind != VK_LIST && v->kind != VK_DICT)
-        return cap_fail(c, BR_SIDE_EFFECT, "%s on an input %s", what, var_kind_name(v));
+        return cap_fail(c, BR_SIDE_EFFECT, "%s on %s from outside the frame", what, var_a(c, v));
     for (Mutated *m = c->mutated; m; m = m->next)
         if (m->v == v)
             return 0;

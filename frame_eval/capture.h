@@ -281,6 +281,32 @@ int var_all_const(Var *const *vs, int32_t n);
 PyObject *var_to_py(Capture *c, Var *v);
 const char *var_kind_name(const Var *v);
 
+/* names.c: names in break reasons. Strings returned as const char * live in the capture's
+ * arena; New references are never NULL without reason, and no exception is left set. */
+/* "a numpy array", "an io.StringIO object", "torch.rand", "a torch.no_grad() object". */
+const char *var_a(Capture *c, const Var *v);
+/* "a"/"an" for noun (leading underscores and quotes skipped). Static. */
+const char *sj_article(const char *noun);
+/* "collections.OrderedDict", "torch.nn.Linear", "Point" (a class of the script). */
+const char *sj_type_name(Capture *c, PyTypeObject *t);
+/* "a collections.OrderedDict" (+ " what" when what is not NULL). */
+const char *sj_type_a(Capture *c, PyTypeObject *t, const char *what);
+/* The path a user writes for a callable: torch.rand, torch.Tensor.addcdiv_,
+ * numpy.add.outer, numpy.random.randn, functools._lru_cache_wrapper of f. */
+const char *sj_callable_name(Capture *c, PyObject *fn);
+/* The Python type of v as a path ("list", "collections.OrderedDict", "Tensor"), for
+ * "type.method" texts. */
+const char *sj_var_type_name(Capture *c, const Var *v);
+/* New references (NULL only on memory errors, cleared): the same for a callable / a type. */
+PyObject *sj_callable_path(PyObject *fn);
+PyObject *sj_type_path(PyTypeObject *t);
+/* After a call of method func on self failed as unsupported, naming func: name the
+ * bound method instead when a module holds it (numpy.random.randn, not
+ * numpy.random.RandomState.randn). */
+void sj_name_bound_call(Capture *c, PyObject *func, PyObject *self);
+/* "torch.no_grad()", "torch.set_grad_enabled(True)", ... for a VK_GRADMODE var. Static. */
+const char *sj_grad_mode_text(const Var *v);
+
 /* wrap.c: a live object reached by source src becomes a var, with its guards. */
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 /* A live object with no source (library constants, trusted globals). */

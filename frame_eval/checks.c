@@ -230,7 +230,7 @@ Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
                 return NULL;
             }
         } else {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "check() of a %s", var_kind_name(x));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "check() of %s", var_a(c, x));
             return NULL;
         }
         return var_const(c, Py_None);

@@ -351,7 +351,7 @@ static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
                 Py_XDECREF(val);
                 Py_DECREF(keys);
                 if (!PyErr_Occurred())
-                    cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s key in a dict", Py_TYPE(k)->tp_name);
+                    cap_fail(c, BR_UNSUPPORTED_VALUE, "%s key in a dict", sj_type_a(c, Py_TYPE(k), NULL));
                 return -1;
             }
             /* an unchanged constant keeps its var: only real changes are writes */
@@ -472,7 +472,7 @@ static Var *from_py(Shadow *s, PyObject *o)
         PyObject *copy = PySet_New(o);
         return copy ? var_const_steal(c, copy) : NULL;
     } else {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s from a collections method", t->tp_name);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s from a collections method", sj_type_a(c, t, NULL));
         return NULL;
     }
     if (!v || sh_bind(s, v, o) < 0)
@@ -590,7 +590,7 @@ Var *collections_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs,
             }
             if (factory->kind != VK_FUNC && factory->kind != VK_CALLABLE && factory->kind != VK_METHOD &&
                 factory->kind != VK_PARTIAL) {
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "a defaultdict factory that is a %s", var_kind_name(factory));
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "a defaultdict factory that is %s", var_a(c, factory));
                 return NULL;
             }
             a = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
@@ -835,7 +835,7 @@ Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nar
         *handled = 1;
         PyObject *fields = objects_fields(t);
         if (!fields) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "_asdict of a %s", t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "_asdict of %s", sj_type_a(c, t, NULL));
             return NULL;
         }
         Var *d = var_dict(c);
@@ -851,7 +851,7 @@ Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nar
         *handled = 1;
         PyObject *fields = objects_fields(t);
         if (!fields) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "_replace of a %s", t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "_replace of %s", sj_type_a(c, t, NULL));
             return NULL;
         }
         Var *v = var_seq(c, VK_TUPLE, self->u.seq.items, self->u.seq.n);

@@ -306,7 +306,7 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
             return Py_BuildValue("(si)", "s", (int)v->src);
         if (v->obj && (v->kind == VK_CALLABLE || v->kind == VK_PYMODULE || v->kind == VK_FUNC || v->stable))
             return Py_BuildValue("(sO)", "c", v->obj);
-        cap_fail(c, BR_UNSUPPORTED_RETURN, "returning a %s made during capture", var_kind_name(v));
+        cap_fail(c, BR_UNSUPPORTED_RETURN, "returning %s made during capture", var_a(c, v));
         return NULL;
     }
 }

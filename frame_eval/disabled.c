@@ -80,7 +80,7 @@ Var *disabled_make(Capture *c, PyObject *factory, Var **args, int32_t nargs, PyO
     for (int32_t i = 0; i < nargs; i++) {
         Var *a = args[i];
         if (!(a->kind == VK_CONST || (a->kind == VK_FUNC && a->obj) || a->kind == VK_METHOD)) {
-            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.compiler.disable of a %s", var_kind_name(a));
+            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.compiler.disable of %s", var_a(c, a));
             return NULL;
         }
     }

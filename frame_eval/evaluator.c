@@ -110,7 +110,7 @@ static Var *load_global(Capture *c, EvalFrame *f, PyObject *name)
 static Var *cell_get(Capture *c, EvalFrame *f, Var *cell, int idx)
 {
     if (!cell || cell->kind != VK_CELL) {
-        cap_fail(c, BR_INTERNAL, "LOAD_DEREF on a %s", var_kind_name(cell));
+        cap_fail(c, BR_INTERNAL, "LOAD_DEREF on %s", var_a(c, cell));
         return NULL;
     }
     if (cell->u.cell.contents)
@@ -137,7 +137,7 @@ static Var *build_string(Capture *c, Var **items, int n)
     for (int i = 0; i < n; i++) {
         if (!var_is_const(items[i]) || !PyUnicode_Check(items[i]->obj)) {
             Py_DECREF(parts);
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "f-string of a %s", var_kind_name(items[i]));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "f-string of %s", var_a(c, items[i]));
             return NULL;
         }
         PyTuple_SET_ITEM(parts, i, Py_NewRef(items[i]->obj));
@@ -152,7 +152,7 @@ static Var *build_string(Capture *c, Var **items, int n)
 static Var *format_value(Capture *c, Var *v, Var *spec, int conv)
 {
     if (spec && !var_is_const(spec)) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting with a %s spec", var_kind_name(spec));
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting with a format spec that is %s", var_a(c, spec));
         return NULL;
     }
     PyObject *o = NULL, *conv_o = NULL;
@@ -166,7 +166,7 @@ static Var *format_value(Capture *c, Var *v, Var *spec, int conv)
             sj_err_clear();
             if (!saved)
                 cap_clear_failure(c);
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting a %s", var_kind_name(v));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "formatting %s", var_a(c, v));
             return NULL;
         }
         o = cap_keep_steal(c, py);
@@ -226,8 +226,7 @@ static Var *make_function(Capture *c, EvalFrame *f, int flags)
 static int before_with(Capture *c, EvalFrame *f, Var *mgr)
 {
     if (mgr->kind != VK_GRADMODE)
-        return cap_fail(c, BR_UNSUPPORTED_OPCODE, "'with' on a %s (%s)", var_kind_name(mgr),
-                        mgr->obj ? Py_TYPE(mgr->obj)->tp_name : "?");
+        return cap_fail(c, BR_UNSUPPORTED_OPCODE, "'with' on %s", var_a(c, mgr));
     /* The grad mode at capture start is guarded (GLOBAL_STATE); inside, capture tracks it. */
     Var *ex = var_new(c, VK_EXIT);
     if (!ex)
@@ -423,7 +422,7 @@ resume:
             Var *cell = f->locals[arg];
             Var *v = POP();
             if (!cell || cell->kind != VK_CELL) {
-                cap_fail(c, BR_INTERNAL, "STORE_DEREF on a %s", var_kind_name(cell));
+                cap_fail(c, BR_INTERNAL, "STORE_DEREF on %s", var_a(c, cell));
                 goto fail;
             }
             if (cell->u.cell.real) {
@@ -531,7 +530,7 @@ resume:
             else if (a->kind != b->kind)
                 same = 0;
             else {
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "'is' between a %s and a %s", var_kind_name(a), var_kind_name(b));
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "'is' between %s and %s", var_a(c, a), var_a(c, b));
                 goto fail;
             }
             PUSH(var_const(c, (same ^ arg) ? Py_True : Py_False));
@@ -612,7 +611,7 @@ resume:
                     goto fail;
                 break;
             }
-            cap_fail(c, BR_SIDE_EFFECT, "del on a %s", var_kind_name(o));
+            cap_fail(c, BR_SIDE_EFFECT, "del on %s", var_a(c, o));
             goto fail;
         }
 
@@ -777,7 +776,7 @@ resume:
             Var *u = POP();
             Var *d = PEEK(arg);
             if (d->kind != VK_DICT || u->kind != VK_DICT) {
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "dict update with a %s", var_kind_name(u));
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "dict update with %s", var_a(c, u));
                 goto fail;
             }
             for (int32_t i = 0; i < u->u.dict.n; i++)
@@ -973,7 +972,7 @@ resume:
                 (void)POP();   /* the cause: does not change what is raised */
             Var *e = POP();
             if (!e->obj || !(PyExceptionClass_Check(e->obj) || PyExceptionInstance_Check(e->obj))) {
-                cap_fail(c, BR_USER_EXCEPTION, "user code raises a %s", var_kind_name(e));
+                cap_fail(c, BR_USER_EXCEPTION, "user code raises %s", var_a(c, e));
                 goto fail;
             }
             cap_raise(c, e->obj);
@@ -995,7 +994,7 @@ resume:
             if (!e->obj || !classes) {
                 sj_err_clear();
                 Py_XDECREF(classes);
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "except clause with a %s", var_kind_name(t));
+                cap_fail(c, BR_UNSUPPORTED_VALUE, "except clause with %s", var_a(c, t));
                 goto fail;
             }
             int m = PyErr_GivenExceptionMatches(e->obj, classes);

@@ -25,7 +25,7 @@ Var *infmode_new(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
         Var *a = args[0];
         if (a->kind != VK_CONST || !PyBool_Check(a->obj)) {
             /* inference_mode(fn) decorates fn: not modelled inside a frame */
-            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.inference_mode(%s)", var_kind_name(a));
+            cap_fail(c, BR_UNSUPPORTED_CALL, "torch.inference_mode(%s)", var_a(c, a));
             return NULL;
         }
         mode = a->obj == Py_True;

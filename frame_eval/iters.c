@@ -247,7 +247,7 @@ static int lazy_next(Capture *c, LazyIter *z, Var **out);
 int iter_next(Capture *c, Var *it, Var **out)
 {
     if (it->kind != VK_ITER)
-        return cap_fail(c, BR_INTERNAL, "next() on a %s", var_kind_name(it));
+        return cap_fail(c, BR_INTERNAL, "next() on %s", var_a(c, it));
     if (it->u.iter.lazy)
         return lazy_next(c, it->u.iter.lazy, out);
     Var *live = it->u.iter.live;

@@ -137,7 +137,7 @@ static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nar
     if (m && drew) {
         Py_DECREF(m);
         cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s inside the function draws from the global generator: "
-                 "it is made at run time, in the interpreter", ((PyTypeObject *)cls)->tp_name);
+                 "it is made at run time, in the interpreter", sj_type_name(c, (PyTypeObject *)cls));
         return NULL;
     }
     return m;
@@ -172,7 +172,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         *handled = 1;
         Var *r = PyDict_Check(dfields) ? construct_record(c, t, dfields, args, nargs, kwnames) : NULL;
         if (!r && !cap_failed(c))
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s", t->tp_name);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s", sj_type_name(c, t));
         Py_DECREF(dfields);
         return r;
     }
@@ -190,7 +190,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         *handled = 1;
         if (!torch_layer || !var_all_const(args, nargs)) {
             cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (an nn.Module) inside the function: it is made "
-                     "at run time, in the interpreter", t->tp_name);
+                     "at run time, in the interpreter", sj_type_name(c, t));
             return NULL;
         }
         PyObject *m = probe_module(c, cls, args, nargs, kwnames);
@@ -204,7 +204,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
             Py_DECREF(m);
             sj_err_clear();
             cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function: "
-                     "it is made at run time, in the interpreter", t->tp_name);
+                     "it is made at run time, in the interpreter", sj_type_name(c, t));
             return NULL;
         }
         Var *v = wrap_untracked(c, m);
@@ -242,7 +242,7 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     }
     if (nargs == 0)
         return o;   /* object.__init__ */
-    cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (its __init__ is not Python code)", t->tp_name);
+    cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (its __init__ is not Python code)", sj_type_name(c, t));
     return NULL;
 }
 
@@ -321,8 +321,8 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
         Py_DECREF(v2);
         return r;
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of %s (a %s)", name, o->u.uobj.type->tp_name,
-             Py_TYPE(descr)->tp_name);
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of %s (%s)", name, o->u.uobj.type->tp_name,
+             sj_type_a(c, Py_TYPE(descr), NULL));
     return NULL;
 }
 
@@ -505,7 +505,7 @@ Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
     PyTypeObject *t = self->kind == VK_USEROBJ ? self->u.uobj.type
                     : self->obj ? Py_TYPE(self->obj) : NULL;
     if (!t || !t->tp_mro) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "super() of a %s", var_kind_name(self));
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "super() of %s", var_a(c, self));
         return NULL;
     }
     PyObject *mro = t->tp_mro;
@@ -704,7 +704,7 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     if (h < 0)
         return NULL;
     if (h == 0) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of a %s and a %s", var_kind_name(a), var_kind_name(b));
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of %s and %s", var_a(c, a), var_a(c, b));
         return NULL;
     }
     return var_const(c, (same == (cmp == Py_EQ)) ? Py_True : Py_False);
@@ -720,8 +720,8 @@ Var *objects_id(Capture *c, Var *v)
             return NULL;
         return var_const_steal(c, PyLong_FromVoidPtr(v->obj));
     }
-    cap_fail(c, BR_UNSUPPORTED_CALL, "id() of a %s made or computed in the frame (its run-time id is another)",
-             var_kind_name(v));
+    cap_fail(c, BR_UNSUPPORTED_CALL, "id() of %s made or computed in the frame (its run-time id is another)",
+             var_a(c, v));
     return NULL;
 }
 
@@ -746,7 +746,7 @@ Var *objects_hash(Capture *c, Var *v)
         Var *a[1] = {v};
         Var *r = f ? call_var(c, f, a, 1, NULL) : NULL;
         if (r && !(var_is_const(r) && PyLong_Check(r->obj))) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "__hash__ of %s returned a %s", t->tp_name, var_kind_name(r));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "__hash__ of %s returned %s", t->tp_name, var_a(c, r));
             return NULL;
         }
         if (r) {
@@ -772,6 +772,6 @@ Var *objects_hash(Capture *c, Var *v)
         Py_hash_t h = PyObject_Hash(v->obj);
         return var_const_steal(c, PyLong_FromSsize_t(h));
     }
-    cap_fail(c, BR_UNSUPPORTED_CALL, "hash() of a %s", var_kind_name(v));
+    cap_fail(c, BR_UNSUPPORTED_CALL, "hash() of %s", var_a(c, v));
     return NULL;
 }

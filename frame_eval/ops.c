@@ -122,9 +122,9 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
             Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
             for (int k = 0; k < 3; k++)
                 if (parts[k] && parts[k]->kind == VK_TENSOR)
-                    return cap_fail(c, BR_SCALAR_OUTPUT, "a %s element used as a slice bound is read "
+                    return cap_fail(c, BR_SCALAR_OUTPUT, "%s element used as a slice bound is read "
                                     "into Python (its __index__)",
-                                    parts[k]->u.t.meta.lib == LIB_NUMPY ? "ndarray" : "tensor");
+                                    parts[k]->u.t.meta.lib == LIB_NUMPY ? "an ndarray" : "a tensor");
         }
         if (!specialize && slice_symbolic(v))
             return bound_slice(c, v, out);
@@ -162,7 +162,7 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
         out->value = v->obj;
         return 0;
     default:
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s passed to a tensor op", var_kind_name(v));
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "%s passed to a tensor op", var_a(c, v));
     }
 }
 
@@ -882,8 +882,8 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         if (r || cap_failed(c))
             return r;
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on a %s and a %s", sj_nb_symbols[nb],
-             var_kind_name(a), var_kind_name(b));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on %s and %s", sj_nb_symbols[nb],
+             var_a(c, a), var_a(c, b));
     return NULL;
 }
 
@@ -948,7 +948,7 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
     if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->kind != b->kind &&
         ((var_is_const(a) && a->obj == Py_None) || (var_is_const(b) && b->obj == Py_None)))
         return var_const(c, cmp == SJ_CMP_NE ? Py_True : Py_False);
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "comparison of a %s and a %s", var_kind_name(a), var_kind_name(b));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "comparison of %s and %s", var_a(c, a), var_a(c, b));
     return NULL;
 }
 
@@ -974,7 +974,7 @@ Var *op_unary(Capture *c, int opcode, Var *a)
         return a;
     if (is_foldable(a))
         return fold_operator(c, name, &a, 1);
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "unary %s on a %s", name, var_kind_name(a));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "unary %s on %s", name, var_a(c, a));
     return NULL;
 }
 
@@ -1007,7 +1007,7 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_GSCALAR:
         return gscalar_truth(c, v, truth);
     case VK_TENSOR:
-        return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of a tensor (%s)",
+        return cap_fail(c, BR_DATA_DEPENDENT, "branching on the value of %s (%s)", var_a(c, v),
                         v->u.t.meta.lib == LIB_TORCH ? "Tensor.__bool__" : "ndarray.__bool__");
     case VK_FUNC:
     case VK_CALLABLE:
@@ -1020,7 +1020,7 @@ int op_truth(Capture *c, Var *v, int *truth)
         PyTypeObject *t = v->u.uobj.type;
         if ((t->tp_as_number && t->tp_as_number->nb_bool) || (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
             (t->tp_as_sequence && t->tp_as_sequence->sq_length))
-            return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of a %s made during capture", t->tp_name);
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of %s made during capture", sj_type_a(c, t, NULL));
         *truth = 1;
         return 0;
     }
@@ -1041,7 +1041,7 @@ int op_truth(Capture *c, Var *v, int *truth)
         return 0;
     }
     default:
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of a %s", var_kind_name(v));
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of %s", var_a(c, v));
     }
 }
 
@@ -1104,6 +1104,12 @@ Var *op_contains(Capture *c, Var *item, Var *container)
         return var_const(c, Py_False);
     }
     if (container->kind == VK_OBJECT || (container->kind == VK_USEROBJ && !container->u.uobj.record)) {
+        PyTypeObject *t = container->kind == VK_USEROBJ ? container->u.uobj.type : Py_TYPE(container->obj);
+        if (!PyObject_HasAttrString((PyObject *)t, "__contains__")) {
+            /* Python falls back to iterating it (or raises TypeError): not the user's error */
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "'in' on %s, which has no __contains__", var_a(c, container));
+            return NULL;
+        }
         Var *args[1] = {item};
         return call_dunder(c, container, "__contains__", args, 1);
     }
@@ -1113,7 +1119,7 @@ Var *op_contains(Capture *c, Var *item, Var *container)
                 return var_const(c, Py_True);
         return var_const(c, Py_False);
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "'in' on a %s", var_kind_name(container));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "'in' on %s", var_a(c, container));
     return NULL;
 }
 
@@ -1283,7 +1289,7 @@ Var *op_subscr(Capture *c, Var *obj, Var *key)
         Var *args[1] = {key};
         return call_dunder(c, obj, "__getitem__", args, 1);
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "subscript of a %s with a %s", var_kind_name(obj), var_kind_name(key));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "subscript of %s with %s", var_a(c, obj), var_a(c, key));
     return NULL;
 }
 
@@ -1311,7 +1317,10 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
     if (obj->kind == VK_LIST && !obj->u.seq.subtype && var_is_const(key) && PySlice_Check(key->obj))
         return op_list_slice_write(c, obj, key->obj, val);
-    return cap_fail(c, BR_SIDE_EFFECT, "item assignment on a %s", var_kind_name(obj));
+    if (obj->kind == VK_DICT || obj->kind == VK_LIST)   /* the key is what is not modelled */
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "item assignment on %s with %s as the %s", var_a(c, obj),
+                        var_a(c, key), obj->kind == VK_DICT ? "key (keys must be constants)" : "index");
+    return cap_fail(c, BR_SIDE_EFFECT, "item assignment on %s", var_a(c, obj));
 }
 
 int op_list_slice_write(Capture *c, Var *list, PyObject *slice, Var *val)
@@ -1380,7 +1389,7 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
     if (!mods || !PyDict_Check(mods)) {
         Py_XDECREF(mods);
         sj_err_clear();
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over a %s", Py_TYPE(m->obj)->tp_name);
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over %s", sj_type_a(c, Py_TYPE(m->obj), "module"));
     }
     const char *tn = Py_TYPE(m->obj)->tp_name;
     int keys_only = strcmp(tn, "ModuleDict") == 0;
@@ -1494,14 +1503,14 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
             return -1;
         PyObject *it = _PyType_Lookup(t, s_iter);   /* borrowed */
         if (!it || !PyFunction_Check(it))
-            return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", t->tp_name);
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over %s", sj_type_a(c, t, "object"));
         Var *r = call_dunder(c, v, "__iter__", NULL, 0);
         if (!r)
             return -1;
         return op_iterate(c, r, items, n);
     }
     default:
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over %s", var_a(c, v));
     }
 }
 
@@ -1569,7 +1578,7 @@ Var *op_len(Capture *c, Var *v)
         }
         return call_dunder(c, v, "__len__", NULL, 0);
     default:
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of a %s", var_kind_name(v));
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of %s", var_a(c, v));
         return NULL;
     }
     PyObject *r = PyLong_FromSsize_t(n);

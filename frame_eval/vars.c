@@ -98,13 +98,11 @@ int var_is_dict_key(const Var *v)
  * read from the same live tensor. A tensor never equals a constant key. */
 static int key_index(Capture *c, Var *d, Var *key, int32_t *idx)
 {
-    (void)c;
     if (!var_is_dict_key(key)) {
         if (key->kind == VK_TENSOR)
             PyErr_SetString(PyExc_TypeError, "unhashable type: 'numpy.ndarray'");
         else
-            PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got a %s",
-                         var_kind_name(key));
+            PyErr_Format(PyExc_TypeError, "shapejit: dict key must be a constant, got %s", var_a(c, key));
         return -1;
     }
     for (int32_t i = 0; i < d->u.dict.n; i++) {
@@ -187,7 +185,7 @@ int var_dict_merge(Capture *c, Var *d, Var *src)
                 (src->kind == VK_DICTVIEW && src->u.dview.which == 'i') ||
                 (src->kind == VK_CONST && !PyObject_HasAttrString(src->obj, "keys"));
     if (!pairs)
-        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict updated from a %s", var_kind_name(src));
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a dict updated from %s", var_a(c, src));
     Var **items;
     int32_t n;
     if (op_iterate(c, src, &items, &n) < 0)
@@ -392,6 +390,6 @@ PyObject *var_to_py(Capture *c, Var *v)
     default:
         break;
     }
-    PyErr_Format(PyExc_TypeError, "shapejit: a %s has no constant value here", var_kind_name(v));
+    PyErr_Format(PyExc_TypeError, "shapejit: %s has no constant value here", var_a(c, v));
     return NULL;
 }

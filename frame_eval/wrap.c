@@ -308,7 +308,7 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
     if (hit == Py_None) {   /* reached again while its items are wrapped */
         Py_DECREF(key);
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s that holds itself", Py_TYPE(obj)->tp_name);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
         return NULL;
     }
     if (hit) {
@@ -502,7 +502,7 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
     if (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj)) {
         /* live views of a dict the frame may write: read at capture time they would miss
          * the writes, which reach the dict only after the graph */
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s made outside the frame", t->tp_name);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s made outside the frame", sj_type_a(c, t, NULL));
         return NULL;
     }
     return simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
