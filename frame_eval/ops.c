@@ -1313,6 +1313,11 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         obj->u.seq.items[i] = val;
         return 0;
     }
+    if (obj->kind == VK_DICT && key->kind != VK_CONST && var_is_dict_key(key) &&
+        ((obj->src >= 0 && !obj->fresh) || obj->u.dict.subtype))
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a tensor as the key of %s (%s from constant keys only)",
+                        obj->u.dict.subtype ? "a collections dict" : "a dict from outside the frame",
+                        obj->u.dict.subtype ? "rebuilt" : "written back");
     if (obj->kind == VK_DICT && var_is_dict_key(key))
         return var_dict_set(c, obj, key, val) < 0 ? cap_fail_exc(c, BR_UNSUPPORTED_VALUE) : 0;
     if (obj->kind == VK_LIST && !obj->u.seq.subtype && var_is_const(key) && PySlice_Check(key->obj))

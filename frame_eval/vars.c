@@ -138,8 +138,10 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
     }
     if (key->kind != VK_CONST && ((d->src >= 0 && !d->fresh) || d->u.dict.subtype)) {
         /* written back (or rebuilt as its collections type) from constant keys only */
-        PyErr_SetString(PyExc_TypeError, "shapejit: a tensor key in a dict from outside the frame or a "
-                                         "collections dict");
+        PyErr_SetString(PyExc_TypeError, d->u.dict.subtype
+                        ? "shapejit: a tensor as the key of a collections dict (rebuilt from constant keys only)"
+                        : "shapejit: a tensor as the key of a dict from outside the frame (written back from "
+                          "constant keys only)");
         return -1;
     }
     if (d->u.dict.n == d->u.dict.cap) {

@@ -68,10 +68,10 @@ def test_ufunc_method_is_named_by_the_ufunc():
 
 def test_pybind11_function_is_named_by_its_module():
     def f(x):
-        if torch._C._are_functorch_transforms_active():
+        if torch._C._get_max_operator_version() < 0:
             return x
         return x + 1
-    assert only_reason(f, torch.randn(3)) == CALL + "torch._C._are_functorch_transforms_active"
+    assert only_reason(f, torch.randn(3)) == CALL + "torch._C._get_max_operator_version"
 
 
 def test_torch_function_is_named_torch_dot_name():
@@ -259,5 +259,5 @@ def test_tensor_dict_key_names_the_key():
         d[x] = 1
         return x + 1
     assert only_reason(f, torch.randn(3), {}) == (
-        "an input or value shapejit cannot model: item assignment on a dict with a tensor as "
-        "the key (keys must be constants)")
+        "an input or value shapejit cannot model: a tensor as the key of a dict from outside "
+        "the frame (written back from constant keys only)")
