@@ -162,10 +162,15 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
 static Var *wrap_attr(Capture *c, Var *o, PyObject *v, int32_t s)
 {
     PyObject *saved = c->wrap_owner;
+    int saved_in = c->wrap_in_module, saved_plain = c->wrap_plain_attr;
     if (o->kind == VK_MODULE)
         c->wrap_owner = o->obj;
+    c->wrap_in_module = o->kind == VK_MODULE || (o->kind == VK_OBJECT && o->from_module);
+    c->wrap_plain_attr = o->kind == VK_OBJECT && !o->from_module;
     Var *r = wrap_value(c, v, s);
     c->wrap_owner = saved;
+    c->wrap_in_module = saved_in;
+    c->wrap_plain_attr = saved_plain;
     return r;
 }
 
@@ -320,6 +325,29 @@ static AttrWrite *find_write(Capture *c, PyObject *obj, PyObject *name)
         if (w->obj == obj && PyUnicode_Compare(w->name, name) == 0)
             return w;
     return NULL;
+}
+
+int attr_written(Capture *c, PyObject *obj, PyObject *name)
+{
+    return c->writes && find_write(c, obj, name) != NULL;
+}
+
+int attr_note_absent(Capture *c, Var *o, PyObject *name)
+{
+    if (o->src < 0 || !(o->kind == VK_OBJECT || o->kind == VK_MODULE))
+        return 0;
+    for (AttrWrite *w = c->absent; w; w = w->next)
+        if (w->obj == o->obj && PyUnicode_Compare(w->name, name) == 0)
+            return 0;
+    AttrWrite *w = cap_alloc(c, sizeof(AttrWrite));
+    if (!w || !cap_keep(c, name))
+        return -1;
+    w->target = o;
+    w->obj = o->obj;
+    w->name = name;
+    w->next = c->absent;
+    c->absent = w;
+    return 0;
 }
 
 /* The methods of set that only read it. */
@@ -598,8 +626,10 @@ static int module_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
 }
 
 /* 0 when writing name = val on the outside object o can be replayed after the graph
- * (see AttrWrite), else -1 with a BR_SIDE_EFFECT failure naming why not. */
-static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int generic)
+ * (see AttrWrite); 1 when the write runs a property's setter, a Python function the
+ * capture runs in its place (*fset: borrowed); else -1 with a BR_SIDE_EFFECT failure
+ * naming why not. */
+static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int generic, PyObject **fset)
 {
     static PyObject *s_setattr, *s_getattribute;   /* strong, interned, never released */
     if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
@@ -610,30 +640,43 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
     const char *tn = t->tp_name;
     if (o->src < 0)
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s reached without a source", name, tn);
-    PyObject *descr = _PyType_Lookup(t, name);
-    if (descr && Py_TYPE(descr)->tp_descr_set) {
-        const char *what = Py_TYPE(descr) == &PyProperty_Type      ? "a property (its setter runs code)"
-                           : Py_TYPE(descr) == &PyMemberDescr_Type ? "a __slots__ slot"
-                                                                   : "a data descriptor";
-        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, %s", name, tn, what);
-    }
-    if (!t->tp_dictoffset)
-        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, which has no __dict__", name, tn);
     int config = 0;
     PyObject *get = _PyType_Lookup(t, s_getattribute);
     if (get != _PyType_Lookup(&PyBaseObject_Type, s_getattribute) && !(config = is_config_type(t)))
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__",
                         name, tn);
-    if (config)
-        return config_write_ok(c, obj, name, val);
-    if (o->kind == VK_MODULE) {
+    if (config) {
+        if (config_write_ok(c, obj, name, val) < 0)
+            return -1;
+    } else if (o->kind == VK_MODULE) {
         if (!generic && _PyType_Lookup(t, s_setattr) != _PyType_Lookup((PyTypeObject *)libs.module_type, s_setattr))
             return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__",
                             name, tn);
-        return module_write_ok(c, obj, name, val);
-    }
-    if (!generic && t->tp_setattro != PyObject_GenericSetAttr)
+        if (module_write_ok(c, obj, name, val) < 0)
+            return -1;
+    } else if (!generic && t->tp_setattro != PyObject_GenericSetAttr) {
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__", name, tn);
+    }
+    /* each __setattr__ admitted above ends in object's: a data descriptor of the class
+     * takes the write */
+    PyObject *descr = _PyType_Lookup(t, name);
+    if (descr && Py_TYPE(descr)->tp_descr_set) {
+        if (Py_TYPE(descr) == &PyProperty_Type) {
+            PyObject *fn = cap_keep_steal(c, PyObject_GetAttrString(descr, "fset"));   /* borrowed */
+            if (!fn)
+                return cap_fail_exc(c, BR_INTERNAL);
+            if (PyFunction_Check(fn)) {
+                *fset = fn;
+                return 1;
+            }
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, a property %s", name, tn,
+                            fn != Py_None ? "whose setter is not a Python function" : "without a setter");
+        }
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, %s", name, tn,
+                        Py_TYPE(descr) == &PyMemberDescr_Type ? "a __slots__ slot" : "a data descriptor");
+    }
+    if (!t->tp_dictoffset)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, which has no __dict__", name, tn);
     return 0;
 }
 
@@ -661,8 +704,21 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && o->obj) {
         int owned = o->fresh && o->src < 0;
         if (!owned) {
-            if (write_replayable(c, o, name, val, generic) < 0)
+            PyObject *fset = NULL;
+            int how = write_replayable(c, o, name, val, generic, &fset);
+            if (how < 0)
                 return -1;
+            if (how == 1) {
+                /* the setter runs inline: its own writes are recorded and replayed */
+                Var *fn = wrap_untracked(c, fset);
+                Var *args[2] = {o, val};
+                return fn && call_var(c, fn, args, 2, NULL) ? 0 : -1;
+            }
+            for (AttrWrite *a = c->absent; a; a = a->next)
+                if (a->obj == o->obj && PyUnicode_Compare(a->name, name) == 0)
+                    return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s that hasattr()/getattr() "
+                                    "found absent: a later call would find it (no guard checks an attribute's absence)",
+                                    name, Py_TYPE(o->obj)->tp_name);
             if (dict_held(c, o->obj))
                 return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s whose __dict__ the frame "
                                 "reads", name, Py_TYPE(o->obj)->tp_name);

@@ -393,11 +393,15 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         if (n && (!strcmp(n, "shape") || !strcmp(n, "dtype") || !strcmp(n, "ndim") || !strcmp(n, "T")))
             return const_bool(c, 1);
     }
+    if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && attr_written(c, o->obj, args[1]->obj))
+        return const_bool(c, 1);   /* written earlier in the frame: the object has it once replayed */
     int has = sj_hasattr(probe, args[1]->obj);
     if (has < 0) {
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
+    if (!has && attr_note_absent(c, o, args[1]->obj) < 0)
+        return NULL;
     return const_bool(c, has);
 }
 

@@ -57,6 +57,7 @@ struct Var {
     uint8_t fresh;         /* a container the frame owns although it has a source (the
                               *args tuple and **kwargs dict of the compiled frame): writes
                               to it are not side effects */
+    uint8_t from_module;   /* VK_OBJECT: reached through an nn.Module's attributes */
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
@@ -213,6 +214,8 @@ typedef struct Capture {
                                   code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects, first write first (arena) */
     ObjRead *objreads;         /* user objects read through a source (arena) */
+    AttrWrite *absent;         /* attributes hasattr()/getattr(o, name, default) found absent on
+                                  outside objects (arena; value unused) */
     Mutated *mutated;          /* outside lists/dicts written in place (arena) */
     /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
      * become a graph break there; capture is then run again and stopped before it */
@@ -240,6 +243,11 @@ typedef struct Capture {
     PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
     PyObject *wrap_owner;      /* borrowed or NULL: while an nn.Module's attribute is wrapped,
                                   that module (attrs.c wrap_attr) */
+    int wrap_in_module;        /* while what hangs off an nn.Module (through user objects too)
+                                  is wrapped: user objects made then are from_module */
+    int wrap_plain_attr;       /* while an attribute of a user object not reached through a
+                                  module is wrapped: its numbers follow automatic dynamic, as
+                                  the frame's own locals do (symbolic.c) */
     int32_t nufloats;          /* graph floats made so far (zuf<N>, gscalar.c) */
     /* the result */
     Var *result;
@@ -493,6 +501,11 @@ int attr_store_generic(Capture *c, Var *obj, PyObject *name, Var *val);
  * user objects it read alias one another as they did at capture (a write through one
  * is seen through the others). 0, or -1 with the failure recorded. */
 int attr_check_writes(Capture *c);
+/* 1 when the capture wrote obj.name (obj borrowed). */
+int attr_written(Capture *c, PyObject *obj, PyObject *name);
+/* hasattr(o, name) is False for outside object o: a later write of it in the frame is
+ * refused (nothing guards the absence). 0 or -1. */
+int attr_note_absent(Capture *c, Var *o, PyObject *name);
 /* 1 when the capture wrote an attribute of an outside object (the plan replays it). */
 int attr_has_writes(const Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */

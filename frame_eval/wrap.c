@@ -506,6 +506,8 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         return NULL;
     }
     Var *v = simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->from_module = (uint8_t)(c->wrap_in_module || c->wrap_owner);
     if (v && src >= 0) {
         ObjRead *r = cap_alloc(c, sizeof(ObjRead));   /* for the aliasing guards of attribute writes */
         if (!r)

@@ -10,7 +10,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules, t_ops2,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
-    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
+    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls, t_attrw,
 )
 
 ENTRIES = list(REGISTRY.values())
