@@ -332,22 +332,17 @@ int attr_written(Capture *c, PyObject *obj, PyObject *name)
     return c->writes && find_write(c, obj, name) != NULL;
 }
 
-int attr_note_absent(Capture *c, Var *o, PyObject *name)
+int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has)
 {
     if (o->src < 0 || !(o->kind == VK_OBJECT || o->kind == VK_MODULE))
         return 0;
-    for (AttrWrite *w = c->absent; w; w = w->next)
-        if (w->obj == o->obj && PyUnicode_Compare(w->name, name) == 0)
-            return 0;
-    AttrWrite *w = cap_alloc(c, sizeof(AttrWrite));
-    if (!w || !cap_keep(c, name))
-        return -1;
-    w->target = o;
-    w->obj = o->obj;
-    w->name = name;
-    w->next = c->absent;
-    c->absent = w;
-    return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_HASATTR;
+    g.src = sources_add(&c->src, SRC_ATTR, o->src, 0, name, NULL);
+    g.src2 = -1;
+    g.len = has;
+    return g.src < 0 || guards_add(&c->guards, &g) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
 }
 
 /* The methods of set that only read it. */
@@ -507,7 +502,9 @@ static PyObject *closure_cell(PyObject *fn, const char *name)
 }
 
 /* 1 when no class after owner in t's MRO, object excepted, defines slot (an interned
- * str): owner's super().<slot> is then object's. */
+ * str): owner's super().<slot> is then object's. The __getattribute__ of transformers'
+ * HeterogeneousConfigMixin is object's too for a config without a heterogeneity spec
+ * (config_write_ok checks the instance). */
 static int super_is_object(PyTypeObject *t, PyObject *owner, PyObject *slot)
 {
     PyObject *mro = t->tp_mro;
@@ -518,7 +515,9 @@ static int super_is_object(PyTypeObject *t, PyObject *owner, PyObject *slot)
         return 0;
     for (i++; i < n; i++) {
         PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
-        if (b != &PyBaseObject_Type && b->tp_dict && PyDict_GetItemWithError(b->tp_dict, slot))
+        PyObject *f = b != &PyBaseObject_Type && b->tp_dict ? PyDict_GetItemWithError(b->tp_dict, slot) : NULL;
+        if (f && !func_is(f, "transformers.integrations.heterogeneity.configuration_utils",
+                          "HeterogeneousConfigMixin.__getattribute__"))
             return 0;
     }
     sj_err_clear();
@@ -556,6 +555,11 @@ static int is_config_type(PyTypeObject *t)
  * only a constant, validated now (the replay validates it again, and passes). */
 static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
 {
+    PyObject **dp = _PyObject_GetDictPtr(obj);
+    PyObject *spec = dp && *dp ? PyDict_GetItemString(*dp, "_heterogeneity_spec") : NULL;
+    if (spec && spec != Py_None)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a heterogeneous %s", name,
+                        Py_TYPE(obj)->tp_name);
     PyObject *map = PyObject_GetAttrString(obj, "attribute_map");
     int aliased = 0;
     if (map && PyDict_Check(map)) {
@@ -714,11 +718,6 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
                 Var *args[2] = {o, val};
                 return fn && call_var(c, fn, args, 2, NULL) ? 0 : -1;
             }
-            for (AttrWrite *a = c->absent; a; a = a->next)
-                if (a->obj == o->obj && PyUnicode_Compare(a->name, name) == 0)
-                    return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s that hasattr()/getattr() "
-                                    "found absent: a later call would find it (no guard checks an attribute's absence)",
-                                    name, Py_TYPE(o->obj)->tp_name);
             if (dict_held(c, o->obj))
                 return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s whose __dict__ the frame "
                                 "reads", name, Py_TYPE(o->obj)->tp_name);

@@ -400,7 +400,7 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
-    if (!has && attr_note_absent(c, o, args[1]->obj) < 0)
+    if (attr_guard_hasattr(c, o, args[1]->obj, has) < 0)
         return NULL;
     return const_bool(c, has);
 }

@@ -214,8 +214,6 @@ typedef struct Capture {
                                   code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects, first write first (arena) */
     ObjRead *objreads;         /* user objects read through a source (arena) */
-    AttrWrite *absent;         /* attributes hasattr()/getattr(o, name, default) found absent on
-                                  outside objects (arena; value unused) */
     Mutated *mutated;          /* outside lists/dicts written in place (arena) */
     /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
      * become a graph break there; capture is then run again and stopped before it */
@@ -503,9 +501,9 @@ int attr_store_generic(Capture *c, Var *obj, PyObject *name, Var *val);
 int attr_check_writes(Capture *c);
 /* 1 when the capture wrote obj.name (obj borrowed). */
 int attr_written(Capture *c, PyObject *obj, PyObject *name);
-/* hasattr(o, name) is False for outside object o: a later write of it in the frame is
- * refused (nothing guards the absence). 0 or -1. */
-int attr_note_absent(Capture *c, Var *o, PyObject *name);
+/* hasattr(o, name) gave has for o, a user object or module read through a source: a
+ * HASATTR guard keeps it so for the entry. 0, or -1 with the failure recorded. */
+int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has);
 /* 1 when the capture wrote an attribute of an outside object (the plan replays it). */
 int attr_has_writes(const Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
