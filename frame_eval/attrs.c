@@ -646,7 +646,10 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s reached without a source", name, tn);
     int config = 0;
     PyObject *get = _PyType_Lookup(t, s_getattribute);
-    if (get != _PyType_Lookup(&PyBaseObject_Type, s_getattribute) && !(config = is_config_type(t)))
+    /* object's, or the slot wrapper of a builtin base (dict) that is object's function */
+    int plain_get = get && Py_TYPE(get) == &PyWrapperDescr_Type &&
+                    ((PyWrapperDescrObject *)get)->d_wrapped == (void *)PyObject_GenericGetAttr;
+    if (!plain_get && !(config = is_config_type(t)))
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__",
                         name, tn);
     if (config) {
