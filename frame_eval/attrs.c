@@ -598,6 +598,24 @@ static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
     return rc;
 }
 
+/* transformers' ModelOutput (an OrderedDict subclass and a dataclass): its __setattr__
+ * also sets the item of a field to a value that is not None, its __setitem__ also sets the
+ * attribute; both then act as object's and OrderedDict's. 1 when t's two methods are
+ * exactly those. */
+static int is_model_output_type(PyTypeObject *t)
+{
+    static PyObject *s_setattr, *s_setitem;   /* strong, interned, never released */
+    if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
+        (!s_setitem && !(s_setitem = PyUnicode_InternFromString("__setitem__")))) {
+        sj_err_clear();
+        return 0;
+    }
+    PyObject *set = _PyType_Lookup(t, s_setattr), *item = _PyType_Lookup(t, s_setitem);
+    return func_is(set, "transformers.utils.generic", "ModelOutput.__setattr__") &&
+           func_is(item, "transformers.utils.generic", "ModelOutput.__setitem__") &&
+           PyType_IsSubtype(t, &PyODict_Type);
+}
+
 /* nn.Module.__setattr__ acts as object's for a value that is no Parameter, Buffer or
  * Module, under a name none of the module's _parameters, _buffers, _modules holds. */
 static int module_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
@@ -661,7 +679,7 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
                             name, tn);
         if (module_write_ok(c, obj, name, val) < 0)
             return -1;
-    } else if (!generic && t->tp_setattro != PyObject_GenericSetAttr) {
+    } else if (!generic && t->tp_setattro != PyObject_GenericSetAttr && !is_model_output_type(t)) {
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__", name, tn);
     }
     /* each __setattr__ admitted above ends in object's: a data descriptor of the class
@@ -704,7 +722,7 @@ static int dict_held(Capture *c, PyObject *obj)
     return r != 0;
 }
 
-static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
+static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic, int item)
 {
     if (o->kind == VK_USEROBJ)
         return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
@@ -726,6 +744,10 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
                                 "reads", name, Py_TYPE(o->obj)->tp_name);
         }
         AttrWrite *w = find_write(c, o->obj, name);
+        if (w && !owned && w->item != item && is_model_output_type(Py_TYPE(o->obj)))
+            /* o.k = None after o["k"] = v leaves the item: one replay cannot do both */
+            return cap_fail(c, BR_SIDE_EFFECT, "item and attribute assignments to '%U' of a %s", name,
+                            Py_TYPE(o->obj)->tp_name);
         if (!w) {
             if (!(w = cap_alloc(c, sizeof(AttrWrite))) || !cap_keep(c, name))
                 return -1;
@@ -740,6 +762,7 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
         }
         w->value = val;
         w->generic = generic;
+        w->item = item;
         return 0;
     }
     return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s", name, var_kind_name(o));
@@ -747,12 +770,19 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic)
 
 int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
 {
-    return store(c, o, name, val, 0);
+    return store(c, o, name, val, 0, 0);
 }
 
 int attr_store_generic(Capture *c, Var *o, PyObject *name, Var *val)
 {
-    return store(c, o, name, val, 1);
+    return store(c, o, name, val, 1, 0);
+}
+
+int attr_store_item(Capture *c, Var *o, Var *key, Var *val, int *handled)
+{
+    *handled = o->kind == VK_OBJECT && o->obj && o->src >= 0 && var_is_const(key) && PyUnicode_CheckExact(key->obj) &&
+               is_model_output_type(Py_TYPE(o->obj));
+    return *handled ? store(c, o, key->obj, val, 0, 1) : 0;
 }
 
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr)

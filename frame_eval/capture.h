@@ -154,6 +154,8 @@ typedef struct AttrWrite {
     Var *value;            /* the current value */
     int owned;             /* the object was made during capture: its writes never escape */
     int generic;           /* written through object.__setattr__: replayed that way */
+    int item;              /* written as o[name] on a transformers ModelOutput (its __setitem__
+                              sets the item and the attribute): replayed that way */
 } AttrWrite;
 
 /* A user object read through a source (VK_OBJECT, guarded by type only): a later call may
@@ -495,6 +497,10 @@ Var *attr_load(Capture *c, Var *obj, PyObject *name);
  * failure recorded (a write the result plan cannot replay is a BR_SIDE_EFFECT break). */
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
 int attr_store_generic(Capture *c, Var *obj, PyObject *name, Var *val);
+/* o[key] = val on an outside transformers ModelOutput with a str key: recorded as a write of
+ * attribute key replayed through the object's __setitem__ (*handled = 1); for any other
+ * object *handled = 0 and nothing is recorded. 0, or -1 with the failure recorded. */
+int attr_store_item(Capture *c, Var *obj, Var *key, Var *val, int *handled);
 /* At the end of a capture that writes attributes of outside objects: guards that the
  * user objects it read alias one another as they did at capture (a write through one
  * is seen through the others). 0, or -1 with the failure recorded. */

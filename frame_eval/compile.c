@@ -255,10 +255,10 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
 }
 
 /* The plan of the frame's result r: ("w", ((source_id, contents), ...), result, ((source_id,
- * name, value, generic), ...)) writes the final contents of outside lists and dicts the
+ * name, value, how), ...)) writes the final contents of outside lists and dicts the
  * capture changed in place, builds result, then sets the attributes of outside objects the
- * capture wrote (in the order of their first writes; generic: through
- * object.__setattr__); without such writes, result's plan alone. The write-backs are
+ * capture wrote (in the order of their first writes; how: 0 setattr(), 1 through
+ * object.__setattr__, 2 obj[name] = value); without such writes, result's plan alone. The write-backs are
  * planned first, as they are built first (an object made in the frame is built where it
  * first appears). */
 static PyObject *plan_result(PlanCtx *p, Var *r)
@@ -284,7 +284,8 @@ static PyObject *plan_result(PlanCtx *p, Var *r)
         if (w->owned)
             continue;
         PyObject *val = plan_for(p, w->value);
-        PyObject *item = val ? Py_BuildValue("(iONi)", (int)w->target->src, w->name, val, w->generic) : NULL;
+        PyObject *item = val ? Py_BuildValue("(iONi)", (int)w->target->src, w->name, val,
+                                             w->item ? 2 : w->generic) : NULL;
         if (!item || PyList_Append(aws, item) < 0)
             Py_CLEAR(aws);
         Py_XDECREF(item);
@@ -434,8 +435,10 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
             bc->wrote = 1;
             if (i >= n) {
                 PyObject *aw = PyTuple_GET_ITEM(aws, i - n), *name = PyTuple_GET_ITEM(aw, 1);
-                rc = PyLong_AsLong(PyTuple_GET_ITEM(aw, 3)) ? PyObject_GenericSetAttr(obj, name, val)
-                                                            : PyObject_SetAttr(obj, name, val);
+                long how = PyLong_AsLong(PyTuple_GET_ITEM(aw, 3));
+                rc = how == 2 ? PyObject_SetItem(obj, name, val)
+                     : how == 1 ? PyObject_GenericSetAttr(obj, name, val)
+                                : PyObject_SetAttr(obj, name, val);
             } else if (PyList_CheckExact(obj))
                 rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
             else if (PyDict_CheckExact(obj))
