@@ -217,3 +217,22 @@ def t_attrw_break_reads_written(o, x):
     o.before = x.cos()
     seen = _peek(o)   # runs in the interpreter: it must see the write
     return seen + 1
+
+
+# ---- transformers' ModelOutput from outside (its __setattr__/__setitem__ set both views) ----
+def _model_output():
+    from transformers.modeling_outputs import BaseModelOutput   # imported when the case runs
+    return BaseModelOutput(last_hidden_state=T(2, 3))
+
+
+@torch_case(lambda: (_model_output(), T(2, 3)), mutates=True)
+def t_attrw_model_output_item_write(out, x):
+    out["hidden_states"] = (x, x + out.last_hidden_state)
+    return out.hidden_states[1] * 2
+
+
+@torch_case(lambda: (_model_output(), T(2, 3)), mutates=True)
+def t_attrw_model_output_attribute_write(out, x):
+    out.attentions = (x.softmax(-1),)
+    out.last_hidden_state = out.last_hidden_state + x
+    return out.last_hidden_state.sum()
