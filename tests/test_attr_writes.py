@@ -310,3 +310,45 @@ def test_config_invalid_value_raises_as_eager():
         f(_config(), torch.zeros(1))
     with pytest.raises(type(eager.value)):
         shapejit.compile(f)(_config(), torch.zeros(1))
+
+
+def test_config_attribute_map_name_breaks():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2)
+    assert "hidden_size" in cfg.attribute_map
+
+    def f(c, x):
+        c.hidden_size = 64   # stored as n_embd
+        return x * 2
+    assert any("attribute_map" in r for r in _reasons(f, cfg, torch.zeros(1)))
+    shapejit.reset()
+    c = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2)
+    shapejit.compile(f)(c, torch.zeros(1))
+    assert c.n_embd == 64 and c.hidden_size == 64
+
+
+# ---- identity and values after the call ---------------------------------------------------
+def test_identity_of_stored_tensors():
+    def f(o, x):
+        o.same = x                # the input itself
+        o.made = x + 1            # the graph's output ...
+        o.again = o.made          # ... stored twice: one object
+        return o.made
+    o = Holder()
+    x = torch.randn(3)
+    r = shapejit.compile(f, fullgraph=True)(o, x)
+    assert o.same is x and o.made is o.again and r is o.made
+    assert torch.equal(o.made, x + 1)
+
+
+def test_writes_replayed_on_every_call():
+    def f(o, x):
+        o.last = x * 2
+        return x + 1
+    cf = shapejit.compile(f, fullgraph=True)
+    o = Holder()
+    for i in range(3):
+        x = torch.full((2,), float(i))
+        cf(o, x)
+        assert torch.equal(o.last, x * 2)
+    assert shapejit.stats()["graphs"] == 1
