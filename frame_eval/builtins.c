@@ -405,24 +405,6 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
     return const_bool(c, has);
 }
 
-static Var *builtin_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyObject *kwnames)
-{
-    Var **items = args;
-    int32_t n = nargs;
-    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%s with keywords", is_max ? "max" : "min");
-        return NULL;
-    }
-    if (nargs == 1 && op_iterate(c, args[0], &items, &n) < 0)
-        return NULL;
-    if (all_foldable(items, n)) {
-        Var *tuple = var_seq(c, VK_TUPLE, items, n);
-        return tuple ? cap_fold_call(c, builtin_objs[is_max ? B_MAX : B_MIN], &tuple, 1, NULL) : NULL;
-    }
-    cap_fail(c, BR_DATA_DEPENDENT, "%s() over tensor values compares their data", is_max ? "max" : "min");
-    return NULL;
-}
-
 static Var *builtin_sum(Capture *c, Var **args, int32_t nargs)
 {
     Var **items;
@@ -437,13 +419,23 @@ static Var *builtin_sum(Capture *c, Var **args, int32_t nargs)
 
 static Var *builtin_anyall(Capture *c, int is_all, Var **args, int32_t nargs)
 {
-    Var **items;
-    int32_t n;
-    if (nargs != 1 || op_iterate(c, args[0], &items, &n) < 0)
-        return nargs != 1 ? (cap_fail(c, BR_UNSUPPORTED_CALL, "any/all arguments"), NULL) : NULL;
-    for (int32_t i = 0; i < n; i++) {
-        int t;
-        if (op_truth(c, items[i], &t) < 0)
+    if (nargs != 1) {
+        cap_fail(c, BR_UNSUPPORTED_CALL, "any/all arguments");
+        return NULL;
+    }
+    /* item by item, stopping at the first that decides, as the builtin does: a lazy
+     * iterator is consumed no further than eager consumes it */
+    Var *it = iter_get(c, args[0]);
+    if (!it)
+        return NULL;
+    for (;;) {
+        Var *item;
+        int t, r = iter_next(c, it, &item);
+        if (r < 0)
+            return NULL;
+        if (!r)
+            break;
+        if (op_truth(c, item, &t) < 0)
             return NULL;
         if (is_all && !t)
             return const_bool(c, 0);
@@ -451,62 +443,6 @@ static Var *builtin_anyall(Capture *c, int is_all, Var **args, int32_t nargs)
             return const_bool(c, 1);
     }
     return const_bool(c, is_all);
-}
-
-static Var *builtin_enumerate(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
-{
-    Var **items;
-    int32_t n;
-    long start = 0;
-    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs - nkw < 1 || op_iterate(c, args[0], &items, &n) < 0)
-        return cap_failed(c) ? NULL : (cap_fail(c, BR_UNSUPPORTED_CALL, "enumerate arguments"), NULL);
-    if (nargs == 2) {
-        if (!var_is_const(args[1]) || !PyLong_Check(args[1]->obj)) {
-            cap_fail(c, BR_UNSUPPORTED_CALL, "enumerate start");
-            return NULL;
-        }
-        start = PyLong_AsLong(args[1]->obj);
-    }
-    Var **pairs = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
-    for (int32_t i = 0; pairs && i < n; i++) {
-        Var *k = var_const_steal(c, PyLong_FromLong(start + i));
-        if (!k || !(pairs[i] = var_seq(c, VK_TUPLE, (Var *[]){k, items[i]}, 2)))
-            return NULL;
-    }
-    return pairs ? make_iter(c, pairs, n) : NULL;
-}
-
-static Var *builtin_zip(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
-{
-    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "zip with keywords");
-        return NULL;
-    }
-    Var ***cols = cap_alloc(c, sizeof(Var **) * (size_t)(nargs + 1));
-    int32_t *lens = cap_alloc(c, sizeof(int32_t) * (size_t)(nargs + 1));
-    if (!cols || !lens)
-        return NULL;
-    int32_t n = INT32_MAX;
-    for (int32_t i = 0; i < nargs; i++) {
-        if (op_iterate(c, args[i], &cols[i], &lens[i]) < 0)
-            return NULL;
-        if (lens[i] < n)
-            n = lens[i];
-    }
-    if (nargs == 0)
-        n = 0;
-    Var **rows = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
-    for (int32_t r = 0; rows && r < n; r++) {
-        Var **row = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
-        if (!row)
-            return NULL;
-        for (int32_t i = 0; i < nargs; i++)
-            row[i] = cols[i][r];
-        if (!(rows[r] = var_seq(c, VK_TUPLE, row, nargs)))
-            return NULL;
-    }
-    return rows ? make_iter(c, rows, n) : NULL;
 }
 
 static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, PyObject *kwnames)
@@ -545,9 +481,6 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         }
         return const_bool(c, r);
     }
-    case B_MIN:
-    case B_MAX:
-        return builtin_minmax(c, id == B_MAX, args, nargs, kwnames);
     case B_ABS:
         if (nargs == 1 && args[0]->kind == VK_TENSOR) {
             int row = callables_operator_row("operator.abs");
@@ -597,10 +530,6 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         }
         return d;
     }
-    case B_ENUMERATE:
-        return builtin_enumerate(c, args, nargs, kwnames);
-    case B_ZIP:
-        return builtin_zip(c, args, nargs, kwnames);
     case B_GETATTR:
         return builtin_getattr(c, args, nargs);
     case B_HASATTR:
@@ -610,10 +539,14 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_ANY:
     case B_ALL:
         return builtin_anyall(c, id == B_ALL, args, nargs);
-    case B_ITER:
     case B_REVERSED: {
         if (nargs != 1)
             break;
+        if (args[0]->kind == VK_ITER) {
+            /* an iterator is not reversible: the interpreter raises eager's TypeError */
+            cap_fail(c, BR_UNSUPPORTED_CALL, "reversed() of an iterator");
+            return NULL;
+        }
         Var **items;
         int32_t n;
         if (op_iterate(c, args[0], &items, &n) < 0)
@@ -622,17 +555,18 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         if (!copy)
             return NULL;
         for (int32_t i = 0; i < n; i++)
-            copy[i] = id == B_REVERSED ? items[n - 1 - i] : items[i];
+            copy[i] = items[n - 1 - i];
         return make_iter(c, copy, n);
     }
     case B_NEXT:
-        if (nargs >= 1 && args[0]->kind == VK_ITER) {
-            Var *it = args[0];
-            if (it->u.iter.pos < it->u.iter.n)
-                return it->u.iter.items[it->u.iter.pos++];
+        if (nargs >= 1 && nargs <= 2 && !nkw && args[0]->kind == VK_ITER) {
+            Var *item;
+            int r = iter_next(c, args[0], &item);
+            if (r)
+                return r > 0 ? item : NULL;
             if (nargs == 2)
                 return args[1];
-            cap_fail(c, BR_USER_EXCEPTION, "next() on an exhausted iterator raises StopIteration");
+            cap_raise(c, PyExc_StopIteration);
             return NULL;
         }
         break;
@@ -652,19 +586,6 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             int k = v->kind == VK_FUNC || v->kind == VK_METHOD || v->kind == VK_CALLABLE || v->kind == VK_MODULE ||
                     v->kind == VK_PARTIAL || (v->obj && v->kind != VK_TENSOR && PyCallable_Check(v->obj));
             return const_bool(c, k);
-        }
-        break;
-    case B_SORTED:
-        if (nargs == 1 && !kwnames) {
-            /* sorted(d) of a dict with constant keys, sorted() of constants from a container */
-            Var **items;
-            int32_t n;
-            if (op_iterate(c, args[0], &items, &n) < 0)
-                return NULL;
-            if (var_all_const(items, n)) {
-                Var *l = var_seq(c, VK_LIST, items, n);
-                return l ? cap_fold_call(c, builtin_objs[id], &l, 1, NULL) : NULL;
-            }
         }
         break;
     case B_PRINT:
@@ -804,12 +725,15 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
     Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled);   /* float(f), math.sqrt(f) */
     if (*handled)
         return gs;
+    Var *r = iters_call(c, fn, args, nargs, kwnames, handled);   /* map, zip, reduce, itertools */
+    if (*handled)
+        return r;
     for (int i = 0; i < B_COUNT; i++)
         if (fn == builtin_objs[i]) {
             *handled = 1;
             return call_builtin(c, (BuiltinId)i, args, nargs, kwnames);
         }
-    Var *r = check_call(c, fn, args, nargs, kwnames, handled);
+    r = check_call(c, fn, args, nargs, kwnames, handled);
     if (*handled)
         return r;
     if (fn == libs.partial_type) {

@@ -502,7 +502,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     if (!n)
         return NULL;
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update"))) {
+    int list_sort = self->kind == VK_LIST && !strcmp(n, "sort");   /* key=, reverse= (iters.c) */
+    if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update")) && !list_sort) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", var_kind_name(self), n);
         return NULL;
     }
@@ -511,6 +512,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
                    !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
     if (mutating && self->src >= 0 && !self->fresh && cap_note_mutation(c, self, n) < 0)
         return NULL;
+    if (list_sort)
+        return iters_list_sort(c, self, args, nargs, kwnames);
     if (self->kind == VK_LIST || self->kind == VK_TUPLE) {
         if (!strcmp(n, "append") && nargs == 1 && self->kind == VK_LIST)
             return var_seq_append(c, self, args[0]) < 0 ? NULL : var_const(c, Py_None);
@@ -792,6 +795,14 @@ static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t n
     return v;
 }
 
+static int all_const_or_symint(Var **args, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (args[i]->kind != VK_CONST && args[i]->kind != VK_SYMINT)
+            return 0;
+    return 1;
+}
+
 static int is_pure_folder(PyObject *fn)
 {
     /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
@@ -1005,6 +1016,14 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     }
     case VK_CALLABLE: {
         int row = callables_lookup(fn->obj);
+        if (row >= 0 && callable_rows[row].kind == CK_OPERATOR && nargs == 2 && !kwnames &&
+            args[0]->kind != VK_TENSOR && args[1]->kind != VK_TENSOR) {
+            /* operator.mul(a, b) on Python values (functools.reduce(operator.mul, x.shape)):
+             * the operator itself, as a * b would be evaluated */
+            int nb = op_nb_index(callable_rows[row].path + strlen("operator."));
+            if (nb >= 0)
+                return op_binary(c, nb, args[0], args[1]);
+        }
         if (row >= 0)
             return op_record(c, row, args, nargs, kwnames);
         int handled = 0;
@@ -1038,6 +1057,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 return NULL;
             if (all)
                 return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
+            if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
+                return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
         }
         PyObject *qn = PyObject_GetAttrString(fn->obj, "__qualname__");
         if (!qn) {

@@ -52,6 +52,7 @@ typedef enum {
 typedef enum { GS_FLOAT, GS_BOOL, GS_NUMPY } GScalarType;
 
 typedef struct Var Var;
+typedef struct LazyIter LazyIter;   /* iters.c */
 struct Var {
     uint8_t kind;          /* VarKind */
     uint8_t fresh;         /* a container the frame owns although it has a source (the
@@ -71,12 +72,15 @@ struct Var {
                                          defaultdict or Counter, or NULL (collections.c);
                                          factory: a defaultdict's default_factory */
         struct { Var *start, *stop, *step; } slice;
-        struct { Var **items; int32_t n, pos; Var *live; int32_t used; } iter;
+        struct { Var **items; int32_t n, pos; Var *live; int32_t used; LazyIter *lazy; int gen; } iter;
                                       /* live: the list (or dict, dict view) GET_ITER made
                                          it from, or NULL: a list iterator reads the list as
                                          it is at each step (items/n unused); a dict's
                                          iterator fails when the dict's size changed from
-                                         used */
+                                         used; lazy (arena): map, zip, itertools.count, ...
+                                         producing each item on next() (items/n unused);
+                                         gen: the items an inlined generator yielded (a
+                                         generator object in eager: never rebuilt) */
         struct { Var *dict; char which; } dview;   /* which: 'k', 'v' or 'i' */
         struct { PyCodeObject *code; PyObject *globals; Var *defaults; Var *kwdefaults;
                  Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
@@ -285,6 +289,8 @@ Var *var_dict_live_view(Capture *c, Var *d, char which);
 Var *var_view_list(Capture *c, Var *view);
 /* The method name of a dict view ("keys", "values", "items"). */
 const char *var_view_method(const Var *view);
+/* A constant, or a list/tuple made only of constants at any depth (NULL counts). */
+int var_deep_const(const Var *v);
 int var_is_const(const Var *v);
 int var_all_const(Var *const *vs, int32_t n);
 /* New reference: the Python value of a var made of constants (tuples/lists/dicts/slices of
@@ -521,6 +527,8 @@ int32_t module_kid_source(const Var *m, PyObject *key, PyObject *child);
 
 /* ops.c: bytecode operators and recorded library calls */
 Var *op_binary(Capture *c, int nb_op, Var *a, Var *b);
+/* The BINARY_OP oparg of operator.<name> ("add", "imul", ...), or -1. */
+int op_nb_index(const char *name);
 Var *op_compare(Capture *c, int cmp, Var *a, Var *b);
 Var *op_unary(Capture *c, int opcode, Var *a);
 Var *op_subscr(Capture *c, Var *obj, Var *key);
@@ -598,6 +606,23 @@ Var *collections_missing(Capture *c, Var *d, Var *key, int *handled);
  * comparison of two dict vars (nb >= 0: a BINARY_OP oparg; else cmp = -1 - nb is a
  * COMPARE_OP oparg): *handled = 0 otherwise. */
 Var *collections_operator(Capture *c, int nb, Var *a, Var *b, int *handled);
+/* iters.c: iterators (materialised or lazy) and the builtins that consume them */
+/* iter(v) as GET_ITER does it: v itself when it is an iterator. NULL with the failure set. */
+Var *iter_get(Capture *c, Var *v);
+/* next(it): 1 with *out set, 0 when exhausted, -1 with the failure set. */
+int iter_next(Capture *c, Var *it, Var **out);
+/* The rest of iterator it, read now (it is left exhausted): 0, or -1. */
+int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n);
+/* How to rebuild iterator it as the real iterator at its state: *fn (borrowed, kept alive)
+ * called with *args (arena; the last len(*kwnames) are keyword values; *kwnames borrowed
+ * or NULL), then, when *state is set, given it by __setstate__. 0, or -1 with the failure
+ * set. */
+int iter_recipe(Capture *c, Var *it, PyObject **fn, Var ***args, int32_t *nargs, PyObject **kwnames, Var **state);
+/* map, filter, zip, enumerate, iter, sorted, min, max, functools.reduce and itertools:
+ * *handled = 0 for other functions (or argument forms left to builtins.c). */
+Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+/* list.sort(key=..., reverse=...) on list var l, in place. */
+Var *iters_list_sort(Capture *c, Var *l, Var **args, int32_t nargs, PyObject *kwnames);
 
 /* objects.c: instances of user classes and namedtuples made during capture */
 /* Construct cls(*args): *handled = 0 when cls is not a class capture can model. */

@@ -189,6 +189,12 @@ static int sh_sync_later(Shadow *s, Var *v)
 static int immutable_constant(PyObject *o)
 {
     PyTypeObject *t = Py_TYPE(o);
+    if (t == &PyTuple_Type) {   /* (name, 1) as a Counter key */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
+            if (!immutable_constant(PyTuple_GET_ITEM(o, i)))
+                return 0;
+        return 1;
+    }
     return o == Py_None || o == Py_Ellipsis || t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type ||
            t == &PyUnicode_Type || t == &PyBytes_Type || t == &PyComplex_Type || t == &PyRange_Type ||
            (t == &PyFrozenSet_Type) || PyType_Check(o) || PyCFunction_Check(o);
@@ -285,8 +291,30 @@ static PyObject *to_py(Shadow *s, Var *v)
         return obj;
     }
     if (v->kind == VK_ITER || v->kind == VK_DICTVIEW) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "a %s passed to a collections method", var_kind_name(v));
-        return NULL;
+        /* the methods that take an iterable (constructors, fromkeys, update, extend) read it
+         * whole: read it now (an iterator is left exhausted, as the call leaves it) and hand
+         * the method a list of its items */
+        Var **items = NULL;
+        int32_t n = 0;
+        if (v->kind == VK_ITER) {
+            if (iter_drain(c, v, &items, &n) < 0)
+                return NULL;
+        } else {
+            Var *l = var_view_list(c, v);
+            if (!l)
+                return NULL;
+            items = l->u.seq.items;
+            n = l->u.seq.n;
+        }
+        PyObject *l = PyList_New(n);
+        for (int32_t i = 0; l && i < n; i++) {
+            PyObject *it = to_py(s, items[i]);
+            if (!it)
+                Py_CLEAR(l);
+            else
+                PyList_SET_ITEM(l, i, it);
+        }
+        return l;
     }
     /* anything else is only moved: a placeholder */
     obj = PyType_GenericNew(&PlaceholderType, NULL, NULL);
@@ -780,8 +808,9 @@ Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nar
     if (fn == namedtuple_fn) {
         /* a class made from constants: made now, as a constant (each eager call makes a
          * new class of the same shape) */
-        if (!var_all_const(args, nargs))
-            return NULL;
+        for (int32_t i = 0; i < nargs; i++)
+            if (!var_deep_const(args[i]))   /* field names given as a list are constants too */
+                return NULL;
         *handled = 1;
         PyObject *cls = cap_call_live(c, fn, args, nargs, kwnames);
         Var *r = cls ? wrap_untracked(c, cls) : NULL;

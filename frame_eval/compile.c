@@ -30,7 +30,11 @@ static long graph_counter;
  *   ("k", obj)                 a mutable constant: a deep copy of obj, one per run
  *   ("i", list, pos)           an iterator over list, at pos
  *   ("C", type, (args...))     type(*args): a collections container (OrderedDict(dict),
- *                              defaultdict(factory, dict), Counter(dict), deque(list, maxlen)) */
+ *                              defaultdict(factory, dict), Counter(dict), deque(list, maxlen))
+ *   ("f", fn, (args...), kwnames[, state]) fn(*args) with the last len(kwnames) args
+ *                              passed by name (kwnames a tuple or None), then given state
+ *                              by __setstate__ when present: an iterator rebuilt at its
+ *                              state (map(f, it), itertools.count(5, 1), ...) */
 
 typedef struct {
     Capture *c;
@@ -54,6 +58,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     int made_here = (v->src < 0 || v->fresh) && v != p->contents_of &&
                     (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ ||
+                     v->kind == VK_ITER ||
                      (v->kind == VK_CONST && is_mutable_builtin(v->obj)));
     if (v->src < 0 && (v->kind == VK_CONST || v->kind == VK_CALLABLE) && PyCFunction_Check(v->obj) &&
         PyCFunction_GET_SELF(v->obj) && is_mutable_builtin(PyCFunction_GET_SELF(v->obj))) {
@@ -138,12 +143,36 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         PyObject *d = plan_for(p, v->u.dview.dict);
         return d ? Py_BuildValue("(ssN)", "v", var_view_method(v), d) : NULL;
     }
-    case VK_ITER:
+    case VK_ITER: {
         if (v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
             PyObject *l = plan_for(p, v->u.iter.live);
             return l ? Py_BuildValue("(sNi)", "i", l, (int)v->u.iter.pos) : NULL;
         }
-        break;
+        if (v->u.iter.live || v->u.iter.gen)
+            break;   /* a dict's iterator, a generator: not rebuilt */
+        /* any other iterator: the real one at its state, from its recipe (iters.c) */
+        PyObject *fn, *kwnames;
+        Var **args, *state;
+        int32_t nargs;
+        if (iter_recipe(c, v, &fn, &args, &nargs, &kwnames, &state) < 0)
+            return NULL;
+        PyObject *ap = PyTuple_New(nargs);
+        for (int32_t i = 0; ap && i < nargs; i++) {
+            PyObject *a = plan_for(p, args[i]);
+            if (!a) {
+                Py_CLEAR(ap);
+                break;
+            }
+            PyTuple_SET_ITEM(ap, i, a);
+        }
+        PyObject *sp = ap && state ? plan_for(p, state) : NULL;
+        if (!ap || (state && !sp)) {
+            Py_XDECREF(ap);
+            return NULL;
+        }
+        return sp ? Py_BuildValue("(sONON)", "f", fn, ap, kwnames ? kwnames : Py_None, sp)
+                  : Py_BuildValue("(sONO)", "f", fn, ap, kwnames ? kwnames : Py_None);
+    }
     default:
         break;
     }
@@ -396,6 +425,33 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         }
         PyObject *r = a ? PyObject_Call(PyTuple_GET_ITEM(plan, 1), a, NULL) : NULL;
         Py_XDECREF(a);
+        return r;
+    }
+    case 'f': {
+        PyObject *ap = PyTuple_GET_ITEM(plan, 2), *kwnames = PyTuple_GET_ITEM(plan, 3);
+        Py_ssize_t n = PyTuple_GET_SIZE(ap);
+        PyObject **a = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+        Py_ssize_t k = 0;
+        for (; a && k < n; k++)
+            if (!(a[k] = build(PyTuple_GET_ITEM(ap, k), outputs, bc)))
+                break;
+        PyObject *r = NULL;
+        if (!a)
+            PyErr_NoMemory();
+        else if (k == n) {
+            PyObject *kw = kwnames == Py_None ? NULL : kwnames;
+            size_t npos = (size_t)(n - (kw ? PyTuple_GET_SIZE(kw) : 0));
+            r = PyObject_Vectorcall(PyTuple_GET_ITEM(plan, 1), a, npos, kw);
+            PyObject *st = r && PyTuple_GET_SIZE(plan) > 4 ? build(PyTuple_GET_ITEM(plan, 4), outputs, bc) : NULL;
+            PyObject *ok = st ? PyObject_CallMethod(r, "__setstate__", "(O)", st) : NULL;
+            Py_XDECREF(st);
+            if (r && PyTuple_GET_SIZE(plan) > 4 && !ok)
+                Py_CLEAR(r);
+            Py_XDECREF(ok);
+        }
+        for (Py_ssize_t i = 0; a && i < k; i++)
+            Py_DECREF(a[i]);
+        PyMem_Free(a);
         return r;
     }
     case 'v': {
@@ -1110,6 +1166,26 @@ done:
         cache_entry_free(e);
         e = NULL;
         sj_err_clear();   /* out of memory: the frame runs eagerly this time */
+    }
+    if (e && c.src.n > GUARD_MAX_SOURCES) {
+        /* a list of 30,000 values crossing a break is guarded item by item: past the limit
+         * the code is not compiled again (until a reset); this call runs in the interpreter */
+        cache_entry_free(e);
+        e = NULL;
+        PyObject *reason = PyUnicode_FromFormat("%s: the frame's guards would read %d values (at most %d); "
+                                                "it runs in the interpreter", break_messages[BR_UNSUPPORTED_VALUE],
+                                                (int)c.src.n, GUARD_MAX_SOURCES);
+        if (reason && opts->fullgraph) {
+            PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname, reason);
+        } else if (reason) {
+            st->skip = 1;
+            sj_stats.graph_breaks++;
+            sj_stats.eager_frames++;
+            report_break(&c, co, reason);
+        }
+        Py_XDECREF(reason);
+        if (!opts->fullgraph)
+            sj_err_clear();
     }
     if (e) {
         int r = code_cache_insert(st, e, &c.src, &c.guards);

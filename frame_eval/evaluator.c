@@ -820,55 +820,20 @@ resume:
         /* ---- iteration ---- */
         case SJOP_GET_ITER: {
             NEED(1);
-            Var *s = POP();
-            if (s->kind == VK_ITER) {
-                PUSH(s);
-                break;
-            }
-            Var **items;
-            int32_t cnt;
-            if (op_iterate(c, s, &items, &cnt) < 0)
-                goto fail;
-            Var *it = var_new(c, VK_ITER);
+            Var *it = iter_get(c, POP());
             if (!it)
                 goto fail;
-            it->u.iter.items = items;
-            it->u.iter.n = cnt;
-            if (s->kind == VK_LIST || s->kind == VK_DICT || s->kind == VK_DICTVIEW) {
-                /* what the loop body does to the container shows in the iteration */
-                it->u.iter.live = s->kind == VK_DICTVIEW ? s->u.dview.dict : s;
-                it->u.iter.used = s->kind == VK_LIST ? 0 : it->u.iter.live->u.dict.n;
-                if (s->kind == VK_DICT) {
-                    /* the keys as they are now: dict writes may move the dict's arrays */
-                    Var **keys = cap_alloc(c, sizeof(Var *) * (size_t)(cnt + 1));
-                    if (!keys)
-                        goto fail;
-                    memcpy(keys, items, sizeof(Var *) * (size_t)cnt);
-                    it->u.iter.items = keys;
-                }
-            }
             PUSH(it);
             break;
         }
         case SJOP_FOR_ITER: {
             NEED(1);
-            Var *it = TOP();
-            if (it->kind != VK_ITER) {
-                cap_fail(c, BR_INTERNAL, "FOR_ITER on a %s", var_kind_name(it));
+            Var *it = TOP(), *item;
+            int r = iter_next(c, it, &item);
+            if (r < 0)
                 goto fail;
-            }
-            Var *live = it->u.iter.live;
-            if (live && live->kind == VK_LIST) {
-                /* a list iterator is an index into the list as it is */
-                it->u.iter.items = live->u.seq.items;
-                it->u.iter.n = live->u.seq.n;
-            } else if (live && live->u.dict.n != it->u.iter.used) {
-                PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
-                cap_fail_exc(c, BR_USER_EXCEPTION);
-                goto fail;
-            }
-            if (it->u.iter.pos < it->u.iter.n) {
-                PUSH(it->u.iter.items[it->u.iter.pos++]);
+            if (r) {
+                PUSH(item);
             } else {
                 (void)POP();
                 pc = next + arg;
@@ -986,6 +951,7 @@ resume:
                     goto fail;
                 it->u.iter.items = f->gen_items->u.seq.items;
                 it->u.iter.n = f->gen_items->u.seq.n;
+                it->u.iter.gen = 1;
                 return it;
             }
             return POP();

@@ -8,21 +8,6 @@
 
 /* ------------------------------------------------------- argument lowering ---- */
 
-/* A constant, or a list/tuple made only of constants at any depth. */
-static int deep_const(const Var *v)
-{
-    if (!v)
-        return 1;
-    if (v->kind == VK_CONST)
-        return 1;
-    if (v->kind != VK_TUPLE && v->kind != VK_LIST)
-        return 0;
-    for (int32_t i = 0; i < v->u.seq.n; i++)
-        if (!deep_const(v->u.seq.items[i]))
-            return 0;
-    return 1;
-}
-
 /* The hint of a symbolic int as a Python int the capture keeps alive (borrowed). */
 static PyObject *hint_obj(Capture *c, SymNode *e, const char *specialize)
 {
@@ -131,9 +116,19 @@ static int to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
     case VK_LIST:
     case VK_DICT:
     case VK_SLICE: {
+        if (v->kind == VK_SLICE) {
+            /* x[a[i]:a[i + 1]]: the bound's __index__ reads array data into Python, as
+             * .item() does (torch.compile breaks there too) */
+            Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
+            for (int k = 0; k < 3; k++)
+                if (parts[k] && parts[k]->kind == VK_TENSOR)
+                    return cap_fail(c, BR_SCALAR_OUTPUT, "a %s element used as a slice bound is read "
+                                    "into Python (its __index__)",
+                                    parts[k]->u.t.meta.lib == LIB_NUMPY ? "ndarray" : "tensor");
+        }
         if (!specialize && slice_symbolic(v))
             return bound_slice(c, v, out);
-        int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !deep_const(v);
+        int has_tensor = (v->kind == VK_TUPLE || v->kind == VK_LIST) && !var_deep_const(v);
         if (has_tensor && specialize && (v->kind == VK_TUPLE || v->kind == VK_LIST)) {
             /* only symbolic ints among constants: specialise them into one constant */
             int only_ints = 1;
@@ -224,7 +219,7 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
         if ((a.a = slice_node(c, v)) < 0)
             return -1;
     } else if ((v->kind == VK_TUPLE || v->kind == VK_LIST)) {
-        if (!deep_const(v)) {
+        if (!var_deep_const(v)) {
             int32_t first = graph_pool(g, v->u.seq.n);
             if (first < 0)
                 return -1;
@@ -739,6 +734,14 @@ static const char *const nb_names[] = {
     [SJ_NB_INPLACE_RSHIFT] = "irshift", [SJ_NB_INPLACE_SUBTRACT] = "isub",
     [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv", [SJ_NB_INPLACE_XOR] = "ixor",
 };
+
+int op_nb_index(const char *name)
+{
+    for (int nb = 0; nb < SJ_NB_COUNT; nb++)
+        if (nb_names[nb] && !strcmp(nb_names[nb], name))
+            return nb;
+    return -1;
+}
 
 static Var *seq_concat(Capture *c, Var *a, Var *b)
 {
@@ -1319,10 +1322,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         *n = v->u.seq.n;
         return 0;
     case VK_ITER:
-        *items = v->u.iter.items + v->u.iter.pos;
-        *n = v->u.iter.n - v->u.iter.pos;
-        v->u.iter.pos = v->u.iter.n;
-        return 0;
+        return iter_drain(c, v, items, n);
     case VK_DICT:
         *items = v->u.dict.keys;
         *n = v->u.dict.n;
@@ -1396,12 +1396,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         Var *r = call_dunder(c, v, "__iter__", NULL, 0);
         if (!r)
             return -1;
-        if (r->kind != VK_ITER)
-            return op_iterate(c, r, items, n);
-        *items = r->u.iter.items + r->u.iter.pos;
-        *n = r->u.iter.n - r->u.iter.pos;
-        r->u.iter.pos = r->u.iter.n;
-        return 0;
+        return op_iterate(c, r, items, n);
     }
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over a %s", var_kind_name(v));

@@ -628,11 +628,15 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
             stack[e][i++] = SK_VALUE;
         stack[e][i] = 0;
     }
-    for (int32_t i = ndeep; i < c->stop_sp; i++)
-        if (c->stop_stack[i] && c->stop_stack[i]->kind == VK_ITER) {
+    for (int32_t i = ndeep; i < c->stop_sp; i++) {
+        /* an operand of the instruction is handed over as itself: an iterator must be one
+         * that is rebuilt as the real iterator (list(map(f, xs)) with a print in f) */
+        Var *v = c->stop_stack[i];
+        if (v && v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
             cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator as the operand of a graph break");
             goto fail;
         }
+    }
     for (int e = 0; e < shape.nexits; e++) {
         out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask, out->loop[e]);
         if (!out->resume[e])
@@ -675,20 +679,22 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         ARG(v, "%U", PyTuple_GET_ITEM(orig->co_localsplusnames, i));
     }
     int32_t a_deep = (int32_t)PyList_GET_SIZE(cvarnames);
-    int reenters = out->loop[0] || (shape.nexits > 1 && out->loop[1]);   /* a way out loops back */
     for (int32_t i = 0; i < ndeep; i++) {
         Var *v = c->stop_stack[i];
         if (!v)
             continue;
-        if (v->kind == VK_ITER && reenters && v->u.iter.live && v->u.iter.live->kind == VK_LIST) {
-            /* the loop goes on in the interpreter: it iterates the list as it is then (items
-             * appended after the break included), from the position reached, as eager does */
-        } else if (v->kind == VK_ITER) {
+        if (v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
+            /* what an inlined generator yielded, a dict's keys: the rest as a tuple (they
+             * have no recipe to be rebuilt from) */
             Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
             if (!rest)
                 goto fail;
             v = rest;
         }
+        /* any other iterator is handed over as the real iterator at its state (a list's
+         * iterator reads the list as it is then, items appended after the break included;
+         * map, zip, count, ... are rebuilt from their recipes, their calls run when the
+         * loop asks for items), one object however many slots hold it */
         ARG(v, "___stack%d", (int)i);
     }
     int32_t a_cells = (int32_t)PyList_GET_SIZE(cvarnames);

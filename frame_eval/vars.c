@@ -228,6 +228,18 @@ const char *var_view_method(const Var *view)
     return view->u.dview.which == 'k' ? "keys" : view->u.dview.which == 'v' ? "values" : "items";
 }
 
+int var_deep_const(const Var *v)
+{
+    if (!v || v->kind == VK_CONST)
+        return 1;
+    if (v->kind != VK_TUPLE && v->kind != VK_LIST)
+        return 0;
+    for (int32_t i = 0; i < v->u.seq.n; i++)
+        if (!var_deep_const(v->u.seq.items[i]))
+            return 0;
+    return 1;
+}
+
 int var_is_const(const Var *v)
 {
     return v && v->kind == VK_CONST;

@@ -159,7 +159,7 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
         g->has_mutation = 1;
     /* a draw from the default generator changes state outside the graph: running the frame
      * again after the graph (on an error, or a shape rule that disagreed) would draw twice */
-    if (op == OP_RANDOM_FILL || op == OP_DROPOUT)
+    if (op == OP_RANDOM_FILL || op == OP_DROPOUT || op == OP_RAND || op == OP_RAND_LIKE)
         g->has_mutation = 1;
     return v;
 }

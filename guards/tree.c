@@ -253,7 +253,7 @@ int guard_call_begin(GuardCall *call, GuardTree *t, const FrameView *fv, PyObjec
     call->nsrc = t->src.n;
     call->nleaves = t->leaves.n;
     call->seq0 = t->seq;
-    if (call->nsrc > 0x7000) {   /* fslot is an int16 */
+    if (call->nsrc > GUARD_MAX_SOURCES) {   /* fslot is an int16 */
         PyErr_SetString(PyExc_OverflowError, "shapejit: too many sources in one frame's guards");
         return -1;
     }

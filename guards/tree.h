@@ -58,6 +58,10 @@ typedef struct {
     int scratch_busy;
 } GuardTree;
 
+/* The most sources one code object's guards may read: a call numbers the tensors it reads
+ * in int16 slots. A frame that would need more runs in the interpreter. */
+#define GUARD_MAX_SOURCES 0x7000
+
 /* Per-call state: what has been resolved, read and checked for this frame so far. */
 struct GuardCall {
     GuardTree *t;

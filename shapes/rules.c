@@ -596,7 +596,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
         rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
         rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_gather, rule_embedding, rule_unflatten, rule_sdpa, rule_getitem, rule_expand, rule_expand_as,
-        rule_repeat, rule_factory, rule_factory_like, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
+        rule_repeat, rule_factory, rule_factory_like, rule_random_factory, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
         rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
         rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
         rule_sort,

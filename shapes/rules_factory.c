@@ -156,6 +156,31 @@ int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     return 0;
 }
 
+/* torch.rand / randn and their _like forms: a factory whose values come from the default
+ * generator (the node runs the call itself); torch has them for floating dtypes only. */
+int rule_random_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
+                        ShapeErr *err)
+{
+    if (lib != LIB_TORCH)
+        return sj_err(err, "random factories are torch functions");
+    int r = op == OP_RAND_LIKE ? rule_factory_like(op, lib, b, out, nout, err)
+                               : rule_factory(op, lib, b, out, nout, err);
+    if (r)
+        return r;
+    /* torch raises for other dtypes: rand always, randn only when there is something to
+     * draw */
+    const BoundArg *dist = ba_get(b, "dist");
+    int normal = dist && dist->kind == BA_CONST && PyUnicode_Check(dist->value) &&
+                 PyUnicode_CompareWithASCIIString(dist->value, "normal") == 0;
+    int empty = 0;
+    for (int i = 0; i < out->ndim; i++)
+        empty |= out->size[i] == 0 && !out->sym[i];
+    if (dtype_info[out->dtype].category != CAT_FLOAT && !(normal && empty))
+        return sj_err(err, "random values of dtype %s: torch draws floating values only",
+                      dtype_info[out->dtype].name);
+    return 0;
+}
+
 /* A constant real number; *is_float tells float from int (bools count as ints). */
 static int number(const BoundArg *a, const char *what, double *v, int *is_float,
                   ShapeErr *err)

@@ -428,7 +428,10 @@ int rule_tensor_new(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     }
     if (s->kind != BA_LIST)
         return sj_err(err, "Tensor.new: unsupported arguments");
-    for (int i = 0; i < s->n; i++) {
+    if (s->n == 1 && s->items[0].kind == BA_CONST && !s->items[0].data &&
+        strcmp(Py_TYPE(s->items[0].value)->tp_name, "torch.Size") == 0)
+        s = &s->items[0];   /* x.new(torch.Size([5, 8])) is a size (a tuple or list is data) */
+    for (int i = 0; s->kind == BA_LIST && i < s->n; i++) {
         const BoundArg *it = &s->items[i];
         if (it->kind != BA_CONST || it->data || !PyLong_Check(it->value) || PyBool_Check(it->value))
             return sj_err(err, "Tensor.new with data is not supported");

@@ -554,3 +554,24 @@ def test_loop_over_a_list_written_after_a_break(make):
     check(_appends_in_loop, make(), [make()], calls=3)
     check(_appends_to_list_made_here, make(), calls=3)
     check(_removes_in_loop, make(), [make(), make() + 1, make() + 2, make() + 3], calls=3)
+
+
+def test_a_huge_list_crossing_a_break_runs_in_the_interpreter():
+    """A list of 30,000 values live at a break would be guarded item by item, past what a
+    call's guards can read: that code runs in the interpreter, with eager's result, and is
+    not compiled again on later calls."""
+    import io
+    import contextlib
+
+    def f(x):
+        xs = list(range(30000))
+        print("break here")
+        return x + len(xs)
+
+    shapejit.reset()
+    cf = shapejit.compile(f)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for _ in range(3):
+            assert torch.equal(cf(torch.ones(2)), f(torch.ones(2)))
+        out = shapejit.explain(f)(torch.ones(2))
+    assert any("guards would read" in b.reason for b in out.break_reasons)

@@ -732,7 +732,7 @@ def addc_cases(lib, row):
 
 def tensor_new_cases(lib, row):
     x, i = mk(lib, "float32", (2, 3)), mk(lib, "int64", (2,))
-    return [Case([x, 2, 3]), Case([x]), Case([i, 4]), Case([x, torch.Size([2, 2])], refuse=True), Case([x, 0, 2]),
+    return [Case([x, 2, 3]), Case([x]), Case([i, 4]), Case([x, torch.Size([2, 2])]), Case([i, torch.Size([0, 3])]), Case([x, 0, 2]),
             Case([x, [1, 2]], refuse=True), Case([x, -1])]
 
 
@@ -794,6 +794,19 @@ def factory_like_cases(lib, row):
     if lib == "numpy":
         cases.append(Case([mk(lib, "int32", (2, 3)), *([1] if op == "full_like" else [])], {"shape": (4, 1)}))
     return cases
+
+
+def random_factory_cases(lib, row):
+    """torch.rand/randn (sizes as in factory_cases) and their _like forms, with the integer
+    dtypes torch refuses."""
+    if row[3] == "rand_like":
+        cases = [Case([mk(lib, dt, (2, 3))]) for dt in MAIN_DTYPES]
+        return cases + [Case([mk(lib, "float32", (2, 3))], {"dtype": torch.float64}),
+                        Case([mk(lib, "float32", (2, 3))], {"dtype": torch.int64})]
+    cases = []
+    for s in [(2, 3), (), (0,), 4]:
+        cases += [Case([s]), Case([s], {"dtype": torch.float64}), Case([s], {"dtype": torch.int32})]
+    return cases + [Case([2, 3]), Case([2, 3], {"requires_grad": True})]
 
 
 def arange_cases(lib, row):
@@ -1297,6 +1310,7 @@ FAMILIES = {
     "rule_conv_transpose": conv_transpose_cases,
     "rule_interpolate": interpolate_cases, "rule_addc": addc_cases, "rule_tensor_new": tensor_new_cases,
     "rule_tensor_data": tensor_data_cases, "rule_random_fill": random_fill_cases,
+    "rule_random_factory": random_factory_cases,
     "rule_index_select": index_select_cases, "rule_index_add": index_add_cases,
     "rule_repeat_interleave": repeat_interleave_cases, "rule_one_hot": one_hot_cases,
     "rule_glu": glu_cases, "rule_reshape_as": reshape_as_cases, "rule_histc": histc_cases,
@@ -1318,6 +1332,8 @@ RULE_OF = _rule_of_op()
 
 
 def copy_arg(v):
+    if isinstance(v, torch.Size):
+        return v   # immutable, and its type matters (x.new(torch.Size) is a size, a tuple data)
     if isinstance(v, torch.Tensor):
         return v.clone()
     if isinstance(v, np.ndarray):

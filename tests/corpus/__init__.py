@@ -10,7 +10,8 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     t_scopes, t_calls, t_control, t_data, t_ops, t_inplace, t_modules, t_ops2,
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
-    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls, t_attrw,
+    np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
+    t_pyiter, np_pyiter, t_random, t_attrw,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -19,6 +20,8 @@ NUMPY_ENTRIES = [e for e in ENTRIES if e.lib == "numpy"]
 
 # Keep in step with docs/oracle_differences.md (one table row per key, same reason text).
 ORACLE_DIFFERENCES = {
+    "t_uncap_tensor_slice_bound":
+        "the frame runs in the interpreter in both (a break inside a subscript is not a split point, 0 graphs); shapejit's explain records that break, torch.compile's records none when it gives up on a whole frame",
     "t_brk_print_first":
         "the break comes before any op: shapejit counts it (print runs in the interpreter), torch.compile's explain lists only breaks that end a non-empty graph",
     "t_brk_in_helper":
@@ -79,6 +82,8 @@ ORACLE_DIFFERENCES = {
         "torch.compile does not trace Tensor.random_ (a graph break at each call); shapejit captures it as an eager step that draws from the default generator in program order, so the values and the generator's state match eager",
     "t_op2_is_contiguous_of_view":
         "Tensor.is_contiguous of a value computed in the graph breaks in shapejit, which does not model strides (of a graph input it folds, the input's layout being guarded); torch.compile's fake tensors carry strides",
+    "t_it_max_tensor_and_number":
+        'max() of a tensor and a Python number gives either object in eager (the tensor, or the number itself, as the data decides); torch.compile turns it into a clamp (always a tensor); shapejit breaks at the comparison',
 }
 
 # Entries shapejit cannot capture yet: the corpus tests mark them xfail(strict=True), so an

@@ -67,3 +67,11 @@ def np_obj_dataclass_equality(x):
     if g == Grid(*x.shape):
         return x * 2.0
     return x
+
+
+@numpy_case(lambda: (A(3), A(3)))
+def np_obj_counter_of_zipped_signs(a, b):
+    names = ["pos" if s > 0 else "neg" for s in (1, -1, 1)]
+    counts = Counter(zip(names, range(3)))
+    od = OrderedDict(zip(names, (a, b, a * b)))
+    return od["pos"] * len(counts), sorted(od)

@@ -428,3 +428,36 @@ def t_obj_stateless_layers_made_in_frame(x):
     act = nn.GELU()
     drop = nn.Dropout(0.5).eval()
     return drop(act(x)) + nn.Identity()(x)
+
+
+# ---- iterators and views handed to collections ----------------------------------------
+@torch_case(lambda: (T(3),))
+def t_obj_ordereddict_from_pair_iterator(x):
+    pairs = iter([("w", x * 2), ("b", x - 1), ("s", x + 3)])
+    first = dict([next(pairs)])
+    rest = OrderedDict(pairs)          # reads what the iterator has left
+    rest["b"] = rest["b"] * 10
+    return first["w"] + rest["b"] + rest["s"], list(rest)
+
+
+@torch_case(lambda: (T(4), T(4)))
+def t_obj_fromkeys_of_iterator_and_view(x, y):
+    base = {"k1": x, "k2": y}
+    zeros = defaultdict.fromkeys(iter(base), x * 0)
+    ordered = OrderedDict.fromkeys(base.keys(), y + 1)
+    return zeros["k1"] + ordered["k2"], sorted(zeros), list(ordered)
+
+
+@torch_case(lambda: (T(3), T(3)))
+def t_obj_deque_of_mapped_tensors(x, y):
+    q = deque(map(lambda t: t * 2, (x, y, x + y)), maxlen=2)
+    q.appendleft(x - y)
+    return q[0] + q[1], len(q)
+
+
+@torch_case(lambda: (T(3), T(3)))
+def t_obj_namedtuple_list_of_fields(a, b):
+    Pair = namedtuple("Pair", ["left", "right", "both"], defaults=(None,))
+    p = Pair(a, b)
+    q = p._replace(both=p.left * p.right)
+    return q.both + q.left, Pair._fields

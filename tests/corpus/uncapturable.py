@@ -84,3 +84,15 @@ def np_uncap_unknown_c_function(a):
 def np_generator_expression(a, b):
     c = a * b
     return sum(v * 2 for v in (a, b, c))
+
+
+@with_breaks("torch", lambda: (torch.tensor([1, 5]), T(8)), graphs=0, breaks=1)
+def t_uncap_tensor_slice_bound(r, c):
+    y = c * 2
+    return y[r[0]:r[1]] + 1
+
+
+@with_breaks("numpy", lambda: (np.array([1, 5], dtype=np.int32), A(8)), graphs=0, breaks=1)
+def np_uncap_array_slice_bound(r, c):
+    y = c * 2
+    return y[r[0]:r[1]] + 1
