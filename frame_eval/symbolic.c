@@ -494,8 +494,9 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 /* Whether a Python number read through src is dynamic: the frame's own locals, closure
  * variables (a function made in a loop sees another cell each time) and what hangs off
  * them (items, the cells of a closure they hold, attributes of user objects not reached
- * through a module; nn.Module attributes stay constants unless module_ok), listed in dynamic_sources, or seen to change (automatic dynamic; from_start:
- * dynamic at once). 1 dynamic, 0 static, -1 error. */
+ * through a module, as torch.compile; nn.Module attributes stay constants unless
+ * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic;
+ * from_start: dynamic at once). 1 dynamic, 0 static, -1 error. */
 static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok, int from_start)
 {
     const SourceEntry *e = &c->src.e[src];
