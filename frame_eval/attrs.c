@@ -162,10 +162,15 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
 static Var *wrap_attr(Capture *c, Var *o, PyObject *v, int32_t s)
 {
     PyObject *saved = c->wrap_owner;
+    int saved_in = c->wrap_in_module, saved_plain = c->wrap_plain_attr;
     if (o->kind == VK_MODULE)
         c->wrap_owner = o->obj;
+    c->wrap_in_module = o->kind == VK_MODULE || (o->kind == VK_OBJECT && o->from_module);
+    c->wrap_plain_attr = o->kind == VK_OBJECT && !o->from_module;
     Var *r = wrap_value(c, v, s);
     c->wrap_owner = saved;
+    c->wrap_in_module = saved_in;
+    c->wrap_plain_attr = saved_plain;
     return r;
 }
 
@@ -322,6 +327,24 @@ static AttrWrite *find_write(Capture *c, PyObject *obj, PyObject *name)
     return NULL;
 }
 
+int attr_written(Capture *c, PyObject *obj, PyObject *name)
+{
+    return c->writes && find_write(c, obj, name) != NULL;
+}
+
+int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has)
+{
+    if (o->src < 0 || !(o->kind == VK_OBJECT || o->kind == VK_MODULE))
+        return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_HASATTR;
+    g.src = sources_add(&c->src, SRC_ATTR, o->src, 0, name, NULL);
+    g.src2 = -1;
+    g.len = has;
+    return g.src < 0 || guards_add(&c->guards, &g) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
+}
+
 /* The methods of set that only read it. */
 static int set_method_reads(PyObject *name)
 {
@@ -355,6 +378,12 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
         AttrWrite *w = find_write(c, o->obj, name);
         if (w)
             return w->value;
+        for (w = c->writes; w; w = w->next)
+            if (w->obj == o->obj && !w->owned && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
+                cap_fail(c, BR_SIDE_EFFECT, "__dict__ of a %s whose attributes the frame wrote",
+                         Py_TYPE(o->obj)->tp_name);
+                return NULL;
+            }
     }
     switch (o->kind) {
     case VK_TENSOR:
@@ -464,41 +493,314 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
     }
 }
 
-int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
+/* ---- attribute writes on outside objects ---- */
+
+/* 1 when fn is a Python function of module mod (a str) named qualname. */
+static int func_is(PyObject *fn, const char *mod, const char *qualname)
+{
+    if (!fn || !PyFunction_Check(fn))
+        return 0;
+    PyObject *m = ((PyFunctionObject *)fn)->func_module, *q = ((PyFunctionObject *)fn)->func_qualname;
+    return m && q && PyUnicode_Check(m) && PyUnicode_Check(q) && PyUnicode_CompareWithASCIIString(m, mod) == 0 &&
+           PyUnicode_CompareWithASCIIString(q, qualname) == 0;
+}
+
+/* The value of fn's closure cell for free variable name (borrowed), or NULL. */
+static PyObject *closure_cell(PyObject *fn, const char *name)
+{
+    PyObject *cl = PyFunction_GET_CLOSURE(fn);
+    PyObject *free = PyCode_GetFreevars((PyCodeObject *)PyFunction_GET_CODE(fn));   /* strong */
+    PyObject *r = NULL;
+    for (Py_ssize_t i = 0; free && cl && PyTuple_GET_SIZE(free) == PyTuple_GET_SIZE(cl) && i < PyTuple_GET_SIZE(free); i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(free, i), name) == 0)
+            r = PyCell_GET(PyTuple_GET_ITEM(cl, i));
+    Py_XDECREF(free);
+    sj_err_clear();
+    return r;
+}
+
+/* 1 when no class after owner in t's MRO, object excepted, defines slot (an interned
+ * str): owner's super().<slot> is then object's. The __getattribute__ of transformers'
+ * HeterogeneousConfigMixin is object's too for a config without a heterogeneity spec
+ * (config_write_ok checks the instance). */
+static int super_is_object(PyTypeObject *t, PyObject *owner, PyObject *slot)
+{
+    PyObject *mro = t->tp_mro;
+    Py_ssize_t i = 0, n = mro ? PyTuple_GET_SIZE(mro) : 0;
+    while (i < n && PyTuple_GET_ITEM(mro, i) != owner)
+        i++;
+    if (i == n)
+        return 0;
+    for (i++; i < n; i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        PyObject *f = b != &PyBaseObject_Type && b->tp_dict ? PyDict_GetItemWithError(b->tp_dict, slot) : NULL;
+        if (f && !func_is(f, "transformers.integrations.heterogeneity.configuration_utils",
+                          "HeterogeneousConfigMixin.__getattribute__"))
+            return 0;
+    }
+    sj_err_clear();
+    return 1;
+}
+
+/* A transformers config (PreTrainedConfig): its __getattribute__ and __setattr__ map the
+ * names of attribute_map, then act as object's; huggingface_hub's @strict wraps the
+ * __setattr__ of each config class in one that runs the field's validators first. 1 when
+ * t's two methods are exactly those. */
+static int is_config_type(PyTypeObject *t)
+{
+    static PyObject *s_setattr, *s_getattribute;   /* strong, interned, never released */
+    if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
+        (!s_getattribute && !(s_getattribute = PyUnicode_InternFromString("__getattribute__")))) {
+        sj_err_clear();
+        return 0;
+    }
+    PyObject *fn = _PyType_Lookup(t, s_setattr);
+    for (int depth = 0; depth < 16 && func_is(fn, "huggingface_hub.dataclasses",
+                                               "strict.<locals>.wrap.<locals>.__strict_setattr__"); depth++)
+        fn = closure_cell(fn, "original_setattr");
+    if (!func_is(fn, "transformers.configuration_utils", "PreTrainedConfig.__setattr__"))
+        return 0;
+    PyObject *owner = closure_cell(fn, "__class__");
+    PyObject *get = _PyType_Lookup(t, s_getattribute);
+    return owner && super_is_object(t, owner, s_setattr) &&
+           func_is(get, "transformers.configuration_utils", "PreTrainedConfig.__getattribute__") &&
+           closure_cell(get, "__class__") == owner && super_is_object(t, owner, s_getattribute);
+}
+
+/* A config's write of name = val: 0 when the replay (the config's own __setattr__) only
+ * stores it where reads find it, else -1 with the failure recorded. A name of
+ * attribute_map (either side) is stored under another name; a field with validators takes
+ * only a constant, validated now (the replay validates it again, and passes). */
+static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
+{
+    PyObject **dp = _PyObject_GetDictPtr(obj);
+    PyObject *spec = dp && *dp ? PyDict_GetItemString(*dp, "_heterogeneity_spec") : NULL;
+    if (spec && spec != Py_None)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a heterogeneous %s", name,
+                        Py_TYPE(obj)->tp_name);
+    PyObject *map = PyObject_GetAttrString(obj, "attribute_map");
+    int aliased = 0;
+    if (map && PyDict_Check(map)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        aliased = PyDict_Contains(map, name);
+        while (aliased == 0 && PyDict_Next(map, &pos, &k, &v))
+            aliased = PyUnicode_Check(v) && PyUnicode_Compare(v, name) == 0;
+    }
+    Py_XDECREF(map);
+    if (!map || aliased < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (aliased)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: a name of its attribute_map",
+                        name, Py_TYPE(obj)->tp_name);
+    PyObject *vals = PyObject_GetAttrString(obj, "__validators__");
+    PyObject *checks = vals && PyDict_Check(vals) ? PyDict_GetItemWithError(vals, name) : NULL;
+    int rc = 0;
+    if (!vals || PyErr_Occurred()) {
+        sj_err_clear();   /* a config without validators */
+    } else if (checks && PyList_Check(checks) && PyList_GET_SIZE(checks) > 0) {
+        if (val->kind != VK_CONST)
+            rc = cap_fail(c, BR_SIDE_EFFECT, "assignment of a %s to attribute '%U' of a %s: its validators run "
+                          "on the value", var_kind_name(val), name, Py_TYPE(obj)->tp_name);
+        for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(checks); i++) {
+            PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(checks, i), val->obj);
+            if (!r) {
+                sj_err_clear();
+                rc = cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: its validator rejects %R",
+                              name, Py_TYPE(obj)->tp_name, val->obj);
+            }
+            Py_XDECREF(r);
+        }
+    }
+    Py_XDECREF(vals);
+    return rc;
+}
+
+/* transformers' ModelOutput (an OrderedDict subclass and a dataclass): its __setattr__
+ * also sets the item of a field to a value that is not None, its __setitem__ also sets the
+ * attribute; both then act as object's and OrderedDict's. 1 when t's two methods are
+ * exactly those. */
+static int is_model_output_type(PyTypeObject *t)
+{
+    static PyObject *s_setattr, *s_setitem;   /* strong, interned, never released */
+    if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
+        (!s_setitem && !(s_setitem = PyUnicode_InternFromString("__setitem__")))) {
+        sj_err_clear();
+        return 0;
+    }
+    PyObject *set = _PyType_Lookup(t, s_setattr), *item = _PyType_Lookup(t, s_setitem);
+    return func_is(set, "transformers.utils.generic", "ModelOutput.__setattr__") &&
+           func_is(item, "transformers.utils.generic", "ModelOutput.__setitem__") &&
+           PyType_IsSubtype(t, &PyODict_Type);
+}
+
+/* nn.Module.__setattr__ acts as object's for a value that is no Parameter, Buffer or
+ * Module, under a name none of the module's _parameters, _buffers, _modules holds. */
+static int module_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
+{
+    static const char *const dicts[] = {"_parameters", "_buffers", "_modules"};
+    PyObject **dp = _PyObject_GetDictPtr(obj);
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = dp && *dp ? PyDict_GetItemString(*dp, dicts[i]) : NULL;
+        if (d && PyDict_Check(d) && PyDict_Contains(d, name) != 0)
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to '%U' of a %s, an entry of its %s", name,
+                            Py_TYPE(obj)->tp_name, dicts[i]);
+    }
+    int special = val->kind == VK_MODULE;
+    if (!special && val->obj && val->src >= 0 && (val->kind == VK_TENSOR || val->kind == VK_OBJECT)) {
+        static PyObject *buffer_type;   /* strong, never released: torch.nn.Buffer */
+        if (!buffer_type && !(buffer_type = libs_get_path(libs.torch, "nn.Buffer")))
+            return cap_fail_exc(c, BR_INTERNAL);
+        int p = PyObject_IsInstance(val->obj, libs.param_type);
+        int b = p == 0 ? PyObject_IsInstance(val->obj, buffer_type) : p;
+        int m = b == 0 ? PyObject_IsInstance(val->obj, libs.module_type) : b;
+        if (m < 0)
+            return cap_fail_exc(c, BR_INTERNAL);
+        special = m;
+    }
+    if (special)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment of a %s to attribute '%U' of a %s (nn.Module.__setattr__ "
+                        "registers it)", val->obj ? Py_TYPE(val->obj)->tp_name : var_kind_name(val), name,
+                        Py_TYPE(obj)->tp_name);
+    return 0;
+}
+
+/* 0 when writing name = val on the outside object o can be replayed after the graph
+ * (see AttrWrite); 1 when the write runs a property's setter, a Python function the
+ * capture runs in its place (*fset: borrowed); else -1 with a BR_SIDE_EFFECT failure
+ * naming why not. */
+static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int generic, PyObject **fset)
+{
+    static PyObject *s_setattr, *s_getattribute;   /* strong, interned, never released */
+    if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
+        (!s_getattribute && !(s_getattribute = PyUnicode_InternFromString("__getattribute__"))))
+        return cap_fail_exc(c, BR_INTERNAL);
+    PyObject *obj = o->obj;
+    PyTypeObject *t = Py_TYPE(obj);
+    const char *tn = t->tp_name;
+    if (o->src < 0)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s reached without a source", name, tn);
+    int config = 0;
+    PyObject *get = _PyType_Lookup(t, s_getattribute);
+    /* object's, or the slot wrapper of a builtin base (dict) that is object's function */
+    int plain_get = get && Py_TYPE(get) == &PyWrapperDescr_Type &&
+                    ((PyWrapperDescrObject *)get)->d_wrapped == (void *)PyObject_GenericGetAttr;
+    if (!plain_get && !(config = is_config_type(t)))
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__",
+                        name, tn);
+    if (config) {
+        if (config_write_ok(c, obj, name, val) < 0)
+            return -1;
+    } else if (o->kind == VK_MODULE) {
+        if (!generic && _PyType_Lookup(t, s_setattr) != _PyType_Lookup((PyTypeObject *)libs.module_type, s_setattr))
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__",
+                            name, tn);
+        if (module_write_ok(c, obj, name, val) < 0)
+            return -1;
+    } else if (!generic && t->tp_setattro != PyObject_GenericSetAttr && !is_model_output_type(t)) {
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__", name, tn);
+    }
+    /* each __setattr__ admitted above ends in object's: a data descriptor of the class
+     * takes the write */
+    PyObject *descr = _PyType_Lookup(t, name);
+    if (descr && Py_TYPE(descr)->tp_descr_set) {
+        if (Py_TYPE(descr) == &PyProperty_Type) {
+            PyObject *fn = cap_keep_steal(c, PyObject_GetAttrString(descr, "fset"));   /* borrowed */
+            if (!fn)
+                return cap_fail_exc(c, BR_INTERNAL);
+            if (PyFunction_Check(fn)) {
+                *fset = fn;
+                return 1;
+            }
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, a property %s", name, tn,
+                            fn != Py_None ? "whose setter is not a Python function" : "without a setter");
+        }
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, %s", name, tn,
+                        Py_TYPE(descr) == &PyMemberDescr_Type ? "a __slots__ slot" : "a data descriptor");
+    }
+    if (!t->tp_dictoffset)
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s, which has no __dict__", name, tn);
+    return 0;
+}
+
+/* A write on a user object whose __dict__ the frame holds as a dict var would leave that
+ * var stale (and the reverse): refused. */
+static int dict_held(Capture *c, PyObject *obj)
+{
+    PyObject **dp = _PyObject_GetDictPtr(obj);
+    if (!dp || !*dp)
+        return 0;
+    PyObject *id = PyLong_FromVoidPtr(*dp);
+    PyObject *key = id ? PyTuple_Pack(1, id) : NULL;   /* wrap.c's key of a list or dict */
+    Py_XDECREF(id);
+    int r = key ? PyDict_Contains(c->wrapped, key) : -1;
+    Py_XDECREF(key);
+    if (r < 0)
+        sj_err_clear();
+    return r != 0;
+}
+
+static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic, int item)
 {
     if (o->kind == VK_USEROBJ)
         return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && o->obj) {
-        PyTypeObject *t = Py_TYPE(o->obj);
-        if (t->tp_setattro != PyObject_GenericSetAttr && !(o->kind == VK_MODULE))
-            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__",
-                            name, t->tp_name);
-        AttrWrite *w = find_write(c, o->obj, name);
-        if (!w) {
-            /* the value before the first write; read through the source so it is guarded */
-            Var *before = attr_load(c, o, name);
-            if (!before) {
-                if (!cap_failed(c))
-                    return -1;
-                /* absent before: remember that; the end check then refuses the write */
-                c->reason = BR_NONE;
-                Py_CLEAR(c->reason_msg);
-                Py_CLEAR(c->user_stack);
-                sj_err_clear();
+        int owned = o->fresh && o->src < 0;
+        if (!owned) {
+            PyObject *fset = NULL;
+            int how = write_replayable(c, o, name, val, generic, &fset);
+            if (how < 0)
+                return -1;
+            if (how == 1) {
+                /* the setter runs inline: its own writes are recorded and replayed */
+                Var *fn = wrap_untracked(c, fset);
+                Var *args[2] = {o, val};
+                return fn && call_var(c, fn, args, 2, NULL) ? 0 : -1;
             }
+            if (dict_held(c, o->obj))
+                return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s whose __dict__ the frame "
+                                "reads", name, Py_TYPE(o->obj)->tp_name);
+        }
+        AttrWrite *w = find_write(c, o->obj, name);
+        if (w && !owned && w->item != item && is_model_output_type(Py_TYPE(o->obj)))
+            /* o.k = None after o["k"] = v leaves the item: one replay cannot do both */
+            return cap_fail(c, BR_SIDE_EFFECT, "item and attribute assignments to '%U' of a %s", name,
+                            Py_TYPE(o->obj)->tp_name);
+        if (!w) {
             if (!(w = cap_alloc(c, sizeof(AttrWrite))) || !cap_keep(c, name))
                 return -1;
+            w->target = o;
             w->obj = o->obj;
             w->name = name;
-            w->original = before ? before->obj : NULL;
-            w->owned = o->fresh && o->src < 0;
-            w->next = c->writes;
-            c->writes = w;
+            w->owned = owned;
+            AttrWrite **tail = &c->writes;   /* replayed in the order of the first writes */
+            while (*tail)
+                tail = &(*tail)->next;
+            *tail = w;
         }
         w->value = val;
+        w->generic = generic;
+        w->item = item;
         return 0;
     }
     return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of %s", name, var_a(c, o));
+}
+
+int attr_store(Capture *c, Var *o, PyObject *name, Var *val)
+{
+    return store(c, o, name, val, 0, 0);
+}
+
+int attr_store_generic(Capture *c, Var *o, PyObject *name, Var *val)
+{
+    return store(c, o, name, val, 1, 0);
+}
+
+int attr_store_item(Capture *c, Var *o, Var *key, Var *val, int *handled)
+{
+    *handled = o->kind == VK_OBJECT && o->obj && o->src >= 0 && var_is_const(key) && PyUnicode_CheckExact(key->obj) &&
+               is_model_output_type(Py_TYPE(o->obj));
+    return *handled ? store(c, o, key->obj, val, 0, 1) : 0;
 }
 
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr)
@@ -508,24 +810,48 @@ int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **sel
     return *self_or_attr ? 0 : -1;
 }
 
+int attr_has_writes(const Capture *c)
+{
+    for (AttrWrite *w = c->writes; w; w = w->next)
+        if (!w->owned)
+            return 1;
+    return 0;
+}
+
+/* Every user object read through a source whose type is that of a written one: the first
+ * source of each distinct object joins the GK_DISTINCT set, any other source of it is
+ * guarded the same object as that one. Objects of other types never alias them (their
+ * types are guarded). */
 int attr_check_writes(Capture *c)
 {
-    for (AttrWrite *w = c->writes; w; w = w->next) {
-        Var *v = w->value;
-        int same = 0;
-        if (w->owned)
-            continue;   /* made during capture: nothing outside sees it */
-        if (w->original && v->obj == w->original && v->kind != VK_TENSOR)
-            same = 1;
-        else if (w->original && v->kind == VK_CONST && Py_TYPE(v->obj) == Py_TYPE(w->original)) {
-            int eq = PyObject_RichCompareBool(v->obj, w->original, Py_EQ);
-            if (eq < 0)
-                sj_err_clear();
-            same = eq > 0;
+    const int32_t cap = (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]);
+    for (ObjRead *r = c->objreads; r; r = r->next) {
+        Var *v = r->v;
+        int written = 0;
+        for (AttrWrite *w = c->writes; w && !written; w = w->next)
+            written = !w->owned && Py_TYPE(w->obj) == Py_TYPE(v->obj) && w->target->kind == VK_OBJECT;
+        if (!written)
+            continue;
+        Var *first = NULL;   /* the first read of the same object through another source */
+        for (ObjRead *q = r->next; q; q = q->next)
+            if (q->v->obj == v->obj)
+                first = q->v;   /* the list is newest first: the last hit is the first read */
+        if (first) {
+            if (first->src == v->src)
+                continue;
+            Guard g;
+            memset(&g, 0, sizeof g);
+            g.kind = GK_SAME_OBJECT;
+            g.src = v->src;
+            g.src2 = first->src;
+            if (guards_add(&c->guards, &g) < 0)
+                return cap_fail_exc(c, BR_INTERNAL);
+            continue;
         }
-        if (!same)
-            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s (replaying writes to "
-                            "Python objects is not implemented yet)", w->name, Py_TYPE(w->obj)->tp_name);
+        if (c->ndistinct == cap)
+            return cap_fail(c, BR_SIDE_EFFECT, "attribute writes on one of more than %d objects read from the inputs",
+                            (int)cap);
+        c->distinct_srcs[c->ndistinct++] = v->src;
     }
     return 0;
 }

@@ -398,11 +398,15 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         if (n && (!strcmp(n, "shape") || !strcmp(n, "dtype") || !strcmp(n, "ndim") || !strcmp(n, "T")))
             return const_bool(c, 1);
     }
+    if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && attr_written(c, o->obj, args[1]->obj))
+        return const_bool(c, 1);   /* written earlier in the frame: the object has it once replayed */
     int has = sj_hasattr(probe, args[1]->obj);
     if (has < 0) {
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
+    if (attr_guard_hasattr(c, o, args[1]->obj, has) < 0)
+        return NULL;
     return const_bool(c, has);
 }
 
@@ -595,7 +599,9 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_SUPER:
         return objects_super(c, args, nargs);
     case B_SETATTR:
-        cap_fail(c, BR_SIDE_EFFECT, "setattr()");
+        if (nargs == 3 && !kwnames && var_is_const(args[1]) && PyUnicode_CheckExact(args[1]->obj))
+            return attr_store(c, args[0], args[1]->obj, args[2]) < 0 ? NULL : var_const(c, Py_None);
+        cap_fail(c, BR_SIDE_EFFECT, "setattr() with a name that is not a constant str");
         return NULL;
     case B_ID:
         if (nargs == 1 && !kwnames)
@@ -761,10 +767,11 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    if (fn == obj_setattr && nargs == 3 && args[0]->kind == VK_USEROBJ && var_is_const(args[1]) &&
-        PyUnicode_Check(args[1]->obj)) {
+    if (fn == obj_setattr && nargs == 3 && !kwnames &&
+        (args[0]->kind == VK_USEROBJ || args[0]->kind == VK_OBJECT || args[0]->kind == VK_MODULE) &&
+        var_is_const(args[1]) && PyUnicode_CheckExact(args[1]->obj)) {
         *handled = 1;
-        return attr_store(c, args[0], args[1]->obj, args[2]) < 0 ? NULL : var_const(c, Py_None);
+        return attr_store_generic(c, args[0], args[1]->obj, args[2]) < 0 ? NULL : var_const(c, Py_None);
     }
     /* methods called on a tensor (args[0] is the tensor) */
     if (nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR) {

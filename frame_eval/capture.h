@@ -61,6 +61,7 @@ struct Var {
     uint8_t stable;        /* an attribute of a trusted library module read without a guard
                               (np.random.rand): the same object every run, so a resume
                               function may be handed it as a constant */
+    uint8_t from_module;   /* VK_OBJECT: reached through an nn.Module's attributes */
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
@@ -146,16 +147,31 @@ struct EvalFrame {
 typedef struct ArenaBlock ArenaBlock;
 
 /* An attribute written on an object that exists outside the capture. Capture reads see
- * the new value; the write itself is not replayed yet, so a capture whose writes do not
- * end where they started (same object or equal constant) fails with BR_SIDE_EFFECT. */
+ * the new value; the result plan replays the final value of each attribute after the graph
+ * runs (compile.c, "w"), in the order of the first writes, as the frame would have made
+ * them. attrs.c admits only writes that a replay reproduces: a plain instance attribute
+ * (no data descriptor on the class) of an object whose __setattr__ and __getattribute__
+ * are object's, nn.Module's (a name none of its parameter, buffer and submodule dicts
+ * holds) or a transformers config's. */
 typedef struct AttrWrite {
     struct AttrWrite *next;
+    Var *target;           /* the object's var: its source finds the object at run time */
     PyObject *obj;         /* borrowed (keepalive): the object written */
     PyObject *name;        /* borrowed (keepalive) */
     Var *value;            /* the current value */
-    PyObject *original;    /* borrowed (keepalive) or NULL: the value before capture */
     int owned;             /* the object was made during capture: its writes never escape */
+    int generic;           /* written through object.__setattr__: replayed that way */
+    int item;              /* written as o[name] on a transformers ModelOutput (its __setitem__
+                              sets the item and the attribute): replayed that way */
 } AttrWrite;
+
+/* A user object read through a source (VK_OBJECT, guarded by type only): a later call may
+ * pass one object where capture saw two, or the reverse, so a frame that writes one of
+ * them guards their aliasing (attr_check_writes). */
+typedef struct ObjRead {
+    struct ObjRead *next;
+    Var *v;
+} ObjRead;
 
 /* A list or dict from outside written in place during capture: the capture works on its
  * var, and the entry writes the final contents back after the graph runs. */
@@ -205,7 +221,8 @@ typedef struct Capture {
     PyObject *user_stack;      /* strong list of (file, line, func, text) or NULL */
     PyObject *exc;             /* strong or NULL: with BR_USER_EXCEPTION, the exception user
                                   code raised during capture (a handler may catch it) */
-    AttrWrite *writes;         /* attribute writes on outside objects (arena) */
+    AttrWrite *writes;         /* attribute writes on outside objects, first write first (arena) */
+    ObjRead *objreads;         /* user objects read through a source (arena) */
     Mutated *mutated;          /* outside lists/dicts written in place (arena) */
     /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
      * become a graph break there; capture is then run again and stopped before it */
@@ -233,6 +250,11 @@ typedef struct Capture {
     PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
     PyObject *wrap_owner;      /* borrowed or NULL: while an nn.Module's attribute is wrapped,
                                   that module (attrs.c wrap_attr) */
+    int wrap_in_module;        /* while what hangs off an nn.Module (through user objects too)
+                                  is wrapped: user objects made then are from_module */
+    int wrap_plain_attr;       /* while an attribute of a user object not reached through a
+                                  module is wrapped: its numbers follow automatic dynamic, as
+                                  the frame's own locals do (symbolic.c) */
     int32_t nufloats;          /* graph floats made so far (zuf<N>, gscalar.c) */
     /* the result */
     Var *result;
@@ -508,9 +530,25 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
 /* x.numel(): a constant or a symbolic int var. */
 Var *tensor_numel_var(Capture *c, const TensorMeta *m);
 Var *attr_load(Capture *c, Var *obj, PyObject *name);
+/* obj.name = val. generic: through object.__setattr__(obj, name, val). 0, or -1 with the
+ * failure recorded (a write the result plan cannot replay is a BR_SIDE_EFFECT break). */
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
-/* 0 when every outside attribute write ended at its original value, else -1 (failure set). */
+int attr_store_generic(Capture *c, Var *obj, PyObject *name, Var *val);
+/* o[key] = val on an outside transformers ModelOutput with a str key: recorded as a write of
+ * attribute key replayed through the object's __setitem__ (*handled = 1); for any other
+ * object *handled = 0 and nothing is recorded. 0, or -1 with the failure recorded. */
+int attr_store_item(Capture *c, Var *obj, Var *key, Var *val, int *handled);
+/* At the end of a capture that writes attributes of outside objects: guards that the
+ * user objects it read alias one another as they did at capture (a write through one
+ * is seen through the others). 0, or -1 with the failure recorded. */
 int attr_check_writes(Capture *c);
+/* 1 when the capture wrote obj.name (obj borrowed). */
+int attr_written(Capture *c, PyObject *obj, PyObject *name);
+/* hasattr(o, name) gave has for o, a user object or module read through a source: a
+ * HASATTR guard keeps it so for the entry. 0, or -1 with the failure recorded. */
+int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has);
+/* 1 when the capture wrote an attribute of an outside object (the plan replays it). */
+int attr_has_writes(const Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
 int attr_load_method(Capture *c, Var *obj, PyObject *name, Var **meth, Var **self_or_attr);
 /* For a module var made during capture from a sourced container (u.mod.kids): the source

@@ -311,14 +311,17 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
     }
 }
 
-/* The plan of the frame's result r: ("w", ((source_id, contents), ...), result) writes the
- * final contents of outside lists and dicts the capture changed in place, then builds
- * result; without such writes, result's plan alone. The write-backs are planned first, as
- * they are built first (an object made in the frame is built where it first appears). */
+/* The plan of the frame's result r: ("w", ((source_id, contents), ...), result, ((source_id,
+ * name, value, how), ...)) writes the final contents of outside lists and dicts the
+ * capture changed in place, builds result, then sets the attributes of outside objects the
+ * capture wrote (in the order of their first writes; how: 0 setattr(), 1 through
+ * object.__setattr__, 2 obj[name] = value); without such writes, result's plan alone. The write-backs are
+ * planned first, as they are built first (an object made in the frame is built where it
+ * first appears). */
 static PyObject *plan_result(PlanCtx *p, Var *r)
 {
     Capture *c = p->c;
-    if (!c->mutated)
+    if (!c->mutated && !attr_has_writes(c))
         return plan_for(p, r);
     PyObject *wbs = PyList_New(0);
     for (Mutated *m = c->mutated; wbs && m; m = m->next) {
@@ -333,12 +336,27 @@ static PyObject *plan_result(PlanCtx *p, Var *r)
             Py_CLEAR(wbs);
         Py_XDECREF(item);
     }
-    PyObject *t = wbs ? PyList_AsTuple(wbs) : NULL;
+    PyObject *aws = wbs ? PyList_New(0) : NULL;
+    for (AttrWrite *w = c->writes; aws && w; w = w->next) {
+        if (w->owned)
+            continue;
+        PyObject *val = plan_for(p, w->value);
+        PyObject *item = val ? Py_BuildValue("(iONi)", (int)w->target->src, w->name, val,
+                                             w->item ? 2 : w->generic) : NULL;
+        if (!item || PyList_Append(aws, item) < 0)
+            Py_CLEAR(aws);
+        Py_XDECREF(item);
+    }
+    PyObject *t = aws ? PyList_AsTuple(wbs) : NULL;
+    PyObject *at = t ? PyList_AsTuple(aws) : NULL;
     Py_XDECREF(wbs);
-    PyObject *result = t ? plan_for(p, r) : NULL;
-    PyObject *plan = result ? Py_BuildValue("(sNN)", "w", t, result) : NULL;
-    if (!result)
+    Py_XDECREF(aws);
+    PyObject *result = at ? plan_for(p, r) : NULL;
+    PyObject *plan = result ? Py_BuildValue("(sNNN)", "w", t, result, at) : NULL;
+    if (!result) {
         Py_XDECREF(t);
+        Py_XDECREF(at);
+    }
     return plan;
 }
 
@@ -471,15 +489,15 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         return view;
     }
     case 'w': {
-        /* everything is read (the result, the new contents: items of the containers
-         * written may be among them) before the first container is written */
-        PyObject *wbs = PyTuple_GET_ITEM(plan, 1);
-        Py_ssize_t n = PyTuple_GET_SIZE(wbs);
-        PyObject *objs = PyTuple_New(n), *vals = PyTuple_New(n), *result = NULL;
-        for (Py_ssize_t i = 0; objs && vals && i < n; i++) {
-            PyObject *wb = PyTuple_GET_ITEM(wbs, i);
+        /* everything is read (the result, the new contents and attribute values: items of
+         * the containers written may be among them) before the first write */
+        PyObject *wbs = PyTuple_GET_ITEM(plan, 1), *aws = PyTuple_GET_ITEM(plan, 3);
+        Py_ssize_t n = PyTuple_GET_SIZE(wbs), na = PyTuple_GET_SIZE(aws);
+        PyObject *objs = PyTuple_New(n + na), *vals = PyTuple_New(n + na), *result = NULL;
+        for (Py_ssize_t i = 0; objs && vals && i < n + na; i++) {
+            PyObject *wb = i < n ? PyTuple_GET_ITEM(wbs, i) : PyTuple_GET_ITEM(aws, i - n);
             PyObject *obj = sources_resolve(bc->t, (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(wb, 0)), bc->fv, bc->memo);
-            PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, 1), outputs, bc) : NULL;
+            PyObject *val = obj ? build(PyTuple_GET_ITEM(wb, i < n ? 1 : 2), outputs, bc) : NULL;
             if (!val)
                 goto wb_done;
             PyTuple_SET_ITEM(objs, i, Py_NewRef(obj));
@@ -495,11 +513,17 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         if (!result)
             PyErr_Fetch(&ft, &fv, &ftb);
         int failed = !result;
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; i < n + na; i++) {
             PyObject *obj = PyTuple_GET_ITEM(objs, i), *val = PyTuple_GET_ITEM(vals, i);
             int rc = -1;
             bc->wrote = 1;
-            if (PyList_CheckExact(obj))
+            if (i >= n) {
+                PyObject *aw = PyTuple_GET_ITEM(aws, i - n), *name = PyTuple_GET_ITEM(aw, 1);
+                long how = PyLong_AsLong(PyTuple_GET_ITEM(aw, 3));
+                rc = how == 2 ? PyObject_SetItem(obj, name, val)
+                     : how == 1 ? PyObject_GenericSetAttr(obj, name, val)
+                                : PyObject_SetAttr(obj, name, val);
+            } else if (PyList_CheckExact(obj))
                 rc = PyList_SetSlice(obj, 0, PY_SSIZE_T_MAX, val);
             else if (PyDict_CheckExact(obj))
                 rc = (PyDict_Clear(obj), PyDict_Update(obj, val));

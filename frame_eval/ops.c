@@ -1299,6 +1299,10 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         Var *args[3] = {obj, key, val};
         return record_operator(c, "operator.setitem", args, 3) ? 0 : -1;
     }
+    int handled;
+    int rc = attr_store_item(c, obj, key, val, &handled);   /* a ModelOutput from outside */
+    if (handled)
+        return rc;
     if (obj->src >= 0 && !obj->fresh && cap_note_mutation(c, obj, "item assignment") < 0)
         return -1;
     if (obj->kind == VK_LIST && var_is_const(key) && PyIndex_Check(key->obj)) {

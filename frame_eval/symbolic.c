@@ -493,9 +493,10 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
 
 /* Whether a Python number read through src is dynamic: the frame's own locals, closure
  * variables (a function made in a loop sees another cell each time) and what hangs off
- * them (items, the cells of a closure they hold; nn.Module attributes stay constants unless
- * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic; from_start:
- * dynamic at once). 1 dynamic, 0 static, -1 error. */
+ * them (items, the cells of a closure they hold, attributes of user objects not reached
+ * through a module, as torch.compile; nn.Module attributes stay constants unless
+ * module_ok), listed in dynamic_sources, or seen to change (automatic dynamic;
+ * from_start: dynamic at once). 1 dynamic, 0 static, -1 error. */
 static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok, int from_start)
 {
     const SourceEntry *e = &c->src.e[src];
@@ -504,7 +505,7 @@ static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok,
         root = c->src.e[root].base;
     if (c->wrap_owner && !module_ok)
         return 0;   /* read from a module (self.k, self.normalized_shape[0]) */
-    int module_num = e->kind == SRC_ATTR && c->wrap_owner;
+    int module_num = e->kind == SRC_ATTR && (c->wrap_owner || c->wrap_plain_attr);
     int rk = c->src.e[root].kind;
     if ((rk != SRC_LOCAL && rk != SRC_FREEVAR) ||
         (e->kind != SRC_LOCAL && e->kind != SRC_FREEVAR && e->kind != SRC_ITEM && e->kind != SRC_CELL && !module_num))

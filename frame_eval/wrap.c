@@ -505,7 +505,18 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         cap_fail(c, BR_UNSUPPORTED_VALUE, "%s made outside the frame", sj_type_a(c, t, NULL));
         return NULL;
     }
-    return simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
+    Var *v = simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->from_module = (uint8_t)(c->wrap_in_module || c->wrap_owner);
+    if (v && src >= 0) {
+        ObjRead *r = cap_alloc(c, sizeof(ObjRead));   /* for the aliasing guards of attribute writes */
+        if (!r)
+            return NULL;
+        r->v = v;
+        r->next = c->objreads;
+        c->objreads = r;
+    }
+    return v;
 }
 
 /* o.keys of a dict subclass, o.__len__: each read binds the type's C method anew, so an

@@ -246,6 +246,16 @@ static int check_backend(const Guard *g, PyObject *v, GuardCall *call)
     return PyObject_RichCompareBool(g->expected, call->options, Py_EQ);
 }
 
+/* HASATTR: the guard's source is base.name; v is base (leaf_value). len: 1 when base had
+ * the attribute at capture, 0 when it did not. */
+static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
+{
+    PyObject *res = NULL;
+    int r = _PyObject_LookupAttr(v, call->t->src.e[g->src].key, &res);
+    Py_XDECREF(res);
+    return r < 0 ? -1 : (r == 1) == (g->len == 1);
+}
+
 static int check_same(const Guard *g, PyObject *v, GuardCall *call)
 {
     return call->memo[g->src2] == v;
@@ -473,6 +483,15 @@ static PyObject *explain_backend(const Guard *g, PyObject *v, PyObject *name, Gu
     return r;
 }
 
+static PyObject *explain_hasattr(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)v;
+    (void)name;
+    const SourceEntry *e = &call->t->src.e[g->src];
+    return PyUnicode_FromFormat("hasattr(%U, %R) is %s now", call->t->src.e[e->base].repr, e->key,
+                                g->len == 1 ? "False" : "True");
+}
+
 static PyObject *explain_same(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
     (void)g;
@@ -593,6 +612,14 @@ static PyObject *format_backend(const Guard *g, PyObject *src, const SourceTable
     PyObject *r = d ? PyUnicode_FromFormat("BACKEND_MATCH: ___check_current_backend(%U)", d) : NULL;
     Py_XDECREF(d);
     return r;
+}
+
+static PyObject *format_hasattr(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    const SourceEntry *e = &t->e[g->src];
+    return PyUnicode_FromFormat("HASATTR: hasattr(%U, %R) == %s", t->e[e->base].repr, e->key,
+                                g->len == 1 ? "True" : "False");
 }
 
 static PyObject *format_same(const Guard *g, PyObject *src, const SourceTable *t)
@@ -848,6 +875,7 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_DICT_LENGTH:
     case GK_DICT_VERSION:
     case GK_SAME_OBJECT:
+    case GK_HASATTR:   /* the source names the attribute; len says whether it was there */
         return 1;
     case GK_COUNT:
         break;
@@ -866,6 +894,8 @@ static PyObject *leaf_value(const Guard *g, const SourceTable *t, GuardCall *cal
     }
     if (g->kind == GK_SAME_OBJECT && !sources_resolve(t, g->src2, call->fv, call->memo))
         return NULL;
+    if (g->kind == GK_HASATTR)   /* its source base.name may not resolve: it looks at base */
+        return sources_resolve(t, t->e[g->src].base, call->fv, call->memo);
     if (g->src < 0)
         return Py_None;
     return sources_resolve(t, g->src, call->fv, call->memo);

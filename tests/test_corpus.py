@@ -63,6 +63,18 @@ def _is_array(v):
     return isinstance(v, (torch.Tensor, np.ndarray))
 
 
+def _attrs(obj):
+    """The attributes an entry may write: those of an object of a class the corpus defines,
+    the public ones of an nn.Module (its parameters, buffers and submodules live in its
+    underscored dicts, compared through state_dict()); None for anything else."""
+    if isinstance(obj, torch.nn.Module):
+        return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+    if (not isinstance(obj, type) and not dataclasses.is_dataclass(obj) and hasattr(obj, "__dict__")
+            and type(obj).__module__.startswith("corpus.")):
+        return vars(obj)
+    return None
+
+
 def assert_same(actual, expected, entry, path="result"):
     """``actual`` (shapejit) must equal ``expected`` (eager) in type, structure, dtype,
     shape and value (within the entry's tolerance)."""
@@ -98,6 +110,9 @@ def assert_same(actual, expected, entry, path="result"):
             assert_same(getattr(actual, f.name), getattr(expected, f.name), entry, f"{path}.{f.name}")
     elif isinstance(expected, torch.nn.Module):
         assert_same(actual.state_dict(), expected.state_dict(), entry, f"{path}.state_dict()")
+        assert_same(_attrs(actual), _attrs(expected), entry, f"{path}.__dict__")
+    elif _attrs(expected) is not None:
+        assert_same(_attrs(actual), _attrs(expected), entry, f"{path}.__dict__")
     elif isinstance(expected, float):
         assert math.isclose(actual, expected, rel_tol=rtol, abs_tol=atol) or (
             math.isnan(actual) and math.isnan(expected)), f"{entry.name}: {path}: {actual} != {expected}"
@@ -105,20 +120,26 @@ def assert_same(actual, expected, entry, path="result"):
         assert actual == expected, f"{entry.name}: {path}: {actual!r} != {expected!r}"
 
 
-def _leaves(obj, path="", out=None):
-    """(path, leaf) for every tensor/array inside nested containers."""
+def _leaves(obj, path="", out=None, scalars=False):
+    """(path, leaf) for every tensor/array inside nested containers and the attributes of
+    objects (_attrs); with scalars, the other values held in those attributes too."""
     out = [] if out is None else out
     if _is_array(obj):
         out.append((path, obj))
     elif isinstance(obj, (tuple, list, collections.deque)):
         for i, v in enumerate(obj):
-            _leaves(v, f"{path}[{i}]", out)
+            _leaves(v, f"{path}[{i}]", out, scalars)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _leaves(v, f"{path}[{k!r}]", out)
+            _leaves(v, f"{path}[{k!r}]", out, scalars)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
-            _leaves(getattr(obj, f.name), f"{path}.{f.name}", out)
+            _leaves(getattr(obj, f.name), f"{path}.{f.name}", out, scalars)
+    elif _attrs(obj) is not None:
+        for k, v in _attrs(obj).items():
+            _leaves(v, f"{path}.{k}", out, scalars)
+    elif scalars and "." in path:
+        out.append((path, obj))
     return out
 
 
@@ -129,11 +150,14 @@ def _alias_map(result, inputs):
 
 
 def _equal_exactly(a, b):
-    la, lb = _leaves(a), _leaves(b)
+    la, lb = _leaves(a, scalars=True), _leaves(b, scalars=True)
     if [p for p, _ in la] != [p for p, _ in lb]:
         return False
     for (_, x), (_, y) in zip(la, lb):
-        if isinstance(x, torch.Tensor):
+        if not _is_array(x) or not _is_array(y):
+            if type(x) is not type(y) or x != y:
+                return False
+        elif isinstance(x, torch.Tensor):
             if not torch.equal(x.detach(), y.detach()):
                 return False
         elif not np.array_equal(x, y, equal_nan=True):

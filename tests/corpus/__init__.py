@@ -11,7 +11,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
-    t_pyiter, np_pyiter, t_random, t_pymisc, np_pymisc,
+    t_pyiter, np_pyiter, t_random, t_pymisc, np_pymisc, t_attrw,
 )
 
 ENTRIES = list(REGISTRY.values())
