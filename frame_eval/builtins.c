@@ -312,7 +312,7 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
                  "shapejit.config.capture_scalar_outputs = True");
         return NULL;
     }
-    if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "numpy") ||
+    if (!strcmp(name, "item") || !strcmp(name, "tolist") ||
         !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
         cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads tensor data into Python",
                  m->lib == LIB_TORCH ? "Tensor" : "ndarray", name);

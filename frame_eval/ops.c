@@ -419,7 +419,8 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     DType np_torch_dt = DT_F32;
     int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, target, op, args, nargs, kwnames, &np_torch_dt);
-    if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
+    /* torch.from_numpy is the torch call that takes numpy values (its rule checks them) */
+    if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD) && op != OP_FROM_NUMPY) ||
         (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
