@@ -5,7 +5,7 @@ torch.compile captures them (through torch._numpy)."""
 import numpy as np
 import torch
 
-from ._base import T, TI, torch_case
+from ._base import A, T, TI, torch_case
 
 
 @torch_case(lambda: (T(10, 10),))
@@ -125,3 +125,9 @@ def t_tonp_numpy_matmul_back_to_torch(x, w):
 def t_tonp_detach_of_grad_result(x):
     y = torch.sin(x)
     return y.detach().numpy() * 2
+
+
+@torch_case(lambda: (A(3, 4, dtype=np.float32), T(3, 4)))
+def t_tonp_numpy_and_torch_inputs(a, x):
+    t = torch.from_numpy(a)
+    return t + x, (x.numpy() + a).sum(axis=1)
