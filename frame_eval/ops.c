@@ -412,6 +412,12 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (check_one_lib(c, args, nargs, lib) < 0)
         return NULL;
     OpId op = mech_op(r, lib, args, nargs, kwnames);
+    if (op == OP_TO_NUMPY && nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR &&
+        args[0]->u.t.meta.requires_grad && c->grad_mode) {
+        /* eager raises while grad mode is on (under no_grad it gives the array) */
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.numpy() of a tensor that requires grad raises");
+        return NULL;
+    }
     if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
         op_info[op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */

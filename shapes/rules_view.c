@@ -1335,10 +1335,10 @@ int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 }
 
 /* t.numpy(): the same memory seen as a numpy array of t's dtype and shape. Eager raises
- * for a tensor autograd tracks and for bfloat16 (numpy has no such type); complex tensors
- * are refused because a graph value does not record torch's conjugate and negative bits,
- * with which numpy() raises too (the interpreter then runs the call and raises or
- * answers). */
+ * for bfloat16 (numpy has no such type), and for a tensor that requires grad while grad
+ * mode is on (the caller refuses that: rules do not see the mode); complex tensors are
+ * refused because a graph value does not record torch's conjugate and negative bits, with
+ * which numpy() raises too (the interpreter then runs the call and raises or answers). */
 int rule_to_numpy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
@@ -1348,8 +1348,6 @@ int rule_to_numpy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
         return -1;
     if (x->lib != LIB_TORCH || x->symint)
         return sj_err(err, "numpy() needs a torch tensor");
-    if (x->requires_grad)
-        return sj_err(err, "numpy() of a tensor that requires grad raises");
     if (x->dtype == DT_BF16)
         return sj_err(err, "numpy has no bfloat16");
     if (dtype_info[x->dtype].category == CAT_COMPLEX)

@@ -131,3 +131,10 @@ def t_tonp_detach_of_grad_result(x):
 def t_tonp_numpy_and_torch_inputs(a, x):
     t = torch.from_numpy(a)
     return t + x, (x.numpy() + a).sum(axis=1)
+
+
+@torch_case(lambda: (T(4, 5, requires_grad=True),))
+def t_tonp_no_grad_of_grad_input(x):
+    with torch.no_grad():
+        a = x.numpy()
+        return np.abs(a).max(axis=0)
