@@ -138,3 +138,13 @@ def t_tonp_no_grad_of_grad_input(x):
     with torch.no_grad():
         a = x.numpy()
         return np.abs(a).max(axis=0)
+
+
+@torch_case(lambda: (T(10, 10),))
+def t_tonp_fftshift(x):
+    return np.fft.fftshift(x.numpy())
+
+
+@torch_case(lambda: (T(6, 8),))
+def t_tonp_ifftshift_axis_back_to_torch(x):
+    return torch.from_numpy(np.fft.ifftshift(x.numpy(), axes=1)) * 2
