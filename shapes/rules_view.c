@@ -1343,7 +1343,8 @@ int rule_to_numpy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
 {
     (void)op;
     (void)lib;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    /* np.asarray(t) is recorded as this op with numpy.asarray's parameters (its "data") */
+    const TensorMeta *x = sj_tensor(b, ba_get(b, "data") ? "data" : "input", err);
     if (!x)
         return -1;
     if (x->lib != LIB_TORCH || x->symint)

@@ -119,3 +119,15 @@ def test_force_breaks_and_detaches():
 
     x = torch.randn(3, requires_grad=True)
     np.testing.assert_array_equal(shapejit.compile(f)(x), f(x))
+
+
+def test_asarray_of_tensor_shares_memory_and_raises_as_eager():
+    def f(x):
+        return np.asarray(x)
+
+    x = torch.randn(3)
+    a = shapejit.compile(f)(x)
+    a[1] = 5.0
+    assert x[1].item() == 5.0
+    with pytest.raises(RuntimeError, match="requires grad"):
+        shapejit.compile(f)(torch.randn(3, requires_grad=True))

@@ -148,3 +148,15 @@ def t_tonp_fftshift(x):
 @torch_case(lambda: (T(6, 8),))
 def t_tonp_ifftshift_axis_back_to_torch(x):
     return torch.from_numpy(np.fft.ifftshift(x.numpy(), axes=1)) * 2
+
+
+@torch_case(lambda: (T(4, 3),), mutates=True)
+def t_tonp_asarray_of_tensor_writes_through(x):
+    a = np.asarray(x)       # the tensor's __array__: its memory
+    a[0] = 1.0
+    return a.sum(axis=0), x * 2
+
+
+@torch_case(lambda: (T(4, 3),))
+def t_tonp_asarray_of_reduction(x):
+    return np.asarray(x.sum(dim=1)) * np.asarray(x.max())
