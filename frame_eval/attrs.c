@@ -130,6 +130,10 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
             return tensor_numel_var(c, m);
         if (!strcmp(n, "itemsize"))
             return var_const_steal(c, PyLong_FromLong(dtype_info[m->dtype].itemsize));
+        /* the real part of a real array or numpy scalar is the object itself (its imag is
+         * a new read-only array, not modelled) */
+        if (!strcmp(n, "real") && dtype_info[m->dtype].category != CAT_COMPLEX)
+            return t;
         if (!strcmp(n, "T")) {
             PyObject *mname = PyUnicode_FromString("transpose");
             Var *meth = mname ? attr_load(c, t, mname) : NULL;

@@ -312,11 +312,6 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
                  "shapejit.config.capture_scalar_outputs = True");
         return NULL;
     }
-    if (!strcmp(name, "numpy") && m->lib == LIB_TORCH) {
-        cap_fail(c, BR_TO_NUMPY, "Tensor.numpy() makes a numpy array that shares the tensor's memory; "
-                 "numpy code on it runs in the interpreter");
-        return NULL;
-    }
     if (!strcmp(name, "item") || !strcmp(name, "tolist") ||
         !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
         cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads %s data into Python",

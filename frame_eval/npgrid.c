@@ -167,16 +167,33 @@ static Var *meshgrid(Capture *c, Var **args, int32_t nargs, PyObject *kwnames, i
     int pos[SJ_MAX_RANK];
     for (int32_t i = 0; i < n; i++) {
         const Var *x = args[i];
-        if (x->kind != VK_TENSOR || x->u.t.meta.lib != LIB_NUMPY || x->u.t.meta.ndim != 1 || x->u.t.meta.sym[0])
-            return NULL;   /* numpy ravels other ranks; symbolic lengths would be pinned */
+        if (x->kind != VK_TENSOR || x->u.t.meta.lib != LIB_NUMPY || x->u.t.meta.np_scalar)
+            return NULL;
+        int64_t len = 1;
+        for (int d = 0; d < x->u.t.meta.ndim; d++) {
+            if (x->u.t.meta.sym[d])
+                return NULL;   /* symbolic lengths would be pinned */
+            len *= x->u.t.meta.size[d];
+        }
         pos[i] = (xy && n >= 2 && i < 2) ? 1 - i : i;
-        shape[pos[i]] = x->u.t.meta.size[0];
+        shape[pos[i]] = len;
     }
     int gi = callables_operator_row("operator.getitem"), bt = callables_path_row("numpy.broadcast_to"),
-        cp = callables_path_row("ndarray.copy");
-    if (gi < 0 || bt < 0 || cp < 0)
+        cp = callables_path_row("ndarray.copy"), rv = callables_path_row("numpy.ravel");
+    if (gi < 0 || bt < 0 || cp < 0 || rv < 0)
         return NULL;
     *handled = 1;
+    /* numpy ravels inputs of other ranks (a view where their layout allows, as here) */
+    Var **flat = cap_alloc(c, sizeof(Var *) * (size_t)n);
+    if (!flat)
+        return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        Var *ra[1] = {args[i]};
+        flat[i] = args[i]->u.t.meta.ndim == 1 ? args[i] : op_record(c, rv, ra, 1, NULL);
+        if (!flat[i])
+            return NULL;
+    }
+    args = flat;
     Var **items = cap_alloc(c, sizeof(Var *) * (size_t)n);
     PyObject *shp = PyTuple_New(n);   /* new */
     if (!items || !shp || !cap_keep_steal(c, shp)) {

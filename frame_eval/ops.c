@@ -303,6 +303,10 @@ static OpId mech_op(const CallableRow *r, Lib lib, Var **args, int32_t nargs, Py
         return OP_MASK_INDEX;
     if (r->op == OP_WHERE && lib == LIB_NUMPY && nargs == 1 && !kwnames)
         return OP_NONZERO;
+    /* np.asarray(t) of a torch tensor is t.numpy() (the tensor's __array__): the same memory */
+    if (r->op == OP_TENSOR && r->kind == CK_NUMPY && lib == LIB_TORCH && nargs == 1 && !kwnames && args[0] &&
+        args[0]->kind == VK_TENSOR && !args[0]->u.t.meta.symint && !strcmp(r->path, "numpy.asarray"))
+        return OP_TO_NUMPY;
     return r->op;
 }
 
@@ -397,6 +401,12 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     if (check_one_lib(c, args, nargs, lib) < 0)
         return NULL;
     OpId op = mech_op(r, lib, args, nargs, kwnames);
+    if (op == OP_TO_NUMPY && nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR &&
+        args[0]->u.t.meta.requires_grad && c->grad_mode) {
+        /* eager raises while grad mode is on (under no_grad it gives the array) */
+        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.numpy() of a tensor that requires grad raises");
+        return NULL;
+    }
     if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
         op_info[op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
@@ -404,8 +414,11 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     DType np_torch_dt = DT_F32;
     int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, target, op, args, nargs, kwnames, &np_torch_dt);
-    if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)) ||
-        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch)) {
+    /* torch.from_numpy is the torch call that takes numpy values, np.asarray recorded as
+     * to_numpy the numpy call that takes a torch tensor (their rules check them) */
+    if ((lib == LIB_NUMPY && (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD) && op != OP_FROM_NUMPY) ||
+        (lib == LIB_TORCH && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && !np_on_torch &&
+         op != OP_TO_NUMPY)) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path, lib == LIB_NUMPY ? "numpy" : "torch");
         return NULL;
     }

@@ -165,8 +165,13 @@ static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     if (op == OP_FLIP || op == OP_ROLL) {
         /* flip needs dims in torch; roll always needs shifts; the dims must exist */
         const BoundArg *dims = ba_get(b, "dims");
-        if (op == OP_ROLL && !ba_get(b, "shifts"))
+        const BoundArg *shifts = ba_get(b, "shifts");
+        if (op == OP_ROLL && !shifts)
             return sj_err(err, "roll() missing required argument 'shifts'");
+        /* numpy's fftshift (shifts computed by numpy: a string marker) fails on 0-d input */
+        if (op == OP_ROLL && shifts->kind == BA_CONST && shifts->value && PyUnicode_Check(shifts->value) &&
+            x->ndim == 0)
+            return sj_err(err, "fftshift of a 0-d array raises");
         if (op == OP_FLIP && lib == LIB_TORCH && (!dims || (dims->kind == BA_LIST && dims->n == 0)))
             return sj_err(err, "flip() missing required argument 'dims'");
         if (dims) {

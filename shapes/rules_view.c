@@ -1333,3 +1333,52 @@ int rule_hstack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     (void)op;
     return join_arrays(lib, b, 0, out, nout, err);
 }
+
+/* t.numpy(): the same memory seen as a numpy array of t's dtype and shape. Eager raises
+ * for bfloat16 (numpy has no such type), and for a tensor that requires grad while grad
+ * mode is on (the caller refuses that: rules do not see the mode); complex tensors are
+ * refused because a graph value does not record torch's conjugate and negative bits, with
+ * which numpy() raises too (the interpreter then runs the call and raises or answers). */
+int rule_to_numpy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    (void)lib;
+    /* np.asarray(t) is recorded as this op with numpy.asarray's parameters (its "data") */
+    const TensorMeta *x = sj_tensor(b, ba_get(b, "data") ? "data" : "input", err);
+    if (!x)
+        return -1;
+    if (x->lib != LIB_TORCH || x->symint)
+        return sj_err(err, "numpy() needs a torch tensor");
+    if (x->dtype == DT_BF16)
+        return sj_err(err, "numpy has no bfloat16");
+    if (dtype_info[x->dtype].category == CAT_COMPLEX)
+        return sj_err(err, "numpy() of a complex tensor (its conjugate bit is not modelled)");
+    *out = *x;
+    out->lib = LIB_NUMPY;
+    out->np_scalar = 0;
+    out->requires_grad = 0;
+    *nout = 1;
+    return 0;
+}
+
+/* torch.from_numpy(a): the same memory seen as a torch tensor. Eager raises for numpy
+ * scalars (not arrays) and for dtypes torch has no tensors of. */
+int rule_from_numpy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->lib != LIB_NUMPY || x->symint)
+        return sj_err(err, "from_numpy() needs a numpy array");
+    if (x->np_scalar)
+        return sj_err(err, "from_numpy() of a numpy scalar raises (it takes arrays)");
+    if (!dtype_in_torch((DType)x->dtype))
+        return sj_err(err, "torch has no tensors of numpy's %s", dtype_info[x->dtype].name);
+    *out = *x;
+    out->lib = LIB_TORCH;
+    out->requires_grad = 0;
+    *nout = 1;
+    return 0;
+}

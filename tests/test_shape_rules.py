@@ -497,6 +497,9 @@ def repeat_cases(lib, row):
 
 def flip_cases(lib, row):
     x = mk(lib, "int64", (2, 3))
+    if row[2].startswith("numpy.fft."):   # fftshift: roll by half of each axis given
+        return [Case([x]), Case([x, 1]), Case([x, (0, 1)]), Case([x, 2]), Case([mk(lib, "float32", ())]),
+                Case([npscalar("float64")]), Case([mk(lib, "float32", (4,))], {"axes": -1})]
     if row[3] == "roll":
         return [Case([x, 1]), Case([x, 1, 0]), Case([x, (1, 2), (0, 1)])]
     if lib == "torch":
@@ -1279,6 +1282,21 @@ def reshape_as_cases(lib, row):
             Case([x, mk(lib, "float32", (5,))])]                       # eager raises: numel
 
 
+def to_numpy_cases(lib, row):
+    cases = [Case([mk("torch", dt, sh)]) for dt in MAIN_DTYPES + ["uint8", "int8"] for sh in [(2, 3), (), (0,)]]
+    cases += [Case([mk("torch", "bfloat16", (2,))]),                          # eager raises: no numpy bfloat16
+              Case([mk("torch", "float32", (3,)).requires_grad_()]),          # under no_grad: an array
+              Case([mk("torch", "complex64", (2,))], refuse=True)]            # conj bit not modelled
+    return cases
+
+
+def from_numpy_cases(lib, row):
+    cases = [Case([mk("numpy", dt, sh)]) for dt in MAIN_DTYPES + ["uint8", "int8"] for sh in [(2, 3), (), (0,)]]
+    cases += [Case([mk("numpy", "float32", (4, 3)).T]), Case([np.ones((2, 2), np.complex64)]),
+              Case([npscalar("float32")])]                                    # eager raises: not an array
+    return cases
+
+
 FAMILIES = {
     "rule_same": unary_dispatch, "rule_copy": unary_dispatch, "rule_unary_float": unary_dispatch, "rule_unary_bool": unary_dispatch,
     "rule_clamp": clamp_cases, "rule_binary": binary_cases, "rule_truediv": binary_cases, "rule_binary_float": binary_cases,
@@ -1315,6 +1333,7 @@ FAMILIES = {
     "rule_repeat_interleave": repeat_interleave_cases, "rule_one_hot": one_hot_cases,
     "rule_glu": glu_cases, "rule_reshape_as": reshape_as_cases, "rule_histc": histc_cases,
     "rule_unfold": unfold_cases, "rule_meshgrid": meshgrid_cases,
+    "rule_to_numpy": to_numpy_cases, "rule_from_numpy": from_numpy_cases,
 }
 
 

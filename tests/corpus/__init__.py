@@ -11,7 +11,7 @@ from . import (  # noqa: F401  (importing a module registers its entries)
     np_scopes, np_calls, np_control, np_data, np_ops, np_inplace, np_kernels, np_more, np_ops2,
     uncapturable, t_breaks, np_breaks, np_scalars,
     np_mech, t_npmix, t_pyobj, np_pyobj, t_mech, t_model_calls,
-    t_pyiter, np_pyiter, t_random, t_pymisc, np_pymisc, t_attrw,
+    t_pyiter, np_pyiter, t_random, t_pymisc, np_pymisc, t_attrw, t_tonumpy,
 )
 
 ENTRIES = list(REGISTRY.values())
@@ -46,8 +46,6 @@ ORACLE_DIFFERENCES = {
         'torch.compile skips a frame with a graph break inside a loop (0 graphs); shapejit keeps the graph before the break and the interpreter runs the rest of the loop',
     "t_npmix_mask_assign_from_other":
         "torch.compile compiles an op-less graph (it returns its inputs) before a mask selection that is the frame's first op; shapejit makes no graph without ops",
-    "t_npmix_tensor_numpy":
-        "torch.compile traces numpy code on Tensor.numpy() results through torch._numpy (one graph); shapejit breaks at Tensor.numpy(), since a graph holds values of one library and the array shares the tensor's memory",
     "t_obj_deque_rotate":
         "torch.compile does not trace deque.rotate (a graph break); shapejit runs it on the deque's shadow (placeholders for its tensors) and captures the frame whole",
     "t_obj_counter_most_common":

@@ -50,7 +50,7 @@ def t_npmix_np_unary_chain_double(x):
 
 
 # ---- Tensor.numpy() ---------------------------------------------------------------------
-@with_breaks("torch", lambda: (T(4, 5),), graphs=1, breaks=1)
+@torch_case(lambda: (T(4, 5),))
 def t_npmix_tensor_numpy(x):
     return np.cos(x.numpy()) + 1
 
