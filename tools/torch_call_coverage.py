@@ -242,8 +242,6 @@ LEFT = {
     "torch._C._log_api_usage_once": "reached in an nn.Module's __init__ (slicing a ModuleList "
                                     "builds one): module construction runs in the interpreter, "
                                     "as under torch.compile (frame_eval/hook.c)",
-    "torch._C._nn.upsample_bilinear2d": "not reached under shapejit: F.interpolate is one graph "
-                                        "op (its own callables row), its body is not inlined",
     "torch.nn.utils.parametrize._inject_property.<locals>.get_parametrized":
         "reading a parametrized weight: the property's getter is followed by the evaluator "
         "(frame_eval/attrs.c), not a callables row",
