@@ -664,7 +664,8 @@ static PyObject *keys_to_py(Capture *c, Var **keys, int32_t n, const char *what)
         Var *k = keys[i];
         if (k->kind == VK_TENSOR) {
             Py_DECREF(l);
-            cap_fail(c, BR_DATA_DEPENDENT, "%s compares tensor values (their data)", what);
+            cap_fail(c, BR_DATA_DEPENDENT, "%s compares %s values (their data)", what,
+                     k->u.t.meta.lib == LIB_NUMPY ? "numpy array" : "tensor");
             return NULL;
         }
         PyObject *o = var_to_py(c, k);

@@ -900,6 +900,26 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     return NULL;
 }
 
+/* A dict's keys view, or a set constant, as a frozenset of its keys (new reference); NULL
+ * without an error when v is neither or holds a key that is not a constant. */
+static PyObject *keys_as_set(Capture *c, Var *v)
+{
+    if (var_is_const(v) && PyAnySet_Check(v->obj))
+        return PyFrozenSet_New(v->obj);
+    if (v->kind != VK_DICTVIEW || v->u.dview.which != 'k')
+        return NULL;
+    Var *l = var_view_list(c, v);
+    if (!l)
+        return NULL;
+    PyObject *set = PyFrozenSet_New(NULL);
+    for (int32_t i = 0; set && i < l->u.seq.n; i++) {
+        Var *k = l->u.seq.items[i];
+        if (!var_is_const(k) || PySet_Add(set, k->obj) < 0)
+            Py_CLEAR(set);
+    }
+    return set;
+}
+
 Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
 {
     static const char *const names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
@@ -961,6 +981,19 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
     if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->kind != b->kind &&
         ((var_is_const(a) && a->obj == Py_None) || (var_is_const(b) && b->obj == Py_None)))
         return var_const(c, cmp == SJ_CMP_NE ? Py_True : Py_False);
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && (a->kind == VK_DICTVIEW || b->kind == VK_DICTVIEW)) {
+        /* keys views compare as sets of their keys (with each other and with sets) */
+        PyObject *sa = keys_as_set(c, a), *sb = sa ? keys_as_set(c, b) : NULL;
+        int eq = sb ? PyObject_RichCompareBool(sa, sb, Py_EQ) : -1;
+        Py_XDECREF(sa);
+        Py_XDECREF(sb);
+        if (eq >= 0)
+            return var_const(c, (eq == (cmp == SJ_CMP_EQ)) ? Py_True : Py_False);
+        if (PyErr_Occurred()) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+    }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "comparison of %s and %s", var_a(c, a), var_a(c, b));
     return NULL;
 }

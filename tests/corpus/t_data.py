@@ -183,3 +183,12 @@ def t_input_containers_written_back(out, d, x):
     out += [x * 2]
     d["b"] = d["a"] + x
     return len(out)
+
+
+@torch_case(lambda: (T(3),))
+def t_keys_views_compare_as_sets(x):
+    d = {"a": x, "b": x + 1}
+    keys = d.keys()
+    d["c"] = x * 2                         # the view is live
+    same = keys == {"c": 0, "b": 1, "a": 2}.keys()
+    return x + 1 if same and keys != {"a"} and keys == {"a", "b", "c"} else x - 1
