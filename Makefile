@@ -5,7 +5,7 @@
 #                links to the Python package files) and run the whole suite against it
 #   make zoo     build, then run every model of the transformers model zoo
 #                (tests/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
-#   make coverage  build, then trace the torch callables of ~30 transformers models
+#   make coverage  build, then trace the torch callables of 55 transformers architectures
 #                (tools/torch_call_coverage.py --trace --explain --write: minutes) into
 #                tools/torch_calls.json and docs/torch_call_coverage.md; after a change to
 #                graph/callables.def, `python3 tools/torch_call_coverage.py --write` alone
