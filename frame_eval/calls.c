@@ -967,8 +967,12 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
                 r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
                 if (handled)
                     return r;
-                cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
-                         sj_callable_name(c, fn->obj));
+                if (!strcmp(m, "torch._dynamo.decorators") &&
+                    PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn->obj)->func_qualname, "graph_break") == 0)
+                    cap_fail(c, BR_UNSUPPORTED_CALL, "torch._dynamo.graph_break() asks for a break here");
+                else
+                    cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
+                             sj_callable_name(c, fn->obj));
                 return NULL;
             }
         }

@@ -260,3 +260,11 @@ def test_tensor_dict_key_names_the_key():
     assert only_reason(f, torch.randn(3), {}) == (
         "an input or value shapejit cannot model: a tensor as the key of a dict from outside "
         "the frame (written back from constant keys only)")
+
+
+def test_explicit_graph_break_says_so():
+    def f(x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * 2
+    assert only_reason(f, torch.randn(3)) == CALL + "torch._dynamo.graph_break() asks for a break here"
