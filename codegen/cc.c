@@ -742,9 +742,11 @@ static int check_runnable(char *cc_argv[], int ncc, const char *march, double li
     run(run_argv, limit, &r);
     if (r.interrupted)
         goto done;
-    if (r.err) {
-        PyErr_Format(PyExc_OSError, "shapejit: could not run the target probe %s: %s: %s", exe, r.what,
-                     strerror(r.err));
+    if (r.err) {   /* e.g. $TMPDIR mounted noexec: nothing built for the target can be vouched for */
+        char text[256];
+        snprintf(text, sizeof text, "the probe built for it could not be run (%s: %s; is %s mounted noexec?)",
+                 r.what ? r.what : "?", strerror(r.err), tmp);
+        rc = (*why = strdup(text)) ? 1 : (PyErr_NoMemory(), -1);
         goto done;
     }
     if (run_ok(&r))

@@ -182,3 +182,25 @@ def test_refused_target_never_kills_the_interpreter(cache, tmp_path):
     env = dict(__import__("os").environ, SHAPEJIT_CACHE_DIR=str(tmp_path / "child"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_malformed_variable_reaches_the_backend_as_an_error_naming_it(cache, monkeypatch):
+    """Through a compile, as the budget variables: the cpu backend's ValueError names the
+    variable and the value; the function still gives eager's values."""
+    monkeypatch.setenv("SHAPEJIT_CPU_TARGET", "bad one")
+    seen = []
+
+    def backend(graph, example_inputs):
+        try:
+            return _C._cg_compile_graph(graph)
+        except ValueError as e:
+            seen.append(str(e))
+            raise
+
+    x = torch.randn(8)
+    fn = shapejit.compile(lambda t: torch.tanh(t) * 2.0, backend=backend)
+    try:
+        torch.testing.assert_close(fn(x), torch.tanh(x) * 2.0)
+    except Exception:
+        pass
+    assert seen and "SHAPEJIT_CPU_TARGET" in seen[0] and "'bad one'" in seen[0]
