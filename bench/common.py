@@ -41,7 +41,7 @@ THREAD_ENV_VARS = (
 # Environment variables recorded (not set) in the machine facts.
 RECORDED_ENV_VARS = THREAD_ENV_VARS + (
     "OPENBLAS_CORETYPE", "XLA_FLAGS", "TORCHINDUCTOR_CACHE_DIR", "TORCH_LOGS",
-    "KMP_AFFINITY", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "PYTHONHASHSEED",
+    "KMP_AFFINITY", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "PYTHONHASHSEED", "SHAPEJIT_CPU_TARGET",
 )
 
 
@@ -178,6 +178,17 @@ def lib_versions() -> dict:
     return out
 
 
+def kernel_target() -> str:
+    """The -march shapejit's generated kernels are built for in the workers: they inherit
+    $SHAPEJIT_CPU_TARGET, else the knob cpu_target keeps its default."""
+    return os.environ.get("SHAPEJIT_CPU_TARGET") or "native"
+
+
+def isa_line(facts: dict) -> str:
+    """The CPU's widest vector ISA and the kernels' target, the first fact printed."""
+    return f"cpu isa: {facts['isa']}  shapejit kernel target: -march={facts['kernel_target']}"
+
+
 def machine_facts() -> dict:
     cpu = _cpuinfo()
     flags = cpu.get("flags", "").split()
@@ -195,6 +206,8 @@ def machine_facts() -> dict:
         "avx512": "avx512f" in flags,
         "avx512_flags": sorted(f for f in flags if f.startswith("avx512")),
         "amx": any(f.startswith("amx") for f in flags),
+        "isa": "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "below avx2",
+        "kernel_target": kernel_target(),
         "env": {v: os.environ.get(v) for v in RECORDED_ENV_VARS if os.environ.get(v) is not None},
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
         "versions": lib_versions(),

@@ -546,7 +546,7 @@ def main(argv=None):
 
     t_start = time.perf_counter()
     facts = common.machine_facts()
-    head = common.facts_lines(facts) + [common.thread_line(args.threads, reported)]
+    head = [common.isa_line(facts)] + common.facts_lines(facts) + [common.thread_line(args.threads, reported)]
     print("shapejit benchmark suite" + (" (--quick)" if args.quick else ""))
     print("\n".join(head), flush=True)
     spec_peers = {n: workloads.SPECS[n][6] for n in names}

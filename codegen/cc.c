@@ -26,6 +26,7 @@
  * flight (build.c's second unit) are stopped too. */
 #define _GNU_SOURCE
 #include "codegen_int.h"
+#include "../core/config.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,6 +34,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -52,6 +54,7 @@ static const char *const cc_flags[] = {
     "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared",
     "-fopenmp", "-fvisibility=hidden", "-DCG_EXPORT=__attribute__((visibility(\"default\")))",
 };
+#define MARCH_FLAG 1   /* cc_flags[MARCH_FLAG] is native's; a cpu_target replaces it */
 static const char *const cc_libs[] = {"-lmvec", "-lm"};   /* after the source */
 
 #define CC_ARGS_MAX 32            /* words of $CC */
@@ -454,15 +457,52 @@ static int read_timeout(double *out)
 
 /* --------------------------------------------------------------- the probe ---- */
 
-static struct {
-    char *cc;        /* owned: the $CC text this probe is for */
-    char *ident;     /* owned: cc_identity()'s text */
-} probe;
+/* One probed (compiler, target) pair. The table holds the pairs this process used;
+ * when it is full the oldest goes (callers use an entry's text under the GIL before any
+ * release, so no one holds a freed one). */
+typedef struct {
+    char *cc;        /* owned: the $CC text */
+    char *target;    /* owned: the cpu_target text */
+    char *march;     /* owned: "-march=<target>" */
+    char *ident;     /* owned: cc_identity()'s text, or NULL when the target is refused */
+    char *refusal;   /* owned: why this CPU cannot run code built for the target, or NULL */
+} Probe;
+
+#define PROBES_MAX 8
+static Probe probes[PROBES_MAX];
+static int nprobes;
 
 static const char *cc_name(void)
 {
     const char *cc = getenv("CC");
     return cc && *cc ? cc : "cc";
+}
+
+/* The target kernels are built for: $SHAPEJIT_CPU_TARGET when set, else the knob
+ * cpu_target. Borrowed text, or NULL with ValueError naming the variable. */
+static const char *cc_target(void)
+{
+    const char *v = getenv("SHAPEJIT_CPU_TARGET");
+    if (v && *v) {
+        if (!sj_cpu_target_valid(v)) {
+            PyErr_Format(PyExc_ValueError, "shapejit: SHAPEJIT_CPU_TARGET='%.100s': expected native, x86-64-v2, "
+                         "x86-64-v3, x86-64-v4 or a gcc -march name (1 to %d characters of a-z 0-9 . _ -)",
+                         v, SJ_CPU_TARGET_MAX);
+            return NULL;
+        }
+        return v;
+    }
+    return PyUnicode_AsUTF8(sj_config.cpu_target);
+}
+
+static void probe_free(Probe *p)
+{
+    free(p->cc);
+    free(p->target);
+    free(p->march);
+    free(p->ident);
+    free(p->refusal);
+    memset(p, 0, sizeof *p);
 }
 
 /* Splits `text` (copied into `buf`) on blanks into argv; the count, or -1 when empty or
@@ -545,11 +585,208 @@ static int append_native(char **t, size_t *len, const char *text)
     return append(t, len, "\n", 1);
 }
 
-const char *cc_identity(void)
+/* The runnability probe: built with the target's -march and run in a child. Its startup
+ * and loop are compiled for the target (an instruction this CPU lacks is a SIGILL, in
+ * the child), and for each instruction set the compiler enables it asks the CPU (and the
+ * kernel's saved state, which __builtin_cpu_supports includes) whether it is there, so a
+ * target whose extra instructions the tiny program happens not to use is still refused.
+ * Exit 0: runnable; else the missing feature is printed. */
+static const char runnable_src[] =
+    "#include <stdio.h>\n"
+    "#if defined(__x86_64__) || defined(__i386__)\n"
+    "#include <cpuid.h>\n"
+    "static int leaf7(int reg, int bit) {\n"
+    "    unsigned a, b, c, d;\n"
+    "    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;\n"
+    "    unsigned v = reg == 1 ? b : reg == 2 ? c : d;\n"
+    "    return (v >> bit) & 1;\n"
+    "}\n"
+    "#define NEED(m, name) if (!__builtin_cpu_supports(name)) { puts(\"missing \" name); return 3; }\n"
+    "#define NEED7(reg, bit, name) if (!leaf7(reg, bit)) { puts(\"missing \" name); return 3; }\n"
+    "#endif\n"
+    "static volatile int n = 64;\n"
+    "int main(void) {\n"
+    "#if defined(__x86_64__) || defined(__i386__)\n"
+    "    __builtin_cpu_init();\n"
+    "#ifdef __SSE4_2__\n NEED(0, \"sse4.2\")\n#endif\n"
+    "#ifdef __POPCNT__\n NEED(0, \"popcnt\")\n#endif\n"
+    "#ifdef __AVX__\n NEED(0, \"avx\")\n#endif\n"
+    "#ifdef __AVX2__\n NEED(0, \"avx2\")\n#endif\n"
+    "#ifdef __FMA__\n NEED(0, \"fma\")\n#endif\n"
+    "#ifdef __BMI__\n NEED(0, \"bmi\")\n#endif\n"
+    "#ifdef __BMI2__\n NEED(0, \"bmi2\")\n#endif\n"
+    "#ifdef __AVX512F__\n NEED(0, \"avx512f\")\n#endif\n"
+    "#ifdef __AVX512CD__\n NEED(0, \"avx512cd\")\n#endif\n"
+    "#ifdef __AVX512BW__\n NEED(0, \"avx512bw\")\n#endif\n"
+    "#ifdef __AVX512DQ__\n NEED(0, \"avx512dq\")\n#endif\n"
+    "#ifdef __AVX512VL__\n NEED(0, \"avx512vl\")\n#endif\n"
+    "#ifdef __AVX512VNNI__\n NEED7(2, 11, \"avx512vnni\")\n#endif\n"
+    "#ifdef __AVX512VBMI__\n NEED7(2, 1, \"avx512vbmi\")\n#endif\n"
+    "#ifdef __AVX512VBMI2__\n NEED7(2, 6, \"avx512vbmi2\")\n#endif\n"
+    "#ifdef __AVX512IFMA__\n NEED7(1, 21, \"avx512ifma\")\n#endif\n"
+    "#ifdef __AVX512BITALG__\n NEED7(2, 12, \"avx512bitalg\")\n#endif\n"
+    "#ifdef __AVX512VPOPCNTDQ__\n NEED7(2, 14, \"avx512vpopcntdq\")\n#endif\n"
+    "#ifdef __AVX512FP16__\n NEED7(3, 23, \"avx512fp16\")\n#endif\n"
+    "#ifdef __AMX_TILE__\n NEED7(3, 24, \"amx-tile\")\n#endif\n"
+    "#endif\n"
+    "    float a[64], b[64];\n"
+    "    double s = 0;\n"
+    "    for (int i = 0; i < n; i++) a[i] = (float)i * 0.5f;\n"
+    "    for (int i = 0; i < n; i++) b[i] = a[i] * a[i] + a[i];\n"
+    "    for (int i = 0; i < n; i++) s += b[i];\n"
+    "    return s > 0 ? 0 : 4;\n"
+    "}\n";
+
+/* The "model name" of /proc/cpuinfo, into buf (or "this CPU"). */
+static const char *cpu_model(char *buf, size_t size)
+{
+    snprintf(buf, size, "this CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        const char *v = strchr(line, ':');
+        if (v) {
+            v++;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t n = strcspn(v, "\n");
+            if (n)
+                snprintf(buf, size, "%.*s", (int)n, v);
+        }
+        break;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Why output `r` means "refused": a short owned text, or NULL on memory. */
+static char *refusal_text(const char *what, const RunResult *r)
+{
+    char head[160];
+    if (r->timed_out)
+        snprintf(head, sizeof head, "%s timed out", what);
+    else if (WIFSIGNALED(r->status))
+        snprintf(head, sizeof head, "%s died of signal %d%s", what, WTERMSIG(r->status),
+                 WTERMSIG(r->status) == SIGILL ? " (SIGILL: an instruction this CPU lacks)" : "");
+    else
+        snprintf(head, sizeof head, "%s failed (exit status %d)", what, WEXITSTATUS(r->status));
+    size_t n = r->out ? strnlen(r->out, 600) : 0;
+    while (n && (r->out[n - 1] == '\n' || r->out[n - 1] == ' '))
+        n--;
+    size_t size = strlen(head) + n + 3;
+    char *t = malloc(size);
+    if (t)
+        snprintf(t, size, "%s%s%.*s", head, n ? ": " : "", (int)n, n ? r->out : "");
+    return t;
+}
+
+static int run_ok(const RunResult *r)
+{
+    return !r->err && !r->timed_out && r->exited && WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0;
+}
+
+/* Builds and runs the runnability probe for `march` with the compiler words cc_argv[0,
+ * ncc). 0 (runnable), 1 (refused, *why an owned text) or -1 with an exception (an
+ * interrupt, an OS error). */
+static int check_runnable(char *cc_argv[], int ncc, const char *march, double limit, char **why)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[PATH_MAX], src[PATH_MAX + 16], exe[PATH_MAX + 16];
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    if ((size_t)snprintf(dir, sizeof dir, "%s/shapejit-target-XXXXXX", tmp) >= sizeof dir || !mkdtemp(dir)) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, dir);
+        return -1;
+    }
+    snprintf(src, sizeof src, "%s/probe.c", dir);
+    snprintf(exe, sizeof exe, "%s/probe", dir);
+    int rc = -1;
+    RunResult r = {0};
+    FILE *f = fopen(src, "w");
+    if (!f || fwrite(runnable_src, 1, sizeof runnable_src - 1, f) != sizeof runnable_src - 1) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, src);
+        if (f)
+            fclose(f);
+        goto done;
+    }
+    if (fclose(f) != 0) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, src);
+        goto done;
+    }
+    char *argv[CC_ARGS_MAX + 8];
+    int n = ncc;
+    memcpy(argv, cc_argv, (size_t)ncc * sizeof *argv);
+    argv[n++] = (char *)march;
+    argv[n++] = "-O2";
+    argv[n++] = "-o";
+    argv[n++] = exe;
+    argv[n++] = src;
+    argv[n] = NULL;
+    run(argv, limit, &r);
+    if (r.interrupted)
+        goto done;
+    if (!run_ok(&r)) {
+        if (r.err) {
+            run_failed(&r, cc_argv[0], "building the target probe", NULL, limit);
+            goto done;
+        }
+        rc = (*why = refusal_text("the compiler, building a probe for it,", &r)) ? 1 : (PyErr_NoMemory(), -1);
+        goto done;
+    }
+    free(r.out);
+    char *run_argv[] = {exe, NULL};
+    run(run_argv, limit, &r);
+    if (r.interrupted)
+        goto done;
+    if (r.err) {   /* e.g. $TMPDIR mounted noexec: nothing built for the target can be vouched for */
+        char text[256];
+        snprintf(text, sizeof text, "the probe built for it could not be run (%s: %s; is %s mounted noexec?)",
+                 r.what ? r.what : "?", strerror(r.err), tmp);
+        rc = (*why = strdup(text)) ? 1 : (PyErr_NoMemory(), -1);
+        goto done;
+    }
+    if (run_ok(&r))
+        rc = 0;
+    else
+        rc = (*why = refusal_text("a probe built for it", &r)) ? 1 : (PyErr_NoMemory(), -1);
+done:
+    free(r.out);
+    unlink(exe);
+    unlink(src);
+    rmdir(dir);
+    return rc;
+}
+
+/* Raises CompileError for a refused probe entry. */
+static void refuse(const Probe *p)
+{
+    char model[256];
+    compile_error(NULL, NULL, "shapejit: cpu_target '%s' cannot run on this CPU (%s), so its kernels are not "
+                  "built (set shapejit.config.cpu_target or $SHAPEJIT_CPU_TARGET to native or a target this "
+                  "CPU has): %s", p->target, cpu_model(model, sizeof model), p->refusal);
+}
+
+/* The probe entry of the current compiler and target, probing them when new. NULL with
+ * an exception; a refused target raises CompileError (its refusal is kept: the probe
+ * is not run again). */
+static Probe *current_probe(void)
 {
     const char *cc = cc_name();
-    if (probe.ident && !strcmp(probe.cc, cc))
-        return probe.ident;
+    const char *target = cc_target();
+    if (!target)
+        return NULL;
+    for (int i = 0; i < nprobes; i++)
+        if (!strcmp(probes[i].cc, cc) && !strcmp(probes[i].target, target)) {
+            if (probes[i].refusal) {
+                refuse(&probes[i]);
+                return NULL;
+            }
+            return &probes[i];
+        }
     char words[4096];
     char *argv[CC_ARGS_MAX + 16];
     int n = split_words(cc, words, sizeof words, argv, CC_ARGS_MAX);
@@ -557,46 +794,89 @@ const char *cc_identity(void)
         PyErr_Format(PyExc_ValueError, "shapejit: $CC='%s' is empty or too long for a compiler command", cc);
         return NULL;
     }
-    const char *extra[] = {"-march=native", "-E", "-v", "-x", "c", "/dev/null", "-o", "/dev/null", NULL};
-    for (int i = 0; extra[i]; i++)
-        argv[n++] = (char *)extra[i];
-    argv[n] = NULL;
-    double limit;
-    if (read_timeout(&limit) < 0)
+    int native = !strcmp(target, "native");
+    Probe p = {0};
+    size_t mlen = strlen(target) + 8;
+    if (!(p.cc = strdup(cc)) || !(p.target = strdup(target)) || !(p.march = malloc(mlen))) {
+        probe_free(&p);
+        PyErr_NoMemory();
         return NULL;
-    RunResult r;
-    run(argv, limit, &r);
+    }
+    snprintf(p.march, mlen, "-march=%s", target);
+    double limit;
+    if (read_timeout(&limit) < 0) {
+        probe_free(&p);
+        return NULL;
+    }
+    RunResult r = {0};
     char *t = NULL;
     size_t len = 0;
-    if (r.err || r.timed_out || !r.exited || !WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
-        run_failed(&r, cc, "probing it (-march=native -E -v)", NULL, limit);
-        goto error;
+    int ncc = n;
+    if (!native) {
+        int ok = check_runnable(argv, ncc, p.march, limit, &p.refusal);
+        if (ok < 0)
+            goto error;
     }
-    if (append(&t, &len, "cc: ", 4) < 0 || append(&t, &len, cc, strlen(cc)) < 0 ||
-        append(&t, &len, "\n", 1) < 0 || append_line(&t, &len, r.out, " version ", 1) < 0 ||
-        append_line(&t, &len, r.out, "Target: ", 0) < 0 || append_native(&t, &len, r.out) < 0)
-        goto nomem;
-    for (size_t i = 0; i < N_FLAGS; i++)
-        if (append(&t, &len, cc_flags[i], strlen(cc_flags[i])) < 0 || append(&t, &len, " ", 1) < 0)
+    if (!p.refusal) {
+        const char *extra[] = {p.march, "-E", "-v", "-x", "c", "/dev/null", "-o", "/dev/null", NULL};
+        for (int i = 0; extra[i]; i++)
+            argv[n++] = (char *)extra[i];
+        argv[n] = NULL;
+        run(argv, limit, &r);
+        if (!run_ok(&r)) {
+            if (native || r.err || r.interrupted) {
+                char doing[128];
+                snprintf(doing, sizeof doing, "probing it (%s -E -v)", p.march);
+                run_failed(&r, cc, doing, NULL, limit);
+                goto error;
+            }
+            if (!(p.refusal = refusal_text("the compiler, asked for it,", &r)))
+                goto nomem;
+        }
+    }
+    if (!p.refusal) {
+        /* native's text is what it was before targets existed, so existing caches stay valid */
+        if (append(&t, &len, "cc: ", 4) < 0 || append(&t, &len, cc, strlen(cc)) < 0 ||
+            append(&t, &len, "\n", 1) < 0 || append_line(&t, &len, r.out, " version ", 1) < 0 ||
+            append_line(&t, &len, r.out, "Target: ", 0) < 0 || append_native(&t, &len, r.out) < 0)
             goto nomem;
-    for (size_t i = 0; i < N_LIBS; i++)
-        if (append(&t, &len, cc_libs[i], strlen(cc_libs[i])) < 0 || append(&t, &len, " ", 1) < 0)
-            goto nomem;
-    char *cc_copy = strdup(cc);
-    if (!cc_copy)
-        goto nomem;
-    free(probe.cc);
-    free(probe.ident);   /* callers use the text under the GIL before any release: no one holds the old */
-    probe.cc = cc_copy;
-    probe.ident = t;
+        for (size_t i = 0; i < N_FLAGS; i++) {
+            const char *fl = i == MARCH_FLAG ? p.march : cc_flags[i];
+            if (append(&t, &len, fl, strlen(fl)) < 0 || append(&t, &len, " ", 1) < 0)
+                goto nomem;
+        }
+        for (size_t i = 0; i < N_LIBS; i++)
+            if (append(&t, &len, cc_libs[i], strlen(cc_libs[i])) < 0 || append(&t, &len, " ", 1) < 0)
+                goto nomem;
+        p.ident = t;
+        t = NULL;
+    }
     free(r.out);
-    return probe.ident;
+    if (nprobes == PROBES_MAX) {   /* the oldest goes */
+        probe_free(&probes[0]);
+        memmove(probes, probes + 1, (PROBES_MAX - 1) * sizeof *probes);
+        nprobes--;
+    }
+    probes[nprobes] = p;
+    Probe *e = &probes[nprobes++];
+    if (e->refusal) {
+        refuse(e);
+        return NULL;
+    }
+    return e;
 nomem:
     PyErr_NoMemory();
 error:
     free(t);
     free(r.out);
+    probe_free(&p);
     return NULL;
+}
+
+const char *cc_identity(void)
+{
+    Probe *p = current_probe();
+    return p ? p->ident : NULL;
 }
 
 /* ---------------------------------------------------------------- compiling ---- */
@@ -604,9 +884,10 @@ error:
 int cc_compile(const char *src_path, const char *out_path, const char *tag)
 {
     double limit;
-    if (!cc_identity() || read_timeout(&limit) < 0)
+    Probe *p = current_probe();
+    if (!p || read_timeout(&limit) < 0)
         return -1;
-    const char *cc = probe.cc;
+    const char *cc = p->cc;
     char words[4096];
     char *argv[CC_ARGS_MAX + N_FLAGS + N_LIBS + 4];
     int n = split_words(cc, words, sizeof words, argv, CC_ARGS_MAX);
@@ -615,7 +896,7 @@ int cc_compile(const char *src_path, const char *out_path, const char *tag)
         return -1;
     }
     for (size_t i = 0; i < N_FLAGS; i++)
-        argv[n++] = (char *)cc_flags[i];
+        argv[n++] = i == MARCH_FLAG ? p->march : (char *)cc_flags[i];
     argv[n++] = "-o";
     argv[n++] = (char *)out_path;
     argv[n++] = (char *)src_path;
@@ -624,7 +905,7 @@ int cc_compile(const char *src_path, const char *out_path, const char *tag)
     argv[n] = NULL;
     RunResult r;
     run(argv, limit, &r);
-    int ok = !r.err && !r.timed_out && r.exited && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+    int ok = run_ok(&r);
     if (!ok) {
         char doing[256];
         snprintf(doing, sizeof doing, "compiling %s", tag);

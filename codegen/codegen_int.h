@@ -13,10 +13,13 @@
 extern PyObject *cc_CompileError;
 
 /* Text that identifies what the compiler would produce: $CC as given, the compiler's
- * version and target lines, the expansion of -march=native, and the flags. It enters
- * the cache key. Probed once per process per $CC value (one compiler run, GIL
- * released). Borrowed (immortal) string, or NULL + CompileError when the compiler
- * cannot be run. */
+ * version and target lines, the expansion of -march=<cpu_target> (the knob, or
+ * $SHAPEJIT_CPU_TARGET), and the flags. It enters the cache key. Probed once per process
+ * per ($CC, target) (compiler runs, GIL released); a target other than native is first
+ * checked to run on this CPU by a probe program run in a child. Borrowed string, valid
+ * until the GIL is next released, or NULL + CompileError when the compiler cannot be run
+ * or the target is refused (kept: later calls refuse without probing), or ValueError for
+ * a malformed $SHAPEJIT_CPU_TARGET. */
 const char *cc_identity(void);
 
 /* Compiles the C file `src_path` into the shared object `out_path` with the flags of

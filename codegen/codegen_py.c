@@ -151,6 +151,16 @@ static PyObject *py_cg_forget(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* _C._cg_identity(): the compiler identity (the cache key's compiler part) for the current
+ * $CC and cpu_target, probing them if new. */
+static PyObject *py_cg_identity(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    const char *t = cc_identity();
+    return t ? PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "replace") : NULL;
+}
+
 /* _C._cg_primcache_info(): the oneDNN primitive cache's counters (primcache.c). */
 static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
 {
@@ -193,6 +203,8 @@ static PyMethodDef codegen_methods[] = {
     {"_cg_call", (PyCFunction)(void (*)(void))py_cg_call, METH_FASTCALL,
      "_cg_call(handle, *args): call a function prepared by _cg_build (tests)"},
     {"_cg_cache_info", py_cg_cache_info, METH_NOARGS, "The kernel disk cache: directory and counters (tests)."},
+    {"_cg_identity", py_cg_identity, METH_NOARGS,
+     "The compiler identity for the current $CC and cpu_target, as it enters the kernel cache key (tests)."},
     {"_cg_forget", py_cg_forget, METH_NOARGS, "Forget loaded kernel libraries' memo (tests)."},
     {NULL, NULL, 0, NULL},
 };

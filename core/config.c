@@ -1,5 +1,5 @@
 /* Config knobs: storage, defaults, validation and the _C functions over them.
- * core/config.def is the table; nothing here names a knob except the stance check. */
+ * core/config.def is the table; nothing here names a knob except the stance and cpu_target checks. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -156,6 +156,17 @@ static PyObject *stance_list(void) {
     return out;
 }
 
+int sj_cpu_target_valid(const char *t) {
+    size_t n = strlen(t);
+    if (n == 0 || n > SJ_CPU_TARGET_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 /* Stores `value` (borrowed) in knob k after checking it. 0, or -1 with an exception. */
 static int knob_set(int k, PyObject *value) {
     const KnobInfo *ki = &knobs[k];
@@ -203,6 +214,18 @@ static int knob_set(int k, PyObject *value) {
                                  "shapejit.config.stance: unknown stance %R; valid stances: %U",
                                  value, valid);
                 Py_XDECREF(valid);
+                return -1;
+            }
+        }
+        if (k == KNOB_cpu_target) {
+            /* checked as ASCII first: a lone surrogate must fail here, not in an encoder */
+            const char *t = PyUnicode_IS_ASCII(value) ? PyUnicode_AsUTF8(value) : "";
+            if (!t) return -1;
+            if (!sj_cpu_target_valid(t)) {
+                PyErr_Format(PyExc_ValueError,
+                             "shapejit.config.cpu_target: bad target %R: expected native, x86-64-v2, "
+                             "x86-64-v3, x86-64-v4 or a gcc -march name (1 to %d characters of a-z 0-9 . _ -)",
+                             value, SJ_CPU_TARGET_MAX);
                 return -1;
             }
         }

@@ -28,6 +28,14 @@ typedef struct {
 
 extern SjConfig sj_config;
 
+/* The longest cpu_target text (a gcc -march name). */
+#define SJ_CPU_TARGET_MAX 64
+
+/* 1 when `t` is a valid cpu_target: 1..SJ_CPU_TARGET_MAX characters of [a-z0-9._-].
+ * The text is passed to the compiler as -march=<t> and enters file names of nothing, but
+ * the charset keeps it one harmless word. */
+int sj_cpu_target_valid(const char *t);
+
 /* Stances: the valid values of the `stance` knob, in one table.
  * S(ENUM, "name"). STANCE_DEFAULT must stay first (it is the zero value). */
 #define SJ_STANCES(S)                                   \
