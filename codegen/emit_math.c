@@ -53,6 +53,6 @@ const char emit_math_prelude[] =
     "    c = fmaf(c, t, 0x1.ac53e4p-8f);\n"
     "    c = fmaf(c, t, -0x1.5c270cp-9f);\n"
     "    c = fmaf(c, t, 0x1.07e35cp-11f);\n"
-    "    const float large = ax < 3.9193f ? 1.f - c : 1.f;\n"
-    "    return copysignf(ax >= 1.f ? large : small, x);\n"   /* NaN: small */
+    "    const float large = sj_sel(ax < 3.9193f, 1.f - c, 1.f);\n"
+    "    return copysignf(sj_sel(ax >= 1.f, large, small), x);\n"   /* NaN: small */
     "}\n";
