@@ -65,6 +65,8 @@ TORCH_FNS = {
     "clamp_min": lambda x, y: x.clamp(min=0.0),
     "clamp_max": lambda x, y: x.clamp(max=-0.0),
     "clamp_crossed": lambda x, y: x.clamp(2.0, 1.0),
+    "clamp_nan_min": lambda x, y: x.clamp(min=float("nan")),
+    "clamp_nan_max": lambda x, y: x.clamp(-1.0, float("nan")) + 1,
     "maximum": lambda x, y: torch.maximum(x, y),
     "minimum": lambda x, y: torch.minimum(x, y),
     "max_min_chain": lambda x, y: torch.minimum(torch.maximum(x, y) * 2, y + 1),
@@ -82,6 +84,12 @@ NUMPY_FNS = {
     "clip": lambda x, y: np.clip(x, -1.0, 1.0),
     "clip_zero_bounds": lambda x, y: np.clip(x, -0.0, 0.0),
     "clip_relu6": lambda x, y: np.clip(x * 2, 0.0, 6.0),
+    "clip_min_only_zero": lambda x, y: np.clip(x, 0.0, None),     # maximum: ties give the bound
+    "clip_max_only_zero": lambda x, y: np.clip(x, None, -0.0),
+    "clip_method_max_only": lambda x, y: x.clip(max=0.0),
+    "clip_min_only": lambda x, y: np.clip(x, -1.0, None),
+    "clip_neg_inf_given": lambda x, y: np.clip(x, -np.inf, 0.0),  # both given: ties keep x
+    "clip_nan_bound": lambda x, y: np.clip(x, np.nan, 1.0),
     "where": lambda x, y: np.where(x > y, x, y),
     "max_min_chain": lambda x, y: np.minimum(np.maximum(x, y) * 2, y + 1),
 }
