@@ -56,7 +56,19 @@ void emit_put(Buf *b, const char *fmt, ...)
  * Integer division flags a zero divisor and MIN / -1 in the kernel's sj_bad (eager then
  * reruns the nodes: torch raises, numpy warns) instead of trapping. Powers 2 and 3 are
  * products, as torch computes them (and libmvec's powf goes scalar on negative bases:
- * GPT-2's x ** 3 cost 20x more). */
+ * GPT-2's x ** 3 cost 20x more).
+ *
+ * Branch-free, so the loops vectorise without AVX-512's masks: under -ftrapping-math (the
+ * default) GCC will not run FP arithmetic or an ordered compare that C puts under a
+ * condition on lanes that did not ask for it, and on AVX2 such a loop stays scalar
+ * ("control flow in loop"; 20x slower for leaky_relu). So every compare runs
+ * unconditionally and the arms are plain values, or both sides are computed and sj_sel
+ * picks one: a bitwise blend, which GCC cannot turn back into a branch and sink the
+ * arithmetic into (it does so with `c ? x : y` when x or y is computed only for it).
+ * Ties and zeros as eager: relu keeps -0.0 (torch clamps at 0 keeping the input on a
+ * tie), maximum/minimum give the second operand on a tie of -0.0 and 0.0 (numpy, and
+ * torch's vector loop; its scalar tail gives the first), NaN in either operand gives NaN
+ * (the first NaN's payload), clamp keeps the input on a tie with a bound. */
 static const char prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
