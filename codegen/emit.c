@@ -56,17 +56,32 @@ void emit_put(Buf *b, const char *fmt, ...)
  * Integer division flags a zero divisor and MIN / -1 in the kernel's sj_bad (eager then
  * reruns the nodes: torch raises, numpy warns) instead of trapping. Powers 2 and 3 are
  * products, as torch computes them (and libmvec's powf goes scalar on negative bases:
- * GPT-2's x ** 3 cost 20x more). */
+ * GPT-2's x ** 3 cost 20x more).
+ *
+ * Branch-free, so the loops vectorise without AVX-512's masks: under -ftrapping-math (the
+ * default) GCC will not run FP arithmetic or an ordered compare that C puts under a
+ * condition on lanes that did not ask for it, and on AVX2 such a loop stays scalar
+ * ("control flow in loop"; 20x slower for leaky_relu). So every compare runs
+ * unconditionally and the arms are plain values, or both sides are computed and sj_sel
+ * picks one: a bitwise blend, which GCC cannot turn back into a branch and sink the
+ * arithmetic into (it does so with `c ? x : y` when x or y is computed only for it).
+ * Ties and zeros as eager: relu keeps -0.0 (torch clamps at 0 keeping the input on a
+ * tie), maximum/minimum give the second operand on a tie of -0.0 and 0.0 (numpy, and
+ * torch's vector loop; its scalar tail gives the first), NaN in either operand gives NaN
+ * (the first NaN's payload), clamp keeps the input on a tie with a bound. */
 static const char prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
     "#define SJ_INF __builtin_inff()\n"
-    "#define SJ_FLOAT_OPS(S, T, FMOD, FLOOR, COPYSIGN, POW)\\\n"
-    "static inline T sj_relu##S(T a) { return (a > 0 || a != a) ? a : 0; }\\\n"
+    "#define SJ_FLOAT_OPS(S, T, U, FMOD, FLOOR, COPYSIGN, POW)\\\n"
+    "static inline T sj_sel##S(int c, T x, T y)\\\n"
+    "{ union { T f; U u; } X = {x}, Y = {y}, R; const U m = (U)0 - (U)c; R.u = (X.u & m) | (Y.u & ~m); return R.f; }\\\n"
+    "static inline T sj_relu##S(T a) { return a < 0 ? 0 : a; }\\\n"
     "static inline T sj_clamp##S(T a, T lo, T hi) { T t = a < lo ? lo : a; return t > hi ? hi : t; }\\\n"
-    "static inline T sj_max##S(T a, T b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\\\n"
-    "static inline T sj_min##S(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\\\n"
-    "static inline T sj_pow##S(T a, T b) { return b == 2 ? a * a : b == 3 ? a * a * a : POW(a, b); }\\\n"
+    "static inline T sj_max##S(T a, T b) { const T m = a > b ? a : b; return a != a ? a : m; }\\\n"
+    "static inline T sj_min##S(T a, T b) { const T m = a < b ? a : b; return a != a ? a : m; }\\\n"
+    "static inline T sj_pow##S(T a, T b)\\\n"
+    "{ const T s = a * a, c = s * a, p = POW(a, b); return sj_sel##S(b == 2, s, sj_sel##S(b == 3, c, p)); }\\\n"
     "static inline T sj_floordiv##S(T a, T b)\\\n"
     "{ if (b == 0) return a / b; T m = FMOD(a, b), d = (a - m) / b;\\\n"
     "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\\\n"
@@ -75,8 +90,8 @@ static const char prelude[] =
     "static inline T sj_mod##S(T a, T b, int np)\\\n"
     "{ T m = FMOD(a, b); if (m != 0) { if ((b < 0) != (m < 0)) m += b; } else if (np) m = COPYSIGN(0, b);\\\n"
     "  return m; }\n"
-    "SJ_FLOAT_OPS(, float, fmodf, floorf, copysignf, powf)\n"
-    "SJ_FLOAT_OPS(d, double, fmod, floor, copysign, pow)\n"
+    "SJ_FLOAT_OPS(, float, uint32_t, fmodf, floorf, copysignf, powf)\n"
+    "SJ_FLOAT_OPS(d, double, uint64_t, fmod, floor, copysign, pow)\n"
     "#define SJ_INT_OPS(W, T, MIN)\\\n"
     "static inline int sj_idiv_bad##W(T a, T b, int *bad)\\\n"
     "{ if (b == 0 || (b == -1 && a == MIN)) { __atomic_store_n(bad, 1, __ATOMIC_RELAXED); return 1; } return 0; }\\\n"
@@ -109,6 +124,8 @@ static void put_float(Buf *b, double x, DType t)
         put(b, t == DT_F32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")");
     else if (isinf(x))
         put(b, x > 0 ? "SJ_INF" : "(-SJ_INF)");
+    else if (x == 0 && signbit(x))
+        put(b, "(-(%s)0)", lower_ctype(t));   /* %g writes "-0", which C reads as the integer 0 */
     else
         put(b, "((%s)%.17g)", lower_ctype(t), x);   /* rounded to float as eager rounds a Python scalar */
 }

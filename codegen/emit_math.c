@@ -25,7 +25,8 @@
  * [1, 3.9193] (erf rounds to 1 from 3.91921). It works on |x| and takes the sign by
  * copysign. The coefficients are minimax fits (relative error for Q, absolute for P),
  * rounded to float. -ffp-contract=off does not touch explicit fmaf calls: with
- * -march=native they are vfmadd instructions. */
+ * -march=native they are vfmadd instructions. The selects are sj_sel (emit.c): with
+ * `ax < 3.9193f ? 1.f - c : 1.f` the loop stayed scalar on AVX2. */
 #include "lower_int.h"
 
 const char emit_math_prelude[] =
@@ -53,6 +54,6 @@ const char emit_math_prelude[] =
     "    c = fmaf(c, t, 0x1.ac53e4p-8f);\n"
     "    c = fmaf(c, t, -0x1.5c270cp-9f);\n"
     "    c = fmaf(c, t, 0x1.07e35cp-11f);\n"
-    "    const float large = ax < 3.9193f ? 1.f - c : 1.f;\n"
-    "    return copysignf(ax >= 1.f ? large : small, x);\n"   /* NaN: small */
+    "    const float large = sj_sel(ax < 3.9193f, 1.f - c, 1.f);\n"
+    "    return copysignf(sj_sel(ax >= 1.f, large, small), x);\n"   /* NaN: small */
     "}\n";

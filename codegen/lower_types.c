@@ -250,6 +250,15 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
     for (int s = 0; s < 2; s++)
         if (bx[s] && bx[s]->kind == BA_CONST && !const_fits(bx[s]->value, nl->ct, row->kind))
             return 0;
+    if (nd->op == OP_CLAMP && lower_class(nl->ct) != LC_INT && lower_class(nl->ct) != LC_BOOL) {
+        /* sj_clamp keeps `a` where it equals a bound (torch, and numpy's clip with both
+         * bounds). A NaN bound makes every element NaN in eager; numpy's clip with one
+         * bound is maximum/minimum, which gives the bound on a tie of -0.0 and 0.0: such
+         * nodes stay eager. */
+        for (int pi = 0; pi < 2; pi++)
+            if (pgiven[pi] && (isnan(nl->p[pi]) || (lib == LIB_NUMPY && !pgiven[1 - pi] && nl->p[pi] == 0)))
+                return 0;
+    }
     for (int pi = 0; pi < 2; pi++) {
         if (pgiven[pi] && !const_fits(nl->pv[pi], nl->ct, LK_SAME))
             return 0;
