@@ -355,17 +355,9 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
         return fail_internal(c);
     c->nops++;
     c->used_torch = 1;
-    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)nout);
+    Var **items = cap_node_outputs(c, v, outs, nout);
     if (!items)
         return NULL;
-    for (int32_t i = 0; i < nout; i++) {
-        Var *t = var_new(c, VK_TENSOR);
-        if (!t)
-            return NULL;
-        t->u.t.value = v + i;
-        t->u.t.meta = outs[i];
-        items[i] = t;
-    }
     return is_tuple ? var_seq(c, VK_TUPLE, items, nout) : items[0];
 }
 

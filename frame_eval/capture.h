@@ -572,6 +572,9 @@ Var *op_contains(Capture *c, Var *item, Var *container);
 /* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a
  * constant or a list of them. 0, or -1 with the failure recorded. */
 int cap_to_arg(Capture *c, Var *v, int32_t slot);
+/* The tensor vars of node outputs v .. v + nout - 1 with their metas: an array in the
+ * capture's arena (nout slots), or NULL on failure. */
+Var **cap_node_outputs(Capture *c, int32_t v, const TensorMeta *outs, int nout);
 /* Record a call of a callables.def row. args: receiver first for methods. */
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames);
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */

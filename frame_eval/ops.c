@@ -253,6 +253,18 @@ static int to_arg(Capture *c, Var *v, int32_t slot)
     return 0;
 }
 
+Var **cap_node_outputs(Capture *c, int32_t v, const TensorMeta *outs, int nout)
+{
+    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)(nout > 0 ? nout : 1));
+    for (int i = 0; items && i < nout; i++) {
+        if (!(items[i] = var_new(c, VK_TENSOR)))
+            return NULL;
+        items[i]->u.t.value = v + i;
+        items[i]->u.t.meta = outs[i];
+    }
+    return items;
+}
+
 int cap_to_arg(Capture *c, Var *v, int32_t slot)
 {
     return to_arg(c, v, slot);
@@ -590,17 +602,9 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         return target_var;   /* the same object, written in place */
     if (nout == 0)
         return var_const(c, Py_None);
-    Var **items = cap_alloc(c, sizeof(Var *) * (size_t)nout);
+    Var **items = cap_node_outputs(c, v, outs, nout);
     if (!items)
         return NULL;
-    for (int i = 0; i < nout; i++) {
-        Var *t = var_new(c, VK_TENSOR);
-        if (!t)
-            return NULL;
-        t->u.t.value = v + i;
-        t->u.t.meta = outs[i];
-        items[i] = t;
-    }
     /* ops returning a plain tuple of any length, one tensor included */
     int always_tuple = op == OP_SPLIT || op == OP_CHUNK || op == OP_UNBIND || op == OP_MESHGRID ||
                        (op == OP_NONZERO && lib == LIB_NUMPY);

@@ -223,13 +223,9 @@ Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, Py
     }
     c->nops++;
     c->used_torch = 1;
-    Var *t[3];
-    for (int i = 0; i < nout; i++) {
-        if (!(t[i] = var_new(c, VK_TENSOR)))
-            return NULL;
-        t[i]->u.t.value = v + i;
-        t[i]->u.t.meta = outs[i];
-    }
+    Var **t = cap_node_outputs(c, v, outs, nout);
+    if (!t)
+        return NULL;
     Var *hidden_v = lstm ? var_seq(c, VK_TUPLE, t + 1, 2) : t[1];
     if (!hidden_v)
         return NULL;
