@@ -49,9 +49,13 @@ PyObject *cc_CompileError;
 
 /* The compile flags, in order (docs/notes/issue6_plan.md section 3): no -ffast-math (it
  * folds isnan); -ffp-contract=off so chains of + - * / round after every op as eager
- * does; -fvisibility=hidden with CG_EXPORT marking entry points. */
+ * does; -fno-trapping-math because no kernel reads the FP exception flags, and without
+ * it GCC keeps compares and arithmetic that sit under a condition from running on every
+ * lane, so on AVX2 (no mask registers) floor/ceil/trunc, isinf and many selects stay
+ * scalar; it changes no value (no reassociation, NaN and signed zeros kept);
+ * -fvisibility=hidden with CG_EXPORT marking entry points. */
 static const char *const cc_flags[] = {
-    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared",
+    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared",
     "-fopenmp", "-fvisibility=hidden", "-DCG_EXPORT=__attribute__((visibility(\"default\")))",
 };
 #define MARCH_FLAG 1   /* cc_flags[MARCH_FLAG] is native's; a cpu_target replaces it */

@@ -185,7 +185,10 @@ static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int 
     (store ? body_prologue_store : body_prologue)(b, g, k, fmt);
     if (fl)
         put(b, "            nan |= v != v;\n");
-    put(b, "            m = v %s m ? v : m;\n", is_max ? ">" : "<");
+    if (fl)   /* a blend, not `?:`: GCC keeps a conditional max scalar on AVX2 */
+        put(b, "            m = sj_sel%s(v %s m, v, m);\n", t == DT_F64 ? "d" : "", is_max ? ">" : "<");
+    else
+        put(b, "            m = v %s m ? v : m;\n", is_max ? ">" : "<");
     put(b, "        }\n");
     if (fl)
         put(b, "        if (nan)\n            m = __builtin_nan(\"\");\n");
@@ -353,7 +356,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
             snprintf(fmt, sizeof fmt, "cur[%%d] + jj");
             put(b, "        if (unit) {\n#pragma omp simd\n");
         } else {
-            snprintf(fmt, sizeof fmt, "cur[%%d] + jj * st[%%d * %d + %d]", r, r - 1);
+            snprintf(fmt, sizeof fmt, "cur[%%d] + jj * sl%%d");
             put(b, "        } else {\n");
         }
         put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
@@ -361,7 +364,8 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         if (sum)
             put(b, "            acc[jj] += %sv;\n", fl ? "" : "(uint64_t)");
         else if (fl)
-            put(b, "            acc[jj] = (v %s acc[jj] || v != v) ? v : acc[jj];\n", is_max ? ">" : "<");
+            put(b, "            acc[jj] = sj_sel%s(v %s acc[jj] || v != v, v, acc[jj]);\n", t == DT_F64 ? "d" : "",
+                is_max ? ">" : "<");
         else
             put(b, "            acc[jj] = v %s acc[jj] ? v : acc[jj];\n", is_max ? ">" : "<");
         put(b, "        }\n");
@@ -405,7 +409,7 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     if (nr == 0) {
         snprintf(slow, sizeof slow, "base[%%d] + i");   /* N == 1, i == 0 */
     } else if (nr == 1) {
-        snprintf(slow, sizeof slow, "base[%%d] + i * st[%%d * %d + %d]", r, last);
+        snprintf(slow, sizeof slow, "base[%%d] + i * sr%%d");
     } else {
         /* i decomposed over the R dims, the last one innermost */
         snprintf(slow, sizeof slow, "base[%%d] + sj_roff_%s(n, st, %%d, i)", k->name);
@@ -419,6 +423,12 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     }
     emit_kernel_head(b, g, k);
     put(b, "    (void)n; (void)p; (void)st; (void)dense;\n");
+    /* each operand's stride along the last reduced dim and along the last dim, as locals:
+     * read through st inside a loop, GCC reloads them per element (st may alias the
+     * outputs) and the strided loops cannot vectorise */
+    for (int j = 0; r > 0 && nops <= SJ_KMAX_OPERANDS && j < nops; j++)
+        put(b, "    const int64_t sr%d = st[%d], sl%d = st[%d];\n    (void)sr%d; (void)sl%d;\n", j,
+            j * r + last, j, j * r + r - 1, j, j);
     if (k->nout == 0 || nops > SJ_KMAX_OPERANDS) {
         put(b, "    return 0;\n}\n");   /* nothing it computes is read: never called */
         return;
