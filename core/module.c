@@ -74,6 +74,8 @@ static PyMethodDef core_methods[] = {
     {"stats", py_stats, METH_NOARGS, "Counters: frames, graphs, graph_breaks, recompiles, ..."},
     {"disable_code", py_disable_code, METH_O, "Never compile this code object."},
     {"set_event_sink", events_py_set_sink, METH_O, "Deliver capture events to a callable (explain)."},
+    {"_set_exception_classes", hook_py_set_exception_classes, METH_O,
+     "{shapejit error class: subclass to raise instead} or None (the torch compat layer)."},
     {"callables_missing", callables_py_missing, METH_NOARGS, "Table rows whose path did not resolve."},
     {"_generated_codes", py_generated_codes, METH_NOARGS, "Continuation and resume code objects (tests)."},
     {"_eval_source", sources_py_eval, METH_VARARGS, "Resolve a chain of source accessors (tests)."},

@@ -801,13 +801,13 @@ static int backend_failed(Capture *c, const CompileOptions *opts)
         Py_XDECREF(tb);
         return 0;
     }
-    PyObject *exc = PyObject_CallOneArg(SjBackendCompilerFailed, msg);
+    PyObject *exc = PyObject_CallOneArg(sj_raise_class(SjBackendCompilerFailed), msg);
     Py_DECREF(msg);
     if (!exc)
         goto fail;
     PyException_SetCause(exc, Py_NewRef(ev));     /* steals the new reference */
     PyException_SetContext(exc, Py_NewRef(ev));   /* steals the new reference */
-    PyErr_SetObject(SjBackendCompilerFailed, exc);
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);
     Py_XDECREF(et);
     Py_XDECREF(ev);
@@ -869,7 +869,7 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
         return NULL;
     if (opts->fullgraph && c->reason != BR_USER_EXCEPTION) {
         PyObject *stack = format_stack(c->user_stack);
-        PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U\n%S", co->co_qualname, reason,
+        PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U\n%S", co->co_qualname, reason,
                      stack ? stack : Py_None);
         Py_XDECREF(stack);
         Py_DECREF(reason);
@@ -1084,7 +1084,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (symb_finish(&c, &violation) < 0)
         goto internal;
     if (violation) {
-        PyErr_SetObject(SjConstraintViolation, violation);
+        PyErr_SetObject(sj_raise_class(SjConstraintViolation), violation);
         Py_DECREF(violation);
         goto done_err;
     }
@@ -1225,7 +1225,7 @@ done:
                                                 "it runs in the interpreter", break_messages[BR_UNSUPPORTED_VALUE],
                                                 (int)c.src.n, GUARD_MAX_SOURCES);
         if (reason && opts->fullgraph) {
-            PyErr_Format(SjUnsupported, "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname, reason);
+            PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname, reason);
         } else if (reason) {
             st->skip = 1;
             sj_stats.graph_breaks++;

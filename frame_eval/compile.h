@@ -37,6 +37,13 @@ void compile_forget_breaks(void);
 
 extern PyObject *SjUnsupported;   /* exception: fullgraph capture failed */
 extern PyObject *SjBackendCompilerFailed;   /* exception: a user backend raised */
+extern PyObject *SjRecompileError;   /* exception: a recompile under stance fail_on_recompile */
+
+/* The class an error of shapejit's is raised as: the subclass set by
+ * _C._set_exception_classes (the torch compat layer's, which also derives from torch's
+ * exception of that name), else the class itself. Borrowed. */
+PyObject *sj_raise_class(PyObject *cls);
+PyObject *hook_py_set_exception_classes(PyObject *self, PyObject *map);   /* METH_O */
 
 /* frame_eval/symbolic.c: eager_then_compile's first call runs eagerly; record the sizes of
  * its tensor arguments in st's frame state, so that the first compile already makes dynamic

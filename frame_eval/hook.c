@@ -464,7 +464,7 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
     if (!compile)
         goto eager;
     if (st->nentries > 0 && sj_stance == STANCE_FAIL_ON_RECOMPILE) {
-        PyErr_Format(PyExc_RuntimeError,
+        PyErr_Format(sj_raise_class(SjRecompileError),
                      "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
                      "filename: '%U', function name: '%U', line number: %d",
                      co->co_filename, co->co_name, co->co_firstlineno);
@@ -874,5 +874,63 @@ int hook_init_types(PyObject *m)
     SjBackendCompilerFailed = PyErr_NewException("shapejit._C.BackendCompilerFailed", PyExc_RuntimeError, NULL);
     if (!SjBackendCompilerFailed || PyModule_AddObjectRef(m, "BackendCompilerFailed", SjBackendCompilerFailed) < 0)
         return -1;
+    SjRecompileError = PyErr_NewException("shapejit._C.RecompileError", PyExc_RuntimeError, NULL);
+    if (!SjRecompileError || PyModule_AddObjectRef(m, "RecompileError", SjRecompileError) < 0)
+        return -1;
     return code_cache_init();
+}
+
+PyObject *SjRecompileError;
+extern PyObject *SjConstraintViolation;   /* frame_eval/symbolic.c */
+
+/* (shapejit class, class raised instead) pairs set by _set_exception_classes */
+#define SJ_NRAISE 4
+static PyObject *raise_from[SJ_NRAISE], *raise_as[SJ_NRAISE];   /* strong */
+
+PyObject *sj_raise_class(PyObject *cls)
+{
+    for (int i = 0; i < SJ_NRAISE; i++)
+        if (raise_from[i] == cls && raise_as[i])
+            return raise_as[i];
+    return cls;
+}
+
+/* _set_exception_classes({shapejit class: subclass} or None): the errors shapejit raises
+ * of each class are raised as the subclass (the torch compat layer makes them instances of
+ * torch's exception classes too); None or {} puts the plain classes back. */
+PyObject *hook_py_set_exception_classes(PyObject *self, PyObject *map)
+{
+    (void)self;
+    PyObject *own[SJ_NRAISE] = {SjUnsupported, SjBackendCompilerFailed, SjRecompileError, SjConstraintViolation};
+    PyObject *as[SJ_NRAISE] = {NULL, NULL, NULL, NULL};
+    if (map != Py_None && !PyDict_Check(map)) {
+        PyErr_Format(PyExc_TypeError, "_set_exception_classes takes a dict or None, not %s", Py_TYPE(map)->tp_name);
+        return NULL;
+    }
+    if (map != Py_None) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(map, &pos, &k, &v)) {
+            int i = 0;
+            while (i < SJ_NRAISE && own[i] != k)
+                i++;
+            if (i == SJ_NRAISE) {
+                PyErr_Format(PyExc_ValueError, "_set_exception_classes: %R is not one of shapejit's error classes", k);
+                return NULL;
+            }
+            int sub = PyType_Check(v) ? PyObject_IsSubclass(v, k) : 0;
+            if (sub < 0)
+                return NULL;
+            if (!sub) {
+                PyErr_Format(PyExc_TypeError, "_set_exception_classes: %R is not a subclass of %R", v, k);
+                return NULL;
+            }
+            as[i] = v;
+        }
+    }
+    for (int i = 0; i < SJ_NRAISE; i++) {
+        Py_XSETREF(raise_as[i], Py_XNewRef(as[i]));
+        Py_XSETREF(raise_from[i], Py_NewRef(own[i]));
+    }
+    Py_RETURN_NONE;
 }

@@ -225,6 +225,134 @@ static PyObject *graph_repr(SjGraphObject *self)
                                 (int)self->g->noutputs);
 }
 
+/* One argument as plain Python data for shapejit.fx: ("v", value id), ("c", constant),
+ * ("l", [items]) or ("t", [items]). Tagged, so a constant tuple never reads as a value. */
+static PyObject *arg_parts(Graph *g, const Arg *a)
+{
+    switch (a->kind) {
+    case ARG_VALUE:
+        return Py_BuildValue("(si)", "v", (int)a->a);
+    case ARG_CONST:
+        return Py_BuildValue("(sO)", "c", PyList_GET_ITEM(g->consts, a->a));
+    case ARG_LIST:
+    case ARG_TUPLE: {
+        PyObject *items = PyList_New(a->n);
+        if (!items)
+            return NULL;
+        for (int32_t i = 0; i < a->n; i++) {
+            PyObject *it = arg_parts(g, &g->pool[a->a + i]);
+            if (!it) {
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyList_SET_ITEM(items, i, it);
+        }
+        PyObject *r = Py_BuildValue("(sN)", a->kind == ARG_LIST ? "l" : "t", items);
+        return r;
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "shapejit: bad graph argument kind");
+    return NULL;
+}
+
+static PyObject *arg_range(Graph *g, int32_t first, int32_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *it = arg_parts(g, &g->pool[first + i]);
+        if (!it) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, it);
+    }
+    return t;
+}
+
+/* The graph as plain data, for shapejit.fx (to_fx): (inputs, nodes, outputs) with
+ * inputs [(value id, source)], nodes [(op, target, args, kwnames, kwargs, first value,
+ * nout, writes_first_arg)] in execution order (inputs excluded) and outputs [value id].
+ * writes_first_arg: the node writes into its first argument and the value it defines is
+ * that argument (what graph_exec_node does when such an op returns None). */
+static PyObject *graph_parts(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    Graph *g = self->g;
+    PyObject *inputs = PyList_New(0), *nodes = PyList_New(0), *outputs = PyList_New(0);
+    if (!inputs || !nodes || !outputs)
+        goto fail;
+    for (int32_t i = 0; i < g->ninputs; i++) {
+        const Node *nd = &g->nodes[g->values[g->inputs[i]].node];
+        PyObject *t = Py_BuildValue("(iO)", (int)g->inputs[i], PyList_GET_ITEM(g->consts, nd->source));
+        if (!t || PyList_Append(inputs, t) < 0) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        if (nd->op == OP_INPUT)
+            continue;
+        int writes_first = nd->nout == 1 && nd->nargs > 0 &&
+                           (op_info[nd->op].kind == OPK_MUTATION || (nd->flags & NODE_INPLACE)) &&
+                           g->pool[nd->args].kind == ARG_VALUE;
+        PyObject *args = arg_range(g, nd->args, nd->nargs);
+        PyObject *kw = args ? arg_range(g, nd->kwargs, nd->nkw) : NULL;
+        PyObject *t = kw ? Py_BuildValue("(sOOOOiiO)", op_info[nd->op].name,
+                                         PyList_GET_ITEM(g->consts, nd->target), args,
+                                         nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None,
+                                         kw, (int)nd->first_value, (int)nd->nout,
+                                         writes_first ? Py_True : Py_False)
+                         : NULL;
+        Py_XDECREF(args);
+        Py_XDECREF(kw);
+        if (!t || PyList_Append(nodes, t) < 0) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
+    }
+    for (int32_t i = 0; i < g->noutputs; i++) {
+        PyObject *v = PyLong_FromLong(g->outputs[i]);
+        if (!v || PyList_Append(outputs, v) < 0) {
+            Py_XDECREF(v);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    return Py_BuildValue("(NNN)", inputs, nodes, outputs);
+fail:
+    Py_XDECREF(inputs);
+    Py_XDECREF(nodes);
+    Py_XDECREF(outputs);
+    return NULL;
+}
+
+/* to_fx(): a torch.fx.GraphModule computing the same values (shapejit/fx.py builds it;
+ * imported only here, so numpy-only users never import torch). */
+static PyObject *graph_to_fx(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *mod = PyImport_ImportModule("shapejit.fx");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, "to_fx", "O", (PyObject *)self);
+    Py_DECREF(mod);
+    return r;
+}
+
+static PyMethodDef graph_methods[] = {
+    {"to_fx", (PyCFunction)graph_to_fx, METH_NOARGS,
+     "to_fx() -> torch.fx.GraphModule: one call_function node per op, calling the op's "
+     "original callable with its arguments; a placeholder per input; the outputs as a tuple."},
+    {"_parts", (PyCFunction)graph_parts, METH_NOARGS,
+     "(inputs, nodes, outputs) as plain data, for shapejit.fx."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef graph_getset[] = {
     {"nodes", (getter)graph_get_nodes, NULL, "the nodes in execution order", NULL},
     {"inputs", (getter)graph_get_inputs, NULL, "source of each input, in call order", NULL},
@@ -251,6 +379,7 @@ PyTypeObject SjGraph_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_getset = graph_getset,
     .tp_members = graph_members,
+    .tp_methods = graph_methods,
     .tp_doc = "A captured graph. Call it with its inputs to run the ops eagerly.",
 };
 

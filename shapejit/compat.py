@@ -3,12 +3,16 @@
 Routes to shapejit (the originals are saved and put back exactly by
 uninstall_torch_compat()):
     torch.compile
-    torch._dynamo: reset, explain, config, disable,
-                   mark_dynamic, maybe_mark_dynamic, mark_static, mark_unbacked
+    torch._dynamo: reset, explain, config, disable, optimize, optimize_assert, run,
+                   list_backends, mark_dynamic, maybe_mark_dynamic, mark_static,
+                   mark_unbacked
     torch._dynamo.decorators: the same four marks, disable
     torch._logging.set_logs
     torch.compiler: config, set_stance, reset, disable
 (disable is routed too: torch's own disable switches torch's frame hook, not shapejit's.)
+Besides (compat_dynamo.py): backends written for torch.compile get a torch.fx.GraphModule,
+torch._dynamo.utils.counters is filled, shapejit's errors are instances of torch's
+exception classes, and a compiled module is torch's OptimizedModule.
 
 Only the module attributes are replaced: a name imported before installing
 (``from torch import compile``) keeps torch's object.
@@ -18,7 +22,7 @@ import inspect
 import types
 import warnings
 
-from . import _C, api, explain as _explain, logs, marks, stance
+from . import _C, api, backends, explain as _explain, logs, marks, stance
 from . import config as _config
 
 _MISSING = object()
@@ -45,15 +49,31 @@ def is_installed():
 # ------------------------------------------------------------------------------------
 
 def _backend_for(backend):
+    """torch.compile's backend= as shapejit's: None and "inductor" are shapejit's default
+    (its C kernels; Inductor is never called), "eager" shapejit's eager; a name shapejit
+    has a backend for is that one; another torch backend name, and a callable written for
+    torch.compile, get a torch.fx.GraphModule of the graph (compat_dynamo.FxBackend)."""
+    from . import compat_dynamo
+
     if isinstance(backend, str) or backend is None:
         if backend in _TORCH_BACKENDS:
             return _TORCH_BACKENDS[backend]
+        if backend in backends.list_backends():
+            return backend
+        named = compat_dynamo.torch_named_backend(backend)
+        if named is not None:
+            return named
         if backend in _APPROXIMATED:
             _warn_once(("backend", backend),
                        "shapejit (torch compat): backend=%r runs as shapejit's 'eager' "
                        "backend" % backend)
             return "eager"
-    return backend  # shapejit's own names, or a callable(graph, example_inputs)
+        return backend  # shapejit's ValueError lists the valid names
+    if isinstance(backend, compat_dynamo.FxBackend) or backends.is_builtin(backend):
+        return backend
+    if callable(backend):
+        return compat_dynamo.FxBackend(backend)
+    return backend
 
 
 def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor",
@@ -71,8 +91,12 @@ def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend="inducto
         return model if model is not None else (lambda fn: fn)
     extra = tuple((name, ignored[name]) for name in sorted(ignored)
                   if ignored[name] not in (None, False, {}))
-    return api.compile_with(model, api.make_options(
-        dynamic=dynamic, fullgraph=fullgraph, backend=_backend_for(backend), extra=extra))
+    options = api.make_options(dynamic=dynamic, fullgraph=fullgraph,
+                               backend=_backend_for(backend), extra=extra)
+    if api._is_module(model):
+        from . import compat_dynamo
+        return compat_dynamo.compile_module(model, options)
+    return api.compile_with(model, options)
 
 
 def torch_disable(fn=None, recursive=True, *, reason=None, **unused):
@@ -132,6 +156,25 @@ def _check_torch_knob(proxy, name, value):
                    "shapejit.config.knobs())" % (proxy.__name__, name, value))
 
 
+def _get_error_on_recompile():
+    return _C.config_get("stance") == "fail_on_recompile"
+
+
+def _set_error_on_recompile(value):
+    if not isinstance(value, bool):
+        raise TypeError("error_on_recompile must be True or False, got %r" % (value,))
+    if value:
+        _C.config_set("stance", "fail_on_recompile")
+    elif _get_error_on_recompile():
+        _C.config_set("stance", "default")
+
+
+# torch knobs shapejit implements through something other than a knob of the same name
+# (name: (get, set)). error_on_recompile is the fail_on_recompile stance: a recompile
+# raises torch._dynamo.exc.RecompileError (shapejit's RecompileError under compat).
+_EMULATED = {"error_on_recompile": (_get_error_on_recompile, _set_error_on_recompile)}
+
+
 class ConfigProxy(types.ModuleType):
     """Stands for torch._dynamo.config / torch.compiler.config: shapejit's knobs are read
     and written in shapejit; a knob of torch's that shapejit does not implement is kept
@@ -143,10 +186,17 @@ class ConfigProxy(types.ModuleType):
         super().__init__(name)
         object.__setattr__(self, "_torch_config", torch_config)
         object.__setattr__(self, "_extra", {})
+        # names deleted and not set again: unittest.mock.patch.object deletes the name on
+        # exit and, finding it gone, sets the value it saved back (as torch's config does)
+        object.__setattr__(self, "_hidden", set())
 
     def __getattr__(self, name):
+        if name.startswith("__") or name in self.__dict__["_hidden"]:
+            raise AttributeError("%s has no attribute %r" % (self.__name__, name))
         if _config.is_knob(name):
             return _C.config_get(name)
+        if name in _EMULATED:
+            return _EMULATED[name][0]()
         extra = self.__dict__["_extra"]
         if name in extra:
             return extra[name]
@@ -155,12 +205,24 @@ class ConfigProxy(types.ModuleType):
     def __setattr__(self, name, value):
         if _config.is_knob(name):
             _config.set_value(name, value)  # source lists checked before storing
+        elif name in _EMULATED:
+            _EMULATED[name][1](value)
         else:
             _check_torch_knob(self, name, value)
             self._extra[name] = value
+        self._hidden.discard(name)
 
     def __delattr__(self, name):
+        """Puts the default back and hides the name until it is set again."""
+        if _config.is_knob(name):
+            canon = _config.canonical(name)
+            _C.config_set(canon, _config.defaults()[canon])
+        elif name in _EMULATED:
+            _EMULATED[name][1](False)
+        elif not hasattr(self._torch_config, name) and name not in self._extra:
+            raise AttributeError("%s has no attribute %r" % (self.__name__, name))
         self._extra.pop(name, None)
+        self._hidden.add(name)
 
     def __dir__(self):
         return sorted(set(dir(self._torch_config)) | set(_config.knobs()) | set(self._extra))
@@ -182,7 +244,13 @@ class _ProxyPatch:
         self._proxy = proxy
         knobs = {k: v for k, v in changes.items() if _config.is_knob(k)}
         self._knobs = _config.patch(**knobs)
-        self._extra = {k: v for k, v in changes.items() if not _config.is_knob(k)}
+        self._emulated = {k: v for k, v in changes.items() if k in _EMULATED}
+        for name, value in self._emulated.items():
+            if not isinstance(value, bool):
+                raise TypeError("%s.%s must be True or False, got %r"
+                                % (proxy.__name__, name, value))
+        self._extra = {k: v for k, v in changes.items()
+                       if not _config.is_knob(k) and k not in _EMULATED}
         for name, value in self._extra.items():   # before anything is set
             _check_torch_knob(proxy, name, value)
         self._saved = []
@@ -190,26 +258,49 @@ class _ProxyPatch:
     def __enter__(self):
         self._knobs.__enter__()
         store = self._proxy._extra
-        self._saved.append({k: store.get(k, _MISSING) for k in self._extra})
+        self._saved.append(({k: store.get(k, _MISSING) for k in self._extra},
+                            {k: _EMULATED[k][0]() for k in self._emulated}))
         store.update(self._extra)
+        for name, value in self._emulated.items():
+            _EMULATED[name][1](value)
         return self
 
     def __exit__(self, *exc):
         store = self._proxy._extra
-        for k, old in self._saved.pop().items():
+        extra, emulated = self._saved.pop()
+        for k, old in extra.items():
             if old is _MISSING:
                 store.pop(k, None)
             else:
                 store[k] = old
+        for k, old in emulated.items():
+            _EMULATED[k][1](old)
         return self._knobs.__exit__(*exc)
 
     def __call__(self, fn):
+        if isinstance(fn, type):
+            return self._patch_class(fn)
+
         @functools.wraps(fn)
         def patched(*args, **kwargs):
             with self:
                 return fn(*args, **kwargs)
 
         return patched
+
+    def _patch_class(self, cls):
+        """On a unittest.TestCase class: each test method (test*, inherited ones too)
+        runs with the patch applied; the class itself is returned."""
+        import unittest
+
+        if not issubclass(cls, unittest.TestCase):
+            raise TypeError("%s.patch decorates a function or a unittest.TestCase class, "
+                            "not the class %s" % (self._proxy.__name__, cls.__qualname__))
+        for name in dir(cls):
+            attr = getattr(cls, name, None)
+            if name.startswith("test") and callable(attr) and not isinstance(attr, type):
+                setattr(cls, name, self(attr))
+        return cls
 
 
 # ------------------------------------------------------------------------------------
@@ -233,6 +324,11 @@ def _routes():
                (torch._dynamo, "explain", _explain.explain),
                (torch._dynamo, "config", dynamo_config),
                (torch._dynamo, "disable", torch_disable)]
+    from . import compat_dynamo
+    routes += [(torch._dynamo, "optimize", compat_dynamo.optimize),
+               (torch._dynamo, "optimize_assert", compat_dynamo.optimize_assert),
+               (torch._dynamo, "run", compat_dynamo.run),
+               (torch._dynamo, "list_backends", compat_dynamo.list_backends)]
     routes += [(torch._dynamo, n, getattr(marks, n)) for n in mark_names]
     routes += [(torch._dynamo.decorators, n, getattr(marks, n)) for n in mark_names]
     routes += [(torch._dynamo.decorators, "disable", torch_disable)]
@@ -253,10 +349,15 @@ def install_torch_compat():
         _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
     for owner, name, replacement in routes:
         setattr(owner, name, replacement)
+    from . import compat_dynamo
+    compat_dynamo.install()
 
 
 def uninstall_torch_compat():
     """Puts torch's own objects back exactly (idempotent)."""
+    if _saved:
+        from . import compat_dynamo
+        compat_dynamo.uninstall()
     while _saved:
         owner, name, original = _saved.pop()
         if original is _MISSING:

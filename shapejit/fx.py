@@ -1,0 +1,82 @@
+"""A captured graph as a torch.fx.GraphModule: what a backend written for torch.compile
+reads (``gm.graph.nodes``) and runs (``gm.forward``).
+
+``Graph.to_fx()`` builds it: one ``placeholder`` per graph input (named after its
+source, ``L['x']`` -> ``l_x_``, as torch names them), one ``call_function`` node per op
+calling the op's original callable (``torch.add``, ``torch.Tensor.add_``,
+``operator.getitem``...) with the op's arguments, an ``operator.getitem`` node per
+output of a multi-output op, and an ``output`` node returning the graph's outputs as a
+tuple (what the compiled callable must return to shapejit). Constants that Python source
+cannot spell (tensors, arrays, arbitrary objects) are attributes of the module, read by
+``get_attr`` nodes, as torch does for its constant tensors.
+
+Imported only by to_fx(), so numpy-only users never import torch.
+"""
+import math
+import operator
+import re
+
+import torch
+import torch.fx
+
+# constants FX writes into the generated source as they are
+_LITERAL = (type(None), bool, int, float, str, complex, slice, type(Ellipsis), torch.dtype,
+            torch.device, torch.layout, torch.memory_format)
+
+
+def _placeholder_name(source):
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", str(source)).lower()
+    name = name if name.endswith("_") else name + "_"
+    return name if name[0].isalpha() or name[0] == "_" else "_" + name
+
+
+class _Builder:
+    def __init__(self):
+        self.graph = torch.fx.Graph()
+        self.root = torch.nn.Module()
+        self.env = {}      # value id -> fx Node
+        self.consts = 0
+
+    def const(self, obj):
+        if isinstance(obj, _LITERAL) and not (isinstance(obj, float) and not math.isfinite(obj)
+                                              and not isinstance(obj, bool)):
+            return obj
+        if isinstance(obj, torch.Size):
+            return obj
+        name = "_sj_constant%d" % self.consts
+        self.consts += 1
+        setattr(self.root, name, obj)
+        return self.graph.get_attr(name)
+
+    def arg(self, part):
+        tag, body = part
+        if tag == "v":
+            return self.env[body]
+        if tag == "c":
+            return self.const(body)
+        items = [self.arg(p) for p in body]
+        return items if tag == "l" else tuple(items)
+
+
+def to_fx(graph):
+    """The torch.fx.GraphModule of a shapejit Graph (see the module doc)."""
+    inputs, nodes, outputs = graph._parts()
+    b = _Builder()
+    for vid, source in inputs:
+        b.env[vid] = b.graph.placeholder(_placeholder_name(source))
+    for op, target, args, kwnames, kwargs, first, nout, writes_first in nodes:
+        fx_args = tuple(b.arg(a) for a in args)
+        fx_kwargs = {name: b.arg(a) for name, a in zip(kwnames or (), kwargs)}
+        node = b.graph.call_function(target, fx_args, fx_kwargs)
+        node.meta["shapejit_op"] = op
+        if nout == 1:
+            # an op that writes into its first argument may return None (setitem): the
+            # value it defines is that argument, as when the graph itself runs
+            b.env[first] = fx_args[0] if writes_first else node
+        else:
+            for k in range(nout):
+                b.env[first + k] = b.graph.call_function(operator.getitem, (node, k))
+    b.graph.output(tuple(b.env.get(v) for v in outputs))
+    gm = torch.fx.GraphModule(b.root, b.graph, class_name=str(graph.name))
+    gm.meta["shapejit_graph"] = graph
+    return gm
