@@ -24,8 +24,26 @@ _LITERAL = (type(None), bool, int, float, str, complex, slice, type(Ellipsis), t
             torch.device, torch.layout, torch.memory_format)
 
 
+def _nameable(target):
+    """target itself when FX can name it in generated code; else a function calling it
+    (numpy's method descriptors have no __module__, callable objects no __name__), with
+    the original as __wrapped__."""
+    if isinstance(getattr(target, "__name__", None), str) and \
+            isinstance(getattr(target, "__module__", None), str):
+        return target
+
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    name = getattr(target, "__name__", None) or type(target).__name__
+    call.__name__ = name
+    call.__qualname__ = getattr(target, "__qualname__", None) or name
+    call.__wrapped__ = target
+    return call
+
+
 def _placeholder_name(source):
-    name = re.sub(r"[^0-9a-zA-Z_]", "_", str(source)).lower()
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", str(source).replace("'", "")).lower()
     name = name if name.endswith("_") else name + "_"
     return name if name[0].isalpha() or name[0] == "_" else "_" + name
 
@@ -67,7 +85,7 @@ def to_fx(graph):
     for op, target, args, kwnames, kwargs, first, nout, writes_first in nodes:
         fx_args = tuple(b.arg(a) for a in args)
         fx_kwargs = {name: b.arg(a) for name, a in zip(kwnames or (), kwargs)}
-        node = b.graph.call_function(target, fx_args, fx_kwargs)
+        node = b.graph.call_function(_nameable(target), fx_args, fx_kwargs)
         node.meta["shapejit_op"] = op
         if nout == 1:
             # an op that writes into its first argument may return None (setitem): the
