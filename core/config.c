@@ -217,6 +217,15 @@ static int knob_set(int k, PyObject *value) {
                 return -1;
             }
         }
+        if (k == KNOB_automatic_dynamic_shapes_mark_as &&
+            PyUnicode_CompareWithASCIIString(value, "dynamic") != 0 &&
+            PyUnicode_CompareWithASCIIString(value, "unbacked") != 0 &&
+            PyUnicode_CompareWithASCIIString(value, "oblivious") != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "shapejit.config.automatic_dynamic_shapes_mark_as: unknown value %R; valid "
+                         "values: dynamic, unbacked, oblivious", value);
+            return -1;
+        }
         if (k == KNOB_cpu_target) {
             /* checked as ASCII first: a lone surrogate must fail here, not in an encoder */
             const char *t = PyUnicode_IS_ASCII(value) ? PyUnicode_AsUTF8(value) : "";

@@ -384,6 +384,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     for (int i = 0; i < m->ndim && rc == 0; i++) {
         DimPolicy p = DIM_STATIC;
         int64_t lo = 2, hi = SYM_INT_OO;
+        int oblivious = sj_config.backed_size_oblivious;
         if (listed_dim(us, i)) {
             p = DIM_UNBACKED;
         } else if (listed_dim(ds, i)) {
@@ -416,8 +417,14 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             p = DIM_STATIC;
         } else if (PyList_Check(seen) && i < PyList_GET_SIZE(seen) && PyList_GET_ITEM(seen, i) == Py_None) {
             /* automatic dynamic comes before dynamic=True, as in torch: a size that changed
-             * since an earlier compile gets its own symbol, never a duck-sized one */
+             * since an earlier compile gets its own symbol, never a duck-sized one, of the
+             * kind automatic_dynamic_shapes_mark_as names */
+            PyObject *as = sj_config.automatic_dynamic_shapes_mark_as;
             p = DIM_DYNAMIC;
+            if (as && PyUnicode_CompareWithASCIIString(as, "unbacked") == 0)
+                p = DIM_UNBACKED;
+            else if (as && PyUnicode_CompareWithASCIIString(as, "oblivious") == 0)
+                oblivious = 1;
         } else if (c->dynamic == 1 || !sj_config.assume_static_by_default) {
             p = DIM_DUCK;
         }
@@ -433,7 +440,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             continue;
         }
         int64_t h = m->size[i];
-        if ((h == 0 || h == 1) && !sj_config.backed_size_oblivious) {
+        if ((h == 0 || h == 1) && !oblivious) {
             /* sizes 0 and 1 stay static, marked or not (torch does not call a mark on
              * them a violation either) */
             continue;
@@ -446,7 +453,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             hi = h;
         if (lo > h)
             lo = h;
-        if (sj_config.backed_size_oblivious && lo > 0)
+        if (oblivious && lo > 0)
             lo = 0;
         int32_t ssrc = sources_add(&c->src, SRC_SIZE, src, i, NULL, NULL);
         if (ssrc < 0) {

@@ -635,8 +635,11 @@ def test_compat_compile():
     h = lambda x: x  # noqa: E731
     assert torch.compile(h, disable=True) is h
     assert isinstance(torch.compile(_Net()), torch.nn.Module)
-    with pytest.raises(ValueError, match="cudagraphs"):
-        torch.compile(h, backend="cudagraphs")
+    # a torch backend name (cudagraphs) runs torch's backend on the FX graph; a name
+    # neither torch nor shapejit has is an error naming it
+    assert torch.compile(h, backend="cudagraphs")._options.backend_name == "cudagraphs"
+    with pytest.raises(ValueError, match="no_such_backend"):
+        torch.compile(h, backend="no_such_backend")
 
 
 def test_compat_config():

@@ -465,3 +465,29 @@ def test_compat_names_routed_and_restored():
     finally:
         shapejit.install_torch_compat()
     assert compat.is_installed()
+
+
+@pytest.mark.parametrize("mark_as", ["dynamic", "unbacked"])
+def test_automatic_dynamic_shapes_mark_as_counts_as_torch(mark_as):
+    def run():
+        cnt = torch._dynamo.testing.CompileCounter()
+
+        @torch.compile(backend=cnt)
+        def f(x):
+            return x * x
+
+        with torch._dynamo.config.patch(automatic_dynamic_shapes_mark_as=mark_as):
+            for n in (3, 2, 1, 0):
+                x = torch.randn(n)
+                torch.testing.assert_close(f(x), x * x)
+        return cnt.frame_count
+
+    with plain_torch():
+        expected = run()
+    assert run() == expected
+
+
+def test_automatic_dynamic_shapes_mark_as_checks_its_value():
+    with pytest.raises(ValueError, match="dynamic, unbacked, oblivious"):
+        torch._dynamo.config.automatic_dynamic_shapes_mark_as = "sometimes"
+    assert shapejit.config.automatic_dynamic_shapes_mark_as == "dynamic"

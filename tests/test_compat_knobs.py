@@ -53,7 +53,7 @@ def test_unknown_knob_is_an_error(config_name):
 
 
 @pytest.mark.parametrize("name, value", [
-    ("automatic_dynamic_shapes_mark_as", "unbacked"),
+    ("replay_record_enabled", True),
     ("fail_on_recompile_limit_hit", True),
     ("verbose", True),
 ])
@@ -73,8 +73,8 @@ def test_torch_knob_not_implemented_warns_naming_it(name, value):
 
 def test_torch_knob_set_to_torch_value_is_silent():
     config = torch._dynamo.config
-    default = config.automatic_dynamic_shapes_mark_as
-    assert _warnings(_set(config, "automatic_dynamic_shapes_mark_as", default)) == []
+    default = config.replay_record_enabled
+    assert _warnings(_set(config, "replay_record_enabled", default)) == []
 
 
 @pytest.mark.parametrize("name, value, knob", [
