@@ -28,9 +28,12 @@ def _nameable(target):
     """target itself when FX can name it in generated code; else a function calling it
     (numpy's method descriptors have no __module__, callable objects no __name__), with
     the original as __wrapped__."""
-    if isinstance(getattr(target, "__name__", None), str) and \
-            isinstance(getattr(target, "__module__", None), str):
+    try:
+        # FX's own naming (it knows torch.Tensor's methods, which have no __module__)
+        torch.fx.node._get_qualified_name(target)
         return target
+    except Exception:   # noqa: BLE001 - whatever FX cannot name is wrapped
+        pass
 
     def call(*args, **kwargs):
         return target(*args, **kwargs)
