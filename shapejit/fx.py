@@ -98,6 +98,6 @@ def to_fx(graph):
             for k in range(nout):
                 b.env[first + k] = b.graph.call_function(operator.getitem, (node, k))
     b.graph.output(tuple(b.env.get(v) for v in outputs))
-    gm = torch.fx.GraphModule(b.root, b.graph, class_name=str(graph.name))
+    gm = torch.fx.GraphModule(b.root, b.graph)   # class GraphModule, as torch names it
     gm.meta["shapejit_graph"] = graph
     return gm
