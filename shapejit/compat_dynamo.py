@@ -35,12 +35,26 @@ class FxBackend:
     fn(gm, example_inputs): gm is graph.to_fx(). Compares equal to another FxBackend of
     the same fn, so two torch.compile calls with one backend share cache entries."""
 
-    def __init__(self, fn, name=None):
+    def __init__(self, fn, name=None, eager_fallback=False):
         self.fn = fn
         self.__name__ = self.__qualname__ = name or backends.name_of(fn)
+        self.eager_fallback = eager_fallback
 
     def __call__(self, graph, example_inputs):
-        return self.fn(graph.to_fx(), list(example_inputs))
+        if not self.eager_fallback:
+            return self.fn(graph.to_fx(), list(example_inputs))
+        try:
+            return self.fn(graph.to_fx(), list(example_inputs))
+        except Exception as e:   # noqa: BLE001 - interrupts propagate
+            # torch's aot_eager family means "eager semantics, traced by AOTAutograd";
+            # a graph AOTAutograd cannot trace (numpy ops on fake tensors) runs as
+            # shapejit's eager backend instead, which has those semantics
+            from .compat import _warn_once
+            _warn_once(("fallback", self.__name__, type(e).__name__),
+                       "shapejit (torch compat): backend=%r could not compile %s (%s: %s); "
+                       "it runs on shapejit's 'eager' backend"
+                       % (self.__name__, graph.name, type(e).__name__, e))
+            return graph
 
     def __eq__(self, other):
         return isinstance(other, FxBackend) and (other.fn is self.fn or other.fn == self.fn)
@@ -61,7 +75,8 @@ def torch_named_backend(name):
 
     if name not in list_backends(exclude_tags=()):
         return None
-    return FxBackend(lookup_backend(name), name)
+    from .compat import _APPROXIMATED
+    return FxBackend(lookup_backend(name), name, eager_fallback=name in _APPROXIMATED)
 
 
 def list_backends(exclude_tags=("debug", "experimental")):

@@ -491,3 +491,19 @@ def test_automatic_dynamic_shapes_mark_as_checks_its_value():
     with pytest.raises(ValueError, match="dynamic, unbacked, oblivious"):
         torch._dynamo.config.automatic_dynamic_shapes_mark_as = "sometimes"
     assert shapejit.config.automatic_dynamic_shapes_mark_as == "dynamic"
+
+
+def test_aot_eager_falls_back_to_eager_on_graphs_aot_cannot_trace():
+    def f(x):
+        return torch.from_numpy(x.numpy() * 2) + 1
+
+    x = torch.randn(4, dtype=torch.float64)
+    compat._warned.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = torch.compile(f, backend="aot_eager")(x)
+    torch.testing.assert_close(out, f(x))
+    assert any("aot_eager" in str(m.message) and "'eager' backend" in str(m.message)
+               for m in w)
+    with plain_torch(), _quiet():
+        torch.testing.assert_close(torch.compile(f, backend="aot_eager")(x), f(x))
