@@ -191,7 +191,7 @@ class ConfigProxy(types.ModuleType):
         object.__setattr__(self, "_hidden", set())
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in self.__dict__["_hidden"]:
+        if name in self.__dict__["_hidden"]:
             raise AttributeError("%s has no attribute %r" % (self.__name__, name))
         if _config.is_knob(name):
             return _C.config_get(name)
