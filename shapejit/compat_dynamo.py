@@ -42,9 +42,9 @@ class FxBackend:
 
     def __call__(self, graph, example_inputs):
         if not self.eager_fallback:
-            return self.fn(graph.to_fx(), list(example_inputs))
+            return self._compile(graph, example_inputs)
         try:
-            return self.fn(graph.to_fx(), list(example_inputs))
+            return self._compile(graph, example_inputs)
         except Exception as e:   # noqa: BLE001 - interrupts propagate
             # torch's aot_eager family means "eager semantics, traced by AOTAutograd";
             # a graph AOTAutograd cannot trace (numpy ops on fake tensors) runs as
@@ -55,6 +55,27 @@ class FxBackend:
                        "it runs on shapejit's 'eager' backend"
                        % (self.__name__, graph.name, type(e).__name__, e))
             return graph
+
+    def _compile(self, graph, example_inputs):
+        """The backend on the GraphModule; the sizes of inputs the graph reads are inputs
+        of the module (s0, s1, ... first, as torch's symbolic sizes), so the callable
+        shapejit runs passes them before the graph's inputs."""
+        from . import fx
+
+        gm = fx.to_fx(graph, size_inputs=True)
+        spec = gm.meta["shapejit_size_inputs"]
+        example = list(example_inputs)
+        sizes = [_C._size_of(example[i], d) for i, d in spec]
+        compiled = self.fn(gm, sizes + example)
+        if not spec or not callable(compiled):
+            return compiled
+        size_of = _C._size_of
+
+        def with_sizes(*args):
+            return compiled(*[size_of(args[i], d) for i, d in spec], *args)
+
+        with_sizes.__wrapped__ = compiled
+        return with_sizes
 
     def __eq__(self, other):
         return isinstance(other, FxBackend) and (other.fn is self.fn or other.fn == self.fn)

@@ -24,6 +24,17 @@ _LITERAL = (type(None), bool, int, float, str, complex, slice, type(Ellipsis), t
             torch.device, torch.layout, torch.memory_format)
 
 
+def _literal(obj):
+    """True for a constant FX can write into generated source as it is."""
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, _LITERAL) or isinstance(obj, torch.Size):
+        return True
+    if type(obj) in (tuple, list):
+        return all(_literal(o) for o in obj)
+    return False
+
+
 def _nameable(target):
     """target itself when FX can name it in generated code; else a function calling it
     (numpy's method descriptors have no __module__, callable objects no __name__), with
@@ -59,10 +70,7 @@ class _Builder:
         self.consts = 0
 
     def const(self, obj):
-        if isinstance(obj, _LITERAL) and not (isinstance(obj, float) and not math.isfinite(obj)
-                                              and not isinstance(obj, bool)):
-            return obj
-        if isinstance(obj, torch.Size):
+        if _literal(obj):
             return obj
         name = "_sj_constant%d" % self.consts
         self.consts += 1
@@ -79,13 +87,40 @@ class _Builder:
         return items if tag == "l" else tuple(items)
 
 
-def to_fx(graph):
-    """The torch.fx.GraphModule of a shapejit Graph (see the module doc)."""
+def _size_reads(inputs, nodes):
+    """{value id of a sym_size node reading dim d of graph input i: (i, d)}."""
+    position = {vid: i for i, (vid, _) in enumerate(inputs)}
+    reads = {}
+    for op, _, args, _, kwargs, first, nout, _ in nodes:
+        if op == "sym_size" and nout == 1 and not kwargs and len(args) == 2 and \
+                args[0][0] == "v" and args[0][1] in position and args[1][0] == "c" and \
+                type(args[1][1]) is int:
+            reads[first] = (position[args[0][1]], args[1][1])
+    return reads
+
+
+def to_fx(graph, size_inputs=False):
+    """The torch.fx.GraphModule of a shapejit Graph (see the module doc).
+
+    size_inputs=True: as torch's graphs take their symbolic sizes, the sizes of inputs the
+    graph reads (its sym_size nodes on inputs) become placeholders s0, s1, ... placed
+    before the inputs' own, and gm.meta["shapejit_size_inputs"] lists (input index, dim)
+    for each: the module is called with those sizes first, then the graph's inputs."""
     inputs, nodes, outputs = graph._parts()
     b = _Builder()
+    reads = _size_reads(inputs, nodes) if size_inputs else {}
+    spec = []
+    by_read = {}
+    for vid, read in reads.items():
+        if read not in by_read:
+            by_read[read] = b.graph.placeholder("s%d" % len(spec))
+            spec.append(read)
+        b.env[vid] = by_read[read]
     for vid, source in inputs:
         b.env[vid] = b.graph.placeholder(_placeholder_name(source))
     for op, target, args, kwnames, kwargs, first, nout, writes_first in nodes:
+        if first in reads:
+            continue
         fx_args = tuple(b.arg(a) for a in args)
         fx_kwargs = {name: b.arg(a) for name, a in zip(kwnames or (), kwargs)}
         node = b.graph.call_function(_nameable(target), fx_args, fx_kwargs)
@@ -100,4 +135,6 @@ def to_fx(graph):
     b.graph.output(tuple(b.env.get(v) for v in outputs))
     gm = torch.fx.GraphModule(b.root, b.graph)   # class GraphModule, as torch names it
     gm.meta["shapejit_graph"] = graph
+    if size_inputs:
+        gm.meta["shapejit_size_inputs"] = spec
     return gm

@@ -430,7 +430,7 @@ def test_to_fx_without_compat():
         torch.testing.assert_close(gm(x.clone(), y.clone()), tuple(expected))
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         assert names == ["l_x_", "l_y_"]
-        assert any(n.op == "get_attr" for n in gm.graph.nodes)   # the tensor constant
+        assert "[1.0, 2.0, 3.0, 4.0]" in gm.code   # a literal constant stays in the code
     finally:
         shapejit.install_torch_compat()
 
@@ -507,3 +507,58 @@ def test_aot_eager_falls_back_to_eager_on_graphs_aot_cannot_trace():
                for m in w)
     with plain_torch(), _quiet():
         torch.testing.assert_close(torch.compile(f, backend="aot_eager")(x), f(x))
+
+
+def _sized(x):
+    return x.new_zeros(x.shape[0], 3) + x.size(1)
+
+
+def test_dynamic_sizes_are_graph_inputs_as_in_torch():
+    def run():
+        rec = torch._dynamo.testing.CompileCounterWithBackend("eager")
+        f = torch.compile(_sized, backend=rec, dynamic=True)
+        for shape in ((4, 5), (6, 7)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(f(x), _sized(x))
+        gm = rec.graphs[0]
+        return (rec.frame_count, rec.op_count,
+                [n.op for n in gm.graph.nodes].count("placeholder"))
+
+    with plain_torch():
+        expected = run()
+    got = run()
+    assert got == expected == (1, 2, 3)   # s0, s1 and x; new_zeros and add
+
+
+def test_literal_tuples_stay_in_the_code():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(1, 3, 8, 8)
+    torch.testing.assert_close(torch.compile(conv, backend=backend)(x), conv(x))
+    gm, = seen
+    assert not [n for n in gm.graph.nodes if n.op == "get_attr"]
+    assert "(1, 1)" in gm.code
+
+
+def test_constants_source_cannot_spell_are_attributes():
+    import math
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    def f(x):
+        return torch.clamp(x, max=math.inf) + 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+    gm, = seen
+    attrs = [n for n in gm.graph.nodes if n.op == "get_attr"]
+    assert attrs and getattr(gm, attrs[0].target) == math.inf
+    torch.testing.assert_close(gm(x)[0], f(x))
