@@ -64,18 +64,24 @@ class FxBackend:
 
         gm = fx.to_fx(graph, size_inputs=True)
         spec = gm.meta["shapejit_size_inputs"]
+        floats = gm.meta["shapejit_float_outputs"]
         example = list(example_inputs)
         sizes = [_C._size_of(example[i], d) for i, d in spec]
         compiled = self.fn(gm, sizes + example)
-        if not spec or not callable(compiled):
+        if not (spec or floats) or not callable(compiled):
             return compiled
         size_of = _C._size_of
 
-        def with_sizes(*args):
-            return compiled(*[size_of(args[i], d) for i, d in spec], *args)
+        def torch_convention(*args):
+            out = compiled(*[size_of(args[i], d) for i, d in spec], *args)
+            if floats:
+                out = list(out)
+                for k in floats:   # shapejit's result holds the Python float
+                    out[k] = out[k].item()
+            return out
 
-        with_sizes.__wrapped__ = compiled
-        return with_sizes
+        torch_convention.__wrapped__ = compiled
+        return torch_convention
 
     def __eq__(self, other):
         return isinstance(other, FxBackend) and (other.fn is self.fn or other.fn == self.fn)

@@ -102,11 +102,22 @@ def _size_reads(inputs, nodes):
 def to_fx(graph, size_inputs=False):
     """The torch.fx.GraphModule of a shapejit Graph (see the module doc).
 
-    size_inputs=True: as torch's graphs take their symbolic sizes, the sizes of inputs the
-    graph reads (its sym_size nodes on inputs) become placeholders s0, s1, ... placed
-    before the inputs' own, and gm.meta["shapejit_size_inputs"] lists (input index, dim)
-    for each: the module is called with those sizes first, then the graph's inputs."""
+    size_inputs=True gives the module torch's calling convention (what the torch compat
+    layer uses): as torch's graphs take their symbolic sizes, the sizes of inputs the graph
+    reads (its sym_size nodes on inputs) become placeholders s0, s1, ... placed before the
+    inputs' own, and gm.meta["shapejit_size_inputs"] lists (input index, dim) for each; and
+    as torch's graphs return a Python float (a SymFloat) as a 0-dim float64 tensor, such
+    outputs go through torch.scalar_tensor, their positions in
+    gm.meta["shapejit_float_outputs"]."""
     inputs, nodes, outputs = graph._parts()
+    # a Python float: the value of an item() or size-arithmetic node of a floating dtype
+    float_values = set()
+    if size_inputs:
+        ops = [n for n in graph.nodes if n.op != "input"]
+        for (op, _, _, _, _, first, nout, _), n in zip(nodes, ops):
+            if nout == 1 and (op == "item" or op.startswith("sym_")) and \
+                    n.dtype in ("float64", "float32", "float16", "bfloat16"):
+                float_values.add(first)
     b = _Builder()
     reads = _size_reads(inputs, nodes) if size_inputs else {}
     spec = []
@@ -132,9 +143,18 @@ def to_fx(graph, size_inputs=False):
         else:
             for k in range(nout):
                 b.env[first + k] = b.graph.call_function(operator.getitem, (node, k))
-    b.graph.output(tuple(b.env.get(v) for v in outputs))
+    results = []
+    float_outputs = []
+    for k, v in enumerate(outputs):
+        node = b.env.get(v)
+        if v in float_values:
+            node = b.graph.call_function(torch.scalar_tensor, (node,), {"dtype": torch.float64})
+            float_outputs.append(k)
+        results.append(node)
+    b.graph.output(tuple(results))
     gm = torch.fx.GraphModule(b.root, b.graph)   # class GraphModule, as torch names it
     gm.meta["shapejit_graph"] = graph
     if size_inputs:
         gm.meta["shapejit_size_inputs"] = spec
+        gm.meta["shapejit_float_outputs"] = float_outputs
     return gm

@@ -562,3 +562,25 @@ def test_constants_source_cannot_spell_are_attributes():
     attrs = [n for n in gm.graph.nodes if n.op == "get_attr"]
     assert attrs and getattr(gm, attrs[0].target) == math.inf
     torch.testing.assert_close(gm(x)[0], f(x))
+
+
+def test_float_scalar_outputs_as_torch():
+    def f(x, i):
+        a = (x + 1).sum().item()
+        b = i.sum().item()
+        return a, b, x * a
+
+    def run():
+        rec = torch._dynamo.testing.CompileCounterWithBackend("eager")
+        x, i = torch.randn(3), torch.arange(3)
+        with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            got = torch.compile(f, backend=rec)(x, i)
+        want = f(x, i)
+        assert type(got[0]) is float and type(got[1]) is int
+        assert got[:2] == pytest.approx(want[:2])
+        torch.testing.assert_close(got[2], want[2])
+        return rec.frame_count, rec.op_count
+
+    with plain_torch():
+        expected = run()
+    assert run() == expected
