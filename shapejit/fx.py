@@ -28,8 +28,8 @@ def _literal(obj):
     """True for a constant FX can write into generated source as it is."""
     if isinstance(obj, float):
         return math.isfinite(obj)
-    if isinstance(obj, _LITERAL) or isinstance(obj, torch.Size):
-        return True
+    if isinstance(obj, _LITERAL):
+        return True   # (a torch.Size is not: FX would write it as a plain tuple)
     if type(obj) in (tuple, list):
         return all(_literal(o) for o in obj)
     return False

@@ -584,3 +584,20 @@ def test_float_scalar_outputs_as_torch():
     with plain_torch():
         expected = run()
     assert run() == expected
+
+
+def _corpus_entries():
+    from corpus import ENTRIES, KNOWN_GAPS
+    return [pytest.param(e, id=e.name) for e in ENTRIES if e.name not in KNOWN_GAPS]
+
+
+@pytest.mark.parametrize("entry", _corpus_entries())
+def test_corpus_runs_through_fx_graph_modules(entry):
+    """Every graph of the capture corpus, run as its torch.fx.GraphModule (the module's
+    forward is what runs), matches eager: values, mutation of inputs, identity."""
+    import test_corpus
+    from shapejit.compat_dynamo import FxBackend
+
+    compiled = shapejit.compile(entry.fn, fullgraph=entry.fullgraph,
+                                backend=FxBackend(lambda gm, example_inputs: gm.forward))
+    test_corpus._check_call(entry, compiled, 0)
