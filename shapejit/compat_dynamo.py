@@ -62,7 +62,16 @@ class FxBackend:
         shapejit runs passes them before the graph's inputs."""
         from . import fx
 
-        gm = fx.to_fx(graph, size_inputs=True)
+        try:
+            gm = fx.to_fx(graph, size_inputs=True)
+        except Exception as e:   # noqa: BLE001 - interrupts propagate
+            # shapejit's failure, not the backend's: the graph runs, on shapejit's eager
+            import warnings
+            warnings.warn("shapejit (torch compat): no torch.fx graph could be built for %s "
+                          "(%s: %s); it runs on shapejit's 'eager' backend, not on %s"
+                          % (graph.name, type(e).__name__, e, self.__name__),
+                          RuntimeWarning, stacklevel=2)
+            return graph
         spec = gm.meta["shapejit_size_inputs"]
         floats = gm.meta["shapejit_float_outputs"]
         example = list(example_inputs)

@@ -601,3 +601,18 @@ def test_corpus_runs_through_fx_graph_modules(entry):
     compiled = shapejit.compile(entry.fn, fullgraph=entry.fullgraph,
                                 backend=FxBackend(lambda gm, example_inputs: gm.forward))
     test_corpus._check_call(entry, compiled, 0)
+
+
+def test_graph_module_build_failure_runs_eagerly_with_a_warning(monkeypatch):
+    from shapejit import fx
+
+    def broken(graph, size_inputs=False):
+        raise RuntimeError("cannot build")
+
+    monkeypatch.setattr(fx, "to_fx", broken)
+    called = []
+    f = torch.compile(lambda x: x * 2, backend=lambda gm, ex: called.append(gm) or gm.forward)
+    x = torch.randn(3)
+    with pytest.warns(RuntimeWarning, match="cannot build"):
+        torch.testing.assert_close(f(x), x * 2)
+    assert called == []
