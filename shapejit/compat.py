@@ -195,7 +195,7 @@ class ConfigProxy(types.ModuleType):
             raise AttributeError("%s has no attribute %r" % (self.__name__, name))
         if _config.is_knob(name):
             return _C.config_get(name)
-        if name in _EMULATED:
+        if self._emulates(name):
             return _EMULATED[name][0]()
         extra = self.__dict__["_extra"]
         if name in extra:
@@ -205,7 +205,7 @@ class ConfigProxy(types.ModuleType):
     def __setattr__(self, name, value):
         if _config.is_knob(name):
             _config.set_value(name, value)  # source lists checked before storing
-        elif name in _EMULATED:
+        elif self._emulates(name):
             _EMULATED[name][1](value)
         else:
             _check_torch_knob(self, name, value)
@@ -217,12 +217,16 @@ class ConfigProxy(types.ModuleType):
         if _config.is_knob(name):
             canon = _config.canonical(name)
             _C.config_set(canon, _config.defaults()[canon])
-        elif name in _EMULATED:
+        elif self._emulates(name):
             _EMULATED[name][1](False)
         elif not hasattr(self._torch_config, name) and name not in self._extra:
             raise AttributeError("%s has no attribute %r" % (self.__name__, name))
         self._extra.pop(name, None)
         self._hidden.add(name)
+
+    def _emulates(self, name):
+        """name is a knob of this torch config that shapejit emulates (_EMULATED)."""
+        return name in _EMULATED and hasattr(self.__dict__["_torch_config"], name)
 
     def __dir__(self):
         return sorted(set(dir(self._torch_config)) | set(_config.knobs()) | set(self._extra))
@@ -244,13 +248,13 @@ class _ProxyPatch:
         self._proxy = proxy
         knobs = {k: v for k, v in changes.items() if _config.is_knob(k)}
         self._knobs = _config.patch(**knobs)
-        self._emulated = {k: v for k, v in changes.items() if k in _EMULATED}
+        self._emulated = {k: v for k, v in changes.items() if proxy._emulates(k)}
         for name, value in self._emulated.items():
             if not isinstance(value, bool):
                 raise TypeError("%s.%s must be True or False, got %r"
                                 % (proxy.__name__, name, value))
         self._extra = {k: v for k, v in changes.items()
-                       if not _config.is_knob(k) and k not in _EMULATED}
+                       if not _config.is_knob(k) and not proxy._emulates(k)}
         for name, value in self._extra.items():   # before anything is set
             _check_torch_knob(proxy, name, value)
         self._saved = []
