@@ -144,7 +144,7 @@ class Remote:
             self._client = redis.Redis(
                 host=self.host, port=self.port, socket_timeout=self.timeout,
                 socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
-                protocol=2, lib_name=None, lib_version=None, health_check_interval=0)
+                protocol=2, driver_info=None, health_check_interval=0)
         return self._client
 
     def parse(self, field, value):
