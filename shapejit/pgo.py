@@ -37,7 +37,7 @@ Log lines (channel ``dynamic``, e.g. ``TORCH_LOGS=dynamic``), named as torch's t
 artifacts: ``get_local_code_state``, ``put_local_code_state_``, ``get_remote_code_state``,
 ``put_remote_code_state_``.
 
-Human-readable form: ``format_state()``, ``show()``, ``python -m shapejit.pgo [PATH]``.
+Human-readable form: ``format_state()``, ``show()``, ``python -m shapejit.pgo [PATH | --remote]``.
 """
 import contextlib
 import hashlib
@@ -668,15 +668,36 @@ def show(path=None, file=None):
     return ok
 
 
+def _describe_remote():
+    """(text, ok): the human-readable form of the current job's remote profile, or why
+    there is none (the server's problems also warn)."""
+    job = os.environ.get(JOB_ENV)
+    if not job:
+        return "no remote PGO profile: %s is not set" % JOB_ENV, False
+    from . import pgo_remote
+    remote = pgo_remote.Remote(job)
+    got = remote.load()
+    if remote.down:
+        return "cannot read the remote PGO profile (%s): %s" % (remote.where(), remote.down), False
+    if not got:
+        return "no remote PGO profile for job %r (%s)" % (job, remote.where()), False
+    return _format_codes({k: v[1] for k, v in got.items()},
+                         {k: v[0] for k, v in got.items()}).rstrip("\n"), True
+
+
 def main(argv=None):
-    """``python -m shapejit.pgo [PATH]``: 0 after printing a store, 1 for a missing or
-    corrupt one (the message on stderr), 2 for bad arguments."""
+    """``python -m shapejit.pgo [PATH | --remote]``: 0 after printing a store, 1 for a
+    missing or corrupt one (the message on stderr), 2 for bad arguments."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m shapejit.pgo [PATH]  (default: the file of the job in %s)"
-              % JOB_ENV, file=sys.stderr)
+    if len(args) > 1 or (args and args[0].startswith("-") and args[0] != "--remote"):
+        print("usage: python -m shapejit.pgo [PATH | --remote]  (default: the file of the job "
+              "in %s; --remote: its profile on the Redis server at %s)"
+              % (JOB_ENV, "TORCHINDUCTOR_REDIS_HOST/PORT"), file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    text, ok = _describe(args[0] if args else None)
+    if args == ["--remote"]:
+        text, ok = _describe_remote()
+    else:
+        text, ok = _describe(args[0] if args else None)
     print(text, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 

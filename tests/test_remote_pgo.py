@@ -480,3 +480,16 @@ def test_closures_of_one_code_with_other_functions_are_other_codes(env, monkeypa
     assert pgo.lookup(code.co_filename, code.co_firstlineno, code.co_name,
                       _make(_g2).__closure__) is None
     assert pgo.lookup(code.co_filename, code.co_firstlineno, code.co_name) is None
+
+
+def test_cli_shows_the_remote_profile(remote, capsys, monkeypatch):
+    assert pgo.main(["--remote"]) == 1
+    assert "no remote PGO profile for job 'job1'" in capsys.readouterr().err
+    pgo.record("/src/m.py", 3, "f", {"L['x']": tensor([None, 4]), "L['n']": scalar(2)})
+    assert pgo.main(["--remote"]) == 0
+    assert capsys.readouterr().out == (
+        "/src/m.py:3:f:\n  L['n']: scalar 2\n  L['x']: tensor size=[?, 4] stride=[?, ?]\n")
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_PORT", str(free_port()))
+    with pytest.warns(UserWarning, match="cannot reach"):
+        assert pgo.main(["--remote"]) == 1
+    assert "cannot read the remote PGO profile" in capsys.readouterr().err
