@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import warnings
 
@@ -131,6 +132,26 @@ class Remote:
                           "at the next record of that code" % (name[:200], self.where(), problem),
                           UserWarning, stacklevel=4)
 
+    def _resolve(self):
+        """Looks the host up under the timeout: the socket timeouts do not cover name
+        resolution, and a resolver that never answers must not hang the compile."""
+        result = {}
+
+        def run():
+            try:
+                result["ok"] = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError) as e:
+                result["error"] = e
+
+        t = threading.Thread(target=run, name="shapejit-redis-resolve", daemon=True)
+        t.start()
+        t.join(self.timeout)
+        if t.is_alive():
+            raise _Unavailable("resolving the host %r took more than %gs (%s)"
+                               % (self.host, self.timeout, TIMEOUT_ENV))
+        if "error" in result:
+            raise _Unavailable("cannot resolve the host %r (%s)" % (self.host, result["error"]))
+
     def _conn(self):
         if self._client is None:
             try:
@@ -140,6 +161,7 @@ class Remote:
             except ImportError as e:
                 raise _Unavailable("the redis client is not installed (pip install "
                                    "redis==8.1.0): %s" % e) from None
+            self._resolve()
             # no retries: a server that does not answer costs one timeout, not several
             self._client = redis.Redis(
                 host=self.host, port=self.port, socket_timeout=self.timeout,

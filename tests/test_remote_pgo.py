@@ -493,3 +493,30 @@ def test_cli_shows_the_remote_profile(remote, capsys, monkeypatch):
     with pytest.warns(UserWarning, match="cannot reach"):
         assert pgo.main(["--remote"]) == 1
     assert "cannot read the remote PGO profile" in capsys.readouterr().err
+
+
+def test_unresolvable_host_warns(env, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_HOST", "no-such-host.invalid")
+    with shapejit.config.patch(automatic_dynamic_remote_pgo=True):
+        t0 = time.monotonic()
+        with pytest.warns(UserWarning, match="no-such-host.invalid"):
+            assert pgo.lookup("/m.py", 1, "f") is None
+        assert time.monotonic() - t0 < 10
+
+
+def test_resolver_that_hangs_is_bounded(env, monkeypatch):
+    real = socket.getaddrinfo
+
+    def slow(host, *args, **kwargs):
+        if host == "slow-dns.test":
+            time.sleep(3)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_HOST", "slow-dns.test")
+    monkeypatch.setenv("SHAPEJIT_REDIS_TIMEOUT", "0.3")
+    with shapejit.config.patch(automatic_dynamic_remote_pgo=True):
+        t0 = time.monotonic()
+        with pytest.warns(UserWarning, match="took more than 0.3s"):
+            assert pgo.lookup("/m.py", 1, "f") is None
+        assert time.monotonic() - t0 < 2
