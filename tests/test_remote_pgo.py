@@ -520,3 +520,31 @@ def test_resolver_that_hangs_is_bounded(env, monkeypatch):
         with pytest.warns(UserWarning, match="took more than 0.3s"):
             assert pgo.lookup("/m.py", 1, "f") is None
         assert time.monotonic() - t0 < 2
+
+
+CLOSURE_SCRIPT = """\
+import sys, numpy as np, shapejit
+def scale(a):
+    return a * 2
+def make(g):
+    def f(a):
+        return g(a) * a.shape[0]
+    return f
+f = make(scale)
+cf = shapejit.compile(f)
+for n in map(int, sys.argv[1:]):
+    a = np.arange(n, dtype=np.float64)
+    np.testing.assert_allclose(cf(a), f(a))
+print(shapejit.stats()["graphs"], "redis" in sys.modules)
+"""
+
+
+def test_closure_function_keeps_its_profile_across_processes(tmp_path):
+    script = tmp_path / "m.py"
+    script.write_text(CLOSURE_SCRIPT)
+    extra = {"TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "1"}
+    assert run_child(script, (3, 4, 5), tmp_path / "cache", **extra)[0] == 2
+    assert run_child(script, (6, 7, 8), tmp_path / "cache", **extra)[0] == 1
+    doc = json.loads((tmp_path / "cache" / "pgo" / "code_state_job1.json").read_text())
+    (code,) = doc["codes"]
+    assert code["name"] == "f" and code["closure"].startswith("sha256:")
