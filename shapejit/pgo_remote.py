@@ -82,28 +82,27 @@ def _settings():
     return host, port, timeout, problems
 
 
-class Remote:
-    """One job's profile on the server, as this process uses it."""
+class Server:
+    """A Redis server named by the environment, used by one feature of this process; the
+    first failure warns once and turns the feature off for the rest of the process."""
 
-    def __init__(self, job):
-        self.job = job
-        self.key = KEY_PREFIX + pgo.safe_job(job)
+    what = "remote PGO"
+    fallback = "compiling with the local profile only"
+
+    def __init__(self):
         self.host, self.port, self.timeout, problems = _settings()
-        self.down = None        # why the remote store is off, once it is
-        self.loaded = False
-        self.known = {}         # {code key: state} as last read from or written to the server
+        self.down = None        # why the server is not used, once it is not
         self._client = None
-        self._warned = set()
         if problems:
             self._off("; ".join(problems))
 
     def where(self):
-        return "redis %s:%s key %r" % (self.host, self.port, self.key)
+        return "redis %s:%s" % (self.host, self.port)
 
     def _off(self, why):
         self.down = why
-        warnings.warn("shapejit: remote PGO (%s): %s; compiling with the local profile only "
-                      "(remote PGO is off for the rest of this process)" % (self.where(), why),
+        warnings.warn("shapejit: %s (%s): %s; %s (%s is off for the rest of this process)"
+                      % (self.what, self.where(), why, self.fallback, self.what),
                       UserWarning, stacklevel=4)
 
     def _fail(self, doing, e):
@@ -123,15 +122,6 @@ class Remote:
         if isinstance(e, refused + (ConnectionError,)):
             return "cannot reach the server (%s)" % e
         return "unexpected reply (%s: %s)" % (type(e).__name__, e)
-
-    def _bad_entry(self, field, problem):
-        name = field.decode("utf-8", "replace") if isinstance(field, bytes) else str(field)
-        if name not in self._warned:
-            self._warned.add(name)
-            warnings.warn("shapejit: ignoring the remote PGO entry %s of %s: %s; it is replaced "
-                          "at the next record of that code" % (name[:200], self.where(), problem),
-                          UserWarning, stacklevel=4)
-
     def _resolve(self):
         """Looks the host up under the timeout: the socket timeouts do not cover name
         resolution, and a resolver that never answers must not hang the compile."""
@@ -168,6 +158,30 @@ class Remote:
                 socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
                 protocol=2, driver_info=None, health_check_interval=0)
         return self._client
+
+
+
+class Remote(Server):
+    """One job's profile on the server, as this process uses it."""
+
+    def __init__(self, job):
+        self.job = job
+        self.key = KEY_PREFIX + pgo.safe_job(job)
+        self.loaded = False
+        self.known = {}         # {code key: state} as last read from or written to the server
+        self._warned = set()
+        super().__init__()
+
+    def where(self):
+        return "%s key %r" % (super().where(), self.key)
+
+    def _bad_entry(self, field, problem):
+        name = field.decode("utf-8", "replace") if isinstance(field, bytes) else str(field)
+        if name not in self._warned:
+            self._warned.add(name)
+            warnings.warn("shapejit: ignoring the remote PGO entry %s of %s: %s; it is replaced "
+                          "at the next record of that code" % (name[:200], self.where(), problem),
+                          UserWarning, stacklevel=4)
 
     def parse(self, field, value):
         """(code key, file, state) of one hash field and its value; pgo._Corrupt if either
