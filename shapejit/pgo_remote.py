@@ -122,6 +122,7 @@ class Server:
         if isinstance(e, refused + (ConnectionError,)):
             return "cannot reach the server (%s)" % e
         return "unexpected reply (%s: %s)" % (type(e).__name__, e)
+
     def _resolve(self):
         """Looks the host up under the timeout: the socket timeouts do not cover name
         resolution, and a resolver that never answers must not hang the compile."""
@@ -158,7 +159,6 @@ class Server:
                 socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
                 protocol=2, driver_info=None, health_check_interval=0)
         return self._client
-
 
 
 class Remote(Server):
