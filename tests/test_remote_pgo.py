@@ -548,3 +548,159 @@ def test_closure_function_keeps_its_profile_across_processes(tmp_path):
     doc = json.loads((tmp_path / "cache" / "pgo" / "code_state_job1.json").read_text())
     (code,) = doc["codes"]
     assert code["name"] == "f" and code["closure"].startswith("sha256:")
+
+
+# --- remote kernel cache -------------------------------------------------------------
+
+SECRET = "test-secret-0123456789"
+KERNEL = "CG_EXPORT long k(void) { return %d; }\n"
+
+
+def unique_kernel(n):
+    import uuid
+    return "/* %s */\n%s" % (uuid.uuid4().hex, KERNEL % n)
+
+
+def use_cache_dir(monkeypatch, path):
+    """A fresh machine: another cache root, and a memo that forgot earlier builds."""
+    from shapejit import _C
+    monkeypatch.setenv("SHAPEJIT_CACHE_DIR", str(path))
+    _C._cg_forget()
+
+
+def compiles():
+    from shapejit import _C
+    return _C._cg_cache_info()["compiles"]
+
+
+@pytest.fixture
+def kremote(client, redis_port, monkeypatch, tmp_path):
+    from shapejit import kernel_remote
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_HOST", "127.0.0.1")
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_PORT", str(redis_port))
+    monkeypatch.setenv("SHAPEJIT_KERNEL_REMOTE_SECRET", SECRET)
+    monkeypatch.delenv("SHAPEJIT_CC_TIMEOUT", raising=False)
+    use_cache_dir(monkeypatch, tmp_path / "machine1")
+    kernel_remote._reset()
+    with shapejit.config.patch(kernel_remote_cache=True):
+        yield client
+    kernel_remote._reset()
+    from shapejit import _C
+    _C._cg_forget()
+
+
+def build(src, n):
+    from shapejit import _C
+    assert _C._cg_call(_C._cg_build(src, "k", "l")) == n
+
+
+def test_kernel_from_the_server_is_not_compiled_again(kremote, monkeypatch, tmp_path):
+    from shapejit import kernel_remote
+    src = unique_kernel(7)
+    before = compiles()
+    build(src, 7)
+    assert compiles() == before + 1 and kernel_remote.stats["stored"] == 1
+    (key,) = kremote.keys("shapejit-kernel:*")
+    assert kremote.get(key).startswith(kernel_remote.MAGIC)
+    use_cache_dir(monkeypatch, tmp_path / "machine2")
+    no_warnings(build, src, 7)
+    assert compiles() == before + 1 and kernel_remote.stats["fetched"] == 1
+
+
+def _tamper(kind, value, client, key):
+    from shapejit import kernel_remote
+    if kind == "truncated":
+        return value[:-5]
+    if kind == "flipped byte":
+        return value[:-1] + bytes([value[-1] ^ 1])
+    if kind == "garbage":
+        return b"not a kernel"
+    if kind == "another secret":
+        payload = value[len(kernel_remote.MAGIC) + 40:]
+        return kernel_remote.pack(b"another-secret-value", key.decode()[len("shapejit-kernel:"):],
+                                  "ignored", payload)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind,problem", [
+    ("truncated", "length is wrong"), ("flipped byte", "MAC does not verify"),
+    ("garbage", "not a shapejit kernel entry"), ("another secret", "MAC does not verify"),
+])
+def test_tampered_kernel_is_refused_and_compiled_here(kremote, monkeypatch, tmp_path, kind,
+                                                      problem):
+    from shapejit import kernel_remote
+    src = unique_kernel(11)
+    build(src, 11)
+    (key,) = kremote.keys("shapejit-kernel:*")
+    kremote.set(key, _tamper(kind, kremote.get(key), kremote, key))
+    use_cache_dir(monkeypatch, tmp_path / "machine2")
+    before = compiles()
+    with pytest.warns(UserWarning, match=problem):
+        build(src, 11)
+    assert compiles() == before + 1 and kernel_remote.stats["refused"] == 1
+    # the local compile stored a good entry again
+    assert kremote.get(key).startswith(kernel_remote.MAGIC) and kernel_remote.stats["stored"] == 2
+
+
+def test_kernel_of_another_key_is_refused(kremote, monkeypatch, tmp_path):
+    one, two = unique_kernel(1), unique_kernel(2)
+    build(one, 1)
+    (key_one,) = kremote.keys("shapejit-kernel:*")
+    build(two, 2)
+    (key_two,) = set(kremote.keys("shapejit-kernel:*")) - {key_one}
+    kremote.set(key_one, kremote.get(key_two))   # a valid kernel under the wrong name
+    use_cache_dir(monkeypatch, tmp_path / "machine2")
+    with pytest.warns(UserWarning, match="MAC does not verify"):
+        build(one, 1)
+
+
+def test_kernel_cache_without_a_secret_stays_off(kremote, monkeypatch, tmp_path):
+    monkeypatch.setenv("SHAPEJIT_KERNEL_REMOTE_SECRET", "")
+    with pytest.warns(UserWarning, match="SHAPEJIT_KERNEL_REMOTE_SECRET is not set"):
+        build(unique_kernel(3), 3)
+    assert kremote.keys("shapejit-kernel:*") == []
+
+
+def test_kernel_cache_is_off_by_default(kremote, monkeypatch, tmp_path):
+    with shapejit.config.patch(kernel_remote_cache=False):
+        no_warnings(build, unique_kernel(4), 4)
+    assert kremote.keys("shapejit-kernel:*") == []
+
+
+def test_kernel_cache_server_down_warns_once(kremote, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_REDIS_PORT", str(free_port()))
+    before = compiles()
+    with pytest.warns(UserWarning) as caught:
+        build(unique_kernel(5), 5)
+        build(unique_kernel(6), 6)
+    messages = [str(w.message) for w in caught if "remote kernel cache" in str(w.message)]
+    assert len(messages) == 1 and "cannot reach the server" in messages[0], messages
+    assert "compiling kernels locally" in messages[0]
+    assert compiles() == before + 2
+
+
+def test_compiled_graph_kernels_cross_machines(tmp_path, client, redis_port):
+    """End to end: a graph compiled by the cpu backend on one machine runs on a second
+    without invoking the C compiler."""
+    script = tmp_path / "k.py"
+    script.write_text(textwrap.dedent("""\
+        import numpy as np, shapejit
+        from shapejit import _C, kernel_remote
+        def f(a):
+            return np.sin(a) * 2 + 1
+        cf = shapejit.compile(f, backend="cpu")
+        a = np.arange(5, dtype=np.float64)
+        np.testing.assert_allclose(cf(a), f(a))
+        print(_C._cg_cache_info()["compiles"], kernel_remote.stats["fetched"])
+        """))
+    env = dict(os.environ, PYTHONPATH=ROOT, SHAPEJIT_KERNEL_REMOTE_CACHE="1",
+               SHAPEJIT_KERNEL_REMOTE_SECRET=SECRET, TORCHINDUCTOR_REDIS_HOST="127.0.0.1",
+               TORCHINDUCTOR_REDIS_PORT=str(redis_port))
+    outs = []
+    for machine in ("m1", "m2"):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=120, env=dict(env, SHAPEJIT_CACHE_DIR=str(tmp_path / machine)))
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout.split())
+    assert outs[0][0] != "0" and outs[0][1] == "0"
+    assert outs[1] == ["0", outs[0][0]]
