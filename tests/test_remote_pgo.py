@@ -463,7 +463,8 @@ def test_closure_key():
     code = ("import sys; sys.path.insert(0, %r); sys.path.insert(0, %r)\n"
             "import test_remote_pgo as t\n"
             "from shapejit import pgo\n"
-            "print(pgo.closure_key(t._make(t._g1).__closure__))" % (ROOT, os.path.join(ROOT, "tests")))
+            "print(pgo.closure_key(t._make(t._g1).__closure__))"
+            % (ROOT, os.path.join(ROOT, "tests")))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONHASHSEED="123"))
     assert r.returncode == 0, r.stderr
