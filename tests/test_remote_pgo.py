@@ -22,6 +22,8 @@ import shapejit
 from shapejit import pgo, pgo_remote
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# children import the same shapejit (and _C: in-place, or the sanitized build) as this process
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(shapejit.__file__)))
 REDIS_SERVER = shutil.which("redis-server") or (
     "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
 
@@ -73,10 +75,13 @@ def redis_port(tmp_path_factory):
     for _ in range(3):   # a free port can be taken between choosing and binding it
         port = free_port()
         d = tmp_path_factory.mktemp("redis")
+        # the sanitizer run preloads libasan for Python; the server is not ours to check
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
         proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(d)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None and not _ping(port):
             time.sleep(0.05)
@@ -135,7 +140,7 @@ def no_warnings(fn, *args):
 
 
 def run_child(script, sizes, cache, **extra):
-    env = dict(os.environ, PYTHONPATH=ROOT, SHAPEJIT_CACHE_DIR=str(cache),
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT, SHAPEJIT_CACHE_DIR=str(cache),
                TORCH_COMPILE_JOB_ID="job1", TORCH_LOGS="dynamic")
     for name in ("TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO",
                  "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO"):
@@ -464,7 +469,7 @@ def test_closure_key():
             "import test_remote_pgo as t\n"
             "from shapejit import pgo\n"
             "print(pgo.closure_key(t._make(t._g1).__closure__))"
-            % (ROOT, os.path.join(ROOT, "tests")))
+            % (PACKAGE_PARENT, os.path.join(ROOT, "tests")))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONHASHSEED="123"))
     assert r.returncode == 0, r.stderr
@@ -694,7 +699,7 @@ def test_compiled_graph_kernels_cross_machines(tmp_path, client, redis_port):
         np.testing.assert_allclose(cf(a), f(a))
         print(_C._cg_cache_info()["compiles"], kernel_remote.stats["fetched"])
         """))
-    env = dict(os.environ, PYTHONPATH=ROOT, SHAPEJIT_KERNEL_REMOTE_CACHE="1",
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT, SHAPEJIT_KERNEL_REMOTE_CACHE="1",
                SHAPEJIT_KERNEL_REMOTE_SECRET=SECRET, TORCHINDUCTOR_REDIS_HOST="127.0.0.1",
                TORCHINDUCTOR_REDIS_PORT=str(redis_port))
     outs = []
