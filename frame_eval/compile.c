@@ -1027,7 +1027,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int32_t *inputs = NULL;
     int32_t ninputs = 0;
     int has_mutation = 0;
-    symb_pgo_load(st, co);
+    symb_pgo_load(st, co, closure);
     if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;
@@ -1248,7 +1248,7 @@ done:
         }
     }
     capture_release(&c);
-    symb_pgo_save(st, co);
+    symb_pgo_save(st, co, closure);
     double dt_s = now_s() - t0;
     sj_stats.compile_time_s += dt_s;
     events_emit_compile_time(dt_s);

@@ -1370,12 +1370,14 @@ static PyObject *pgo_fn(const char *name)
     return fn;
 }
 
-void symb_pgo_load(CodeState *st, PyCodeObject *co)
+void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (st->fstate)
         return;
     PyObject *fn = pgo_fn("load_frame_state");
-    PyObject *r = fn ? PyObject_CallFunction(fn, "OiO", co->co_filename, co->co_firstlineno, co->co_name) : NULL;
+    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name,
+                                             closure ? closure : Py_None)
+                     : NULL;
     Py_XDECREF(fn);
     if (r && PyDict_Check(r))
         st->fstate = Py_NewRef(r);
@@ -1383,7 +1385,7 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co)
     sj_err_clear();   /* the store warns about its own problems; compiling goes on */
 }
 
-void symb_pgo_save(CodeState *st, PyCodeObject *co)
+void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (!st->fstate || PyDict_GET_SIZE(st->fstate) == 0)
         return;
@@ -1393,7 +1395,8 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co)
     PyObject *et, *ev, *tb;   /* the compile's own error (if any) reaches the user intact */
     PyErr_Fetch(&et, &ev, &tb);
     PyObject *fn = pgo_fn("save_frame_state");
-    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate)
+    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate,
+                                             closure ? closure : Py_None)
                      : NULL;
     Py_XDECREF(fn);
     Py_XDECREF(r);

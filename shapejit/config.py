@@ -35,6 +35,8 @@ _ENV = {
     "TORCH_COMPILE_STATIC_SOURCES": "static_sources",
     "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
     "TORCHDYNAMO_SUPPRESS_ERRORS": "suppress_errors",
+    "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "automatic_dynamic_remote_pgo",
+    "SHAPEJIT_KERNEL_REMOTE_CACHE": "kernel_remote_cache",
 }
 _FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 
