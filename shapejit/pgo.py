@@ -447,9 +447,11 @@ def _trace_state(name, only_once=False):
     trace = sys.modules.get("shapejit.trace")
     if trace is None or not trace.active():
         return
+    if only_once and not trace.pgo_loaded_once():
+        return   # the store as this process first found it, or nothing if it was empty
     with _lock:
         codes = _merge_codes({}, _store().mem)
-    if not codes or (only_once and not trace.pgo_loaded_once()):
+    if not codes:
         return
     trace.artifact(name, render_for_trace(codes))
 
