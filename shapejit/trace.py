@@ -52,10 +52,16 @@ class _State:
         self.path = None
         self.pid = None
         self.strings = {}       # interned file names: {name: index}
-        self.cid = None         # (frame_id, frame_compile_id) of the compile under way
-        self.compile = None     # what the compile under way gathered for its metrics
         self.recompile = {}     # (frame_id, frame_compile_id) -> reason, until its compile starts
         self.pgo_got = False    # get_local_code_state written (once per process, as torch)
+        self.local = threading.local()   # per thread: the compile under way (threads compile apart)
+
+    # (frame_id, frame_compile_id) of this thread's compile under way, or None
+    cid = property(lambda self: getattr(self.local, "cid", None),
+                   lambda self, v: setattr(self.local, "cid", v))
+    # what this thread's compile under way gathered for its metrics, or None
+    compile = property(lambda self: getattr(self.local, "compile", None),
+                       lambda self, v: setattr(self.local, "compile", v))
 
 
 _state = None

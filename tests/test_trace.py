@@ -293,25 +293,11 @@ def test_reducing_compilations_walkthrough(traces):
     assert "-_0_0_0" in dirs and "-_0_1_0" not in dirs, sorted(dirs)
 
 
-def test_io_error_warns_once_and_compiles(tmp_path):
-    """A trace directory that cannot be made: one warning, tracing off, results intact."""
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    prog = tmp_path / "prog.py"
-    prog.write_text(textwrap.dedent(PROGRAM))
-    env = dict(os.environ, PYTHONPATH=ROOT, TORCH_TRACE=str(blocker / "sub"))
-    env.pop("TORCH_COMPILE_JOB_ID", None)
-    p = subprocess.run([sys.executable, str(prog), "shapejit"], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.endswith("ok\n"), p.stdout + p.stderr
-    assert p.stderr.count("structured trace") == 1, p.stderr
-    assert str(blocker) in p.stderr, p.stderr
-
-
-def test_knob_and_env(tmp_path):
-    """config.trace_dir is the knob TORCH_TRACE sets; setting it opens a trace, "" closes it."""
+def test_knob_env_and_io_error(tmp_path):
+    """config.trace_dir is the knob TORCH_TRACE sets; setting it opens a trace, "" closes
+    it. A directory that cannot be made: one warning naming it, tracing off, results intact."""
     code = textwrap.dedent("""
-        import os, sys, torch, shapejit
+        import os, sys, warnings, torch, shapejit
         from shapejit import config, trace
         assert config.trace_dir == os.environ["TORCH_TRACE"] and trace.active()
         f = shapejit.compile(lambda x: x + 1, backend="eager")
@@ -323,10 +309,21 @@ def test_knob_and_env(tmp_path):
         assert trace.path() != first and trace.path().startswith(sys.argv[1])
         config.trace_dir = ""
         assert not trace.active() and trace.path() is None
+        config.trace_dir = os.path.join(sys.argv[2], "sub")   # sys.argv[2] is a file
+        f3 = shapejit.compile(lambda x: x * 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in (2, 3, 4):
+                assert torch.equal(f3(torch.ones(n)), torch.full((n,), 3.0))
+        messages = [str(w.message) for w in caught]
+        assert len(messages) == 1 and "structured trace" in messages[0], messages
+        assert sys.argv[2] in messages[0] and not trace.active(), messages
         print("ok")
     """)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
     env = dict(os.environ, PYTHONPATH=ROOT, TORCH_TRACE=str(tmp_path / "a"))
-    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b")], env=env,
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), str(blocker)], env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
     assert len(os.listdir(tmp_path / "a")) == 1 and len(os.listdir(tmp_path / "b")) == 1
