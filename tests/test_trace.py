@@ -217,6 +217,10 @@ def test_tlparse_renders_every_compile(traces):
                   "%d in <module>" % line_of("torch.rand(k)) * 0")):
         assert "prog.py:" + frame in index, (frame, index)
     assert "resume_in_g_at_%d" % line_of('print("break")') in index, index
+    # its build products: the recompile reasons, the PGO artifact, the break, the metrics
+    for product in ("-_0_1_0/recompile_reasons_", "-_0_1_0/put_local_code_state_",
+                    "-_1_0_0/dynamo_graph_break_reason_", "-_3_1_0/compilation_metrics_"):
+        assert product in index, (product, index)
 
     # the recompile reason of f, and the recompile of h (its size specialised)
     reasons = json.loads(one(dirs, out, "-_0_1_0", "recompile_reasons"))
