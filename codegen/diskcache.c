@@ -42,6 +42,8 @@
  * no entry and compiles it again. */
 #include "codegen_int.h"
 #include "../core/log.h"
+#include "../core/trace.h"
+#include "../core/errors.h"
 #include "../core/config.h"
 #include "../core/errors.h"
 #include <dirent.h>
@@ -781,6 +783,14 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
     if (dc_entry_path(hex, path, sizeof path) < 0) {
         PyErr_Format(PyExc_OSError, "shapejit: kernel cache path too long: %s", dir);
         return -1;
+    }
+    if (sj_trace_on)   /* the generated code, hit or miss: what this graph runs */
+    {
+        PyObject *code = PyUnicode_DecodeUTF8(src, (Py_ssize_t)len, "replace");   /* new */
+        if (code)
+            SJ_TRACE("kernel_code", "(sNs)", tag, code, hex);   /* steals code */
+        else
+            sj_err_clear();
     }
     /* attempt 0 reads what is there; after a compile, the entry (ours, or an identical
      * one another process renamed over it) is verified again before use */

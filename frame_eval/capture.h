@@ -356,6 +356,9 @@ void cap_clear_failure(Capture *c);
 int cap_raise(Capture *c, PyObject *exc);
 /* New reference: (filename, lineno, funcname, line) of the current instruction. */
 PyObject *cap_where(Capture *c);
+/* New reference: the user frames of the capture now, outermost first, each
+ * (file, line, function, source line); NULL with an exception. */
+PyObject *cap_user_stack(Capture *c);
 
 /* evaluator.c */
 /* Evaluate code with the given locals (localsplus layout) and return its result var. */

@@ -17,6 +17,7 @@
 #include "libs.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 
@@ -254,6 +255,15 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
                (long long)hint, sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
+        sj_err_clear();
+    }
+    if (sj_trace_on) {
+        PyObject *range = sym_range_str(r), *stack = cap_user_stack(c);
+        if (range && stack)
+            SJ_TRACE("create_symbol", "(LLOOO)", (long long)s->value, (long long)hint, range,
+                     sources_repr(&c->src, src), stack);
+        Py_XDECREF(range);
+        Py_XDECREF(stack);
         sj_err_clear();
     }
     return s;
@@ -715,6 +725,14 @@ int symb_guard(Capture *c, SymNode *rel)
         Py_XDECREF(text);
         sj_err_clear();
     }
+    if (sj_trace_on) {
+        PyObject *text = sym_print(c->env, rel, NULL, NULL), *stack = cap_user_stack(c);
+        if (text && stack)
+            SJ_TRACE("guard_added", "(OO)", text, stack);
+        Py_XDECREF(text);
+        Py_XDECREF(stack);
+        sj_err_clear();
+    }
     Py_DECREF(w);
     if (check_strict(c, rel) < 0)
         return -1;
@@ -758,6 +776,16 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
             sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %lld because %s (%U)", text, (long long)*value, why, w);
         Py_XDECREF(text);
         Py_XDECREF(w);
+        sj_err_clear();
+    }
+    if (sj_trace_on) {
+        PyObject *sym = sym_print(c->env, e, NULL, NULL), *src = sym_print(c->env, e, source_name, c);
+        PyObject *stack = cap_user_stack(c);
+        if (sym && src && stack)
+            SJ_TRACE("specialize", "(OOLsO)", sym, src, (long long)*value, why, stack);
+        Py_XDECREF(sym);
+        Py_XDECREF(src);
+        Py_XDECREF(stack);
         sj_err_clear();
     }
     return symb_guard(c, rel);

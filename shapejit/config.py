@@ -37,6 +37,7 @@ _ENV = {
     "TORCHDYNAMO_SUPPRESS_ERRORS": "suppress_errors",
     "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "automatic_dynamic_remote_pgo",
     "SHAPEJIT_KERNEL_REMOTE_CACHE": "kernel_remote_cache",
+    "TORCH_TRACE": "trace_dir",
 }
 _FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 
@@ -75,6 +76,8 @@ def set_value(name, value):
     """Sets a knob after check_value(): on an error the knob keeps its value."""
     check_value(name, value)
     _C.config_set(name, value)
+    if canonical(name) == "trace_dir" and "shapejit.trace" in sys.modules:
+        sys.modules["shapejit.trace"].configure()   # opens or closes the trace now
 
 
 def doc(name):

@@ -569,6 +569,7 @@ def load_frame_state(filename, firstlineno, name, closure=None):
     if not enabled():
         return None
     state = lookup(filename, firstlineno, name, closure)
+    _trace_state("get_local_code_state", only_once=True)
     if not state:
         return None
     out = {}
@@ -595,6 +596,47 @@ def save_frame_state(filename, firstlineno, name, fstate, closure=None):
             state[src] = {"kind": "scalar", "value": v}
     if state:
         record(filename, firstlineno, name, state, closure)
+        _trace_state("put_local_code_state")
+
+
+def dynamic_sources(codes):
+    """The sources whose size, value or kind PGO saw change, in the order of
+    format_state(): what TORCH_COMPILE_DYNAMIC_SOURCES takes to compile them dynamic from
+    the first call."""
+    out = []
+    for key in sorted(codes):
+        for source in sorted(codes[key]):
+            entry = codes[key][source]
+            if (entry["kind"] == "dynamic" or (entry["kind"] == "scalar" and entry["value"] is None)
+                    or (entry["kind"] == "tensor" and None in entry["size"])):
+                if source not in out:
+                    out.append(source)
+    return out
+
+
+def render_for_trace(codes):
+    """The store as the structured trace's PGO artifact shows it: format_state(), then
+    the dynamic sources as a TORCH_COMPILE_DYNAMIC_SOURCES value ready to copy."""
+    text = format_state(codes).rstrip("\n")
+    sources = dynamic_sources(codes)
+    if sources:
+        text += ("\n\nDynamic sources (varied between calls; set them dynamic from the first "
+                 "compile with):\nTORCH_COMPILE_DYNAMIC_SOURCES=\"%s\"" % ",".join(sources))
+    return text
+
+
+def _trace_state(name, only_once=False):
+    """Writes the store as a PGO artifact of the structured trace, when one is open."""
+    trace = sys.modules.get("shapejit.trace")
+    if trace is None or not trace.active():
+        return
+    if only_once and not trace.pgo_loaded_once():
+        return   # the store as this process first found it, or nothing if it was empty
+    with _lock:
+        codes = _merge_codes({}, _store().mem)
+    if not codes:
+        return
+    trace.artifact(name, render_for_trace(codes))
 
 
 def _format_entry(entry):
