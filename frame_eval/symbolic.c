@@ -1398,6 +1398,19 @@ static PyObject *pgo_fn(const char *name)
     return fn;
 }
 
+/* After a call into the PGO store: it warns about its own problems (a bad file, a server
+ * down) and returns normally, so an exception here is a fault of the store's code: shown
+ * as an unraisable exception (not lost), and compiling goes on. */
+static void pgo_call_done(const char *what)
+{
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *name = PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
+        PyErr_WriteUnraisable(name);
+        Py_XDECREF(name);
+    }
+    sj_err_clear();
+}
+
 void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (st->fstate)
@@ -1410,7 +1423,7 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
     if (r && PyDict_Check(r))
         st->fstate = Py_NewRef(r);
     Py_XDECREF(r);
-    sj_err_clear();   /* the store warns about its own problems; compiling goes on */
+    pgo_call_done("load_frame_state");
 }
 
 void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
@@ -1428,7 +1441,7 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
                      : NULL;
     Py_XDECREF(fn);
     Py_XDECREF(r);
-    sj_err_clear();
+    pgo_call_done("save_frame_state");
     PyErr_Restore(et, ev, tb);
 }
 

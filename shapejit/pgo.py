@@ -614,10 +614,11 @@ def dynamic_sources(codes):
     return out
 
 
-def render_for_trace(codes):
-    """The store as the structured trace's PGO artifact shows it: format_state(), then
+def render_for_trace(codes, paths=None):
+    """The store as the structured trace's PGO artifact shows it: format_state()'s form
+    (``paths``: the file each code key was last seen at, as the store keeps them), then
     the dynamic sources as a TORCH_COMPILE_DYNAMIC_SOURCES value ready to copy."""
-    text = format_state(codes).rstrip("\n")
+    text = _format_codes(codes, paths or {}).rstrip("\n")
     sources = dynamic_sources(codes)
     if sources:
         text += ("\n\nDynamic sources (varied between calls; set them dynamic from the first "
@@ -633,10 +634,11 @@ def _trace_state(name, only_once=False):
     if only_once and not trace.pgo_loaded_once():
         return   # the store as this process first found it, or nothing if it was empty
     with _lock:
-        codes = _merge_codes({}, _store().mem)
+        store = _store()
+        codes, paths = _merge_codes({}, store.mem), dict(store.paths)
     if not codes:
         return
-    trace.artifact(name, render_for_trace(codes))
+    trace.artifact(name, render_for_trace(codes, paths))
 
 
 def _format_entry(entry):
