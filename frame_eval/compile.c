@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "events.h"
 #include "resume.h"
+#include "collective.h"
 #include <time.h>
 #include "../core/errors.h"
 
@@ -1028,6 +1029,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int32_t ninputs = 0;
     int has_mutation = 0;
     symb_pgo_load(st, co);
+    collective_exchange(st, co, locals);   /* after PGO: every rank joins what it loaded */
     if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;

@@ -35,6 +35,7 @@ _ENV = {
     "TORCH_COMPILE_STATIC_SOURCES": "static_sources",
     "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
     "TORCHDYNAMO_SUPPRESS_ERRORS": "suppress_errors",
+    "TORCH_COMPILER_COLLECTIVES": "enable_compiler_collectives",
 }
 _FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 

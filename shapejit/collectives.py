@@ -1,0 +1,155 @@
+"""Compiler collective: the ranks of a torch.distributed job agree on automatic dynamic.
+
+Why: automatic dynamic makes a dim dynamic only after this process has seen it change.
+In an SPMD job every rank runs the same program on different data, so a batch size that
+differs across ranks makes each rank compile a static graph first and recompile later,
+when it meets a size that another rank already saw, and ranks compile at different
+times. With ``enable_compiler_collectives`` on, every compile of a frame starts with an
+exchange: each rank publishes what automatic dynamic knows of the frame's arguments (the
+sizes of its tensor arguments and the values of its int arguments, joined with what
+earlier compiles of the frame saw), and every rank joins all of them. A dim that differs
+across ranks is then dynamic on every rank, at the first compile, so ranks compile the
+same graphs in the same order.
+
+The exchange goes through the key-value store of the default process group (the one
+``init_process_group`` made): rank r writes ``shapejit/cc/<n>/<r>`` (JSON, for its n-th
+compile) and waits for the other ranks' keys with a timeout. Nothing is unpickled, no
+backend collective runs (so a CPU-only exchange works under nccl too), and a rank that
+does not compile costs the others at most ``compiler_collectives_timeout`` seconds: they
+warn and compile with their own sizes. The compiler calls ``exchange`` from inside the
+frame hook, where the hook is off, so torch.distributed's Python code runs eagerly.
+
+No exchange happens when the knob is off, when torch.distributed was never imported or
+has no default process group, or when the world size is 1.
+"""
+import datetime
+import json
+import sys
+import warnings
+
+PREFIX = "shapejit/cc"
+
+_seq = 0          # compiles that exchanged in the current process group
+_group = None     # the default group _seq counts for (a new group starts over)
+
+
+def _distributed():
+    """(store, rank, world size) of the default process group, or None when there is no
+    group of more than one rank. Never imports torch.distributed itself."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    world = dist.get_world_size()
+    if world <= 1:
+        return None
+    from torch.distributed import distributed_c10d
+    return distributed_c10d._get_default_store(), dist.get_rank(), world, dist.group.WORLD
+
+
+def active():
+    """True when a compile would exchange now (the knob is on and a default process group of
+    more than one rank exists)."""
+    from . import _C
+    return bool(_C.config_get("enable_compiler_collectives")) and _distributed() is not None
+
+
+def _join_entry(a, b):
+    """The join of two frame-state entries: a list of sizes (None where they differ) for a
+    tensor, a value (None once it differs) for an int, as the compiler merges them; a
+    change of rank or kind makes every dim dynamic (the shape of ``a`` is kept)."""
+    if isinstance(a, list):
+        if isinstance(b, list) and len(a) == len(b):
+            return [x if x is not None and x == y else None for x, y in zip(a, b)]
+        return [None] * len(a)
+    if isinstance(b, list):
+        return None
+    return a if a is not None and a == b else None
+
+
+def _valid_entry(v):
+    """An entry that came from another rank: a list of ints/None or an int/None."""
+    if isinstance(v, list):
+        return all(x is None or type(x) is int for x in v)
+    return v is None or type(v) is int
+
+
+def _local_state(fstate, names, values):
+    """{source: entry} for the tensor and int arguments: now, joined with what automatic
+    dynamic kept from earlier compiles (fstate, the compiler's dict or None)."""
+    torch = sys.modules.get("torch")
+    out = {}
+    for name, v in zip(names, values):
+        if torch is not None and isinstance(v, torch.Tensor):
+            now = [int(d) for d in v.shape]
+        elif type(v) is int:
+            now = v
+        else:
+            continue
+        source = "L[%r]" % name
+        if fstate is not None and source in fstate:
+            now = _join_entry(now, fstate[source])
+        out[source] = now
+    return out
+
+
+def _fail(code, what, then):
+    warnings.warn("shapejit: compiler collective for %s: %s; %s (all ranks must compile the "
+                  "same frames in the same order, see docs/distributed.md)"
+                  % (code, what, then), UserWarning, stacklevel=3)
+
+
+def exchange(filename, firstlineno, name, fstate, names, values, timeout):
+    """Called by the compiler at the start of each compile of a frame, with its code's
+    identity, its frame state (dict or None), its argument names and values, and the
+    timeout in seconds. Returns the new frame state (this rank's state joined with every
+    rank's that compiled the same code), or None when no exchange took place (nothing
+    changes then)."""
+    global _seq, _group
+    found = _distributed()
+    if found is None:
+        return None
+    store, rank, world, group = found
+    if group is not _group:
+        _group, _seq = group, 0
+    seq = _seq
+    _seq += 1
+    code = "%s (%s:%d)" % (name, filename, firstlineno)
+    state = _local_state(fstate, names, values)
+    payload = json.dumps({"code": [filename, firstlineno, name], "state": state})
+    keys = ["%s/%d/%d" % (PREFIX, seq, r) for r in range(world)]
+    store.set(keys[rank], payload)
+    others = [k for r, k in enumerate(keys) if r != rank]
+    try:
+        store.wait(others, datetime.timedelta(seconds=max(timeout, 0.001)))
+    except RuntimeError:   # torch.distributed.DistStoreError: the timeout
+        missing = [r for r, k in enumerate(keys) if r != rank and not store.check([k])]
+        if missing:
+            _fail(code, "rank(s) %s did not compile it within %s s "
+                  "(config.compiler_collectives_timeout)" % (", ".join(map(str, missing)), timeout),
+                  "this rank compiles with its own sizes only")
+            return None
+    merged = dict(fstate) if fstate else {}
+    merged.update(state)
+    strangers = []
+    for r, raw in enumerate(store.multi_get(others)):
+        peer = others[r].rsplit("/", 1)[1]
+        try:
+            doc = json.loads(bytes(raw).decode("utf-8"))
+            if doc["code"] != [filename, firstlineno, name]:
+                strangers.append("%s compiled %s (%s:%s)" % (peer, doc["code"][2], doc["code"][0],
+                                                            doc["code"][1]))
+                continue
+            theirs = doc["state"]
+            if not isinstance(theirs, dict) or not all(map(_valid_entry, theirs.values())):
+                raise ValueError("malformed state")
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            strangers.append("%s sent an unreadable entry (%s)" % (peer, e))
+            continue
+        for source, entry in theirs.items():
+            if source in merged:
+                merged[source] = _join_entry(merged[source], entry)
+    if strangers:
+        _fail(code, "rank " + "; rank ".join(strangers),
+              "their sizes are not used" if len(strangers) < world - 1
+              else "this rank compiles with its own sizes only")
+    return merged

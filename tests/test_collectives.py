@@ -1,0 +1,168 @@
+"""The compiler collective (config.enable_compiler_collectives): ranks of a gloo job
+started with torch.multiprocessing.spawn exchange argument sizes at each compile, so a
+batch size that differs across ranks is dynamic on every rank at the first compile."""
+import json
+import os
+import socket
+import time
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import shapejit
+from shapejit import collectives
+
+BATCH = [4, 6, 9]   # rank r's first batch size; later each rank runs the others' sizes too
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model(x, n):
+    return torch.relu(x @ x.t()).sum(1) * n + x.mean()
+
+
+def _phase(knob_on, world, rank, use_torch):
+    """One compiled function called with this rank's batch first, then the others'.
+    Returns (recompiles, graphs, every result equal to eager). use_torch: torch.compile
+    and torch._dynamo.config through the compat layer, else shapejit's own API."""
+    shapejit.reset()
+    if use_torch:
+        fn = torch.compile(lambda x, n: _model(x, n))
+        patch = torch._dynamo.config.patch(enable_compiler_collectives=knob_on)
+    else:
+        fn = shapejit.compile(lambda x, n: _model(x, n))
+        patch = shapejit.config.patch(enable_compiler_collectives=knob_on)
+    sizes = [BATCH[rank]] + [BATCH[r] for r in range(world) if r != rank]
+    ok = True
+    with patch:
+        for b in sizes:
+            x = torch.randn(b, 8)
+            ok = ok and torch.allclose(fn(x, 3), _model(x, 3), atol=1e-5)
+    s = shapejit.stats()
+    return {"recompiles": s["recompiles"], "graphs": s["graphs"], "equal": bool(ok)}
+
+
+def _worker(rank, world, port, out_dir, timeout_rank):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    use_torch = world == 2   # torch's spelling with 2 ranks, shapejit's with 3
+    if use_torch:
+        shapejit.install_torch_compat()
+    try:
+        result = {"off": _phase(False, world, rank, use_torch)}
+        dist.barrier()
+        result["on"] = _phase(True, world, rank, use_torch)
+        dist.barrier()
+        # one rank runs eagerly: the others compile alone and must not wait past the timeout
+        shapejit.reset()
+        fn = shapejit.compile(lambda x: torch.tanh(x) * 2)
+        x = torch.randn(BATCH[rank], 5)
+        with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=1):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t0 = time.monotonic()
+                y = fn(x) if rank != timeout_rank else torch.tanh(x) * 2
+                waited = time.monotonic() - t0
+        result["timeout"] = {"waited": waited, "equal": bool(torch.allclose(y, torch.tanh(x) * 2)),
+                             "warnings": [str(w.message) for w in caught],
+                             "graphs": shapejit.stats()["graphs"]}
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
+        json.dump(result, f)
+
+
+def _spawn(world, tmp_path):
+    mp.spawn(_worker, args=(world, _free_port(), str(tmp_path), world - 1), nprocs=world, join=True)
+    return [json.load(open(tmp_path / ("rank%d.json" % r))) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_agree_on_dynamic_dims(world, tmp_path):
+    results = _spawn(world, tmp_path)
+    for rank, res in enumerate(results):
+        # without the collective each rank compiles its own batch statically, then
+        # recompiles for the size another rank saw first
+        assert res["off"]["equal"], rank
+        assert res["off"]["recompiles"] >= 1, (rank, res["off"])
+        # with it, one dynamic graph at the first call on every rank, nothing later
+        assert res["on"]["equal"], rank
+        assert res["on"]["recompiles"] == 0, (rank, res["on"])
+        assert res["on"]["graphs"] == 1, (rank, res["on"])
+        t = res["timeout"]
+        assert t["equal"], rank
+        if rank == world - 1:   # the rank that did not compile
+            assert t["graphs"] == 0 and not t["warnings"]
+            continue
+        assert t["graphs"] == 1
+        assert t["waited"] < 10, t
+        msg = [w for w in t["warnings"] if "compiler collective" in w]
+        assert len(msg) == 1, t["warnings"]
+        assert "rank(s) %d did not compile it within 1 s" % (world - 1) in msg[0]
+        assert "compiler_collectives_timeout" in msg[0]
+        assert "its own sizes only" in msg[0]
+
+
+def test_no_process_group_means_no_collective(fresh_shapejit):
+    assert not dist.is_initialized()
+    fn = shapejit.compile(lambda x: x * 2 + 1)
+    with shapejit.config.patch(enable_compiler_collectives=True):
+        assert not collectives.active()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for b in (4, 6, 9):
+                x = torch.randn(b, 3)
+                assert torch.equal(fn(x), x * 2 + 1)
+    # automatic dynamic as without the knob: static first, one recompile, then dynamic
+    assert shapejit.stats()["recompiles"] == 1
+
+
+def test_world_size_one_exchanges_nothing(fresh_shapejit):
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with shapejit.config.patch(enable_compiler_collectives=True):
+            assert not collectives.active()
+            before = collectives._seq
+            fn = shapejit.compile(lambda x: x - 1)
+            x = torch.randn(5, 2)
+            assert torch.equal(fn(x), x - 1)
+            assert collectives._seq == before
+    finally:
+        dist.destroy_process_group()
+
+
+def test_knob_and_environment(tmp_path):
+    import subprocess
+    import sys
+    code = ("import shapejit, torch; "
+            "print(shapejit.config.enable_compiler_collectives, "
+            "shapejit.config.compiler_collectives_timeout)")
+    env = dict(os.environ, TORCH_COMPILER_COLLECTIVES="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["True", "60"]
+    assert shapejit.config.enable_compiler_collectives is False
+
+
+@pytest.mark.parametrize("a, b, joined", [
+    ([4, 8], [6, 8], [None, 8]),
+    ([4, 8], [4, 8], [4, 8]),
+    ([4, 8], [4, 8, 1], [None, None]),
+    ([None, 8], [4, 8], [None, 8]),
+    (3, 3, 3),
+    (3, 5, None),
+    ([4], 5, [None]),
+    (5, [4], None),
+])
+def test_join_rule(a, b, joined):
+    assert collectives._join_entry(a, b) == joined
