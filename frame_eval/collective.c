@@ -14,7 +14,9 @@ void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *local
     PyObject *dist = mods ? PyDict_GetItemString(mods, "torch.distributed") : NULL;
     if (!dist)
         return;
-    int nargs = co->co_argcount + co->co_kwonlyargcount;
+    /* the arguments, *args and **kwargs included (they come last in localsplus) */
+    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+                !!(co->co_flags & CO_VARKEYWORDS);
     PyObject *names = PyTuple_New(nargs), *values = PyTuple_New(nargs);
     PyObject *mod = NULL, *fn = NULL, *r = NULL;
     if (!names || !values)

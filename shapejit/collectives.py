@@ -6,8 +6,8 @@ differs across ranks makes each rank compile a static graph first and recompile 
 when it meets a size that another rank already saw, and ranks compile at different
 times. With ``enable_compiler_collectives`` on, every compile of a frame starts with an
 exchange: each rank publishes what automatic dynamic knows of the frame's arguments (the
-sizes of its tensor arguments and the values of its int arguments, joined with what
-earlier compiles of the frame saw), and every rank joins all of them. A dim that differs
+sizes of the tensors and the values of the ints among its arguments, also inside list,
+tuple and dict arguments, joined with what earlier compiles of the frame saw), and every rank joins all of them. A dim that differs
 across ranks is then dynamic on every rank, at the first compile, so ranks compile the
 same graphs in the same order.
 
@@ -73,22 +73,41 @@ def _valid_entry(v):
     return v is None or type(v) is int
 
 
+_DEPTH = 3        # containers looked into below an argument (xs[0], batch["ids"][1])
+_ENTRIES = 256    # sources sent per compile at most
+
+
+def _walk(source, v, depth, out, torch):
+    """Adds {source: entry} for v, a tensor (its sizes) or an int (its value), or for the
+    tensors and ints inside v when it is a list, tuple or dict (named as the compiler names
+    them: L['xs'][0], L['batch']['ids'])."""
+    if len(out) >= _ENTRIES:
+        return
+    if torch is not None and isinstance(v, torch.Tensor):
+        out[source] = [int(d) for d in v.shape]
+    elif type(v) is int:
+        out[source] = v
+    elif depth > 0 and type(v) in (list, tuple):
+        for i, item in enumerate(v[:_ENTRIES]):
+            _walk("%s[%d]" % (source, i), item, depth - 1, out, torch)
+    elif depth > 0 and type(v) is dict:
+        for key, item in list(v.items())[:_ENTRIES]:
+            if type(key) in (str, int):
+                _walk("%s[%r]" % (source, key), item, depth - 1, out, torch)
+
+
 def _local_state(fstate, names, values):
-    """{source: entry} for the tensor and int arguments: now, joined with what automatic
-    dynamic kept from earlier compiles (fstate, the compiler's dict or None)."""
-    torch = sys.modules.get("torch")
+    """{source: entry} for the tensors and ints among the arguments (and inside list,
+    tuple and dict arguments): now, joined with what automatic dynamic kept from earlier
+    compiles (fstate, the compiler's dict or None)."""
     out = {}
+    torch = sys.modules.get("torch")
     for name, v in zip(names, values):
-        if torch is not None and isinstance(v, torch.Tensor):
-            now = [int(d) for d in v.shape]
-        elif type(v) is int:
-            now = v
-        else:
-            continue
-        source = "L[%r]" % name
-        if fstate is not None and source in fstate:
-            now = _join_entry(now, fstate[source])
-        out[source] = now
+        _walk("L[%r]" % name, v, _DEPTH, out, torch)
+    if fstate:
+        for source, now in out.items():
+            if source in fstate:
+                out[source] = _join_entry(now, fstate[source])
     return out
 
 

@@ -166,3 +166,139 @@ def test_knob_and_environment(tmp_path):
 ])
 def test_join_rule(a, b, joined):
     assert collectives._join_entry(a, b) == joined
+
+
+@pytest.fixture
+def peer(monkeypatch):
+    """This process as rank 0 of a 2-rank job whose store is a local HashStore; the test
+    plays rank 1 by writing its key."""
+    store = dist.HashStore()
+    group = object()
+    monkeypatch.setattr(collectives, "_distributed", lambda: (store, 0, 2, group))
+    monkeypatch.setattr(collectives, "_group", None)
+    return store
+
+
+def _exchange(fstate, names, values, timeout=5):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = collectives.exchange("f.py", 3, "f", fstate, names, values, timeout)
+    return got, [str(w.message) for w in caught]
+
+
+def _peer_says(store, seq, payload):
+    store.set("%s/%d/1" % (collectives.PREFIX, seq), payload)
+
+
+def test_exchange_joins_the_peer_state(peer):
+    _peer_says(peer, 0, json.dumps({"code": ["f.py", 3, "f"],
+                                    "state": {"L['x']": [6, 8], "L['n']": 3, "L['z']": [1]}}))
+    got, warned = _exchange(None, ("x", "n", "flag"), (torch.zeros(4, 8), 3, True))
+    assert warned == []
+    # the peer's extra source is not this frame's; bools are not exchanged
+    assert got == {"L['x']": [None, 8], "L['n']": 3}
+    sent = json.loads(peer.get("%s/0/0" % collectives.PREFIX))
+    assert sent == {"code": ["f.py", 3, "f"], "state": {"L['x']": [4, 8], "L['n']": 3}}
+
+
+def test_exchange_keeps_what_earlier_compiles_learned(peer):
+    _peer_says(peer, 0, json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": [4, 8]}}))
+    got, _ = _exchange({"L['x']": [4, None], "L['y']": [2]}, ("x",), (torch.zeros(4, 8),))
+    assert got == {"L['x']": [4, None], "L['y']": [2]}
+
+
+@pytest.mark.parametrize("payload, says", [
+    ("{not json", "1 sent an unreadable entry"),
+    (json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": ["a"]}}), "unreadable"),
+    (json.dumps({"code": ["g.py", 9, "g"], "state": {}}), "1 compiled g (g.py:9)"),
+])
+def test_a_bad_or_foreign_peer_entry_warns_and_stays_local(peer, payload, says):
+    _peer_says(peer, 0, payload)
+    got, warned = _exchange(None, ("x",), (torch.zeros(4, 8),))
+    assert got == {"L['x']": [4, 8]}
+    assert len(warned) == 1 and says in warned[0] and "f (f.py:3)" in warned[0]
+    assert "its own sizes only" in warned[0]
+
+
+def test_a_missing_peer_times_out_with_a_warning(peer):
+    t0 = time.monotonic()
+    got, warned = _exchange(None, ("x",), (torch.zeros(4, 8),), timeout=0)
+    assert got is None and time.monotonic() - t0 < 5
+    assert len(warned) == 1 and "rank(s) 1 did not compile it within 0 s" in warned[0]
+    # the next compile is the next exchange: a late peer's first entry does not count for it
+    _peer_says(peer, 1, json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": [5, 8]}}))
+    got, warned = _exchange(None, ("x",), (torch.zeros(4, 8),))
+    assert got == {"L['x']": [None, 8]} and warned == []
+
+
+def test_a_failing_exchange_warns_and_the_compile_goes_on(fresh_shapejit, monkeypatch):
+    class BrokenStore:
+        def set(self, key, value):
+            raise ConnectionError("store unreachable")
+
+    monkeypatch.setattr(collectives, "_distributed", lambda: (BrokenStore(), 0, 2, object()))
+    fn = shapejit.compile(lambda x: x + 1)
+    x = torch.randn(3, 2)
+    with shapejit.config.patch(enable_compiler_collectives=True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert torch.equal(fn(x), x + 1)
+    msgs = [str(w.message) for w in caught]
+    assert any("compiler collective for <lambda>" in m and "store unreachable" in m
+               and "its own sizes only" in m for m in msgs), msgs
+    assert shapejit.stats()["graphs"] == 1
+
+
+def test_an_interrupt_in_the_exchange_reaches_the_user(fresh_shapejit, monkeypatch):
+    class InterruptedStore:
+        def set(self, key, value):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(collectives, "_distributed", lambda: (InterruptedStore(), 0, 2, object()))
+    fn = shapejit.compile(lambda x: x + 1)
+    with shapejit.config.patch(enable_compiler_collectives=True):
+        with pytest.raises(KeyboardInterrupt):
+            fn(torch.randn(3, 2))
+
+
+def _plain(x, n):
+    return x * n
+
+
+def _listed(xs, scale):
+    return xs[0] + xs[1].sum() * scale
+
+
+def _keyed(batch):
+    return batch["ids"] * 2 + batch["mask"].sum()
+
+
+def _starred(*ts, **kw):
+    return ts[0] + kw["bias"].sum()
+
+
+@pytest.mark.parametrize("fn, make, theirs", [
+    (_plain, lambda b: ((torch.ones(b, 3), 2), {}), {"L['x']": [6, 3], "L['n']": 2}),
+    (_listed, lambda b: (([torch.ones(b, 3), torch.ones(b)], 2.0), {}),
+     {"L['xs'][0]": [6, 3], "L['xs'][1]": [6]}),
+    (_keyed, lambda b: (({"ids": torch.ones(b, 3), "mask": torch.ones(b)},), {}),
+     {"L['batch']['ids']": [6, 3], "L['batch']['mask']": [6]}),
+    (_starred, lambda b: ((torch.ones(b, 3),), {"bias": torch.ones(b)}),
+     {"L['ts'][0]": [6, 3], "L['kw']['bias']": [6]}),
+], ids=["args", "list", "dict", "star"])
+def test_a_size_only_the_peer_saw_is_dynamic_at_once(fresh_shapejit, peer, fn, make, theirs):
+    """The peer (rank 1) compiled the same frame with batch 6: this rank's first compile, at
+    batch 4, is dynamic in the batch dim of every input the peer named, so batch 6 reuses it
+    (the names are the compiler's: a mismatch would recompile and wait for the peer)."""
+    co = fn.__code__
+    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
+                                    "state": theirs}))
+    compiled = shapejit.compile(fn)
+    with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=1):
+        for b in (4, 6):
+            args, kw = make(b)
+            assert torch.equal(compiled(*args, **kw), fn(*args, **kw))
+    s = shapejit.stats()
+    assert (s["graphs"], s["recompiles"]) == (1, 0), s
+    sent = json.loads(peer.get("%s/0/0" % collectives.PREFIX))["state"]
+    assert sent == {k: [4] + v[1:] if isinstance(v, list) else v for k, v in theirs.items()}
