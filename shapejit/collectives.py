@@ -22,9 +22,9 @@ frame hook, where the hook is off, so torch.distributed's Python code runs eager
 No exchange happens when the knob is off, when torch.distributed was never imported or
 has no default process group, or when the world size is 1.
 """
-import datetime
 import json
 import sys
+import time
 import warnings
 
 PREFIX = "shapejit/cc"
@@ -117,6 +117,21 @@ def _fail(code, what, then):
                   % (code, what, then), UserWarning, stacklevel=3)
 
 
+def _wait(store, keys, timeout):
+    """True once every key is in the store, False past timeout seconds. Polls with short
+    sleeps rather than blocking in store.wait: Ctrl-C stays prompt during a long wait (the
+    sleep is where Python runs signal handlers), and a timeout is not a c10d error."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while not store.check(keys):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.02)
+    return True
+
+
 def exchange(filename, firstlineno, name, fstate, names, values, timeout):
     """Called by the compiler at the start of each compile of a frame, with its code's
     identity, its frame state (dict or None), its argument names and values, and the
@@ -138,15 +153,12 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
     keys = ["%s/%d/%d" % (PREFIX, seq, r) for r in range(world)]
     store.set(keys[rank], payload)
     others = [k for r, k in enumerate(keys) if r != rank]
-    try:
-        store.wait(others, datetime.timedelta(seconds=max(timeout, 0.001)))
-    except RuntimeError:   # torch.distributed.DistStoreError: the timeout
+    if not _wait(store, others, timeout):
         missing = [r for r, k in enumerate(keys) if r != rank and not store.check([k])]
-        if missing:
-            _fail(code, "rank(s) %s did not compile it within %s s "
-                  "(config.compiler_collectives_timeout)" % (", ".join(map(str, missing)), timeout),
-                  "this rank compiles with its own sizes only")
-            return None
+        _fail(code, "rank(s) %s did not compile it within %s s "
+              "(config.compiler_collectives_timeout)" % (", ".join(map(str, missing)), timeout),
+              "this rank compiles with its own sizes only")
+        return None
     merged = dict(fstate) if fstate else {}
     merged.update(state)
     strangers = []

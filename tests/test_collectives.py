@@ -13,10 +13,9 @@ import torch._dynamo
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import collectives_worker
 import shapejit
 from shapejit import collectives
-
-BATCH = [4, 6, 9]   # rank r's first batch size; later each rank runs the others' sizes too
 
 
 def _free_port():
@@ -25,66 +24,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _model(x, n):
-    return torch.relu(x @ x.t()).sum(1) * n + x.mean()
-
-
-def _phase(knob_on, world, rank, use_torch):
-    """One compiled function called with this rank's batch first, then the others'.
-    Returns (recompiles, graphs, every result equal to eager). use_torch: torch.compile
-    and torch._dynamo.config through the compat layer, else shapejit's own API."""
-    shapejit.reset()
-    if use_torch:
-        fn = torch.compile(lambda x, n: _model(x, n))
-        patch = torch._dynamo.config.patch(enable_compiler_collectives=knob_on)
-    else:
-        fn = shapejit.compile(lambda x, n: _model(x, n))
-        patch = shapejit.config.patch(enable_compiler_collectives=knob_on)
-    sizes = [BATCH[rank]] + [BATCH[r] for r in range(world) if r != rank]
-    ok = True
-    with patch:
-        for b in sizes:
-            x = torch.randn(b, 8)
-            ok = ok and torch.allclose(fn(x, 3), _model(x, 3), atol=1e-5)
-    s = shapejit.stats()
-    return {"recompiles": s["recompiles"], "graphs": s["graphs"], "equal": bool(ok)}
-
-
-def _worker(rank, world, port, out_dir, timeout_rank):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    use_torch = world == 2   # torch's spelling with 2 ranks, shapejit's with 3
-    if use_torch:
-        shapejit.install_torch_compat()
-    try:
-        result = {"off": _phase(False, world, rank, use_torch)}
-        dist.barrier()
-        result["on"] = _phase(True, world, rank, use_torch)
-        dist.barrier()
-        # one rank runs eagerly: the others compile alone and must not wait past the timeout
-        shapejit.reset()
-        fn = shapejit.compile(lambda x: torch.tanh(x) * 2)
-        x = torch.randn(BATCH[rank], 5)
-        with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=1):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                t0 = time.monotonic()
-                y = fn(x) if rank != timeout_rank else torch.tanh(x) * 2
-                waited = time.monotonic() - t0
-        result["timeout"] = {"waited": waited, "equal": bool(torch.allclose(y, torch.tanh(x) * 2)),
-                             "warnings": [str(w.message) for w in caught],
-                             "graphs": shapejit.stats()["graphs"]}
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
-        json.dump(result, f)
-
-
 def _spawn(world, tmp_path):
-    mp.spawn(_worker, args=(world, _free_port(), str(tmp_path), world - 1), nprocs=world, join=True)
-    return [json.load(open(tmp_path / ("rank%d.json" % r))) for r in range(world)]
+    mp.spawn(collectives_worker.run, args=(world, _free_port(), str(tmp_path), world - 1),
+             nprocs=world, join=True)
+    return [json.loads((tmp_path / ("rank%d.json" % r)).read_text()) for r in range(world)]
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -302,3 +245,28 @@ def test_a_size_only_the_peer_saw_is_dynamic_at_once(fresh_shapejit, peer, fn, m
     assert (s["graphs"], s["recompiles"]) == (1, 0), s
     sent = json.loads(peer.get("%s/0/0" % collectives.PREFIX))["state"]
     assert sent == {k: [4] + v[1:] if isinstance(v, list) else v for k, v in theirs.items()}
+
+
+def test_torch_spelling_through_the_compat_layer(fresh_shapejit, peer):
+    """torch.compile and torch._dynamo.config.patch(enable_compiler_collectives=True), routed
+    to shapejit: the size the peer saw makes the first compile dynamic."""
+    def f(x):
+        return torch.sin(x) + 1
+
+    co = f.__code__
+    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
+                                    "state": {"L['x']": [7, 2]}}))
+    shapejit.install_torch_compat()
+    try:
+        compiled = torch.compile(f, backend="eager")
+        with torch._dynamo.config.patch(enable_compiler_collectives=True):
+            assert torch._dynamo.config.enable_compiler_collectives is True
+            assert shapejit.config.enable_compiler_collectives is True
+            for b in (3, 7):
+                x = torch.randn(b, 2)
+                assert torch.allclose(compiled(x), f(x))
+        assert shapejit.config.enable_compiler_collectives is False
+    finally:
+        shapejit.uninstall_torch_compat()
+    s = shapejit.stats()
+    assert (s["graphs"], s["recompiles"]) == (1, 0), s
