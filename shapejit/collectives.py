@@ -23,6 +23,7 @@ No exchange happens when the knob is off, when torch.distributed was never impor
 has no default process group, or when the world size is 1.
 """
 import json
+import logging
 import sys
 import time
 import warnings
@@ -34,7 +35,7 @@ _group = None     # the default group _seq counts for (a new group starts over)
 
 
 def _distributed():
-    """(store, rank, world size) of the default process group, or None when there is no
+    """(store, rank, world size, group) of the default process group, or None when there is no
     group of more than one rank. Never imports torch.distributed itself."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -117,6 +118,25 @@ def _fail(code, what, then):
                   % (code, what, then), UserWarning, stacklevel=3)
 
 
+def _show(entry):
+    if isinstance(entry, list):
+        return "[%s]" % ", ".join("?" if d is None else str(d) for d in entry)
+    return "?" if entry is None else str(entry)
+
+
+def _log_join(code, ranks, local, merged):
+    """On the dynamic channel (INFO): the sources the other ranks made dynamic, e.g.
+    ``compiler collective for f (t.py:3) over 2 ranks: L['x'] [4, 8] -> [?, 8]``."""
+    from . import _C, logs
+    level = _C.log_levels().get("dynamic", 0)
+    if not level or level > logging.INFO:
+        return
+    changed = ["%s %s -> %s" % (src, _show(local[src]), _show(merged[src]))
+               for src in sorted(local) if merged.get(src) != local[src]]
+    logs._sink("dynamic", logging.INFO, "compiler collective for %s over %d ranks: %s"
+               % (code, ranks, "; ".join(changed) if changed else "the ranks agree"))
+
+
 def _wait(store, keys, timeout):
     """True once every key is in the store, False past timeout seconds. Polls with short
     sleeps rather than blocking in store.wait: Ctrl-C stays prompt during a long wait (the
@@ -183,4 +203,5 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _fail(code, "rank " + "; rank ".join(strangers),
               "their sizes are not used" if len(strangers) < world - 1
               else "this rank compiles with its own sizes only")
+    _log_join(code, world - len(strangers), state, merged)
     return merged

@@ -270,3 +270,17 @@ def test_torch_spelling_through_the_compat_layer(fresh_shapejit, peer):
         shapejit.uninstall_torch_compat()
     s = shapejit.stats()
     assert (s["graphs"], s["recompiles"]) == (1, 0), s
+
+
+def test_the_dynamic_log_says_what_the_ranks_made_dynamic(peer, capsys):
+    _peer_says(peer, 0, json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": [6, 8]}}))
+    _peer_says(peer, 1, json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": [4, 8]}}))
+    shapejit.set_logs(dynamic=True)
+    try:
+        _exchange(None, ("x",), (torch.zeros(4, 8),))
+        _exchange(None, ("x",), (torch.zeros(4, 8),))
+    finally:
+        shapejit.set_logs()
+    err = capsys.readouterr().err
+    assert "compiler collective for f (f.py:3) over 2 ranks: L['x'] [4, 8] -> [?, 8]" in err
+    assert "compiler collective for f (f.py:3) over 2 ranks: the ranks agree" in err
