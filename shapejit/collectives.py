@@ -24,6 +24,7 @@ has no default process group, or when the world size is 1.
 """
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -112,6 +113,14 @@ def _local_state(fstate, names, values):
     return out
 
 
+def _same_code(theirs, filename, firstlineno, name):
+    """Whether a peer's [file, line, name] is this code: the same name, first line and file
+    name (ranks may run the same script from different directories)."""
+    return (isinstance(theirs, list) and len(theirs) == 3 and theirs[1:] == [firstlineno, name]
+            and isinstance(theirs[0], str)
+            and os.path.basename(theirs[0]) == os.path.basename(filename))
+
+
 def _fail(code, what, then):
     warnings.warn("shapejit: compiler collective for %s: %s; %s (all ranks must compile the "
                   "same frames in the same order, see docs/distributed.md)"
@@ -186,7 +195,7 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         peer = others[r].rsplit("/", 1)[1]
         try:
             doc = json.loads(bytes(raw).decode("utf-8"))
-            if doc["code"] != [filename, firstlineno, name]:
+            if not _same_code(doc["code"], filename, firstlineno, name):
                 strangers.append("%s compiled %s (%s:%s)" % (peer, doc["code"][2], doc["code"][0],
                                                             doc["code"][1]))
                 continue

@@ -284,3 +284,10 @@ def test_the_dynamic_log_says_what_the_ranks_made_dynamic(peer, capsys):
     err = capsys.readouterr().err
     assert "compiler collective for f (f.py:3) over 2 ranks: L['x'] [4, 8] -> [?, 8]" in err
     assert "compiler collective for f (f.py:3) over 2 ranks: the ranks agree" in err
+
+
+def test_a_peer_running_the_script_from_another_directory_counts(peer):
+    _peer_says(peer, 0, json.dumps({"code": ["/elsewhere/f.py", 3, "f"],
+                                    "state": {"L['x']": [6, 8]}}))
+    got, warned = _exchange(None, ("x",), (torch.zeros(4, 8),))
+    assert got == {"L['x']": [None, 8]} and warned == []
