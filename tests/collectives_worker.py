@@ -18,20 +18,27 @@ def _model(x, n):
     return torch.relu(x @ x.t()).sum(1) * n + x.mean()
 
 
-def _phase(knob_on, world, rank):
+def _with_break(x, n):
+    y = torch.relu(x) * n
+    if y.sum() > -1e9:   # a graph break: the rest is a resume function, compiled on its own
+        y = y + 1
+    return y.sum(1)
+
+
+def _phase(knob_on, world, rank, model=_model):
     """One compiled function called with this rank's batch first, then the others'.
     Returns (recompiles, graphs, every result equal to eager). The eager backend keeps the
     ranks short (what is compiled is decided before the backend runs); torch's spelling
     (torch.compile, torch._dynamo.config) is tested in one process with a stand-in peer,
     as importing torch._dynamo in every rank costs seconds."""
     shapejit.reset()
-    fn = shapejit.compile(lambda x, n: _model(x, n), backend="eager")
+    fn = shapejit.compile(lambda x, n: model(x, n), backend="eager")
     sizes = [BATCH[rank]] + [BATCH[r] for r in range(world) if r != rank]
     ok = True
     with shapejit.config.patch(enable_compiler_collectives=knob_on):
         for b in sizes:
             x = torch.randn(b, 8)
-            ok = ok and torch.allclose(fn(x, 3), _model(x, 3), atol=1e-5)
+            ok = ok and torch.allclose(fn(x, 3), model(x, 3), atol=1e-5)
     s = shapejit.stats()
     return {"recompiles": s["recompiles"], "graphs": s["graphs"], "equal": bool(ok)}
 
@@ -44,6 +51,10 @@ def run(rank, world, port, out_dir, timeout_rank):
         result = {"off": _phase(False, world, rank)}
         dist.barrier()
         result["on"] = _phase(True, world, rank)
+        dist.barrier()
+        result["break_off"] = _phase(False, world, rank, _with_break)
+        dist.barrier()
+        result["break_on"] = _phase(True, world, rank, _with_break)
         dist.barrier()
         # one rank runs eagerly: the others compile alone and must not wait past the timeout
         shapejit.reset()

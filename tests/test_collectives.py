@@ -42,6 +42,12 @@ def test_ranks_agree_on_dynamic_dims(world, tmp_path):
         assert res["on"]["equal"], rank
         assert res["on"]["recompiles"] == 0, (rank, res["on"])
         assert res["on"]["graphs"] == 1, (rank, res["on"])
+        # a graph break: the frame and its resume function exchange in the same order on
+        # every rank, and both are dynamic at once
+        assert res["break_off"]["equal"] and res["break_on"]["equal"], rank
+        assert res["break_off"]["recompiles"] >= 2, (rank, res["break_off"])
+        assert (res["break_on"]["graphs"], res["break_on"]["recompiles"]) == (2, 0), \
+            (rank, res["break_on"])
         t = res["timeout"]
         assert t["equal"], rank
         if rank == world - 1:   # the rank that did not compile
