@@ -101,15 +101,18 @@ def _walk(source, v, depth, out, torch):
 def _local_state(fstate, names, values):
     """{source: entry} for the tensors and ints among the arguments (and inside list,
     tuple and dict arguments): now, joined with what automatic dynamic kept from earlier
-    compiles (fstate, the compiler's dict or None)."""
+    compiles (fstate, the compiler's dict or None); and the rest of what it kept (sources
+    the arguments do not reach, such as attributes and globals, seen by earlier compiles),
+    so that ranks agree on those from the second compile of a frame on."""
     out = {}
     torch = sys.modules.get("torch")
     for name, v in zip(names, values):
         _walk("L[%r]" % name, v, _DEPTH, out, torch)
-    if fstate:
-        for source, now in out.items():
-            if source in fstate:
-                out[source] = _join_entry(now, fstate[source])
+    for source, old in (fstate or {}).items():
+        if source in out:
+            out[source] = _join_entry(out[source], old)
+        elif len(out) < _ENTRIES and type(source) is str and _valid_entry(old):
+            out[source] = list(old) if isinstance(old, list) else old
     return out
 
 

@@ -151,9 +151,14 @@ def test_exchange_joins_the_peer_state(peer):
 
 
 def test_exchange_keeps_what_earlier_compiles_learned(peer):
-    _peer_says(peer, 0, json.dumps({"code": ["f.py", 3, "f"], "state": {"L['x']": [4, 8]}}))
-    got, _ = _exchange({"L['x']": [4, None], "L['y']": [2]}, ("x",), (torch.zeros(4, 8),))
-    assert got == {"L['x']": [4, None], "L['y']": [2]}
+    # L['self'].w: a source the arguments do not reach, known from an earlier compile
+    _peer_says(peer, 0, json.dumps({"code": ["f.py", 3, "f"],
+                                    "state": {"L['x']": [4, 8], "L['self'].w": [3, 5]}}))
+    got, _ = _exchange({"L['x']": [4, None], "L['self'].w": [2, 5], "L['f']": 1.5},
+                       ("x",), (torch.zeros(4, 8),))
+    assert got == {"L['x']": [4, None], "L['self'].w": [None, 5], "L['f']": 1.5}
+    sent = json.loads(peer.get("%s/0/0" % collectives.PREFIX))["state"]
+    assert sent == {"L['x']": [4, None], "L['self'].w": [2, 5]}   # floats are not sent
 
 
 @pytest.mark.parametrize("payload, says", [
