@@ -302,3 +302,28 @@ def test_a_peer_running_the_script_from_another_directory_counts(peer):
                                     "state": {"L['x']": [6, 8]}}))
     got, warned = _exchange(None, ("x",), (torch.zeros(4, 8),))
     assert got == {"L['x']": [None, 8]} and warned == []
+
+
+@pytest.mark.parametrize("oblivious, compiles", [(False, (2, 1)), (True, (1, 0))])
+def test_size_one_specialises_unless_backed_size_oblivious(fresh_shapejit, peer, oblivious,
+                                                            compiles):
+    """This rank's batch is 1 and the peer's 6: the agreed dim is dynamic, but a size of 1
+    is specialised (a later 6 recompiles on this rank alone) unless backed_size_oblivious."""
+    def f(x):
+        return torch.relu(x).sum(0)
+
+    co = f.__code__
+    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
+                                    "state": {"L['x']": [6, 8]}}))
+    compiled = shapejit.compile(f, backend="eager")
+    with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=0,
+                               backed_size_oblivious=oblivious):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for b in (1, 6):
+                x = torch.randn(b, 8)
+                assert torch.allclose(compiled(x), f(x))
+    s = shapejit.stats()
+    assert (s["graphs"], s["recompiles"]) == compiles
+    # the lone recompile finds no peer and says so
+    assert len([w for w in caught if "did not compile it" in str(w.message)]) == compiles[1]
