@@ -7,6 +7,7 @@
 #include "../core/trace.h"
 #include "events.h"
 #include "resume.h"
+#include "collective.h"
 #include <time.h>
 #include "../core/errors.h"
 
@@ -1063,6 +1064,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     if (sj_trace_on)
         SJ_TRACE("compile_start", "(Oii)", (PyObject *)co, st->frame_id, st->ncompiles);
     symb_pgo_load(st, co, closure);
+    collective_exchange(st, co, locals);   /* after PGO: every rank joins what it loaded */
     if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;

@@ -38,6 +38,7 @@ _ENV = {
     "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "automatic_dynamic_remote_pgo",
     "SHAPEJIT_KERNEL_REMOTE_CACHE": "kernel_remote_cache",
     "TORCH_TRACE": "trace_dir",
+    "TORCH_COMPILER_COLLECTIVES": "enable_compiler_collectives",
 }
 _FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 
