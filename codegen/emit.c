@@ -392,9 +392,13 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
         put_body(b, g, k, "base[%d] + i * u%d");
         put(b, "        }\n        } else {\n");
+        /* strides as locals: read through st in the loop, gcc reloads them per element (st
+         * may alias an output) and the loop cannot vectorise (with gathers) */
+        for (int j = 0; j < nops; j++)
+            put(b, "        const int64_t v%d = st[%d];\n", j, j * r + r - 1);
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
         char fmt[64];
-        snprintf(fmt, sizeof fmt, "base[%%d] + i * st[%%d * %d + %d]", r, r - 1);
+        snprintf(fmt, sizeof fmt, "base[%%d] + i * v%%d");
         put_body(b, g, k, fmt);
         put(b, "        }\n        }\n    }\n");
     }

@@ -146,6 +146,11 @@ static PyObject *user_stack(Capture *c)
     return list;
 }
 
+PyObject *cap_user_stack(Capture *c)
+{
+    return user_stack(c);
+}
+
 static void set_failure(Capture *c, BreakReason r, PyObject *msg)
 {
     if (c->reason != BR_NONE) {   /* keep the first, innermost reason */

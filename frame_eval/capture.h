@@ -356,6 +356,9 @@ void cap_clear_failure(Capture *c);
 int cap_raise(Capture *c, PyObject *exc);
 /* New reference: (filename, lineno, funcname, line) of the current instruction. */
 PyObject *cap_where(Capture *c);
+/* New reference: the user frames of the capture now, outermost first, each
+ * (file, line, function, source line); NULL with an exception. */
+PyObject *cap_user_stack(Capture *c);
 
 /* evaluator.c */
 /* Evaluate code with the given locals (localsplus layout) and return its result var. */
@@ -442,10 +445,11 @@ SymNode *symb_node_of(Capture *c, Var *v);
  * violation of mark_dynamic sets *violation (a new str: the error text). */
 int symb_finish(Capture *c, PyObject **violation);
 extern PyObject *SjConstraintViolation;   /* shapejit._C.ConstraintViolationError */
-/* PGO (TORCH_COMPILE_JOB_ID + TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO=1, shapejit/pgo.py):
- * a code's first compile starts from the saved frame state; each compile saves it. */
-void symb_pgo_load(CodeState *st, PyCodeObject *co);
-void symb_pgo_save(CodeState *st, PyCodeObject *co);
+/* PGO (TORCH_COMPILE_JOB_ID + TORCH_DYNAMO_AUTOMATIC_DYNAMIC_{LOCAL,REMOTE}_PGO=1,
+ * shapejit/pgo.py): a code's first compile starts from the saved frame state; each compile
+ * saves it. The closure (a tuple of cells or NULL) is part of the code's identity there. */
+void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure);
+void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure);
 int symb_init_module(PyObject *m);
 int checks_init_module(PyObject *m);
 

@@ -14,6 +14,7 @@
 #include "capture.h"
 #include "libs.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "../core/errors.h"
 
 /* ------------------------------------------------------------ assertions ---- */
@@ -54,6 +55,13 @@ int symb_runtime_assert(Capture *c, SymNode *rel)
     if (!w)
         goto fail;
     sj_log(LOG_DYNAMIC, SJ_INFO, "runtime_assert %U [guard added] %U", text, w);
+    if (sj_trace_on) {
+        PyObject *stack = cap_user_stack(c);
+        if (stack)
+            SJ_TRACE("guard_added", "(OO)", text, stack);
+        Py_XDECREF(stack);
+        sj_err_clear();
+    }
     symb_refine(c, rel);
     if (!assert_fn) {
         PyObject *mod = PyImport_ImportModule("shapejit._C");

@@ -4,8 +4,10 @@
 #include "libs.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "events.h"
 #include "resume.h"
+#include "collective.h"
 #include <time.h>
 #include "../core/errors.h"
 
@@ -725,6 +727,8 @@ static void report_break(Capture *c, PyCodeObject *co, PyObject *reason)
         sj_err_clear();
     }
     events_emit_break(reason, stack);
+    if (sj_trace_on)
+        SJ_TRACE("graph_break", "(OOO)", reason, stack ? stack : Py_None, (PyObject *)co);
 }
 
 /* ------------------------------------------------------------------ entry ---- */
@@ -1005,6 +1009,14 @@ static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
                    co->co_firstlineno, st->frame_id, e->compile_id, tree);
         Py_XDECREF(tree);
     }
+    if (sj_trace_on) {
+        PyObject *tree = guard_entry_format(&st->tree, &e->ge), *lines = guard_entry_lines(&st->tree, &e->ge);
+        if (tree && lines)
+            SJ_TRACE("guards", "(OO)", lines, tree);
+        Py_XDECREF(tree);
+        Py_XDECREF(lines);
+        sj_err_clear();
+    }
     if (events_active()) {
         PyObject *lines = guard_entry_lines(&st->tree, &e->ge);
         if (lines)
@@ -1012,6 +1024,24 @@ static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
         Py_XDECREF(lines);
     }
     sj_err_clear();
+}
+
+/* compilation_metrics of one compile: what became of it (graph, break, eager, error with
+ * the pending exception), the counts only C knows, and the times. */
+static void trace_compile_end(PyCodeObject *co, CodeState *st, CacheEntry *e, int32_t nshape_guards, double backend_s,
+                              double total_s)
+{
+    const char *status = !e ? "error" : e->action == ENTRY_GRAPH ? "graph" : e->action == ENTRY_BREAK ? "break" : "eager";
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;   /* strong: a fullgraph error, put back below */
+    if (!e && PyErr_Occurred()) {
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+    }
+    SJ_TRACE("compile_end", "(OiisOOiiiddO)", (PyObject *)co, st->frame_id, e ? e->compile_id : st->ncompiles, status,
+             e && e->reason ? e->reason : Py_None, e && e->graph ? e->graph : Py_None, (int)nshape_guards,
+             (int)st->nentries, (int)sj_stats.cache_entries, backend_s, total_s, ev ? ev : Py_None);
+    if (et)
+        PyErr_Restore(et, ev, tb);   /* steals all three */
 }
 
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
@@ -1027,14 +1057,19 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int32_t *inputs = NULL;
     int32_t ninputs = 0;
     int has_mutation = 0;
-    symb_pgo_load(st, co);
+    double backend_s = 0;
+    int32_t nshape_guards = 0;
+    if (st->frame_id < 0)
+        st->frame_id = (int)events_next_frame_id();
+    if (sj_trace_on)
+        SJ_TRACE("compile_start", "(Oii)", (PyObject *)co, st->frame_id, st->ncompiles);
+    symb_pgo_load(st, co, closure);
+    collective_exchange(st, co, locals);   /* after PGO: every rank joins what it loaded */
     if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;
     if (sj_log_on(LOG_BYTECODE, SJ_INFO))
         log_code("ORIGINAL BYTECODE", (PyObject *)co);
-    if (st->frame_id < 0)
-        st->frame_id = (int)events_next_frame_id();
     Var *r = eval_top(&c, co, globals, builtins, locals, closure);
     if (r && (attr_check_writes(&c) < 0 || check_autocast(&c) < 0))
         r = NULL;
@@ -1126,7 +1161,11 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
             sj_err_clear();
         }
         events_emit_graph(gobj);
+        if (sj_trace_on)
+            SJ_TRACE("graph", "(O)", gobj);
+        double tb0 = now_s();
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
+        backend_s = now_s() - tb0;
         if (compiled && !PyCallable_Check(compiled)) {
             PyErr_Format(PyExc_TypeError, "the backend returned an object of type %s, which is not callable (a backend "
                          "returns a callable that runs the graph)", Py_TYPE(compiled)->tp_name);
@@ -1247,10 +1286,13 @@ done:
             log_guards(co, st, e);
         }
     }
+    nshape_guards = c.nsguards;
     capture_release(&c);
-    symb_pgo_save(st, co);
+    symb_pgo_save(st, co, closure);
     double dt_s = now_s() - t0;
     sj_stats.compile_time_s += dt_s;
     events_emit_compile_time(dt_s);
+    if (sj_trace_on)
+        trace_compile_end(co, st, e, nshape_guards, backend_s, dt_s);
     return e;
 }

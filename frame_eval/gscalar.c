@@ -24,6 +24,7 @@
 #include "capture.h"
 #include "libs.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 
@@ -395,6 +396,13 @@ PyObject *gscalar_pin(Capture *c, Var *v, const char *why)
             sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %R because %s (%U)", d->u.gs.text, d->obj, why,
                    w ? w : Py_None);
             Py_XDECREF(w);
+            sj_err_clear();
+        }
+        if (sj_trace_on) {
+            PyObject *stack = cap_user_stack(c);
+            if (stack)
+                SJ_TRACE("specialize", "(OOOsO)", d->u.gs.text, d->u.gs.text, d->obj, why, stack);
+            Py_XDECREF(stack);
             sj_err_clear();
         }
     }

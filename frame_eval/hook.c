@@ -19,6 +19,7 @@
 #include "events.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "../core/errors.h"
 
 /* ------------------------------------------------------------- hook state ---- */
@@ -506,6 +507,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
             sj_log(LOG_RECOMPILES, SJ_INFO,
                    "Recompiling function %U in %U:%d\n    triggered by the following guard failure(s):\n    %S",
                    co->co_name, co->co_filename, co->co_firstlineno, why ? why : Py_None);
+        if (sj_trace_on)
+            SJ_TRACE("recompile", "(OiiO)", (PyObject *)co, st->frame_id, st->ncompiles, why ? why : Py_None);
     }
     Py_XDECREF(why);
     if (sj_err_deferred())

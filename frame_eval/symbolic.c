@@ -17,6 +17,7 @@
 #include "libs.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 
@@ -254,6 +255,15 @@ static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, in
                (long long)hint, sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
+        sj_err_clear();
+    }
+    if (sj_trace_on) {
+        PyObject *range = sym_range_str(r), *stack = cap_user_stack(c);
+        if (range && stack)
+            SJ_TRACE("create_symbol", "(LLOOO)", (long long)s->value, (long long)hint, range,
+                     sources_repr(&c->src, src), stack);
+        Py_XDECREF(range);
+        Py_XDECREF(stack);
         sj_err_clear();
     }
     return s;
@@ -722,6 +732,14 @@ int symb_guard(Capture *c, SymNode *rel)
         Py_XDECREF(text);
         sj_err_clear();
     }
+    if (sj_trace_on) {
+        PyObject *text = sym_print(c->env, rel, NULL, NULL), *stack = cap_user_stack(c);
+        if (text && stack)
+            SJ_TRACE("guard_added", "(OO)", text, stack);
+        Py_XDECREF(text);
+        Py_XDECREF(stack);
+        sj_err_clear();
+    }
     Py_DECREF(w);
     if (check_strict(c, rel) < 0)
         return -1;
@@ -765,6 +783,16 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
             sj_log(LOG_DYNAMIC, SJ_INFO, "specialize %U = %lld because %s (%U)", text, (long long)*value, why, w);
         Py_XDECREF(text);
         Py_XDECREF(w);
+        sj_err_clear();
+    }
+    if (sj_trace_on) {
+        PyObject *sym = sym_print(c->env, e, NULL, NULL), *src = sym_print(c->env, e, source_name, c);
+        PyObject *stack = cap_user_stack(c);
+        if (sym && src && stack)
+            SJ_TRACE("specialize", "(OOLsO)", sym, src, (long long)*value, why, stack);
+        Py_XDECREF(sym);
+        Py_XDECREF(src);
+        Py_XDECREF(stack);
         sj_err_clear();
     }
     return symb_guard(c, rel);
@@ -1377,20 +1405,35 @@ static PyObject *pgo_fn(const char *name)
     return fn;
 }
 
-void symb_pgo_load(CodeState *st, PyCodeObject *co)
+/* After a call into the PGO store: it warns about its own problems (a bad file, a server
+ * down) and returns normally, so an exception here is a fault of the store's code: shown
+ * as an unraisable exception (not lost), and compiling goes on. */
+static void pgo_call_done(const char *what)
+{
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *name = PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
+        PyErr_WriteUnraisable(name);
+        Py_XDECREF(name);
+    }
+    sj_err_clear();
+}
+
+void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (st->fstate)
         return;
     PyObject *fn = pgo_fn("load_frame_state");
-    PyObject *r = fn ? PyObject_CallFunction(fn, "OiO", co->co_filename, co->co_firstlineno, co->co_name) : NULL;
+    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name,
+                                             closure ? closure : Py_None)
+                     : NULL;
     Py_XDECREF(fn);
     if (r && PyDict_Check(r))
         st->fstate = Py_NewRef(r);
     Py_XDECREF(r);
-    sj_err_clear();   /* the store warns about its own problems; compiling goes on */
+    pgo_call_done("load_frame_state");
 }
 
-void symb_pgo_save(CodeState *st, PyCodeObject *co)
+void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (!st->fstate || PyDict_GET_SIZE(st->fstate) == 0)
         return;
@@ -1400,11 +1443,12 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co)
     PyObject *et, *ev, *tb;   /* the compile's own error (if any) reaches the user intact */
     PyErr_Fetch(&et, &ev, &tb);
     PyObject *fn = pgo_fn("save_frame_state");
-    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate)
+    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate,
+                                             closure ? closure : Py_None)
                      : NULL;
     Py_XDECREF(fn);
     Py_XDECREF(r);
-    sj_err_clear();
+    pgo_call_done("save_frame_state");
     PyErr_Restore(et, ev, tb);
 }
 

@@ -17,6 +17,7 @@ if _sys.version_info[:2] != (3, 11):
 
 from . import _C  # noqa: E402
 from . import config  # noqa: E402  (a module of knobs: shapejit.config.cache_size_limit)
+from . import trace as _trace  # noqa: E402,F401  (TORCH_TRACE: opens the structured trace)
 from ._C import BackendCompilerFailed  # noqa: E402  (a user backend raised)
 from .api import compile, disable, reset, stats  # noqa: E402
 from .backends import list_backends, register_backend  # noqa: E402

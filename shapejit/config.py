@@ -35,6 +35,10 @@ _ENV = {
     "TORCH_COMPILE_STATIC_SOURCES": "static_sources",
     "TORCH_COMPILE_UNBACKED_SOURCES": "unbacked_sources",
     "TORCHDYNAMO_SUPPRESS_ERRORS": "suppress_errors",
+    "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "automatic_dynamic_remote_pgo",
+    "SHAPEJIT_KERNEL_REMOTE_CACHE": "kernel_remote_cache",
+    "TORCH_TRACE": "trace_dir",
+    "TORCH_COMPILER_COLLECTIVES": "enable_compiler_collectives",
 }
 _FALSE = ("", "0", "false", "no", "off")   # a bool knob's environment variable: anything else is on
 
@@ -73,6 +77,8 @@ def set_value(name, value):
     """Sets a knob after check_value(): on an error the knob keeps its value."""
     check_value(name, value)
     _C.config_set(name, value)
+    if canonical(name) == "trace_dir" and "shapejit.trace" in sys.modules:
+        sys.modules["shapejit.trace"].configure()   # opens or closes the trace now
 
 
 def doc(name):

@@ -658,10 +658,10 @@ def test_compat_config():
         torch._dynamo.config.verbose = not real_value
     assert torch._dynamo.config.verbose is (not real_value)
     assert real_dynamo_config.verbose is real_value
-    with pytest.warns(UserWarning, match="enable_compiler_collectives"), \
-            torch._dynamo.config.patch(specialize_int=True, enable_compiler_collectives=True):
+    with pytest.warns(UserWarning, match="optimize_ddp"), \
+            torch._dynamo.config.patch(specialize_int=True, optimize_ddp=False):
         assert shapejit.config.specialize_int is True
-        assert torch._dynamo.config.enable_compiler_collectives is True
+        assert torch._dynamo.config.optimize_ddp is False
     assert shapejit.config.specialize_int is False
     with torch.compiler.config.patch(dynamic_sources="L['x']"):
         assert shapejit.config.dynamic_sources == "L['x']"

@@ -239,11 +239,10 @@ def test_torch_compat_checks():
         with pytest.raises(ValueError, match="bad entry \":0\""):
             torch.compiler.config.patch(dynamic_sources=":0")
         with pytest.raises(ValueError, match="static_sources"):
-            torch._dynamo.config.patch(static_sources="L['x']:-2",
-                                       enable_compiler_collectives=True)
+            torch._dynamo.config.patch(static_sources="L['x']:-2", optimize_ddp=False)
         assert shapejit.config.dynamic_sources == "L['keep']"
         assert shapejit.config.static_sources == ""
-        assert "enable_compiler_collectives" not in torch._dynamo.config._extra
+        assert "optimize_ddp" not in torch._dynamo.config._extra
         with torch.compiler.config.patch(dynamic_sources=r"L\['x'\]:1"):
             assert shapejit.config.dynamic_sources == r"L\['x'\]:1"
             assert dynsources.lookup("dynamic_sources", "L['x']") == frozenset({1})

@@ -171,11 +171,14 @@ def test_file_format(env):
     pgo.record(*CODE, {"L['y']": scalar(2), "L['x']": tensor([3], [1])})
     pgo.record("/a.py", 1, "g", {"L['m']": DYNAMIC})
     doc = json.loads(store_file(env).read_text())
+    # files that cannot be read are keyed by their path (their "hash" is the path)
     assert doc == {
-        "format": "shapejit-pgo", "version": 1, "job_id": "job1",
+        "format": "shapejit-pgo", "version": 2, "job_id": "job1",
         "codes": [
-            {"file": "/a.py", "line": 1, "name": "g", "state": {"L['m']": DYNAMIC}},
-            {"file": "/src/model.py", "line": 12, "name": "forward",
+            {"file": "/a.py", "hash": "/a.py", "line": 1, "name": "g", "closure": None,
+             "state": {"L['m']": DYNAMIC}},
+            {"file": "/src/model.py", "hash": "/src/model.py", "line": 12, "name": "forward",
+             "closure": None,
              "state": {"L['x']": tensor([3], [1]), "L['y']": scalar(2)}},
         ]}
 
@@ -375,7 +378,7 @@ CORRUPT = [
     ("not utf-8", b"\xff\xfe", "not valid JSON"),
     ("top-level list", [], "top level is not an object"),
     ("wrong format", valid_doc(format="torch-pgo"), "format is 'torch-pgo'"),
-    ("wrong version", valid_doc(version=2), "version is 2"),
+    ("wrong version", valid_doc(version=3), "version is 3"),
     ("string version", valid_doc(version="1"), "version is '1'"),
     ("bool version", valid_doc(version=True), "version is True"),
     ("extra key", dict(valid_doc(), extra=1), "top-level keys"),
@@ -421,9 +424,9 @@ def test_corrupt_or_foreign_file_is_ignored_then_rewritten(env, content, problem
     assert no_warnings(pgo.lookup, "/old.py", 1, "f") is None     # one warning only
     no_warnings(pgo.record, *CODE, {"L['x']": tensor([4], [1])})
     assert json.loads(f.read_text()) == {
-        "format": "shapejit-pgo", "version": 1, "job_id": "job1",
-        "codes": [{"file": CODE[0], "line": CODE[1], "name": CODE[2],
-                   "state": {"L['x']": tensor([4], [1])}}]}
+        "format": "shapejit-pgo", "version": 2, "job_id": "job1",
+        "codes": [{"file": CODE[0], "hash": CODE[0], "line": CODE[1], "name": CODE[2],
+                   "closure": None, "state": {"L['x']": tensor([4], [1])}}]}
     pgo._reset()
     assert no_warnings(pgo.lookup, *CODE) == {"L['x']": tensor([4], [1])}
 

@@ -1,0 +1,59 @@
+/* See collective.h. The exchange itself is Python (shapejit.collectives.exchange): it talks
+ * to torch.distributed's store, and it runs while the hook is off (hook_frame), so none of
+ * torch.distributed's frames is compiled. */
+#include "collective.h"
+#include "../core/config.h"
+#include "../core/errors.h"
+
+void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *locals)
+{
+    if (!sj_config.enable_compiler_collectives || !sj_config.automatic_dynamic_shapes)
+        return;
+    /* no torch.distributed imported: no process group, nothing to ask */
+    PyObject *mods = PyImport_GetModuleDict();   /* borrowed */
+    PyObject *dist = mods ? PyDict_GetItemString(mods, "torch.distributed") : NULL;
+    if (!dist)
+        return;
+    /* the arguments, *args and **kwargs included (they come last in localsplus) */
+    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+                !!(co->co_flags & CO_VARKEYWORDS);
+    PyObject *names = PyTuple_New(nargs), *values = PyTuple_New(nargs);
+    PyObject *mod = NULL, *fn = NULL, *r = NULL;
+    if (!names || !values)
+        goto done;
+    for (int i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(co->co_localsplusnames, i)));
+        PyTuple_SET_ITEM(values, i, Py_NewRef(locals[i] ? locals[i] : Py_None));
+    }
+    mod = PyImport_ImportModule("shapejit.collectives");
+    fn = mod ? PyObject_GetAttrString(mod, "exchange") : NULL;
+    if (fn)
+        r = PyObject_CallFunction(fn, "OiOOOOl", co->co_filename, co->co_firstlineno, co->co_name,
+                                  st->fstate ? st->fstate : Py_None, names, values,
+                                  sj_config.compiler_collectives_timeout);
+    if (r && PyDict_Check(r))
+        Py_XSETREF(st->fstate, Py_NewRef(r));
+done:
+    if (PyErr_Occurred() && !sj_err_is_interrupt()) {
+        /* a failure of the exchange must not stop the compile: a warning, then local sizes */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *msg = PyUnicode_FromFormat("shapejit: compiler collective for %U (%U:%d) failed: %R; "
+                                             "this rank compiles with its own sizes only",
+                                             co->co_name, co->co_filename, co->co_firstlineno,
+                                             ev ? ev : (et ? et : Py_None));
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        if (msg && PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
+            sj_err_clear();
+        Py_XDECREF(msg);
+    }
+    sj_err_clear();   /* an interrupt is kept aside for the hook to raise */
+    Py_XDECREF(r);
+    Py_XDECREF(fn);
+    Py_XDECREF(mod);
+    Py_XDECREF(names);
+    Py_XDECREF(values);
+}
