@@ -77,6 +77,8 @@ struct ConvStep {
     WeightSlot wslot[CV_WSLOTS];     /* convolution: reordered weights */
     uint64_t ticks;
     int64_t calls, fallbacks, weight_reorders;
+    int64_t posts_after;             /* calls whose primitive left post-ops to run after it
+                                        (oneDNN had only a reference kernel with them) */
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -489,17 +491,18 @@ void step_conv_free(LowerPlan *p)
 
 int step_conv_stats(const LowerPlan *p, PyObject *d)
 {
-    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0;
+    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0;
     for (int32_t i = 0; i < p->nconvs; i++) {
         calls += p->convs[i].calls;
         fallbacks += p->convs[i].fallbacks;
         fused += p->convs[i].nfold;
         reorders += p->convs[i].weight_reorders;
+        after += p->convs[i].posts_after;
     }
-    static const char *const names[5] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
-                                         "conv_weight_reorders"};
-    long long vals[5] = {p->nconvs, calls, fallbacks, fused, reorders};
-    return lower_put_counts(d, 5, names, vals);
+    static const char *const names[6] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
+                                         "conv_weight_reorders", "conv_posts_after"};
+    long long vals[6] = {p->nconvs, calls, fallbacks, fused, reorders, after};
+    return lower_put_counts(d, 6, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -819,8 +822,10 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     if (kept)
         kept->pins--;
     rc = status != 0;
-    if (!rc)
+    if (!rc) {
         s->calls++;
+        s->posts_after += key.op_class == CV_CLASS_CONV && dnnl_api_conv_nfused(prim) < key.npost;
+    }
 done:
     if (e)
         primcache_release(e);

@@ -184,7 +184,7 @@ POOLS = [
     lambda x: F.max_pool2d(x, 2),
     lambda x: F.max_pool2d(x, 3, 2, 1),
     lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
-    lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), dilation=(2, 1)),
+    lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), dilation=(2, 1)),   # eager: oneDNN's is ref:any
     lambda x: F.max_pool2d(x, 2, ceil_mode=True),
     lambda x: F.avg_pool2d(x, 2),
     lambda x: F.avg_pool2d(x, 3, 2, 1),
@@ -205,7 +205,7 @@ def test_pooling(i, shape):
     x = torch.randn(*shape)
     made = _run(POOLS[i], x)
     assert _stats(made, "conv_steps") == 1
-    if i not in (10, 13):
+    if i not in (3, 10, 13):
         assert _stats(made, "conv_fallbacks") == 0
 
 
