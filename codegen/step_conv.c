@@ -69,6 +69,9 @@ struct ConvStep {
     int same;                        /* conv padding='same' */
     int ceil_mode, include_pad;      /* pooling */
     int64_t aout[2];                 /* adaptive pooling: output sizes, -1 for None */
+    int32_t pad_node;                /* a zero F.pad whose only reader is the convolution,
+                                        folded into its padding; -1: none */
+    int64_t pre_l[2], pre_r[2];      /* that pad's widths before and after, by spatial dim */
     Fold fold[CV_MAX_FOLD];
     int nfold;
     int32_t out;                     /* the value the step writes */
@@ -429,15 +432,106 @@ static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
     }
 }
 
+struct one_reader {
+    int32_t v, reader;
+    int other;
+};
+
+static void note_reader(void *ctx, int32_t ni, int32_t v)
+{
+    struct one_reader *r = ctx;
+    if (v == r->v && ni != r->reader)
+        r->other = 1;
+}
+
+/* 1 when node `reader` is the only reader of value v (and v is no graph output). */
+static int read_only_by(const Graph *g, int32_t v, int32_t reader)
+{
+    struct one_reader r = {v, reader, 0};
+    for (int32_t ni = 0; ni < g->nnodes && !r.other; ni++)
+        lower_node_reads(g, ni, note_reader, &r);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        r.other |= g->outputs[i] == v;
+    return !r.other;
+}
+
+/* Pad node ni in front of a convolution: a constant-zero F.pad of the spatial dims only,
+ * widths >= 0, read by the convolution alone, becomes part of the convolution's padding
+ * (MobileNet's TF-style padding writes one before every convolution: a copy of the
+ * activation each time). The convolution's node and parameters into *s; 1 when taken. */
+static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
+{
+    static const char *const known[] = {"input", "pad", "mode", "value", NULL};
+    const Node *nd = &g->nodes[ni];
+    NodeArgs na;
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || !f32_result(g, nd->first_value) || !lower_bind_node(g, ni, &na))
+        return 0;
+    const BoundArgs *b = &na.bound;
+    const BoundArg *mode = ba_get(b, "mode"), *pad = ba_get(b, "pad");
+    double value;
+    if (!only(b, known) || !pad || pad->kind != BA_CONST || pad->sym || pad->data ||
+        (mode && (mode->kind != BA_CONST || !PyUnicode_Check(mode->value) ||
+                  PyUnicode_CompareWithASCIIString(mode->value, "constant") != 0)))
+        return 0;
+    const BoundArg *va = ba_get(b, "value");
+    if (va && va->kind == BA_CONST && va->value == Py_None)
+        value = 0.0;
+    else if (!const_float(b, "value", 0.0, &value))
+        return 0;
+    if (value != 0.0 || signbit(value))   /* -0.0 pads differ from a convolution's zeros */
+        return 0;
+    PyObject *w = pad->value;   /* borrowed from the graph's constants */
+    if (!PyTuple_Check(w) && !PyList_Check(w))
+        return 0;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(w);
+    int32_t nj = ni + 1;
+    while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
+        nj++;
+    if (nj >= g->nnodes || (g->nodes[nj].op != OP_CONV1D && g->nodes[nj].op != OP_CONV2D) || plan_node(g, nj, s) ||
+        s->same || s->x != nd->first_value || len < 2 || len > 2 * s->sp || len % 2 ||
+        !read_only_by(g, nd->first_value, nj))
+        return 0;
+    int32_t x = lower_value_of(g, ba_get(b, "input"));
+    if (x < 0 || !f32_torch(g, x) || g->values[x].meta.ndim != s->rank)
+        return 0;
+    /* torch's order: the last dim's (before, after) first */
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(w, i);   /* borrowed */
+        if (!PyLong_Check(e) || PyBool_Check(e))
+            return 0;
+        long long v = PyLong_AsLongLong(e);
+        if (v < 0 || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        int d = s->sp - 1 - (int)(i / 2);
+        if (i % 2)
+            s->pre_r[d] = v;
+        else
+            s->pre_l[d] = v;
+    }
+    s->x = x;
+    s->pad_node = ni;
+    s->node = nj;
+    return 1;
+}
+
 int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     ConvStep s;
     memset(&s, 0, sizeof s);
+    s.pad_node = -1;
     int op = g->nodes[ni].op;
-    if ((op != OP_CONV1D && op != OP_CONV2D && op != OP_MAX_POOL2D && op != OP_AVG_POOL2D &&
-         op != OP_ADAPTIVE_AVG_POOL2D && op != OP_BATCH_NORM) ||
-        plan_node(g, ni, &s))
+    if (op == OP_PAD) {
+        if (!pad_then_conv(g, ni, &s))
+            return -1;
+        ni = s.node;
+        op = g->nodes[ni].op;
+    } else if ((op != OP_CONV1D && op != OP_CONV2D && op != OP_MAX_POOL2D && op != OP_AVG_POOL2D &&
+                op != OP_ADAPTIVE_AVG_POOL2D && op != OP_BATCH_NORM) ||
+               plan_node(g, ni, &s)) {
         return -1;
+    }
     s.node = ni;
     s.out = g->nodes[ni].first_value;
     s.alias[s.nalias++] = s.out;
@@ -511,10 +605,13 @@ int step_conv_stats(const LowerPlan *p, PyObject *d)
 static int run_eagerly(Graph *g, ConvStep *s, PyObject **vals)
 {
     s->fallbacks++;
-    int32_t nodes[CV_MAX_FOLD];
+    int32_t nodes[CV_MAX_FOLD + 1];
+    int n = 0;
+    if (s->pad_node >= 0)
+        nodes[n++] = s->node;
     for (int i = 0; i < s->nfold; i++)
-        nodes[i] = s->fold[i].node;
-    return lower_exec_nodes(g, s->node, nodes, s->nfold, vals);
+        nodes[n++] = s->fold[i].node;
+    return lower_exec_nodes(g, s->pad_node >= 0 ? s->pad_node : s->node, nodes, n, vals);
 }
 
 /* Reads value v as a contiguous float32 tensor of rank r (r < 0: any). 0, 1 (run
@@ -598,9 +695,10 @@ static int fill_key(const ConvStep *s, const Operand *x, const Operand *w, CvKey
                 key->pad_l[i] = (ext - 1) / 2;
                 key->pad_r[i] = ext - 1 - key->pad_l[i];
                 key->out[i] = key->in[i];
-            } else {
-                key->pad_l[i] = key->pad_r[i] = s->pad[i];
-                key->out[i] = out_size(key->in[i], s->pad[i], ext, s->stride[i], 0);
+            } else {   /* a folded F.pad adds its widths (pre_l, pre_r) */
+                key->pad_l[i] = s->pad[i] + s->pre_l[i];
+                key->pad_r[i] = s->pad[i] + s->pre_r[i];
+                key->out[i] = out_size(key->in[i] + s->pre_l[i] + s->pre_r[i], s->pad[i], ext, s->stride[i], 0);
             }
             if (key->out[i] <= 0 || k == 0)
                 return 1;

@@ -153,6 +153,39 @@ def test_shared_result_is_not_folded():
     assert _stats(made, "conv_fused") == 0
 
 
+@pytest.mark.parametrize("pads, stride, padding, groups", [
+    ((0, 1, 0, 1), 2, 0, 6), ((1, 1, 1, 1), 1, 0, 6), ((0, 0, 0, 0), 1, 0, 1), ((2, 0, 1, 3), 2, 1, 3),
+    ((1, 2), 1, 0, 1), ((0, 1, 0, 1), 2, 0, 1),
+])
+def test_zero_pad_folds_into_conv(pads, stride, padding, groups):
+    """A constant-zero F.pad read only by a convolution becomes its padding: one step."""
+    torch.manual_seed(4)
+    x, wt = torch.randn(2, 6, 9, 11), torch.randn(6, 6 // groups, 3, 3)
+    f = lambda x, wt: F.relu(F.conv2d(F.pad(x, pads, "constant", 0.0), wt, None, stride, padding, 1, groups))  # noqa: E731
+    made = _run(f, x, wt)
+    assert _stats(made, "steps") == 1 and _stats(made, "conv_fallbacks") == 0
+    x1, w1 = torch.randn(2, 4, 13), torch.randn(5, 4, 3)   # conv1d, value=None
+    made = _run(lambda x, w: F.conv1d(F.pad(x, (0, 2)), w, stride=2), x1, w1)
+    assert _stats(made, "steps") == 1
+
+
+def test_pad_kept_when_read_elsewhere_or_not_zero():
+    x, wt = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+
+    def shared(x, wt):
+        p = F.pad(x, (1, 1, 1, 1))
+        return F.conv2d(p, wt), p
+
+    made = _run(shared, x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (1, 1, 1, 1), value=0.5), wt), x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), wt), x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (-1, 1, 0, 1)), wt), x, wt)   # a crop
+    assert _stats(made, "steps") == 2
+
+
 def test_broadcast_residual_and_channels_last_run_eagerly():
     x, wt = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     made = _run(lambda x, wt, r: F.conv2d(x, wt) + r, x, wt, torch.randn(4, 1, 1))
