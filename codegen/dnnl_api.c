@@ -636,7 +636,9 @@ static dnnl_status_t run_reorder(dnnl_primitive_t p, const dnnl_memory_desc_t *f
 
 /* The post-ops from..npost of key on the plain result dst, in order, as the primitive
  * would have applied them: one pass per post-op over each [N, C] plane, which is in cache
- * while the plane's list runs. */
+ * while the plane's list runs. The loops need the vectoriser's "cheap" cost model (-O2's
+ * "very cheap" one leaves a loop with a remainder scalar). */
+__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=cheap")))
 static void post_after(const CvKey *key, int from, const CvArgs *a, float *dst)
 {
     int64_t plane = 1;
