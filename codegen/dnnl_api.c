@@ -146,6 +146,7 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
     dnnl_status_t s = dnnl_success;
     const char *what = "", *ref = NULL;
     *ref_avoided = 0;
+    err[0] = 0;
     if (ready(err, errlen) < 0)
         return NULL;
     if (key->op_class != MM_CLASS_MATMUL || r < 2 || r > MM_MAX_RANK || key->npost > MM_MAX_POST ||

@@ -88,7 +88,7 @@ static PcEntry *get(const void *key, size_t len)
         PyErr_NoMemory();
         return NULL;
     }
-    char err[200];
+    char err[200] = "";   /* a refusal's message, or a note on success ("": none) */
     int ref_avoided = 0;
     memcpy(&e->key, key, len);
     e->len = len;

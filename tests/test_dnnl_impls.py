@@ -39,6 +39,7 @@ from torch import nn
 sys.path.insert(0, sys.argv[1] + "/bench")
 import workloads
 import shapejit
+shapejit.set_logs(output_code=True)   # what dnnl_api.c avoided, on stderr
 import ctypes
 libc = ctypes.CDLL(None)
 
@@ -105,6 +106,7 @@ for name, size in json.loads(sys.argv[2]).items():
         torch.allclose(g, w, rtol=1e-4, atol=1e-5) and g.shape == w.shape for g, w in zip(got, want))
     diff = max(((g - w).abs().max().item() for g, w in zip(got, want) if g.shape == w.shape and g.numel()), default=0)
     results[name] = {"close": ok, "max_diff": diff}
+results["ref_avoided"] = shapejit._C._cg_primcache_info()["ref_avoided"]
 mark("results " + json.dumps(results))
 """
 
@@ -166,5 +168,11 @@ def test_results_equal_eager(child):
     isa, log = child
     line = next(ln for ln in log.splitlines() if ln.startswith("@@ results "))
     results = json.loads(line[len("@@ results "):])
+    avoided = results.pop("ref_avoided")
     bad = {k: v for k, v in results.items() if not v["close"]}
     assert not bad, f"{isa}: {bad}"
+    notes = [ln for ln in log.splitlines() if ln.startswith("[shapejit] oneDNN")]
+    assert all(ln.isprintable() for ln in log.splitlines() if ln.startswith("[shapejit]"))
+    assert len(notes) >= avoided   # each avoided reference implementation is logged (and any refusal)
+    if isa == "avx2":   # oneDNN 2.6 on AVX2: ref:any for ResNet's mul+add+sum+relu
+        assert any("post-ops sum+relu run after the primitive (ref:any with them)" in ln for ln in notes), notes
