@@ -7,15 +7,20 @@
  * Plan: a node joins when its output needs no grad and every parameter (stride, padding,
  * dilation, groups, kernel, ceil_mode, ...) is a Python constant. After a convolution, the
  * nodes right after it fold in as post-ops while each reads the running result and nothing
- * outside the step reads it: batch_norm in inference (a per-channel multiply and add,
- * scale = weight / sqrt(var + eps) and shift = bias - mean * scale computed per call from
- * the live running stats), relu, and one add of a same-shape tensor (a residual: oneDNN's
- * sum post-op), in place (`h += r`, `relu_`) or not. A standalone batch_norm is oneDNN's
- * batch normalization with global stats (its relu folds too).
+ * outside the step reads it: batch_norm in inference (scale = weight / sqrt(var + eps)
+ * and shift = bias - mean * scale computed per call from the live running stats, folded
+ * into the weights and the bias: W * scale[oc], b * scale + shift; a kept weight reorder
+ * remembers the scale it was made with), relu, and one add of a same-shape tensor (a
+ * residual: oneDNN's sum post-op), in place (`h += r`, `relu_`) or not. A standalone
+ * batch_norm is oneDNN's batch normalization with global stats (its relu folds too).
  *
  * Why batch norm after a convolution folds into the convolution rather than running as its
- * own primitive: it costs nothing there (two per-channel operations on the result while it
- * is in registers) instead of one more pass over memory and one more primitive per shape.
+ * own primitive: it costs nothing there instead of one more pass over memory and one more
+ * primitive per shape. Why into the weights rather than as per-channel binary post-ops
+ * (which it stays when the scale or shift is inf or NaN): oneDNN 2.6's binary post-ops
+ * cost up to 6x the convolution on AVX2, and with a residual sum they get ref:any there.
+ *
+ * A zero F.pad read only by the convolution folds into its padding (pad_then_conv).
  *
  * Run: an input that is not a contiguous float32 tensor (channels_last, a slice), a size
  * the formulas refuse, an avg pooling whose ceil_mode windows run past the padding with
@@ -45,6 +50,9 @@ typedef struct {
     void *buf;                       /* owned (free()): the reordered weights, 64-byte aligned */
     uint64_t last_use;
     int pins;                        /* runs using buf with the GIL released: not evicted */
+    float *scale;                    /* owned (free()): the folded batch norm's per-channel
+                                        scale the weights were multiplied by; NULL: none */
+    int64_t nscale;
 } WeightSlot;
 
 typedef enum { FOLD_RELU = 1, FOLD_BN, FOLD_SUM } FoldKind;
@@ -571,6 +579,9 @@ static void slot_clear(WeightSlot *w)
     lower_kept_clear(&w->id);
     free(w->buf);
     w->buf = NULL;
+    free(w->scale);
+    w->scale = NULL;
+    w->nscale = 0;
 }
 
 void step_conv_free(LowerPlan *p)
@@ -769,10 +780,31 @@ static int bn_affine(PyObject **vals, const Fold *f, int64_t c, float *sc, float
     return 0;
 }
 
-/* The reordered weights of wobj (data at ptr) for primitive prim: a kept copy, or a new
- * one, in a slot *out pinned for the caller (unpin after the run); NULL when they cannot
- * be kept (the primitive reorders them itself). -1 on error. */
-static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr, WeightSlot **out)
+/* The plain weights (nw floats, output channel outermost) times scale[oc] into a new
+ * malloc'd buffer, or NULL when out of memory. */
+static float *scaled_weights(const float *w, size_t nw, const float *scale, int64_t oc)
+{
+    float *out = aligned_alloc(64, (nw * sizeof(float) + 63) & ~(size_t)63);
+    size_t per = nw / (size_t)oc;
+    for (int64_t o = 0; out && o < oc; o++)
+        for (size_t i = 0; i < per; i++)
+            out[(size_t)o * per + i] = w[(size_t)o * per + i] * scale[o];
+    return out;
+}
+
+static int slot_scale_is(const WeightSlot *w, const float *scale, int64_t n)
+{
+    if (!scale)
+        return !w->scale;
+    return w->scale && w->nscale == n && !memcmp(w->scale, scale, sizeof(float) * (size_t)n);
+}
+
+/* The reordered weights of wobj (data at ptr, nw floats) for primitive prim, multiplied by
+ * scale[oc] per output channel when scale is not NULL (a batch norm folded into them): a
+ * kept copy, or a new one, in a slot *out pinned for the caller (unpin after the run);
+ * NULL when they cannot be kept (the primitive reorders them itself). -1 on error. */
+static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr, size_t nw, const float *scale,
+                        int64_t oc, WeightSlot **out)
 {
     uint64_t layout = 0;
     size_t bytes = dnnl_api_conv_weights_layout(prim, &layout);
@@ -785,7 +817,7 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     WeightSlot *victim = &s->wslot[0];
     for (int k = 0; k < CV_WSLOTS; k++) {
         WeightSlot *w = &s->wslot[k];
-        if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout) {
+        if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout && slot_scale_is(w, scale, oc)) {
             w->last_use = ++s->ticks;
             w->pins++;
             *out = w;
@@ -798,15 +830,28 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
         return 0;   /* every slot in use by another thread's run */
     slot_clear(victim);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!buf)
+    float *plain = scale ? scaled_weights((const float *)ptr, nw, scale, oc) : NULL;
+    float *kept_scale = scale ? malloc(sizeof(float) * (size_t)oc) : NULL;
+    if (!buf || (scale && (!plain || !kept_scale))) {
+        free(buf);
+        free(plain);
+        free(kept_scale);
         return 0;
+    }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_conv_weights(prim, ptr, buf);
+    status = dnnl_api_conv_weights(prim, plain ? plain : ptr, buf);
     Py_END_ALLOW_THREADS
+    free(plain);
     if (status || !lower_kept_set(&victim->id, wobj, ptr, version)) {
         free(buf);
+        free(kept_scale);
         return 0;
+    }
+    if (scale) {
+        memcpy(kept_scale, scale, sizeof(float) * (size_t)oc);
+        victim->scale = kept_scale;
+        victim->nscale = oc;
     }
     victim->buf = buf;
     victim->layout = layout;
@@ -826,7 +871,9 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     int64_t out_dims[5];
     int rc, out_r = 0;
     PyObject *res = NULL;     /* strong: the result */
-    float *affine = NULL;     /* PyMem: a folded batch norm's scale and shift */
+    float *affine = NULL;     /* PyMem: a folded batch norm's scale, shift and the bias */
+    const float *wscale = NULL;   /* the scale folded into the weights, or NULL */
+    float *wtmp = NULL;       /* malloc: weights times wscale, when no slot keeps them */
     PcEntry *e = NULL;
     WeightSlot *kept = NULL;  /* pinned during the run */
     memset(&key, 0, sizeof key);
@@ -878,17 +925,36 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             args.residual = r.data;
             key.post[key.npost++] = CVPO_SUM;
         } else {
-            if (!(affine = PyMem_Malloc(sizeof(float) * 2 * (size_t)ch))) {
+            if (!(affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
                 PyErr_NoMemory();
                 rc = -1;
                 goto done;
             }
             if ((rc = bn_affine(vals, f, ch, affine, affine + ch)))
                 goto done;
-            args.chan[key.npost] = affine;
-            key.post[key.npost++] = CVPO_MUL_C;
-            args.chan[key.npost] = affine + ch;
-            key.post[key.npost++] = CVPO_ADD_C;
+            int finite = 1;
+            for (int64_t c = 0; c < 2 * ch; c++)
+                finite &= isfinite(affine[c]) != 0;
+            if (finite) {
+                /* into the weights and the bias: conv(x, W) * s + t == conv(x, W * s) + t
+                 * (each weight rounded once more, like the summation order's effect).
+                 * oneDNN 2.6's per-channel binary post-ops cost 1-6x the convolution
+                 * itself on AVX2 (a 1x1 8->48 at 32x32: 48 us bare, 324 us with them).
+                 * A scale or shift that is inf or NaN stays a post-op: W * inf would
+                 * turn a zero product into NaN where eager has inf. */
+                const float *b0 = args.bias;
+                float *fb = affine + 2 * ch;
+                for (int64_t c = 0; c < ch; c++)
+                    fb[c] = affine[ch + c] + (b0 ? b0[c] * affine[c] : 0.f);
+                args.bias = fb;
+                key.has_bias = 1;
+                wscale = affine;
+            } else {
+                args.chan[key.npost] = affine;
+                key.post[key.npost++] = CVPO_MUL_C;
+                args.chan[key.npost] = affine + ch;
+                key.post[key.npost++] = CVPO_ADD_C;
+            }
         }
     }
     if (!(res = lower_new_output(LIB_TORCH, out_dims, out_r))) {
@@ -908,9 +974,22 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         rc = 1;
         goto done;
     }
-    if (key.op_class == CV_CLASS_CONV && kept_weights(s, prim, vals[s->w], w.data, &kept) < 0) {
-        rc = -1;
-        goto done;
+    if (key.op_class == CV_CLASS_CONV) {
+        size_t nw = 1;
+        for (int d = 0; d < w.ndim; d++)
+            nw *= (size_t)w.size[d];
+        if (kept_weights(s, prim, vals[s->w], w.data, nw, wscale, key.oc, &kept) < 0) {
+            rc = -1;
+            goto done;
+        }
+        if (!kept && wscale) {
+            if (!(wtmp = scaled_weights((const float *)w.data, nw, wscale, key.oc))) {
+                PyErr_NoMemory();
+                rc = -1;
+                goto done;
+            }
+            args.wei = wtmp;
+        }
     }
     args.wei_ready = kept ? kept->buf : NULL;
     int status;
@@ -928,6 +1007,7 @@ done:
     if (e)
         primcache_release(e);
     PyMem_Free(affine);
+    free(wtmp);
     if (rc == 0) {
         for (int i = 1; i < s->nalias; i++)
             Py_XSETREF(vals[s->alias[i]], Py_NewRef(res));

@@ -122,6 +122,35 @@ def test_conv_bn_relu_residual_folds():
     assert _stats(made, "conv_fused") == 2
 
 
+def test_folded_bn_follows_its_stats():
+    """A batch norm after a convolution is folded into its weights and bias: a change of
+    the running stats (or the affine weight) between calls refolds them; a zero variance
+    with eps=0 (an infinite scale) stays a post-op, as eager."""
+    torch.manual_seed(5)
+    x, wt, b = torch.randn(2, 4, 10, 10), torch.randn(8, 4, 3, 3), torch.randn(8)
+    m, v, g, bb = torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)
+
+    def f(x, wt, b, m, v, g, bb, eps):
+        return F.relu(F.batch_norm(F.conv2d(x, wt, b, padding=1), m, v, g, bb, False, 0.1, eps))
+
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    assert made[0].stats["conv_weight_reorders"] == 1 and made[0].stats["conv_fused"] == 2
+    v.mul_(2.0)
+    g[3] = -g[3]
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    assert made[0].stats["conv_weight_reorders"] == 2
+    v0 = v.clone()
+    v0[2] = 0.0
+    x0 = x.clone()
+    x0[:, :, 4:, :] = 0.0
+    got, want = cf(x0, wt, None, m, v0, g, bb, 0.0), f(x0, wt, None, m, v0, g, bb, 0.0)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert made[-1].stats["conv_fallbacks"] == 0
+
+
 def test_kept_weights_follow_writes():
     """Reordered weights are kept across calls, and redone after an in-place write or for
     another weight tensor."""
