@@ -190,10 +190,10 @@ static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
         return NULL;
     }
     /* N steals impls, by and impls_by */
-    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
+    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
                          "creations", st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
-                         st.entries, "capacity", st.capacity, "impls", impls, "created", by, "impls_by_class",
-                         impls_by);
+                         st.entries, "capacity", st.capacity, "ref_avoided", st.ref_avoided, "impls", impls,
+                         "created", by, "impls_by_class", impls_by);
 }
 
 static PyMethodDef codegen_methods[] = {

@@ -59,6 +59,24 @@ static int ready(char *err, size_t errlen)
     return 0;
 }
 
+/* The implementation a primitive desc chose ("jit:avx2"); a static string of the library. */
+static const char *pd_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+        return "?";
+    return impl;
+}
+
+/* oneDNN 2.6 names its reference implementations "ref:any" (every primitive kind) and
+ * its plain C loops "simple:any" (reorders), "simple_nchw:any" / "simple_nhwc:any"
+ * (pooling): correct for every case and 5-20x slower than a jit kernel, so shapejit never
+ * runs them (the caller drops post-ops, changes layouts, or lets the op run eagerly). */
+int dnnl_api_is_ref(const char *impl)
+{
+    return !strncmp(impl, "ref", 3) || !strncmp(impl, "simple", 6);
+}
+
 int dnnl_api_threads(void)
 {
     return omp_get_max_threads();
@@ -116,7 +134,7 @@ static void row_dims(int rank, dnnl_dims_t d, int64_t n)
     d[rank - 1] = n;
 }
 
-void *dnnl_api_matmul_create(const MmKey *key, char *err, size_t errlen)
+void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size_t errlen)
 {
     int r = key->rank;
     dnnl_memory_desc_t src, wei, dst, bias;
@@ -126,7 +144,9 @@ void *dnnl_api_matmul_create(const MmKey *key, char *err, size_t errlen)
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
     dnnl_status_t s = dnnl_success;
-    const char *what = "";
+    const char *what = "", *ref = NULL;
+    *ref_avoided = 0;
+    err[0] = 0;
     if (ready(err, errlen) < 0)
         return NULL;
     if (key->op_class != MM_CLASS_MATMUL || r < 2 || r > MM_MAX_RANK || key->npost > MM_MAX_POST ||
@@ -173,10 +193,21 @@ void *dnnl_api_matmul_create(const MmKey *key, char *err, size_t errlen)
         TRY(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
     }
     TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), "primitive desc");
+    /* a reference matmul is refused: the step's nodes run eagerly (torch's own kernels) */
+    if (dnnl_api_is_ref(ref = pd_impl(pd))) {
+        s = dnnl_unimplemented;
+        goto done;
+    }
+    ref = NULL;
     TRY(dnnl_primitive_create(&prim, pd), "primitive");
 #undef TRY
 done:
-    if (s != dnnl_success) {
+    *ref_avoided = ref != NULL;
+    if (ref) {
+        snprintf(err, errlen, "oneDNN matmul (rank %d, %d post-ops): refused, only a reference implementation (%s)",
+                 r, key->npost, ref);
+        prim = NULL;
+    } else if (s != dnnl_success) {
         snprintf(err, errlen, "oneDNN matmul: %s refused (status %d)", what, (int)s);
         prim = NULL;
     }
@@ -240,11 +271,9 @@ int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, cons
 const char *dnnl_api_impl(void *prim)
 {
     const_dnnl_primitive_desc_t pd = NULL;
-    const char *impl = NULL;
-    if (!prim || dnnl_primitive_get_primitive_desc((const_dnnl_primitive_t)prim, &pd) != dnnl_success ||
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+    if (!prim || dnnl_primitive_get_primitive_desc((const_dnnl_primitive_t)prim, &pd) != dnnl_success)
         return "?";
-    return impl;
+    return pd_impl(pd);
 }
 
 void dnnl_api_destroy(void *prim)
@@ -266,6 +295,8 @@ typedef struct {
     dnnl_memory_desc_t src, wei, dst;      /* main's layouts */
     dnnl_memory_desc_t psrc, pwei, pdst;   /* the plain ones */
     dnnl_memory_desc_t chan, vec;          /* a [1, C, 1(, 1)] post-op operand; a [C] vector */
+    int nfused;                            /* the key's first nfused post-ops are the main
+                                              primitive's; the rest run after it */
 } CvOp;
 
 /* Per-thread scratch for the reordered operands: grown on demand, kept for the thread's
@@ -302,8 +333,10 @@ static dnnl_status_t plain_desc(dnnl_memory_desc_t *d, int r, const int64_t *dim
     return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, by_rank[r]);
 }
 
-/* A reorder from *from to *to, or NULL when they are the same layout. */
-static dnnl_status_t reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
+/* A reorder from *from to *to, or NULL when they are the same layout. dnnl_unimplemented
+ * (and its name in *ref) when oneDNN has only a reference reorder for the pair. */
+static dnnl_status_t reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                             const char **ref)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t s;
@@ -312,9 +345,27 @@ static dnnl_status_t reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *fr
         return dnnl_success;
     if ((s = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL)) != dnnl_success)
         return s;
-    s = dnnl_primitive_create(out, pd);
+    if (dnnl_api_is_ref(pd_impl(pd))) {
+        *ref = pd_impl(pd);
+        s = dnnl_unimplemented;
+    } else {
+        s = dnnl_primitive_create(out, pd);
+    }
     dnnl_primitive_desc_destroy(pd);
     return s;
+}
+
+/* "mb8_ic16oc16_ih16oh16kh3_iw16ow16kw3" (oneDNN's verbose style) of key, into buf. */
+static const char *shape_of(const CvKey *key, char *buf, size_t len)
+{
+    int at = snprintf(buf, len, "mb%lld_ic%lldoc%lld", (long long)key->n, (long long)key->c,
+                      (long long)(key->op_class == CV_CLASS_CONV ? key->oc : key->c));
+    if (key->groups > 1 && at > 0 && (size_t)at < len)
+        at += snprintf(buf + at, len - at, "g%lld", (long long)key->groups);
+    for (int i = 0; i < key->sp && at > 0 && (size_t)at < len; i++)
+        at += snprintf(buf + at, len - at, "_i%c%lldo%c%lldk%c%lld", "hw"[i], (long long)key->in[i], "hw"[i],
+                       (long long)key->out[i], "hw"[i], (long long)key->k[i]);
+    return buf;
 }
 
 void dnnl_api_conv_destroy(void *op)
@@ -329,7 +380,95 @@ void dnnl_api_conv_destroy(void *op)
     free(o);
 }
 
-void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
+/* The post-op list of a convolution: the first n of key's, the binary ones reading chan. */
+static dnnl_status_t conv_attr(const CvKey *key, int n, const dnnl_memory_desc_t *chan, dnnl_primitive_attr_t *attr,
+                               dnnl_post_ops_t *po)
+{
+    dnnl_status_t s;
+    *po = NULL;
+    if ((s = dnnl_primitive_attr_create(attr)) != dnnl_success || !n)
+        return s;
+    if ((s = dnnl_post_ops_create(po)) != dnnl_success)
+        return s;
+    for (int i = 0; i < n && s == dnnl_success; i++) {
+        switch (key->post[i]) {
+        case CVPO_RELU:
+            s = dnnl_post_ops_append_eltwise(*po, 1.f, dnnl_eltwise_relu, 0.f, 0.f);
+            break;
+        case CVPO_SUM:
+            s = dnnl_post_ops_append_sum(*po, 1.f);
+            break;
+        case CVPO_MUL_C: case CVPO_ADD_C:
+            s = dnnl_post_ops_append_binary(*po, key->post[i] == CVPO_MUL_C ? dnnl_binary_mul : dnnl_binary_add, chan);
+            break;
+        default:
+            s = dnnl_invalid_arguments;
+        }
+    }
+    return s == dnnl_success ? dnnl_primitive_attr_set_post_ops(*attr, *po) : s;
+}
+
+/* A primitive desc for op desc under attr (NULL: none) that is not a reference
+ * implementation: dnnl_success and *pd, or dnnl_unimplemented with *pd NULL and the
+ * reference implementation's name in *ref (when oneDNN had one). */
+static dnnl_status_t fast_pd(dnnl_primitive_desc_t *pd, const void *desc, const_dnnl_primitive_attr_t attr,
+                             const char **ref)
+{
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, desc, attr, engine, NULL);
+    if (s != dnnl_success) {
+        *pd = NULL;
+        return s;
+    }
+    const char *impl = pd_impl(*pd);
+    if (!dnnl_api_is_ref(impl))
+        return dnnl_success;
+    *ref = impl;   /* a static string of the library */
+    dnnl_primitive_desc_destroy(*pd);
+    *pd = NULL;
+    return dnnl_unimplemented;
+}
+
+static const char *const post_names[] = {"?", "relu", "sum", "mul", "add"};
+
+/* "sum+relu": the names of key's post-ops from..npost into buf. */
+static const char *post_list(const CvKey *key, int from, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int i = from; i < key->npost; i++) {
+        size_t at = strlen(buf);
+        snprintf(buf + at, len - at, "%s%s", i > from ? "+" : "", post_names[key->post[i] <= CVPO_ADD_C ? key->post[i] : 0]);
+    }
+    return buf;
+}
+
+/* The pooling's primitive desc when its plain-layout one is a reference implementation:
+ * the source in a blocked layout oneDNN has a jit kernel for (16 channels for AVX-512, 8
+ * for AVX2), and in channels-last, through reorders. */
+static dnnl_status_t pool_pd(dnnl_primitive_desc_t *pd, dnnl_pooling_v2_desc_t *desc, CvOp *o, dnnl_alg_kind_t alg,
+                             const CvKey *key, dnnl_dims_t strides, dnnl_dims_t kern, dnnl_dims_t dil,
+                             dnnl_dims_t pl, dnnl_dims_t pr, const char **ref)
+{
+    static const dnnl_format_tag_t by_sp[2][3] = {{dnnl_nCw16c, dnnl_nCw8c, dnnl_nwc},
+                                                  {dnnl_nChw16c, dnnl_nChw8c, dnnl_nhwc}};
+    dnnl_status_t s = dnnl_pooling_v2_forward_desc_init(desc, dnnl_forward_inference, alg, &o->psrc, &o->pdst,
+                                                        strides, kern, dil, pl, pr);
+    if (s != dnnl_success || (s = fast_pd(pd, desc, NULL, ref)) != dnnl_unimplemented)
+        return s;
+    int r = key->sp + 2;
+    for (int i = 0; i < 3; i++) {
+        dnnl_memory_desc_t src, dst;
+        if (dnnl_memory_desc_init_by_tag(&src, r, o->psrc.dims, dnnl_f32, by_sp[key->sp - 1][i]) != dnnl_success ||
+            dnnl_memory_desc_init_by_tag(&dst, r, o->pdst.dims, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+            dnnl_pooling_v2_forward_desc_init(desc, dnnl_forward_inference, alg, &src, &dst, strides, kern, dil, pl,
+                                              pr) != dnnl_success)
+            continue;
+        if ((s = fast_pd(pd, desc, NULL, ref)) != dnnl_unimplemented)
+            return s;
+    }
+    return dnnl_unimplemented;
+}
+
+void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t errlen)
 {
     int sp = key->sp, r = sp + 2, any = key->op_class == CV_CLASS_CONV;
     dnnl_memory_desc_t src, wei, dst, bias;
@@ -337,8 +476,11 @@ void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t s = dnnl_success;
-    const char *what = "";
+    const char *what = "", *ref = NULL;
+    char posts[64];
     CvOp *o;
+    *ref_avoided = 0;
+    err[0] = 0;
     if (ready(err, errlen) < 0)
         return NULL;
     if (sp < 1 || sp > 2 || key->npost > CV_MAX_POST || key->op_class < CV_CLASS_CONV ||
@@ -379,7 +521,6 @@ void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
     TRY(plain_desc(&o->vec, 1, &dd[1]), "vector");
     src = o->psrc;
     dst = o->pdst;
-    TRY(dnnl_primitive_attr_create(&attr), "attr");
     if (key->op_class == CV_CLASS_CONV) {
         dnnl_dims_t wdd;
         for (int i = 0; i < wr; i++)
@@ -391,41 +532,40 @@ void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
         TRY(dnnl_memory_desc_init_by_tag(&wei, wr, wdd, dnnl_f32, dnnl_format_tag_any), "weights any");
         if (key->has_bias)
             TRY(plain_desc(&bias, 1, &key->oc), "bias");
-        if (key->npost) {
-            TRY(dnnl_post_ops_create(&po), "post-ops");
-            for (int i = 0; i < key->npost; i++) {
-                switch (key->post[i]) {
-                case CVPO_RELU:
-                    TRY(dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f), "relu post-op");
-                    break;
-                case CVPO_SUM:
-                    TRY(dnnl_post_ops_append_sum(po, 1.f), "sum post-op");
-                    break;
-                case CVPO_MUL_C: case CVPO_ADD_C:
-                    TRY(dnnl_post_ops_append_binary(po, key->post[i] == CVPO_MUL_C ? dnnl_binary_mul : dnnl_binary_add,
-                                                    &o->chan), "binary post-op");
-                    break;
-                default:
-                    s = dnnl_invalid_arguments;
-                    what = "post-op kind";
-                    goto done;
-                }
-            }
-            TRY(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
-        }
         dnnl_convolution_desc_t desc;
         TRY(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct, &src,
                                                        &wei, key->has_bias ? &bias : NULL, &dst, strides, dil, pl,
                                                        pr), "convolution desc");
-        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "convolution");
+        /* The longest prefix of the post-ops that oneDNN has a jit kernel for: oneDNN 2.6
+         * on AVX2 has only ref:any for some lists (per-channel mul + add + sum + relu of
+         * ResNet's basic block), 10x slower than the jit kernel plus one pass applying
+         * the rest (dnnl_api_conv_exec). A post-op list oneDNN refuses is cut the same way. */
+        s = dnnl_unimplemented;
+        for (int n = key->npost; n >= 0 && s != dnnl_success; n--) {
+            drop_makings(NULL, po, attr);
+            po = NULL;
+            attr = NULL;
+            TRY(conv_attr(key, n, &o->chan, &attr, &po), "post-ops");
+            s = fast_pd(&pd, &desc, attr, &ref);
+            o->nfused = n;
+        }
+        what = "convolution";
+        if (s != dnnl_success)
+            goto done;
+        if (o->nfused < key->npost) {
+            *ref_avoided = ref != NULL;
+            snprintf(err, errlen, "oneDNN convolution %s: post-ops %s run after the primitive (%s with them)",
+                     shape_of(key, posts, sizeof posts), post_list(key, o->nfused, (char[40]){0}, 40),
+                     ref ? ref : "refused");
+        }
     } else if (key->op_class == CV_CLASS_POOL) {
         dnnl_alg_kind_t alg = key->alg == CV_POOL_MAX           ? dnnl_pooling_max
                               : key->alg == CV_POOL_AVG_INCLUDE ? dnnl_pooling_avg_include_padding
                                                                 : dnnl_pooling_avg_exclude_padding;
         dnnl_pooling_v2_desc_t desc;
-        TRY(dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &src, &dst, strides, kern, dil, pl,
-                                              pr), "pooling desc");
-        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "pooling");
+        what = "pooling";
+        if ((s = pool_pd(&pd, &desc, o, alg, key, strides, kern, dil, pl, pr, &ref)) != dnnl_success)
+            goto done;
     } else {
         unsigned flags = dnnl_use_global_stats | (key->alg & CV_BN_SCALE ? dnnl_use_scale : 0) |
                          (key->alg & CV_BN_SHIFT ? dnnl_use_shift : 0) |
@@ -433,29 +573,42 @@ void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen)
         dnnl_batch_normalization_desc_t desc;
         TRY(dnnl_batch_normalization_forward_desc_init(&desc, dnnl_forward_inference, &src, key->eps, flags),
             "batch norm desc");
-        TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL), "batch norm");
+        what = "batch norm";
+        if ((s = fast_pd(&pd, &desc, NULL, &ref)) != dnnl_success)
+            goto done;
     }
     o->src = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     o->dst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     TRY(dnnl_primitive_create(&o->main, pd), "primitive");
-    TRY(reorder(&o->src_in, &o->psrc, &o->src), "source reorder");
-    TRY(reorder(&o->dst_out, &o->dst, &o->pdst), "result reorder");
+    TRY(reorder(&o->src_in, &o->psrc, &o->src, &ref), "source reorder");
+    TRY(reorder(&o->dst_out, &o->dst, &o->pdst, &ref), "result reorder");
     if (any) {
         o->wei = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        TRY(reorder(&o->wei_in, &o->pwei, &o->wei), "weights reorder");
-        for (int i = 0; i < key->npost; i++)
+        TRY(reorder(&o->wei_in, &o->pwei, &o->wei, &ref), "weights reorder");
+        for (int i = 0; i < o->nfused; i++)
             if (key->post[i] == CVPO_SUM)
-                TRY(reorder(&o->sum_in, &o->pdst, &o->dst), "residual reorder");
+                TRY(reorder(&o->sum_in, &o->pdst, &o->dst, &ref), "residual reorder");
     }
 #undef TRY
 done:
     drop_makings(pd, po, attr);
     if (s != dnnl_success) {
-        snprintf(err, errlen, "oneDNN conv/pool/bnorm: %s refused (status %d)", what, (int)s);
+        if (s == dnnl_unimplemented && ref) {
+            *ref_avoided = 1;
+            snprintf(err, errlen, "oneDNN %s %s: refused, only a reference implementation (%s)", what,
+                     shape_of(key, posts, sizeof posts), ref);
+        } else {
+            snprintf(err, errlen, "oneDNN conv/pool/bnorm: %s refused (status %d)", what, (int)s);
+        }
         dnnl_api_conv_destroy(o);
         return NULL;
     }
     return o;
+}
+
+int dnnl_api_conv_nfused(void *op)
+{
+    return ((CvOp *)op)->nfused;
 }
 
 const char *dnnl_api_conv_impl(void *op)
@@ -482,6 +635,47 @@ static dnnl_status_t run_reorder(dnnl_primitive_t p, const dnnl_memory_desc_t *f
     return s;
 }
 
+/* The post-ops from..npost of key on the plain result dst, in order, as the primitive
+ * would have applied them: one pass per post-op over each [N, C] plane, which is in cache
+ * while the plane's list runs. The loops need the vectoriser's "cheap" cost model (-O2's
+ * "very cheap" one leaves a loop with a remainder scalar). */
+__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=cheap")))
+static void post_after(const CvKey *key, int from, const CvArgs *a, float *dst)
+{
+    int64_t plane = 1;
+    for (int i = 0; i < key->sp; i++)
+        plane *= key->out[i];
+    const float *res = a->residual;
+    for (int64_t n = 0; n < key->n; n++)
+        for (int64_t c = 0; c < key->oc; c++) {
+            int64_t at = (n * key->oc + c) * plane;
+            float *p = dst + at;
+            for (int i = from; i < key->npost; i++) {
+                float v = 0.f;
+                switch (key->post[i]) {
+                case CVPO_MUL_C:
+                    v = ((const float *)a->chan[i])[c];
+                    for (int64_t j = 0; j < plane; j++)
+                        p[j] *= v;
+                    break;
+                case CVPO_ADD_C:
+                    v = ((const float *)a->chan[i])[c];
+                    for (int64_t j = 0; j < plane; j++)
+                        p[j] += v;
+                    break;
+                case CVPO_SUM:
+                    for (int64_t j = 0; j < plane; j++)
+                        p[j] += res[at + j];
+                    break;
+                case CVPO_RELU:   /* as oneDNN's: x < 0 ? 0 : x keeps NaN and -0 */
+                    for (int64_t j = 0; j < plane; j++)
+                        p[j] = p[j] < 0.f ? 0.f : p[j];
+                    break;
+                }
+            }
+        }
+}
+
 int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
 {
     CvOp *o = op;
@@ -504,7 +698,10 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         wei = a->wei_ready;
     else if (s == dnnl_success && o->wei_in)
         s = run_reorder(o->wei_in, &o->pwei, a->wei, &o->wei, (void *)(wei = base + ns));
-    if (s == dnnl_success && a->residual) {   /* the sum post-op accumulates onto dst */
+    int sum_fused = 0;
+    for (int i = 0; i < o->nfused; i++)
+        sum_fused |= key->post[i] == CVPO_SUM;
+    if (s == dnnl_success && a->residual && sum_fused) {   /* the sum post-op accumulates onto dst */
         if (o->sum_in)
             s = run_reorder(o->sum_in, &o->pdst, a->residual, &o->dst, dst);
         else
@@ -528,7 +725,7 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         if (key->has_bias)
             ARG(DNNL_ARG_BIAS, &o->vec, a->bias);
         for (int i = 0; i < key->npost; i++)
-            if (key->post[i] == CVPO_MUL_C || key->post[i] == CVPO_ADD_C)
+            if (i < o->nfused && (key->post[i] == CVPO_MUL_C || key->post[i] == CVPO_ADD_C))
                 ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, &o->chan, a->chan[i]);
     } else if (key->op_class == CV_CLASS_BNORM) {
         ARG(DNNL_ARG_MEAN, &o->vec, a->mean);
@@ -547,6 +744,8 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         s = run_reorder(o->dst_out, &o->dst, dst, &o->pdst, a->dst);
     if (s == dnnl_success)
         s = dnnl_stream_wait(stream);
+    if (s == dnnl_success && o->nfused < key->npost)
+        post_after(key, o->nfused, a, a->dst);
     for (int i = 0; i < n; i++)
         dnnl_memory_destroy(mems[i]);
     return (int)s;

@@ -65,8 +65,9 @@ typedef struct {
 } MmTensor;
 
 /* The primitive for key, or NULL when oneDNN refuses it (the message in err). The engine
- * is created on first use. Needs no GIL. */
-void *dnnl_api_matmul_create(const MmKey *key, char *err, size_t errlen);
+ * is created on first use. Needs no GIL. A reference implementation counts as a refusal
+ * (dnnl_api_is_ref): then *ref_avoided is 1. */
+void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size_t errlen);
 
 /* Runs prim (made from key) on src x wei (+ bias) into dst; post[i] is the [N] row of
  * MMPO_ADD_ROW post-op i (unused entries ignored). 0, or a oneDNN status (nonzero) when
@@ -76,6 +77,9 @@ int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, cons
 
 /* The implementation oneDNN chose ("gemm:jit"), for tests and logs; static string. */
 const char *dnnl_api_impl(void *prim);
+/* 1 when impl names one of oneDNN's reference (or plain C loop) implementations, which
+ * shapejit does not run. */
+int dnnl_api_is_ref(const char *impl);
 
 void dnnl_api_destroy(void *prim);
 
@@ -135,8 +139,15 @@ typedef struct {
 } CvArgs;
 
 /* The primitives for key (the main one and its reorders), or NULL when oneDNN refuses it
- * (the message in err). Needs no GIL. */
-void *dnnl_api_conv_create(const CvKey *key, char *err, size_t errlen);
+ * (the message in err). Needs no GIL. No reference implementation is taken
+ * (dnnl_api_is_ref): a convolution keeps the longest prefix of its post-ops that has a
+ * jit kernel and applies the rest to the plain result after it (in order, the same
+ * arithmetic); a pooling tries blocked source layouts; else the key is refused. *ref_avoided
+ * is 1 when a reference implementation was avoided, and err then says how (a note on
+ * success: "" when there is nothing to say). */
+void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t errlen);
+/* How many of the key's post-ops the primitive applies itself (the rest run after it). */
+int dnnl_api_conv_nfused(void *op);
 /* Runs them: 0, or a oneDNN status when it failed (the caller runs the op another way).
  * Needs no GIL. */
 int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *args);
@@ -166,6 +177,8 @@ void primcache_release(PcEntry *e);
 typedef struct {
     long hits, misses, creations, failures, evictions, entries, capacity;
     long created[8];     /* creations by op class (MM_CLASS_MATMUL, CV_CLASS_*) */
+    long ref_avoided;    /* keys whose reference implementation was refused (a convolution
+                            with post-ops moved after it, or an op run eagerly) */
 } PcStats;
 void primcache_stats(PcStats *out);
 /* The implementations oneDNN chose for the cached primitives of op_class (0: all): a new

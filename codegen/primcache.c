@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "dnnl_api.h"
+#include "../core/log.h"
 
 #define PC_CAPACITY 1024
 #define PC_BUCKETS 256   /* a power of two */
@@ -87,18 +88,23 @@ static PcEntry *get(const void *key, size_t len)
         PyErr_NoMemory();
         return NULL;
     }
-    char err[160];
+    char err[200] = "";   /* a refusal's message, or a note on success ("": none) */
+    int ref_avoided = 0;
     memcpy(&e->key, key, len);
     e->len = len;
     e->hash = h;
-    e->prim = is_conv(e) ? dnnl_api_conv_create(&e->key.cv, err, sizeof err)
-                         : dnnl_api_matmul_create(&e->key.mm, err, sizeof err);
+    e->prim = is_conv(e) ? dnnl_api_conv_create(&e->key.cv, &ref_avoided, err, sizeof err)
+                         : dnnl_api_matmul_create(&e->key.mm, &ref_avoided, err, sizeof err);
     if (e->prim) {
         stats.creations++;
         stats.created[e->key.mm.op_class & 7]++;
     } else {
         stats.failures++;
     }
+    stats.ref_avoided += ref_avoided;
+    /* what oneDNN refused, or how a reference implementation was avoided: once per key */
+    if (err[0] && sj_log_on(LOG_OUTPUT_CODE, SJ_INFO))
+        sj_log(LOG_OUTPUT_CODE, SJ_INFO, "%s", err);
     e->last_use = ++tick;
     e->pins = 1;
     e->next = *head;

@@ -7,15 +7,20 @@
  * Plan: a node joins when its output needs no grad and every parameter (stride, padding,
  * dilation, groups, kernel, ceil_mode, ...) is a Python constant. After a convolution, the
  * nodes right after it fold in as post-ops while each reads the running result and nothing
- * outside the step reads it: batch_norm in inference (a per-channel multiply and add,
- * scale = weight / sqrt(var + eps) and shift = bias - mean * scale computed per call from
- * the live running stats), relu, and one add of a same-shape tensor (a residual: oneDNN's
- * sum post-op), in place (`h += r`, `relu_`) or not. A standalone batch_norm is oneDNN's
- * batch normalization with global stats (its relu folds too).
+ * outside the step reads it: batch_norm in inference (scale = weight / sqrt(var + eps)
+ * and shift = bias - mean * scale computed per call from the live running stats, folded
+ * into the weights and the bias: W * scale[oc], b * scale + shift; a kept weight reorder
+ * remembers the scale it was made with), relu, and one add of a same-shape tensor (a
+ * residual: oneDNN's sum post-op), in place (`h += r`, `relu_`) or not. A standalone
+ * batch_norm is oneDNN's batch normalization with global stats (its relu folds too).
  *
  * Why batch norm after a convolution folds into the convolution rather than running as its
- * own primitive: it costs nothing there (two per-channel operations on the result while it
- * is in registers) instead of one more pass over memory and one more primitive per shape.
+ * own primitive: it costs nothing there instead of one more pass over memory and one more
+ * primitive per shape. Why into the weights rather than as per-channel binary post-ops
+ * (which it stays when the scale or shift is inf or NaN): oneDNN 2.6's binary post-ops
+ * cost up to 6x the convolution on AVX2, and with a residual sum they get ref:any there.
+ *
+ * A zero F.pad read only by the convolution folds into its padding (pad_then_conv).
  *
  * Run: an input that is not a contiguous float32 tensor (channels_last, a slice), a size
  * the formulas refuse, an avg pooling whose ceil_mode windows run past the padding with
@@ -45,6 +50,9 @@ typedef struct {
     void *buf;                       /* owned (free()): the reordered weights, 64-byte aligned */
     uint64_t last_use;
     int pins;                        /* runs using buf with the GIL released: not evicted */
+    float *scale;                    /* owned (free()): the folded batch norm's per-channel
+                                        scale the weights were multiplied by; NULL: none */
+    int64_t nscale;
 } WeightSlot;
 
 typedef enum { FOLD_RELU = 1, FOLD_BN, FOLD_SUM } FoldKind;
@@ -69,6 +77,9 @@ struct ConvStep {
     int same;                        /* conv padding='same' */
     int ceil_mode, include_pad;      /* pooling */
     int64_t aout[2];                 /* adaptive pooling: output sizes, -1 for None */
+    int32_t pad_node;                /* a zero F.pad whose only reader is the convolution,
+                                        folded into its padding; -1: none */
+    int64_t pre_l[2], pre_r[2];      /* that pad's widths before and after, by spatial dim */
     Fold fold[CV_MAX_FOLD];
     int nfold;
     int32_t out;                     /* the value the step writes */
@@ -77,6 +88,8 @@ struct ConvStep {
     WeightSlot wslot[CV_WSLOTS];     /* convolution: reordered weights */
     uint64_t ticks;
     int64_t calls, fallbacks, weight_reorders;
+    int64_t posts_after;             /* calls whose primitive left post-ops to run after it
+                                        (oneDNN had only a reference kernel with them) */
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -427,15 +440,106 @@ static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
     }
 }
 
+struct one_reader {
+    int32_t v, reader;
+    int other;
+};
+
+static void note_reader(void *ctx, int32_t ni, int32_t v)
+{
+    struct one_reader *r = ctx;
+    if (v == r->v && ni != r->reader)
+        r->other = 1;
+}
+
+/* 1 when node `reader` is the only reader of value v (and v is no graph output). */
+static int read_only_by(const Graph *g, int32_t v, int32_t reader)
+{
+    struct one_reader r = {v, reader, 0};
+    for (int32_t ni = 0; ni < g->nnodes && !r.other; ni++)
+        lower_node_reads(g, ni, note_reader, &r);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        r.other |= g->outputs[i] == v;
+    return !r.other;
+}
+
+/* Pad node ni in front of a convolution: a constant-zero F.pad of the spatial dims only,
+ * widths >= 0, read by the convolution alone, becomes part of the convolution's padding
+ * (MobileNet's TF-style padding writes one before every convolution: a copy of the
+ * activation each time). The convolution's node and parameters into *s; 1 when taken. */
+static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
+{
+    static const char *const known[] = {"input", "pad", "mode", "value", NULL};
+    const Node *nd = &g->nodes[ni];
+    NodeArgs na;
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || !f32_result(g, nd->first_value) || !lower_bind_node(g, ni, &na))
+        return 0;
+    const BoundArgs *b = &na.bound;
+    const BoundArg *mode = ba_get(b, "mode"), *pad = ba_get(b, "pad");
+    double value;
+    if (!only(b, known) || !pad || pad->kind != BA_CONST || pad->sym || pad->data ||
+        (mode && (mode->kind != BA_CONST || !PyUnicode_Check(mode->value) ||
+                  PyUnicode_CompareWithASCIIString(mode->value, "constant") != 0)))
+        return 0;
+    const BoundArg *va = ba_get(b, "value");
+    if (va && va->kind == BA_CONST && va->value == Py_None)
+        value = 0.0;
+    else if (!const_float(b, "value", 0.0, &value))
+        return 0;
+    if (value != 0.0 || signbit(value))   /* -0.0 pads differ from a convolution's zeros */
+        return 0;
+    PyObject *w = pad->value;   /* borrowed from the graph's constants */
+    if (!PyTuple_Check(w) && !PyList_Check(w))
+        return 0;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(w);
+    int32_t nj = ni + 1;
+    while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
+        nj++;
+    if (nj >= g->nnodes || (g->nodes[nj].op != OP_CONV1D && g->nodes[nj].op != OP_CONV2D) || plan_node(g, nj, s) ||
+        s->same || s->x != nd->first_value || len < 2 || len > 2 * s->sp || len % 2 ||
+        !read_only_by(g, nd->first_value, nj))
+        return 0;
+    int32_t x = lower_value_of(g, ba_get(b, "input"));
+    if (x < 0 || !f32_torch(g, x) || g->values[x].meta.ndim != s->rank)
+        return 0;
+    /* torch's order: the last dim's (before, after) first */
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(w, i);   /* borrowed */
+        if (!PyLong_Check(e) || PyBool_Check(e))
+            return 0;
+        long long v = PyLong_AsLongLong(e);
+        if (v < 0 || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        int d = s->sp - 1 - (int)(i / 2);
+        if (i % 2)
+            s->pre_r[d] = v;
+        else
+            s->pre_l[d] = v;
+    }
+    s->x = x;
+    s->pad_node = ni;
+    s->node = nj;
+    return 1;
+}
+
 int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     ConvStep s;
     memset(&s, 0, sizeof s);
+    s.pad_node = -1;
     int op = g->nodes[ni].op;
-    if ((op != OP_CONV1D && op != OP_CONV2D && op != OP_MAX_POOL2D && op != OP_AVG_POOL2D &&
-         op != OP_ADAPTIVE_AVG_POOL2D && op != OP_BATCH_NORM) ||
-        plan_node(g, ni, &s))
+    if (op == OP_PAD) {
+        if (!pad_then_conv(g, ni, &s))
+            return -1;
+        ni = s.node;
+        op = g->nodes[ni].op;
+    } else if ((op != OP_CONV1D && op != OP_CONV2D && op != OP_MAX_POOL2D && op != OP_AVG_POOL2D &&
+                op != OP_ADAPTIVE_AVG_POOL2D && op != OP_BATCH_NORM) ||
+               plan_node(g, ni, &s)) {
         return -1;
+    }
     s.node = ni;
     s.out = g->nodes[ni].first_value;
     s.alias[s.nalias++] = s.out;
@@ -475,6 +579,9 @@ static void slot_clear(WeightSlot *w)
     lower_kept_clear(&w->id);
     free(w->buf);
     w->buf = NULL;
+    free(w->scale);
+    w->scale = NULL;
+    w->nscale = 0;
 }
 
 void step_conv_free(LowerPlan *p)
@@ -489,17 +596,18 @@ void step_conv_free(LowerPlan *p)
 
 int step_conv_stats(const LowerPlan *p, PyObject *d)
 {
-    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0;
+    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0;
     for (int32_t i = 0; i < p->nconvs; i++) {
         calls += p->convs[i].calls;
         fallbacks += p->convs[i].fallbacks;
         fused += p->convs[i].nfold;
         reorders += p->convs[i].weight_reorders;
+        after += p->convs[i].posts_after;
     }
-    static const char *const names[5] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
-                                         "conv_weight_reorders"};
-    long long vals[5] = {p->nconvs, calls, fallbacks, fused, reorders};
-    return lower_put_counts(d, 5, names, vals);
+    static const char *const names[6] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
+                                         "conv_weight_reorders", "conv_posts_after"};
+    long long vals[6] = {p->nconvs, calls, fallbacks, fused, reorders, after};
+    return lower_put_counts(d, 6, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -508,10 +616,13 @@ int step_conv_stats(const LowerPlan *p, PyObject *d)
 static int run_eagerly(Graph *g, ConvStep *s, PyObject **vals)
 {
     s->fallbacks++;
-    int32_t nodes[CV_MAX_FOLD];
+    int32_t nodes[CV_MAX_FOLD + 1];
+    int n = 0;
+    if (s->pad_node >= 0)
+        nodes[n++] = s->node;
     for (int i = 0; i < s->nfold; i++)
-        nodes[i] = s->fold[i].node;
-    return lower_exec_nodes(g, s->node, nodes, s->nfold, vals);
+        nodes[n++] = s->fold[i].node;
+    return lower_exec_nodes(g, s->pad_node >= 0 ? s->pad_node : s->node, nodes, n, vals);
 }
 
 /* Reads value v as a contiguous float32 tensor of rank r (r < 0: any). 0, 1 (run
@@ -595,9 +706,10 @@ static int fill_key(const ConvStep *s, const Operand *x, const Operand *w, CvKey
                 key->pad_l[i] = (ext - 1) / 2;
                 key->pad_r[i] = ext - 1 - key->pad_l[i];
                 key->out[i] = key->in[i];
-            } else {
-                key->pad_l[i] = key->pad_r[i] = s->pad[i];
-                key->out[i] = out_size(key->in[i], s->pad[i], ext, s->stride[i], 0);
+            } else {   /* a folded F.pad adds its widths (pre_l, pre_r) */
+                key->pad_l[i] = s->pad[i] + s->pre_l[i];
+                key->pad_r[i] = s->pad[i] + s->pre_r[i];
+                key->out[i] = out_size(key->in[i] + s->pre_l[i] + s->pre_r[i], s->pad[i], ext, s->stride[i], 0);
             }
             if (key->out[i] <= 0 || k == 0)
                 return 1;
@@ -668,10 +780,31 @@ static int bn_affine(PyObject **vals, const Fold *f, int64_t c, float *sc, float
     return 0;
 }
 
-/* The reordered weights of wobj (data at ptr) for primitive prim: a kept copy, or a new
- * one, in a slot *out pinned for the caller (unpin after the run); NULL when they cannot
- * be kept (the primitive reorders them itself). -1 on error. */
-static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr, WeightSlot **out)
+/* The plain weights (nw floats, output channel outermost) times scale[oc] into a new
+ * malloc'd buffer, or NULL when out of memory. */
+static float *scaled_weights(const float *w, size_t nw, const float *scale, int64_t oc)
+{
+    float *out = aligned_alloc(64, (nw * sizeof(float) + 63) & ~(size_t)63);
+    size_t per = nw / (size_t)oc;
+    for (int64_t o = 0; out && o < oc; o++)
+        for (size_t i = 0; i < per; i++)
+            out[(size_t)o * per + i] = w[(size_t)o * per + i] * scale[o];
+    return out;
+}
+
+static int slot_scale_is(const WeightSlot *w, const float *scale, int64_t n)
+{
+    if (!scale)
+        return !w->scale;
+    return w->scale && w->nscale == n && !memcmp(w->scale, scale, sizeof(float) * (size_t)n);
+}
+
+/* The reordered weights of wobj (data at ptr, nw floats) for primitive prim, multiplied by
+ * scale[oc] per output channel when scale is not NULL (a batch norm folded into them): a
+ * kept copy, or a new one, in a slot *out pinned for the caller (unpin after the run);
+ * NULL when they cannot be kept (the primitive reorders them itself). -1 on error. */
+static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr, size_t nw, const float *scale,
+                        int64_t oc, WeightSlot **out)
 {
     uint64_t layout = 0;
     size_t bytes = dnnl_api_conv_weights_layout(prim, &layout);
@@ -684,7 +817,7 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     WeightSlot *victim = &s->wslot[0];
     for (int k = 0; k < CV_WSLOTS; k++) {
         WeightSlot *w = &s->wslot[k];
-        if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout) {
+        if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout && slot_scale_is(w, scale, oc)) {
             w->last_use = ++s->ticks;
             w->pins++;
             *out = w;
@@ -697,15 +830,28 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
         return 0;   /* every slot in use by another thread's run */
     slot_clear(victim);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!buf)
+    float *plain = scale ? scaled_weights((const float *)ptr, nw, scale, oc) : NULL;
+    float *kept_scale = scale ? malloc(sizeof(float) * (size_t)oc) : NULL;
+    if (!buf || (scale && (!plain || !kept_scale))) {
+        free(buf);
+        free(plain);
+        free(kept_scale);
         return 0;
+    }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_conv_weights(prim, ptr, buf);
+    status = dnnl_api_conv_weights(prim, plain ? plain : ptr, buf);
     Py_END_ALLOW_THREADS
+    free(plain);
     if (status || !lower_kept_set(&victim->id, wobj, ptr, version)) {
         free(buf);
+        free(kept_scale);
         return 0;
+    }
+    if (scale) {
+        memcpy(kept_scale, scale, sizeof(float) * (size_t)oc);
+        victim->scale = kept_scale;
+        victim->nscale = oc;
     }
     victim->buf = buf;
     victim->layout = layout;
@@ -725,7 +871,9 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     int64_t out_dims[5];
     int rc, out_r = 0;
     PyObject *res = NULL;     /* strong: the result */
-    float *affine = NULL;     /* PyMem: a folded batch norm's scale and shift */
+    float *affine = NULL;     /* PyMem: a folded batch norm's scale, shift and the bias */
+    const float *wscale = NULL;   /* the scale folded into the weights, or NULL */
+    float *wtmp = NULL;       /* malloc: weights times wscale, when no slot keeps them */
     PcEntry *e = NULL;
     WeightSlot *kept = NULL;  /* pinned during the run */
     memset(&key, 0, sizeof key);
@@ -777,17 +925,36 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             args.residual = r.data;
             key.post[key.npost++] = CVPO_SUM;
         } else {
-            if (!(affine = PyMem_Malloc(sizeof(float) * 2 * (size_t)ch))) {
+            if (!(affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
                 PyErr_NoMemory();
                 rc = -1;
                 goto done;
             }
             if ((rc = bn_affine(vals, f, ch, affine, affine + ch)))
                 goto done;
-            args.chan[key.npost] = affine;
-            key.post[key.npost++] = CVPO_MUL_C;
-            args.chan[key.npost] = affine + ch;
-            key.post[key.npost++] = CVPO_ADD_C;
+            int finite = 1;
+            for (int64_t c = 0; c < 2 * ch; c++)
+                finite &= isfinite(affine[c]) != 0;
+            if (finite) {
+                /* into the weights and the bias: conv(x, W) * s + t == conv(x, W * s) + t
+                 * (each weight rounded once more, like the summation order's effect).
+                 * oneDNN 2.6's per-channel binary post-ops cost 1-6x the convolution
+                 * itself on AVX2 (a 1x1 8->48 at 32x32: 48 us bare, 324 us with them).
+                 * A scale or shift that is inf or NaN stays a post-op: W * inf would
+                 * turn a zero product into NaN where eager has inf. */
+                const float *b0 = args.bias;
+                float *fb = affine + 2 * ch;
+                for (int64_t c = 0; c < ch; c++)
+                    fb[c] = affine[ch + c] + (b0 ? b0[c] * affine[c] : 0.f);
+                args.bias = fb;
+                key.has_bias = 1;
+                wscale = affine;
+            } else {
+                args.chan[key.npost] = affine;
+                key.post[key.npost++] = CVPO_MUL_C;
+                args.chan[key.npost] = affine + ch;
+                key.post[key.npost++] = CVPO_ADD_C;
+            }
         }
     }
     if (!(res = lower_new_output(LIB_TORCH, out_dims, out_r))) {
@@ -807,9 +974,22 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         rc = 1;
         goto done;
     }
-    if (key.op_class == CV_CLASS_CONV && kept_weights(s, prim, vals[s->w], w.data, &kept) < 0) {
-        rc = -1;
-        goto done;
+    if (key.op_class == CV_CLASS_CONV) {
+        size_t nw = 1;
+        for (int d = 0; d < w.ndim; d++)
+            nw *= (size_t)w.size[d];
+        if (kept_weights(s, prim, vals[s->w], w.data, nw, wscale, key.oc, &kept) < 0) {
+            rc = -1;
+            goto done;
+        }
+        if (!kept && wscale) {
+            if (!(wtmp = scaled_weights((const float *)w.data, nw, wscale, key.oc))) {
+                PyErr_NoMemory();
+                rc = -1;
+                goto done;
+            }
+            args.wei = wtmp;
+        }
     }
     args.wei_ready = kept ? kept->buf : NULL;
     int status;
@@ -819,12 +999,15 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     if (kept)
         kept->pins--;
     rc = status != 0;
-    if (!rc)
+    if (!rc) {
         s->calls++;
+        s->posts_after += key.op_class == CV_CLASS_CONV && dnnl_api_conv_nfused(prim) < key.npost;
+    }
 done:
     if (e)
         primcache_release(e);
     PyMem_Free(affine);
+    free(wtmp);
     if (rc == 0) {
         for (int i = 1; i < s->nalias; i++)
             Py_XSETREF(vals[s->alias[i]], Py_NewRef(res));

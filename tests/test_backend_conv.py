@@ -122,6 +122,35 @@ def test_conv_bn_relu_residual_folds():
     assert _stats(made, "conv_fused") == 2
 
 
+def test_folded_bn_follows_its_stats():
+    """A batch norm after a convolution is folded into its weights and bias: a change of
+    the running stats (or the affine weight) between calls refolds them; a zero variance
+    with eps=0 (an infinite scale) stays a post-op, as eager."""
+    torch.manual_seed(5)
+    x, wt, b = torch.randn(2, 4, 10, 10), torch.randn(8, 4, 3, 3), torch.randn(8)
+    m, v, g, bb = torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)
+
+    def f(x, wt, b, m, v, g, bb, eps):
+        return F.relu(F.batch_norm(F.conv2d(x, wt, b, padding=1), m, v, g, bb, False, 0.1, eps))
+
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    assert made[0].stats["conv_weight_reorders"] == 1 and made[0].stats["conv_fused"] == 2
+    v.mul_(2.0)
+    g[3] = -g[3]
+    _close(cf(x, wt, b, m, v, g, bb, 1e-5), f(x, wt, b, m, v, g, bb, 1e-5))
+    assert made[0].stats["conv_weight_reorders"] == 2
+    v0 = v.clone()
+    v0[2] = 0.0
+    x0 = x.clone()
+    x0[:, :, 4:, :] = 0.0
+    got, want = cf(x0, wt, None, m, v0, g, bb, 0.0), f(x0, wt, None, m, v0, g, bb, 0.0)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert made[-1].stats["conv_fallbacks"] == 0
+
+
 def test_kept_weights_follow_writes():
     """Reordered weights are kept across calls, and redone after an in-place write or for
     another weight tensor."""
@@ -151,6 +180,39 @@ def test_shared_result_is_not_folded():
 
     made = _run(f, x, wt)
     assert _stats(made, "conv_fused") == 0
+
+
+@pytest.mark.parametrize("pads, stride, padding, groups", [
+    ((0, 1, 0, 1), 2, 0, 6), ((1, 1, 1, 1), 1, 0, 6), ((0, 0, 0, 0), 1, 0, 1), ((2, 0, 1, 3), 2, 1, 3),
+    ((1, 2), 1, 0, 1), ((0, 1, 0, 1), 2, 0, 1),
+])
+def test_zero_pad_folds_into_conv(pads, stride, padding, groups):
+    """A constant-zero F.pad read only by a convolution becomes its padding: one step."""
+    torch.manual_seed(4)
+    x, wt = torch.randn(2, 6, 9, 11), torch.randn(6, 6 // groups, 3, 3)
+    f = lambda x, wt: F.relu(F.conv2d(F.pad(x, pads, "constant", 0.0), wt, None, stride, padding, 1, groups))  # noqa: E731
+    made = _run(f, x, wt)
+    assert _stats(made, "steps") == 1 and _stats(made, "conv_fallbacks") == 0
+    x1, w1 = torch.randn(2, 4, 13), torch.randn(5, 4, 3)   # conv1d, value=None
+    made = _run(lambda x, w: F.conv1d(F.pad(x, (0, 2)), w, stride=2), x1, w1)
+    assert _stats(made, "steps") == 1
+
+
+def test_pad_kept_when_read_elsewhere_or_not_zero():
+    x, wt = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+
+    def shared(x, wt):
+        p = F.pad(x, (1, 1, 1, 1))
+        return F.conv2d(p, wt), p
+
+    made = _run(shared, x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (1, 1, 1, 1), value=0.5), wt), x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), wt), x, wt)
+    assert _stats(made, "steps") == 2
+    made = _run(lambda x, wt: F.conv2d(F.pad(x, (-1, 1, 0, 1)), wt), x, wt)   # a crop
+    assert _stats(made, "steps") == 2
 
 
 def test_broadcast_residual_and_channels_last_run_eagerly():
@@ -184,7 +246,7 @@ POOLS = [
     lambda x: F.max_pool2d(x, 2),
     lambda x: F.max_pool2d(x, 3, 2, 1),
     lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
-    lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), dilation=(2, 1)),
+    lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), dilation=(2, 1)),   # eager: oneDNN's is ref:any
     lambda x: F.max_pool2d(x, 2, ceil_mode=True),
     lambda x: F.avg_pool2d(x, 2),
     lambda x: F.avg_pool2d(x, 3, 2, 1),
@@ -205,7 +267,7 @@ def test_pooling(i, shape):
     x = torch.randn(*shape)
     made = _run(POOLS[i], x)
     assert _stats(made, "conv_steps") == 1
-    if i not in (10, 13):
+    if i not in (3, 10, 13):
         assert _stats(made, "conv_fallbacks") == 0
 
 
