@@ -448,27 +448,35 @@ def set_groups(names, sets) -> list:
 
 
 def summary(rows, names, threads, date, set_name) -> list:
-    """The quotable lines of one set: geomeans over its workloads where both systems ran."""
+    """The quotable lines of one set: geomeans over its workloads where both systems ran.
+    A figure whose systems did not run (e.g. --systems eager,tc,sj_cpu) is left out, and a
+    line left with none."""
     def g(num, den, field):
         v, n = ratio_geomean(rows, num, den, field, names)
-        return f"{common.fmt_ratio(v)} (n={n})"
-    return [
-        f"suite summary, set {set_name} ({date}, {threads} thread(s), speedup = eager time / "
-        f"system time, geomean over workloads):",
-        f"  speedup vs eager: shapejit cpu {g('sj_cpu', 'eager', 'speedup')}, "
-        f"torch.compile {g('tc', 'eager', 'speedup')}, "
-        f"shapejit cpu dynamic {g('sj_cpu_dyn', 'eager', 'speedup')}, "
-        f"torch.compile dynamic {g('tc_dyn', 'eager', 'speedup')}",
-        f"  shapejit cpu / torch.compile (speedup ratio): {g('sj_cpu', 'tc', 'speedup')}",
+        return f"{common.fmt_ratio(v)} (n={n})" if n else None
+
+    def line(head, parts, sep=", "):
+        parts = [f"{label}{v}" for label, v in parts if v is not None]
+        return [head + sep.join(parts)] if parts else []
+    return (
+        [f"suite summary, set {set_name} ({date}, {threads} thread(s), speedup = eager time / "
+         f"system time, geomean over workloads):"]
+        + line("  speedup vs eager: ", [
+            ("shapejit cpu ", g('sj_cpu', 'eager', 'speedup')),
+            ("torch.compile ", g('tc', 'eager', 'speedup')),
+            ("shapejit cpu dynamic ", g('sj_cpu_dyn', 'eager', 'speedup')),
+            ("torch.compile dynamic ", g('tc_dyn', 'eager', 'speedup'))])
+        + line("  shapejit cpu / torch.compile (speedup ratio): ",
+               [("", g('sj_cpu', 'tc', 'speedup'))])
         # median times, not speedups: a speedup is against eager's samples in its own loop,
         # so an eager spike in one loop would read as a dynamic/static difference
-        f"  dynamic vs static time (dynamic median / static median; >1 = dynamic slower): "
-        f"shapejit cpu {g('sj_cpu_dyn', 'sj_cpu', 'median_s')}, "
-        f"torch.compile {g('tc_dyn', 'tc', 'median_s')}",
-        f"  compile time torch.compile / shapejit cpu: cold {g('tc', 'sj_cpu', 'compile_s')}, "
-        f"warm {g('tc', 'sj_cpu', 'warm_compile_s')}; dynamic cold "
-        f"{g('tc_dyn', 'sj_cpu_dyn', 'compile_s')}",
-    ]
+        + line("  dynamic vs static time (dynamic median / static median; >1 = dynamic slower): ", [
+            ("shapejit cpu ", g('sj_cpu_dyn', 'sj_cpu', 'median_s')),
+            ("torch.compile ", g('tc_dyn', 'tc', 'median_s'))])
+        + line("  compile time torch.compile / shapejit cpu: ", [("", "; ".join(
+            line("", [("cold ", g('tc', 'sj_cpu', 'compile_s')),
+                      ("warm ", g('tc', 'sj_cpu', 'warm_compile_s'))])
+            + line("dynamic cold ", [("", g('tc_dyn', 'sj_cpu_dyn', 'compile_s'))])) or None)]))
 
 
 def per_system_geomeans(rows, groups) -> list:
