@@ -2,7 +2,9 @@
 bench/suite.py --set promises, every zoo architecture builds at its small size and runs
 eagerly with its inputs, its build is seeded (the suite's child processes rebuild the
 same weights and inputs), and on a few of them shapejit's cpu backend equals eager in
-one graph. No timing: performance lives in bench/.
+one graph; bench/suite.py --set picks the right output directory and prints a summary
+per set without the figures of systems that did not run. No timing: performance lives in
+bench/.
 """
 import os
 import sys
@@ -68,3 +70,26 @@ def test_zoo_shapejit_cpu_equals_eager(arch, fresh_shapejit):
     assert common.max_abs_diff(ref, got) <= common.tolerance(ref)
     st = fresh_shapejit.stats()
     assert (st["graphs"], st["graph_breaks"]) == (1, 0)
+
+
+def test_suite_sets_and_summary():
+    import suite
+    a = suite.parse_args([])
+    assert (a.wset, a.out) == ("core", suite.DEFAULT_OUT)
+    assert suite.parse_args(["--set", "zoo"]).out == suite.DEFAULT_OUT + "_zoo"
+    names = ["bert", "zoo_llama_s", "zoo_llama_m"]
+    groups = suite.set_groups(names, workloads.SETS)
+    assert groups == [("core", ["bert"]), ("zoo", ["zoo_llama_s", "zoo_llama_m"])]
+    rows = []
+    for n in names:
+        for key, speedup in (("eager", 1.0), ("sj_cpu", 2.0), ("tc", 1.0)):
+            r = suite.new_row(n, key, "cold")
+            r.update(speedup=speedup, median_s=1.0 / speedup, compile_s=1.0, warm_compile_s=0.5)
+            rows.append(r)
+    lines = suite.summary(rows, groups[1][1], 1, "today", "zoo")
+    assert lines[0].startswith("suite summary, set zoo (today, 1 thread(s)")
+    assert lines[1] == "  speedup vs eager: shapejit cpu 2.00x (n=2), torch.compile 1.00x (n=2)"
+    assert lines[3] == "  compile time torch.compile / shapejit cpu: cold 1.00x (n=2), warm 1.00x (n=2)"
+    assert len(lines) == 4 and not any("n=0" in line for line in lines)   # no dynamic systems ran
+    geo = suite.per_system_geomeans(rows, groups)
+    assert ["shapejit cpu", "core", "2.00x", 1] in geo and ["shapejit cpu", "zoo", "2.00x", 2] in geo
