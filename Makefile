@@ -10,8 +10,11 @@
 #                tools/torch_calls.json and docs/torch_call_coverage.md; after a change to
 #                graph/callables.def, `python3 tools/torch_call_coverage.py --write` alone
 #                refreshes the document (tests/test_call_coverage.py checks it is in step)
-#   make bench   build, then run the benchmark suite (bench/suite.py; BENCH_ARGS=--quick etc.);
-#                table and plots in bench/results/suite/
+#   make bench   build, then run the benchmark suite's core set (bench/suite.py; BENCH_ARGS=--quick
+#                etc.); table and plots in bench/results/suite/
+#   make bench-zoo  build, then the suite's zoo set (transformers architectures at two sizes)
+#                --quick under eager, Inductor and shapejit cpu (about 10 min; BENCH_ARGS adds
+#                or overrides options); table and plots in bench/results/suite_zoo/
 #   make fuzz-py      differential fuzz of Python constructs (tests/pyfuzz): FUZZ_COUNT programs
 #                     (50000) from FUZZ_SEED (0), each chunk in a child process; crashes counted
 #   make fuzz-breaks  the graph-break fuzz test at FUZZ_BREAKS programs (2000; CI runs 150)
@@ -35,7 +38,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test zoo coverage bench asan asan-build clean fuzz-py fuzz-breaks
+.PHONY: build test zoo coverage bench bench-zoo asan asan-build clean fuzz-py fuzz-breaks
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -58,6 +61,9 @@ fuzz-breaks: build
 
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)
+
+bench-zoo: build
+	$(PYTHON) bench/suite.py --set zoo --quick --systems eager,tc,sj_cpu $(BENCH_ARGS)
 
 asan-build:
 	SHAPEJIT_SANITIZE=1 $(PYTHON) setup.py -q build_ext --build-lib $(ASAN_DIR) --build-temp $(ASAN_TMP)

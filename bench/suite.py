@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """The benchmark suite: shapejit against its peers, in one run, one thread count.
 
-Workloads (bench/workloads.py): transformers BertModel, GPT2Model, ViTModel, ResNetModel
-(small configs, eval, no_grad), a TransformerEncoderLayer at three sequence lengths, an
-MLP, layer norm + GELU, softmax attention, a chain of ten pointwise ops, reductions, and
-two numpy kernels (Lennard-Jones energies, column moments).
+Workloads (bench/workloads.py), in sets (--set):
+- core (the default): transformers BertModel, GPT2Model, ViTModel, ResNetModel (small
+  configs, eval, no_grad), a TransformerEncoderLayer at three sequence lengths, an MLP,
+  layer norm + GELU, softmax attention, a chain of ten pointwise ops, reductions, and two
+  numpy kernels (Lennard-Jones energies, column moments);
+- zoo: transformers architectures built from configs (encoders, decoder-only models,
+  encoder-decoders, vision and audio models), each at a small and a medium size, no sweep;
+- all: both.
 
 Systems, each in its own child process (a crash is a row, not the end of the run): eager
 torch or numpy; torch.compile (Inductor, default mode) with dynamic=False and
@@ -17,10 +21,12 @@ time cold (fresh disk caches) and warm (a second process reusing the first one's
 caches: shapejit's kernel cache, Inductor's, numba's, JAX's), and for dynamic systems the
 graph and recompile counts over a sweep of sizes (batch 1..64, sequence 16..512).
 
-Writes suite.md, suite.json and PNG plots to bench/results/suite/ and prints a summary
-line of geomeans that docs/benchmarks.md quotes.
+Writes suite.md, suite.json and PNG plots to bench/results/suite/ (bench/results/suite_zoo/
+for --set zoo, suite_all/ for --set all) and prints summary lines of geomeans, one block
+per set, that docs/benchmarks.md quotes.
 
-Usage: python3 bench/suite.py [--quick] [--threads N] [--out DIR] [--only a,b] [--systems a,b]
+Usage: python3 bench/suite.py [--set core|zoo|all] [--quick] [--threads N] [--out DIR]
+                              [--only a,b] [--systems a,b]
 """
 
 from __future__ import annotations
@@ -63,8 +69,12 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer and shorter timing samples")
     p.add_argument("--threads", type=common.positive_int, default=1,
                    help="thread count of every library (default 1: see docs/benchmarks.md)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default bench/results/suite/)")
-    p.add_argument("--only", default="", help="comma-separated subset of workloads")
+    p.add_argument("--set", default="core", choices=("core", "zoo", "all"), dest="wset",
+                   help="workload set: core (default), zoo (transformers architectures) or all")
+    p.add_argument("--out", default=None,
+                   help="output directory (default bench/results/suite/, suite_zoo/ or suite_all/)")
+    p.add_argument("--only", default="",
+                   help="comma-separated workloads (any set; overrides --set)")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of systems: " + ",".join(SYSTEMS))
     p.add_argument("--no-plots", action="store_true")
@@ -73,6 +83,8 @@ def parse_args(argv=None):
     p.add_argument("--phase", default="cold", choices=("cold", "warm"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.systems = [s for s in a.systems.split(",") if s]
+    if a.out is None:
+        a.out = DEFAULT_OUT if a.wset == "core" else f"{DEFAULT_OUT}_{a.wset}"
     if not set(a.systems) <= set(SYSTEMS):
         p.error(f"unknown system(s) in {a.systems}; valid: {list(SYSTEMS)}")
     return a
@@ -343,7 +355,7 @@ def run_system(args, key, phase, names, cache_env) -> list:
 
 
 def progress_line(r) -> str:
-    return (f"   {r['workload']:<15} {r['system']:<22} {r['phase']:<5} "
+    return (f"   {r['workload']:<22} {r['system']:<22} {r['phase']:<5} "
             f"median {common.fmt_time(r['median_s']):>9}  speedup {common.fmt_ratio(r['speedup']):>6}  "
             f"compile {common.fmt_time(r['compile_s']):>9}  {r['note']}")
 
@@ -429,40 +441,58 @@ def ratio_geomean(rows, num_key, den_key, field, names):
     return common.geomean(ratios), len(ratios)
 
 
-def summary(rows, names, threads, date) -> list:
-    """The quotable lines: geomeans over the workloads where both systems ran."""
+def set_groups(names, sets) -> list:
+    """[(set name, its workloads that ran)] for the core and zoo sets, in that order."""
+    return [(k, [n for n in names if n in sets[k]]) for k in ("core", "zoo")
+            if any(n in sets[k] for n in names)]
+
+
+def summary(rows, names, threads, date, set_name) -> list:
+    """The quotable lines of one set: geomeans over its workloads where both systems ran.
+    A figure whose systems did not run (e.g. --systems eager,tc,sj_cpu) is left out, and a
+    line left with none."""
     def g(num, den, field):
         v, n = ratio_geomean(rows, num, den, field, names)
-        return f"{common.fmt_ratio(v)} (n={n})"
-    return [
-        f"suite summary ({date}, {threads} thread(s), speedup = eager time / system time, "
-        f"geomean over workloads):",
-        f"  speedup vs eager: shapejit cpu {g('sj_cpu', 'eager', 'speedup')}, "
-        f"torch.compile {g('tc', 'eager', 'speedup')}, "
-        f"shapejit cpu dynamic {g('sj_cpu_dyn', 'eager', 'speedup')}, "
-        f"torch.compile dynamic {g('tc_dyn', 'eager', 'speedup')}",
-        f"  shapejit cpu / torch.compile (speedup ratio): {g('sj_cpu', 'tc', 'speedup')}",
+        return f"{common.fmt_ratio(v)} (n={n})" if n else None
+
+    def line(head, parts, sep=", "):
+        parts = [f"{label}{v}" for label, v in parts if v is not None]
+        return [head + sep.join(parts)] if parts else []
+    return (
+        [f"suite summary, set {set_name} ({date}, {threads} thread(s), speedup = eager time / "
+         f"system time, geomean over workloads):"]
+        + line("  speedup vs eager: ", [
+            ("shapejit cpu ", g('sj_cpu', 'eager', 'speedup')),
+            ("torch.compile ", g('tc', 'eager', 'speedup')),
+            ("shapejit cpu dynamic ", g('sj_cpu_dyn', 'eager', 'speedup')),
+            ("torch.compile dynamic ", g('tc_dyn', 'eager', 'speedup'))])
+        + line("  shapejit cpu / torch.compile (speedup ratio): ",
+               [("", g('sj_cpu', 'tc', 'speedup'))])
         # median times, not speedups: a speedup is against eager's samples in its own loop,
         # so an eager spike in one loop would read as a dynamic/static difference
-        f"  dynamic vs static time (dynamic median / static median; >1 = dynamic slower): "
-        f"shapejit cpu {g('sj_cpu_dyn', 'sj_cpu', 'median_s')}, "
-        f"torch.compile {g('tc_dyn', 'tc', 'median_s')}",
-        f"  compile time torch.compile / shapejit cpu: cold {g('tc', 'sj_cpu', 'compile_s')}, "
-        f"warm {g('tc', 'sj_cpu', 'warm_compile_s')}; dynamic cold "
-        f"{g('tc_dyn', 'sj_cpu_dyn', 'compile_s')}",
-    ]
+        + line("  dynamic vs static time (dynamic median / static median; >1 = dynamic slower): ", [
+            ("shapejit cpu ", g('sj_cpu_dyn', 'sj_cpu', 'median_s')),
+            ("torch.compile ", g('tc_dyn', 'tc', 'median_s'))])
+        + line("  compile time torch.compile / shapejit cpu: ", [("", "; ".join(
+            line("", [("cold ", g('tc', 'sj_cpu', 'compile_s')),
+                      ("warm ", g('tc', 'sj_cpu', 'warm_compile_s'))])
+            + line("dynamic cold ", [("", g('tc_dyn', 'sj_cpu_dyn', 'compile_s'))])) or None)]))
 
 
-def per_system_geomeans(rows, names) -> list:
-    """[system, geomean speedup vs eager, workloads] for every system that ran."""
+def per_system_geomeans(rows, groups) -> list:
+    """[system, set, geomean speedup vs eager, workloads] for every system that ran."""
     out = []
-    for key, spec in SYSTEMS.items():
-        if key == "eager":
-            continue
-        v, n = ratio_geomean(rows, key, "eager", "speedup", names)
-        if n:
-            out.append([spec.label, common.fmt_ratio(v), n])
+    for set_name, names in groups:
+        for key, spec in SYSTEMS.items():
+            if key == "eager":
+                continue
+            v, n = ratio_geomean(rows, key, "eager", "speedup", names)
+            if n:
+                out.append([spec.label, set_name, common.fmt_ratio(v), n])
     return out
+
+
+GEO_HEADERS = ["system", "set", "geomean speedup vs eager", "workloads"]
 
 
 def setup_table(rows) -> list:
@@ -507,7 +537,7 @@ def write_markdown(path, head_lines, names, titles, rows, summ, geo, elapsed, ar
              "```"] + head_lines + ["```", "", "```"] + summ + ["```", ""]
     lines += [f"- **{n}**: {titles[n]}" for n in names] + [""]
     lines += [common.md_table(HEADERS, [row_cells(r) for r in rows]), ""]
-    lines += [common.md_table(["system", "geomean speedup vs eager", "workloads"], geo), ""]
+    lines += [common.md_table(GEO_HEADERS, geo), ""]
     lines += [common.md_table(SETUP_HEADERS, setup_table(rows)), ""]
     lines += [
         "- *median call*: at the workload's main size; *speedup*: eager and the system are "
@@ -537,17 +567,18 @@ def main(argv=None):
     import torch  # noqa: F811
     reported = common.late_setup(args.threads)
     import workloads
-    names = [n for n in (args.only.split(",") if args.only else workloads.NAMES) if n]
+    names = [n for n in (args.only.split(",") if args.only else workloads.SETS[args.wset]) if n]
     bad = [n for n in names if n not in workloads.SPECS]
     if bad:
-        sys.exit(f"unknown workload(s) {bad}; valid: {workloads.NAMES}")
+        sys.exit(f"unknown workload(s) {bad}; valid: {list(workloads.SPECS)}")
     if args.worker:
         return worker_main(args, names)
 
     t_start = time.perf_counter()
     facts = common.machine_facts()
     head = [common.isa_line(facts)] + common.facts_lines(facts) + [common.thread_line(args.threads, reported)]
-    print("shapejit benchmark suite" + (" (--quick)" if args.quick else ""))
+    print("shapejit benchmark suite" + (" (--quick)" if args.quick else "") +
+          (f", workloads {args.only}" if args.only else f", set {args.wset}"))
     print("\n".join(head), flush=True)
     spec_peers = {n: workloads.SPECS[n][6] for n in names}
     rows = run_all(args, names, spec_peers)
@@ -555,10 +586,12 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
     head.append("load average (1/5/15 min) at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
-    summ = summary(rows, names, args.threads, facts["date"])
-    geo = per_system_geomeans(rows, names)
+    groups = set_groups(names, workloads.SETS)
+    summ = [line for set_name, group in groups
+            for line in summary(rows, group, args.threads, facts["date"], set_name)]
+    geo = per_system_geomeans(rows, groups)
     print("\n" + common.text_table(HEADERS, [row_cells(r) for r in rows], max_col=90) + "\n")
-    print(common.text_table(["system", "geomean speedup vs eager", "workloads"], geo) + "\n")
+    print(common.text_table(GEO_HEADERS, geo) + "\n")
     print(common.text_table(SETUP_HEADERS, setup_table(rows)) + "\n")
     print("\n".join(summ))
     os.makedirs(args.out, exist_ok=True)
@@ -567,7 +600,8 @@ def main(argv=None):
     write_markdown(md, head, names, titles, rows, summ, geo, elapsed, args)
     common.write_json(os.path.join(args.out, "suite.json"),
                       dict(facts=facts, threads=reported, requested_threads=args.threads,
-                           quick=args.quick, elapsed_s=elapsed, summary=summ, rows=rows))
+                           quick=args.quick, set=args.only and "only" or args.wset,
+                           elapsed_s=elapsed, summary=summ, rows=rows))
     written = [md, os.path.join(args.out, "suite.json")]
     if not args.no_plots:
         try:
