@@ -373,6 +373,44 @@ def test_row_epilogue_fuses():
         assert made[0].stats["kernel_calls"] == kernels and made[0].stats["eager_fallbacks"] == 0
 
 
+@pytest.mark.parametrize("epi", ["gelu", "tanh_scale", "relu", "sigmoid_relu"])
+def test_row_epilogue_math_pass(epi):
+    """An epilogue that calls math functions (erf, tanh, exp) runs over the stored row in
+    a second loop of the row kernel, a cheap one (relu) in the last pass: both equal eager
+    for layer_norm and softmax rows, odd and strided rows, and across sizes of one
+    dynamic graph."""
+    ops = {"gelu": F.gelu, "tanh_scale": lambda y: torch.tanh(y) * 0.5, "relu": torch.relu,
+           "sigmoid_relu": lambda y: torch.relu(torch.sigmoid(y) - 0.3)}
+    op = ops[epi]
+
+    split = epi in ("gelu", "tanh_scale", "sigmoid_relu")
+
+    def ln256(x, w, b):   # the normalised shape a constant, as nn.LayerNorm's
+        return op(F.layer_norm(x, (256,), w, b))
+
+    def ln7(x, w, b):
+        return op(F.layer_norm(x, (7,), w, b))
+
+    def sm(x, w, b):
+        return op(torch.softmax(x, -1))
+
+    for n, fns in ((256, (ln256, sm)), (7, (ln7, sm))):
+        for fn in fns:
+            shapejit.reset()
+            backend, made = _lowering()
+            c = shapejit.compile(fn, backend=backend, dynamic=True)
+            for rows in (3, 64, 5):
+                x, w, b = torch.randn(rows, n) * 2, torch.randn(n), torch.randn(n)
+                _close(c(x, w, b), fn(x, w, b))
+                xt = torch.randn(n, rows).t()   # rows of stride 1 across, n apart
+                _close(c(xt, w, b), fn(xt, w, b))
+            assert made and all(m.stats["eager_fallbacks"] == 0 for m in made)
+            src = made[0].source
+            body = src[src.index("CG_EXPORT"):]
+            # two loops per layout end the row when the epilogue has its own pass
+            assert (body.count("#pragma omp simd\n") == 4) == split, (fn.__name__, epi)
+
+
 # ------------------------------------------------------------- column order ----
 
 COLUMN_CASES = [
