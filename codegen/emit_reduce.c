@@ -44,6 +44,7 @@
 static const char helpers[] =
     "#ifndef SJ_CASCADE\n"
     "#define SJ_CASCADE\n"
+    "#include <omp.h>\n"   /* thread counts: whole-tensor reductions split across threads */
     /* lv[l] holds the sum of 2^l blocks when bit l of *cnt is set */
     "#define SJ_CASCADE_OPS(S, T)\\\n"
     "static inline void sj_cascade_push##S(T *lv, int64_t *cnt, T s)\\\n"
@@ -463,6 +464,61 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        }\n        }\n");
 }
 
+/* A whole-tensor reduction (one output) over a long contiguous row, split across the
+ * threads: each thread reduces a run of whole blocks of the row into part[t], combined in
+ * thread order (a sum of partial cascades, as eager's parallel sum adds per-thread
+ * partials). The omp-for over outputs below would give the one row to one thread. */
+#define SJ_SPLIT_MIN 65536   /* elements: below this a second thread costs more than it saves */
+#define SJ_SPLIT_MAX 64      /* threads whose partials the kernel keeps */
+static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
+{
+    if (is_row(k) || k->nout != 1 || !(k->flavour == KF_SUM || k->flavour == KF_MEAN ||
+                                        k->flavour == KF_MAX || k->flavour == KF_MIN))
+        return;
+    DType t = acc_type(g, k);
+    const char *ct = lower_ctype(t);
+    int fl = lower_class(t) != LC_INT, sum = k->flavour == KF_SUM || k->flavour == KF_MEAN;
+    put(b, "    if (outer == 1 && fast && N >= %d && omp_get_max_threads() > 1) {\n", SJ_SPLIT_MIN);
+    put(b, "    %s part[%d]; int used = 1;\n", ct, SJ_SPLIT_MAX);
+    put(b, "#pragma omp parallel num_threads(omp_get_max_threads() < %d ? omp_get_max_threads() : %d)\n    {\n",
+        SJ_SPLIT_MAX, SJ_SPLIT_MAX);
+    put(b, "    const int t = omp_get_thread_num(), nt = omp_get_num_threads();\n");
+    put(b, "    if (t == 0)\n        used = nt;\n");
+    put(b, "    const int64_t chunk = ((N + nt - 1) / nt + %d) / %d * %d;\n", BLOCK - 1, BLOCK, BLOCK);
+    put(b, "    const int64_t lo = t * chunk < N ? t * chunk : N, hi = lo + chunk < N ? lo + chunk : N;\n");
+    put(b, "    int64_t base[%d];\n", nops);
+    put(b, "    base[0] = 0;\n");
+    for (int j = 1; j < nops; j++)
+        put(b, "    base[%d] = lo;\n", j);
+    for (int d = 0; d < k->rank; d++)
+        if (!((k->red.mask >> d) & 1))
+            put(b, "    const int64_t k%d = 0; (void)k%d;\n", d, d);
+    put(b, "    {\n    const int64_t N = hi - lo;\n");
+    if (sum) {
+        put_sum(b, g, k, "base[%d] + i", "s", body_prologue, "v", t);
+        put(b, "        part[t] = s;\n");
+    } else {
+        put_extreme(b, g, k, "base[%d] + i", k->flavour == KF_MAX, 0);
+        put(b, "        part[t] = m;\n");
+    }
+    put(b, "    }\n    }\n");
+    put(b, "    %s r = part[0];\n    for (int q = 1; q < used; q++)\n", ct);
+    if (sum && !fl)
+        put(b, "        r = (%s)((uint64_t)r + (uint64_t)part[q]);\n", ct);   /* wraps as eager */
+    else if (sum)
+        put(b, "        r += part[q];\n");
+    else if (fl)
+        put(b, "        r = r != r ? r : part[q] != part[q] || part[q] %s r ? part[q] : r;\n",
+            k->flavour == KF_MAX ? ">" : "<");
+    else
+        put(b, "        r = part[q] %s r ? part[q] : r;\n", k->flavour == KF_MAX ? ">" : "<");
+    if (k->flavour == KF_MEAN)
+        put(b, "    out0[0] = r / (%s)N;\n", ct);
+    else
+        put(b, "    out0[0] = r;\n");
+    put(b, "    return sj_bad;\n    }\n");
+}
+
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -521,6 +577,7 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
         put_columns(b, g, k, slow);
         put(b, "        return sj_bad;\n    }\n");
     }
+    put_split(b, g, k, nops);
     /* each thread walks a run of consecutive outputs: their offsets by an odometer over the
      * kept dims (divisions only at the start of the run) */
     put(b, "#pragma omp parallel if (outer * N >= 32768)\n    {\n");
