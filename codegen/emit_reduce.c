@@ -29,7 +29,9 @@
  * takes the mean, then the variance of the centred values (two passes, biased).
  *
  * Memory: writes into the caller's Buf (emit.c); no Python objects. */
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "lower_int.h"
 
@@ -42,6 +44,7 @@
 static const char helpers[] =
     "#ifndef SJ_CASCADE\n"
     "#define SJ_CASCADE\n"
+    "#include <omp.h>\n"   /* thread counts: whole-tensor reductions split across threads */
     /* lv[l] holds the sum of 2^l blocks when bit l of *cnt is set */
     "#define SJ_CASCADE_OPS(S, T)\\\n"
     "static inline void sj_cascade_push##S(T *lv, int64_t *cnt, T s)\\\n"
@@ -171,27 +174,101 @@ static void body_centred_square(Buf *b, Graph *g, const Kernel *k, const char *f
     put(b, "] - mean;\n");
 }
 
-/* The max (or min) over the row into `m`, NaN when some element is NaN. */
+/* The max (or min) over the row into `m`, NaN when some element is NaN. A float row runs
+ * in blocks of SJ_XLANES elements (then of 8) into as many running extremes (mv[j],
+ * blended; independent chains for the vector units) and NaN flags, then the tail and the
+ * lanes: GCC does not vectorise a blended (or `?:`) float
+ * max under `omp simd reduction(max:m)` (it keeps the lane in memory: amax of 4M floats
+ * took 10.3 ms; blocked by 32, 186 us with -march=x86-64-v3 and 258 us on AVX-512, eager
+ * 177 and 174 us; 64 lanes gave 196 us on AVX-512 but made each softmax row of 256 pay
+ * for twice the lanes, 173 vs 155 us at (8, 128, 256)). Ints keep the plain reduction,
+ * which GCC turns into vector max. */
+#define SJ_XLANES 32
 static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int is_max, int store)
 {
     DType t = acc_type(g, k);
     int fl = lower_class(t) != LC_INT, w = t == DT_I32 ? 32 : 64;
-    if (fl)
-        put(b, "        %s m = %sSJ_INF; int nan = 0;\n", lower_ctype(t), is_max ? "-" : "");
-    else
+    void (*body)(Buf *, Graph *, const Kernel *, const char *) = store ? body_prologue_store : body_prologue;
+    if (!fl) {
         put(b, "        %s m = INT%d_%s; int nan = 0;\n", lower_ctype(t), w, is_max ? "MIN" : "MAX");
-    put(b, "#pragma omp simd reduction(%s:m) reduction(|:nan)\n", is_max ? "max" : "min");
-    put(b, "        for (int64_t i = 0; i < N; i++) {\n");
-    (store ? body_prologue_store : body_prologue)(b, g, k, fmt);
-    if (fl)
-        put(b, "            nan |= v != v;\n");
-    if (fl)   /* a blend, not `?:`: GCC keeps a conditional max scalar on AVX2 */
-        put(b, "            m = sj_sel%s(v %s m, v, m);\n", t == DT_F64 ? "d" : "", is_max ? ">" : "<");
-    else
-        put(b, "            m = v %s m ? v : m;\n", is_max ? ">" : "<");
-    put(b, "        }\n");
-    if (fl)
-        put(b, "        if (nan)\n            m = __builtin_nan(\"\");\n");
+        put(b, "#pragma omp simd reduction(%s:m)\n", is_max ? "max" : "min");
+        put(b, "        for (int64_t i = 0; i < N; i++) {\n");
+        body(b, g, k, fmt);
+        put(b, "            m = v %s m ? v : m;\n        }\n        (void)nan;\n", is_max ? ">" : "<");
+        return;
+    }
+    const char *ct = lower_ctype(t), *sel = t == DT_F64 ? "sj_seld" : "sj_sel", *cmp = is_max ? ">" : "<";
+    put(b, "        %s m = %sSJ_INF; int nan = 0;\n", ct, is_max ? "-" : "");
+    put(b, "        {\n        %s mv[%d]; int nv[%d];\n", ct, SJ_XLANES, SJ_XLANES);
+    put(b, "        for (int j = 0; j < %d; j++) { mv[j] = m; nv[j] = 0; }\n", SJ_XLANES);
+    put(b, "        int64_t i0 = 0;\n");
+    for (int lanes = SJ_XLANES; lanes >= 8; lanes /= 8) {   /* 64, then 8 (short rows) */
+        put(b, "        for (; i0 + %d <= N; i0 += %d) {\n", lanes, lanes);
+        put(b, "#pragma omp simd\n        for (int j = 0; j < %d; j++) {\n", lanes);
+        put(b, "            const int64_t i = i0 + j;\n");
+        body(b, g, k, fmt);
+        put(b, "            nv[j] |= v != v;\n            mv[j] = %s(v %s mv[j], v, mv[j]);\n        }\n        }\n",
+            sel, cmp);
+    }
+    put(b, "        for (int64_t i = i0; i < N; i++) {\n");
+    body(b, g, k, fmt);
+    put(b, "            nan |= v != v;\n            m = %s(v %s m, v, m);\n        }\n", sel, cmp);
+    /* the lanes pairwise (each level a vector op, not a chain of SJ_XLANES blends) */
+    put(b, "        for (int w = %d; w >= 1; w /= 2) {\n#pragma omp simd\n", SJ_XLANES / 2);
+    put(b, "        for (int j = 0; j < w; j++) {\n            mv[j] = %s(mv[j + w] %s mv[j], mv[j + w], mv[j]);\n"
+        "        }\n        }\n", sel, cmp);
+    put(b, "#pragma omp simd reduction(|:nan)\n        for (int j = 0; j < %d; j++) {\n            nan |= nv[j];\n"
+        "        }\n", SJ_XLANES);
+    put(b, "        m = %s(mv[0] %s m, mv[0], m);\n        }\n", sel, cmp);
+    put(b, "        if (nan)\n            m = __builtin_nan(\"\");\n");
+}
+
+/* 1 when an epilogue node of k calls a float function that is not a few instructions
+ * (erf, exp, tanh, ...): the float32 expressions' calls other than the cheap ones below. */
+static int epilogue_calls_math(Graph *g, const Kernel *k)
+{
+    static const char *const cheap[] = {"fabsf", "floorf", "ceilf", "truncf", "copysignf", "sqrtf"};
+    for (int i = 0; i < k->red.nepi; i++) {
+        NodeLower nl;
+        if (!lower_node_typed(g, k->nodes[k->nnodes - k->red.nepi + i], &nl) || !nl.expr)
+            continue;
+        for (const char *c = strstr(nl.expr, "f("); c; c = strstr(c + 2, "f(")) {
+            const char *s = c;   /* the called name: back to its first character */
+            while (s > nl.expr && (isalnum((unsigned char)s[-1]) || s[-1] == '_'))
+                s--;
+            int known = 0;
+            for (size_t j = 0; j < sizeof cheap / sizeof *cheap && !known; j++)
+                known = (size_t)(c + 1 - s) == strlen(cheap[j]) && !strncmp(s, cheap[j], (size_t)(c + 1 - s));
+            if (!known)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Ends the last pass of a row (its loop body has the row's value in `y`): stores y. An
+ * epilogue that calls math functions runs in a loop of its own over the stored row (in
+ * L1 by then): one loop doing both was measured slower, layer_norm + GELU at
+ * (8, 128, 256) 231 vs 204 us with -march=x86-64-v3 and 145 vs 122 us on AVX-512 (the
+ * erf's constants and the normalisation's streams compete for registers); a cheap epilogue
+ * (relu) stays in the loop, where the second pass would cost it 5%. */
+static void put_last_pass_end(Buf *b, Graph *g, const Kernel *k, const char *fmt)
+{
+    if (k->red.nepi > 0 && !epilogue_calls_math(g, k))
+        emit_epilogue(b, g, k, "y");
+    put(b, "            out0[");
+    put_off(b, fmt, 0);
+    put(b, "] = y;\n        }\n");
+    if (k->red.nepi == 0 || !epilogue_calls_math(g, k))
+        return;
+    put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
+    put(b, "            float y = out0[");
+    put_off(b, fmt, 0);
+    put(b, "];\n");
+    emit_epilogue(b, g, k, "y");
+    put(b, "            out0[");
+    put_off(b, fmt, 0);
+    put(b, "] = y;\n        }\n");
 }
 
 /* One row (or one output element): the flavour's passes with offsets by fmt. */
@@ -223,10 +300,7 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
         put(b, "            float y = out0[");
         put_off(b, fmt, 0);
         put(b, "];\n            y = %s;\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
-        emit_epilogue(b, g, k, "y");
-        put(b, "            out0[");
-        put_off(b, fmt, 0);
-        put(b, "] = y;\n        }\n");
+        put_last_pass_end(b, g, k, fmt);
         break;
     case KF_LAYER_NORM: {
         put_sum(b, g, k, fmt, "s", body_prologue_store, "v", DT_F32);
@@ -248,10 +322,7 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
             put_off(b, fmt, bb);
             put(b, "];\n");
         }
-        emit_epilogue(b, g, k, "y");
-        put(b, "            out0[");
-        put_off(b, fmt, 0);
-        put(b, "] = y;\n        }\n");
+        put_last_pass_end(b, g, k, fmt);
         break;
     }
     default:
@@ -393,6 +464,61 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        }\n        }\n");
 }
 
+/* A whole-tensor reduction (one output) over a long contiguous row, split across the
+ * threads: each thread reduces a run of whole blocks of the row into part[t], combined in
+ * thread order (a sum of partial cascades, as eager's parallel sum adds per-thread
+ * partials). The omp-for over outputs below would give the one row to one thread. */
+#define SJ_SPLIT_MIN 65536   /* elements: below this a second thread costs more than it saves */
+#define SJ_SPLIT_MAX 64      /* threads whose partials the kernel keeps */
+static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
+{
+    if (is_row(k) || k->nout != 1 || !(k->flavour == KF_SUM || k->flavour == KF_MEAN ||
+                                        k->flavour == KF_MAX || k->flavour == KF_MIN))
+        return;
+    DType t = acc_type(g, k);
+    const char *ct = lower_ctype(t);
+    int fl = lower_class(t) != LC_INT, sum = k->flavour == KF_SUM || k->flavour == KF_MEAN;
+    put(b, "    if (outer == 1 && fast && N >= %d && omp_get_max_threads() > 1) {\n", SJ_SPLIT_MIN);
+    put(b, "    %s part[%d]; int used = 1;\n", ct, SJ_SPLIT_MAX);
+    put(b, "#pragma omp parallel num_threads(omp_get_max_threads() < %d ? omp_get_max_threads() : %d)\n    {\n",
+        SJ_SPLIT_MAX, SJ_SPLIT_MAX);
+    put(b, "    const int t = omp_get_thread_num(), nt = omp_get_num_threads();\n");
+    put(b, "    if (t == 0)\n        used = nt;\n");
+    put(b, "    const int64_t chunk = ((N + nt - 1) / nt + %d) / %d * %d;\n", BLOCK - 1, BLOCK, BLOCK);
+    put(b, "    const int64_t lo = t * chunk < N ? t * chunk : N, hi = lo + chunk < N ? lo + chunk : N;\n");
+    put(b, "    int64_t base[%d];\n", nops);
+    put(b, "    base[0] = 0;\n");
+    for (int j = 1; j < nops; j++)
+        put(b, "    base[%d] = lo;\n", j);
+    for (int d = 0; d < k->rank; d++)
+        if (!((k->red.mask >> d) & 1))
+            put(b, "    const int64_t k%d = 0; (void)k%d;\n", d, d);
+    put(b, "    {\n    const int64_t N = hi - lo;\n");
+    if (sum) {
+        put_sum(b, g, k, "base[%d] + i", "s", body_prologue, "v", t);
+        put(b, "        part[t] = s;\n");
+    } else {
+        put_extreme(b, g, k, "base[%d] + i", k->flavour == KF_MAX, 0);
+        put(b, "        part[t] = m;\n");
+    }
+    put(b, "    }\n    }\n");
+    put(b, "    %s r = part[0];\n    for (int q = 1; q < used; q++)\n", ct);
+    if (sum && !fl)
+        put(b, "        r = (%s)((uint64_t)r + (uint64_t)part[q]);\n", ct);   /* wraps as eager */
+    else if (sum)
+        put(b, "        r += part[q];\n");
+    else if (fl)
+        put(b, "        r = r != r ? r : part[q] != part[q] || part[q] %s r ? part[q] : r;\n",
+            k->flavour == KF_MAX ? ">" : "<");
+    else
+        put(b, "        r = part[q] %s r ? part[q] : r;\n", k->flavour == KF_MAX ? ">" : "<");
+    if (k->flavour == KF_MEAN)
+        put(b, "    out0[0] = r / (%s)N;\n", ct);
+    else
+        put(b, "    out0[0] = r;\n");
+    put(b, "    return sj_bad;\n    }\n");
+}
+
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -451,6 +577,7 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
         put_columns(b, g, k, slow);
         put(b, "        return sj_bad;\n    }\n");
     }
+    put_split(b, g, k, nops);
     /* each thread walks a run of consecutive outputs: their offsets by an odometer over the
      * kept dims (divisions only at the start of the run) */
     put(b, "#pragma omp parallel if (outer * N >= 32768)\n    {\n");

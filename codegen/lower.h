@@ -50,17 +50,18 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT } StepKind;
+typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT, STEP_VIEWS } StepKind;
 
 typedef struct {
     StepKind kind;
     int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index;
-                          CONV: conv index */
+                          CONV: conv index; CAT: cat index; VIEWS: view chain index */
 } Step;
 
 typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 typedef struct ConvStep ConvStep;       /* step_conv.c */
 typedef struct CatStep CatStep;         /* step_cat.c */
+typedef struct ViewChain ViewChain;     /* step_views.c */
 
 typedef struct {
     Step *steps;     int32_t nsteps;
@@ -68,6 +69,7 @@ typedef struct {
     MatmulStep *matmuls; int32_t nmatmuls;
     ConvStep *convs; int32_t nconvs;
     CatStep *cats;   int32_t ncats;
+    ViewChain *views; int32_t nviews;
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
      * release_at[i + 1]), dropped from the run's vals[] once step i is done, so a run holds
      * what eager would (intermediates freed at their last use, their memory reused by the
@@ -208,6 +210,16 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_cat_free(LowerPlan *p);
 /* {"cat_steps", "cat_calls", "cat_fallbacks"} added to d. */
 int step_cat_stats(const LowerPlan *p, PyObject *d);
+
+/* View chains (step_views.c): rewrites p's eager steps so that each chain of view ops whose
+ * intermediates nothing else reads is one STEP_VIEWS step where its first node ran;
+ * node_step follows. 0, or -1 with MemoryError. */
+int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step);
+/* Runs view chain i of p: 0 or -1 with an exception. */
+int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_views_free(LowerPlan *p);
+/* {"view_chains", "view_chain_nodes", "view_chain_calls", "view_chain_eager_runs"} added to d. */
+int step_views_stats(const LowerPlan *p, PyObject *d);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {

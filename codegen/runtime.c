@@ -299,6 +299,7 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
                 : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
                 : s->kind == STEP_CONV   ? step_conv_run(g, &cg->plan, s->index, vals)
                 : s->kind == STEP_CAT    ? step_cat_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_VIEWS  ? step_views_run(g, &cg->plan, s->index, vals)
                                          : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
         if (r < 0)
             return -1;
@@ -379,7 +380,7 @@ static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
                                 (long long)cg->pool.reused, "buffers_held", cg->pool.n,
                                 "outputs_recycled", (long long)cg->pool.recycled);   /* new */
     if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0 ||
-              step_cat_stats(&cg->plan, d) < 0))
+              step_cat_stats(&cg->plan, d) < 0 || step_views_stats(&cg->plan, d) < 0))
         Py_CLEAR(d);
     return d;
 }

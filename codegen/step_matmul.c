@@ -24,7 +24,9 @@
  *
  * Memory: the steps are a PyMem array of the plan; operands read at run time are borrowed
  * from vals[] except the copies, which the run owns and drops before returning. */
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lower_int.h"
 #include "dnnl_api.h"
@@ -54,7 +56,8 @@ struct MatmulStep {
      * the transposed layout (64x1024 @ 1024x256: 454 vs 294 us, measured). Valid while the
      * weight is the same object at the same address with the same _version (a write
      * through `.data` goes unseen, as for the conv step's kept weights). */
-    float *kept;                     /* PyMem_RawMalloc'd K x N, or NULL */
+    float *kept;                     /* K x N inside kept_raw, or NULL */
+    char *kept_raw;                  /* aligned_alloc'd, or NULL */
     KeptId kept_id;                  /* the weight it was copied from (lower.h) */
     int64_t kept_k, kept_n;
     int64_t kept_copies;
@@ -408,7 +411,7 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
 void step_matmul_free(LowerPlan *p)
 {
     for (int32_t i = 0; i < p->nmatmuls; i++) {
-        PyMem_RawFree(p->matmuls[i].kept);
+        free(p->matmuls[i].kept_raw);
         lower_kept_clear(&p->matmuls[i].kept_id);
     }
     PyMem_Free(p->matmuls);
@@ -639,6 +642,29 @@ static int finish(Graph *g, const MatmulStep *s, PyObject **vals, PyObject *res)
     return 0;
 }
 
+/* Where the kept copy starts past a page boundary. oneDNN 2.6's AVX2 GEMM is ~25% slower
+ * with a B operand on a 32-byte boundary: the MLP bench's 64x256 @ 256x1024 then 1024x256
+ * (ONEDNN_MAX_CPU_ISA=AVX2, 1 thread) took 755-785 us with B at offsets 0, 32, 64 ... 2048
+ * and 572-586 us at 4, 16 or 48, while AVX-512 prefers it aligned (307 vs 322 us at 16).
+ * malloc gave either, by where the block landed (a page plus 16 when mmap'd, any 16-byte
+ * boundary from the heap): run-to-run swings of that size. So: 64-byte aligned when oneDNN
+ * may use AVX-512, 16 past the boundary otherwise. */
+static size_t kept_offset(void)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *isa = getenv("ONEDNN_MAX_CPU_ISA");
+        if (!isa || !*isa)
+            isa = getenv("DNNL_MAX_CPU_ISA");
+        __builtin_cpu_init();
+        int avx512 = __builtin_cpu_supports("avx512f") &&
+                     (!isa || !*isa || !strncasecmp(isa, "avx512", 6) || !strncasecmp(isa, "amx", 3) ||
+                      !strcasecmp(isa, "all") || !strcasecmp(isa, "default"));
+        off = avx512 ? 0 : 16;
+    }
+    return (size_t)off;
+}
+
 /* tb (K x N, column-major) from weight object w: pointed at s's kept row-major copy, made
  * or refreshed when w changed. 0, or -1 with an exception. */
 static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
@@ -650,11 +676,16 @@ static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
     if (!(s->kept && lower_kept_matches(&s->kept_id, w, tb->data, version) && s->kept_k == k && s->kept_n == n)) {
         if (s->kept_pins)
             return 0;   /* in use by a run on another thread: this run reads w as it is */
-        float *buf = PyMem_RawRealloc(s->kept, sizeof(float) * (size_t)(k * n > 0 ? k * n : 1));
-        if (!buf) {
+        size_t off = kept_offset();
+        size_t bytes = (sizeof(float) * (size_t)(k * n > 0 ? k * n : 1) + off + 4095) / 4096 * 4096;
+        char *raw = aligned_alloc(4096, bytes);
+        if (!raw) {
             PyErr_NoMemory();
             return -1;
         }
+        free(s->kept_raw);
+        s->kept_raw = raw;
+        float *buf = (float *)(raw + off);
         s->kept = buf;
         if (!lower_kept_set(&s->kept_id, w, tb->data, version)) {
             lower_kept_clear(&s->kept_id);   /* not weak-referenceable: w read as it is */

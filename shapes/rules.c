@@ -29,6 +29,10 @@ int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     int symbolic = shapes_rule_is_symbolic(op);
     if (!symbolic && shapes_args_symbolic(b))
         return 1;
+    /* rules fill the fields they compute (many write only ndim, size and sym through
+     * sj_broadcast): the rest starts as a plain tensor's, never as the caller's stack */
+    if (cap > 0)
+        memset(out, 0, sizeof *out * (size_t)cap);
     int r = rule_table[op](op, lib, b, out, nout, err);
     if (r == 0 && (!symbolic || !sj_symctx))   /* only symbolic rules produce symbols */
         for (int i = 0; i < *nout && i < cap; i++)

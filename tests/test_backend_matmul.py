@@ -456,3 +456,28 @@ def test_gelu_new_dynamic_sizes():
         x = _t(bs, sq, 16)
         _close(g(b, x, w), conv1d_gelu(b, x, w))
     assert len(made) == 1 and _stats(made, "matmul_fused") == 9 and _stats(made, "matmul_calls") == 4
+
+
+@pytest.mark.parametrize("embed,seq", [(64, 32), (128, 128), (48, 7)])
+def test_multihead_attention_out_proj_lowers(embed, seq):
+    """nn.MultiheadAttention in eval under no_grad (its decomposed path): both projections
+    are oneDNN steps. The out projection reads scaled_dot_product_attention's result through
+    permute and reshape: that value is a tensor in the graph (the shape rule's output starts
+    as a plain tensor's meta, not as stack contents), so the linear after it lowers. Values
+    equal eager at several batch and sequence sizes of one dynamic graph."""
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(embed, 4, batch_first=True).eval()
+
+    def f(x):
+        return m(x, x, x, need_weights=False)[0]
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch, s in ((2, seq), (3, seq + 5), (1, 9)):
+            x = torch.randn(batch, s, embed)
+            torch.testing.assert_close(c(x), f(x), rtol=1e-4, atol=1e-5)
+    assert made
+    for cg in made:
+        assert "int = torch._C._nn.scaled_dot_product_attention" not in cg.graph.code
+        assert cg.stats["matmul_steps"] == 2 and cg.stats["matmul_fallbacks"] == 0

@@ -373,6 +373,70 @@ def test_row_epilogue_fuses():
         assert made[0].stats["kernel_calls"] == kernels and made[0].stats["eager_fallbacks"] == 0
 
 
+@pytest.mark.parametrize("epi", ["gelu", "tanh_scale", "relu", "sigmoid_relu"])
+def test_row_epilogue_math_pass(epi):
+    """An epilogue that calls math functions (erf, tanh, exp) runs over the stored row in
+    a second loop of the row kernel, a cheap one (relu) in the last pass: both equal eager
+    for layer_norm and softmax rows, odd and strided rows, and across sizes of one
+    dynamic graph."""
+    ops = {"gelu": F.gelu, "tanh_scale": lambda y: torch.tanh(y) * 0.5, "relu": torch.relu,
+           "sigmoid_relu": lambda y: torch.relu(torch.sigmoid(y) - 0.3)}
+    op = ops[epi]
+
+    split = epi in ("gelu", "tanh_scale", "sigmoid_relu")
+
+    def ln256(x, w, b):   # the normalised shape a constant, as nn.LayerNorm's
+        return op(F.layer_norm(x, (256,), w, b))
+
+    def ln7(x, w, b):
+        return op(F.layer_norm(x, (7,), w, b))
+
+    def sm(x, w, b):
+        return op(torch.softmax(x, -1))
+
+    for n, fns in ((256, (ln256, sm)), (7, (ln7, sm))):
+        for fn in fns:
+            shapejit.reset()
+            backend, made = _lowering()
+            c = shapejit.compile(fn, backend=backend, dynamic=True)
+            for rows in (3, 64, 5):
+                x, w, b = torch.randn(rows, n) * 2, torch.randn(n), torch.randn(n)
+                _close(c(x, w, b), fn(x, w, b))
+                xt = torch.randn(n, rows).t()   # rows of stride 1 across, n apart
+                _close(c(xt, w, b), fn(xt, w, b))
+            assert made and all(m.stats["eager_fallbacks"] == 0 for m in made)
+            src = made[0].source
+            body = src[src.index("CG_EXPORT"):]
+            # two loops per layout read the stored row when the epilogue has its own pass
+            assert body.count("float y = out0[") == (4 if split else 2), (fn.__name__, epi)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 31, 32, 33, 40, 71, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_extremes_blocked(n, dtype):
+    """Float max/min over a row run in blocks of lanes, then blocks of 8, then a tail: every
+    length, a NaN in any of those parts, -inf/inf and a strided row equal eager (amax, amin,
+    softmax, log_softmax; one dynamic graph across row counts)."""
+    def f(x):
+        return x.amax(-1), x.amin(-1), torch.softmax(x, -1), torch.log_softmax(x, -1)
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend, dynamic=True)
+    gen = torch.Generator().manual_seed(n)
+    for rows in (5, 2):
+        x = torch.randn(rows, n, generator=gen, dtype=dtype) * 4
+        if n > 1:
+            x[0, n - 1] = float("nan")          # the tail (or the last block)
+            x[1, 0] = float("inf")
+            x[-1, n // 2] = -float("inf")
+        if rows > 2 and n > 3:
+            x[2, n // 3] = float("nan")         # a block
+        for arg in (x, x.t().contiguous().t()):
+            for g, w in zip(c(arg), f(arg)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert made and all(m.stats["eager_fallbacks"] == 0 for m in made)
+
+
 # ------------------------------------------------------------- column order ----
 
 COLUMN_CASES = [
@@ -457,3 +521,39 @@ def test_numpy_column_moments():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     st = _stats(made)
     assert st["kernels"] == 8 and st["eager_fallbacks"] == 0, st
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_whole_reduction_split_across_threads(dtype):
+    """A whole-tensor reduction of a long contiguous tensor splits its row across the
+    threads (each a run of whole blocks, partials combined in order): sum, mean, amax and
+    amin equal eager with 2 threads, for a length that is no multiple of the block, a NaN in
+    the second thread's part, a 2-D input and a strided one (not split, same values)."""
+    def f(x):
+        out = (x.sum(), x.amax(), x.amin())
+        return out + ((x * 2).mean(),) if x.dtype.is_floating_point else out
+
+    old = shapejit.config.threads
+    shapejit.config.threads = 2
+    try:
+        backend, made = _lowering()
+        c = shapejit.compile(f, backend=backend)
+        gen = torch.Generator().manual_seed(1)
+        for n in (200_003, 70_000, 1000):
+            if dtype.is_floating_point:
+                x = torch.randn(n, generator=gen, dtype=dtype)
+            else:
+                x = torch.randint(-1000, 1000, (n,), generator=gen, dtype=dtype)
+            xs = [x, x[: n // 2 * 2].view(2, -1), x[::2]]
+            if dtype.is_floating_point:
+                y = x.clone()
+                y[n - 5] = float("nan")
+                xs.append(y)
+            for a in xs:
+                for g, w in zip(c(a), f(a)):
+                    torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-3, equal_nan=True)
+        assert made and all(m.stats["eager_fallbacks"] == 0 for m in made)
+        assert all(m.stats["threads"] == 2 for m in made)
+        assert "omp_get_thread_num" in made[0].source
+    finally:
+        shapejit.config.threads = old
