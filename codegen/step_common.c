@@ -1,10 +1,12 @@
 /* What the oneDNN steps (step_matmul.c, step_conv.c) share: finding the value behind a
  * bound argument, appending a step to the plan, running a step's nodes eagerly, adding
- * their counters to CompiledGraph.stats, and telling whether a weight copy kept across
- * calls is still the weight's.
+ * their counters to CompiledGraph.stats, telling whether a weight copy kept across calls
+ * is still the weight's, and whether an operand holds inf or NaN.
  *
  * Memory: nothing here holds a Python reference beyond a call, except KeptId's weak
  * reference (owned by the KeptId, released by lower_kept_clear). */
+#include <string.h>
+
 #include "lower_int.h"
 
 int32_t lower_value_of(const Graph *g, const BoundArg *ba)
@@ -88,4 +90,79 @@ int lower_kept_set(KeptId *id, PyObject *w, const void *ptr, long long version)
 void lower_kept_clear(KeptId *id)
 {
     Py_CLEAR(id->wref);
+}
+
+/* The exponent of a float32 is all ones exactly for inf and NaN: (bits & exp) + one lsb of
+ * the exponent reaches bit 31 then and only then. ORed over 16 lanes with a constant trip
+ * count, which gcc vectorises at -O2 (SSE2 and up: and, add, or). */
+#define FIN_EXP 0x7f800000u
+#define FIN_ONE 0x00800000u
+#define FIN_LANES 16
+
+int lower_finite_n(const float *p, int64_t n)
+{
+    uint32_t acc[FIN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + FIN_LANES <= n; i += FIN_LANES) {
+        uint32_t b[FIN_LANES];
+        memcpy(b, p + i, sizeof b);
+        for (int l = 0; l < FIN_LANES; l++)
+            acc[l] |= (b[l] & FIN_EXP) + FIN_ONE;
+    }
+    uint32_t all = 0;
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, p + i, sizeof b);
+        all |= (b & FIN_EXP) + FIN_ONE;
+    }
+    for (int l = 0; l < FIN_LANES; l++)
+        all |= acc[l];
+    return !(all & 0x80000000u);
+}
+
+int lower_finite(const Operand *o)
+{
+    int inner = -1;   /* a unit-stride dim, scanned as runs (the last one when several) */
+    int64_t total = 1;
+    for (int d = 0; d < o->ndim; d++) {
+        total *= o->size[d];
+        if (o->stride[d] == 1 && o->size[d] > 1)
+            inner = d;
+    }
+    if (total == 0)
+        return 1;
+    int64_t run = inner >= 0 ? o->size[inner] : 1, idx[SJ_MAX_RANK] = {0};
+    const float *base = (const float *)(const void *)o->data;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < o->ndim; d++)
+            off += idx[d] * o->stride[d];
+        if (!lower_finite_n(base + off, run))
+            return 0;
+        int d = o->ndim - 1;   /* next index, dim `inner` excluded */
+        for (; d >= 0; d--) {
+            if (d == inner)
+                continue;
+            if (++idx[d] < o->size[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return 1;
+    }
+}
+
+int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o)
+{
+    long long version;
+    if (!lower_kept_version(w, &version))
+        return lower_finite(o);
+    if (lower_kept_matches(&f->id, w, o->data, version))
+        return f->finite;
+    int finite = lower_finite(o);
+    if (lower_kept_set(&f->id, w, o->data, version))
+        f->finite = finite;
+    else
+        lower_kept_clear(&f->id);
+    return finite;
 }
