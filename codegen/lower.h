@@ -220,9 +220,9 @@ typedef struct {
 
 /* Non-finite operands of a oneDNN step whose primitive carries an eltwise post-op
  * (step_common.c). oneDNN 2.6's jit eltwise kernels reduce their input's range with
- * min/max, which drop NaN (a fused relu turns NaN into 0, gelu_erf turns inf into a
- * finite number), and a NaN in the result can only come from a NaN or inf operand: such a
- * call runs its nodes eagerly instead. 1 when every element of o is finite (neither inf
+ * min/max, which drop NaN (a fused relu turns NaN into 0; gelu_erf gives numbers where
+ * eager gives NaN for an inf product on AVX-512), and a NaN in the result can only come
+ * from a NaN or inf operand: such a call runs its nodes eagerly instead. 1 when every element of o is finite (neither inf
  * nor NaN); a scan of the exponent bits, unit-stride runs vectorised. */
 int lower_finite(const Operand *o);
 /* The same for n contiguous floats. */
