@@ -93,29 +93,33 @@ void lower_kept_clear(KeptId *id)
 }
 
 /* The exponent of a float32 is all ones exactly for inf and NaN: (bits & exp) + one lsb of
- * the exponent reaches bit 31 then and only then. ORed in four 4-lane vectors (gcc's
- * vector extension: the extension is built for baseline x86-64, SSE2's and/add/or; a
- * plain loop stays scalar at -O2). */
+ * the exponent reaches bit 31 then and only then. ORed in four 8-lane vectors (gcc's
+ * vector extension: a plain loop stays scalar at -O2), built twice (target_clones, chosen
+ * at load time): AVX2 and baseline x86-64 (SSE2, as the rest of the extension). Measured
+ * in cache: 88 GB/s with SSE2, 137 GB/s with AVX2. */
 #define FIN_EXP 0x7f800000u
 #define FIN_ONE 0x00800000u
-typedef uint32_t FinVec __attribute__((vector_size(16)));
+typedef uint32_t FinVec __attribute__((vector_size(32)));
 
+__attribute__((target_clones("avx2", "default")))
 int lower_finite_n(const float *p, int64_t n)
 {
     FinVec acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0}, v0, v1, v2, v3;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 32 <= n; i += 32) {
         memcpy(&v0, p + i, sizeof v0);
-        memcpy(&v1, p + i + 4, sizeof v1);
-        memcpy(&v2, p + i + 8, sizeof v2);
-        memcpy(&v3, p + i + 12, sizeof v3);
+        memcpy(&v1, p + i + 8, sizeof v1);
+        memcpy(&v2, p + i + 16, sizeof v2);
+        memcpy(&v3, p + i + 24, sizeof v3);
         acc0 |= (v0 & FIN_EXP) + FIN_ONE;
         acc1 |= (v1 & FIN_EXP) + FIN_ONE;
         acc2 |= (v2 & FIN_EXP) + FIN_ONE;
         acc3 |= (v3 & FIN_EXP) + FIN_ONE;
     }
     acc0 |= acc1 | acc2 | acc3;
-    uint32_t all = acc0[0] | acc0[1] | acc0[2] | acc0[3];
+    uint32_t all = 0;
+    for (int l = 0; l < 8; l++)
+        all |= acc0[l];
     for (; i < n; i++) {
         uint32_t b;
         memcpy(&b, p + i, sizeof b);
