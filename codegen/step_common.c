@@ -130,24 +130,32 @@ int lower_finite_n(const float *p, int64_t n)
 
 int lower_finite(const Operand *o)
 {
-    int inner = -1;   /* a unit-stride dim, scanned as runs (the last one when several) */
     int64_t total = 1;
-    for (int d = 0; d < o->ndim; d++) {
+    for (int d = 0; d < o->ndim; d++)
         total *= o->size[d];
-        if (o->stride[d] == 1 && o->size[d] > 1)
-            inner = d;
-    }
     if (total == 0)
         return 1;
-    int64_t run = inner >= 0 ? o->size[inner] : 1, idx[SJ_MAX_RANK] = {0};
+    /* the innermost dims [top, ndim) that make one contiguous run (a whole contiguous
+     * tensor is one: a call per innermost row cost more than the scan itself) */
+    int64_t run = 1;
+    int top = o->ndim, inner = -1;
+    while (top > 0 && (o->size[top - 1] == 1 || o->stride[top - 1] == run))
+        run *= o->size[--top];
+    if (run == 1)   /* else runs along a unit-stride dim (a transposed weight) */
+        for (int d = 0; d < top; d++)
+            if (o->stride[d] == 1 && o->size[d] > 1) {
+                inner = d;
+                run = o->size[d];
+            }
+    int64_t idx[SJ_MAX_RANK] = {0};
     const float *base = (const float *)(const void *)o->data;
     for (;;) {
         int64_t off = 0;
-        for (int d = 0; d < o->ndim; d++)
+        for (int d = 0; d < top; d++)
             off += idx[d] * o->stride[d];
         if (!lower_finite_n(base + off, run))
             return 0;
-        int d = o->ndim - 1;   /* next index, dim `inner` excluded */
+        int d = top - 1;   /* the next run: dims [0, top) but `inner` */
         for (; d >= 0; d--) {
             if (d == inner)
                 continue;

@@ -157,6 +157,29 @@ def test_matmul_weight_input_and_row(val):
     assert _stats(made, "matmul_nonfinite") >= 3
 
 
+def test_matmul_strided_operands():
+    """A row-sliced source and a transposed weight: NaN inside is found, NaN outside the
+    slice (not an operand's element) is not."""
+    def f(x, w):
+        return torch.relu(x[:, :16] @ w.t())
+
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 32), torch.randn(24, 16)
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    _close(cf(x, w), f(x, w))
+    x[2, 20] = NAN   # outside the slice
+    _close(cf(x, w), f(x, w))
+    assert _stats(made, "matmul_nonfinite") == 0 and _stats(made, "matmul_fallbacks") == 0
+    x[3, 15] = NAN
+    _close(cf(x, w), f(x, w))
+    x[3, 15] = 0.0
+    w2 = w.clone()
+    w2[20, 7] = -INF
+    _close(cf(x, w2), f(x, w2))
+    assert _stats(made, "matmul_nonfinite") == 2
+
+
 def test_linear_affine_posts_stay_fused():
     """x * 2 + 1 after a linear keeps NaN in oneDNN: no scan, no fallback."""
     lin = nn.Linear(16, 8).eval()
