@@ -230,6 +230,23 @@ typedef struct {
     int has_view;
 } Operand;
 
+/* Non-finite operands of a oneDNN step whose primitive carries an eltwise post-op
+ * (step_common.c). oneDNN 2.6's jit eltwise kernels reduce their input's range with
+ * min/max, which drop NaN (a fused relu turns NaN into 0; gelu_erf gives numbers where
+ * eager gives NaN for an inf product on AVX-512), and a NaN in the result can only come
+ * from a NaN or inf operand: such a call runs its nodes eagerly instead. 1 when every element of o is finite (neither inf
+ * nor NaN); a scan of the exponent bits, unit-stride runs vectorised. */
+int lower_finite(const Operand *o);
+/* The same for n contiguous floats. */
+int lower_finite_n(const float *p, int64_t n);
+/* lower_finite of a weight, remembered for the weight's KeptId (a scan per weight
+ * version, not per call; a weight without _version is scanned each call). */
+typedef struct {
+    KeptId id;
+    int finite;
+} KeptFinite;
+int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o);
+
 /* 0 and op filled; 1 when obj is not a float32 array of lib (the step runs eagerly); -1
  * with an exception. Release op->view when op->has_view. */
 int lower_read_input(PyObject *obj, Lib lib, Operand *op);

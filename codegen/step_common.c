@@ -1,10 +1,12 @@
 /* What the oneDNN steps (step_matmul.c, step_conv.c) share: finding the value behind a
  * bound argument, appending a step to the plan, running a step's nodes eagerly, adding
- * their counters to CompiledGraph.stats, and telling whether a weight copy kept across
- * calls is still the weight's.
+ * their counters to CompiledGraph.stats, telling whether a weight copy kept across calls
+ * is still the weight's, and whether an operand holds inf or NaN.
  *
  * Memory: nothing here holds a Python reference beyond a call, except KeptId's weak
  * reference (owned by the KeptId, released by lower_kept_clear). */
+#include <string.h>
+
 #include "lower_int.h"
 
 int32_t lower_value_of(const Graph *g, const BoundArg *ba)
@@ -88,4 +90,95 @@ int lower_kept_set(KeptId *id, PyObject *w, const void *ptr, long long version)
 void lower_kept_clear(KeptId *id)
 {
     Py_CLEAR(id->wref);
+}
+
+/* The exponent of a float32 is all ones exactly for inf and NaN: (bits & exp) + one lsb of
+ * the exponent reaches bit 31 then and only then. ORed in four 8-lane vectors (gcc's
+ * vector extension: a plain loop stays scalar at -O2), built twice (target_clones, chosen
+ * at load time): AVX2 and baseline x86-64 (SSE2, as the rest of the extension). Measured
+ * in cache: 88 GB/s with SSE2, 137 GB/s with AVX2. */
+#define FIN_EXP 0x7f800000u
+#define FIN_ONE 0x00800000u
+typedef uint32_t FinVec __attribute__((vector_size(32)));
+
+__attribute__((target_clones("avx2", "default")))
+int lower_finite_n(const float *p, int64_t n)
+{
+    FinVec acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0}, v0, v1, v2, v3;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        memcpy(&v0, p + i, sizeof v0);
+        memcpy(&v1, p + i + 8, sizeof v1);
+        memcpy(&v2, p + i + 16, sizeof v2);
+        memcpy(&v3, p + i + 24, sizeof v3);
+        acc0 |= (v0 & FIN_EXP) + FIN_ONE;
+        acc1 |= (v1 & FIN_EXP) + FIN_ONE;
+        acc2 |= (v2 & FIN_EXP) + FIN_ONE;
+        acc3 |= (v3 & FIN_EXP) + FIN_ONE;
+    }
+    acc0 |= acc1 | acc2 | acc3;
+    uint32_t all = 0;
+    for (int l = 0; l < 8; l++)
+        all |= acc0[l];
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, p + i, sizeof b);
+        all |= (b & FIN_EXP) + FIN_ONE;
+    }
+    return !(all & 0x80000000u);
+}
+
+int lower_finite(const Operand *o)
+{
+    int64_t total = 1;
+    for (int d = 0; d < o->ndim; d++)
+        total *= o->size[d];
+    if (total == 0)
+        return 1;
+    /* the innermost dims [top, ndim) that make one contiguous run (a whole contiguous
+     * tensor is one: a call per innermost row cost more than the scan itself) */
+    int64_t run = 1;
+    int top = o->ndim, inner = -1;
+    while (top > 0 && (o->size[top - 1] == 1 || o->stride[top - 1] == run))
+        run *= o->size[--top];
+    if (run == 1)   /* else runs along a unit-stride dim (a transposed weight) */
+        for (int d = 0; d < top; d++)
+            if (o->stride[d] == 1 && o->size[d] > 1) {
+                inner = d;
+                run = o->size[d];
+            }
+    int64_t idx[SJ_MAX_RANK] = {0};
+    const float *base = (const float *)(const void *)o->data;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < top; d++)
+            off += idx[d] * o->stride[d];
+        if (!lower_finite_n(base + off, run))
+            return 0;
+        int d = top - 1;   /* the next run: dims [0, top) but `inner` */
+        for (; d >= 0; d--) {
+            if (d == inner)
+                continue;
+            if (++idx[d] < o->size[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return 1;
+    }
+}
+
+int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o)
+{
+    long long version;
+    if (!lower_kept_version(w, &version))
+        return lower_finite(o);
+    if (lower_kept_matches(&f->id, w, o->data, version))
+        return f->finite;
+    int finite = lower_finite(o);
+    if (lower_kept_set(&f->id, w, o->data, version))
+        f->finite = finite;
+    else
+        lower_kept_clear(&f->id);
+    return finite;
 }

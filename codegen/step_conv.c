@@ -90,6 +90,9 @@ struct ConvStep {
     int64_t calls, fallbacks, weight_reorders;
     int64_t posts_after;             /* calls whose primitive left post-ops to run after it
                                         (oneDNN had only a reference kernel with them) */
+    KeptFinite wfin;                 /* whether the weights are finite (a relu post-op) */
+    int64_t nonfinite;               /* calls run eagerly: an operand of a relu post-op's
+                                        primitive was inf or NaN */
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -586,9 +589,11 @@ static void slot_clear(WeightSlot *w)
 
 void step_conv_free(LowerPlan *p)
 {
-    for (int32_t i = 0; i < p->nconvs; i++)
+    for (int32_t i = 0; i < p->nconvs; i++) {
         for (int k = 0; k < CV_WSLOTS; k++)
             slot_clear(&p->convs[i].wslot[k]);
+        lower_kept_clear(&p->convs[i].wfin.id);
+    }
     PyMem_Free(p->convs);
     p->convs = NULL;
     p->nconvs = 0;
@@ -596,18 +601,19 @@ void step_conv_free(LowerPlan *p)
 
 int step_conv_stats(const LowerPlan *p, PyObject *d)
 {
-    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0;
+    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0, nonfinite = 0;
     for (int32_t i = 0; i < p->nconvs; i++) {
+        nonfinite += p->convs[i].nonfinite;
         calls += p->convs[i].calls;
         fallbacks += p->convs[i].fallbacks;
         fused += p->convs[i].nfold;
         reorders += p->convs[i].weight_reorders;
         after += p->convs[i].posts_after;
     }
-    static const char *const names[6] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
-                                         "conv_weight_reorders", "conv_posts_after"};
-    long long vals[6] = {p->nconvs, calls, fallbacks, fused, reorders, after};
-    return lower_put_counts(d, 6, names, vals);
+    static const char *const names[7] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
+                                         "conv_weight_reorders", "conv_posts_after", "conv_nonfinite"};
+    long long vals[7] = {p->nconvs, calls, fallbacks, fused, reorders, after, nonfinite};
+    return lower_put_counts(d, 7, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -876,9 +882,12 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     float *wtmp = NULL;       /* malloc: weights times wscale, when no slot keeps them */
     PcEntry *e = NULL;
     WeightSlot *kept = NULL;  /* pinned during the run */
+    Operand res_op;           /* the residual, when a sum is folded */
+    int relu = 0, chan_posts = 0;
     memset(&key, 0, sizeof key);
     memset(&args, 0, sizeof args);
     memset(&w, 0, sizeof w);
+    memset(&res_op, 0, sizeof res_op);
     if ((rc = read_dense(vals, s->x, s->rank, &x)))
         goto done;
     if (s->w >= 0 && (rc = read_dense(vals, s->w, s->sp + 2, &w)))
@@ -913,6 +922,7 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         const Fold *f = &s->fold[i];
         if (f->kind == FOLD_RELU) {
             key.post[key.npost++] = CVPO_RELU;
+            relu = 1;
         } else if (f->kind == FOLD_SUM) {
             Operand r;
             if ((rc = read_dense(vals, f->v[0], out_r, &r)))
@@ -923,6 +933,7 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                     goto done;
                 }
             args.residual = r.data;
+            res_op = r;
             key.post[key.npost++] = CVPO_SUM;
         } else {
             if (!(affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
@@ -954,8 +965,19 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 key.post[key.npost++] = CVPO_MUL_C;
                 args.chan[key.npost] = affine + ch;
                 key.post[key.npost++] = CVPO_ADD_C;
+                chan_posts = 1;
             }
         }
+    }
+    /* oneDNN's relu post-op turns NaN into 0 (lower.h: lower_finite): a NaN or inf in an
+     * operand runs the nodes eagerly. The weights' scan is kept per weight version; the
+     * source's costs 1 / (OC * KH * KW) of the convolution. */
+    if (relu && (!lower_finite(&x) || !lower_weight_finite(&s->wfin, vals[s->w], &w) ||
+                 (args.bias && !lower_finite_n(args.bias, key.oc)) || (args.residual && !lower_finite(&res_op)) ||
+                 chan_posts)) {
+        s->nonfinite++;
+        rc = 1;
+        goto done;
     }
     if (!(res = lower_new_output(LIB_TORCH, out_dims, out_r))) {
         rc = -1;

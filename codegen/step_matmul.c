@@ -62,6 +62,9 @@ struct MatmulStep {
     int64_t kept_k, kept_n;
     int64_t kept_copies;
     int kept_pins;                   /* runs reading `kept` with the GIL released */
+    int lossy;                       /* an eltwise post-op that may lose NaN (lower_finite) */
+    KeptFinite bfin;                 /* whether b (a weight) is finite, when lossy */
+    int64_t nonfinite;               /* calls run eagerly: an operand was inf or NaN, lossy */
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -392,6 +395,8 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
         last = nj;
         s.out = g->nodes[nj].first_value;
     }
+    for (int q = 0; q < s.npost; q++)   /* an affine x * a + b or a row add keeps NaN */
+        s.lossy |= s.post[q].kind != MMPO_LINEAR && s.post[q].kind != MMPO_ADD_ROW;
     if (s.view >= 0 && s.nfused == 1) {   /* nothing after the view: it stays a node of its own */
         s.view = -1;
         s.nfused = 0;
@@ -413,6 +418,7 @@ void step_matmul_free(LowerPlan *p)
     for (int32_t i = 0; i < p->nmatmuls; i++) {
         free(p->matmuls[i].kept_raw);
         lower_kept_clear(&p->matmuls[i].kept_id);
+        lower_kept_clear(&p->matmuls[i].bfin.id);
     }
     PyMem_Free(p->matmuls);
     p->matmuls = NULL;
@@ -421,17 +427,18 @@ void step_matmul_free(LowerPlan *p)
 
 int step_matmul_stats(const LowerPlan *p, PyObject *d)
 {
-    long long calls = 0, fallbacks = 0, post = 0, kept = 0;
+    long long calls = 0, fallbacks = 0, post = 0, kept = 0, nonfinite = 0;
     for (int32_t i = 0; i < p->nmatmuls; i++) {
+        nonfinite += p->matmuls[i].nonfinite;
         calls += p->matmuls[i].calls;
         fallbacks += p->matmuls[i].fallbacks;
         post += p->matmuls[i].nfused;
         kept += p->matmuls[i].kept_copies;
     }
-    static const char *const names[5] = {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused",
-                                          "matmul_weight_copies"};
-    long long vals[5] = {p->nmatmuls, calls, fallbacks, post, kept};
-    return lower_put_counts(d, 5, names, vals);
+    static const char *const names[6] = {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused",
+                                          "matmul_weight_copies", "matmul_nonfinite"};
+    long long vals[6] = {p->nmatmuls, calls, fallbacks, post, kept, nonfinite};
+    return lower_put_counts(d, 6, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -772,6 +779,19 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         if (s->post_arg[i] >= 0 && (!vals[s->post_arg[i]] || (rc = hold(&h, vals[s->post_arg[i]], s->lib, &o)) ||
                                     (rc = as_row(o, n, rank, &rows[i]))))
             goto done;
+    }
+    /* oneDNN's eltwise post-ops lose NaN (lower.h: lower_finite): a NaN or inf operand runs
+     * the nodes eagerly. A weight's scan is kept per version: the per-call cost is a scan
+     * of a, 1 / N of the product. */
+    if (s->lossy) {
+        int finite = lower_finite(a) && (h.copies[1] ? lower_finite(b) : lower_weight_finite(&s->bfin, vb, b));
+        for (int i = 2; finite && i < h.nop; i++)   /* the bias and the rows */
+            finite = lower_finite(&h.op[i]);
+        if (!finite) {
+            s->nonfinite++;
+            rc = 1;
+            goto done;
+        }
     }
     if (k == 0) {   /* an empty sum: eager fills zeros (and applies the rest) */
         rc = 1;
