@@ -382,6 +382,34 @@ static int np_result_subtype(Capture *c, Var *tup, const char *named)
 }
 
 /* The core: record one call of a table row. */
+/* Whether a cast to the input's own dtype gives the input object itself: 1 with no
+ * copy=True (by keyword, or a True among Tensor.to's positional bools) and no
+ * memory_format but preserve_format; 0 (a new tensor) with copy=True; -1 when it depends
+ * on the input's layout, which the capture does not know (memory_format=contiguous_format
+ * or channels_last: eager returns the input when it already has that layout). */
+static int cast_returns_input(const BoundArgs *b)
+{
+    const BoundArg *a;
+    if ((a = ba_get(b, "copy")) && !(a->kind == BA_CONST && (a->value == Py_False || a->value == Py_None)))
+        return 0;
+    if ((a = ba_get(b, "memory_format")) && !(a->kind == BA_CONST && a->value == Py_None)) {
+        PyObject *keep = PyObject_GetAttrString(libs.torch, "preserve_format");   /* new */
+        int same = keep && a->kind == BA_CONST && a->value == keep;
+        Py_XDECREF(keep);
+        sj_err_clear();
+        if (!same)
+            return -1;
+    }
+    if ((a = ba_get(b, "args"))) {
+        if (a->kind != BA_LIST)
+            return 0;
+        for (int i = 0; i < a->n; i++)
+            if (a->items[i].kind == BA_CONST && a->items[i].value == Py_True)
+                return 0;
+    }
+    return 1;
+}
+
 static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames)
 {
     const CallableRow *r = &callable_rows[row];
@@ -530,6 +558,20 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
             c->used_torch = 1;
         if (!c->grad_mode)
             outs[i].requires_grad = 0;   /* the rules assume grad mode is on */
+    }
+    /* Tensor.to / .type / .type_as / .float and friends to the dtype the tensor already has
+     * return the tensor itself in eager (`y is x`; writes through y reach x): no node, the
+     * result is the input's own var, and no step runs */
+    if (op == OP_CAST && r->kind == CK_TENSOR_METHOD && lib == LIB_TORCH && nout == 1 && nargs > 0 && args[0] &&
+        args[0]->kind == VK_TENSOR && outs[0].dtype == args[0]->u.t.meta.dtype) {
+        int same = cast_returns_input(&bound);
+        if (same > 0)
+            return args[0];
+        if (same < 0) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "%s with a memory_format to the tensor's own dtype: whether it returns "
+                     "the tensor itself depends on its layout", r->path);
+            return NULL;
+        }
     }
     /* lower the arguments */
     int32_t first = graph_pool(c->g, nargs > 0 ? nargs : 1);

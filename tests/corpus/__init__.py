@@ -20,6 +20,8 @@ NUMPY_ENTRIES = [e for e in ENTRIES if e.lib == "numpy"]
 
 # Keep in step with docs/oracle_differences.md (one table row per key, same reason text).
 ORACLE_DIFFERENCES = {
+    "t_to_own_dtype_memory_format":
+        "a cast to the tensor's own dtype with memory_format=contiguous_format returns the tensor itself when it already has that layout; shapejit's capture does not track layouts, so the call runs in the interpreter (torch.compile knows the fake tensor's strides)",
     "t_uncap_tensor_slice_bound":
         "the frame runs in the interpreter in both (a break inside a subscript is not a split point, 0 graphs); shapejit's explain records that break, torch.compile's records none when it gives up on a whole frame",
     "t_brk_print_first":

@@ -3,7 +3,7 @@ be mutated exactly as eager mutates them)."""
 import torch
 import torch.nn.functional as F
 
-from ._base import T, TP, torch_case
+from ._base import T, TP, torch_case, with_breaks
 
 
 @torch_case(lambda: (T(3, 4), T(3, 4)))
@@ -101,3 +101,33 @@ def t_rebinding_vs_inplace(x, y):
 def t_inplace_out_of_place_mix(x, p):
     p.sqrt_()
     return torch.masked_fill(x, x > 0, 0.0) * p
+
+
+@torch_case(lambda: (T(3, 4),), mutates=True)
+def t_to_own_dtype_is_the_input(x):
+    # a cast to the dtype the tensor has returns the tensor itself: writes reach x
+    y = x.to(torch.float32)
+    y.add_(1.0)
+    z = x.float()
+    z.mul_(2.0)
+    return x * 3, y is x, z is x, x.type(torch.float32) is x, x.type_as(y) is x
+
+
+@torch_case(lambda: (T(3, 4), T(3, 4).double()))
+def t_to_own_dtype_copy_is_new(x, d):
+    # copy=True, another dtype, or a memory format give a new tensor
+    a = x.to(torch.float32, copy=True)
+    a.add_(1.0)
+    b = x.to(d)
+    c = d.to(x)
+    e = x.to(torch.float32, False, True)
+    e.mul_(0.0)
+    return x, a, b, c, a is x, b is x, e is x, x.to(torch.float32, memory_format=torch.preserve_format) is x
+
+
+@with_breaks("torch", lambda: (T(3, 4),), graphs=2, breaks=1)
+def t_to_own_dtype_memory_format(x):
+    # eager returns x itself when it already has the layout asked for, a copy otherwise;
+    # the capture does not know the layout, so the call runs in the interpreter
+    y = (x * 2).to(torch.float32, memory_format=torch.contiguous_format)
+    return y + 1, y is x
