@@ -33,6 +33,7 @@ PREFIX = "shapejit/cc"
 
 _seq = 0          # compiles that exchanged in the current process group
 _group = None     # the default group _seq counts for (a new group starts over)
+_last = None      # (seq, every peer answered) of the latest exchange, for exchange_traced
 
 
 def _distributed():
@@ -170,7 +171,7 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
     timeout in seconds. Returns the new frame state (this rank's state joined with every
     rank's that compiled the same code), or None when no exchange took place (nothing
     changes then)."""
-    global _seq, _group
+    global _seq, _group, _last
     found = _distributed()
     if found is None:
         return None
@@ -179,11 +180,24 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _group, _seq = group, 0
     seq = _seq
     _seq += 1
+    _last = None   # a store that fails here: no second round either
     code = "%s (%s:%d)" % (name, filename, firstlineno)
     state = _local_state(fstate, names, values)
+    merged = _round(store, rank, world, "%s/%d" % (PREFIX, seq), filename, firstlineno, name, code,
+                    fstate, state, timeout)
+    _last = (seq, merged is not None)
+    return merged
+
+
+def _round(store, rank, world, prefix, filename, firstlineno, name, code, fstate, state, timeout,
+           wait=True, log_agreement=True):
+    """Publishes state under prefix/<rank>, waits for the other ranks' and returns fstate
+    joined with all of them (None when a peer did not answer in time, or wait is False)."""
     payload = json.dumps({"code": [filename, firstlineno, name], "state": state})
-    keys = ["%s/%d/%d" % (PREFIX, seq, r) for r in range(world)]
+    keys = ["%s/%d" % (prefix, r) for r in range(world)]
     store.set(keys[rank], payload)
+    if not wait:
+        return None
     others = [k for r, k in enumerate(keys) if r != rank]
     if not _wait(store, others, timeout):
         missing = [r for r, k in enumerate(keys) if r != rank and not store.check([k])]
@@ -215,5 +229,35 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _fail(code, "rank " + "; rank ".join(strangers),
               "their sizes are not used" if len(strangers) < world - 1
               else "this rank compiles with its own sizes only")
-    _log_join(code, world - len(strangers), state, merged)
+    if log_agreement or any(merged.get(src) != state[src] for src in state):
+        _log_join(code, world - len(strangers), state, merged)
+    return merged
+
+
+def exchange_traced(filename, firstlineno, name, before, fstate, timeout):
+    """Called by the compiler right after the first capture of a compile that exchanged
+    (``exchange``): the second round. ``before`` is the frame state the capture started
+    from, ``fstate`` the one it left; their difference is what the capture read that the
+    arguments did not reach (tensors held by attributes, globals, closures; ints among
+    them). The ranks join those entries under ``<prefix>/<n>/traced/<rank>``, n being the
+    first round's number, so the rounds of one compile match on every rank. Returns the
+    joined frame state when a dim differs across ranks (the compiler then captures once
+    more with it), else None. A rank whose first round timed out publishes its entry for
+    its peers but does not wait for theirs."""
+    global _last
+    found, last, _last = _distributed(), _last, None
+    if found is None or last is None:
+        return None
+    store, rank, world, _ = found
+    seq, answered = last
+    code = "%s (%s:%d)" % (name, filename, firstlineno)
+    state = {}
+    for source, entry in fstate.items():
+        if (type(source) is str and _valid_entry(entry) and len(state) < _ENTRIES
+                and (source not in before or before[source] != entry)):
+            state[source] = list(entry) if isinstance(entry, list) else entry
+    merged = _round(store, rank, world, "%s/%d/traced" % (PREFIX, seq), filename, firstlineno,
+                    name, code, fstate, state, timeout, wait=answered, log_agreement=False)
+    if merged is None or all(merged.get(s) == e for s, e in state.items()):
+        return None
     return merged
