@@ -13,7 +13,10 @@ same graphs in the same order.
 
 The exchange goes through the key-value store of the default process group (the one
 ``init_process_group`` made): rank r writes ``shapejit/cc/<n>/<r>`` (JSON, for its n-th
-compile) and waits for the other ranks' keys with a timeout. Nothing is unpickled, no
+compile) and waits for the other ranks' keys with a timeout; right after the first capture
+of that compile a second round (``exchange_traced``, keys ``shapejit/cc/<n>/traced/<r>``)
+joins what the capture read beyond the arguments (attributes, globals, closures), and a
+dim that differs there makes the compiler capture once more. Nothing is unpickled, no
 backend collective runs (so a CPU-only exchange works under nccl too), and a rank that
 does not compile costs the others at most ``compiler_collectives_timeout`` seconds: they
 warn and compile with their own sizes. The compiler calls ``exchange`` from inside the
@@ -26,6 +29,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -33,7 +37,8 @@ PREFIX = "shapejit/cc"
 
 _seq = 0          # compiles that exchanged in the current process group
 _group = None     # the default group _seq counts for (a new group starts over)
-_last = None      # (seq, every peer answered) of the latest exchange, for exchange_traced
+_this = threading.local()   # .last: (seq, every peer answered) of this thread's latest
+                            # exchange, for the second round of the same compile
 
 
 def _distributed():
@@ -171,7 +176,7 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
     timeout in seconds. Returns the new frame state (this rank's state joined with every
     rank's that compiled the same code), or None when no exchange took place (nothing
     changes then)."""
-    global _seq, _group, _last
+    global _seq, _group
     found = _distributed()
     if found is None:
         return None
@@ -180,12 +185,12 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _group, _seq = group, 0
     seq = _seq
     _seq += 1
-    _last = None   # a store that fails here: no second round either
+    _this.last = None   # a store that fails here: no second round either
     code = "%s (%s:%d)" % (name, filename, firstlineno)
     state = _local_state(fstate, names, values)
     merged = _round(store, rank, world, "%s/%d" % (PREFIX, seq), filename, firstlineno, name, code,
                     fstate, state, timeout)
-    _last = (seq, merged is not None)
+    _this.last = (seq, merged is not None)
     return merged
 
 
@@ -244,8 +249,8 @@ def exchange_traced(filename, firstlineno, name, before, fstate, timeout):
     joined frame state when a dim differs across ranks (the compiler then captures once
     more with it), else None. A rank whose first round timed out publishes its entry for
     its peers but does not wait for theirs."""
-    global _last
-    found, last, _last = _distributed(), _last, None
+    found, last = _distributed(), getattr(_this, "last", None)
+    _this.last = None
     if found is None or last is None:
         return None
     store, rank, world, _ = found
