@@ -341,28 +341,51 @@ def test_size_one_specialises_unless_backed_size_oblivious(fresh_shapejit, peer,
 _scale = torch.ones(3)
 
 
+class _Holder:
+    pass
+
+
+_holder = _Holder()
+
+
 def _reads_a_global(x):
     return x * 2 + _scale.sum()
 
 
-@pytest.mark.parametrize("theirs, compiles", [([5], (1, 0)), ([3], (2, 1))])
-def test_a_global_only_the_peer_sized_otherwise_is_captured_again(fresh_shapejit, peer,
-                                                                  theirs, compiles):
-    """The arguments do not reach the global _scale: after the first capture the ranks join
-    what it read. The peer's 5 makes its dim dynamic here at once (the frame is captured
-    once more, one graph, no recompile at 5); a peer that agrees changes nothing."""
+def _reads_an_attribute(x):
+    return x * 2 + _holder.buf.sum()
+
+
+def _set_global(n):
     global _scale
-    _peer_compiles(peer, 0, _reads_a_global.__code__, {"L['x']": [4]},
-                   {"G['_scale']": theirs})
-    compiled = shapejit.compile(_reads_a_global, backend="eager")
+    _scale = torch.randn(n)
+
+
+def _set_attribute(n):
+    _holder.buf = torch.randn(n)
+
+
+@pytest.mark.parametrize("fn, source, set_size", [
+    (_reads_a_global, "G['_scale']", _set_global),
+    (_reads_an_attribute, "G['_holder'].buf", _set_attribute),
+], ids=["global", "attribute"])
+@pytest.mark.parametrize("theirs, compiles", [([5], (1, 0)), ([3], (2, 1))])
+def test_a_tensor_only_the_peer_sized_otherwise_is_captured_again(fresh_shapejit, peer, fn,
+                                                                  source, set_size, theirs,
+                                                                  compiles):
+    """The arguments do not reach the tensor: after the first capture the ranks join what
+    it read. The peer's 5 makes its dim dynamic here at once (the frame is captured once
+    more: one graph, no recompile at 5); a peer that agrees changes nothing."""
+    _peer_compiles(peer, 0, fn.__code__, {"L['x']": [4]}, {source: theirs})
+    compiled = shapejit.compile(fn, backend="eager")
     with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=0):
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             for n in (3, 5):
-                _scale = torch.randn(n)
+                set_size(n)
                 x = torch.randn(4)
-                assert torch.allclose(compiled(x), _reads_a_global(x))
+                assert torch.allclose(compiled(x), fn(x))
     s = shapejit.stats()
     assert (s["graphs"], s["recompiles"]) == compiles, s
     sent = json.loads(peer.get("%s/0/traced/0" % collectives.PREFIX))
-    assert sent["state"] == {"G['_scale']": [3]}
+    assert sent["state"] == {source: [3]}
