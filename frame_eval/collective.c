@@ -5,14 +5,39 @@
 #include "../core/config.h"
 #include "../core/errors.h"
 
-void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *locals)
+static int may_be_active(void)
 {
     if (!sj_config.enable_compiler_collectives || !sj_config.automatic_dynamic_shapes)
-        return;
+        return 0;
     /* no torch.distributed imported: no process group, nothing to ask */
     PyObject *mods = PyImport_GetModuleDict();   /* borrowed */
-    PyObject *dist = mods ? PyDict_GetItemString(mods, "torch.distributed") : NULL;
-    if (!dist)
+    return mods && PyDict_GetItemString(mods, "torch.distributed") != NULL;
+}
+
+/* A failure of the exchange must not stop the compile: a warning, then local sizes. */
+static void warn_failure(PyCodeObject *co)
+{
+    if (PyErr_Occurred() && !sj_err_is_interrupt()) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *msg = PyUnicode_FromFormat("shapejit: compiler collective for %U (%U:%d) failed: %R; "
+                                             "this rank compiles with its own sizes only",
+                                             co->co_name, co->co_filename, co->co_firstlineno,
+                                             ev ? ev : (et ? et : Py_None));
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        if (msg && PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
+            sj_err_clear();
+        Py_XDECREF(msg);
+    }
+    sj_err_clear();   /* an interrupt is kept aside for the hook to raise */
+}
+
+void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *locals)
+{
+    if (!may_be_active())
         return;
     /* the arguments, *args and **kwargs included (they come last in localsplus) */
     int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
@@ -34,26 +59,52 @@ void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *local
     if (r && PyDict_Check(r))
         Py_XSETREF(st->fstate, Py_NewRef(r));
 done:
-    if (PyErr_Occurred() && !sj_err_is_interrupt()) {
-        /* a failure of the exchange must not stop the compile: a warning, then local sizes */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        PyObject *msg = PyUnicode_FromFormat("shapejit: compiler collective for %U (%U:%d) failed: %R; "
-                                             "this rank compiles with its own sizes only",
-                                             co->co_name, co->co_filename, co->co_firstlineno,
-                                             ev ? ev : (et ? et : Py_None));
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        if (msg && PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
-            sj_err_clear();
-        Py_XDECREF(msg);
-    }
-    sj_err_clear();   /* an interrupt is kept aside for the hook to raise */
+    warn_failure(co);
     Py_XDECREF(r);
     Py_XDECREF(fn);
     Py_XDECREF(mod);
     Py_XDECREF(names);
     Py_XDECREF(values);
+}
+
+PyObject *collective_snapshot(CodeState *st)
+{
+    if (!may_be_active())
+        return NULL;
+    PyObject *copy = st->fstate ? PyDict_Copy(st->fstate) : PyDict_New();
+    if (!copy)
+        sj_err_clear();   /* out of memory: no second round on this rank (its peers time out) */
+    return copy;
+}
+
+int collective_retrace(CodeState *st, PyCodeObject *co, PyObject *before)
+{
+    if (!before || !st->fstate || sj_err_deferred())
+        return 0;   /* interrupted: the compile is dropped anyway */
+    /* the capture's own failure (if any) is set aside while Python runs */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    int again = 0;
+    PyObject *mod = PyImport_ImportModule("shapejit.collectives");
+    PyObject *fn = mod ? PyObject_GetAttrString(mod, "exchange_traced") : NULL;
+    PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOOl", co->co_filename, co->co_firstlineno, co->co_name, before,
+                                             st->fstate, sj_config.compiler_collectives_timeout)
+                     : NULL;
+    if (r && PyDict_Check(r)) {
+        Py_XSETREF(st->fstate, Py_NewRef(r));
+        again = 1;
+    }
+    warn_failure(co);
+    Py_XDECREF(r);
+    Py_XDECREF(fn);
+    Py_XDECREF(mod);
+    if (again) {
+        /* the first capture is discarded, its failure with it */
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    } else {
+        PyErr_Restore(et, ev, tb);
+    }
+    return again;
 }

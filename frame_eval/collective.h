@@ -12,4 +12,16 @@
  * the exchange's own problems are warnings, an interrupt is kept for the hook to raise. */
 void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *locals);
 
+/* Before the first capture of a compile: a copy of st->fstate (new reference) when the
+ * collective may be active, NULL otherwise (then collective_retrace is not called). */
+PyObject *collective_snapshot(CodeState *st);
+
+/* After the first capture: the ranks join what the capture read that the arguments did not
+ * reach (attributes, globals, closures: the entries of st->fstate that are new or changed
+ * since `before`). 1 when a dim turned out to differ across ranks: st->fstate holds the join
+ * and the caller captures once more; 0 otherwise. Every rank that exchanged before the
+ * capture takes part, so the ranks' rounds stay in step. Never fails, like collective_exchange;
+ * an error set by the capture is kept. */
+int collective_retrace(CodeState *st, PyCodeObject *co, PyObject *before);
+
 #endif

@@ -1044,6 +1044,21 @@ static void trace_compile_end(PyCodeObject *co, CodeState *st, CacheEntry *e, in
         PyErr_Restore(et, ev, tb);   /* steals all three */
 }
 
+/* One capture of the frame, split at a graph break when it fails at one: the result var,
+ * or NULL with the failure in c. */
+static Var *capture_frame(Capture *c, PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
+                          PyObject *builtins, const CompileOptions *opts, CodeState *st, BreakCode *bk, int *is_break)
+{
+    Var *r = eval_top(c, co, globals, builtins, locals, closure);
+    if (r && (attr_check_writes(c) < 0 || check_autocast(c) < 0))
+        r = NULL;
+    if (!r && can_split(c, co, opts) && split_frame(c, co, locals, closure, globals, builtins, st, bk) == 0) {
+        r = bk->args;
+        *is_break = 1;
+    }
+    return r;
+}
+
 CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
                           PyObject *builtins, const CompileOptions *opts, CodeState *st)
 {
@@ -1059,23 +1074,31 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
     int has_mutation = 0;
     double backend_s = 0;
     int32_t nshape_guards = 0;
+    PyObject *before = NULL;   /* the frame state before the capture, when the collective may run */
     if (st->frame_id < 0)
         st->frame_id = (int)events_next_frame_id();
     if (sj_trace_on)
         SJ_TRACE("compile_start", "(Oii)", (PyObject *)co, st->frame_id, st->ncompiles);
     symb_pgo_load(st, co, closure);
     collective_exchange(st, co, locals);   /* after PGO: every rank joins what it loaded */
+    before = collective_snapshot(st);
     if (capture_init(&c, st, opts->dynamic) < 0)
         goto internal;
     sj_stats.frames++;
     if (sj_log_on(LOG_BYTECODE, SJ_INFO))
         log_code("ORIGINAL BYTECODE", (PyObject *)co);
-    Var *r = eval_top(&c, co, globals, builtins, locals, closure);
-    if (r && (attr_check_writes(&c) < 0 || check_autocast(&c) < 0))
-        r = NULL;
-    if (!r && can_split(&c, co, opts) && split_frame(&c, co, locals, closure, globals, builtins, st, &bk) == 0) {
-        r = bk.args;
-        is_break = 1;
+    Var *r = capture_frame(&c, co, locals, closure, globals, builtins, opts, st, &bk, &is_break);
+    if (before && collective_retrace(st, co, before)) {
+        /* the ranks disagree on a size the capture read beyond the arguments: capture once
+         * more with the joined frame state. Nothing of the first capture is kept: its
+         * graph, guards, sources and break are released here, and nothing was reported,
+         * counted or cached yet (that all happens below). */
+        capture_release(&c);
+        resume_code_clear(&bk);
+        is_break = 0;
+        if (capture_init(&c, st, opts->dynamic) < 0)
+            goto internal;
+        r = capture_frame(&c, co, locals, closure, globals, builtins, opts, st, &bk, &is_break);
     }
     PlanCtx pc = {&c, NULL, NULL, NULL};
     if (r) {
@@ -1239,6 +1262,7 @@ done_err:
     e = NULL;
 done:
     resume_code_clear(&bk);
+    Py_XDECREF(before);
     PyMem_Free(inputs);
     Py_XDECREF(plan);
     Py_XDECREF(example);

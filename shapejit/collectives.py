@@ -13,7 +13,10 @@ same graphs in the same order.
 
 The exchange goes through the key-value store of the default process group (the one
 ``init_process_group`` made): rank r writes ``shapejit/cc/<n>/<r>`` (JSON, for its n-th
-compile) and waits for the other ranks' keys with a timeout. Nothing is unpickled, no
+compile) and waits for the other ranks' keys with a timeout; right after the first capture
+of that compile a second round (``exchange_traced``, keys ``shapejit/cc/<n>/traced/<r>``)
+joins what the capture read beyond the arguments (attributes, globals, closures), and a
+dim that differs there makes the compiler capture once more. Nothing is unpickled, no
 backend collective runs (so a CPU-only exchange works under nccl too), and a rank that
 does not compile costs the others at most ``compiler_collectives_timeout`` seconds: they
 warn and compile with their own sizes. The compiler calls ``exchange`` from inside the
@@ -26,6 +29,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -33,6 +37,8 @@ PREFIX = "shapejit/cc"
 
 _seq = 0          # compiles that exchanged in the current process group
 _group = None     # the default group _seq counts for (a new group starts over)
+_this = threading.local()   # .last: (seq, every peer answered) of this thread's latest
+                            # exchange, for the second round of the same compile
 
 
 def _distributed():
@@ -179,11 +185,24 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _group, _seq = group, 0
     seq = _seq
     _seq += 1
+    _this.last = None   # a store that fails here: no second round either
     code = "%s (%s:%d)" % (name, filename, firstlineno)
     state = _local_state(fstate, names, values)
+    merged = _round(store, rank, world, "%s/%d" % (PREFIX, seq), filename, firstlineno, name, code,
+                    fstate, state, timeout)
+    _this.last = (seq, merged is not None)
+    return merged
+
+
+def _round(store, rank, world, prefix, filename, firstlineno, name, code, fstate, state, timeout,
+           wait=True, log_agreement=True):
+    """Publishes state under prefix/<rank>, waits for the other ranks' and returns fstate
+    joined with all of them (None when a peer did not answer in time, or wait is False)."""
     payload = json.dumps({"code": [filename, firstlineno, name], "state": state})
-    keys = ["%s/%d/%d" % (PREFIX, seq, r) for r in range(world)]
+    keys = ["%s/%d" % (prefix, r) for r in range(world)]
     store.set(keys[rank], payload)
+    if not wait:
+        return None
     others = [k for r, k in enumerate(keys) if r != rank]
     if not _wait(store, others, timeout):
         missing = [r for r, k in enumerate(keys) if r != rank and not store.check([k])]
@@ -215,5 +234,35 @@ def exchange(filename, firstlineno, name, fstate, names, values, timeout):
         _fail(code, "rank " + "; rank ".join(strangers),
               "their sizes are not used" if len(strangers) < world - 1
               else "this rank compiles with its own sizes only")
-    _log_join(code, world - len(strangers), state, merged)
+    if log_agreement or any(merged.get(src) != state[src] for src in state):
+        _log_join(code, world - len(strangers), state, merged)
+    return merged
+
+
+def exchange_traced(filename, firstlineno, name, before, fstate, timeout):
+    """Called by the compiler right after the first capture of a compile that exchanged
+    (``exchange``): the second round. ``before`` is the frame state the capture started
+    from, ``fstate`` the one it left; their difference is what the capture read that the
+    arguments did not reach (tensors held by attributes, globals, closures; ints among
+    them). The ranks join those entries under ``<prefix>/<n>/traced/<rank>``, n being the
+    first round's number, so the rounds of one compile match on every rank. Returns the
+    joined frame state when a dim differs across ranks (the compiler then captures once
+    more with it), else None. A rank whose first round timed out publishes its entry for
+    its peers but does not wait for theirs."""
+    found, last = _distributed(), getattr(_this, "last", None)
+    _this.last = None
+    if found is None or last is None:
+        return None
+    store, rank, world, _ = found
+    seq, answered = last
+    code = "%s (%s:%d)" % (name, filename, firstlineno)
+    state = {}
+    for source, entry in fstate.items():
+        if (type(source) is str and _valid_entry(entry) and len(state) < _ENTRIES
+                and (source not in before or before[source] != entry)):
+            state[source] = list(entry) if isinstance(entry, list) else entry
+    merged = _round(store, rank, world, "%s/%d/traced" % (PREFIX, seq), filename, firstlineno,
+                    name, code, fstate, state, timeout, wait=answered, log_agreement=False)
+    if merged is None or all(merged.get(s) == e for s, e in state.items()):
+        return None
     return merged

@@ -25,6 +25,14 @@ def _with_break(x, n):
     return y.sum(1)
 
 
+TABLE = [3, 5, 7]   # rank r's first row count of _table, a global the arguments do not reach
+_table = None
+
+
+def _with_global(x, n):
+    return (x @ _table.t()).sum(0) * n + x.sum()
+
+
 def _phase(knob_on, world, rank, model=_model):
     """One compiled function called with this rank's batch first, then the others'.
     Returns (recompiles, graphs, every result equal to eager). The eager backend keeps the
@@ -33,11 +41,13 @@ def _phase(knob_on, world, rank, model=_model):
     as importing torch._dynamo in every rank costs seconds."""
     shapejit.reset()
     fn = shapejit.compile(lambda x, n: model(x, n), backend="eager")
-    sizes = [BATCH[rank]] + [BATCH[r] for r in range(world) if r != rank]
+    global _table
+    order = [rank] + [r for r in range(world) if r != rank]
     ok = True
     with shapejit.config.patch(enable_compiler_collectives=knob_on):
-        for b in sizes:
-            x = torch.randn(b, 8)
+        for r in order:
+            _table = torch.randn(TABLE[r], 8)
+            x = torch.randn(BATCH[r], 8)
             ok = ok and torch.allclose(fn(x, 3), model(x, 3), atol=1e-5)
     s = shapejit.stats()
     return {"recompiles": s["recompiles"], "graphs": s["graphs"], "equal": bool(ok)}
@@ -55,6 +65,10 @@ def run(rank, world, port, out_dir, timeout_rank):
         result["break_off"] = _phase(False, world, rank, _with_break)
         dist.barrier()
         result["break_on"] = _phase(True, world, rank, _with_break)
+        dist.barrier()
+        result["global_off"] = _phase(False, world, rank, _with_global)
+        dist.barrier()
+        result["global_on"] = _phase(True, world, rank, _with_global)
         dist.barrier()
         # one rank runs eagerly: the others compile alone and must not wait past the timeout
         shapejit.reset()

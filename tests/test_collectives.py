@@ -48,6 +48,12 @@ def test_ranks_agree_on_dynamic_dims(world, tmp_path):
         assert res["break_off"]["recompiles"] >= 2, (rank, res["break_off"])
         assert (res["break_on"]["graphs"], res["break_on"]["recompiles"]) == (2, 0), \
             (rank, res["break_on"])
+        # a global tensor whose rows differ across ranks: the arguments do not reach it, so
+        # the ranks join what the first capture read and it is captured once more, dynamic
+        assert res["global_off"]["equal"] and res["global_on"]["equal"], rank
+        assert res["global_off"]["recompiles"] >= 1, (rank, res["global_off"])
+        assert (res["global_on"]["graphs"], res["global_on"]["recompiles"]) == (1, 0), \
+            (rank, res["global_on"])
         t = res["timeout"]
         assert t["equal"], rank
         if rank == world - 1:   # the rank that did not compile
@@ -137,6 +143,15 @@ def _exchange(fstate, names, values, timeout=5):
 
 def _peer_says(store, seq, payload):
     store.set("%s/%d/1" % (collectives.PREFIX, seq), payload)
+
+
+def _peer_compiles(store, seq, co, state, traced=None):
+    """The peer's two rounds for one compile of co: the arguments' state before its
+    capture, then what its capture read beyond them (traced)."""
+    code = [co.co_filename, co.co_firstlineno, co.co_name]
+    _peer_says(store, seq, json.dumps({"code": code, "state": state}))
+    store.set("%s/%d/traced/1" % (collectives.PREFIX, seq),
+              json.dumps({"code": code, "state": traced or {}}))
 
 
 def test_exchange_joins_the_peer_state(peer):
@@ -244,9 +259,7 @@ def test_a_size_only_the_peer_saw_is_dynamic_at_once(fresh_shapejit, peer, fn, m
     """The peer (rank 1) compiled the same frame with batch 6: this rank's first compile, at
     batch 4, is dynamic in the batch dim of every input the peer named, so batch 6 reuses it
     (the names are the compiler's: a mismatch would recompile and wait for the peer)."""
-    co = fn.__code__
-    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
-                                    "state": theirs}))
+    _peer_compiles(peer, 0, fn.__code__, theirs)
     compiled = shapejit.compile(fn)
     with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=1):
         for b in (4, 6):
@@ -264,9 +277,7 @@ def test_torch_spelling_through_the_compat_layer(fresh_shapejit, peer):
     def f(x):
         return torch.sin(x) + 1
 
-    co = f.__code__
-    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
-                                    "state": {"L['x']": [7, 2]}}))
+    _peer_compiles(peer, 0, f.__code__, {"L['x']": [7, 2]})
     shapejit.install_torch_compat()
     try:
         compiled = torch.compile(f, backend="eager")
@@ -312,9 +323,7 @@ def test_size_one_specialises_unless_backed_size_oblivious(fresh_shapejit, peer,
     def f(x):
         return torch.relu(x).sum(0)
 
-    co = f.__code__
-    _peer_says(peer, 0, json.dumps({"code": [co.co_filename, co.co_firstlineno, co.co_name],
-                                    "state": {"L['x']": [6, 8]}}))
+    _peer_compiles(peer, 0, f.__code__, {"L['x']": [6, 8]})
     compiled = shapejit.compile(f, backend="eager")
     with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=0,
                                backed_size_oblivious=oblivious):
@@ -327,3 +336,56 @@ def test_size_one_specialises_unless_backed_size_oblivious(fresh_shapejit, peer,
     assert (s["graphs"], s["recompiles"]) == compiles
     # the lone recompile finds no peer and says so
     assert len([w for w in caught if "did not compile it" in str(w.message)]) == compiles[1]
+
+
+_scale = torch.ones(3)
+
+
+class _Holder:
+    pass
+
+
+_holder = _Holder()
+
+
+def _reads_a_global(x):
+    return x * 2 + _scale.sum()
+
+
+def _reads_an_attribute(x):
+    return x * 2 + _holder.buf.sum()
+
+
+def _set_global(n):
+    global _scale
+    _scale = torch.randn(n)
+
+
+def _set_attribute(n):
+    _holder.buf = torch.randn(n)
+
+
+@pytest.mark.parametrize("fn, source, set_size", [
+    (_reads_a_global, "G['_scale']", _set_global),
+    (_reads_an_attribute, "G['_holder'].buf", _set_attribute),
+], ids=["global", "attribute"])
+@pytest.mark.parametrize("theirs, compiles", [([5], (1, 0)), ([3], (2, 1))])
+def test_a_tensor_only_the_peer_sized_otherwise_is_captured_again(fresh_shapejit, peer, fn,
+                                                                  source, set_size, theirs,
+                                                                  compiles):
+    """The arguments do not reach the tensor: after the first capture the ranks join what
+    it read. The peer's 5 makes its dim dynamic here at once (the frame is captured once
+    more: one graph, no recompile at 5); a peer that agrees changes nothing."""
+    _peer_compiles(peer, 0, fn.__code__, {"L['x']": [4]}, {source: theirs})
+    compiled = shapejit.compile(fn, backend="eager")
+    with shapejit.config.patch(enable_compiler_collectives=True, compiler_collectives_timeout=0):
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            for n in (3, 5):
+                set_size(n)
+                x = torch.randn(4)
+                assert torch.allclose(compiled(x), fn(x))
+    s = shapejit.stats()
+    assert (s["graphs"], s["recompiles"]) == compiles, s
+    sent = json.loads(peer.get("%s/0/traced/0" % collectives.PREFIX))
+    assert sent["state"] == {source: [3]}
