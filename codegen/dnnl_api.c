@@ -297,6 +297,7 @@ typedef struct {
     dnnl_memory_desc_t chan, vec;          /* a [1, C, 1(, 1)] post-op operand; a [C] vector */
     int nfused;                            /* the key's first nfused post-ops are the main
                                               primitive's; the rest run after it */
+    int npost;                             /* the key's post-op count */
 } CvOp;
 
 /* Per-thread scratch for the reordered operands: grown on demand, kept for the thread's
@@ -395,6 +396,9 @@ static dnnl_status_t conv_attr(const CvKey *key, int n, const dnnl_memory_desc_t
         case CVPO_RELU:
             s = dnnl_post_ops_append_eltwise(*po, 1.f, dnnl_eltwise_relu, 0.f, 0.f);
             break;
+        case CVPO_RELU6:
+            s = dnnl_post_ops_append_eltwise(*po, 1.f, dnnl_eltwise_clip, 0.f, 6.f);
+            break;
         case CVPO_SUM:
             s = dnnl_post_ops_append_sum(*po, 1.f);
             break;
@@ -428,7 +432,7 @@ static dnnl_status_t fast_pd(dnnl_primitive_desc_t *pd, const void *desc, const_
     return dnnl_unimplemented;
 }
 
-static const char *const post_names[] = {"?", "relu", "sum", "mul", "add"};
+static const char *const post_names[] = {"?", "relu", "sum", "mul", "add", "relu6"};
 
 /* "sum+relu": the names of key's post-ops from..npost into buf. */
 static const char *post_list(const CvKey *key, int from, char *buf, size_t len)
@@ -436,7 +440,8 @@ static const char *post_list(const CvKey *key, int from, char *buf, size_t len)
     buf[0] = 0;
     for (int i = from; i < key->npost; i++) {
         size_t at = strlen(buf);
-        snprintf(buf + at, len - at, "%s%s", i > from ? "+" : "", post_names[key->post[i] <= CVPO_ADD_C ? key->post[i] : 0]);
+        int k = key->post[i] <= CVPO_RELU6 ? key->post[i] : 0;
+        snprintf(buf + at, len - at, "%s%s", i > from ? "+" : "", post_names[k]);
     }
     return buf;
 }
@@ -549,6 +554,7 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
             s = fast_pd(&pd, &desc, attr, &ref);
             o->nfused = n;
         }
+        o->npost = key->npost;
         what = "convolution";
         if (s != dnnl_success)
             goto done;
@@ -671,6 +677,10 @@ static void post_after(const CvKey *key, int from, const CvArgs *a, float *dst)
                     for (int64_t j = 0; j < plane; j++)
                         p[j] = p[j] < 0.f ? 0.f : p[j];
                     break;
+                case CVPO_RELU6:
+                    for (int64_t j = 0; j < plane; j++)
+                        p[j] = p[j] < 0.f ? 0.f : p[j] > 6.f ? 6.f : p[j];
+                    break;
                 }
             }
         }
@@ -682,17 +692,21 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
     char err[96];
     if (ready(err, sizeof err) < 0)
         return (int)dnnl_runtime_error;
+    if ((a->src_ready && !o->src_in) || (a->dst_keep && (!o->dst_out || o->nfused < key->npost)))
+        return (int)dnnl_invalid_arguments;
     /* the scratch: reordered source, weights and result, each 64-byte aligned */
-    size_t ns = o->src_in ? up64(dnnl_memory_desc_get_size(&o->src)) : 0;
+    size_t ns = o->src_in && !a->src_ready ? up64(dnnl_memory_desc_get_size(&o->src)) : 0;
     size_t nw = o->wei_in && !a->wei_ready ? up64(dnnl_memory_desc_get_size(&o->wei)) : 0;
-    size_t nd = o->dst_out ? up64(dnnl_memory_desc_get_size(&o->dst)) : 0;
+    size_t nd = o->dst_out && !a->dst_keep ? up64(dnnl_memory_desc_get_size(&o->dst)) : 0;
     char *base = ns + nw + nd ? scratch_get(ns + nw + nd) : NULL;
     if (ns + nw + nd && !base)
         return (int)dnnl_out_of_memory;
     const void *src = a->src, *wei = a->wei;
-    void *dst = o->dst_out ? base + ns + nw : a->dst;
+    void *dst = a->dst_keep ? a->dst_keep : o->dst_out ? base + ns + nw : a->dst;
     dnnl_status_t s = dnnl_success;
-    if (o->src_in)
+    if (a->src_ready)
+        src = a->src_ready;
+    else if (o->src_in)
         s = run_reorder(o->src_in, &o->psrc, a->src, &o->src, (void *)(src = base));
     if (a->wei_ready)
         wei = a->wei_ready;
@@ -740,7 +754,7 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
         s = dnnl_primitive_execute(o->main, stream, n, args);
     /* the CPU runtime executes synchronously (the memory objects may go now); the wait
      * is for form's sake, as in the matmul path */
-    if (s == dnnl_success && o->dst_out)
+    if (s == dnnl_success && o->dst_out && !a->dst_keep)
         s = run_reorder(o->dst_out, &o->dst, dst, &o->pdst, a->dst);
     if (s == dnnl_success)
         s = dnnl_stream_wait(stream);
@@ -768,6 +782,34 @@ int dnnl_api_conv_weights(void *op, const void *plain, void *out)
     if (ready(err, sizeof err) < 0)
         return (int)dnnl_runtime_error;
     dnnl_status_t s = run_reorder(o->wei_in, &o->pwei, plain, &o->wei, out);
+    if (s == dnnl_success)
+        s = dnnl_stream_wait(stream);
+    return (int)s;
+}
+
+size_t dnnl_api_conv_dst_bytes(void *op)
+{
+    CvOp *o = op;
+    if (!o->dst_out || o->nfused < (int)o->npost)
+        return 0;
+    return dnnl_memory_desc_get_size(&o->dst);
+}
+
+int dnnl_api_conv_takes(void *consumer, void *producer)
+{
+    CvOp *c = consumer, *p = producer;
+    return c->src_in && p->dst_out && dnnl_memory_desc_equal(&c->src, &p->dst);
+}
+
+int dnnl_api_conv_to_plain(void *op, const void *kept, void *dst)
+{
+    CvOp *o = op;
+    char err[96];
+    if (ready(err, sizeof err) < 0)
+        return (int)dnnl_runtime_error;
+    if (!o->dst_out)
+        return (int)dnnl_invalid_arguments;
+    dnnl_status_t s = run_reorder(o->dst_out, &o->dst, kept, &o->pdst, dst);
     if (s == dnnl_success)
         s = dnnl_stream_wait(stream);
     return (int)s;

@@ -102,6 +102,7 @@ typedef enum {
     CVPO_SUM,            /* dst += a same-shape tensor (a residual), before the rest */
     CVPO_MUL_C,          /* binary mul by a per-channel [C] vector (a folded batch norm) */
     CVPO_ADD_C,          /* binary add of a per-channel [C] vector */
+    CVPO_RELU6,          /* eltwise clip to [0, 6] (F.relu6, hardtanh(0, 6)) */
 } CvPostKind;
 
 enum { CV_CLASS_CONV = 2, CV_CLASS_POOL, CV_CLASS_BNORM };   /* MmKey's op_class numbering */
@@ -135,7 +136,14 @@ typedef struct {
     const void *mean, *var, *scale, *shift;   /* batch norm */
     const void *wei_ready;             /* convolution: weights already in the primitive's
                                           layout (dnnl_api_conv_weights), or NULL */
+    const void *src_ready;             /* convolution: the source already in the primitive's
+                                          layout (a previous convolution's dst_keep, checked
+                                          with dnnl_api_conv_takes), or NULL: src is plain */
     void *dst;
+    void *dst_keep;                    /* convolution: write the result here in the
+                                          primitive's own layout (dnnl_api_conv_dst_bytes
+                                          bytes, 64-byte aligned) instead of plain into dst;
+                                          only when every post-op is fused. NULL: plain */
 } CvArgs;
 
 /* The primitives for key (the main one and its reorders), or NULL when oneDNN refuses it
@@ -159,6 +167,16 @@ size_t dnnl_api_conv_weights_layout(void *op, uint64_t *layout);
  * 0, or a oneDNN status. Needs no GIL. */
 int dnnl_api_conv_weights(void *op, const void *plain, void *out);
 const char *dnnl_api_conv_impl(void *op);
+/* A convolution's result layout when it is not plain: its bytes (dst_keep's size), else 0
+ * (also when some post-ops run after the primitive: those need the plain result). */
+size_t dnnl_api_conv_dst_bytes(void *op);
+/* 1 when convolution `consumer` reads its source in the layout convolution `producer`
+ * writes its result in (same dims, same blocked layout): the producer's dst_keep can be
+ * the consumer's src_ready. */
+int dnnl_api_conv_takes(void *consumer, void *producer);
+/* The result a dst_keep run of op left in `kept`, reordered into plain `dst`. 0, or a
+ * oneDNN status. Needs no GIL. */
+int dnnl_api_conv_to_plain(void *op, const void *kept, void *dst);
 
 /* --------------------------------------------------------------- primcache.c ---- */
 

@@ -68,6 +68,8 @@ typedef struct {
     Kernel *kernels; int32_t nkernels;
     MatmulStep *matmuls; int32_t nmatmuls;
     ConvStep *convs; int32_t nconvs;
+    struct ConvHand *conv_hands;   /* step_conv.c: convolution results handed to the next
+                                      convolution in oneDNN's blocked layout (PyMem) */
     CatStep *cats;   int32_t ncats;
     ViewChain *views; int32_t nviews;
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..

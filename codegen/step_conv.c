@@ -10,8 +10,10 @@
  * outside the step reads it: batch_norm in inference (scale = weight / sqrt(var + eps)
  * and shift = bias - mean * scale computed per call from the live running stats, folded
  * into the weights and the bias: W * scale[oc], b * scale + shift; a kept weight reorder
- * remembers the scale it was made with), relu, and one add of a same-shape tensor (a
- * residual: oneDNN's sum post-op), in place (`h += r`, `relu_`) or not. A standalone
+ * remembers the scale it was made with), relu, relu6 (oneDNN's clip to [0, 6]), and one add
+ * of a same-shape tensor (a residual: oneDNN's sum post-op), in place (`h += r`, `relu_`)
+ * or not. A result only the next convolution reads stays in oneDNN's blocked layout
+ * (ConvHand). A standalone
  * batch_norm is oneDNN's batch normalization with global stats (its relu folds too).
  *
  * Why batch norm after a convolution folds into the convolution rather than running as its
@@ -36,6 +38,7 @@
 #include "lower_int.h"
 #include "dnnl_api.h"
 #include "../frame_eval/capture.h"
+#include "../core/config.h"
 
 #define CV_MAX_FOLD 4
 #define CV_WSLOTS 2      /* reordered weights kept per step (layouts: a shape sweep mostly
@@ -55,7 +58,7 @@ typedef struct {
     int64_t nscale;
 } WeightSlot;
 
-typedef enum { FOLD_RELU = 1, FOLD_BN, FOLD_SUM } FoldKind;
+typedef enum { FOLD_RELU = 1, FOLD_BN, FOLD_SUM, FOLD_RELU6 } FoldKind;
 
 typedef struct {
     uint8_t kind;        /* FoldKind */
@@ -93,7 +96,35 @@ struct ConvStep {
     KeptFinite wfin;                 /* whether the weights are finite (a relu post-op) */
     int64_t nonfinite;               /* calls run eagerly: an operand of a relu post-op's
                                         primitive was inf or NaN */
+    int hand;                        /* the result is read by a later convolution's source
+                                        and nothing else: it may stay blocked (ConvHand) */
+    int64_t handed, handed_plain;    /* as the consumer: calls that read the producer's
+                                        blocked result as it was / reordered it to plain */
 };
+
+/* A convolution's result kept in its primitive's blocked layout for the convolution that
+ * reads it next (the only reader, step_conv_plan), instead of reordering it to plain and
+ * the consumer reordering it back. The producer stores a plain tensor of the right shape
+ * in vals[] but leaves it unfilled, and records it here; the consumer finds the record by
+ * that object's identity and either reads the blocked buffer directly (its source layout
+ * is the producer's result layout: dnnl_api_conv_takes, decided per call since layouts
+ * depend on the sizes) or first fills the plain tensor (dnnl_api_conv_to_plain), before
+ * any other use of it: a different layout, a fallback to eager, a failure. A record is
+ * busy from the producer's success to the consumer's resolution; a run that stopped in
+ * between leaves the owner's only reference here, and such a record is reclaimed.
+ * Memory: the buffers are malloc'd (64-byte aligned), grown on demand, kept with the plan
+ * (at most CV_HANDS activations). */
+#define CV_HANDS 4
+struct ConvHand {
+    int busy;
+    void *buf;          /* owned (free()) */
+    size_t cap, bytes;  /* buf's size; the result's bytes */
+    PyObject *owner;    /* strong: the unfilled plain tensor the producer stored */
+    void *plain;        /* owner's data */
+    PcEntry *entry;     /* pinned: the producer's primitives (its result layout, the reorder
+                           to plain) */
+};
+typedef struct ConvHand ConvHand;
 
 /* ----------------------------------------------------------------- plan ---- */
 
@@ -408,6 +439,14 @@ static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
         f->kind = FOLD_RELU;
         return only(b, known) && is_alias(s, in);
     }
+    case OP_RELU6: case OP_HARDTANH: {   /* MobileNet's activation: oneDNN's clip to [0, 6] */
+        static const char *const known[] = {"input", "inplace", "min_val", "max_val", NULL};
+        double lo, hi;
+        f->kind = FOLD_RELU6;
+        return s->op != OP_BATCH_NORM && only(b, known) && is_alias(s, in) &&
+               (nd->op == OP_RELU6 || (const_float(b, "min_val", -1.0, &lo) && const_float(b, "max_val", 1.0, &hi) &&
+                                       lo == 0.0 && hi == 6.0));
+    }
     case OP_BATCH_NORM: {
         int32_t x;
         /* a conv's result only, before any sum or relu (the per-channel fold is exact there) */
@@ -527,6 +566,45 @@ static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
     return 1;
 }
 
+struct producer_readers {
+    const ConvStep *a;
+    int32_t reader;    /* the consumer's node that reads its source */
+    int bad;
+};
+
+static void check_producer_reader(void *ctx, int32_t ni, int32_t v)
+{
+    struct producer_readers *r = ctx;
+    const ConvStep *a = r->a;
+    if (!is_alias(a, v) || ni == r->reader || ni == a->node)
+        return;
+    for (int i = 0; i < a->nfold; i++)
+        if (a->fold[i].node == ni)
+            return;
+    r->bad = 1;
+}
+
+/* Convolution b (being planned) reads the result of an earlier convolution step a: when
+ * that result (every alias of it) is read by nothing but b's source (not b's residual, no
+ * other node, no graph output), a may hand it over in its blocked layout (ConvHand). */
+static void mark_producer(const Graph *g, LowerPlan *p, const ConvStep *b)
+{
+    for (int32_t j = p->nconvs - 1; j >= 0; j--) {
+        ConvStep *a = &p->convs[j];
+        if (!is_alias(a, b->x))
+            continue;
+        if (a->op != OP_CONV1D && a->op != OP_CONV2D)
+            return;
+        struct producer_readers r = {a, b->pad_node >= 0 ? b->pad_node : b->node, 0};
+        for (int32_t ni = 0; ni < g->nnodes && !r.bad; ni++)
+            lower_node_reads(g, ni, check_producer_reader, &r);
+        for (int32_t i = 0; i < g->noutputs; i++)
+            r.bad |= is_alias(a, g->outputs[i]);
+        a->hand = !r.bad;
+        return;
+    }
+}
+
 int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     ConvStep s;
@@ -572,6 +650,8 @@ int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
             s.alias[s.nalias++] = s.out;
         }
     }
+    if (op == OP_CONV1D || op == OP_CONV2D)
+        mark_producer(g, p, &s);
     if (lower_push_step(p, STEP_CONV, (void **)&p->convs, &p->nconvs, sizeof s, &s) < 0)
         return -2;
     return last;
@@ -587,8 +667,23 @@ static void slot_clear(WeightSlot *w)
     w->nscale = 0;
 }
 
+static void hand_drop(ConvHand *h)
+{
+    Py_CLEAR(h->owner);
+    if (h->entry)
+        primcache_release(h->entry);
+    h->entry = NULL;
+    h->busy = 0;
+}
+
 void step_conv_free(LowerPlan *p)
 {
+    for (int i = 0; p->conv_hands && i < CV_HANDS; i++) {
+        hand_drop(&p->conv_hands[i]);
+        free(p->conv_hands[i].buf);
+    }
+    PyMem_Free(p->conv_hands);
+    p->conv_hands = NULL;
     for (int32_t i = 0; i < p->nconvs; i++) {
         for (int k = 0; k < CV_WSLOTS; k++)
             slot_clear(&p->convs[i].wslot[k]);
@@ -601,8 +696,10 @@ void step_conv_free(LowerPlan *p)
 
 int step_conv_stats(const LowerPlan *p, PyObject *d)
 {
-    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0, nonfinite = 0;
+    long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0, nonfinite = 0, handed = 0, plain = 0;
     for (int32_t i = 0; i < p->nconvs; i++) {
+        handed += p->convs[i].handed;
+        plain += p->convs[i].handed_plain;
         nonfinite += p->convs[i].nonfinite;
         calls += p->convs[i].calls;
         fallbacks += p->convs[i].fallbacks;
@@ -610,10 +707,11 @@ int step_conv_stats(const LowerPlan *p, PyObject *d)
         reorders += p->convs[i].weight_reorders;
         after += p->convs[i].posts_after;
     }
-    static const char *const names[7] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
-                                         "conv_weight_reorders", "conv_posts_after", "conv_nonfinite"};
-    long long vals[7] = {p->nconvs, calls, fallbacks, fused, reorders, after, nonfinite};
-    return lower_put_counts(d, 7, names, vals);
+    static const char *const names[9] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
+                                         "conv_weight_reorders", "conv_posts_after", "conv_nonfinite",
+                                         "conv_blocked_handoffs", "conv_blocked_to_plain"};
+    long long vals[9] = {p->nconvs, calls, fallbacks, fused, reorders, after, nonfinite, handed, plain};
+    return lower_put_counts(d, 9, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -868,6 +966,63 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     return 0;
 }
 
+/* A free record with a buffer of `bytes` for a producer, or NULL (none free, no memory:
+ * the result goes plain). A busy record whose owner only it still holds belongs to a run
+ * that stopped before its consumer: reclaimed. GIL held. */
+static ConvHand *hand_take(LowerPlan *p, size_t bytes)
+{
+    if (!p->conv_hands && !(p->conv_hands = PyMem_Calloc(CV_HANDS, sizeof(ConvHand))))
+        return NULL;
+    ConvHand *h = NULL;
+    for (int i = 0; i < CV_HANDS; i++) {
+        ConvHand *c = &p->conv_hands[i];
+        if (c->busy && c->owner && Py_REFCNT(c->owner) == 1)
+            hand_drop(c);
+        if (!c->busy && (!h || (c->cap >= bytes && h->cap < bytes)))
+            h = c;
+    }
+    if (!h)
+        return NULL;
+    if (h->cap < bytes) {
+        size_t cap = (bytes + 63) & ~(size_t)63;
+        free(h->buf);
+        h->cap = 0;
+        if (!(h->buf = aligned_alloc(64, cap)))
+            return NULL;
+        h->cap = cap;
+    }
+    h->busy = 1;
+    h->bytes = bytes;
+    return h;
+}
+
+/* The busy record whose unfilled plain tensor is obj, or NULL. GIL held. */
+static ConvHand *hand_find(LowerPlan *p, PyObject *obj)
+{
+    for (int i = 0; p->conv_hands && obj && i < CV_HANDS; i++)
+        if (p->conv_hands[i].busy && p->conv_hands[i].owner == obj)
+            return &p->conv_hands[i];
+    return NULL;
+}
+
+/* Fills h's plain tensor from its blocked buffer and frees the record. 0, or -1 with an
+ * exception (the value cannot be produced). */
+static int hand_plain(ConvHand *h)
+{
+    int status;
+    void *prim = primcache_prim(h->entry);
+    Py_BEGIN_ALLOW_THREADS
+    status = dnnl_api_conv_to_plain(prim, h->buf, h->plain);
+    Py_END_ALLOW_THREADS
+    hand_drop(h);
+    if (status) {
+        PyErr_Format(PyExc_RuntimeError, "oneDNN: reordering a convolution result to plain failed (status %d)",
+                     status);
+        return -1;
+    }
+    return 0;
+}
+
 int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
 {
     ConvStep *s = &p->convs[idx];
@@ -884,6 +1039,8 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     WeightSlot *kept = NULL;  /* pinned during the run */
     Operand res_op;           /* the residual, when a sum is folded */
     int relu = 0, chan_posts = 0;
+    ConvHand *in = hand_find(p, vals[s->x]);   /* our source, left blocked by its producer */
+    ConvHand *keep = NULL;    /* ours, when we leave the result blocked for our consumer */
     memset(&key, 0, sizeof key);
     memset(&args, 0, sizeof args);
     memset(&w, 0, sizeof w);
@@ -920,8 +1077,8 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     }
     for (int i = 0; key.op_class == CV_CLASS_CONV && i < s->nfold; i++) {
         const Fold *f = &s->fold[i];
-        if (f->kind == FOLD_RELU) {
-            key.post[key.npost++] = CVPO_RELU;
+        if (f->kind == FOLD_RELU || f->kind == FOLD_RELU6) {   /* both drop NaN in oneDNN */
+            key.post[key.npost++] = f->kind == FOLD_RELU ? CVPO_RELU : CVPO_RELU6;
             relu = 1;
         } else if (f->kind == FOLD_SUM) {
             Operand r;
@@ -972,7 +1129,8 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     /* oneDNN's relu post-op turns NaN into 0 (lower.h: lower_finite): a NaN or inf in an
      * operand runs the nodes eagerly. The weights' scan is kept per weight version; the
      * source's costs 1 / (OC * KH * KW) of the convolution. */
-    if (relu && (!lower_finite(&x) || !lower_weight_finite(&s->wfin, vals[s->w], &w) ||
+    if (relu && (!(in ? lower_finite_n(in->buf, (int64_t)(in->bytes / sizeof(float))) : lower_finite(&x)) ||
+                 !lower_weight_finite(&s->wfin, vals[s->w], &w) ||
                  (args.bias && !lower_finite_n(args.bias, key.oc)) || (args.residual && !lower_finite(&res_op)) ||
                  chan_posts)) {
         s->nonfinite++;
@@ -1014,6 +1172,26 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         }
     }
     args.wei_ready = kept ? kept->buf : NULL;
+    if (in) {
+        void *from = primcache_prim(in->entry);
+        if (key.op_class == CV_CLASS_CONV && dnnl_api_conv_takes(prim, from)) {
+            args.src_ready = in->buf;
+        } else {
+            s->handed_plain++;
+            ConvHand *h = in;
+            in = NULL;
+            if (hand_plain(h) < 0) {
+                if (kept)
+                    kept->pins--;
+                rc = -1;
+                goto done;
+            }
+        }
+    }
+    size_t kb;
+    if (s->hand && sj_config.conv_blocked_handoff && key.op_class == CV_CLASS_CONV &&
+        (kb = dnnl_api_conv_dst_bytes(prim)) && (keep = hand_take(p, kb)))
+        args.dst_keep = keep->buf;
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = dnnl_api_conv_exec(prim, &key, &args);
@@ -1024,8 +1202,31 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     if (!rc) {
         s->calls++;
         s->posts_after += key.op_class == CV_CLASS_CONV && dnnl_api_conv_nfused(prim) < key.npost;
+        if (in) {
+            s->handed++;
+            hand_drop(in);
+            in = NULL;
+        }
+        if (keep) {   /* res stays unfilled: only the consumer reads it (hand_find) */
+            keep->owner = Py_NewRef(res);
+            keep->plain = o.data;
+            keep->entry = e;   /* the pin moves to the record */
+            e = NULL;
+            keep = NULL;
+        }
     }
 done:
+    if (keep)
+        hand_drop(keep);
+    if (in && rc >= 0) {   /* not read blocked: the plain value first, for eager or a retry */
+        s->handed_plain++;
+        ConvHand *h = in;
+        in = NULL;
+        if (hand_plain(h) < 0)
+            rc = -1;
+    }
+    if (in)
+        hand_drop(in);
     if (e)
         primcache_release(e);
     PyMem_Free(affine);
