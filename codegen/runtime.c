@@ -152,6 +152,24 @@ PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
         return NULL;
     }
+    if (lib == LIB_TORCH && r >= 1 && r <= SJ_MAX_RANK) {
+        /* torch.empty(n0, n1, ..., dtype=dt): torch's argument parser takes the sizes as
+         * separate ints ~0.5 us faster than as one tuple (1.0 vs 1.5 us a call), which is
+         * a third of a small kernel step. (With no sizes it would mean shape (0,).) */
+        PyObject *args[SJ_MAX_RANK + 1];   /* args[0..r): new references */
+        int made = 0;
+        for (; made < r; made++)
+            if (!(args[made] = PyLong_FromLongLong(n[made])))
+                break;
+        PyObject *res = NULL;
+        if (made == r) {
+            args[r] = dto;
+            res = PyObject_Vectorcall(empty, args, (size_t)r, kw_dtype);
+        }
+        for (int d = 0; d < made; d++)
+            Py_DECREF(args[d]);
+        return res;
+    }
     PyObject *shape = lower_sizes_tuple(n, r);   /* new */
     if (!shape)
         return NULL;
