@@ -50,12 +50,13 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT, STEP_VIEWS } StepKind;
+typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT, STEP_VIEWS, STEP_ALIAS } StepKind;
 
 typedef struct {
     StepKind kind;
     int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index;
-                          CONV: conv index; CAT: cat index; VIEWS: view chain index */
+                          CONV: conv index; CAT: cat index; VIEWS: view chain index;
+                          ALIAS: node index (step_views.c) */
 } Step;
 
 typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
@@ -222,6 +223,10 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_views_free(LowerPlan *p);
 /* {"view_chains", "view_chain_nodes", "view_chain_calls", "view_chain_eager_runs"} added to d. */
 int step_views_stats(const LowerPlan *p, PyObject *d);
+/* Turns eager steps of identity nodes (dropout outside training) into STEP_ALIAS. 0. */
+int step_alias_plan(Graph *g, LowerPlan *p);
+/* Runs STEP_ALIAS node ni: its result is its input object. 0 or -1 with an exception. */
+int step_alias_run(Graph *g, int32_t ni, PyObject **vals);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {

@@ -343,7 +343,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             for (int32_t j = 0; j < k->nnodes; j++)
                 node_step[k->nodes[j]] = i;
         }
-    if (step_views_plan(g, out, node_step) < 0 || plan_releases(g, out, node_step) < 0)
+    if (step_alias_plan(g, out) < 0 || step_views_plan(g, out, node_step) < 0 || plan_releases(g, out, node_step) < 0)
         goto fail;
     PyMem_Free(node_step);
     PyMem_Free(last_use);

@@ -27,6 +27,7 @@
 #include "lower_int.h"
 #include "../frame_eval/libs.h"
 #include "../guards/tensor_reader.h"
+#include "../shapes/rules_util.h"
 
 #define VC_MAX_NODES 16
 
@@ -355,4 +356,46 @@ int step_views_stats(const LowerPlan *p, PyObject *d)
         Py_XDECREF(v[k]);
     }
     return rc;
+}
+
+/* ---------------------------------------------------------- pass-through ---- */
+
+/* Dropout outside training (nn.Dropout in eval mode, F.dropout(x, p, training=False)) is
+ * torch's identity: it returns its input tensor itself, the same object. An eager step
+ * costs a call through torch.nn.functional (~3 us); STEP_ALIAS hands the object on. Only a
+ * constant training=False qualifies, with p a constant in [0, 1] (else torch raises). */
+int step_alias_plan(Graph *g, LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        if (p->steps[i].kind != STEP_EAGER)
+            continue;
+        int32_t ni = p->steps[i].index;
+        const Node *nd = &g->nodes[ni];
+        if (nd->op != OP_DROPOUT || nd->nout != 1 || nd->nargs < 1)
+            continue;
+        const Arg *a0 = &g->pool[nd->args];
+        if (a0->kind != ARG_VALUE || g->values[a0->a].meta.lib != LIB_TORCH)
+            continue;
+        NodeArgs na;
+        ShapeErr err;
+        int training = 1;
+        double prob = 0.5;
+        if (!lower_bind_node(g, ni, &na) || sj_tensor(&na.bound, "input", &err) != &g->values[a0->a].meta ||
+            sj_get_bool(&na.bound, "training", 1, &training, &err) || training ||
+            sj_get_float(&na.bound, "p", 0.5, &prob, &err) || !(prob >= 0.0 && prob <= 1.0))
+            continue;
+        p->steps[i].kind = STEP_ALIAS;
+    }
+    return 0;
+}
+
+int step_alias_run(Graph *g, int32_t ni, PyObject **vals)
+{
+    const Node *nd = &g->nodes[ni];
+    PyObject *x = vals[g->pool[nd->args].a];   /* borrowed from vals */
+    /* a Tensor subclass may override dropout (__torch_function__): its own call */
+    if (!x || !libs_is_tensor(x))
+        return graph_exec_node(g, ni, vals, NULL);
+    Py_XSETREF(vals[nd->first_value], Py_NewRef(x));
+    return 0;
 }

@@ -166,3 +166,39 @@ def test_requires_grad_not_chained():
     w.grad = None
     g(x).backward()
     torch.testing.assert_close(g1, w.grad)
+
+
+class _Drop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.drop = nn.Linear(8, 8), nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) * 2.0, F.dropout(x + 1.0, 0.5, training=False), torch.dropout(x, 0.2, False)
+
+
+def test_dropout_outside_training_is_its_input():
+    """Dropout in eval mode returns its input object (torch's identity): no eager step, the
+    same values and the same aliasing as eager, for any size."""
+    m = _Drop().eval()
+    backend, made = _lowering()
+    c = shapejit.compile(m, backend=backend)
+    with torch.no_grad():
+        for n in (3, 5, 3):
+            x = torch.randn(n, 8)
+            got, want = c(x), m(x)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            assert got[2] is x   # torch.dropout(x, p, False) is x
+    assert made and all("dropout" not in mm.stats["eager_ops"] for mm in made)
+
+
+def test_dropout_in_training_still_drops():
+    m = _Drop().train()
+    backend, made = _lowering()
+    c = shapejit.compile(m, backend=backend)
+    with torch.no_grad():
+        x = torch.ones(64, 8)
+        got = c(x)
+    assert got[0].shape == (64, 8)
+    assert made and any(mm.stats["eager_ops"].get("dropout") for mm in made)
