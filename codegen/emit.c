@@ -345,38 +345,6 @@ static int bcast_last(Graph *g, const Kernel *k, int32_t v)
     return m->ndim == 0 || (!m->sym[m->ndim - 1] && m->size[m->ndim - 1] == 1);
 }
 
-/* Loops worth threads only from 32768 elements: `if (big) { parallel loop } else { the same
- * loop }` rather than `#pragma omp parallel for if (big)`, which still enters libgomp
- * (GOMP_parallel with a team of one: ~0.3 us a call, measured 385 vs 47 ns for a 2048-
- * element loop) on every small call. emit_par_open puts the test and the parallel pragma and
- * returns where the loop starts; emit_par_close puts the serial copy of the loop since then. */
-size_t emit_par_open(Buf *b, const char *cond, const char *pragma)
-{
-    put(b, "    if (%s) {\n#pragma omp %s\n", cond, pragma);
-    return b->n;
-}
-
-static size_t par_open(Buf *b, const char *cond)
-{
-    return emit_par_open(b, cond, "parallel for schedule(static)");
-}
-
-void emit_par_close(Buf *b, size_t from)
-{
-    if (b->failed)
-        return;
-    size_t len = b->n - from;
-    char *loop = PyMem_Malloc(len + 1);
-    if (!loop) {
-        b->failed = 1;
-        return;
-    }
-    memcpy(loop, b->s + from, len);
-    loop[len] = 0;
-    put(b, "    } else {\n%s    }\n", loop);
-    PyMem_Free(loop);
-}
-
 static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -388,28 +356,24 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     if (r == 1) {
         /* rank 1 with strides: the flat loop over i * stride */
         put(b, "        if (!dense) {\n");
-        size_t at = par_open(b, "total >= 32768");
+        put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
         put(b, "        for (int64_t i = 0; i < total; i++) {\n");
         put_body(b, g, k, "i * st[%d]");
-        put(b, "        }\n");
-        emit_par_close(b, at);
-        put(b, "        return sj_bad;\n        }\n");
+        put(b, "        }\n        return sj_bad;\n        }\n");
     }
     /* blocks of 4096 elements across threads, each a vector loop */
     put(b, "        const int64_t nblk = (total + 4095) / 4096;\n");
-    size_t at = par_open(b, "total >= 32768");
+    put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
     put(b, "        for (int64_t blk = 0; blk < nblk; blk++) {\n");
     put(b, "        const int64_t lo = blk * 4096, hi = lo + 4096 < total ? lo + 4096 : total;\n");
     put(b, "#pragma omp simd\n");
     put(b, "        for (int64_t i = lo; i < hi; i++) {\n");
     put_body(b, g, k, "i");
-    put(b, "        }\n        }\n");
-    emit_par_close(b, at);
-    put(b, "        return sj_bad;\n    }\n");
+    put(b, "        }\n        }\n        return sj_bad;\n    }\n");
     if (r >= 2) {
         /* strided: the outer dims by index decomposition, the last dim innermost */
         put(b, "    const int64_t inner = n[%d], outer = total / inner;\n", r - 1);
-        at = par_open(b, "total >= 32768");
+        put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
         put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
         put(b, "        int64_t base[%d] = {0}, rem = o;\n", nops);
         put(b, "        for (int d = %d; d >= 0; d--) {\n", r - 2);
@@ -437,7 +401,6 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         snprintf(fmt, sizeof fmt, "base[%%d] + i * v%%d");
         put_body(b, g, k, fmt);
         put(b, "        }\n        }\n    }\n");
-        emit_par_close(b, at);
     }
     put(b, "    return sj_bad;\n}\n");
 }

@@ -390,7 +390,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        int unit = 1;\n");
     for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
         put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
-    size_t at = emit_par_open(b, "outer * N >= 32768", "parallel for schedule(static)");
+    put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
     put(b, "        for (int64_t ot = 0; ot < outer2 * ntile; ot++) {\n");
     put(b, "        const int64_t j0 = (ot %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
     put(b, "        int64_t base[%d] = {0}, rem = ot / ntile;\n        (void)rem;\n", nops);
@@ -462,7 +462,6 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, "            out0[base[0] + jj * st[%d]] = (%s)acc[jj];\n", r - 1, ct);
     }
     put(b, "        }\n        }\n");
-    emit_par_close(b, at);
 }
 
 /* A whole-tensor reduction (one output) over a long contiguous row, split across the
@@ -581,8 +580,7 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     put_split(b, g, k, nops);
     /* each thread walks a run of consecutive outputs: their offsets by an odometer over the
      * kept dims (divisions only at the start of the run) */
-    size_t at = emit_par_open(b, "outer * N >= 32768", "parallel");
-    put(b, "    {\n");
+    put(b, "#pragma omp parallel if (outer * N >= 32768)\n    {\n");
     put(b, "    int64_t base[%d] = {0}, prev = -2;\n", nops);
     for (int d = 0; d < r; d++)
         if (!((mask >> d) & 1))
@@ -601,7 +599,5 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     put_row(b, g, k, "base[%d] + i");
     put(b, "        } else {\n");
     put_row(b, g, k, slow);
-    put(b, "        }\n    }\n    }\n");
-    emit_par_close(b, at);
-    put(b, "    return sj_bad;\n}\n");
+    put(b, "        }\n    }\n    }\n    return sj_bad;\n}\n");
 }

@@ -67,12 +67,6 @@ typedef struct {
 } Buf;
 
 void emit_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A parallel region only when the C condition cond holds at run time: puts `if (cond) {`
- * and `#pragma omp <pragma>` and returns where the region's statement starts; after it,
- * emit_par_close puts `} else {`, the same statement again (run serially, without entering
- * libgomp), and `}`. */
-size_t emit_par_open(Buf *b, const char *cond, const char *pragma);
-void emit_par_close(Buf *b, size_t from);
 
 /* emit_math.c: the kernels' own vectorisable float32 exp/tanh/erf (C source text). */
 extern const char emit_math_prelude[];
