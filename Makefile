@@ -8,7 +8,7 @@
 #   make coverage  build, then trace the torch callables of 55 transformers architectures
 #                (tools/torch_call_coverage.py --trace --explain --write: minutes) into
 #                tools/torch_calls.json and docs/torch_call_coverage.md; after a change to
-#                graph/callables.def, `python3 tools/torch_call_coverage.py --write` alone
+#                vocab/callables.def, `python3 tools/torch_call_coverage.py --write` alone
 #                refreshes the document (tests/test_call_coverage.py checks it is in step)
 #   make bench   build, then run the benchmark suite's core set (bench/suite.py; BENCH_ARGS=--quick
 #                etc.); table and plots in bench/results/suite/

@@ -24,14 +24,16 @@ from setuptools.command.build_ext import build_ext  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # every path below is relative to the repository root
 
-# The C folders: every *.c under them (at any depth) goes into the one extension.
-C_DIRS = ["core", "frame_eval", "graph", "guards", "shapes", "codegen"]
+# The C folders, bottom layer first (docs/architecture.md): every *.c under them (at any
+# depth) goes into the one extension.
+C_DIRS = ["core", "vocab", "shapes", "graph", "guards", "native", "capture", "backend",
+          "resume", "hook"]
 GEN_DIR = os.path.join("build", "gen")
 OPCODES_H = os.path.join(GEN_DIR, "sj_opcodes.h")
 
 # Libraries linked into _C: xxhash (libxxhash-dev), ffi (libffi-dev: calls into generated
 # kernels), dl (dlopen of kernel libraries), dnnl (oneDNN 2.6, libdnnl-dev: the matmul
-# steps, codegen/dnnl_api.c) and gomp (omp_get_max_threads: the OpenMP runtime libdnnl
+# steps, backend/dnnl_api.c) and gomp (omp_get_max_threads: the OpenMP runtime libdnnl
 # and torch already share).
 LIBRARIES = ["xxhash", "ffi", "dl", "dnnl", "gomp"]
 

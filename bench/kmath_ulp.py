@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Max error in ulp of the generated kernels' float32 erf (sj_erff) over every float32.
 
-Compiles codegen/emit_math.c's prelude text (the function exactly as kernels get it)
+Compiles backend/emit_math.c's prelude text (the function exactly as kernels get it)
 with the kernels' flags into a small C program that runs it vectorised over all 2^32
 inputs (or every --step-th) and compares with glibc's double erf.
 Prints the max error in ulp of the correctly rounded result, where it occurs, and the

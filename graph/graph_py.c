@@ -35,7 +35,7 @@ static PyObject *node_repr(SjNodeObject *n)
 #define NODE_MEMBER(name, doc) \
     {#name, T_OBJECT, offsetof(SjNodeObject, name), READONLY, doc}
 static PyMemberDef node_members[] = {
-    NODE_MEMBER(op, "op name (graph/ops.def) or 'input'"),
+    NODE_MEMBER(op, "op name (vocab/ops.def) or 'input'"),
     NODE_MEMBER(target, "the callable eager mode calls; None for inputs"),
     NODE_MEMBER(inputs, "indices of the nodes whose values this node reads"),
     NODE_MEMBER(dtype, "dtype name of the (first) output"),

@@ -12,8 +12,8 @@
 
 #include <Python.h>
 #include <stdint.h>
-#include "meta.h"
-#include "ops.h"
+#include "../vocab/meta.h"
+#include "../vocab/ops.h"
 
 #define OP_INPUT ((uint16_t)OP_COUNT)   /* a graph input; not a row of ops.def */
 
@@ -90,7 +90,7 @@ PyObject *graph_run(Graph *g, PyObject *const *inputs, PyObject **mismatch);
 /* The same with the nodes run by exec(ctx, g, vals, mismatch) instead of one by one:
  * vals[] holds the inputs on entry (strong references), exec fills the value of every
  * node it runs (a strong reference each; slots it leaves NULL read as None) and returns 0,
- * or -1 with an exception. A backend's steps (codegen/runtime.c). */
+ * or -1 with an exception. A backend's steps (backend/runtime.c). */
 typedef int (*GraphExec)(void *ctx, struct Graph *g, PyObject **vals, PyObject **mismatch);
 PyObject *graph_run_with(Graph *g, PyObject *const *inputs, PyObject **mismatch, GraphExec exec, void *ctx);
 /* Run node ni the original way, storing its outputs in vals (strong) and, when mismatch is

@@ -14,7 +14,7 @@
  * first. Almost every function has one signature; candidates of several are merged by
  * age, so the answer is the same as trying every entry from the newest. */
 #include "tree.h"
-#include "tensor_reader.h"
+#include "../vocab/tensor_reader.h"
 #include <xxhash.h>
 #include <string.h>
 #include "../core/errors.h"

@@ -3,7 +3,7 @@
  * kind that names the first difference, so a recompile reason is always the reason the
  * check failed. */
 #include "tree.h"
-#include "tensor_reader.h"
+#include "../vocab/tensor_reader.h"
 #include <string.h>
 #include "../core/errors.h"
 

@@ -6,7 +6,7 @@
 #define SJ_GUARDS_H
 
 #include "sources.h"
-#include "../graph/meta.h"
+#include "../vocab/meta.h"
 
 typedef enum {
 #define X(e, name, check, explain, format) e,

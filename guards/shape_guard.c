@@ -1,5 +1,5 @@
 /* SHAPE_ENV leaves: relations between sizes (and int inputs) that a capture relied on,
- * compiled by frame_eval/symbolic.c into a small postfix program over source values so a
+ * compiled by capture/symbolic.c into a small postfix program over source values so a
  * check needs no shape environment: Ne(L['x'].size()[0], 10), 2 <= L['x'].size()[0],
  * Eq(L['y'].size()[0], L['x'].size()[0]). Each instruction is two int64 words (op, arg). */
 #include "tree.h"

@@ -1,6 +1,6 @@
 /* Interning, printing and resolving sources. */
 #include "sources.h"
-#include "tensor_reader.h"
+#include "../vocab/tensor_reader.h"
 #include "../core/errors.h"
 
 void sources_clear(SourceTable *t)

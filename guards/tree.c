@@ -1,7 +1,7 @@
 /* Guard trees: shared sources and leaves, the per-call memo, the check of one entry and
  * the tree form of the guards log. Dispatch across entries is in dispatch.c. */
 #include "tree.h"
-#include "tensor_reader.h"
+#include "../vocab/tensor_reader.h"
 #include <string.h>
 #include "../core/errors.h"
 

@@ -8,7 +8,7 @@ Named backends:
 - ``"eager"``: runs the captured ops through the original library calls.
 - ``"cpu"``: generated C kernels (fused pointwise runs, reductions, softmax, layer norm;
   float32/float64/int/bool) and oneDNN (matmul, conv, pooling, batch norm); every other
-  node runs as an eager step (codegen/, docs/internals/backend.md).
+  node runs as an eager step (backend/, docs/internals/backend.md).
 - ``"default"``: ``"cpu"``.
 """
 

@@ -1,6 +1,6 @@
 """check and constrain_range: hints about sizes, given by the user's own code.
 
-Eagerly they are plain assertions. Inside a compiled function (frame_eval/checks.c) a
+Eagerly they are plain assertions. Inside a compiled function (capture/checks.c) a
 condition on sizes that depend on data (``t.item()``, ``nonzero()``, ``mark_unbacked``)
 narrows the range of the symbol and is asserted when the graph runs; one on ordinary
 dynamic sizes is decided like a branch and guarded.

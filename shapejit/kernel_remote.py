@@ -11,7 +11,7 @@ entry carries an HMAC-SHA256 under the secret, which the server never sees: a re
 only what a holder of the secret stored. Without a secret the cache stays off (one
 warning).
 
-The disk cache (codegen/diskcache.c) asks here on a local miss, before compiling, and hands
+The disk cache (native/diskcache.c) asks here on a local miss, before compiling, and hands
 each library it compiled over afterwards. Key: ``shapejit-kernel:<disk cache key>``; the
 disk key already covers the compiler identity, which includes the resolved -march target
 (cpu_target, "native" as this machine resolves it), so a machine never receives a kernel

@@ -4,7 +4,7 @@ A mark is a set of dim indices stored on the tensor under the attribute names to
 marking functions use (``_dynamo_dynamic_indices``, ``_dynamo_weak_dynamic_indices``,
 ``_dynamo_static_indices``, ``_dynamo_unbacked_indices``, and ``_dynamo_dynamic_range``
 for mark_dynamic's min/max), so a tensor marked by either library is read the same way by
-the compiler (frame_eval/symbolic.c) at the next compile that sees it.
+the compiler (capture/symbolic.c) at the next compile that sees it.
 """
 import operator
 import sys

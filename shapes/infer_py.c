@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "../graph/meta.h"
+#include "../vocab/meta.h"
 #include "rules.h"
 
 typedef struct {
@@ -15,7 +15,7 @@ typedef struct {
 
 static const Row rows[] = {
 #define X(id, kind, path, op, schema, flags) {#id, #kind, path, op, schema, #flags},
-#include "../graph/callables.def"
+#include "../vocab/callables.def"
 #undef X
 };
 

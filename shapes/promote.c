@@ -11,7 +11,7 @@
  *    a float wide enough for the integer (int64 + float16 -> float64).
  */
 #include "promote.h"
-#include "np.h"
+#include "../vocab/np.h"
 
 #include <stdio.h>
 

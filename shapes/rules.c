@@ -1,6 +1,6 @@
 /* shapes_infer's dispatch table (generated from ops.def) and the helpers the rule families
  * share: reading constant arguments, dim wraparound, broadcasting. */
-#include "np.h"
+#include "../vocab/np.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@ SymRuleCtx *sj_symctx;
 
 static const ShapeRule rule_table[OP_COUNT] = {
 #define X(e, name, kind, rule) [e] = rule,
-#include "../graph/ops.def"
+#include "../vocab/ops.def"
 #undef X
 };
 

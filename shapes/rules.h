@@ -1,14 +1,14 @@
 /* Shape and dtype rules: given the metadata of an op's arguments, the metadata of its
- * outputs. One rule function per family of ops (graph/ops.def names the rule of each op).
+ * outputs. One rule function per family of ops (vocab/ops.def names the rule of each op).
  *
- * Arguments arrive bound to the op's canonical parameter names (see graph/callables.def
+ * Arguments arrive bound to the op's canonical parameter names (see vocab/callables.def
  * for the schema syntax and bind.c for the binder). A rule reads them with ba_get().
  */
 #ifndef SJ_RULES_H
 #define SJ_RULES_H
 
-#include "../graph/meta.h"
-#include "../graph/ops.h"
+#include "../vocab/meta.h"
+#include "../vocab/ops.h"
 
 #define SJ_MAX_PARAMS 16
 #define SJ_MAX_OUTS 64

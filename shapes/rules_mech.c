@@ -1,4 +1,4 @@
-/* The rules of ops the torch mechanisms reach (frame_eval's t_mech files): the recurrent
+/* The rules of ops the torch mechanisms reach (the capture corpus's t_mech files): the recurrent
  * layers, and the parametrizations' torch._weight_norm and matrix_exp.
  *
  * The recurrent ops torch's RNN modules call: torch.lstm / torch.gru / torch.rnn_tanh /

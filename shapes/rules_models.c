@@ -1,5 +1,5 @@
 /* Rules of the ops added for calls seen in transformers models (the last section of
- * graph/callables.def; tools/torch_call_coverage.py lists the calls): index_select,
+ * vocab/callables.def; tools/torch_call_coverage.py lists the calls): index_select,
  * index_add, repeat_interleave, one_hot, glu, reshape_as. None handles symbolic sizes:
  * capture specialises their arguments first. */
 #include <string.h>

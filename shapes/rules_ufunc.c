@@ -1,4 +1,4 @@
-/* Rules of the ufunc-method ops that have no op of their own elsewhere (frame_eval/ufuncs.c
+/* Rules of the ufunc-method ops that have no op of their own elsewhere (capture/ufuncs.c
  * maps the others to sum, cumsum, ...): np.maximum.accumulate and np.add.at. */
 #include "rules_util.h"
 

@@ -1,12 +1,12 @@
 /* Rules of OPK_DATA_SHAPE ops (nonzero, masked_select, x[mask], flatnonzero): the length of
  * the output's dim 0 depends on the data. The rule leaves SJ_UNBACKED_HINT there; capture attaches an unbacked symbol after
- * recording the node (frame_eval/ops.c, record). */
+ * recording the node (capture/ops.c, record). */
 #include "rules_util.h"
 
 int rule_nonzero(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    /* numpy's where(condition) alone is nonzero(condition) (frame_eval/ops.c) */
+    /* numpy's where(condition) alone is nonzero(condition) (capture/ops.c) */
     const TensorMeta *x = sj_tensor(b, ba_get(b, "condition") ? "condition" : "input", err);
     if (!x)
         return -1;

@@ -119,7 +119,7 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
 /* Every rule named in ops.def (repeats are harmless redeclarations). */
 #define X(e, name, kind, rule) \
     int rule(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);
-#include "../graph/ops.def"
+#include "../vocab/ops.def"
 #undef X
 
 #endif

@@ -1,4 +1,4 @@
-"""The cpu backend's oneDNN convolution, pooling and batch-norm steps (codegen/step_conv.c,
+"""The cpu backend's oneDNN convolution, pooling and batch-norm steps (backend/step_conv.c,
 dnnl_api.c, primcache.c): conv1d / conv2d, max / avg / adaptive avg pooling and batch norm
 (inference) on float32 torch tensors against eager over random shapes (odd sizes, batch
 1, stride / padding / dilation / groups, with and without bias), the folds after a

@@ -1,5 +1,5 @@
 """Convolution results handed to the next convolution in oneDNN's blocked layout
-(codegen/step_conv.c: ConvHand; dnnl_api.c: src_ready / dst_keep), and relu6 folded into a
+(backend/step_conv.c: ConvHand; dnnl_api.c: src_ready / dst_keep), and relu6 folded into a
 convolution as oneDNN's clip post-op: chains of convolutions (batch norm, relu, relu6,
 residual, depthwise, stride, 1x1, a folded F.pad) against eager, several sizes under
 dynamic=True, an intermediate also read by a non-convolution op or returned (stays plain),

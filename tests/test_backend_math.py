@@ -1,5 +1,5 @@
 """float32 transcendentals in generated kernels, through backend="cpu", against eager torch
-and numpy and the float64 result: the kernels' own erf (codegen/emit_math.c) and gelu on
+and numpy and the float64 result: the kernels' own erf (backend/emit_math.c) and gelu on
 it, and exp, tanh, sigmoid, silu, mish (glibc's libmvec). Dense sweeps over wide ranges
 in ulp, and the special values exactly (NaN propagates, the limits at +-inf, overflow to
 inf, underflow through the denormals to 0, the sign of -0). bench/kmath_ulp.py measures

@@ -1,4 +1,4 @@
-"""The cpu backend's oneDNN matmul steps (codegen/step_matmul.c, dnnl_api.c, primcache.c):
+"""The cpu backend's oneDNN matmul steps (backend/step_matmul.c, dnnl_api.c, primcache.c):
 matmul / @ / mm / bmm / linear / addmm on float32 torch tensors and numpy arrays against
 eager over random shapes (sizes 0, 1 and odd, transposed and sliced inputs, batch
 broadcast, with and without bias, each fused post-op); one primitive serves every size;
@@ -315,7 +315,7 @@ def test_linear_weight_kept_row_major():
         assert _stats(made, "matmul_weight_copies") == 3
 
 
-# --- written-out activations (codegen/pattern.c) and the view after an addmm -------------
+# --- written-out activations (backend/pattern.c) and the view after an addmm -------------
 
 def _gelu_new(x):
     """transformers' NewGELUActivation (GPT-2's gelu_new), as written there."""

@@ -1,4 +1,4 @@
-"""NaN and inf through the oneDNN steps' eltwise post-ops (codegen/step_conv.c,
+"""NaN and inf through the oneDNN steps' eltwise post-ops (backend/step_conv.c,
 step_matmul.c: lower_finite). oneDNN 2.6's jit eltwise kernels (relu, gelu, ...) drop NaN,
 so a step whose primitive carries one runs eagerly when an operand (source, weights, bias,
 residual) holds inf or NaN: each post-op kind with NaN / inf in each operand, convolution

@@ -1,5 +1,5 @@
 """The cpu backend drops each intermediate value after the last step that reads it
-(codegen/plan.c's release lists, codegen/runtime.c), as eager would: a chain of large
+(backend/plan.c's release lists, backend/runtime.c), as eager would: a chain of large
 intermediates peaks at a few of them, not at all of them, and results are unchanged."""
 import tracemalloc
 

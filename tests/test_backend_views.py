@@ -1,5 +1,5 @@
 """The cpu backend runs a chain of view ops whose intermediates nothing else reads as one
-step (codegen/step_views.c): the first run runs the nodes and records the result's layout
+step (backend/step_views.c): the first run runs the nodes and records the result's layout
 from the input's, later runs with an input of the same layout make it with one
 torch.as_strided call. Results equal eager's in values, sizes, strides, storage and _base."""
 import pytest

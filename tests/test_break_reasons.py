@@ -1,6 +1,6 @@
 """The texts of graph-break reasons: each names the real cause and the real callable, by
 the path a user would write (torch.rand, torch.Tensor.share_memory_, numpy.add.reduceat),
-and names values with their type and the right article (frame_eval/names.c)."""
+and names values with their type and the right article (capture/names.c)."""
 import collections
 import functools
 import io

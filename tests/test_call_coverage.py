@@ -5,7 +5,7 @@ into tools/torch_calls.json; these tests only recompute the statuses from the tr
 names against the callables table of the shapejit under test:
 
   - the checked-in document is what the tool writes now (regenerate it with
-    `python3 tools/torch_call_coverage.py --write` after a change to graph/callables.def);
+    `python3 tools/torch_call_coverage.py --write` after a change to vocab/callables.def);
   - every name called covered resolves, by identity, to a row of the callables table
     (an operator dunder to its operator.* row);
   - every name called answered compiles, in a probe, without a break and to eager's value;
@@ -37,7 +37,7 @@ def test_document_in_step():
     with open(cov.DOC) as fh:
         text = fh.read()
     assert text == cov.render(DATA), (
-        "docs/torch_call_coverage.md is out of step with graph/callables.def or "
+        "docs/torch_call_coverage.md is out of step with vocab/callables.def or "
         "tools/torch_calls.json: run `python3 tools/torch_call_coverage.py --write`")
 
 

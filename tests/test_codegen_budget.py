@@ -1,4 +1,4 @@
-"""Compile time of the cpu backend stays bounded (codegen/build.c, plan.c).
+"""Compile time of the cpu backend stays bounded (backend/build.c, plan.c).
 
 Python loops over range unroll into long straight-line graphs. Iterations that compute
 the same thing are one kernel function (kernels are named by their text); what is left is

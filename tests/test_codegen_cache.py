@@ -1,5 +1,5 @@
 """The generated-C infrastructure: compiler driver, disk cache, loader and libffi calls
-(codegen/cc.c, diskcache.c, loader.c), through the _C._cg_* test hooks.
+(native/cc.c, diskcache.c, loader.c), through the _C._cg_* test hooks.
 
 Every test gets its own cache root (SHAPEJIT_CACHE_DIR, read at each build) and a memo
 that forgot earlier builds, so a build goes to that root's disk cache."""

@@ -1,4 +1,4 @@
-"""The C compiler's processes (codegen/cc.c): they never outlive the process that started
+"""The C compiler's processes (native/cc.c): they never outlive the process that started
 them, and an interrupt during a compile reaches the user.
 
 A fake compiler stands in for a slow one: a shell script that, when asked to build a

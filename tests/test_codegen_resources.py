@@ -1,4 +1,4 @@
-"""Resources of loaded kernel libraries stay bounded (codegen/loader.c): a library keeps
+"""Resources of loaded kernel libraries stay bounded (native/loader.c): a library keeps
 no file descriptor once loaded, so a long-lived process that loads many (a notebook, a
 server seeing many shapes) never meets its open-file limit."""
 import os

@@ -1,4 +1,4 @@
-"""shapejit never runs one of oneDNN's reference implementations (codegen/dnnl_api.c,
+"""shapejit never runs one of oneDNN's reference implementations (backend/dnnl_api.c,
 dnnl_api_is_ref): the benchmark suite's convolution and matmul workloads (bench/workloads.py
 at small sizes), a MobileNet-style depthwise block, a small MobileNetV2 and a convolution + batch norm +
 residual + relu whose post-ops oneDNN runs only with ref:any on AVX2 run compiled in

@@ -5,7 +5,7 @@ their loops vectorise on AVX2 (x86-64-v3) as well as AVX-512 (x86-64-v4).
 GCC keeps FP arithmetic and ordered compares that sit under a condition from running
 speculatively (-ftrapping-math, the default): without AVX-512's masks such a loop stays
 scalar ("not vectorized: control flow in loop"). The helpers compute both sides and pick
-with selects (codegen/emit.c sj_sel). The vectorisation test compiles the kernels' C
+with selects (backend/emit.c sj_sel). The vectorisation test compiles the kernels' C
 sources as written to the disk cache for both targets (compile only: the machine may lack
 AVX-512) and reads GCC's -fopt-info report for the `#pragma omp simd` loops."""
 import os
@@ -164,7 +164,7 @@ def _ints(op):
     return fn
 
 
-# One chain per row of codegen/lower.def (test_every_lowering_has_a_chain keeps them in
+# One chain per row of backend/lower.def (test_every_lowering_has_a_chain keeps them in
 # step). Float chains run in float32 and float64.
 LOWERING_CHAINS = {
     "NEG": _unary(torch.neg), "ABS": _unary(torch.abs), "RELU": _unary(torch.relu), "RELU6": _unary(F.relu6),
@@ -247,7 +247,7 @@ REDUCING = {"sum_rows", "mean_cols", "amax_rows", "amin_cols", "softmax", "log_s
 
 def test_every_lowering_has_a_chain():
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "codegen", "lower.def")) as f:
+    with open(os.path.join(here, "..", "backend", "lower.def")) as f:
         rows = set(re.findall(r"^X\(OP_(\w+),", f.read(), re.M))
     assert rows == set(LOWERING_CHAINS), sorted(rows ^ set(LOWERING_CHAINS))
 

@@ -1,4 +1,4 @@
-"""Library queries folded to constants (frame_eval/folds.def), lru_cache wrappers, list
+"""Library queries folded to constants (capture/folds.def), lru_cache wrappers, list
 slice writes and tensor dict keys: the guards that keep a fold right when the state it
 read changes, the exceptions eager raises, and the names break messages give builtins.
 The captures themselves are corpus entries (tests/corpus/t_pymisc.py, np_pymisc.py)."""

@@ -1,4 +1,4 @@
-"""Python objects in compiled frames (frame_eval/collections.c, objects.c): error paths
+"""Python objects in compiled frames (capture/collections.c, objects.c): error paths
 raise what eager raises, and objects shared between containers and the caller stay one
 object. The constructs themselves are corpus entries (tests/corpus/t_pyobj.py,
 np_pyobj.py)."""

@@ -1,4 +1,4 @@
-"""Iterators in capture (frame_eval/iters.c), compared with eager:
+"""Iterators in capture (capture/iters.c), compared with eager:
 
 * errors the iteration builtins raise (zip(strict=True) length mismatches, reduce of an
   empty iterable, min/max of nothing, next() on an exhausted iterator, sorting tensors)

@@ -1,6 +1,6 @@
 """Differential test of the shape and dtype rules (shapes/*.c) against the real libraries.
 
-For every row of graph/callables.def (listed by _C._callable_rows()) we build example
+For every row of vocab/callables.def (listed by _C._callable_rows()) we build example
 arguments for the row's op family, run the real callable, and check that _C._infer
 predicts the dtype, shape and numpy-scalar-ness of every output. When eager raises,
 _infer must raise ValueError too. A case marked `refuse` is one eager accepts but the
@@ -879,7 +879,7 @@ def masked_select_cases(lib, row):
     return cases
 
 
-UNBACKED_HINT = 8192   # graph/meta.h SJ_UNBACKED_HINT: nonzero's row count has no hint
+UNBACKED_HINT = 8192   # vocab/meta.h SJ_UNBACKED_HINT: nonzero's row count has no hint
 
 
 def tensor_cases(lib, row):
@@ -1338,11 +1338,11 @@ FAMILIES = {
 
 
 def _rule_of_op():
-    """op name -> rule name, read from graph/ops.def next to this test."""
+    """op name -> rule name, read from vocab/ops.def next to this test."""
     import os
     import re
     here = os.path.dirname(os.path.abspath(__file__))
-    text = open(os.path.join(here, "..", "graph", "ops.def")).read()
+    text = open(os.path.join(here, "..", "vocab", "ops.def")).read()
     return {m.group(1): m.group(2) for m in
             re.finditer(r'^X\(\s*\w+,\s*"(\w+)",\s*\w+,\s*(\w+)\)', text, re.M)}
 

@@ -1,4 +1,4 @@
-"""The tensor reader (guards/tensor_reader.c): torch tensor metadata read from memory.
+"""The tensor reader (vocab/tensor_reader.c): torch tensor metadata read from memory.
 
 _C._tensor_read(obj) returns (dtype_name, sizes, strides, requires_grad, path), path
 "fast" (read from the TensorImpl) or "slow" (meta_from_value, through Python attributes),

@@ -28,10 +28,10 @@ Three steps, each a flag:
   (none)    prints the uncovered callables.
 
 `make coverage` runs --trace --explain --write. tests/test_call_coverage.py checks that the
-checked-in file is in step with graph/callables.def, and that what it calls covered is.
+checked-in file is in step with vocab/callables.def, and that what it calls covered is.
 
 Status of a callable (status_of):
-  covered            a row of graph/callables.def resolves to that object (an operator
+  covered            a row of vocab/callables.def resolves to that object (an operator
                      dunder such as Tensor.__add__ through its operator.* row)
   answered           the evaluator answers it without an op (metadata, constant folds):
                      ANSWERED, each with a probe the test compiles
@@ -182,51 +182,51 @@ OPERATOR_OF = {
 # probe); tests/test_call_coverage.py compiles `def probe(x): return <probe>` and requires
 # no break and eager's value.
 ANSWERED = {
-    "Tensor.shape": ("frame_eval/attrs.c tensor_attr", "x.shape"),
-    "Tensor.dtype": ("frame_eval/attrs.c tensor_attr", "x.dtype"),
-    "Tensor.ndim": ("frame_eval/attrs.c tensor_attr", "x.ndim"),
-    "Tensor.device": ("frame_eval/attrs.c tensor_attr", "x.device"),
-    "Tensor.requires_grad": ("frame_eval/attrs.c tensor_attr", "x.requires_grad"),
-    "Tensor.is_cuda": ("frame_eval/attrs.c tensor_attr", "x.is_cuda"),
-    "Tensor.is_nested": ("frame_eval/attrs.c tensor_attr", "x.is_nested"),
-    "Tensor.is_meta": ("frame_eval/attrs.c tensor_attr", "x.is_meta"),
-    "Tensor.is_cpu": ("frame_eval/attrs.c tensor_attr", "x.is_cpu"),
-    "Tensor.T": ("frame_eval/attrs.c tensor_attr (a permute)", "x.T"),
-    "Tensor.mT": ("frame_eval/attrs.c tensor_attr (a transpose)", "x.mT"),
-    "Tensor.size": ("frame_eval/builtins.c tensor_meta_method", "x.size(1)"),
-    "Tensor.dim": ("frame_eval/builtins.c tensor_meta_method", "x.dim()"),
-    "Tensor.ndimension": ("frame_eval/builtins.c tensor_meta_method", "x.ndimension()"),
-    "Tensor.numel": ("frame_eval/builtins.c tensor_meta_method", "x.numel()"),
-    "Tensor.nelement": ("frame_eval/builtins.c tensor_meta_method", "x.nelement()"),
-    "Tensor.element_size": ("frame_eval/builtins.c tensor_meta_method", "x.element_size()"),
-    "Tensor.is_floating_point": ("frame_eval/builtins.c tensor_meta_method", "x.is_floating_point()"),
-    "Tensor.is_complex": ("frame_eval/builtins.c tensor_meta_method", "x.is_complex()"),
-    "Tensor.get_device": ("frame_eval/builtins.c tensor_meta_method", "x.get_device()"),
-    "Tensor.__len__": ("frame_eval/builtins.c tensor_meta_method", "len(x)"),
-    "torch.is_grad_enabled": ("frame_eval/builtins.c torch_special", "torch.is_grad_enabled()"),
-    "torch.get_default_dtype": ("frame_eval/builtins.c torch_special", "torch.get_default_dtype()"),
-    "torch.is_autocast_enabled": ("frame_eval/folds.def (folded, guarded)", "torch.is_autocast_enabled()"),
-    "torch.is_tensor": ("frame_eval/builtins.c torch_special", "torch.is_tensor(x)"),
-    "torch.jit.is_tracing": ("frame_eval/builtins.c torch_special", "torch.jit.is_tracing()"),
-    "torch.jit.is_scripting": ("frame_eval/builtins.c torch_special", "torch.jit.is_scripting()"),
-    "torch.compiler.is_compiling": ("frame_eval/builtins.c torch_special", "torch.compiler.is_compiling()"),
-    "torch._C._get_tracing_state": ("frame_eval/builtins.c torch_special", "torch._C._get_tracing_state()"),
-    "torch._C._has_torch_function": ("frame_eval/builtins.c torch_special", "torch._C._has_torch_function((x,))"),
-    "torch._C._has_torch_function_unary": ("frame_eval/builtins.c torch_special",
+    "Tensor.shape": ("capture/attrs.c tensor_attr", "x.shape"),
+    "Tensor.dtype": ("capture/attrs.c tensor_attr", "x.dtype"),
+    "Tensor.ndim": ("capture/attrs.c tensor_attr", "x.ndim"),
+    "Tensor.device": ("capture/attrs.c tensor_attr", "x.device"),
+    "Tensor.requires_grad": ("capture/attrs.c tensor_attr", "x.requires_grad"),
+    "Tensor.is_cuda": ("capture/attrs.c tensor_attr", "x.is_cuda"),
+    "Tensor.is_nested": ("capture/attrs.c tensor_attr", "x.is_nested"),
+    "Tensor.is_meta": ("capture/attrs.c tensor_attr", "x.is_meta"),
+    "Tensor.is_cpu": ("capture/attrs.c tensor_attr", "x.is_cpu"),
+    "Tensor.T": ("capture/attrs.c tensor_attr (a permute)", "x.T"),
+    "Tensor.mT": ("capture/attrs.c tensor_attr (a transpose)", "x.mT"),
+    "Tensor.size": ("capture/builtins.c tensor_meta_method", "x.size(1)"),
+    "Tensor.dim": ("capture/builtins.c tensor_meta_method", "x.dim()"),
+    "Tensor.ndimension": ("capture/builtins.c tensor_meta_method", "x.ndimension()"),
+    "Tensor.numel": ("capture/builtins.c tensor_meta_method", "x.numel()"),
+    "Tensor.nelement": ("capture/builtins.c tensor_meta_method", "x.nelement()"),
+    "Tensor.element_size": ("capture/builtins.c tensor_meta_method", "x.element_size()"),
+    "Tensor.is_floating_point": ("capture/builtins.c tensor_meta_method", "x.is_floating_point()"),
+    "Tensor.is_complex": ("capture/builtins.c tensor_meta_method", "x.is_complex()"),
+    "Tensor.get_device": ("capture/builtins.c tensor_meta_method", "x.get_device()"),
+    "Tensor.__len__": ("capture/builtins.c tensor_meta_method", "len(x)"),
+    "torch.is_grad_enabled": ("capture/builtins.c torch_special", "torch.is_grad_enabled()"),
+    "torch.get_default_dtype": ("capture/builtins.c torch_special", "torch.get_default_dtype()"),
+    "torch.is_autocast_enabled": ("capture/folds.def (folded, guarded)", "torch.is_autocast_enabled()"),
+    "torch.is_tensor": ("capture/builtins.c torch_special", "torch.is_tensor(x)"),
+    "torch.jit.is_tracing": ("capture/builtins.c torch_special", "torch.jit.is_tracing()"),
+    "torch.jit.is_scripting": ("capture/builtins.c torch_special", "torch.jit.is_scripting()"),
+    "torch.compiler.is_compiling": ("capture/builtins.c torch_special", "torch.compiler.is_compiling()"),
+    "torch._C._get_tracing_state": ("capture/builtins.c torch_special", "torch._C._get_tracing_state()"),
+    "torch._C._has_torch_function": ("capture/builtins.c torch_special", "torch._C._has_torch_function((x,))"),
+    "torch._C._has_torch_function_unary": ("capture/builtins.c torch_special",
                                            "torch._C._has_torch_function_unary(x)"),
-    "torch._C._has_torch_function_variadic": ("frame_eval/builtins.c torch_special",
+    "torch._C._has_torch_function_variadic": ("capture/builtins.c torch_special",
                                               "torch._C._has_torch_function_variadic(x, x)"),
-    "torch.finfo": ("frame_eval/folds.def (folded)", "torch.finfo(x.dtype).min"),
-    "torch.iinfo": ("frame_eval/folds.def (folded)", "torch.iinfo(torch.int64).max"),
-    "torch.Size": ("frame_eval/builtins.c torch_special (folded)", "torch.Size([2, 3])"),
-    "torch.device": ("frame_eval/builtins.c torch_special (folded)", "torch.device('cpu')"),
-    "torch.compiler.is_exporting": ("frame_eval/builtins.c torch_special", "torch.compiler.is_exporting()"),
+    "torch.finfo": ("capture/folds.def (folded)", "torch.finfo(x.dtype).min"),
+    "torch.iinfo": ("capture/folds.def (folded)", "torch.iinfo(torch.int64).max"),
+    "torch.Size": ("capture/builtins.c torch_special (folded)", "torch.Size([2, 3])"),
+    "torch.device": ("capture/builtins.c torch_special (folded)", "torch.device('cpu')"),
+    "torch.compiler.is_exporting": ("capture/builtins.c torch_special", "torch.compiler.is_exporting()"),
     "torch.nn.parameter._ParameterMeta.__instancecheck__": (
-        "frame_eval/builtins.c isinstance", "isinstance(x, torch.nn.Parameter)"),
+        "capture/builtins.c isinstance", "isinstance(x, torch.nn.Parameter)"),
     "torch.nn.parameter._BufferMeta.__instancecheck__": (
-        "frame_eval/builtins.c isinstance", "isinstance(x, torch.nn.Buffer)"),
-    "torch.no_grad": ("frame_eval/builtins.c torch_special (grad-mode block)", "with torch.no_grad():\n        return x * 2"),
-    "torch.enable_grad": ("frame_eval/builtins.c torch_special (grad-mode block)", "with torch.enable_grad():\n        return x * 2"),
+        "capture/builtins.c isinstance", "isinstance(x, torch.nn.Buffer)"),
+    "torch.no_grad": ("capture/builtins.c torch_special (grad-mode block)", "with torch.no_grad():\n        return x * 2"),
+    "torch.enable_grad": ("capture/builtins.c torch_special (grad-mode block)", "with torch.enable_grad():\n        return x * 2"),
 }
 
 # Not covered on purpose, or owned by another piece of work: name -> reason.
@@ -241,11 +241,11 @@ LEFT = {
                                              "(eager too; shapejit lets it raise); " + _NOT_COMPILING,
     "torch._C._log_api_usage_once": "reached in an nn.Module's __init__ (slicing a ModuleList "
                                     "builds one): module construction runs in the interpreter, "
-                                    "as under torch.compile (frame_eval/hook.c)",
+                                    "as under torch.compile (hook/hook.c)",
     "torch.nn.utils.parametrize._inject_property.<locals>.get_parametrized":
         "reading a parametrized weight: the property's getter is followed by the evaluator "
-        "(frame_eval/attrs.c), not a callables row",
-    "torch.autograd.Function.apply": "captured by frame_eval/autograd_fn.c (forward inlined "
+        "(capture/attrs.c), not a callables row",
+    "torch.autograd.Function.apply": "captured by capture/autograd_fn.c (forward inlined "
                                      "without grad, one graph node with grad), not a callables row",
     "torch.ops.transformers.grouped_mm_fallback":
         "a torch.library custom op (transformers' grouped experts under a compiler): custom ops "
@@ -262,7 +262,7 @@ LEFT = {
     "Tensor.__iter__": "data-dependent: switch transformers iterates over the experts hit "
                        "(a tensor made from the router's data; torch.compile breaks too)",
     "Tensor.__hash__": "reached inside nn.Module.parameters() (PreTrainedModel.dtype): shapejit "
-                       "answers parameters() itself (frame_eval/calls.c module_iter_method), so "
+                       "answers parameters() itself (capture/calls.c module_iter_method), so "
                        "no capture hashes a parameter",
 }
 # nn.Module.to() called inside forward (switch transformers' router casts its classifier
@@ -279,7 +279,7 @@ for _n in ("Tensor.data (write)", "Tensor.grad", "torch._C._nn._parse_to",
 
 
 def inlined(obj):
-    """1 when shapejit inlines obj's Python body (frame_eval/calls.c call_var)."""
+    """1 when shapejit inlines obj's Python body (capture/calls.c call_var)."""
     if not isinstance(obj, types.FunctionType):
         return False
     m = obj.__module__ or ""
@@ -287,7 +287,7 @@ def inlined(obj):
 
 
 def table_objects():
-    """{id(object): path} of every row of graph/callables.def, as shapejit resolves them."""
+    """{id(object): path} of every row of vocab/callables.def, as shapejit resolves them."""
     from shapejit import _C
     import numpy as np
     heads = {"torch": torch, "numpy": np, "operator": operator, "Tensor": torch.Tensor,
@@ -826,13 +826,13 @@ def render(data):
         "",
         "Generated by `python3 tools/torch_call_coverage.py --write` from the traced calls in",
         "`tools/torch_calls.json` (`make coverage` traces the models again) and the callables",
-        "table of graph/callables.def. Do not edit by hand; tests/test_call_coverage.py checks",
+        "table of vocab/callables.def. Do not edit by hand; tests/test_call_coverage.py checks",
         "that it is in step.",
         "",
         "Every torch callable that %d `transformers` models (small configs, eval mode, under"
         % len(data["models"]),
         "`torch.no_grad()`) call at the Python API level. Status: **covered** (a row of",
-        "graph/callables.def), **answered** (the evaluator answers it without an op),",
+        "vocab/callables.def), **answered** (the evaluator answers it without an op),",
         "**inlined** (a Python function of torch whose body shapejit evaluates; its calls are",
         "rows of their own), **left** (not covered, with the reason), **not covered**.",
         "",

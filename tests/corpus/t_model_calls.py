@@ -1,4 +1,4 @@
-"""torch: calls seen in transformers models that had no row in graph/callables.def (the
+"""torch: calls seen in transformers models that had no row in vocab/callables.def (the
 last section there; tools/torch_call_coverage.py traces the models), each written the
 way the model writes it."""
 import torch

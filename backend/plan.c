@@ -1,0 +1,371 @@
+/* Partitioning a graph into steps: runs of pointwise nodes that lower.def computes, over
+ * tensors of the kernel dtypes (lower_types.c) of one iteration space, become one fused
+ * kernel each; every other node is an eager step (its original library call).
+ *
+ * A node joins the open kernel when it is lowerable, has the kernel's output shape (the
+ * same dims, symbol for symbol), the same library, and reads only values that are either
+ * made by the kernel or available before it. A value a kernel makes is written to memory
+ * only when something after the kernel (a later node or the graph's outputs) reads it.
+ * Each value that is not a graph output is released after the last step that makes or
+ * reads it.
+ *
+ * Memory: the plan's arrays are PyMem; nothing here holds a Python reference. */
+#include <string.h>
+
+#include "lower_int.h"
+#include "../capture/capture.h"
+#include "../shapes/rules.h"
+
+int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
+{
+    BoundArgs *bound = &na->bound;
+    BoundArg *pos = na->pos, *kw = na->kw;
+    const Arg **src = na->src;
+    const Node *nd = &g->nodes[ni];
+    if (nd->target < 0)
+        return 0;
+    int crow = callables_lookup(PyList_GET_ITEM(g->consts, nd->target));
+    if (crow < 0)
+        return 0;
+    const char *kwn[SJ_MAX_PARAMS];
+    const Arg *from[2 * SJ_MAX_PARAMS];
+    if (nd->nargs > SJ_MAX_PARAMS || nd->nkw > SJ_MAX_PARAMS)
+        return 0;
+    for (int32_t i = 0; i < nd->nargs + nd->nkw; i++) {
+        const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + i - nd->nargs];
+        BoundArg *ba = i < nd->nargs ? &pos[i] : &kw[i - nd->nargs];
+        memset(ba, 0, sizeof *ba);
+        from[i] = x;
+        if (x->kind == ARG_VALUE) {
+            ba->kind = BA_TENSOR;
+            ba->meta = &g->values[x->a].meta;
+        } else if (x->kind == ARG_CONST) {
+            ba->kind = BA_CONST;
+            ba->value = PyList_GET_ITEM(g->consts, x->a);
+        } else {
+            return 0;
+        }
+        if (i >= nd->nargs) {
+            kwn[i - nd->nargs] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames),
+                                                                   i - nd->nargs));
+            if (!kwn[i - nd->nargs]) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+    }
+    ShapeErr err;
+    if (shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, bound, &err) < 0)
+        return 0;
+    for (int i = 0; i < bound->n; i++) {
+        const BoundArg *ba = &bound->args[i];
+        /* which argument of the node this is (by identity of the bound item) */
+        src[i] = NULL;
+        for (int32_t k = 0; ba->kind != BA_ABSENT && k < nd->nargs + nd->nkw && !src[i]; k++)
+            if (ba == (k < nd->nargs ? &pos[k] : &kw[k - nd->nargs]) ||
+                (ba->kind == BA_TENSOR && ba->meta == (k < nd->nargs ? pos[k].meta : kw[k - nd->nargs].meta)) ||
+                (ba->kind == BA_CONST && ba->value == (k < nd->nargs ? pos[k].value : kw[k - nd->nargs].value)))
+                src[i] = from[k];
+    }
+    return 1;
+}
+
+int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
+{
+    NodeLower nl;
+    if (!lower_node_typed(g, ni, &nl) || nl.row->nin > 2 || nl.out != DT_F32 || nl.ct != DT_F32)
+        return 0;
+    for (int s = 0; s < 2; s++)
+        if (nl.x[s] && nl.x[s]->kind == ARG_VALUE && g->values[nl.x[s]->a].meta.dtype != DT_F32)
+            return 0;
+    *a = nl.x[0];
+    *b = nl.x[1];
+    p[0] = nl.p[0];
+    p[1] = nl.p[1];
+    return 1;
+}
+
+/* ----------------------------------------------------------------- plan ---- */
+
+int lower_same_dims(const TensorMeta *x, const TensorMeta *y)
+{
+    if (x->ndim != y->ndim)
+        return 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->sym[i] != y->sym[i] || (!x->sym[i] && x->size[i] != y->size[i]))
+            return 0;
+    return 1;
+}
+
+int plan_push(void **arr, int32_t *n, size_t item, const void *x)
+{
+    void *q = PyMem_Realloc(*arr, item * (size_t)(*n + 1));
+    if (!q) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy((char *)q + item * (size_t)*n, x, item);
+    *arr = q;
+    (*n)++;
+    return 0;
+}
+
+/* Adds value v as an input of k (once). 0, or 1 when k has no room left. */
+int plan_add_input(Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < k->nin; i++)
+        if (k->ins[i] == v)
+            return 0;
+    if (k->nin + k->nout >= SJ_KMAX_OPERANDS - 2)
+        return 1;
+    k->ins[k->nin++] = v;
+    return 0;
+}
+
+int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (g->nodes[k->nodes[i]].first_value == v)
+            return 1;
+    return 0;
+}
+
+/* Which values made inside k are read after it: its outputs. A reduction's value (its
+ * last node: reductions take no epilogue) comes first, then the prologue values it stores
+ * (lower_out_layout). */
+static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
+{
+    int32_t last = k->nodes[k->nnodes - 1];
+    int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN;
+    k->nout = 0;
+    if (reduces)
+        k->outs[k->nout++] = g->nodes[last].first_value;
+    for (int32_t i = 0; i < k->nnodes - reduces; i++) {
+        int32_t v = g->nodes[k->nodes[i]].first_value;
+        if (last_use[v] > last)
+            k->outs[k->nout++] = v;
+    }
+}
+
+void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
+{
+    const Node *nd = &g->nodes[ni];
+    for (int part = 0; part < 2; part++) {
+        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
+        for (int32_t i = 0; i < n; i++) {
+            const Arg *x = &g->pool[first + i];
+            if (x->kind == ARG_VALUE)
+                fn(ctx, ni, x->a);
+            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
+                for (int32_t k = 0; k < x->n; k++)
+                    if (g->pool[x->a + k].kind == ARG_VALUE)
+                        fn(ctx, ni, g->pool[x->a + k].a);
+        }
+    }
+}
+
+static void note_use(void *last_use, int32_t ni, int32_t v)
+{
+    ((int32_t *)last_use)[v] = ni;
+}
+
+/* ------------------------------------------------------------- releases ---- */
+
+struct late {
+    const Graph *g;
+    const int32_t *node_step;
+    int32_t *at;        /* per value: the last step that makes or reads it */
+};
+
+static void note_step(void *ctx, int32_t ni, int32_t v)
+{
+    struct late *l = ctx;
+    if (l->node_step[ni] > l->at[v])
+        l->at[v] = l->node_step[ni];
+}
+
+/* p->release / p->release_at from node_step (the step that runs each node, -1 for inputs
+ * and nodes no step runs). 0, or -1 with MemoryError. */
+static int plan_releases(const Graph *g, LowerPlan *p, const int32_t *node_step)
+{
+    int32_t *at = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nvalues ? g->nvalues : 1));
+    p->release_at = PyMem_Calloc((size_t)p->nsteps + 1, sizeof(int32_t));
+    p->release = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nvalues ? g->nvalues : 1));
+    if (!at || !p->release_at || !p->release) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t v = 0; v < g->nvalues; v++)
+        at[v] = node_step[g->values[v].node];
+    struct late l = {g, node_step, at};
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        lower_node_reads(g, ni, note_step, &l);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        at[g->outputs[i]] = -1;   /* returned: kept to the end */
+    /* counting sort by step */
+    for (int32_t v = 0; v < g->nvalues; v++)
+        if (at[v] >= 0)
+            p->release_at[at[v] + 1]++;
+    for (int32_t i = 0; i < p->nsteps; i++)
+        p->release_at[i + 1] += p->release_at[i];
+    int32_t *fill = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
+    if (!fill) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(fill, p->release_at, sizeof(int32_t) * (size_t)p->nsteps);
+    for (int32_t v = 0; v < g->nvalues; v++)
+        if (at[v] >= 0)
+            p->release[fill[at[v]]++] = v;
+    PyMem_Free(fill);
+    PyMem_Free(at);
+    return 0;
+}
+
+int lower_plan(Graph *g, LowerPlan *out)
+{
+    memset(out, 0, sizeof *out);
+    /* a fused chain fits one translation unit (build.c's budget) */
+    long unit_ops, graph_ops;
+    if (lower_budget(&unit_ops, &graph_ops) < 0)
+        return -1;
+    int32_t max_nodes = unit_ops <= 0 ? 0
+                        : unit_ops > 2 * LOWER_KERNEL_OPS ? (int32_t)(unit_ops - LOWER_KERNEL_OPS) : LOWER_KERNEL_OPS;
+    /* last reader of each value (graph outputs read at the end: nnodes) */
+    int32_t *last_use = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(int32_t));
+    if (!last_use) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t v = 0; v < g->nvalues; v++)
+        last_use[v] = -1;
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        lower_node_reads(g, ni, note_use, last_use);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        last_use[g->outputs[i]] = g->nnodes;
+    /* the step that runs each node (-1: inputs); kernels' nodes are filled in at the end */
+    int32_t *node_step = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!node_step) {
+        PyMem_Free(last_use);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        node_step[ni] = -1;
+    Kernel *open = NULL;
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        if (nd->op == OP_INPUT)
+            continue;
+        int32_t before = out->nsteps;
+        int32_t upto = step_matmul_plan(g, ni, out);
+        if (upto == -1)
+            upto = step_conv_plan(g, ni, out);
+        if (upto == -1)
+            upto = step_cat_plan(g, ni, out);
+        if (upto < -1)
+            goto fail;
+        if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
+            /* it runs the nodes [ni, upto] but the eager steps pushed before it (size
+             * arithmetic it moved ahead) */
+            for (int32_t i = before; i < out->nsteps - 1; i++)
+                if (out->steps[i].kind == STEP_EAGER)
+                    node_step[out->steps[i].index] = i;
+            for (int32_t nj = ni; nj <= upto; nj++)
+                if (node_step[nj] < 0 && g->nodes[nj].op != OP_INPUT)
+                    node_step[nj] = out->nsteps - 1;
+            open = NULL;
+            ni = upto;
+            continue;
+        }
+        NodeLower nl;
+        int ok = lower_node_typed(g, ni, &nl);
+        if (!ok) {
+            /* a reduction or row op: a kernel of its own, or the open kernel's last node with the
+             * open kernel's nodes as its prologue (plan_reduce.c) */
+            int32_t last = ni;
+            int red = plan_reduce_node(g, ni, out, open, last_use, &last);
+            if (red < 0)
+                goto fail;
+            if (red) {
+                open = NULL;
+                ni = last;   /* past an epilogue the row kernel took */
+                continue;
+            }
+        }
+        const TensorMeta *om = &g->values[nd->first_value].meta;
+        if (open && !(ok && (Lib)om->lib == open->lib &&
+                      lower_same_dims(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
+            open = NULL;
+        if (ok && open && max_nodes > 0 && open->nnodes >= max_nodes)
+            open = NULL;   /* a unit's worth of ops: the chain goes on in a new kernel */
+        if (ok && open) {
+            /* the operands it reads from outside become the kernel's inputs */
+            int full = 0;
+            for (int k = 0; k < 3; k++)
+                if (nl.x[k] && nl.x[k]->kind == ARG_VALUE && !plan_kernel_makes(g, open, nl.x[k]->a))
+                    full |= plan_add_input(open, nl.x[k]->a);
+            if (full)
+                open = NULL;
+        }
+        if (ok && !open) {
+            Kernel k;
+            memset(&k, 0, sizeof k);
+            k.rank = om->ndim;
+            k.lib = (Lib)om->lib;
+            snprintf(k.name, sizeof k.name, "sj_k%d", (int)out->nkernels);
+            Step s = {STEP_KERNEL, out->nkernels};
+            if (plan_push((void **)&out->kernels, &out->nkernels, sizeof k, &k) < 0 ||
+                plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+                goto fail;
+            open = &out->kernels[out->nkernels - 1];
+            for (int k2 = 0; k2 < 3; k2++)
+                if (nl.x[k2] && nl.x[k2]->kind == ARG_VALUE)
+                    plan_add_input(open, nl.x[k2]->a);
+        }
+        if (ok) {
+            if (plan_push((void **)&open->nodes, &open->nnodes, sizeof(int32_t), &ni) < 0)
+                goto fail;
+            continue;
+        }
+        Step s = {STEP_EAGER, ni};
+        node_step[ni] = out->nsteps;
+        if (plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+            goto fail;
+    }
+    for (int32_t i = 0; i < out->nkernels; i++)
+        find_outputs(g, &out->kernels[i], last_use);
+    for (int32_t i = 0; i < out->nsteps; i++)
+        if (out->steps[i].kind == STEP_KERNEL) {
+            const Kernel *k = &out->kernels[out->steps[i].index];
+            for (int32_t j = 0; j < k->nnodes; j++)
+                node_step[k->nodes[j]] = i;
+        }
+    if (step_alias_plan(g, out) < 0 || step_views_plan(g, out, node_step) < 0 || plan_releases(g, out, node_step) < 0)
+        goto fail;
+    PyMem_Free(node_step);
+    PyMem_Free(last_use);
+    return 0;
+fail:
+    PyMem_Free(node_step);
+    PyMem_Free(last_use);
+    lower_plan_free(out);
+    return -1;
+}
+
+void lower_plan_free(LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++)
+        PyMem_Free(p->kernels[i].nodes);
+    PyMem_Free(p->kernels);
+    PyMem_Free(p->steps);
+    PyMem_Free(p->release);
+    PyMem_Free(p->release_at);
+    step_matmul_free(p);
+    step_conv_free(p);
+    step_cat_free(p);
+    step_views_free(p);
+    memset(p, 0, sizeof *p);
+}

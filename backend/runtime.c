@@ -1,0 +1,525 @@
+/* The compiled graph of the generated-C backend: a callable that runs a graph's steps,
+ * eager nodes through their library calls and fused kernels through generated C.
+ *
+ * Per kernel call: read each input's sizes, strides and data pointer (the tensor reader
+ * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
+ * allocate the outputs (torch.empty / numpy.empty, contiguous, of each value's meta dtype)
+ * and call the kernel through its libffi description; a kernel that returns nonzero (an
+ * integer division by zero) has its nodes rerun eagerly. Anything unexpected about an input (a dtype or
+ * a shape the plan did not foresee) runs that kernel's nodes eagerly instead: never wrong,
+ * only slower.
+ *
+ * Memory: the object holds a strong reference to its _C.Graph and owns its plan (PyMem);
+ * the kernels' library stays loaded for the life of the process (codegen.h). Values live
+ * in the run's vals[] as strong references (graph_run_with), each dropped after the last
+ * step that reads it (the plan's release lists). */
+#include <string.h>
+
+#include "lower_int.h"
+#include "../vocab/tensor_reader.h"
+#include "../vocab/libs.h"
+#include "../core/config.h"
+
+#include <omp.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *graph;     /* strong: the _C.Graph */
+    PyObject *source;    /* strong str: the kernels' C source */
+    LowerPlan plan;
+    vectorcallfunc vectorcall;
+    int64_t kernel_calls, eager_fallbacks;
+    int threads;         /* the OpenMP thread count of the last run */
+    BufPool pool;        /* dropped intermediates kept for reuse (bufpool.c) */
+} CompiledGraph;
+
+/* ------------------------------------------------------------- operands ---- */
+
+static PyObject *str_data_ptr;   /* strong, interned "data_ptr" */
+
+/* 1 when a numpy buffer's format and itemsize are dtype dt's (native byte order). */
+static int buffer_is(const Py_buffer *v, DType dt)
+{
+    const char *f = v->format;
+    if (!f || v->itemsize != dtype_info[dt].itemsize)
+        return 0;
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[0] == 0 || f[1] != 0)
+        return 0;
+    switch (dt) {
+    case DT_F32: return *f == 'f';
+    case DT_F64: return *f == 'd';
+    case DT_I64: return *f == 'l' || *f == 'q';
+    case DT_I32: return *f == 'i' || *f == 'l';
+    case DT_BOOL: return *f == '?';
+    default: return 0;
+    }
+}
+
+int lower_read_input(PyObject *obj, Lib lib, Operand *op)
+{
+    return lower_read_input_dt(obj, lib, DT_F32, op);
+}
+
+/* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
+int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op)
+{
+    memset(op, 0, sizeof *op);
+    if (lib == LIB_TORCH) {
+        TensorMeta m;
+        const char *why = NULL;
+        int r = treader_read(obj, &m, op->stride, &why);
+        if (r != 0)
+            return r;
+        if (m.dtype != dt || m.lib != LIB_TORCH || m.ndim > SJ_MAX_RANK)
+            return 1;
+        op->ndim = m.ndim;
+        memcpy(op->size, m.size, sizeof(int64_t) * (size_t)m.ndim);
+        if (!str_data_ptr && !(str_data_ptr = PyUnicode_InternFromString("data_ptr")))
+            return -1;
+        PyObject *p = PyObject_CallMethodNoArgs(obj, str_data_ptr);   /* new */
+        if (!p)
+            return -1;
+        op->data = (char *)PyLong_AsVoidPtr(p);
+        Py_DECREF(p);
+        return op->data || !PyErr_Occurred() ? 0 : -1;
+    }
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, &op->view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    op->has_view = 1;
+    if (!buffer_is(&op->view, dt) || op->view.ndim > SJ_MAX_RANK)
+        return 1;
+    op->ndim = op->view.ndim;
+    op->data = op->view.buf;
+    for (int d = 0; d < op->ndim; d++) {
+        op->size[d] = op->view.shape[d];
+        if (op->view.strides[d] % op->view.itemsize != 0)
+            return 1;
+        op->stride[d] = op->view.strides[d] / op->view.itemsize;
+    }
+    return 0;
+}
+
+static PyObject *torch_empty, *np_empty, *kw_dtype;   /* strong, once */
+static PyObject *dtypes[2][DT_COUNT];                 /* strong, per library: each on first use */
+
+PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
+{
+    return lower_new_output_dt(lib, DT_F32, n, r);
+}
+
+/* A new contiguous array or tensor of dtype dt and the given sizes. */
+PyObject *lower_sizes_tuple(const int64_t *n, int r)
+{
+    PyObject *shape = PyTuple_New(r);   /* new */
+    if (!shape)
+        return NULL;
+    for (int d = 0; d < r; d++) {
+        PyObject *x = PyLong_FromLongLong(n[d]);
+        if (!x) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, d, x);
+    }
+    return shape;
+}
+
+PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
+{
+    /* each library's empty() is looked up once that library is loaded: the first
+     * graph of a process may be a torch one, numpy's coming later (or the reverse) */
+    const char *lib_name = lib == LIB_TORCH ? "torch" : "numpy";
+    PyObject **slot = lib == LIB_TORCH ? &torch_empty : &np_empty;
+    if (!*slot && (lib == LIB_TORCH ? libs.torch : libs.numpy)) {
+        PyObject *m = PyImport_ImportModule(lib_name);
+        if (!m)
+            return NULL;
+        *slot = PyObject_GetAttrString(m, "empty");
+        Py_DECREF(m);
+        if (!*slot)
+            return NULL;
+    }
+    if (!kw_dtype && !(kw_dtype = Py_BuildValue("(s)", "dtype")))
+        return NULL;
+    if (!dtypes[lib][dt] && !(dtypes[lib][dt] = dtype_to_py(dt, lib)))
+        PyErr_Clear();
+    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt];
+    if (!empty || !dto) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
+        return NULL;
+    }
+    if (lib == LIB_TORCH && r >= 1 && r <= SJ_MAX_RANK) {
+        /* torch.empty(n0, n1, ..., dtype=dt): torch's argument parser takes the sizes as
+         * separate ints ~0.5 us faster than as one tuple (1.0 vs 1.5 us a call), which is
+         * a third of a small kernel step. (With no sizes it would mean shape (0,).) */
+        PyObject *args[SJ_MAX_RANK + 1];   /* args[0..r): new references */
+        int made = 0;
+        for (; made < r; made++)
+            if (!(args[made] = PyLong_FromLongLong(n[made])))
+                break;
+        PyObject *res = NULL;
+        if (made == r) {
+            args[r] = dto;
+            res = PyObject_Vectorcall(empty, args, (size_t)r, kw_dtype);
+        }
+        for (int d = 0; d < made; d++)
+            Py_DECREF(args[d]);
+        return res;
+    }
+    PyObject *shape = lower_sizes_tuple(n, r);   /* new */
+    if (!shape)
+        return NULL;
+    PyObject *args[2] = {shape, dto};
+    PyObject *res = PyObject_Vectorcall(empty, args, 1, kw_dtype);
+    Py_DECREF(shape);
+    return res;
+}
+
+/* A new output: a buffer the run's pool kept, else the library's empty(). Either way the
+ * run notes it as its own (bufpool.c offers back only those). */
+PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
+{
+    BufPool *pool = bufpool_current();
+    PyObject *res = pool ? bufpool_take(pool, lib, dt, n, r) : NULL;
+    if (!res)
+        res = lower_empty(lib, dt, n, r);
+    if (res && pool)
+        bufpool_note(pool, res);
+    return res;
+}
+
+/* -------------------------------------------------------------- kernels ---- */
+
+/* The kernel's nodes, run the original way (an input the plan did not foresee). */
+static int run_eagerly(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
+{
+    cg->eager_fallbacks++;
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+            return -1;
+    return 0;
+}
+
+static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
+{
+    if (k->nout == 0)
+        return 0;   /* nothing it computes is read */
+    if (k->over_budget) {   /* never compiled (build.c's budget): its nodes one by one */
+        for (int32_t i = 0; i < k->nnodes; i++)
+            if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+                return -1;
+        return 0;
+    }
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    Operand ops[SJ_KMAX_OPERANDS];
+    int nread = 0, rc = 0;
+    int64_t n[SJ_MAX_RANK + 1];
+    for (int d = 0; d < r; d++)
+        n[d] = 1;
+    for (int32_t i = 0; i < k->nin && rc == 0; i++) {
+        Operand *op = &ops[k->nout + i];
+        rc = lower_read_input_dt(vals[k->ins[i]], k->lib, (DType)g->values[k->ins[i]].meta.dtype, op);
+        nread = i + 1;
+        if (rc == 0 && op->ndim > r)
+            rc = 1;
+        /* broadcast into the iteration space, right-aligned */
+        for (int d = 0; rc == 0 && d < op->ndim; d++) {
+            int64_t s = op->size[d], *t = &n[r - op->ndim + d];
+            if (s != 1 && *t != 1 && s != *t)
+                rc = 1;
+            else if (s != 1)
+                *t = s;
+        }
+    }
+    int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
+    char *ptrs[SJ_KMAX_OPERANDS];
+    int64_t dense = 1;
+    if (rc == 0) {
+        for (int32_t i = 0; i < k->nin; i++) {
+            Operand *op = &ops[k->nout + i];
+            int64_t expect = 1;
+            for (int d = r - 1; d >= 0; d--) {
+                int od = d - (r - op->ndim);
+                int64_t s = od >= 0 ? op->size[od] : 1;
+                st[(k->nout + i) * r + d] = od < 0 || (s == 1 && n[d] != 1) ? 0 : op->stride[od];
+                if (s != n[d] || (n[d] != 1 && op->stride[od] != expect))
+                    dense = 0;
+                expect *= n[d];
+            }
+            ptrs[k->nout + i] = op->data;
+        }
+        for (int32_t j = 0; j < k->nout && rc == 0; j++) {
+            int64_t osize[SJ_MAX_RANK + 1];
+            int orank = lower_out_layout(k, (int)j, n, osize, &st[j * r]);
+            if (orank < 0) {
+                rc = 1;
+                break;
+            }
+            DType odt = (DType)g->values[k->outs[j]].meta.dtype;
+            PyObject *o = lower_new_output_dt(k->lib, odt, osize, orank);
+            if (!o) {
+                rc = -1;
+                break;
+            }
+            Py_XSETREF(vals[k->outs[j]], o);
+            Operand *op = &ops[j];
+            if ((rc = lower_read_input_dt(o, k->lib, odt, op)) != 0) {
+                if (op->has_view)
+                    PyBuffer_Release(&op->view);
+                break;
+            }
+            ptrs[j] = op->data;
+            /* an output array's buffer is only needed for its pointer: numpy keeps the
+             * array (vals holds it) */
+            if (op->has_view)
+                PyBuffer_Release(&op->view);
+        }
+    }
+    if (rc == 0) {
+        void *args[4];
+        int64_t bad = 0;
+        const int64_t *pn = n;
+        char *const *pp = ptrs;
+        const int64_t *pst = st;
+        args[0] = &pn;
+        args[1] = &pp;
+        args[2] = &pst;
+        args[3] = &dense;
+        Py_BEGIN_ALLOW_THREADS
+        cg_fn_call((CgFn *)&k->call, &bad, args);
+        Py_END_ALLOW_THREADS
+        cg->kernel_calls++;
+        rc = bad != 0;   /* an element eager must handle (integer division by zero) */
+    }
+    for (int i = 0; i < nread; i++)
+        if (ops[k->nout + i].has_view)
+            PyBuffer_Release(&ops[k->nout + i].view);
+    (void)nops;
+    if (rc > 0) {
+        /* the outputs allocated for the kernel are replaced by eager's */
+        for (int32_t j = 0; j < k->nout; j++)
+            Py_CLEAR(vals[k->outs[j]]);
+        return run_eagerly(cg, g, k, vals);
+    }
+    return rc;
+}
+
+static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
+{
+    CompiledGraph *cg = ctx;
+    for (int32_t i = 0; i < cg->plan.nsteps; i++) {
+        const Step *s = &cg->plan.steps[i];
+        int r = s->kind == STEP_EAGER    ? graph_exec_node(g, s->index, vals, mismatch)
+                : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_CONV   ? step_conv_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_CAT    ? step_cat_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_VIEWS  ? step_views_run(g, &cg->plan, s->index, vals)
+                : s->kind == STEP_ALIAS  ? step_alias_run(g, s->index, vals)
+                                         : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
+        if (r < 0)
+            return -1;
+        /* drop the values no later step reads (plan.c); intermediates may be kept for reuse */
+        for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++) {
+            int32_t v = cg->plan.release[j];
+            PyObject *o = vals[v];
+            vals[v] = NULL;
+            const TensorMeta *m = &g->values[v].meta;
+            if (o && g->nodes[g->values[v].node].op != OP_INPUT && !m->requires_grad && !m->symint &&
+                !m->np_scalar && lower_dtype_ok((DType)m->dtype))
+                bufpool_offer(&cg->pool, o, (Lib)m->lib, (DType)m->dtype);   /* steals o */
+            else
+                Py_XDECREF(o);
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- object ---- */
+
+static PyObject *cg_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    CompiledGraph *cg = (CompiledGraph *)self;
+    Graph *g = ((SjGraphObject *)cg->graph)->g;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_SetString(PyExc_TypeError, "shapejit compiled graph: no keyword arguments");
+        return NULL;
+    }
+    if (n != g->ninputs) {
+        PyErr_Format(PyExc_TypeError, "shapejit compiled graph: expected %d inputs, got %zd", (int)g->ninputs, n);
+        return NULL;
+    }
+    /* threads: the OpenMP runtime is shared with torch and oneDNN (one libgomp in the
+     * process), so by default kernels run with what torch.set_num_threads set; the knob
+     * overrides it for the run and puts it back after */
+    int want = (int)sj_config.threads, had = omp_get_max_threads();
+    if (want > 0 && want != had)
+        omp_set_num_threads(want);
+    cg->threads = want > 0 ? want : had;
+    BufPool *prev = bufpool_enter(&cg->pool);
+    PyObject *r = graph_run_with(g, args, NULL, exec_steps, cg);
+    if (r)
+        bufpool_keep_outputs(&cg->pool, r);
+    bufpool_leave(&cg->pool, prev);
+    if (want > 0 && want != had)
+        omp_set_num_threads(had);
+    return r;
+}
+
+static void cg_dealloc(CompiledGraph *cg)
+{
+    Py_XDECREF(cg->graph);
+    Py_XDECREF(cg->source);
+    bufpool_clear(&cg->pool);
+    lower_plan_free(&cg->plan);
+    Py_TYPE(cg)->tp_free((PyObject *)cg);
+}
+
+static Graph *g_of(CompiledGraph *cg)
+{
+    return ((SjGraphObject *)cg->graph)->g;
+}
+
+/* stats()["eager_steps"] and ["eager_ops"]: how many steps run a node's original call, and
+ * {op name: count} of them (what the backend could not lower, for profiling). */
+static int eager_op_stats(CompiledGraph *cg, Graph *g, PyObject *d)
+{
+    PyObject *ops = PyDict_New();   /* new */
+    if (!ops)
+        return -1;
+    long neager = 0;
+    for (int32_t i = 0; i < cg->plan.nsteps; i++) {
+        const Step *s = &cg->plan.steps[i];
+        if (s->kind != STEP_EAGER)
+            continue;
+        neager++;
+        int op = g->nodes[s->index].op;
+        const char *name = op >= 0 && op < OP_COUNT ? op_info[op].name : "input";
+        PyObject *had = PyDict_GetItemString(ops, name);   /* borrowed */
+        PyObject *n = PyLong_FromLong(had ? PyLong_AsLong(had) + 1 : 1);   /* new */
+        if (!n || PyDict_SetItemString(ops, name, n) < 0) {
+            Py_XDECREF(n);
+            Py_DECREF(ops);
+            return -1;
+        }
+        Py_DECREF(n);
+    }
+    PyObject *cnt = PyLong_FromLong(neager);   /* new */
+    int rc = cnt && PyDict_SetItemString(d, "eager_steps", cnt) == 0 &&
+                     PyDict_SetItemString(d, "eager_ops", ops) == 0 ? 0 : -1;
+    Py_XDECREF(cnt);
+    Py_DECREF(ops);
+    return rc;
+}
+
+static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    int over = 0, nfn = 0;
+    for (int32_t i = 0; i < cg->plan.nkernels; i++) {
+        const Kernel *k = &cg->plan.kernels[i];
+        over += k->over_budget;
+        int first = k->fn != NULL;   /* the first kernel with its function */
+        for (int32_t j = 0; j < i && first; j++)
+            first = cg->plan.kernels[j].fn != k->fn;
+        nfn += first;
+    }
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:i,s:i,s:L,s:L,s:i,s:L,s:L,s:i,s:L}", "kernels", (int)cg->plan.nkernels,
+                                "kernel_functions", nfn, "kernels_over_budget", over, "steps",
+                                (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
+                                "eager_fallbacks", (long long)cg->eager_fallbacks, "threads", cg->threads,
+                                "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
+                                (long long)cg->pool.reused, "buffers_held", cg->pool.n,
+                                "outputs_recycled", (long long)cg->pool.recycled);   /* new */
+    if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0 ||
+              step_cat_stats(&cg->plan, d) < 0 || step_views_stats(&cg->plan, d) < 0 ||
+              eager_op_stats(cg, g_of(cg), d) < 0))
+        Py_CLEAR(d);
+    return d;
+}
+
+static PyObject *cg_get_source(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(cg->source ? cg->source : Py_None);
+}
+
+static PyObject *cg_get_graph(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(cg->graph);
+}
+
+static PyGetSetDef cg_getset[] = {
+    {"stats", (getter)cg_get_stats, NULL, "kernels (distinct functions, over the compile budget), steps, kernel "
+     "calls, eager fallbacks", NULL},
+    {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
+    {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject SjCompiledGraph_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shapejit._C.CompiledGraph",
+    .tp_basicsize = sizeof(CompiledGraph),
+    .tp_dealloc = (destructor)cg_dealloc,
+    .tp_vectorcall_offset = offsetof(CompiledGraph, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_getset = cg_getset,
+    .tp_doc = "A graph lowered to generated C kernels and eager steps (the 'cpu' backend).",
+};
+
+/* _C._cg_compile_graph(graph): a CompiledGraph, or the graph itself when no node of it
+ * lowers (nothing to gain). */
+static PyObject *compile_graph(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyObject_TypeCheck(arg, &SjGraph_Type)) {
+        PyErr_Format(PyExc_TypeError, "_cg_compile_graph expects a shapejit graph, got %s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Graph *g = ((SjGraphObject *)arg)->g;
+    CompiledGraph *cg = PyObject_New(CompiledGraph, &SjCompiledGraph_Type);
+    if (!cg)
+        return NULL;
+    cg->graph = Py_NewRef(arg);
+    cg->source = NULL;
+    cg->vectorcall = cg_vectorcall;
+    cg->kernel_calls = cg->eager_fallbacks = 0;
+    cg->threads = 0;
+    memset(&cg->plan, 0, sizeof cg->plan);
+    memset(&cg->pool, 0, sizeof cg->pool);
+    if (lower_plan(g, &cg->plan) < 0)
+        goto fail;
+    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0 && cg->plan.ncats == 0) {
+        Py_DECREF(cg);
+        return Py_NewRef(arg);
+    }
+    if (cg->plan.nkernels == 0)
+        return (PyObject *)cg;   /* oneDNN steps only: no C to compile */
+    if (lower_build(g, &cg->plan, &cg->source) < 0)
+        goto fail;
+    return (PyObject *)cg;
+fail:
+    Py_DECREF(cg);
+    return NULL;
+}
+
+static PyMethodDef lower_methods[] = {
+    {"_cg_compile_graph", compile_graph, METH_O,
+     "_cg_compile_graph(graph): the graph lowered to generated C kernels (the 'cpu' backend)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int lower_init_module(PyObject *m)
+{
+    if (PyType_Ready(&SjCompiledGraph_Type) < 0 ||
+        PyModule_AddObjectRef(m, "CompiledGraph", (PyObject *)&SjCompiledGraph_Type) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, lower_methods);
+}

@@ -1,0 +1,401 @@
+/* View chains of the cpu backend: consecutive view ops on a torch tensor (view, reshape,
+ * transpose, permute, unsqueeze, squeeze, getitem, ...) whose intermediate results nothing
+ * else reads run as one step, one torch.as_strided call from the chain's input, instead of
+ * one eager step (a Python method call, ~0.7 us) per op. nn.MultiheadAttention's
+ * q/k/v split is `proj[0].view(L, B*H, D).transpose(0, 1).view(B, H, L, D)`: four eager
+ * steps per projection before this, one now.
+ *
+ * The step needs no model of each op: a view op's result sizes, strides and offset from its
+ * input's are a function of the input's sizes and strides (the offset shifts with the
+ * input's). The first run (and any run whose input has strides unlike the recorded ones)
+ * runs the chain's nodes eagerly, as eager steps would, and records the result's sizes,
+ * strides and storage offset from the input's; it keeps that record only when the result
+ * shares the input's storage (a reshape that copied is no view) and torch.as_strided from
+ * the input gives a tensor of the same type, sizes, strides and offset. Later runs whose
+ * input has the recorded sizes and strides make the result with one as_strided call.
+ *
+ * Plan: a chain is planned over eager steps when every node is a whitelisted view op of one
+ * torch output with static sizes and no grad, reading the previous node's result as its
+ * first argument (the first node: any torch value) and only constants besides, and every
+ * intermediate result is read by the next node alone (not a graph output). The chain runs
+ * where its first node ran; the other nodes' steps are removed.
+ *
+ * Memory: the chain array is PyMem of the plan; each chain holds strong references to its
+ * recorded sizes and strides tuples (released with the plan). */
+#include <string.h>
+
+#include "lower_int.h"
+#include "../vocab/libs.h"
+#include "../vocab/tensor_reader.h"
+#include "../shapes/rules_util.h"
+
+#define VC_MAX_NODES 16
+
+struct ViewChain {
+    int32_t nodes[VC_MAX_NODES];   /* graph nodes, in order */
+    int n;
+    int32_t base;                  /* the value the first node reads */
+    int32_t out;                   /* the value the last node makes */
+    /* the record: valid when sizes != NULL */
+    int base_ndim;
+    int64_t base_size[SJ_MAX_RANK], base_stride[SJ_MAX_RANK];
+    PyTypeObject *base_type;       /* borrowed: a type the record was made for (types live on) */
+    PyObject *sizes, *strides;     /* strong tuples, or NULL */
+    long long delta;               /* result's storage offset minus the input's */
+    long long calls, eager_runs;
+};
+
+/* ----------------------------------------------------------------- plan ---- */
+
+static int chain_op(OpId op)
+{
+    switch (op) {
+    case OP_VIEW: case OP_RESHAPE: case OP_PERMUTE: case OP_TRANSPOSE: case OP_T:
+    case OP_UNSQUEEZE: case OP_SQUEEZE: case OP_FLATTEN: case OP_UNFLATTEN: case OP_EXPAND:
+    case OP_GETITEM: case OP_NARROW: case OP_DIAGONAL: case OP_SELECT: case OP_MOVEDIM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* 1 when a tensor value of meta m can be a chain's input or result. */
+static int plain_torch(const TensorMeta *m)
+{
+    if (m->lib != LIB_TORCH || m->symint || m->np_scalar || m->requires_grad)
+        return 0;
+    for (int d = 0; d < m->ndim; d++)
+        if (m->sym[d])
+            return 0;
+    return 1;
+}
+
+/* The value node ni's chain continues from (its first argument), or -1 when ni cannot be
+ * in a chain. */
+static int32_t chain_input(const Graph *g, int32_t ni)
+{
+    const Node *nd = &g->nodes[ni];
+    if (!chain_op((OpId)nd->op) || nd->nout != 1 || (nd->flags & NODE_INPLACE) || nd->nargs < 1 ||
+        !plain_torch(&g->values[nd->first_value].meta))
+        return -1;
+    const Arg *a0 = &g->pool[nd->args];
+    if (a0->kind != ARG_VALUE || !plain_torch(&g->values[a0->a].meta))
+        return -1;
+    for (int32_t i = 1; i < nd->nargs + nd->nkw; i++) {
+        const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + (i - nd->nargs)];
+        if (x->kind != ARG_CONST)
+            return -1;
+    }
+    return a0->a;
+}
+
+static void count_read(void *ctx, int32_t ni, int32_t v)
+{
+    (void)ni;
+    ((int32_t *)ctx)[v]++;
+}
+
+int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
+{
+    int32_t nv = g->nvalues ? g->nvalues : 1;
+    int32_t *reads = PyMem_Calloc((size_t)nv, sizeof(int32_t));
+    int32_t *step_of = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
+    int32_t *keep = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
+    int rc = -1;
+    if (!reads || !step_of || !keep) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        lower_node_reads(g, ni, count_read, reads);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        reads[g->outputs[i]] += 2;   /* returned: never an intermediate */
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        step_of[ni] = -1;
+    for (int32_t i = 0; i < p->nsteps; i++)
+        if (p->steps[i].kind == STEP_EAGER)
+            step_of[p->steps[i].index] = i;
+    for (int32_t i = 0; i < p->nsteps; i++)
+        keep[i] = 1;
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        if (p->steps[i].kind != STEP_EAGER || !keep[i])
+            continue;
+        int32_t first = p->steps[i].index, base = chain_input(g, first);
+        if (base < 0)
+            continue;
+        ViewChain c;
+        memset(&c, 0, sizeof c);
+        c.base = base;
+        c.nodes[c.n++] = first;
+        int32_t cur = g->nodes[first].first_value;
+        while (c.n < VC_MAX_NODES && reads[cur] == 1) {
+            /* the one reader of cur: the next node whose chain input it is */
+            int32_t next = -1;
+            for (int32_t nj = c.nodes[c.n - 1] + 1; nj < g->nnodes && next < 0; nj++)
+                if (step_of[nj] >= 0 && chain_input(g, nj) == cur)
+                    next = nj;
+            if (next < 0)
+                break;
+            c.nodes[c.n++] = next;
+            cur = g->nodes[next].first_value;
+        }
+        if (c.n < 2)
+            continue;
+        c.out = cur;
+        if (plan_push((void **)&p->views, &p->nviews, sizeof c, &c) < 0)
+            goto done;
+        p->steps[i].kind = STEP_VIEWS;
+        p->steps[i].index = p->nviews - 1;
+        for (int k = 1; k < c.n; k++)
+            keep[step_of[c.nodes[k]]] = 0;
+        for (int k = 0; k < c.n; k++)
+            node_step[c.nodes[k]] = i;
+    }
+    /* drop the steps the chains took; node_step follows the renumbering */
+    int32_t n = 0;
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        if (keep[i])
+            p->steps[n] = p->steps[i];
+        keep[i] = keep[i] ? n++ : -1;
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        if (node_step[ni] >= 0)
+            node_step[ni] = keep[node_step[ni]];
+    for (int32_t ci = 0; ci < p->nviews; ci++)   /* the chain's later nodes: its step */
+        for (int k = 1; k < p->views[ci].n; k++)
+            node_step[p->views[ci].nodes[k]] = node_step[p->views[ci].nodes[0]];
+    p->nsteps = n;
+    rc = 0;
+done:
+    PyMem_Free(reads);
+    PyMem_Free(step_of);
+    PyMem_Free(keep);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ run ---- */
+
+static PyObject *as_strided_fn, *str_storage_offset, *str_untyped_storage, *str_data_ptr_v;   /* strong, once */
+
+static int init_names(void)
+{
+    if (as_strided_fn)
+        return 0;
+    if (!libs.torch) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: torch is not imported");
+        return -1;
+    }
+    if (!(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
+        !(str_untyped_storage = PyUnicode_InternFromString("untyped_storage")) ||
+        !(str_data_ptr_v = PyUnicode_InternFromString("data_ptr")))
+        return -1;
+    as_strided_fn = PyObject_GetAttrString(libs.torch, "as_strided");
+    return as_strided_fn ? 0 : -1;
+}
+
+/* *out = obj.name() as a long long: 0, or -1 with an exception. */
+static int call_ll(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);   /* new */
+    if (!r)
+        return -1;
+    *out = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The address of t's storage: 0, or -1 with an exception. */
+static int storage_ptr(PyObject *t, long long *out)
+{
+    PyObject *s = PyObject_CallMethodNoArgs(t, str_untyped_storage);   /* new */
+    if (!s)
+        return -1;
+    int r = call_ll(s, str_data_ptr_v, out);
+    Py_DECREF(s);
+    return r;
+}
+
+/* torch.as_strided(base, sizes, strides, offset): a new reference or NULL. */
+static PyObject *make_view(PyObject *base, PyObject *sizes, PyObject *strides, long long offset)
+{
+    PyObject *off = PyLong_FromLongLong(offset);   /* new */
+    if (!off)
+        return NULL;
+    PyObject *args[4] = {base, sizes, strides, off};
+    PyObject *r = PyObject_Vectorcall(as_strided_fn, args, 4, NULL);
+    Py_DECREF(off);
+    return r;
+}
+
+/* Records chain c from a run that made `res` (borrowed) from `base` (borrowed, read into
+ * bm/bst): kept only when as_strided from base reproduces res. 0, or -1 with an exception. */
+static int record(ViewChain *c, PyObject *base, const TensorMeta *bm, const int64_t *bst, PyObject *res)
+{
+    Py_CLEAR(c->sizes);
+    Py_CLEAR(c->strides);
+    TensorMeta rm;
+    int64_t rst[SJ_MAX_RANK];
+    const char *why = NULL;
+    int r = treader_read(res, &rm, rst, &why);
+    if (r != 0 || Py_TYPE(res) != (PyTypeObject *)libs.tensor_type)
+        return r < 0 ? -1 : 0;
+    long long bp, rp, boff, roff;
+    if (storage_ptr(base, &bp) < 0 || storage_ptr(res, &rp) < 0 ||
+        call_ll(base, str_storage_offset, &boff) < 0 || call_ll(res, str_storage_offset, &roff) < 0)
+        return -1;
+    if (bp != rp || bp == 0)
+        return 0;   /* a copy (reshape of a non-viewable layout), or no memory to share */
+    PyObject *sizes = lower_sizes_tuple(rm.size, rm.ndim);     /* new */
+    PyObject *strides = lower_sizes_tuple(rst, rm.ndim);       /* new */
+    PyObject *again = sizes && strides ? make_view(base, sizes, strides, roff) : NULL;   /* new */
+    if (!again) {
+        Py_XDECREF(sizes);
+        Py_XDECREF(strides);
+        return -1;
+    }
+    TensorMeta am;
+    int64_t ast[SJ_MAX_RANK];
+    long long aoff;
+    int same = Py_TYPE(again) == Py_TYPE(res) && treader_read(again, &am, ast, &why) == 0 &&
+               am.ndim == rm.ndim && am.dtype == rm.dtype &&
+               !memcmp(am.size, rm.size, sizeof(int64_t) * (size_t)rm.ndim) &&
+               !memcmp(ast, rst, sizeof(int64_t) * (size_t)rm.ndim);
+    if (PyErr_Occurred()) {
+        Py_DECREF(again);
+        Py_DECREF(sizes);
+        Py_DECREF(strides);
+        return -1;
+    }
+    if (same && (call_ll(again, str_storage_offset, &aoff) < 0)) {
+        Py_DECREF(again);
+        Py_DECREF(sizes);
+        Py_DECREF(strides);
+        return -1;
+    }
+    Py_DECREF(again);
+    if (!same || aoff != roff) {
+        Py_DECREF(sizes);
+        Py_DECREF(strides);
+        return 0;
+    }
+    c->sizes = sizes;
+    c->strides = strides;
+    c->delta = roff - boff;
+    c->base_ndim = bm->ndim;
+    memcpy(c->base_size, bm->size, sizeof(int64_t) * (size_t)bm->ndim);
+    memcpy(c->base_stride, bst, sizeof(int64_t) * (size_t)bm->ndim);
+    c->base_type = Py_TYPE(base);
+    return 0;
+}
+
+int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
+{
+    ViewChain *c = &p->views[i];
+    PyObject *base = vals[c->base];   /* borrowed */
+    if (init_names() < 0)
+        return -1;
+    c->calls++;
+    TensorMeta bm;
+    int64_t bst[SJ_MAX_RANK];
+    const char *why = NULL;
+    int r = base ? treader_read(base, &bm, bst, &why) : 1;
+    if (r < 0)
+        return -1;
+    if (r == 0 && c->sizes && Py_TYPE(base) == c->base_type && bm.ndim == c->base_ndim &&
+        !memcmp(bm.size, c->base_size, sizeof(int64_t) * (size_t)bm.ndim) &&
+        !memcmp(bst, c->base_stride, sizeof(int64_t) * (size_t)bm.ndim)) {
+        long long boff;
+        if (call_ll(base, str_storage_offset, &boff) < 0)
+            return -1;
+        PyObject *v = make_view(base, c->sizes, c->strides, boff + c->delta);   /* new */
+        if (!v)
+            return -1;
+        vals[c->out] = v;
+        return 0;
+    }
+    /* the nodes as eager steps; their intermediates are dropped as the chain goes */
+    c->eager_runs++;
+    for (int k = 0; k < c->n; k++) {
+        if (graph_exec_node(g, c->nodes[k], vals, NULL) < 0)
+            return -1;
+        if (k > 0)
+            Py_CLEAR(vals[g->nodes[c->nodes[k - 1]].first_value]);
+    }
+    if (r == 0 && record(c, base, &bm, bst, vals[c->out]) < 0)
+        return -1;
+    return 0;
+}
+
+void step_views_free(LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nviews; i++) {
+        Py_CLEAR(p->views[i].sizes);
+        Py_CLEAR(p->views[i].strides);
+    }
+    PyMem_Free(p->views);
+    p->views = NULL;
+    p->nviews = 0;
+}
+
+int step_views_stats(const LowerPlan *p, PyObject *d)
+{
+    long long calls = 0, eager = 0, nodes = 0;
+    for (int32_t i = 0; i < p->nviews; i++) {
+        calls += p->views[i].calls;
+        eager += p->views[i].eager_runs;
+        nodes += p->views[i].n;
+    }
+    PyObject *v[4] = {PyLong_FromLong(p->nviews), PyLong_FromLongLong(nodes), PyLong_FromLongLong(calls),
+                      PyLong_FromLongLong(eager)};
+    static const char *const names[4] = {"view_chains", "view_chain_nodes", "view_chain_calls",
+                                         "view_chain_eager_runs"};
+    int rc = 0;
+    for (int k = 0; k < 4; k++) {
+        if (!v[k] || (rc == 0 && PyDict_SetItemString(d, names[k], v[k]) < 0))
+            rc = -1;
+        Py_XDECREF(v[k]);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------- pass-through ---- */
+
+/* Dropout outside training (nn.Dropout in eval mode, F.dropout(x, p, training=False)) is
+ * torch's identity: it returns its input tensor itself, the same object. An eager step
+ * costs a call through torch.nn.functional (~3 us); STEP_ALIAS hands the object on. Only a
+ * constant training=False qualifies, with p a constant in [0, 1] (else torch raises). */
+int step_alias_plan(Graph *g, LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        if (p->steps[i].kind != STEP_EAGER)
+            continue;
+        int32_t ni = p->steps[i].index;
+        const Node *nd = &g->nodes[ni];
+        if (nd->op != OP_DROPOUT || nd->nout != 1 || nd->nargs < 1)
+            continue;
+        const Arg *a0 = &g->pool[nd->args];
+        if (a0->kind != ARG_VALUE || g->values[a0->a].meta.lib != LIB_TORCH)
+            continue;
+        NodeArgs na;
+        ShapeErr err;
+        int training = 1;
+        double prob = 0.5;
+        if (!lower_bind_node(g, ni, &na) || sj_tensor(&na.bound, "input", &err) != &g->values[a0->a].meta ||
+            sj_get_bool(&na.bound, "training", 1, &training, &err) || training ||
+            sj_get_float(&na.bound, "p", 0.5, &prob, &err) || !(prob >= 0.0 && prob <= 1.0))
+            continue;
+        p->steps[i].kind = STEP_ALIAS;
+    }
+    return 0;
+}
+
+int step_alias_run(Graph *g, int32_t ni, PyObject **vals)
+{
+    const Node *nd = &g->nodes[ni];
+    PyObject *x = vals[g->pool[nd->args].a];   /* borrowed from vals */
+    /* a Tensor subclass may override dropout (__torch_function__): its own call */
+    if (!x || !libs_is_tensor(x))
+        return graph_exec_node(g, ni, vals, NULL);
+    Py_XSETREF(vals[nd->first_value], Py_NewRef(x));
+    return 0;
+}

@@ -1,0 +1,535 @@
+/* Wrapping live objects into vars: what each kind of input becomes, and the guards that
+ * keep that decision valid on later calls. */
+#include "capture.h"
+#include "../vocab/libs.h"
+#include "../core/log.h"
+#include "../core/errors.h"
+
+static PyObject *where_str(Capture *c)
+{
+    PyObject *w = cap_where(c);
+    if (!w) {
+        sj_err_clear();
+        return NULL;
+    }
+    PyObject *s = PyUnicode_FromFormat("%U:%S in %U", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
+                                       PyTuple_GET_ITEM(w, 2));
+    Py_DECREF(w);
+    if (!s)
+        sj_err_clear();
+    return s;
+}
+
+int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected)
+{
+    if (src < 0)
+        return 0;   /* untracked values (library constants) are not guarded */
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = (uint8_t)kind;
+    g.src = src;
+    g.src2 = -1;
+    g.expected = expected;
+    g.where = where_str(c);
+    int r = guards_add(&c->guards, &g);
+    Py_XDECREF(g.where);
+    return r;
+}
+
+/* DICT_VERSION: the dict d (at source src) must be exactly as it is now. */
+int guard_add_dict_version(Capture *c, int32_t src, PyObject *d)
+{
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_DICT_VERSION;
+    g.src = src;
+    g.src2 = -1;
+    g.version = guards_dict_version(d);
+    g.where = where_str(c);
+    int r = guards_add(&c->guards, &g);
+    Py_XDECREF(g.where);
+    return r;
+}
+
+static int is_constant_type(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    return o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || t == &PyLong_Type ||
+           t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
+           t == &PyComplex_Type || t == &PySlice_Type || t == &PyRange_Type ||
+           t == &PyCode_Type;
+}
+
+/* 1 when every item of set o is a constant (its equality guard is then exact). */
+static int all_constant(PyObject *o)
+{
+    Py_ssize_t pos = 0;
+    PyObject *item;
+    Py_hash_t h;
+    while (_PySet_NextEntry(o, &pos, &item, &h))
+        if (!is_constant_type(item))
+            return 0;
+    return 1;
+}
+
+static int is_callable_kind(PyObject *o)
+{
+    return PyCFunction_Check(o) || PyType_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
+           Py_TYPE(o) == &PyWrapperDescr_Type || Py_TYPE(o) == &PyClassMethodDescr_Type ||
+           (libs.numpy && strcmp(Py_TYPE(o)->tp_name, "numpy.ufunc") == 0) ||
+           strcmp(Py_TYPE(o)->tp_name, "builtin_function_or_method") == 0 ||
+           strcmp(Py_TYPE(o)->tp_name, "method-wrapper") == 0 ||
+           strcmp(Py_TYPE(o)->tp_name, "numpy._ArrayFunctionDispatcher") == 0 ||
+           strcmp(Py_TYPE(o)->tp_name, "_ArrayFunctionDispatcher") == 0;
+}
+
+/* With dynamic dims, a tensor laid out densely in some dim order (contiguous, transposed,
+ * permuted) is guarded to keep that order: its strides then follow its sizes. */
+static void dense_layout(const TensorMeta *m, const int64_t *strides, Guard *g)
+{
+    int8_t perm[SJ_MAX_RANK];
+    for (int i = 0; i < m->ndim; i++)
+        perm[i] = (int8_t)(m->ndim - 1 - i);
+    /* innermost first: by stride, ties keep the later dim inner (as contiguity does) */
+    for (int i = 1; i < m->ndim; i++)
+        for (int j = i; j > 0 && strides[perm[j]] < strides[perm[j - 1]]; j--) {
+            int8_t t = perm[j];
+            perm[j] = perm[j - 1];
+            perm[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (int k = 0; k < m->ndim; k++) {
+        int i = perm[k];
+        if (strides[i] != want && m->size[i] != 1)
+            return;   /* not dense: strides stay exact */
+        want *= m->size[i] > 1 ? m->size[i] : 1;
+    }
+    g->dense = 1;
+    memcpy(g->perm, perm, sizeof perm);
+}
+
+/* The object at src is the one first wrapped as var first: guard that it stays so. */
+static int same_object(Capture *c, Var *first, int32_t src)
+{
+    if (first->src == src)
+        return 0;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_SAME_OBJECT;
+    g.src = src;
+    g.src2 = first->src;
+    return guards_add(&c->guards, &g);
+}
+
+/* A tensor or array input: one graph input per distinct object. */
+static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
+{
+    if (src < 0) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "a tensor reached without a source (%s)", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit) {
+        Py_DECREF(key);
+        Var *first = c->by_obj[PyLong_AsLong(hit)];
+        return same_object(c, first, src) < 0 ? NULL : first;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    TensorMeta m;
+    int64_t strides[SJ_MAX_RANK];
+    const char *why = NULL;
+    int r = meta_from_value(obj, &m, strides, &why);
+    if (r != 0) {
+        Py_DECREF(key);
+        if (r > 0)
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "input %U: %s", sources_repr(&c->src, src), why);
+        return NULL;
+    }
+    Var *v = var_new(c, VK_TENSOR);
+    if (!v || !cap_keep(c, obj)) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    v->obj = obj;
+    v->src = src;
+    int32_t value = c->g->nvalues;   /* the input's value id (graph_add_input below) */
+    uint8_t dyn = 0;
+    if (symb_wrap_tensor(c, obj, src, &m, value, &dyn) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    v->u.t.meta = m;
+    v->u.t.value = graph_add_input(c->g, &m, sources_repr(&c->src, src));
+    if (v->u.t.value < 0 || v->u.t.value != value) {
+        Py_DECREF(key);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "shapejit: input value ids out of step");
+        return NULL;
+    }
+    if (m.lib == LIB_TORCH)
+        c->used_torch = 1;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_TENSOR_MATCH;
+    g.src = src;
+    g.src2 = -1;
+    g.expected = (PyObject *)Py_TYPE(obj);
+    g.meta = m;
+    memset(g.meta.sym, 0, sizeof g.meta.sym);
+    memcpy(g.stride, strides, sizeof strides);
+    g.dyn = dyn;
+    if (dyn)
+        dense_layout(&m, strides, &g);
+    g.where = where_str(c);
+    r = guards_add(&c->guards, &g);
+    Py_XDECREF(g.where);
+    if (r < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
+        c->distinct_srcs[c->ndistinct++] = src;
+    /* remember by identity */
+    if (c->nby_obj == c->cap_by_obj) {
+        int32_t ncap = c->cap_by_obj ? c->cap_by_obj * 2 : 16;
+        Var **p = PyMem_Realloc(c->by_obj, sizeof(Var *) * (size_t)ncap);
+        if (!p) {
+            Py_DECREF(key);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        c->by_obj = p;
+        c->cap_by_obj = ncap;
+    }
+    PyObject *idx = PyLong_FromLong(c->nby_obj);
+    r = idx ? PyDict_SetItem(c->wrapped, key, idx) : -1;
+    Py_XDECREF(idx);
+    Py_DECREF(key);
+    if (r < 0)
+        return NULL;
+    c->by_obj[c->nby_obj++] = v;
+    return v;
+}
+
+/* orig: the tuple or list (or tuple subclass); fast: its PySequence_Fast form. */
+static Var *wrap_seq(Capture *c, PyObject *orig, PyObject *fast, int32_t src)
+{
+    int is_tuple = PyTuple_Check(orig);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (guard_add_simple(c, GK_SEQ_LENGTH, src, (PyObject *)Py_TYPE(orig)) < 0)
+        return NULL;
+    if (src >= 0)
+        c->guards.g[c->guards.n - 1].len = n;
+    Var *v = var_seq(c, is_tuple ? VK_TUPLE : VK_LIST, NULL, 0);
+    if (!v)
+        return NULL;
+    v->src = src;
+    if (Py_TYPE(orig) != &PyTuple_Type && Py_TYPE(orig) != &PyList_Type) {
+        if (!cap_keep(c, (PyObject *)Py_TYPE(orig)))
+            return NULL;
+        v->u.seq.subtype = Py_TYPE(orig);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        int32_t isrc = -1;
+        if (src >= 0) {
+            PyObject *k = PyLong_FromSsize_t(i);
+            isrc = k ? sources_add(&c->src, SRC_ITEM, src, 0, k, NULL) : -1;
+            Py_XDECREF(k);
+            if (isrc < 0)
+                return NULL;
+        }
+        Var *iv = wrap_value(c, item, isrc);
+        if (!iv || var_seq_append(c, v, iv) < 0)
+            return NULL;
+    }
+    return v;
+}
+
+static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
+{
+    /* the keys in iteration order: an OrderedDict's own, which its dict's need not be */
+    PyObject *keys = PyODict_Check(obj) ? PySequence_List(obj) : PyDict_Keys(obj);
+    if (!keys)
+        return NULL;
+    PyObject *kt = PyList_AsTuple(keys);
+    Py_DECREF(keys);
+    if (!kt || !cap_keep_steal(c, kt))
+        return NULL;
+    if (guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)Py_TYPE(obj)) < 0 ||
+        guard_add_simple(c, GK_DICT_KEYS, src, kt) < 0)
+        return NULL;
+    Var *d = var_dict(c);
+    if (!d)
+        return NULL;
+    d->src = src;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kt); i++) {
+        PyObject *k = PyTuple_GET_ITEM(kt, i);
+        if (!is_constant_type(k)) {
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S has a non-constant key", src >= 0 ? sources_repr(&c->src, src) : Py_None);
+            return NULL;
+        }
+        PyObject *val = PyDict_GetItemWithError(obj, k);
+        if (!val)
+            return NULL;
+        int32_t isrc = src >= 0 ? sources_add(&c->src, SRC_ITEM, src, 0, k, NULL) : -1;
+        if (src >= 0 && isrc < 0)
+            return NULL;
+        Var *kv = var_const(c, k), *vv = kv ? wrap_value(c, val, isrc) : NULL;
+        if (!vv || var_dict_set(c, d, kv, vv) < 0)
+            return NULL;
+    }
+    return d;
+}
+
+/* Lists and dicts read from two sources that are one object (two arguments naming one
+ * list, or the locals a resume function gets for one list) are one var, so a write through
+ * either is seen through both. The entry guards the aliasing both ways: the same object
+ * where capture saw one, distinct objects where it saw several (GK_DISTINCT). */
+static PyObject *alias_key(PyObject *obj)
+{
+    PyObject *id = PyLong_FromVoidPtr(obj);
+    PyObject *key = id ? PyTuple_Pack(1, id) : NULL;   /* a tuple: tensors use the bare id */
+    Py_XDECREF(id);
+    return key;
+}
+
+static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
+{
+    PyObject *key = alias_key(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit == Py_None) {   /* reached again while its items are wrapped */
+        Py_DECREF(key);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
+        return NULL;
+    }
+    if (hit) {
+        Py_DECREF(key);
+        Var *first = PyLong_AsVoidPtr(hit);
+        return same_object(c, first, src) < 0 ? NULL : first;
+    }
+    Var *v = NULL;
+    if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0) {
+        if (PyDict_Check(obj)) {
+            v = wrap_dict(c, obj, src);
+        } else {
+            PyObject *fast = PySequence_Fast(obj, "");
+            v = fast ? wrap_seq(c, obj, fast, src) : NULL;
+            Py_XDECREF(fast);
+        }
+        if (v && !PyList_CheckExact(obj) && !PyDict_CheckExact(obj) && collections_wrap_extra(c, v, obj, src) < 0)
+            v = NULL;
+    }
+    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
+    Py_XDECREF(ptr);
+    Py_DECREF(key);
+    if (r < 0)
+        return NULL;
+    if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
+        c->distinct_srcs[c->ndistinct++] = src;
+    return v;
+}
+
+static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind gk)
+{
+    if (guard_add_simple(c, gk, src, gk == GK_TYPE_MATCH ? (PyObject *)Py_TYPE(obj) : obj) < 0)
+        return NULL;
+    if (!cap_keep(c, obj))
+        return NULL;
+    Var *v = var_new(c, k);
+    if (v) {
+        v->obj = obj;
+        v->src = src;
+    }
+    return v;
+}
+
+int guard_dict_keys(Capture *c, int32_t src, PyObject *d)
+{
+    /* an OrderedDict's keys in its own order, as DICT_KEYS checks them */
+    PyObject *k = PyODict_Check(d) ? PySequence_List(d) : PyDict_Keys(d);
+    PyObject *kt = k ? PyList_AsTuple(k) : NULL;
+    Py_XDECREF(k);
+    int r = kt ? guard_add_simple(c, GK_DICT_KEYS, src, kt) : -1;
+    Py_XDECREF(kt);
+    return r < 0 ? -1 : 0;
+}
+
+int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d)
+{
+    PyObject *dn = PyUnicode_FromString(attr);
+    int32_t ds = dn ? sources_add(&c->src, SRC_ATTR, base, 0, dn, NULL) : -1;
+    Py_XDECREF(dn);
+    return ds < 0 || guard_dict_keys(c, ds, d) < 0 ? -1 : ds;
+}
+
+Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+{
+    if (libs_refresh() < 0)
+        return NULL;
+    PyTypeObject *t = Py_TYPE(obj);
+    if ((t == &PyLong_Type || t == &PyFloat_Type) && src >= 0) {
+        int handled;
+        Var *v = t == &PyLong_Type ? symb_wrap_int(c, obj, src, &handled) : symb_wrap_float(c, obj, src, &handled);
+        if (handled || v)
+            return v;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if (is_constant_type(obj) || ((PySet_CheckExact(obj) || PyFrozenSet_CheckExact(obj)) && all_constant(obj)))
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);   /* sets: by value; writes break (attrs.c) */
+    if (libs_is_tensor(obj) || libs_is_ndarray(obj))
+        return wrap_tensor(c, obj, src);
+    if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
+        int handled;
+        Var *v = src >= 0 ? symb_wrap_float(c, obj, src, &handled) : NULL;
+        if (v || (src >= 0 && handled))
+            return v;
+        if (PyErr_Occurred())
+            return NULL;
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    }
+    if (libs.torch && ((PyObject *)t == libs.dtype_type || (PyObject *)t == libs.size_type))
+        return simple(c, VK_CONST, obj, src, (PyObject *)t == libs.dtype_type ? GK_ID_MATCH : GK_EQUALS_MATCH);
+    if (libs.torch && (PyObject *)t == libs.memory_format_type)
+        return simple(c, VK_CONST, obj, src, GK_ID_MATCH);   /* torch.contiguous_format, ... */
+    if (libs.torch && (PyObject *)t == libs.device_type)
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (libs.numpy && (PyObject *)t == libs.np_dtype_type)
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
+    if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || collections_is_container(obj)))
+        return wrap_mutable(c, obj, src);
+    if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
+        if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
+            PyObject_HasAttrString((PyObject *)t, "_fields")) {
+            PyObject *fast = PySequence_Fast(obj, "");
+            if (!fast)
+                return NULL;
+            Var *v = wrap_seq(c, obj, fast, src);
+            Py_DECREF(fast);
+            return v;
+        }
+    }
+    if (PyDict_CheckExact(obj))
+        return wrap_dict(c, obj, src);
+    if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && src >= 0) {
+        /* a nested function is a new object each time its def runs (a loop, a factory):
+         * what the capture depends on is its code, plus the cells and defaults it reads
+         * (guarded through their own sources) */
+        PyObject *cn = PyUnicode_FromString("__code__");
+        int32_t cs = cn ? sources_add(&c->src, SRC_ATTR, src, 0, cn, NULL) : -1;
+        Py_XDECREF(cn);
+        if (cs < 0 || guard_add_simple(c, GK_ID_MATCH, cs, PyFunction_GET_CODE(obj)) < 0)
+            return NULL;
+        return simple(c, VK_FUNC, obj, src, GK_TYPE_MATCH);
+    }
+    if (PyFunction_Check(obj))
+        return simple(c, VK_FUNC, obj, src, GK_ID_MATCH);
+    if (PyModule_Check(obj))
+        return simple(c, VK_PYMODULE, obj, src, GK_ID_MATCH);
+    if (libs_is_module(obj))
+        return simple(c, VK_MODULE, obj, src, GK_ID_MATCH);
+    if (libs.torch && ((PyObject *)t == libs.no_grad || (PyObject *)t == libs.enable_grad)) {
+        Var *v = simple(c, VK_GRADMODE, obj, src, GK_TYPE_MATCH);
+        if (v)
+            v->u.grad.enabled = (PyObject *)t == libs.enable_grad;
+        return v;
+    }
+    if (libs.torch && (PyObject *)t == libs.inference_mode) {
+        Var *v = simple(c, VK_GRADMODE, obj, src, GK_TYPE_MATCH);
+        return v && infmode_wrap(c, v, obj, src) == 0 ? v : NULL;
+    }
+    if (PyMethod_Check(obj)) {
+        int32_t s1 = -1, s2 = -1;
+        if (src >= 0) {
+            PyObject *n1 = PyUnicode_FromString("__self__"), *n2 = PyUnicode_FromString("__func__");
+            s1 = n1 ? sources_add(&c->src, SRC_ATTR, src, 0, n1, NULL) : -1;
+            s2 = n2 ? sources_add(&c->src, SRC_ATTR, src, 0, n2, NULL) : -1;
+            Py_XDECREF(n1);
+            Py_XDECREF(n2);
+            if (s1 < 0 || s2 < 0)
+                return NULL;
+        }
+        Var *self = wrap_value(c, PyMethod_GET_SELF(obj), s1);
+        Var *fn = self ? wrap_value(c, PyMethod_GET_FUNCTION(obj), s2) : NULL;
+        Var *v = fn ? var_new(c, VK_METHOD) : NULL;
+        if (!v)
+            return NULL;
+        v->u.method.self = self;
+        v->u.method.fn = fn;
+        v->src = src;
+        return v;
+    }
+    if (libs.partial_type && (PyObject *)t == libs.partial_type) {
+        if (guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)t) < 0)
+            return NULL;
+        Var *parts[3];
+        const char *names[3] = {"func", "args", "keywords"};
+        for (int i = 0; i < 3; i++) {
+            PyObject *n = PyUnicode_FromString(names[i]);
+            PyObject *val = n ? PyObject_GetAttr(obj, n) : NULL;
+            int32_t s = (val && src >= 0) ? sources_add(&c->src, SRC_ATTR, src, 0, n, NULL) : -1;
+            Py_XDECREF(n);
+            if (!val || (src >= 0 && s < 0)) {
+                Py_XDECREF(val);
+                return NULL;
+            }
+            parts[i] = wrap_value(c, val, s);
+            Py_DECREF(val);
+            if (!parts[i])
+                return NULL;
+        }
+        Var *v = var_new(c, VK_PARTIAL);
+        if (!v)
+            return NULL;
+        v->u.partial.fn = parts[0];
+        v->u.partial.args = parts[1];
+        v->u.partial.kwargs = parts[2];
+        v->src = src;
+        return v;
+    }
+    if (is_callable_kind(obj))
+        return simple(c, VK_CALLABLE, obj, src, GK_ID_MATCH);
+    if (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj)) {
+        /* live views of a dict the frame may write: read at capture time they would miss
+         * the writes, which reach the dict only after the graph */
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s made outside the frame", sj_type_a(c, t, NULL));
+        return NULL;
+    }
+    Var *v = simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->from_module = (uint8_t)(c->wrap_in_module || c->wrap_owner);
+    if (v && src >= 0) {
+        ObjRead *r = cap_alloc(c, sizeof(ObjRead));   /* for the aliasing guards of attribute writes */
+        if (!r)
+            return NULL;
+        r->v = v;
+        r->next = c->objreads;
+        c->objreads = r;
+    }
+    return v;
+}
+
+/* o.keys of a dict subclass, o.__len__: each read binds the type's C method anew, so an
+ * identity guard would fail on every call. What capture depends on is the owner (guarded
+ * through its own source) and the method the type gives, which its type fixes; every
+ * call through the bound object either is modelled by kind or breaks, and a break's
+ * continuation reads it again through src. */
+Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src)
+{
+    return simple(c, VK_CALLABLE, obj, src, GK_TYPE_MATCH);
+}
+
+Var *wrap_untracked(Capture *c, PyObject *obj)
+{
+    return wrap_value(c, obj, -1);
+}

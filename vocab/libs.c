@@ -1,0 +1,116 @@
+/* Library types, fetched lazily from sys.modules. */
+#include "libs.h"
+#include "../capture/capture.h"
+#include "../core/errors.h"
+
+Libs libs;
+
+PyObject *libs_get_path(PyObject *root, const char *path)
+{
+    PyObject *cur = Py_NewRef(root);
+    const char *p = path;
+    while (*p && cur) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        PyObject *name = PyUnicode_FromStringAndSize(p, (Py_ssize_t)n);
+        PyObject *next = name ? PyObject_GetAttr(cur, name) : NULL;
+        Py_XDECREF(name);
+        Py_DECREF(cur);
+        cur = next;
+        p = dot ? dot + 1 : p + n;
+    }
+    return cur;
+}
+
+static int load_torch(PyObject *torch)
+{
+    libs.torch = Py_NewRef(torch);
+    if (!(libs.tensor_type = libs_get_path(torch, "Tensor")) ||
+        !(libs.param_type = libs_get_path(torch, "nn.Parameter")) ||
+        !(libs.module_type = libs_get_path(torch, "nn.Module")) ||
+        !(libs.size_type = libs_get_path(torch, "Size")) ||
+        !(libs.no_grad = libs_get_path(torch, "no_grad")) ||
+        !(libs.enable_grad = libs_get_path(torch, "enable_grad")) ||
+        !(libs.set_grad_enabled = libs_get_path(torch, "set_grad_enabled")) ||
+        !(libs.set_grad_fn = libs_get_path(torch, "_C._set_grad_enabled")) ||
+        !(libs.inference_mode = libs_get_path(torch, "inference_mode")) ||
+        !(libs.memory_format_type = libs_get_path(torch, "memory_format")) ||
+        !(libs.enter_inference_mode = libs_get_path(torch, "autograd.grad_mode._enter_inference_mode")) ||
+        !(libs.exit_inference_mode = libs_get_path(torch, "autograd.grad_mode._exit_inference_mode")) ||
+        !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
+        !(libs.device_type = libs_get_path(torch, "device")))
+        return -1;
+    PyObject *m = libs_get_path(torch, "nn.modules.module");
+    if (!m)
+        return -1;
+    libs.global_hook_dicts = Py_BuildValue("(sssss)", "_global_forward_hooks", "_global_forward_pre_hooks",
+                                           "_global_backward_hooks", "_global_backward_pre_hooks",
+                                           "_global_forward_hooks_always_called");
+    libs.nn_module_globals = PyObject_GetAttrString(m, "__dict__");
+    if (!libs.global_hook_dicts || !libs.nn_module_globals) {
+        Py_DECREF(m);
+        return -1;
+    }
+    Py_DECREF(m);
+    return callables_init();
+}
+
+static int load_numpy(PyObject *np)
+{
+    libs.numpy = Py_NewRef(np);
+    if (!(libs.ndarray_type = libs_get_path(np, "ndarray")) || !(libs.np_generic = libs_get_path(np, "generic")) ||
+        !(libs.np_dtype_type = libs_get_path(np, "dtype")))
+        return -1;
+    return callables_init();
+}
+
+int libs_refresh(void)
+{
+    PyObject *mods = PyImport_GetModuleDict();
+    if (!libs.partial_type) {
+        PyObject *ft = PyImport_ImportModule("functools");
+        libs.partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+        Py_XDECREF(ft);
+        if (!libs.partial_type)
+            return -1;
+    }
+    if (!libs.torch) {
+        PyObject *t = PyDict_GetItemString(mods, "torch");
+        /* a half-imported torch (during its own import) has no Tensor yet */
+        if (t && PyObject_HasAttrString(t, "Tensor") && PyObject_HasAttrString(t, "nn") &&
+            load_torch(t) < 0)
+            return -1;
+    }
+    if (!libs.numpy) {
+        PyObject *n = PyDict_GetItemString(mods, "numpy");
+        if (n && PyObject_HasAttrString(n, "ndarray") && load_numpy(n) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int libs_is_tensor(PyObject *o)
+{
+    PyObject *t = (PyObject *)Py_TYPE(o);
+    return libs.torch && (t == libs.tensor_type || t == libs.param_type);
+}
+
+int libs_is_ndarray(PyObject *o)
+{
+    return libs.numpy && (PyObject *)Py_TYPE(o) == libs.ndarray_type;
+}
+
+int libs_is_module(PyObject *o)
+{
+    return libs.module_type && PyObject_TypeCheck(o, (PyTypeObject *)libs.module_type);
+}
+
+int libs_is_trusted_file(PyObject *filename)
+{
+    const char *f = PyUnicode_AsUTF8(filename);
+    if (!f) {
+        sj_err_clear();
+        return 0;
+    }
+    return strstr(f, "/site-packages/torch/") != NULL || strstr(f, "/site-packages/numpy/") != NULL;
+}
