@@ -85,7 +85,8 @@ static int32_t new_node(Graph *g)
         return -1;
     Node *nd = &g->nodes[g->nnodes];
     memset(nd, 0, sizeof(*nd));
-    nd->target = nd->kwnames = nd->where = nd->source = -1;
+    nd->target = nd->kwnames = nd->where = nd->source = nd->bound = -1;
+    nd->row = -1;
     return g->nnodes++;
 }
 

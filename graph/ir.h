@@ -17,7 +17,9 @@
 
 #define OP_INPUT ((uint16_t)OP_COUNT)   /* a graph input; not a row of ops.def */
 
-typedef enum { ARG_VALUE = 0, ARG_CONST, ARG_LIST, ARG_TUPLE } ArgKind;
+/* ARG_ABSENT only in a node's bound arguments: a parameter of the schema the call did not
+ * pass (the library's default applies). */
+typedef enum { ARG_VALUE = 0, ARG_CONST, ARG_LIST, ARG_TUPLE, ARG_ABSENT } ArgKind;
 
 typedef struct {
     uint8_t kind;      /* ArgKind */
@@ -38,6 +40,11 @@ typedef struct {
     int32_t nout;
     int32_t where;        /* constants index of (filename, lineno, funcname, line), or -1 */
     int32_t source;       /* inputs: constants index of the source string; else -1 */
+    int16_t row;          /* the callables.def row the call was recorded through, or -1 */
+    int32_t bound;        /* the arguments bound to that row's schema, one slot per parameter
+                             in the schema's order: pool range [bound, bound + nbound); -1
+                             when the node was not bound */
+    int32_t nbound;
 } Node;
 
 typedef struct {
