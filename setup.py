@@ -26,8 +26,8 @@ os.chdir(HERE)  # every path below is relative to the repository root
 
 # The C folders, bottom layer first (docs/architecture.md): every *.c under them (at any
 # depth) goes into the one extension.
-C_DIRS = ["core", "vocab", "shapes", "graph", "guards", "native", "capture", "backend",
-          "resume", "hook"]
+C_DIRS = ["core", "vocab", "bytecode", "native", "shapes", "graph", "guards", "capture",
+          "backend", "resume", "hook"]
 GEN_DIR = os.path.join("build", "gen")
 OPCODES_H = os.path.join(GEN_DIR, "sj_opcodes.h")
 

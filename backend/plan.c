@@ -55,7 +55,7 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
         }
     }
     ShapeErr err;
-    if (shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, bound, &err) < 0)
+    if (bind_args(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, bound, &err) < 0)
         return 0;
     for (int i = 0; i < bound->n; i++) {
         const BoundArg *ba = &bound->args[i];

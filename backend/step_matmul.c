@@ -101,7 +101,7 @@ static int bind(Graph *g, int32_t ni, BoundArgs *out, BoundArg *pos, BoundArg *k
         }
     }
     ShapeErr err;
-    return shapes_bind(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, out, &err) < 0;
+    return bind_args(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, out, &err) < 0;
 }
 
 static int f32_value(const Graph *g, int32_t v, Lib lib)

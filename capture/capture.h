@@ -7,9 +7,10 @@
 #include "../graph/ir.h"
 #include "../guards/guards.h"
 #include "../core/breaks.h"
+#include "../vocab/callables.h"
 #include "../shapes/rules.h"
 #include "../shapes/sym.h"
-#include "../hook/code_cache.h"
+#include "../guards/code_cache.h"
 
 /* ---------------------------------------------------------------- vars ---- */
 
@@ -584,25 +585,6 @@ Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */
 Var *op_len(Capture *c, Var *v);
 
-/* callables.c */
-int callables_init(void);                        /* once torch or numpy is seen */
-int callables_lookup(PyObject *fn);              /* row index or -1 */
-int callables_lookup_method(Lib lib, PyObject *name);   /* Tensor/ndarray method row or -1 */
-typedef struct {
-    const char *id;
-    int kind;        /* CK_* */
-    const char *path;
-    OpId op;
-    const char *schema;
-    int flags;       /* CF_* */
-} CallableRow;
-enum { CK_TORCH, CK_TENSOR_METHOD, CK_NUMPY, CK_NDARRAY_METHOD, CK_OPERATOR };
-enum { CF_NONE = 0, CF_INPLACE = 1, CF_RETURNS_NONE = 2 };  /* CF_RETURNS_NONE: in-place, and the call returns None (ndarray.fill) */
-extern const CallableRow callable_rows[];
-extern const int callable_nrows;
-PyObject *callables_object(int row);   /* borrowed: the resolved callable, or NULL */
-int callables_operator_row(const char *path);   /* row of "operator.add" etc., or -1 */
-int callables_path_row(const char *path);       /* the first row of a path, or -1 */
 /* np.add.reduce and the other methods of numpy ufuncs (capture/ufuncs.c) */
 Var *ufunc_method_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* np.meshgrid, np.mgrid[...], np.ogrid[...], np.indices (capture/npgrid.c) */

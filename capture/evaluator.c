@@ -8,7 +8,7 @@
 #include "../vocab/libs.h"
 #include "../core/config.h"
 #include "sj_opcodes.h"
-#include "../resume/bcwriter.h"
+#include "../bytecode/bcwriter.h"
 #include "../core/errors.h"
 
 #define STEP_LIMIT 2000000

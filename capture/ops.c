@@ -496,7 +496,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     BoundArgs bound;
     ShapeErr err;
     err.msg[0] = 0;
-    if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
+    if (bind_args(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
         cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
         return NULL;
     }
@@ -529,7 +529,7 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
                 if (to_bound(c, args[npos + k], &pos[npos + j++], spec) < 0)
                     return NULL;
             }
-        if (shapes_bind(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
+        if (bind_args(r->schema, pos, npos, kwn, pos + npos, nkw_bind, &bound, &err) < 0) {
             cap_fail(c, BR_SHAPE_RULE, "%s: %s", r->path, err.msg);
             return NULL;
         }

@@ -5,7 +5,7 @@
 #define SJ_COLLECTIVE_H
 
 #include <Python.h>
-#include "code_cache.h"
+#include "../guards/code_cache.h"
 
 /* With config.enable_compiler_collectives on and a process group of several ranks,
  * replaces st->fstate by its join with every rank's; otherwise does nothing. Never fails:

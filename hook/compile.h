@@ -2,7 +2,7 @@
 #ifndef SJ_COMPILE_H
 #define SJ_COMPILE_H
 
-#include "code_cache.h"
+#include "../guards/code_cache.h"
 
 typedef struct {
     PyObject *backend;     /* borrowed: backend(graph, example_inputs) -> callable */

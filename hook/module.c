@@ -4,12 +4,13 @@
 #include "../core/log.h"
 #include "../core/trace.h"
 #include "../graph/ir.h"
-#include "code_cache.h"
+#include "../guards/code_cache.h"
 #include "compile.h"
 #include "events.h"
 #include "../shapes/infer_py.h"
 #include "../shapes/sym.h"
 #include "../vocab/tensor_reader.h"
+#include "../vocab/callables.h"
 #include "../native/native.h"
 #define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
 #include "../vocab/np.h"
@@ -29,7 +30,6 @@ int hook_init_types(PyObject *m);
 int symb_init_module(PyObject *m);
 int checks_init_module(PyObject *m);
 int lower_init_module(PyObject *m);
-PyObject *callables_py_missing(PyObject *self, PyObject *unused);
 
 static PyObject *py_reset(PyObject *self, PyObject *unused)
 {

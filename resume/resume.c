@@ -2,7 +2,7 @@
  * bcwriter.c. References: every PyObject local below is owned unless noted borrowed;
  * BreakCode owns its codes. */
 #include "resume.h"
-#include "bcwriter.h"
+#include "../bytecode/bcwriter.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 

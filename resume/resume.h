@@ -12,7 +12,7 @@
 #define SJ_RESUME_H
 
 #include "../capture/capture.h"
-#include "../hook/code_cache.h"
+#include "../guards/code_cache.h"
 
 typedef struct {
     Var *args;             /* VK_TUPLE: the continuation's arguments before the resume functions */

@@ -189,7 +189,7 @@ PyObject *shapes_py_infer(PyObject *self, PyObject *args)
     BoundArgs b;
     ShapeErr err;
     err.msg[0] = 0;
-    if (shapes_bind(row->schema, pos, (int)npos, kwnames, kw, (int)nkw, &b, &err)) {
+    if (bind_args(row->schema, pos, (int)npos, kwnames, kw, (int)nkw, &b, &err)) {
         PyErr_SetString(PyExc_ValueError, err.msg);
         goto done;
     }

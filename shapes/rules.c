@@ -55,15 +55,6 @@ int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return r;
 }
 
-int sj_err(ShapeErr *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 void sj_meta(TensorMeta *out, Lib lib, DType dt)
 {
     memset(out, 0, sizeof *out);

@@ -2,50 +2,16 @@
  * outputs. One rule function per family of ops (vocab/ops.def names the rule of each op).
  *
  * Arguments arrive bound to the op's canonical parameter names (see vocab/callables.def
- * for the schema syntax and bind.c for the binder). A rule reads them with ba_get().
+ * for the schema syntax and vocab/bind.h for the binder). A rule reads them with ba_get().
  */
 #ifndef SJ_RULES_H
 #define SJ_RULES_H
 
+#include "../vocab/bind.h"
 #include "../vocab/meta.h"
 #include "../vocab/ops.h"
 
-#define SJ_MAX_PARAMS 16
 #define SJ_MAX_OUTS 64
-
-typedef enum {
-    BA_ABSENT = 0,   /* not passed (the rule applies the library default) */
-    BA_TENSOR,       /* a graph value: meta is set */
-    BA_CONST,        /* a Python constant: value is set (borrowed). None arrives as BA_CONST
-                        Py_None; ba_get() hides it so rules treat None as absent */
-    BA_LIST          /* a list or tuple holding at least one graph value, or the items
-                        gathered by a *varargs parameter: n items */
-} BoundArgKind;
-
-typedef struct BoundArg {
-    BoundArgKind kind;
-    const TensorMeta *meta;            /* BA_TENSOR (borrowed) */
-    PyObject *value;                   /* BA_CONST (borrowed) */
-    int n;                             /* BA_LIST */
-    const struct BoundArg *items;      /* BA_LIST (borrowed) */
-    struct SymNode *sym;               /* BA_CONST: a symbolic int (value is its hint), else NULL */
-    struct SymNode *const *slice_sym;  /* BA_CONST slice with symbolic parts (x[:n]): the
-                                          symbols of start, stop, step (NULL for a constant
-                                          part; value is the slice of the hints), else NULL */
-    int data;                          /* BA_CONST: a scalar computed in the graph at run time
-                                          (a float from t.item()); value is a stand-in of its
-                                          Python type, for dtype logic only: never read it */
-} BoundArg;
-
-typedef struct {
-    int n;
-    const char *names[SJ_MAX_PARAMS];  /* canonical names, static strings */
-    BoundArg args[SJ_MAX_PARAMS];
-} BoundArgs;
-
-typedef struct {
-    char msg[256];                     /* why the rule refused: becomes the capture's reason */
-} ShapeErr;
 
 /* The contract of every rule: fill out[0..*nout-1] (on entry *nout is the capacity,
  * SJ_MAX_OUTS) and set *nout; return 0. Return -1 with err->msg set when the arguments are
@@ -90,9 +56,6 @@ int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
                    ShapeErr *err);
 
-/* The argument named name, or NULL when absent or None. */
-const BoundArg *ba_get(const BoundArgs *b, const char *name);
-
 /* The named result type numpy gives op's multi-output call with these arguments
  * (numpy.linalg's namedtuples) as "module:qualname", or NULL for a plain tuple.
  * shapes/rules_np_more.c. */
@@ -102,14 +65,5 @@ const char *shapes_np_result_type(OpId op, const BoundArgs *b);
  * these arguments (the dims its rule left at SJ_UNBACKED_HINT): *lo, and *hi or -1 for no
  * upper bound. shapes/rules_np_more.c. */
 void shapes_data_dim_range(OpId op, const BoundArgs *b, int out, int dim, int64_t *lo, int64_t *hi);
-
-/* ---- binding ---- */
-/* Bind positional and keyword arguments to a schema from callables.def. pos/npos are the
- * positional arguments (for methods the receiver first), kwnames/kw/nkw the keywords.
- * varargs are gathered into a BA_LIST whose items point into pos (so pos must outlive out).
- * Returns 0, or -1 with err->msg set (unknown keyword, too many positional, missing
- * required). */
-int shapes_bind(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
-                const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err);
 
 #endif

@@ -6,14 +6,6 @@
 
 #include "rules.h"
 
-#if defined(__GNUC__)
-#define SJ_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define SJ_PRINTF(a, b)
-#endif
-
-/* Writes the refusal message; always returns -1 so rules can `return sj_err(...)`. */
-int sj_err(ShapeErr *err, const char *fmt, ...) SJ_PRINTF(2, 3);
 
 /* An empty output of the given library and dtype. */
 void sj_meta(TensorMeta *out, Lib lib, DType dt);

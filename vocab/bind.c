@@ -4,11 +4,12 @@
  * comes from the static callables table, so the address is a stable key and binding a call
  * costs a hash probe plus a pass over the arguments. */
 #include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../shapes/rules.h"
-#include "../shapes/rules_util.h"
+#include "bind.h"
 #include "../core/errors.h"
 
 #define NAME_MAX_LEN 32
@@ -182,8 +183,8 @@ static const Schema *get_schema(const char *schema, ShapeErr *err)
     return NULL;
 }
 
-int shapes_bind(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
-                const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err)
+int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
+              const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err)
 {
     const Schema *sc = get_schema(schema, err);
     if (!sc)
@@ -258,6 +259,15 @@ int shapes_bind(const char *schema, const BoundArg *pos, int npos, const char *c
 
 /* Several parameters may share a canonical name (numpy's clip(a, a_min, a_max, *, min, max)
  * maps both spellings to min/max): the first one passed wins. */
+int sj_err(ShapeErr *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 const BoundArg *ba_get(const BoundArgs *b, const char *name)
 {
     for (int i = 0; i < b->n; i++)

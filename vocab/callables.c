@@ -1,8 +1,7 @@
 /* The callables table (vocab/callables.def): each row's path resolved to its object once
  * the library is imported, and looked up by identity during capture. */
-#include "../capture/capture.h"
+#include "callables.h"
 #include "libs.h"
-#include "../shapes/rules.h"
 #include "../core/errors.h"
 
 const CallableRow callable_rows[] = {

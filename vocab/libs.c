@@ -1,6 +1,6 @@
 /* Library types, fetched lazily from sys.modules. */
 #include "libs.h"
-#include "../capture/capture.h"
+#include "callables.h"
 #include "../core/errors.h"
 
 Libs libs;

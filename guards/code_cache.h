@@ -3,7 +3,7 @@
 #define SJ_CODE_CACHE_H
 
 #include <Python.h>
-#include "../guards/tree.h"
+#include "tree.h"
 
 typedef enum {
     ENTRY_GRAPH,   /* run the compiled graph and rebuild the result */
