@@ -3,7 +3,7 @@
  * Matmul primitives are made with DNNL_RUNTIME_DIM_VAL for every dim and a layout tag per
  * operand (the stride order): measured here, runtime dims cost nothing in speed and make
  * creation 45x cheaper, while runtime *strides* push oneDNN to its reference kernel
- * (docs/notes/issue6_plan.md section 2). At execution the memory objects carry the real
+ * (docs/internals/backend_measurements.md, section 2). At execution the memory objects carry the real
  * sizes and strides, so a padded leading dimension (a column slice) needs no copy.
  *
  * Threads: libdnnl 2.6.3 from Debian is built with DNNL_CPU_RUNTIME=OMP against the

@@ -6,7 +6,7 @@
  * Threads: libdnnl here is a GNU OpenMP build, and the process maps one libgomp (torch's
  * or the system's, same SONAME), so oneDNN's pool is torch's pool and
  * torch.set_num_threads(n) governs it (omp_get_max_threads() of the calling thread). The
- * count is part of the key (docs/notes/issue6_plan.md section 2). */
+ * count is part of the key (docs/internals/backend_measurements.md, section 2). */
 #ifndef SJ_DNNL_API_H
 #define SJ_DNNL_API_H
 
@@ -93,7 +93,7 @@ int dnnl_api_threads(void);
  * (row-major) NCHW / NCW operands and get a plain result; a convolution reorders its
  * source, weights and result through the blocked layouts oneDNN picks, which is
  * 1.2-15x faster than its plain-layout (im2col + gemm) path even with the three reorders
- * (measured, docs/notes/issue6_plan.md section 9). */
+ * (measured, docs/internals/backend_measurements.md, section 7). */
 
 #define CV_MAX_POST 6    /* post-ops of one convolution */
 

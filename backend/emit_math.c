@@ -9,7 +9,7 @@
  * Both sides of each select are computed for every lane: ~23 multiply-adds per element,
  * which is what it costs on this Zen 4 (double-pumped AVX-512, ~20 cycles per vector).
  *
- * Not done for exp and tanh (tried; docs/notes/kernel_math.md has the numbers): an
+ * Not done for exp and tanh (tried; docs/internals/backend_measurements.md, section 8, has the numbers): an
  * inline exp of the same kind was 20% faster than libmvec's alone and in sigmoid/silu,
  * but 10-20% slower in chains of dependent transcendentals (chain10, mish); an inline
  * tanh was no faster anywhere. libmvec's exp/tanh use vscalefps and in-register tables,

@@ -47,7 +47,7 @@ extern char **environ;
 
 PyObject *cc_CompileError;
 
-/* The compile flags, in order (docs/notes/issue6_plan.md section 3): no -ffast-math (it
+/* The compile flags, in order (docs/internals/backend_measurements.md, section 3): no -ffast-math (it
  * folds isnan); -ffp-contract=off so chains of + - * / round after every op as eager
  * does; -fno-trapping-math because no kernel reads the FP exception flags, and without
  * it GCC keeps compares and arithmetic that sit under a condition from running on every

@@ -12,7 +12,7 @@
  *
  * Source conventions: the compiler runs with -fvisibility=hidden, so every entry point is
  * declared `CG_EXPORT` (defined on the command line as visibility("default")). The flags
- * are the table in cc.c; docs/notes/issue6_plan.md section 3 says why each is there.
+ * are the table in cc.c; docs/internals/backend_measurements.md, section 3 says why each is there.
  *
  * Every function here needs the GIL; cg_build releases it while the compiler runs. */
 #ifndef SJ_CODEGEN_H
