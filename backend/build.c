@@ -18,7 +18,7 @@
  * caller waits for it running signal handlers: an interrupt stops both.
  *
  * Memory: *source receives a new str (the units' sources, concatenated); CgLib handles
- * are immortal (codegen.h). */
+ * are immortal (native/native.h). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>

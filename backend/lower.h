@@ -1,6 +1,6 @@
 /* The generated-C backend's view of a graph: which nodes become
  * fused loops (plan.c), the C source of each loop (emit.c), and the compiled graph that
- * runs the steps (runtime.c). Data flows graph -> codegen, never back.
+ * runs the steps (runtime.c). Data flows graph -> backend, never back.
  *
  * Memory: plans, steps and kernels are PyMem arrays owned by the CompiledGraph; the graph
  * they describe is owned (a strong reference to its _C.Graph object) by the same. */

@@ -10,7 +10,7 @@
  * only slower.
  *
  * Memory: the object holds a strong reference to its _C.Graph and owns its plan (PyMem);
- * the kernels' library stays loaded for the life of the process (codegen.h). Values live
+ * the kernels' library stays loaded for the life of the process (native/native.h). Values live
  * in the run's vals[] as strong references (graph_run_with), each dropped after the last
  * step that reads it (the plan's release lists). */
 #include <string.h>

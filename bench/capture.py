@@ -10,7 +10,7 @@ For each model (BertModel and ResNetModel built from small configs, eval, no_gra
     eager median, and shapejit.stats()["compile_time_s"].
 Each system gets 1 + N cold runs (caches reset before each).  The first run of the process
 is reported apart (it pays lazy imports and one-time set-up); the medians are over the
-other N.  Aim: shapejit under 50 ms and at least 20x faster than the anchor.
+other N.  Aim: shapejit under 50 ms and at least 20x faster than torch.compile.
 
 Usage: python3 bench/capture.py [--quick] [--runs N] [--threads N] [--models bert,resnet]
                                 [--out DIR]

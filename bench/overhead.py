@@ -102,7 +102,7 @@ GD_HEADER = "vs plain g (= guard + dispatch on precomputed-result rows)"
 STRESS_ARGS = 100     # the stress shape: 100 tensor arguments ...
 STRESS_ENTRIES = 10   # ... and 10 cache entries
 ENTRY_COUNTS = (1, 8, 64)
-CACHE_LIMIT, ACCUMULATED_LIMIT = 128, 1024   # both systems, for the issue-4 groups
+CACHE_LIMIT, ACCUMULATED_LIMIT = 128, 1024   # both systems, for the numpy, stress and entries groups
 AIM_GD_S = 0.5e-6     # aim: under 0.5 µs of guard + dispatch, x + 1 ...
 AIM_GD_RATIO = 10.0   # ... at least 10x below torch.compile's
 AIM_STRESS_S = 10e-6  # aim: 100 arguments x 10 entries under 10 µs per call ...
@@ -170,7 +170,8 @@ def tc_compiler():
 
 
 def limits_context(system, sj=None):
-    """Cache limits of at least 64 entries per code object for the issue-4 groups."""
+    """Cache limits of at least 64 entries per code object for the numpy, stress and entries
+    groups."""
     if system == "shapejit":
         return sj.config.patch(cache_size_limit=CACHE_LIMIT,
                                accumulated_cache_size_limit=ACCUMULATED_LIMIT)
@@ -494,7 +495,7 @@ ISSUE4_GROUPS = (("numpy", numpy_group), ("stress", stress_group), ("entries", e
 
 
 def issue4_groups(system, comp, args, log, limits, on_group=None):
-    """Runs the issue-4 groups of one system; {name: (Cases, notes)}.  `limits` is the
+    """Runs the numpy, stress and entries groups of one system; {name: (Cases, notes)}.  `limits` is the
     cache-limit context; `on_group(name, cases, notes)` is called after each group."""
     out = {}
     with limits:
@@ -528,7 +529,7 @@ def worker_main(args):
     note = shapejit_group(sjc, phases, x, fresh_add_one(), args, log=logs.append,
                           prefix="child: ")
     common.emit("RESULT", dict(cases=sjc.dump(), note=note, phases=phases, log=logs))
-    # The issue-4 groups, one @@GROUP line each as it finishes (a crash in one keeps the
+    # The numpy, stress and entries groups, one @@GROUP line each as it finishes (a crash in one keeps the
     # results of those before it).
     glog = []
 
@@ -589,7 +590,7 @@ def _ok(v):
 
 
 def summary_rows(tc, sjc, tc4, sj4):
-    """The issue-4 figures side by side: (headers, rows)."""
+    """The numpy, stress and entries figures side by side: (headers, rows)."""
     def grp(res, name):
         return res[name][0] if name in res else Cases(1, 1)
 

@@ -69,7 +69,7 @@ int guards_same(const Guard *a, const Guard *b);
 
 /* Check one leaf: 1 pass, 0 fail, -1 error (a failure for the caller). */
 int guards_check_one(const Guard *g, const SourceTable *t, GuardCall *call);
-/* New str: why leaf g fails for this call, in the anchors' words. */
+/* New str: why leaf g fails for this call, in torch.compile's words. */
 PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *call);
 /* New str: the leaf as the guards log prints it (without its user line). */
 PyObject *guards_format_one(const Guard *g, const SourceTable *t);

@@ -106,7 +106,7 @@ void guard_call_end(GuardCall *call);
 GuardEntry *guard_tree_find(GuardCall *call);
 /* 1 when every leaf of ge passes, else 0 (*failed = the first failing leaf id). */
 int guard_entry_check(GuardCall *call, const GuardEntry *ge, int32_t *failed);
-/* New str: why ge fails for this call (the first failing leaf, in the anchors' words), or
+/* New str: why ge fails for this call (the first failing leaf, in torch.compile's words), or
  * Py_None when it passes; NULL on error. */
 PyObject *guard_entry_explain(GuardCall *call, const GuardEntry *ge);
 /* New str: ge's tree in the indented form of the guards log. */

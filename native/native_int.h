@@ -1,4 +1,4 @@
-/* Internal interfaces between codegen's files: the compiler driver (cc.c), the disk
+/* Internal interfaces between native/'s files: the compiler driver (cc.c), the disk
  * cache (diskcache.c) and the loader (loader.c). Everything here needs the GIL unless it
  * says otherwise. */
 #ifndef SJ_CODEGEN_INT_H

@@ -1,4 +1,4 @@
-/* Python test hooks of the codegen layer and its module registration.
+/* Python test hooks of the compile-and-load layer (native/) and its module registration.
  *
  *     fn = _C._cg_build(source, symbol, signature[, tag])   # a handle (capsule)
  *     _C._cg_call(fn, *args)          # ints for p/l/i, floats (or ints) for d/f

@@ -29,7 +29,7 @@ from . import _C, dynsources
 _KNOBS = {row[0]: row for row in _C.config_knobs()}
 _ALIASES = dict(_C.config_aliases())
 
-# Environment variables read once at import, as the anchor does for the same knobs.
+# Environment variables read once at import, as torch does for the same knobs.
 _ENV = {
     "TORCH_COMPILE_DYNAMIC_SOURCES": "dynamic_sources",
     "TORCH_COMPILE_STATIC_SOURCES": "static_sources",

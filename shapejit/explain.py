@@ -26,7 +26,7 @@ def _ops(graph):
 
 
 class ExplainOutput:
-    """What one compiled call produced. Printing it gives the anchor's explain layout."""
+    """What one compiled call produced. Printing it gives torch._dynamo.explain's layout."""
 
     def __init__(self, graphs, break_reasons, guards, compile_times):
         self.graphs = graphs                      # [_C.Graph], in the order compiled
@@ -36,7 +36,7 @@ class ExplainOutput:
         self.ops_per_graph = [_ops(g) for g in graphs]
         self.op_count = sum(len(ops) for ops in self.ops_per_graph)
         self.guards = guards                      # [str], every new cache entry's guards
-        self.out_guards = guards                  # the anchor's name for them
+        self.out_guards = guards                  # torch._dynamo.explain's name for them
         self.compile_times = compile_times        # [seconds] per frame compiled
 
     @property

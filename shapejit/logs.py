@@ -160,8 +160,8 @@ def set_logs(**channels):
     torch's group names (``all``, ``dynamo``, ...; see GROUPS) set every channel of the
     group; a channel named as well gets its own value.
 
-    Each value is a bool (True = INFO) or a ``logging`` level. As with the anchor's
-    set_logs, every call starts from all channels off: channels not named are turned off.
+    Each value is a bool (True = INFO) or a ``logging`` level. As with
+    torch._logging.set_logs, every call starts from all channels off: channels not named are turned off.
     An unknown channel is a ValueError listing the valid ones.
     """
     unknown = [name for name in channels if name not in CHANNELS and name not in GROUPS]

@@ -1,5 +1,5 @@
 """The log channels print what capture did: graph code with user lines, guards, recompile
-reasons in the anchor's words, bytecode, graph breaks."""
+reasons in torch.compile's words, bytecode, graph breaks."""
 import pytest
 import torch
 
