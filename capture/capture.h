@@ -262,7 +262,7 @@ typedef struct Capture {
     int32_t distinct_srcs[256]; int32_t ndistinct;
 } Capture;
 
-/* arena.c */
+/* capture.c: the arena */
 void *cap_alloc(Capture *c, size_t n);          /* zeroed; NULL with MemoryError */
 void cap_arena_free(Capture *c);
 /* Keep obj alive for the capture; returns obj (borrowed) or NULL on error. */
