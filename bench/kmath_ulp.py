@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(HERE, "..", "codegen", "emit_math.c")
+SRC = os.path.join(HERE, "..", "backend", "emit_math.c")
 
 HARNESS = r"""
 #include <math.h>

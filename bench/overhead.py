@@ -491,15 +491,15 @@ def entries_group(system, comp, args, log):
     return c, notes
 
 
-ISSUE4_GROUPS = (("numpy", numpy_group), ("stress", stress_group), ("entries", entries_group))
+STRESS_GROUPS = (("numpy", numpy_group), ("stress", stress_group), ("entries", entries_group))
 
 
-def issue4_groups(system, comp, args, log, limits, on_group=None):
+def stress_groups(system, comp, args, log, limits, on_group=None):
     """Runs the numpy, stress and entries groups of one system; {name: (Cases, notes)}.  `limits` is the
     cache-limit context; `on_group(name, cases, notes)` is called after each group."""
     out = {}
     with limits:
-        for name, fn in ISSUE4_GROUPS:
+        for name, fn in STRESS_GROUPS:
             try:
                 c, notes = fn(system, comp, args, log)
             except Exception as e:  # a failure of the set-up itself (not of a case)
@@ -536,7 +536,7 @@ def worker_main(args):
     def on_group(name, cases, notes):
         common.emit("GROUP", dict(name=name, cases=cases.dump(), notes=notes, log=list(glog)))
         glog.clear()
-    issue4_groups("shapejit", sj_compiler(sj), args, glog.append, limits_context("shapejit", sj),
+    stress_groups("shapejit", sj_compiler(sj), args, glog.append, limits_context("shapejit", sj),
                   on_group=on_group)
     return 0
 
@@ -708,7 +708,7 @@ def main(argv=None):
     # ---------------------------------------------------------------- torch.compile, guard groups
     print("   torch.compile issue-4 groups (numpy, 100 arguments, cache entries):", flush=True)
     plog = (lambda m: print("   " + m, flush=True))
-    tc4 = issue4_groups("torch.compile", tc_compiler(), args, plog, limits_context("torch.compile"))
+    tc4 = stress_groups("torch.compile", tc_compiler(), args, plog, limits_context("torch.compile"))
 
     # ---------------------------------------------------------------- shapejit group
     sjc = Cases(N, R)
@@ -717,7 +717,7 @@ def main(argv=None):
         sj_note = shapejit_group(sjc, phases, x, eager_f, args)
         sj, _why = common.import_shapejit()
         if sj is not None:
-            sj4 = issue4_groups("shapejit", sj_compiler(sj), args, plog,
+            sj4 = stress_groups("shapejit", sj_compiler(sj), args, plog,
                                 limits_context("shapejit", sj))
     else:
         # A child process (same thread set-up) runs the shapejit cases and its own
@@ -754,7 +754,7 @@ def main(argv=None):
             for line in g["log"]:
                 print("   [child] " + line, flush=True)
         if "RESULT" in recs:
-            missing = [n for n, _ in ISSUE4_GROUPS if n not in sj4]
+            missing = [n for n, _ in STRESS_GROUPS if n not in sj4]
             if missing:
                 why = (f"child process {child['died'] or 'gave no result'}"
                        + (f": {child['err_tail']}" if child["err_tail"] else ""))
@@ -853,9 +853,9 @@ def main(argv=None):
         torch_compile={k: tc.samples.get(k) for k in tc.timers}, torch_compile_errors=tc.errors,
         shapejit={k: sjc.samples.get(k) for k in sjc.timers}, shapejit_errors=sjc.errors,
         shapejit_note=sj_note, unrelated=phases,
-        issue4={system: {g: dict(c.dump(), notes=notes) for g, (c, notes) in res.items()}
+        stress={system: {g: dict(c.dump(), notes=notes) for g, (c, notes) in res.items()}
                 for system, res in (("torch.compile", tc4), ("shapejit", sj4))},
-        issue4_summary=[dict(zip(sh, r)) for r in srows]))
+        stress_summary=[dict(zip(sh, r)) for r in srows]))
     print(f"wrote: {os.path.relpath(os.path.join(args.out, 'overhead.md'))}, "
           f"{os.path.relpath(os.path.join(args.out, 'overhead.json'))}")
     return 0
