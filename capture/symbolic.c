@@ -17,13 +17,12 @@
 #include "../vocab/libs.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/policy.h"
 #include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 
 PyObject *SjConstraintViolation;
-
-static PyObject *dynsources_lookup;   /* strong: shapejit.dynsources.lookup, or NULL */
 
 /* ------------------------------------------------------------ bookkeeping ---- */
 
@@ -136,8 +135,8 @@ static int mark_has(PyObject *t, const char *attr, int dim)
     return r;
 }
 
-/* shapejit.dynsources.lookup(knob, name): None, True, or a frozenset of dims. New ref or
- * NULL (exception cleared: a broken lookup is "not listed"). */
+/* The dynsources_lookup policy (knob, name): None, True, or a frozenset of dims. New ref or
+ * NULL (unset, or an exception, cleared: a broken lookup is "not listed"). */
 static PyObject *sources_listed(const char *knob, PyObject *name)
 {
     PyObject *v = NULL;
@@ -149,16 +148,12 @@ static PyObject *sources_listed(const char *knob, PyObject *name)
         v = sj_config.unbacked_sources;
     if (!v || !PyUnicode_Check(v) || PyUnicode_GET_LENGTH(v) == 0)
         return NULL;
-    if (!dynsources_lookup) {
-        PyObject *mod = PyImport_ImportModule("shapejit.dynsources");
-        dynsources_lookup = mod ? PyObject_GetAttrString(mod, "lookup") : NULL;
-        Py_XDECREF(mod);
-        if (!dynsources_lookup) {
-            sj_err_clear();
-            return NULL;
-        }
-    }
-    PyObject *r = PyObject_CallFunction(dynsources_lookup, "sO", knob, name);
+    PyObject *lookup = policy_get(POLICY_DYNSOURCES_LOOKUP);   /* borrowed */
+    if (!lookup)
+        return NULL;
+    Py_INCREF(lookup);   /* held over the call: it may register another */
+    PyObject *r = PyObject_CallFunction(lookup, "sO", knob, name);
+    Py_DECREF(lookup);
     if (!r)
         sj_err_clear();
     return r;
@@ -1016,7 +1011,7 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 
 /* ---------------------------------------------------------- run time ---- */
 
-static PyObject *size_fn;   /* strong: _C._size_of */
+static PyObject *size_fn;   /* strong: _C._size_of, set by symb_init_module */
 
 int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
                              int n)
@@ -1078,11 +1073,8 @@ int32_t symb_materialize(Capture *c, SymNode *e)
             break;
         }
         if (!size_fn) {
-            PyObject *mod = PyImport_ImportModule("shapejit._C");
-            size_fn = mod ? PyObject_GetAttrString(mod, "_size_of") : NULL;
-            Py_XDECREF(mod);
-            if (!size_fn)
-                break;
+            PyErr_SetString(PyExc_SystemError, "shapejit: _C._size_of is not registered");
+            break;
         }
         int32_t vals[2] = {si->tensor_value, -1};
         SymNode *dim = sym_const(c->env, si->dim);
@@ -1391,18 +1383,14 @@ int symb_record_call(CodeState *st, PyCodeObject *co, PyObject *const *locals)
 
 /* ------------------------------------------------------------------ PGO ---- */
 
-/* shapejit.pgo.<name>, or NULL (not enabled: no job id in the environment). */
-static PyObject *pgo_fn(const char *name)
+/* The PGO store's policy p (a new reference), or NULL (unset, or not enabled: no job id in
+ * the environment). */
+static PyObject *pgo_fn(Policy p)
 {
     const char *job = getenv("TORCH_COMPILE_JOB_ID");
     if (!job || !*job)
         return NULL;
-    PyObject *mod = PyImport_ImportModule("shapejit.pgo");
-    PyObject *fn = mod ? PyObject_GetAttrString(mod, name) : NULL;
-    Py_XDECREF(mod);
-    if (!fn)
-        sj_err_clear();
-    return fn;
+    return Py_XNewRef(policy_get(p));
 }
 
 /* After a call into the PGO store: it warns about its own problems (a bad file, a server
@@ -1422,7 +1410,7 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (st->fstate)
         return;
-    PyObject *fn = pgo_fn("load_frame_state");
+    PyObject *fn = pgo_fn(POLICY_PGO_LOAD);
     PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name,
                                              closure ? closure : Py_None)
                      : NULL;
@@ -1442,7 +1430,7 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
         return;
     PyObject *et, *ev, *tb;   /* the compile's own error (if any) reaches the user intact */
     PyErr_Fetch(&et, &ev, &tb);
-    PyObject *fn = pgo_fn("save_frame_state");
+    PyObject *fn = pgo_fn(POLICY_PGO_SAVE);
     PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate,
                                              closure ? closure : Py_None)
                      : NULL;
@@ -1477,7 +1465,10 @@ static PyMethodDef symb_methods[] = {
 int symb_init_module(PyObject *m)
 {
     SjConstraintViolation = PyErr_NewException("shapejit._C.ConstraintViolationError", PyExc_RuntimeError, NULL);
-    if (!SjConstraintViolation || PyModule_AddObjectRef(m, "ConstraintViolationError", SjConstraintViolation) < 0)
+    if (!SjConstraintViolation || PyModule_AddObjectRef(m, "ConstraintViolationError", SjConstraintViolation) < 0 ||
+        PyModule_AddFunctions(m, symb_methods) < 0)
         return -1;
-    return PyModule_AddFunctions(m, symb_methods);
+    /* the graphs call the module's own function object (the target of their size reads) */
+    Py_XSETREF(size_fn, PyObject_GetAttrString(m, "_size_of"));
+    return size_fn ? 0 : -1;
 }
