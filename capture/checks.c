@@ -62,7 +62,7 @@ int symb_runtime_assert(Capture *c, SymNode *rel)
         Py_XDECREF(stack);
         sj_err_clear();
     }
-    symb_refine(c, rel);
+    shape_env_refine(&c->shape, rel);
     if (!assert_fn) {
         PyErr_SetString(PyExc_SystemError, "shapejit: _C._sym_assert is not registered");
         goto fail;

@@ -1310,7 +1310,7 @@ done:
             log_guards(co, st, e);
         }
     }
-    nshape_guards = c.nsguards;
+    nshape_guards = c.shape.nrels;
     capture_release(&c);
     symb_pgo_save(st, co, closure);
     double dt_s = now_s() - t0;
