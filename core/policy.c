@@ -50,10 +50,10 @@ static PyObject *py_policies(PyObject *self, PyObject *unused)
     (void)unused;
     PyObject *d = PyDict_New();   /* new */
     for (int p = 0; d && p < POLICY_COUNT; p++) {
-        PyObject *doc = PyUnicode_FromString(policy_docs[p]);   /* new */
-        if (!doc || PyDict_SetItemString(d, policy_names[p], doc) < 0)
+        PyObject *row = Py_BuildValue("(sO)", policy_docs[p], policies[p] ? policies[p] : Py_None);   /* new */
+        if (!row || PyDict_SetItemString(d, policy_names[p], row) < 0)
             Py_CLEAR(d);
-        Py_XDECREF(doc);
+        Py_XDECREF(row);
     }
     return d;
 }
@@ -61,6 +61,6 @@ static PyObject *py_policies(PyObject *self, PyObject *unused)
 PyMethodDef sj_policy_methods[] = {
     {"_set_policy", py_set_policy, METH_VARARGS,
      "_set_policy(name, callable or None): the Python side of a C decision (core/policies.def)."},
-    {"_policies", py_policies, METH_NOARGS, "{policy name: what it is called with} (core/policies.def)."},
+    {"_policies", py_policies, METH_NOARGS, "{policy name: (what it is called with, the callable or None)} (core/policies.def)."},
     {NULL, NULL, 0, NULL},
 };

@@ -19,7 +19,7 @@ typedef enum {
  * exception is set either way. */
 PyObject *policy_get(Policy p);
 
-/* _set_policy(name, callable or None) and _policies() -> {name: doc}. */
+/* _set_policy(name, callable or None) and _policies() -> {name: (doc, callable or None)}. */
 extern PyMethodDef sj_policy_methods[];
 
 #endif
