@@ -25,7 +25,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # every path below is relative to the repository root
 
 # The C folders, bottom layer first (docs/architecture.md): every *.c under them (at any
-# depth) goes into the one extension.
+# depth) goes into the one extension. Data flows one way: a folder includes only the
+# folders on its line (tests/test_layers.py checks every #include against this table), and
+# no folder but backend includes a backend header (the hook reaches the backend through
+# its module init only).
+#
+#   folder   | may include                                                   | what it is
+#   core     | -                                                             | config knobs, log channels, errors, trace, break reasons, policies
+#   vocab    | core                                                          | op vocabulary, callables, dtypes, tensor metadata, binder, libraries
+#   bytecode | core                                                          | 3.11 bytecode decoder and assembler
+#   native   | core                                                          | compile and load C: compiler driver, disk cache, loader
+#   shapes   | core vocab                                                    | shape and dtype rules, symbolic ints, the shape environment
+#   graph    | core vocab shapes                                             | the graph IR
+#   guards   | core vocab shapes                                             | guard trees, dispatch, sources, shape guards, per-code cache
+#   capture  | core vocab bytecode shapes graph guards                       | the symbolic evaluator
+#   backend  | core vocab shapes graph native                                | the cpu backend: plan, lower, emit, steps, oneDNN
+#   resume   | core vocab bytecode shapes graph guards capture               | continuations after graph breaks
+#   hook     | core vocab bytecode shapes graph guards capture resume native | frame hook, compile driver, module init
 C_DIRS = ["core", "vocab", "bytecode", "native", "shapes", "graph", "guards", "capture",
           "backend", "resume", "hook"]
 GEN_DIR = os.path.join("build", "gen")

@@ -198,10 +198,10 @@ typedef struct {
     long ref_avoided;    /* keys whose reference implementation was refused (a convolution
                             with post-ops moved after it, or an op run eagerly) */
 } PcStats;
-void primcache_stats(PcStats *out);
-/* The implementations oneDNN chose for the cached primitives of op_class (0: all): a new
- * set of str, or NULL with an exception. (Declared with a plain PyObject so this header
- * needs no Python.h.) */
-struct _object *primcache_impls(int op_class);
+/* Registers _C._cg_primcache_info() (the counters above, the implementations oneDNN chose
+ * by op class) on module m: 0, or -1 with an exception. (A plain PyObject struct, so this
+ * header needs no Python.h.) */
+struct _object;
+int primcache_init_module(struct _object *m);
 
 #endif

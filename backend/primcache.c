@@ -133,12 +133,9 @@ void primcache_release(PcEntry *e)
     e->pins--;
 }
 
-void primcache_stats(PcStats *out)
-{
-    *out = stats;
-}
-
-PyObject *primcache_impls(int op_class)
+/* The implementations oneDNN chose for the cached primitives of op_class (0: all): a new
+ * set of str, or NULL with an exception. */
+static PyObject *impls_of(int op_class)
 {
     PyObject *set = PySet_New(NULL);   /* new */
     for (int b = 0; set && b < PC_BUCKETS; b++)
@@ -155,4 +152,48 @@ PyObject *primcache_impls(int op_class)
             Py_DECREF(name);
         }
     return set;
+}
+
+/* _C._cg_primcache_info(): the oneDNN primitive cache's counters . */
+static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PcStats st = stats;
+    static const struct {
+        const char *name;
+        int op_class;
+    } classes[4] = {{"matmul", MM_CLASS_MATMUL}, {"conv", CV_CLASS_CONV}, {"pool", CV_CLASS_POOL},
+                    {"batch_norm", CV_CLASS_BNORM}};
+    PyObject *by = PyDict_New(), *impls_by = PyDict_New();   /* new, new */
+    PyObject *impls = by && impls_by ? impls_of(0) : NULL;   /* new */
+    for (int i = 0; impls && i < 4; i++) {
+        PyObject *n = PyLong_FromLong(st.created[classes[i].op_class]);   /* new */
+        PyObject *set = n ? impls_of(classes[i].op_class) : NULL;  /* new */
+        if (!set || PyDict_SetItemString(by, classes[i].name, n) < 0 ||
+            PyDict_SetItemString(impls_by, classes[i].name, set) < 0)
+            Py_CLEAR(impls);
+        Py_XDECREF(n);
+        Py_XDECREF(set);
+    }
+    if (!impls) {
+        Py_XDECREF(by);
+        Py_XDECREF(impls_by);
+        return NULL;
+    }
+    /* N steals impls, by and impls_by */
+    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
+                         "creations", st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
+                         st.entries, "capacity", st.capacity, "ref_avoided", st.ref_avoided, "impls", impls,
+                         "created", by, "impls_by_class", impls_by);
+}
+
+static PyMethodDef primcache_methods[] = {
+    {"_cg_primcache_info", py_primcache_info, METH_NOARGS, "The oneDNN primitive cache's counters (tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int primcache_init_module(PyObject *m)
+{
+    return PyModule_AddFunctions(m, primcache_methods);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "lower_int.h"
+#include "dnnl_api.h"
 #include "../vocab/tensor_reader.h"
 #include "../vocab/libs.h"
 #include "../core/config.h"
@@ -518,7 +519,7 @@ static PyMethodDef lower_methods[] = {
 
 int lower_init_module(PyObject *m)
 {
-    if (PyType_Ready(&SjCompiledGraph_Type) < 0 ||
+    if (primcache_init_module(m) < 0 || PyType_Ready(&SjCompiledGraph_Type) < 0 ||
         PyModule_AddObjectRef(m, "CompiledGraph", (PyObject *)&SjCompiledGraph_Type) < 0)
         return -1;
     return PyModule_AddFunctions(m, lower_methods);

@@ -10,6 +10,7 @@
 #include "../vocab/callables.h"
 #include "../shapes/rules.h"
 #include "../shapes/sym.h"
+#include "../shapes/env.h"
 #include "../guards/code_cache.h"
 
 /* ---------------------------------------------------------------- vars ---- */
@@ -181,25 +182,6 @@ typedef struct Mutated {
     Var *v;
 } Mutated;
 
-/* One symbol of the capture's shape environment (symbolic.c), by slot. */
-typedef struct {
-    int32_t src;           /* where its value is read: L['x'].size()[0], or L['n'] for an int */
-    int32_t value;         /* graph value holding it at run time, -1 until an op needs it */
-    int32_t tensor_value;  /* a size: the graph input whose dim it is; an int: -1 */
-    int8_t dim;
-    uint8_t strict;        /* mark_dynamic: specialising it is an error */
-    uint8_t is_int;        /* an int input (no 0/1 specialisation, no range guard) */
-    uint8_t duck;          /* made dynamic by dynamic=True / assume_static_by_default=False:
-                              an equal size of the same kind shares it (duck sizing) */
-    SymRange range0;       /* the range it was created with (guarded at the end) */
-} SymInfo;
-
-/* A second source whose size duck sizing gave an existing symbol (guarded equal). */
-typedef struct {
-    int32_t src;
-    int32_t slot;
-} SymAlias;
-
 typedef struct Capture {
     Graph *g;                  /* owned until handed to the entry */
     SourceTable src;           /* owned */
@@ -243,10 +225,7 @@ typedef struct Capture {
     PyObject *fstate;          /* borrowed dict or NULL: the code's frame state (CodeState) */
     SymEnv *env;               /* borrowed: g->env (the graph owns it); NULL until needed */
     SymRuleCtx rctx;           /* env + guard callback for the shape rules */
-    SymInfo *syms; int32_t nsyms, capsyms;           /* PyMem */
-    SymAlias *aliases; int32_t naliases, capaliases; /* PyMem */
-    SymNode **sguards; int32_t nsguards, capsguards; /* PyMem: relations the capture relied on */
-    PyObject *sguard_where;    /* strong list of str or None, parallel to sguards */
+    ShapeEnv shape;            /* owned: symbols and the relations relied on (over env) */
     PyObject *symvals;         /* strong dict: node address -> graph value id */
     PyObject *violations;      /* strong list of str or NULL: mark_dynamic dims specialised */
     PyObject *wrap_owner;      /* borrowed or NULL: while an nn.Module's attribute is wrapped,
@@ -408,8 +387,6 @@ Var *symb_unbacked_value(Capture *c, int32_t value);
 SymNode *symb_unbacked_bool(Capture *c, int32_t value);
 /* The relation rel holds at the hints: guard it. 0 or -1. */
 int symb_guard(Capture *c, SymNode *rel);
-/* Narrow a symbol's range by a relation guarded or asserted between it and a constant. */
-void symb_refine(Capture *c, SymNode *rel);
 /* "<line>  # file:line in fn" of the instruction being captured (new str, never NULL
  * unless out of memory). */
 PyObject *symb_where_text(Capture *c);

@@ -19,7 +19,7 @@
 
 /* ------------------------------------------------------------ assertions ---- */
 
-static PyObject *assert_fn;   /* strong: _C._sym_assert */
+static PyObject *assert_fn;   /* strong: _C._sym_assert, set by checks_init_module */
 
 /* One argument of an assertion node: graph value of e, or e's value as a constant. */
 static int assert_arg(Capture *c, SymNode *e, Arg *out)
@@ -62,13 +62,10 @@ int symb_runtime_assert(Capture *c, SymNode *rel)
         Py_XDECREF(stack);
         sj_err_clear();
     }
-    symb_refine(c, rel);
+    shape_env_refine(&c->shape, rel);
     if (!assert_fn) {
-        PyObject *mod = PyImport_ImportModule("shapejit._C");
-        assert_fn = mod ? PyObject_GetAttrString(mod, "_sym_assert") : NULL;
-        Py_XDECREF(mod);
-        if (!assert_fn)
-            goto fail;
+        PyErr_SetString(PyExc_SystemError, "shapejit: _C._sym_assert is not registered");
+        goto fail;
     }
     PyObject *kind = PyLong_FromLong(rel->kind);   /* new */
     PyObject *msg = PyUnicode_FromFormat("%U  (%U)", text, w);   /* new */
@@ -280,5 +277,9 @@ static PyMethodDef check_methods[] = {
 
 int checks_init_module(PyObject *m)
 {
-    return PyModule_AddFunctions(m, check_methods);
+    if (PyModule_AddFunctions(m, check_methods) < 0)
+        return -1;
+    /* the graphs call the module's own function object (the target of their assertions) */
+    Py_XSETREF(assert_fn, PyObject_GetAttrString(m, "_sym_assert"));
+    return assert_fn ? 0 : -1;
 }

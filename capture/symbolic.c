@@ -1,6 +1,7 @@
-/* The shape environment of one capture: which input sizes and ints are symbols, the
- * relations between them the capture relied on (each becomes a SHAPE_ENV guard), and how
- * a symbolic int is computed at run time when an op needs it.
+/* The capture's side of its shape environment (shapes/env.h holds the symbols and the
+ * relations relied on, and compiles them into SHAPE_ENV guards): which input sizes and
+ * ints become symbols, symbolic ints as values of the evaluator, and how a symbolic int is
+ * computed at run time when an op needs it.
  *
  * Dynamic or static: for each dim of a tensor input (and each int input), highest
  * precedence first: dynamic_sources (and unbacked_sources), static_sources, the tensor's
@@ -11,19 +12,18 @@
  * inputs looked like at every compile so far) says the size changed. A dynamic size of 0
  * or 1 is specialised (0/1 specialisation) unless backed_size_oblivious.
  *
- * Memory: the SymEnv belongs to the capture's graph (g->env); syms/aliases/sguards are
- * PyMem arrays freed by symb_release; symvals/sguard_where/violations are strong. */
+ * Memory: the SymEnv belongs to the capture's graph (g->env); c->shape is freed by
+ * symb_release; symvals/violations are strong. */
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/policy.h"
 #include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
 
 PyObject *SjConstraintViolation;
-
-static PyObject *dynsources_lookup;   /* strong: shapejit.dynsources.lookup, or NULL */
 
 /* ------------------------------------------------------------ bookkeeping ---- */
 
@@ -50,22 +50,13 @@ int symb_ensure(Capture *c)
     c->rctx.ctx = c;
     if (!c->symvals && !(c->symvals = PyDict_New()))
         return -1;
-    if (!c->sguard_where && !(c->sguard_where = PyList_New(0)))
-        return -1;
-    return 0;
+    return shape_env_open(&c->shape, c->env);
 }
 
 void symb_release(Capture *c)
 {
-    PyMem_Free(c->syms);
-    PyMem_Free(c->aliases);
-    PyMem_Free(c->sguards);
-    c->syms = NULL;
-    c->aliases = NULL;
-    c->sguards = NULL;
-    c->nsyms = c->capsyms = c->naliases = c->capaliases = c->nsguards = c->capsguards = 0;
+    shape_env_clear(&c->shape);
     Py_CLEAR(c->symvals);
-    Py_CLEAR(c->sguard_where);
     Py_CLEAR(c->violations);
     c->env = NULL;   /* the graph owns it */
 }
@@ -89,9 +80,9 @@ static int grow(void **p, int32_t *cap, int32_t n, size_t item)
 static const char *source_name(void *ctx, const SymNode *sym)
 {
     Capture *c = ctx;
-    if (sym->kind != SK_SYMBOL || sym->slot < 0 || sym->slot >= c->nsyms)
+    if (sym->kind != SK_SYMBOL || sym->slot < 0 || sym->slot >= c->shape.nsyms)
         return NULL;
-    return PyUnicode_AsUTF8(sources_repr(&c->src, c->syms[sym->slot].src));
+    return PyUnicode_AsUTF8(sources_repr(&c->src, c->shape.syms[sym->slot].src));
 }
 
 PyObject *symb_where_text(Capture *c)
@@ -136,8 +127,8 @@ static int mark_has(PyObject *t, const char *attr, int dim)
     return r;
 }
 
-/* shapejit.dynsources.lookup(knob, name): None, True, or a frozenset of dims. New ref or
- * NULL (exception cleared: a broken lookup is "not listed"). */
+/* The dynsources_lookup policy (knob, name): None, True, or a frozenset of dims. New ref or
+ * NULL (unset, or an exception, cleared: a broken lookup is "not listed"). */
 static PyObject *sources_listed(const char *knob, PyObject *name)
 {
     PyObject *v = NULL;
@@ -149,16 +140,12 @@ static PyObject *sources_listed(const char *knob, PyObject *name)
         v = sj_config.unbacked_sources;
     if (!v || !PyUnicode_Check(v) || PyUnicode_GET_LENGTH(v) == 0)
         return NULL;
-    if (!dynsources_lookup) {
-        PyObject *mod = PyImport_ImportModule("shapejit.dynsources");
-        dynsources_lookup = mod ? PyObject_GetAttrString(mod, "lookup") : NULL;
-        Py_XDECREF(mod);
-        if (!dynsources_lookup) {
-            sj_err_clear();
-            return NULL;
-        }
-    }
-    PyObject *r = PyObject_CallFunction(dynsources_lookup, "sO", knob, name);
+    PyObject *lookup = policy_get(POLICY_DYNSOURCES_LOOKUP);   /* borrowed */
+    if (!lookup)
+        return NULL;
+    Py_INCREF(lookup);   /* held over the call: it may register another */
+    PyObject *r = PyObject_CallFunction(lookup, "sO", knob, name);
+    Py_DECREF(lookup);
     if (!r)
         sj_err_clear();
     return r;
@@ -220,35 +207,12 @@ static PyObject *fstate_merge(Capture *c, PyObject *name, PyObject *now, int is_
 
 /* ------------------------------------------------------------- symbols ---- */
 
-/* The SymInfo of a symbol just made in c->env (room reserved by the caller), zeroed; NULL
- * with SystemError if the environment's slots and the capture's drifted apart. */
-static SymInfo *info_for(Capture *c, const SymNode *s)
-{
-    if (s->slot != c->nsyms) {
-        PyErr_SetString(PyExc_SystemError, "shapejit: symbol slots out of step");
-        return NULL;
-    }
-    SymInfo *si = &c->syms[c->nsyms++];
-    memset(si, 0, sizeof *si);
-    return si;
-}
-
 static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim,
                            int strict, int is_int)
 {
-    if (grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
+    SymNode *s = shape_env_symbol(&c->shape, src, hint, r, tensor_value, dim, strict, is_int);
+    if (!s)
         return NULL;
-    SymNode *s = sym_symbol(c->env, hint, r);
-    SymInfo *si = s ? info_for(c, s) : NULL;
-    if (!si)
-        return NULL;
-    si->src = src;
-    si->value = -1;
-    si->tensor_value = tensor_value;
-    si->dim = (int8_t)dim;
-    si->strict = (uint8_t)strict;
-    si->is_int = (uint8_t)is_int;
-    si->range0 = r;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = symb_where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value,
@@ -273,7 +237,7 @@ static int add_violation(Capture *c, int32_t slot, int64_t value)
 {
     if (!c->violations && !(c->violations = PyList_New(0)))
         return -1;
-    PyObject *name = sources_repr(&c->src, c->syms[slot].src);
+    PyObject *name = sources_repr(&c->src, c->shape.syms[slot].src);
     PyObject *w = symb_where_text(c);
     PyObject *msg = PyUnicode_FromFormat(
         "  - You marked %U as dynamic but your code specialized it to be a constant (%lld). If you're using "
@@ -284,7 +248,7 @@ static int add_violation(Capture *c, int32_t slot, int64_t value)
         return -1;
     int r = PyList_Append(c->violations, msg);
     Py_DECREF(msg);
-    c->syms[slot].strict = 0;   /* reported once */
+    c->shape.syms[slot].strict = 0;   /* reported once */
     return r;
 }
 
@@ -471,22 +435,12 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
             break;
         }
         /* duck sizing: an equal size already symbolic shares its symbol (guarded equal) */
-        SymNode *s = NULL;
-        if (p == DIM_DUCK)
-            for (int32_t k = 0; k < c->nsyms; k++) {
-                SymNode *o = sym_env_symbol_at(c->env, k);
-                if (c->syms[k].duck && o && o->hint == h && c->syms[k].src != ssrc) {
-                    s = o;
-                    break;
-                }
-            }
+        SymNode *s = p == DIM_DUCK ? shape_env_duck(&c->shape, h, ssrc) : NULL;
         if (s) {
-            if (grow((void **)&c->aliases, &c->capaliases, c->naliases, sizeof(SymAlias)) < 0) {
+            if (shape_env_alias(&c->shape, ssrc, s) < 0) {
                 rc = -1;
                 break;
             }
-            c->aliases[c->naliases].src = ssrc;
-            c->aliases[c->naliases++].slot = s->slot;
         } else {
             SymRange r = {lo, hi};
             s = new_symbol(c, ssrc, h, r, value, i, p == DIM_STRICT, 0);
@@ -494,7 +448,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
                 rc = -1;
                 break;
             }
-            c->syms[s->slot].duck = p == DIM_DUCK;
+            c->shape.syms[s->slot].duck = p == DIM_DUCK;
         }
         m->sym[i] = s;
         *dyn |= (uint8_t)(1u << i);
@@ -589,7 +543,7 @@ Var *symb_wrap_int(Capture *c, PyObject *obj, int32_t src, int *handled)
     SymNode *s = new_symbol(c, src, v, sym_range_full(), -1, -1, 0, 1);
     if (!s)
         return NULL;
-    c->syms[s->slot].value = value;
+    c->shape.syms[s->slot].value = value;
     Var *var = var_new(c, VK_SYMINT);
     if (!var)
         return NULL;
@@ -640,72 +594,13 @@ Var *symb_wrap_float(Capture *c, PyObject *obj, int32_t src, int *handled)
 
 /* ------------------------------------------------------------- guards ---- */
 
-static void log_range(Capture *c, SymNode *s, const char *why)
-{
-    if (!sj_log_on(LOG_DYNAMIC, SJ_DEBUG))
-        return;
-    PyObject *r = sym_range_str(s->range);
-    if (r)
-        sj_log(LOG_DYNAMIC, SJ_DEBUG, "_update_var_to_range %s%lld = VR%U (%s)", s->kind == SK_UNBACKED ? "u" : "s",
-               (long long)s->value, r, why);
-    Py_XDECREF(r);
-    sj_err_clear();
-    (void)c;
-}
-
-/* Narrow symbol ranges from a guarded (or asserted) relation between a symbol and a
- * constant. */
-void symb_refine(Capture *c, SymNode *rel)
-{
-    if (rel->nargs != 2)
-        return;
-    SymNode *a = rel->args[0], *b = rel->args[1];
-    SymNode *s = sym_is_symbol(a) && b->kind == SK_CONST ? a : sym_is_symbol(b) && a->kind == SK_CONST ? b : NULL;
-    if (!s)
-        return;
-    int64_t k = s == a ? b->value : a->value;
-    SymRange r = s->range;
-    switch ((SymKind)rel->kind) {
-    case SK_EQ:
-        r.lo = r.hi = k;
-        break;
-    case SK_LT:   /* a < b */
-        if (s == a)
-            r.hi = k - 1;
-        else
-            r.lo = k + 1;
-        break;
-    case SK_LE:
-        if (s == a)
-            r.hi = k;
-        else
-            r.lo = k;
-        break;
-    default:
-        return;
-    }
-    if (r.lo < s->range.lo)
-        r.lo = s->range.lo;
-    if (r.hi > s->range.hi)
-        r.hi = s->range.hi;
-    int ch = sym_set_range(c->env, s, r);
-    if (ch < 0)
-        sj_err_clear();
-    else if (ch > 0)
-        log_range(c, s, "update");
-}
-
-/* The strict symbols a specialising guard pins (Eq(s, k) with s marked). */
+/* A relation the capture relies on that pins a mark_dynamic dim to a constant is a
+ * violation of the mark (reported at the end, as torch does). */
 static int check_strict(Capture *c, SymNode *rel)
 {
-    if (rel->kind != SK_EQ)
-        return 0;
-    SymNode *a = rel->args[0], *b = rel->args[1];
-    if (a->kind == SK_SYMBOL && b->kind == SK_CONST && a->slot >= 0 && a->slot < c->nsyms && c->syms[a->slot].strict)
-        return add_violation(c, a->slot, b->value);
-    if (b->kind == SK_SYMBOL && a->kind == SK_CONST && b->slot >= 0 && b->slot < c->nsyms && c->syms[b->slot].strict)
-        return add_violation(c, b->slot, a->value);
-    return 0;
+    int64_t k;
+    int32_t slot = shape_env_strict_pinned(&c->shape, rel, &k);
+    return slot < 0 ? 0 : add_violation(c, slot, k);
 }
 
 int symb_guard(Capture *c, SymNode *rel)
@@ -714,14 +609,10 @@ int symb_guard(Capture *c, SymNode *rel)
         return -1;
     if (rel->kind == SK_BOOL)
         return rel->value ? 0 : (PyErr_SetString(PyExc_RuntimeError, "shapejit: guarding a false relation"), -1);
-    for (int32_t i = 0; i < c->nsguards; i++)
-        if (c->sguards[i] == rel)
-            return 0;
-    if (grow((void **)&c->sguards, &c->capsguards, c->nsguards, sizeof(SymNode *)) < 0)
-        return -1;
-    c->sguards[c->nsguards++] = rel;
+    if (shape_env_relies_on(&c->shape, rel))
+        return 0;
     PyObject *w = symb_where_text(c);
-    if (!w || PyList_Append(c->sguard_where, w) < 0) {
+    if (!w || shape_env_rely(&c->shape, rel, w) < 0) {
         Py_XDECREF(w);
         return -1;
     }
@@ -743,7 +634,7 @@ int symb_guard(Capture *c, SymNode *rel)
     Py_DECREF(w);
     if (check_strict(c, rel) < 0)
         return -1;
-    symb_refine(c, rel);
+    shape_env_refine(&c->shape, rel);
     return 0;
 }
 
@@ -806,17 +697,9 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
 static SymNode *unbacked_symbol(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r,
                                 const char *what)
 {
-    if (symb_ensure(c) < 0 || grow((void **)&c->syms, &c->capsyms, c->nsyms, sizeof(SymInfo)) < 0)
+    SymNode *u = symb_ensure(c) < 0 ? NULL : shape_env_unbacked(&c->shape, value, tensor_value, dim, r);
+    if (!u)
         return NULL;
-    SymNode *u = sym_unbacked(c->env, r);
-    SymInfo *si = u ? info_for(c, u) : NULL;
-    if (!si)
-        return NULL;
-    si->src = -1;                  /* no input holds it: no guard can read it */
-    si->value = value;             /* the graph value computing it (item), or -1 ... */
-    si->tensor_value = tensor_value;   /* ... then the size of this graph tensor's dim */
-    si->dim = (int8_t)dim;
-    si->range0 = r;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = symb_where_text(c);
         sj_log(LOG_DYNAMIC, SJ_INFO, "create_unbacked_%s u%lld %U (%U)", what, (long long)u->value,
@@ -1016,7 +899,7 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 
 /* ---------------------------------------------------------- run time ---- */
 
-static PyObject *size_fn;   /* strong: _C._size_of */
+static PyObject *size_fn;   /* strong: _C._size_of, set by symb_init_module */
 
 int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
                              int n)
@@ -1072,17 +955,14 @@ int32_t symb_materialize(Capture *c, SymNode *e)
     switch ((SymKind)e->kind) {
     case SK_SYMBOL:
     case SK_UNBACKED: {
-        SymInfo *si = &c->syms[e->slot];
+        SymInfo *si = &c->shape.syms[e->slot];
         if (si->value >= 0) {
             v = si->value;
             break;
         }
         if (!size_fn) {
-            PyObject *mod = PyImport_ImportModule("shapejit._C");
-            size_fn = mod ? PyObject_GetAttrString(mod, "_size_of") : NULL;
-            Py_XDECREF(mod);
-            if (!size_fn)
-                break;
+            PyErr_SetString(PyExc_SystemError, "shapejit: _C._size_of is not registered");
+            break;
         }
         int32_t vals[2] = {si->tensor_value, -1};
         SymNode *dim = sym_const(c->env, si->dim);
@@ -1188,107 +1068,35 @@ int32_t symb_materialize(Capture *c, SymNode *e)
 
 /* -------------------------------------------------------------- finish ---- */
 
-typedef struct {
-    int64_t *w;
-    int32_t n, cap;
-    int depth, max_depth;
-    int32_t *srcs;
-    int32_t nsrcs, capsrcs;
-} Prog;
-
-static int emit(Prog *p, int64_t op, int64_t arg, int delta)
+/* The text of a source in a shape guard: its repr (borrowed). */
+static PyObject *guard_src_name(void *ctx, int32_t src)
 {
-    if (grow((void **)&p->w, &p->cap, p->n + 1, sizeof(int64_t)) < 0)   /* room for two words */
-        return -1;
-    p->w[p->n++] = op;
-    p->w[p->n++] = arg;
-    p->depth += delta;
-    if (p->depth > p->max_depth)
-        p->max_depth = p->depth;
-    return 0;
+    return sources_repr(&((Capture *)ctx)->src, src);
 }
 
-static int note_src(Prog *p, int32_t src)
+/* One SHAPE_ENV leaf checking text's relation with program (shapes/env.h's format). */
+static int add_shape_guard(void *ctx, PyObject *program, const int32_t *srcs, int32_t nsrcs, PyObject *text,
+                           PyObject *where)
 {
-    for (int32_t i = 0; i < p->nsrcs; i++)
-        if (p->srcs[i] == src)
-            return 0;
-    return grow((void **)&p->srcs, &p->capsrcs, p->nsrcs, sizeof(int32_t)) < 0 ? -1 : (p->srcs[p->nsrcs++] = src, 0);
-}
-
-static int compile_node(Capture *c, Prog *p, SymNode *e)
-{
-    switch ((SymKind)e->kind) {
-    case SK_CONST:
-    case SK_BOOL:
-        return emit(p, SG_CONST, e->value, 1);
-    case SK_SYMBOL:
-        if (note_src(p, c->syms[e->slot].src) < 0)
-            return -1;
-        return emit(p, SG_SRC, c->syms[e->slot].src, 1);
-    default:
-        break;
-    }
-    static const struct { SymKind k; int op; } map[] = {
-        {SK_ADD, SG_ADD}, {SK_MUL, SG_MUL}, {SK_MIN, SG_MIN}, {SK_MAX, SG_MAX}, {SK_FLOORDIV, SG_FLOORDIV},
-        {SK_MOD, SG_MOD}, {SK_EQ, SG_EQ}, {SK_NE, SG_NE}, {SK_LT, SG_LT}, {SK_LE, SG_LE},
-    };
-    for (size_t m = 0; m < sizeof map / sizeof *map; m++) {
-        if (map[m].k != e->kind)
-            continue;
-        for (uint32_t i = 0; i < e->nargs; i++)
-            if (compile_node(c, p, e->args[i]) < 0)
-                return -1;
-        int nary = e->kind == SK_ADD || e->kind == SK_MUL || e->kind == SK_MIN || e->kind == SK_MAX;
-        return emit(p, map[m].op, nary ? (int64_t)e->nargs : 0, 1 - (int)e->nargs);
-    }
-    PyErr_Format(PyExc_TypeError, "shapejit: a %s cannot be guarded", sym_kind_name((SymKind)e->kind));
-    return -1;
-}
-
-/* One SHAPE_ENV leaf checking text's relation with program p. */
-static int add_shape_guard(Capture *c, Prog *p, PyObject *text, PyObject *where)
-{
-    if (p->max_depth > SG_MAX_DEPTH) {
-        PyErr_SetString(PyExc_ValueError, "shapejit: a shape guard is too deep");
-        return -1;
-    }
-    PyObject *bytes = PyBytes_FromStringAndSize((const char *)p->w, (Py_ssize_t)(sizeof(int64_t) * (size_t)p->n));
-    PyObject *exp = bytes ? PyTuple_Pack(2, bytes, text) : NULL;
-    Py_XDECREF(bytes);
+    Capture *c = ctx;
+    PyObject *exp = PyTuple_Pack(2, program, text);
     if (!exp)
         return -1;
     Guard g;
     memset(&g, 0, sizeof g);
     g.kind = GK_SHAPE_ENV;
     /* filed under its deepest source, so it runs after the tensors it reads are matched */
-    g.src = p->srcs[0];
-    for (int32_t i = 1; i < p->nsrcs; i++)
-        if (p->srcs[i] > g.src)
-            g.src = p->srcs[i];
+    g.src = srcs[0];
+    for (int32_t i = 1; i < nsrcs; i++)
+        if (srcs[i] > g.src)
+            g.src = srcs[i];
     g.src2 = -1;
     g.expected = exp;
-    g.srcs = p->srcs;
-    g.nsrcs = p->nsrcs;
+    g.srcs = (int32_t *)srcs;   /* guards_add copies them */
+    g.nsrcs = nsrcs;
     g.where = where != Py_None ? where : NULL;
     int r = guards_add(&c->guards, &g);
     Py_DECREF(exp);
-    return r;
-}
-
-static int guard_relation(Capture *c, SymNode *rel, PyObject *where)
-{
-    Prog p;
-    memset(&p, 0, sizeof p);
-    int r = -1;
-    PyObject *text = sym_print(c->env, rel, source_name, c);
-    if (text && compile_node(c, &p, rel) == 0 && p.nsrcs > 0)
-        r = add_shape_guard(c, &p, text, where);
-    else if (text && p.nsrcs == 0 && !PyErr_Occurred())
-        r = 0;   /* a relation between constants: nothing to check */
-    Py_XDECREF(text);
-    PyMem_Free(p.w);
-    PyMem_Free(p.srcs);
     return r;
 }
 
@@ -1306,55 +1114,7 @@ int symb_finish(Capture *c, PyObject **violation)
         Py_DECREF(body);
         return *violation ? 0 : -1;
     }
-    if (!c->env)
-        return 0;
-    /* ranges of size symbols: what the capture assumed about every value (2 <= s0 from
-     * 0/1 specialisation, a mark's min and max) */
-    for (int32_t k = 0; k < c->nsyms; k++) {
-        if (c->syms[k].is_int || c->syms[k].src < 0)
-            continue;   /* ints have no range guard; unbacked symbols have no source */
-        SymRange r = c->syms[k].range0;
-        for (int side = 0; side < 2; side++) {
-            int64_t bound = side ? r.hi : r.lo;
-            if (side ? bound >= SYM_INT_OO : bound <= 0)
-                continue;
-            Prog p;
-            memset(&p, 0, sizeof p);
-            int32_t src = c->syms[k].src;
-            PyObject *name = sources_repr(&c->src, src);
-            PyObject *text = side ? PyUnicode_FromFormat("%U <= %lld", name, (long long)bound)
-                                  : PyUnicode_FromFormat("%lld <= %U", (long long)bound, name);
-            int ok = text && note_src(&p, src) == 0 &&
-                     (side ? emit(&p, SG_SRC, src, 1) == 0 && emit(&p, SG_CONST, bound, 1) == 0
-                           : emit(&p, SG_CONST, bound, 1) == 0 && emit(&p, SG_SRC, src, 1) == 0) &&
-                     emit(&p, SG_LE, 0, -1) == 0 && add_shape_guard(c, &p, text, Py_None) == 0;
-            Py_XDECREF(text);
-            PyMem_Free(p.w);
-            PyMem_Free(p.srcs);
-            if (!ok)
-                return -1;
-        }
-    }
-    for (int32_t i = 0; i < c->nsguards; i++)
-        if (guard_relation(c, c->sguards[i], PyList_GET_ITEM(c->sguard_where, i)) < 0)
-            return -1;
-    /* duck sizing: the other sources of a shared symbol */
-    for (int32_t i = 0; i < c->naliases; i++) {
-        Prog p;
-        memset(&p, 0, sizeof p);
-        int32_t a = c->aliases[i].src, b = c->syms[c->aliases[i].slot].src;
-        PyObject *text = PyUnicode_FromFormat("Eq(%U, %U)", sources_repr(&c->src, a), sources_repr(&c->src, b));
-        int r = text && note_src(&p, a) == 0 && note_src(&p, b) == 0 && emit(&p, SG_SRC, a, 1) == 0 &&
-                        emit(&p, SG_SRC, b, 1) == 0 && emit(&p, SG_EQ, 0, -1) == 0
-                    ? add_shape_guard(c, &p, text, Py_None)
-                    : -1;
-        Py_XDECREF(text);
-        PyMem_Free(p.w);
-        PyMem_Free(p.srcs);
-        if (r < 0)
-            return -1;
-    }
-    return 0;
+    return shape_env_compile_guards(&c->shape, guard_src_name, add_shape_guard, c);
 }
 
 /* -------------------------------------------------- eager_then_compile ---- */
@@ -1391,18 +1151,14 @@ int symb_record_call(CodeState *st, PyCodeObject *co, PyObject *const *locals)
 
 /* ------------------------------------------------------------------ PGO ---- */
 
-/* shapejit.pgo.<name>, or NULL (not enabled: no job id in the environment). */
-static PyObject *pgo_fn(const char *name)
+/* The PGO store's policy p (a new reference), or NULL (unset, or not enabled: no job id in
+ * the environment). */
+static PyObject *pgo_fn(Policy p)
 {
     const char *job = getenv("TORCH_COMPILE_JOB_ID");
     if (!job || !*job)
         return NULL;
-    PyObject *mod = PyImport_ImportModule("shapejit.pgo");
-    PyObject *fn = mod ? PyObject_GetAttrString(mod, name) : NULL;
-    Py_XDECREF(mod);
-    if (!fn)
-        sj_err_clear();
-    return fn;
+    return Py_XNewRef(policy_get(p));
 }
 
 /* After a call into the PGO store: it warns about its own problems (a bad file, a server
@@ -1422,7 +1178,7 @@ void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
 {
     if (st->fstate)
         return;
-    PyObject *fn = pgo_fn("load_frame_state");
+    PyObject *fn = pgo_fn(POLICY_PGO_LOAD);
     PyObject *r = fn ? PyObject_CallFunction(fn, "OiOO", co->co_filename, co->co_firstlineno, co->co_name,
                                              closure ? closure : Py_None)
                      : NULL;
@@ -1442,7 +1198,7 @@ void symb_pgo_save(CodeState *st, PyCodeObject *co, PyObject *closure)
         return;
     PyObject *et, *ev, *tb;   /* the compile's own error (if any) reaches the user intact */
     PyErr_Fetch(&et, &ev, &tb);
-    PyObject *fn = pgo_fn("save_frame_state");
+    PyObject *fn = pgo_fn(POLICY_PGO_SAVE);
     PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOO", co->co_filename, co->co_firstlineno, co->co_name, st->fstate,
                                              closure ? closure : Py_None)
                      : NULL;
@@ -1477,7 +1233,10 @@ static PyMethodDef symb_methods[] = {
 int symb_init_module(PyObject *m)
 {
     SjConstraintViolation = PyErr_NewException("shapejit._C.ConstraintViolationError", PyExc_RuntimeError, NULL);
-    if (!SjConstraintViolation || PyModule_AddObjectRef(m, "ConstraintViolationError", SjConstraintViolation) < 0)
+    if (!SjConstraintViolation || PyModule_AddObjectRef(m, "ConstraintViolationError", SjConstraintViolation) < 0 ||
+        PyModule_AddFunctions(m, symb_methods) < 0)
         return -1;
-    return PyModule_AddFunctions(m, symb_methods);
+    /* the graphs call the module's own function object (the target of their size reads) */
+    Py_XSETREF(size_fn, PyObject_GetAttrString(m, "_size_of"));
+    return size_fn ? 0 : -1;
 }

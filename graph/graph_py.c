@@ -1,5 +1,6 @@
 /* The Python face of a graph: _C.Graph (callable, inspectable) and _C.Node. */
 #include "ir.h"
+#include "../core/policy.h"
 #include <structmember.h>
 
 /* ------------------------------------------------------------------ Node ---- */
@@ -331,16 +332,18 @@ fail:
     return NULL;
 }
 
-/* to_fx(): a torch.fx.GraphModule computing the same values (shapejit/fx.py builds it;
- * imported only here, so numpy-only users never import torch). */
+/* to_fx(): a torch.fx.GraphModule computing the same values (the to_fx policy: shapejit/fx.py
+ * builds it, imported on first use, so numpy-only users never import torch). */
 static PyObject *graph_to_fx(SjGraphObject *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *mod = PyImport_ImportModule("shapejit.fx");
-    if (!mod)
+    PyObject *fn = Py_XNewRef(policy_get(POLICY_TO_FX));   /* new: held over the call */
+    if (!fn) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: Graph.to_fx needs the shapejit package (no to_fx policy)");
         return NULL;
-    PyObject *r = PyObject_CallMethod(mod, "to_fx", "O", (PyObject *)self);
-    Py_DECREF(mod);
+    }
+    PyObject *r = PyObject_CallOneArg(fn, (PyObject *)self);
+    Py_DECREF(fn);
     return r;
 }
 

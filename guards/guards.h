@@ -78,11 +78,7 @@ uint64_t guards_dict_version(PyObject *d);
 /* Printed kind name ("TENSOR_MATCH"). */
 const char *guards_kind_name(GuardKind k);
 
-/* SHAPE_ENV programs (shape_guard.c): a relation over sizes and ints read from sources,
- * in postfix, two int64 words an instruction. */
-enum { SG_CONST = 1, SG_SRC, SG_ADD, SG_MUL, SG_FLOORDIV, SG_MOD, SG_MIN, SG_MAX, SG_EQ, SG_NE, SG_LT, SG_LE };
-#define SG_MAX_DEPTH 64
-/* Evaluate a program; 0 with *out, or -1 (a source could not be read: exception set; or
+/* Evaluate a SHAPE_ENV program (shape_guard.c; the format: shapes/env.h); 0 with *out, or -1 (a source could not be read: exception set; or
  * the arithmetic failed: *bad set, no exception). */
 int shape_guard_eval(const Guard *g, GuardCall *call, int64_t *out, int *bad);
 

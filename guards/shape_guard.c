@@ -1,8 +1,9 @@
 /* SHAPE_ENV leaves: relations between sizes (and int inputs) that a capture relied on,
- * compiled by capture/symbolic.c into a small postfix program over source values so a
- * check needs no shape environment: Ne(L['x'].size()[0], 10), 2 <= L['x'].size()[0],
- * Eq(L['y'].size()[0], L['x'].size()[0]). Each instruction is two int64 words (op, arg). */
+ * compiled by the shape environment (shapes/env.c, which declares the program format) into
+ * a small postfix program over source values, so a check needs no shape environment:
+ * Ne(L['x'].size()[0], 10), 2 <= L['x'].size()[0], Eq(L['y'].size()[0], L['x'].size()[0]). */
 #include "tree.h"
+#include "../shapes/env.h"
 #include "../core/errors.h"
 
 static int src_value(const Guard *g, GuardCall *call, int32_t id, int64_t *out, int *bad)

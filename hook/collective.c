@@ -1,9 +1,11 @@
-/* See collective.h. The exchange itself is Python (shapejit.collectives.exchange): it talks
+/* See collective.h. The exchange itself is Python (shapejit.collectives.exchange, the
+ * collective_exchange policy): it talks
  * to torch.distributed's store, and it runs while the hook is off (hook_frame), so none of
  * torch.distributed's frames is compiled. */
 #include "collective.h"
 #include "../core/config.h"
 #include "../core/errors.h"
+#include "../core/policy.h"
 
 static int may_be_active(void)
 {
@@ -43,15 +45,14 @@ void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *local
     int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
                 !!(co->co_flags & CO_VARKEYWORDS);
     PyObject *names = PyTuple_New(nargs), *values = PyTuple_New(nargs);
-    PyObject *mod = NULL, *fn = NULL, *r = NULL;
+    PyObject *fn = NULL, *r = NULL;
     if (!names || !values)
         goto done;
     for (int i = 0; i < nargs; i++) {
         PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(co->co_localsplusnames, i)));
         PyTuple_SET_ITEM(values, i, Py_NewRef(locals[i] ? locals[i] : Py_None));
     }
-    mod = PyImport_ImportModule("shapejit.collectives");
-    fn = mod ? PyObject_GetAttrString(mod, "exchange") : NULL;
+    fn = Py_XNewRef(policy_get(POLICY_COLLECTIVE_EXCHANGE));
     if (fn)
         r = PyObject_CallFunction(fn, "OiOOOOl", co->co_filename, co->co_firstlineno, co->co_name,
                                   st->fstate ? st->fstate : Py_None, names, values,
@@ -62,7 +63,6 @@ done:
     warn_failure(co);
     Py_XDECREF(r);
     Py_XDECREF(fn);
-    Py_XDECREF(mod);
     Py_XDECREF(names);
     Py_XDECREF(values);
 }
@@ -85,8 +85,7 @@ int collective_retrace(CodeState *st, PyCodeObject *co, PyObject *before)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     int again = 0;
-    PyObject *mod = PyImport_ImportModule("shapejit.collectives");
-    PyObject *fn = mod ? PyObject_GetAttrString(mod, "exchange_traced") : NULL;
+    PyObject *fn = Py_XNewRef(policy_get(POLICY_COLLECTIVE_EXCHANGE_TRACED));
     PyObject *r = fn ? PyObject_CallFunction(fn, "OiOOOl", co->co_filename, co->co_firstlineno, co->co_name, before,
                                              st->fstate, sj_config.compiler_collectives_timeout)
                      : NULL;
@@ -97,7 +96,6 @@ int collective_retrace(CodeState *st, PyCodeObject *co, PyObject *before)
     warn_failure(co);
     Py_XDECREF(r);
     Py_XDECREF(fn);
-    Py_XDECREF(mod);
     if (again) {
         /* the first capture is discarded, its failure with it */
         Py_XDECREF(et);

@@ -24,7 +24,7 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
                           PyObject *globals, PyObject *builtins, const CompileOptions *opts,
                           CodeState *st);
 
-/* Rebuild the frame's result from the graph outputs; sources the plan names are resolved
+/* Rebuild the frame's result from the graph outputs (result.c); sources the plan names are resolved
  * into memo (t->n slots) on demand. New reference, or NULL with an exception. *wrote is
  * set when the final contents of an outside list or dict were written back (the
  * write-backs come first): after that, a failure of the rest (a record class whose

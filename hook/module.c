@@ -2,6 +2,7 @@
 #include <Python.h>
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/policy.h"
 #include "../core/trace.h"
 #include "../graph/ir.h"
 #include "../guards/code_cache.h"
@@ -111,7 +112,7 @@ PyMODINIT_FUNC PyInit__C(void)
         return NULL;
     if (sj_numpy_import() < 0 || config_init() < 0 || add_methods(m, core_methods) < 0 ||
         add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
-        add_methods(m, sj_trace_methods) < 0 ||
+        add_methods(m, sj_trace_methods) < 0 || add_methods(m, sj_policy_methods) < 0 ||
         graph_py_init_types(m) < 0 || hook_init_types(m) < 0 || symb_init_module(m) < 0 || checks_init_module(m) < 0 ||
         sym_py_init_types(m) < 0 || codegen_init_module(m) < 0 || lower_init_module(m) < 0) {
         Py_DECREF(m);

@@ -45,7 +45,7 @@
 #include "../core/trace.h"
 #include "../core/errors.h"
 #include "../core/config.h"
-#include "../core/errors.h"
+#include "../core/policy.h"
 #include <dirent.h>
 #include <stdarg.h>
 #include <errno.h>
@@ -711,17 +711,15 @@ static int store(const char *dir, const char *hex, const char *path, const char 
 }
 
 /* ------------------------------------------------------------ remote cache ---- */
-/* With the knob kernel_remote_cache (shapejit/kernel_remote.py, which checks its secret and
- * the server): a local miss asks the server before compiling, and a compiled entry is
+/* With the knob kernel_remote_cache (the kernel_remote_* policies, shapejit/kernel_remote.py,
+ * which checks its secret and the server): a local miss asks the server before compiling, and a compiled entry is
  * offered to it. Python does the network and the authentication; what it fetches is only
  * a payload, sealed and verified here like the compiler's own output. Neither ever fails
  * a build: Python warns about its problems, errors are cleared (interrupts kept aside). */
 
-static PyObject *remote_call(const char *fn, const char *fmt, ...)
+static PyObject *remote_call(Policy fn, const char *fmt, ...)
 {
-    PyObject *mod = PyImport_ImportModule("shapejit.kernel_remote");
-    PyObject *f = mod ? PyObject_GetAttrString(mod, fn) : NULL;
-    Py_XDECREF(mod);
+    PyObject *f = Py_XNewRef(policy_get(fn));   /* new: held over the call */
     PyObject *r = NULL;
     if (f) {
         va_list ap;
@@ -751,7 +749,7 @@ static int remote_fetch(const char *dir, const char *hex, const char *path)
     if (fd < 0)
         return 0;
     close(fd);
-    PyObject *r = remote_call("fetch", "(sss)", hex, ident, tmp);
+    PyObject *r = remote_call(POLICY_KERNEL_REMOTE_FETCH, "(sss)", hex, ident, tmp);
     int ok = r == Py_True;
     Py_XDECREF(r);
     if (ok && seal(tmp, hex) == 0 && rename(tmp, path) == 0)
@@ -769,7 +767,7 @@ static void remote_push(const char *hex, const char *path)
     struct stat st;
     if (!sj_config.kernel_remote_cache || !ident || stat(path, &st) < 0 || st.st_size <= DC_TRAILER)
         return;
-    PyObject *r = remote_call("push", "(sssL)", hex, ident, path, (long long)(st.st_size - DC_TRAILER));
+    PyObject *r = remote_call(POLICY_KERNEL_REMOTE_PUSH, "(sssL)", hex, ident, path, (long long)(st.st_size - DC_TRAILER));
     Py_XDECREF(r);
 }
 

@@ -4,12 +4,10 @@
  *     _C._cg_call(fn, *args)          # ints for p/l/i, floats (or ints) for d/f
  *     _C._cg_cache_info()             # {"dir", "requested", "private", counters...}
  *     _C._cg_forget()                 # next build goes to the disk cache again
- *     _C._cg_primcache_info()         # oneDNN primitive cache: hits, creations, impls...
  *
  * The cache directory is read from the environment at every build (diskcache.c), so
  * tests switch it with SHAPEJIT_CACHE_DIR. */
 #include "native_int.h"
-#include "../backend/dnnl_api.h"
 
 #define FN_CAPSULE "shapejit._C.cg_fn"
 
@@ -161,43 +159,7 @@ static PyObject *py_cg_identity(PyObject *self, PyObject *unused)
     return t ? PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "replace") : NULL;
 }
 
-/* _C._cg_primcache_info(): the oneDNN primitive cache's counters (primcache.c). */
-static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
-{
-    (void)self;
-    (void)unused;
-    PcStats st;
-    primcache_stats(&st);
-    static const struct {
-        const char *name;
-        int op_class;
-    } classes[4] = {{"matmul", MM_CLASS_MATMUL}, {"conv", CV_CLASS_CONV}, {"pool", CV_CLASS_POOL},
-                    {"batch_norm", CV_CLASS_BNORM}};
-    PyObject *by = PyDict_New(), *impls_by = PyDict_New();   /* new, new */
-    PyObject *impls = by && impls_by ? primcache_impls(0) : NULL;   /* new */
-    for (int i = 0; impls && i < 4; i++) {
-        PyObject *n = PyLong_FromLong(st.created[classes[i].op_class]);   /* new */
-        PyObject *set = n ? primcache_impls(classes[i].op_class) : NULL;  /* new */
-        if (!set || PyDict_SetItemString(by, classes[i].name, n) < 0 ||
-            PyDict_SetItemString(impls_by, classes[i].name, set) < 0)
-            Py_CLEAR(impls);
-        Py_XDECREF(n);
-        Py_XDECREF(set);
-    }
-    if (!impls) {
-        Py_XDECREF(by);
-        Py_XDECREF(impls_by);
-        return NULL;
-    }
-    /* N steals impls, by and impls_by */
-    return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
-                         "creations", st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
-                         st.entries, "capacity", st.capacity, "ref_avoided", st.ref_avoided, "impls", impls,
-                         "created", by, "impls_by_class", impls_by);
-}
-
 static PyMethodDef codegen_methods[] = {
-    {"_cg_primcache_info", py_primcache_info, METH_NOARGS, "The oneDNN primitive cache's counters (tests)."},
     {"_cg_build", py_cg_build, METH_VARARGS,
      "_cg_build(source, symbol, signature[, tag]): compile (or load from the cache) and prepare a call (tests)"},
     {"_cg_call", (PyCFunction)(void (*)(void))py_cg_call, METH_FASTCALL,

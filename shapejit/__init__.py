@@ -16,6 +16,32 @@ if _sys.version_info[:2] != (3, 11):
                       "Python %d.%d" % _sys.version_info[:2])
 
 from . import _C  # noqa: E402
+
+
+def _policy(module, name):
+    """shapejit.<module>.<name>, imported at its first call and looked up at every call (so
+    a module that is expensive to import, shapejit.fx importing torch, costs nothing until
+    used, and a patched function is the one called)."""
+    def call(*args):
+        import importlib
+        return getattr(importlib.import_module("shapejit." + module), name)(*args)
+    call.__name__ = call.__qualname__ = "%s.%s" % (module, name)
+    return call
+
+
+# The C core's Python policies (core/policies.def): registered once, here.
+for _name, _module, _fn in (
+        ("dynsources_lookup", "dynsources", "lookup"),
+        ("pgo_load", "pgo", "load_frame_state"),
+        ("pgo_save", "pgo", "save_frame_state"),
+        ("to_fx", "fx", "to_fx"),
+        ("collective_exchange", "collectives", "exchange"),
+        ("collective_exchange_traced", "collectives", "exchange_traced"),
+        ("kernel_remote_fetch", "kernel_remote", "fetch"),
+        ("kernel_remote_push", "kernel_remote", "push")):
+    _C._set_policy(_name, _policy(_module, _fn))
+del _name, _module, _fn
+
 from . import config  # noqa: E402  (a module of knobs: shapejit.config.cache_size_limit)
 from . import trace as _trace  # noqa: E402,F401  (TORCH_TRACE: opens the structured trace)
 from ._C import BackendCompilerFailed  # noqa: E402  (a user backend raised)

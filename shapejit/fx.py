@@ -10,7 +10,8 @@ tuple (what the compiled callable must return to shapejit). Constants that Pytho
 cannot spell (tensors, arrays, arbitrary objects) are attributes of the module, read by
 ``get_attr`` nodes, as torch does for its constant tensors.
 
-Imported only by to_fx(), so numpy-only users never import torch.
+Imported at the first ``Graph.to_fx()`` (the to_fx policy, registered by __init__.py), so
+numpy-only users never import torch.
 """
 import math
 import operator

@@ -12,7 +12,8 @@ only what a holder of the secret stored. Without a secret the cache stays off (o
 warning).
 
 The disk cache (native/diskcache.c) asks here on a local miss, before compiling, and hands
-each library it compiled over afterwards. Key: ``shapejit-kernel:<disk cache key>``; the
+each library it compiled over afterwards (the kernel_remote_fetch and kernel_remote_push
+policies, registered by __init__.py). Key: ``shapejit-kernel:<disk cache key>``; the
 disk key already covers the compiler identity, which includes the resolved -march target
 (cpu_target, "native" as this machine resolves it), so a machine never receives a kernel
 built for another CPU. Value: ``SJRK1\\0`` + HMAC-SHA256(secret, "shapejit-kernel-remote-1"

@@ -562,7 +562,7 @@ def _put_local(store):
 # ---- the compiler's side: its frame state <-> this store's entries -------------------
 # The compiler keeps, per code object, {source: [size or None, ...]} for tensors and
 # {source: int or None} for ints (capture/symbolic.c). It calls these two at compile time
-# when a job id is set; strides are not tracked there, so they are stored as unknown.
+# when a job id is set (the pgo_load and pgo_save policies, registered by __init__.py); strides are not tracked there, so they are stored as unknown.
 
 def load_frame_state(filename, firstlineno, name, closure=None):
     """The saved decisions of a code object as the compiler's frame state, or None."""

@@ -3,6 +3,7 @@
  * the printing rules: sym.h.
  */
 #include "sym.h"
+#include "../vocab/meta.h"
 #include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1258,8 +1259,15 @@ int sym_eval_with(SymEnv *env, SymNode *e, const int64_t *values, const uint8_t 
     return eval_node(&ev, e, out);
 }
 
+/* meta_format's printer: the expression alone (printing needs no env). */
+static PyObject *meta_print(SymNode *e)
+{
+    return sym_print(NULL, e, NULL, NULL);
+}
+
 int sym_init(PyObject *module)
 {
+    meta_sym_printer = meta_print;
     if (!sym_data_dependent_error) {
         sym_data_dependent_error = PyErr_NewExceptionWithDoc(
             "shapejit._C.DataDependentError",

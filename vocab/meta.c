@@ -3,7 +3,6 @@
  * torch is reached only through Python attributes and only when the user already imported
  * it (it is in sys.modules): shapejit must stay cheap for numpy-only programs. numpy is
  * reached through its C API (vocab/np.h). */
-#include "../shapes/sym.h"
 #include "np.h"
 
 #include <stdio.h>
@@ -407,6 +406,8 @@ int meta_refresh_torch_default(void)
     return 0;
 }
 
+MetaSymPrinter meta_sym_printer;
+
 void meta_format(const TensorMeta *m, char *buf, size_t n)
 {
     if (n == 0)
@@ -424,10 +425,10 @@ void meta_format(const TensorMeta *m, char *buf, size_t n)
     for (int i = 0; i < m->ndim && used < n; i++) {
         const char *text = NULL;
         PyObject *p = NULL;
-        if (m->sym[i]) {   /* symbolic: its expression (sym_print does not need the env) */
+        if (m->sym[i] && meta_sym_printer) {   /* symbolic: its expression */
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
-            p = sym_print(NULL, m->sym[i], NULL, NULL);
+            p = meta_sym_printer(m->sym[i]);
             text = p ? PyUnicode_AsUTF8(p) : NULL;
             sj_err_clear();
             PyErr_Restore(et, ev, tb);

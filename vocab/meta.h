@@ -90,7 +90,13 @@ extern DType meta_torch_default_float;
  * not imported). Returns 0, or -1 with an exception set. Implemented in vocab/meta.c. */
 int meta_refresh_torch_default(void);
 
-/* "float32[2, 3]" (numpy scalars print "float64 scalar"); writes at most n bytes. */
+/* "float32[2, 3]" (numpy scalars print "float64 scalar"); writes at most n bytes. A
+ * symbolic dim prints through meta_sym_printer, or as its hint while none is set. */
 void meta_format(const TensorMeta *m, char *buf, size_t n);
+
+/* The text of a symbolic dim: a new str, or NULL with an exception set. The symbolic ints
+ * live above this layer, so shapes sets it when the module initialises (sym_init). */
+typedef PyObject *(*MetaSymPrinter)(struct SymNode *e);
+extern MetaSymPrinter meta_sym_printer;
 
 #endif
