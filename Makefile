@@ -4,18 +4,18 @@
 #   make asan    build an AddressSanitizer + UBSan _C into build/asan/shapejit/ (next to
 #                links to the Python package files) and run the whole suite against it
 #   make zoo     build, then run every model of the transformers model zoo
-#                (tests/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
+#                (tests/e2e/test_model_zoo.py with SJ_ZOO=full; the default run takes half)
 #   make coverage  build, then trace the torch callables of 55 transformers architectures
 #                (tools/torch_call_coverage.py --trace --explain --write: minutes) into
 #                tools/torch_calls.json and docs/torch_call_coverage.md; after a change to
 #                vocab/callables.def, `python3 tools/torch_call_coverage.py --write` alone
-#                refreshes the document (tests/test_call_coverage.py checks it is in step)
+#                refreshes the document (tests/vocab/test_call_coverage.py checks it is in step)
 #   make bench   build, then run the benchmark suite's core set (bench/suite.py; BENCH_ARGS=--quick
 #                etc.); table and plots in bench/results/suite/
 #   make bench-zoo  build, then the suite's zoo set (transformers architectures at two sizes)
 #                --quick under eager, Inductor and shapejit cpu (about 10 min; BENCH_ARGS adds
 #                or overrides options); table and plots in bench/results/suite_zoo/
-#   make fuzz-py      differential fuzz of Python constructs (tests/pyfuzz): FUZZ_COUNT programs
+#   make fuzz-py      differential fuzz of Python constructs (tests/e2e/pyfuzz): FUZZ_COUNT programs
 #                     (50000) from FUZZ_SEED (0), each chunk in a child process; crashes counted
 #   make fuzz-breaks  the graph-break fuzz test at FUZZ_BREAKS programs (2000; CI runs 150)
 #   make clean   remove build products
@@ -48,16 +48,16 @@ test: build
 	$(PYTEST) tests $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 zoo: build
-	SJ_ZOO=full $(PYTEST) tests/test_model_zoo.py $(PYTEST_ARGS)
+	SJ_ZOO=full $(PYTEST) tests/e2e/test_model_zoo.py $(PYTEST_ARGS)
 
 coverage: build
 	$(PYTHON) tools/torch_call_coverage.py --trace --explain --write
 
 fuzz-py: build
-	$(PYTHON) tests/pyfuzz/run.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT)
+	$(PYTHON) tests/e2e/pyfuzz/run.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT)
 
 fuzz-breaks: build
-	SHAPEJIT_BREAK_FUZZ_COUNT=$(FUZZ_BREAKS) $(PYTEST) tests/test_break_fuzz.py
+	SHAPEJIT_BREAK_FUZZ_COUNT=$(FUZZ_BREAKS) $(PYTEST) tests/e2e/test_break_fuzz.py
 
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)

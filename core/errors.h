@@ -9,7 +9,7 @@
  * exception is kept aside for the thread instead, and the frame hook raises it again
  * before it runs, compiles or returns anything more (sj_err_raise_deferred). The first one
  * kept wins; a later one while it waits is dropped (the user sees one interrupt).
- * tests/test_interrupts.py checks that no raw PyErr_Clear() is left outside this file. */
+ * tests/hook/test_interrupts.py checks that no raw PyErr_Clear() is left outside this file. */
 #ifndef SJ_ERRORS_H
 #define SJ_ERRORS_H
 

@@ -4,7 +4,7 @@
  * Which dtypes each op accepts differs between ops and libraries in ways promotion alone
  * does not explain (torch has no bool negation or floor, numpy computes bool // bool in
  * int8, ...). Those facts live in one table, dtype_rules, checked against the libraries by
- * tests/test_shape_rules.py. */
+ * tests/shapes/test_shape_rules.py. */
 #include <string.h>
 
 #include "promote.h"

@@ -2,7 +2,7 @@
 """Write docs/captures.md, the user page "What shapejit captures", from the tables.
 
 Every list on the page comes from a source the code or the tests read:
-  - the Python and library constructs: the capture corpus (tests/corpus/), one section per
+  - the Python and library constructs: the capture corpus (tests/support/corpus/), one section per
     corpus module (its docstring), with how many of its cases capture whole;
   - the constructs that break: the corpus entries that expect breaks (outside the modules
     that place breaks on purpose), with the reason shapejit.explain gives for each,
@@ -14,7 +14,7 @@ Every list on the page comes from a source the code or the tests read:
     python3 tools/gen_captures_doc.py            # rewrite docs/captures.md
     python3 tools/gen_captures_doc.py --check    # exit 1 when the page is out of date
 
-tests/test_captures_doc.py runs the check, so a table change without the page fails.
+tests/capture/test_captures_doc.py runs the check, so a table change without the page fails.
 """
 import argparse
 import collections
@@ -87,7 +87,7 @@ def break_reasons():
 
 
 def _corpus():
-    sys.path.insert(0, os.path.join(REPO, "tests"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "support"))
     sys.path.insert(0, REPO)
     import corpus
     return corpus
@@ -135,7 +135,7 @@ def render():
     add("shapejit turns the Python, torch and numpy code of a compiled function into graphs. "
         "What it cannot capture becomes a **graph break**: the graph so far is compiled, the "
         "construct runs in the interpreter, and capture starts again after it. Everything "
-        "listed here is a case of the capture corpus (`tests/corpus/`): each case is "
+        "listed here is a case of the capture corpus (`tests/support/corpus/`): each case is "
         "compiled, compared with eager (values, dtypes, structure, mutation of inputs, a "
         "cache hit on the second call) and, for torch code, its graph and break counts are "
         "compared with `torch.compile`'s in the same run. Where shapejit's counts differ from "

@@ -1,0 +1,204 @@
+"""The cpu backend runs a chain of view ops whose intermediates nothing else reads as one
+step (backend/step_views.c): the first run runs the nodes and records the result's layout
+from the input's, later runs with an input of the same layout make it with one
+torch.as_strided call. Results equal eager's in values, sizes, strides, storage and _base."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import shapejit
+from lowering import lowering as _lowering
+
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
+
+
+def _same_view(got, want, x):
+    assert type(got) is type(want)
+    assert got.shape == want.shape and got.stride() == want.stride()
+    assert got.storage_offset() == want.storage_offset()
+    shares = got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert shares == (want.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
+    assert (got._base is x) == (want._base is x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _stats(made, key):
+    return sum(m.stats[key] for m in made)
+
+
+def qkv_split(p):   # nn.MultiheadAttention's split of the packed projection
+    q = p.unflatten(-1, (3, 8)).unsqueeze(0).transpose(0, -2).squeeze(-2)[1]
+    return q.view(5, 4, 2).transpose(0, 1).reshape(2, 2, 5, 2)
+
+
+CHAINS = [
+    (lambda x: x.reshape(6, 20).t().unsqueeze(1), (4, 30)),
+    (lambda x: x.transpose(0, 1)[2].transpose(0, 1).view(-1, 5), (5, 3, 4)),
+    (lambda x: x[-1].narrow(0, 1, 3).unsqueeze(-1).expand(3, 7, 4), (3, 5, 7)),
+    (lambda x: x.permute(2, 0, 1).flatten(1).select(1, 4).unsqueeze(0), (3, 5, 7)),
+    (lambda x: x.unsqueeze(0).squeeze(0).movedim(0, -1).diagonal(0, 0, 1), (4, 4, 3)),
+    (qkv_split, (5, 24)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CHAINS)))
+def test_chain_matches_eager(case):
+    fn, shape = CHAINS[case]
+    for make in (lambda: torch.randn(*shape), lambda: torch.randn(*reversed(shape)).t() if len(shape) == 2
+                 else torch.randn(*shape)):
+        shapejit.reset()
+        backend, made = _lowering()
+
+        def g(x):
+            return fn(x), x * 2.0   # a kernel too, so the graph is lowered
+
+        c = shapejit.compile(g, backend=backend)
+        for _ in range(3):
+            x = make()
+            got, want = c(x)[0], g(x)[0]
+            _same_view(got, want, x)
+        copies = want.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        assert _stats(made, "view_chains") == 1
+        # recorded on the first run, as_strided after; a chain that copies runs its nodes
+        assert _stats(made, "view_chain_eager_runs") == (3 if copies else 1), made[0].stats
+        assert _stats(made, "view_chain_calls") == 3
+
+
+def test_reshape_that_copies_stays_eager():
+    """A reshape of a layout no view can give copies: the chain's result shares no memory
+    with its input, so nothing is recorded and every run runs the nodes (equal to eager)."""
+    def g(x):
+        return x.t().reshape(-1).view(4, -1).unsqueeze(0), x + 1.0
+
+    backend, made = _lowering()
+    c = shapejit.compile(g, backend=backend)
+    for _ in range(3):
+        x = torch.randn(6, 8)
+        got, want = c(x)[0], g(x)[0]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.stride() == want.stride()
+        assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert _stats(made, "view_chains") == 1 and _stats(made, "view_chain_eager_runs") == 3
+
+
+def test_shared_intermediate_and_outputs_not_chained():
+    """An intermediate read by two ops, or returned, ends the chain there."""
+    def shared(x):
+        a = x.view(4, 6)
+        return a.t().unsqueeze(0) + 1.0, a.sum()
+
+    def returned(x):
+        a = x.view(4, 6)
+        return a, a.t().unsqueeze(0), x * 2.0
+
+    for fn, chains in ((shared, 1), (returned, 1)):
+        shapejit.reset()
+        backend, made = _lowering()
+        c = shapejit.compile(fn, backend=backend)
+        for _ in range(2):
+            x = torch.randn(24)
+            for got, want in zip(c(x), fn(x)):
+                torch.testing.assert_close(got, want)
+        assert _stats(made, "view_chains") == chains, fn.__name__
+
+
+def test_writes_through_the_chain_reach_the_input():
+    """The chain's result is a view of the input: an in-place op on it after the graph
+    writes into the input, as in eager."""
+    def g(x):
+        return x.view(3, 8).transpose(0, 1)[2:5], x * 1.0
+
+    c = shapejit.compile(g, backend="cpu")
+    for _ in range(3):
+        x, xe = torch.randn(24), None
+        xe = x.clone()
+        c(x)[0].mul_(0)
+        g(xe)[0].mul_(0)
+        torch.testing.assert_close(x, xe, rtol=0, atol=0)
+
+
+def test_dynamic_sizes_and_odd_shapes():
+    """Chains over symbolic sizes are not taken (their layout is per size); the graph's
+    values still equal eager at every size."""
+    def g(x):
+        return x.transpose(0, 1).unsqueeze(-1)[1:].squeeze(-1) * 3.0
+
+    backend, made = _lowering()
+    c = shapejit.compile(g, backend=backend, dynamic=True)
+    for n in (3, 7, 1, 64):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(c(x), g(x))
+
+
+@pytest.mark.parametrize("embed,seq", [(64, 32), (40, 9)])
+def test_multihead_attention_views(embed, seq):
+    """nn.MultiheadAttention in eval under no_grad: the q/k/v view chains and the packed
+    projection's reshapes run as view-chain steps; values equal eager."""
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(embed, 4, batch_first=True).eval()
+
+    def f(x):
+        return m(x, x, x, need_weights=False)[0]
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, seq, embed)
+            torch.testing.assert_close(c(x), f(x), rtol=1e-4, atol=1e-5)
+    assert _stats(made, "view_chains") >= 4
+    assert _stats(made, "view_chain_eager_runs") == _stats(made, "view_chains")
+
+
+def test_requires_grad_not_chained():
+    """Views of tensors that need grad stay eager steps (autograd records each view)."""
+    w = torch.randn(4, 6, requires_grad=True)
+
+    def g(x):
+        return (w.view(6, 4).t().unsqueeze(0) * x).sum()
+
+    c = shapejit.compile(g, backend="cpu")
+    x = torch.randn(4, 6)
+    out = c(x)
+    out.backward()
+    g1 = w.grad.clone()
+    w.grad = None
+    g(x).backward()
+    torch.testing.assert_close(g1, w.grad)
+
+
+class _Drop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.drop = nn.Linear(8, 8), nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) * 2.0, F.dropout(x + 1.0, 0.5, training=False), torch.dropout(x, 0.2, False)
+
+
+def test_dropout_outside_training_is_its_input():
+    """Dropout in eval mode returns its input object (torch's identity): no eager step, the
+    same values and the same aliasing as eager, for any size."""
+    m = _Drop().eval()
+    backend, made = _lowering()
+    c = shapejit.compile(m, backend=backend)
+    with torch.no_grad():
+        for n in (3, 5, 3):
+            x = torch.randn(n, 8)
+            got, want = c(x), m(x)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            assert got[2] is x   # torch.dropout(x, p, False) is x
+    assert made and all("dropout" not in mm.stats["eager_ops"] for mm in made)
+
+
+def test_dropout_in_training_still_drops():
+    m = _Drop().train()
+    backend, made = _lowering()
+    c = shapejit.compile(m, backend=backend)
+    with torch.no_grad():
+        x = torch.ones(64, 8)
+        got = c(x)
+    assert got[0].shape == (64, 8)
+    assert made and any(mm.stats["eager_ops"].get("dropout") for mm in made)

@@ -1,0 +1,36 @@
+"""The cpu backend as the backend tests drive it: every graph lowered through
+_C._cg_compile_graph, and what it made kept for the test to inspect; and the comparison
+of a compiled result with eager's those tests share."""
+import numpy as np
+import torch
+
+from shapejit import _C
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def lowering():
+    """A backend that lowers and remembers what it made: (backend, list of compiled graphs)."""
+    made = []
+
+    def backend(graph, example_inputs):
+        cg = _C._cg_compile_graph(graph)
+        made.append(cg)
+        return cg
+    return backend, made
+
+
+def close(got, want):
+    """got equals want (a tensor, an array or a tuple of them) in type, dtype and shape,
+    and in value within RTOL / ATOL, NaN where want has NaN."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            close(g, w)
+        return
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+        return
+    assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
