@@ -316,6 +316,8 @@ typedef struct {
     DType dt;
     int ndim;
     int64_t size[SJ_MAX_RANK];
+    int64_t bytes;      /* its memory: torch, its storage's bytes (a tensor resized smaller
+                           keeps the larger storage); numpy, its own bytes */
     int64_t run;        /* the run that offered it */
 } PoolEntry;
 
@@ -335,6 +337,7 @@ typedef struct {
     int ncarry;
     int64_t run;                      /* runs started (bufpool_enter) */
     int64_t kept, reused, recycled;   /* counts over the graph's life (stats) */
+    int64_t resized;                  /* of reused: taken for smaller sizes (resize_) */
 } BufPool;
 
 /* Makes p the pool of the run on this thread; returns the previous one for bufpool_leave,
@@ -348,9 +351,10 @@ BufPool *bufpool_current(void);
 /* Steals obj (value of lib and dtype dt, just dropped by the run): kept in p when the run
  * allocated it and nothing else reaches its memory, else released. Never raises. */
 void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt);
-/* A kept object of lib, dt and sizes n[0..r) taken out of p (new reference), or NULL;
- * for a large torch output, a new tensor over a returned output's storage nothing else
- * holds any more. Never raises. */
+/* A kept object of lib, dt and sizes n[0..r) taken out of p (new reference), or NULL:
+ * one of exactly these sizes, else (torch) the smallest kept tensor of dt with at most
+ * twice the bytes, resized in place; for a large torch output, a new tensor over a
+ * returned output's storage nothing else holds any more. Never raises. */
 PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r);
 /* Keeps the storages of the large torch tensors in outs (the run's result tuple, borrowed)
  * that the run allocated, for reuse once the caller drops them. Never raises. */

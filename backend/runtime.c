@@ -261,10 +261,10 @@ static Graph *g_of(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:i,s:L}", "steps", (int)cg->plan.nsteps, "threads", cg->threads,
-                                "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
-                                (long long)cg->pool.reused, "buffers_held", cg->pool.n,
-                                "outputs_recycled", (long long)cg->pool.recycled);   /* new */
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:i,s:L}", "steps", (int)cg->plan.nsteps, "threads",
+                                cg->threads, "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
+                                (long long)cg->pool.reused, "buffers_resized", (long long)cg->pool.resized,
+                                "buffers_held", cg->pool.n, "outputs_recycled", (long long)cg->pool.recycled);   /* new */
     for (int kind = 0; d && kind < STEP_COUNT; kind++)
         if (step_kinds[kind].stats && step_kinds[kind].stats(g_of(cg), &cg->plan, d) < 0)
             Py_CLEAR(d);
