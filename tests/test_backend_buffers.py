@@ -281,7 +281,8 @@ def test_outputs_held_across_sizes_are_never_handed_out():
     def g(x, w):
         a = torch.relu(x @ w)
         b = torch.tanh(a * 0.5) @ w
-        return b, (b * 2.0 + a).sum(-1)
+        c = torch.sigmoid(b) * 3.0           # kernel output: the caller holds a view of it
+        return b, (b * 2.0 + a).sum(-1), c.view(-1)[::3]
 
     torch.manual_seed(4)
     w = torch.randn(256, 256) * 0.05
@@ -294,6 +295,7 @@ def test_outputs_held_across_sizes_are_never_handed_out():
         want = g(x, w)
         torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
-    ptrs = [got[0].untyped_storage().data_ptr() for _, got in held]
+        torch.testing.assert_close(got[2], want[2], rtol=1e-4, atol=1e-4)
+    ptrs = [got[k].untyped_storage().data_ptr() for _, got in held for k in (0, 2)]
     assert len(set(ptrs)) == len(ptrs)              # no two held outputs share memory
     assert _stat(made, "buffers_resized") > 0
