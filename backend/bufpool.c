@@ -15,6 +15,18 @@
  * with the graph between calls (at most SJ_POOL_SIZE entries; an entry no run offered in
  * the last two is dropped; all freed with the graph).
  *
+ * Other sizes (a dynamic graph called at several sequence lengths): when no entry has
+ * the sizes, a torch output takes the kept tensor of its dtype with the least memory that
+ * is at least what it needs and at most twice that (the bound: a run never sits on more
+ * than twice the memory its live intermediates need), resized in place (`resize_`: the
+ * same object on the same storage, which resize_ never shrinks, so the entry's memory is
+ * its storage's bytes, and a later call at the larger size takes it back without an
+ * allocation). The tensor stays its storage's only owner, so it is offered back under
+ * the same rules; no view of a pooled buffer is ever made (a view would keep the buffer's
+ * memory reachable, and the pool could never take it again). numpy arrays are reused at
+ * exactly their sizes only (ndarray.resize reallocates). shapejit.config.
+ * pool_larger_buffers = False keeps exact sizes only (A/B).
+ *
  * Graph outputs are never offered (the caller owns them). But for a large torch output
  * (1 MB or more) the pool keeps its storage after the run (bufpool_keep_outputs): once the
  * caller has dropped the tensor and everything sharing its memory (the storage object
@@ -30,6 +42,7 @@
 #include <string.h>
 
 #include "lower.h"
+#include "../core/config.h"
 #include "../vocab/tensor_reader.h"
 
 #define SJ_POOL_MIN_BYTES (64 * 1024)
@@ -40,7 +53,7 @@ static _Thread_local BufPool *current;   /* the pool of the run on this thread, 
 static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
 static PyObject *storage_use_count;                                            /* strong: torch._C._storage_Use_Count */
 static PyObject *str_set;                  /* strong: interned "set_" */
-static PyObject *str_is_shared;            /* strong, interned */
+static PyObject *str_is_shared, *str_nbytes, *str_resize;   /* strong, interned */
 
 BufPool *bufpool_enter(BufPool *p)
 {
@@ -144,10 +157,12 @@ static int storage_shared(PyObject *s)
     return shared != 0;
 }
 
-/* 1 when nothing but our reference reaches torch tensor t's memory. */
-static int torch_exclusive(PyObject *t)
+/* 1 and *bytes (its storage's) when nothing but our reference reaches torch tensor t's
+ * memory. */
+static int torch_exclusive(PyObject *t, int64_t *bytes)
 {
-    if (interned(&str_use_count, "_use_count") < 0 || interned(&str_untyped_storage, "untyped_storage") < 0) {
+    if (interned(&str_use_count, "_use_count") < 0 || interned(&str_untyped_storage, "untyped_storage") < 0 ||
+        interned(&str_nbytes, "nbytes") < 0) {
         PyErr_Clear();
         return 0;
     }
@@ -159,10 +174,11 @@ static int torch_exclusive(PyObject *t)
      * its memory has two owners (the tensor and that object); and it is not shared with
      * another process (share_memory_) */
     long long uses = s && Py_REFCNT(s) <= 2 && !storage_shared(s) ? storage_uses(s) : -1;
+    *bytes = uses == 2 ? call_int(PyObject_CallMethodNoArgs(s, str_nbytes)) : -1;
     Py_XDECREF(s);
     if (uses < 0)
         PyErr_Clear();
-    return uses == 2;
+    return uses == 2 && *bytes >= 0;
 }
 
 /* 1 when numpy array a owns its memory and nothing but our reference reaches it. */
@@ -218,8 +234,9 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
             ok = 0;
         elems *= op.size[d];
     }
-    ok = ok && elems * dtype_info[dt].itemsize >= SJ_POOL_MIN_BYTES &&
-         (lib == LIB_TORCH ? torch_exclusive(obj) : numpy_exclusive(obj)) && Py_REFCNT(obj) == 1;
+    int64_t bytes = elems * dtype_info[dt].itemsize;
+    ok = ok && bytes >= SJ_POOL_MIN_BYTES &&
+         (lib == LIB_TORCH ? torch_exclusive(obj, &bytes) : numpy_exclusive(obj)) && Py_REFCNT(obj) == 1;
     if (!ok) {
         Py_DECREF(obj);
         return;
@@ -238,6 +255,7 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
     e->dt = dt;
     e->ndim = op.ndim;
     e->run = p->run;
+    e->bytes = bytes;
     memcpy(e->size, op.size, sizeof(int64_t) * (size_t)op.ndim);
     p->kept++;
     Py_XDECREF(old);
@@ -330,21 +348,67 @@ void bufpool_keep_outputs(BufPool *p, PyObject *outs)
     }
 }
 
+/* Entry i taken out of p (its reference now the caller's). */
+static PyObject *take_entry(BufPool *p, int i)
+{
+    PyObject *o = p->e[i].obj;
+    memmove(&p->e[i], &p->e[i + 1], sizeof p->e[0] * (size_t)(p->n - i - 1));
+    p->n--;
+    return o;
+}
+
+/* torch tensor t (steals the reference) as sizes n[0..r): t.resize_(*n), which keeps
+ * its storage when it is large enough (so no allocation and t stays the storage's only
+ * tensor), or NULL when that fails (t released). */
+static PyObject *resized(PyObject *t, const int64_t *n, int r)
+{
+    PyObject *args[SJ_MAX_RANK + 1] = {t};   /* args[1..made]: new references */
+    int made = 0;
+    if (interned(&str_resize, "resize_") == 0)
+        for (; made < r; made++)
+            if (!(args[made + 1] = PyLong_FromLongLong(n[made])))
+                break;
+    /* resize_() with no sizes would not mean a 0-d tensor: torch wants resize_(()) */
+    PyObject *res = NULL;
+    if (made == r && r > 0)
+        res = PyObject_VectorcallMethod(str_resize, args, (size_t)(r + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    for (int d = 1; d <= made; d++)
+        Py_DECREF(args[d]);
+    if (!res)
+        PyErr_Clear();
+    Py_DECREF(t);   /* res, when made, is t itself (a new reference) */
+    return res;
+}
+
 PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r)
 {
-    for (int i = p->n - 1; i >= 0; i--) {
-        PoolEntry *e = &p->e[i];
-        if (e->lib != lib || e->dt != dt || e->ndim != r || memcmp(e->size, n, sizeof(int64_t) * (size_t)r))
-            continue;
-        PyObject *o = e->obj;
-        memmove(&p->e[i], &p->e[i + 1], sizeof p->e[0] * (size_t)(p->n - i - 1));
-        p->n--;
-        p->reused++;
-        return o;
-    }
     int64_t need = dtype_info[dt].itemsize;
     for (int d = 0; d < r; d++)
         need *= n[d];
+    /* exactly these sizes, the newest first; else (torch) the smallest that fits within
+     * twice the bytes, so a pool of a dynamic graph's larger sizes serves its smaller ones
+     * without holding more than twice what the run needs at once */
+    int fit = -1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        PoolEntry *e = &p->e[i];
+        if (e->lib != lib || e->dt != dt)
+            continue;
+        if (e->ndim == r && !memcmp(e->size, n, sizeof(int64_t) * (size_t)r)) {
+            p->reused++;
+            return take_entry(p, i);
+        }
+        if (lib == LIB_TORCH && r > 0 && e->bytes >= need && e->bytes <= 2 * need &&
+            (fit < 0 || e->bytes < p->e[fit].bytes))
+            fit = i;
+    }
+    if (fit >= 0 && sj_config.pool_larger_buffers) {
+        PyObject *t = resized(take_entry(p, fit), n, r);
+        if (t) {
+            p->reused++;
+            p->resized++;
+            return t;
+        }
+    }
     if (lib == LIB_TORCH && need >= SJ_CARRY_MIN_BYTES && p->ncarry)
         return take_carried(p, dt, n, r, need);
     return NULL;

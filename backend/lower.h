@@ -50,7 +50,13 @@ typedef struct {
     CgFn call;                          /* its libffi call description */
 } Kernel;
 
-typedef enum { STEP_EAGER, STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_CAT, STEP_VIEWS, STEP_ALIAS } StepKind;
+/* The step kinds (steps.def): STEP_KERNEL, STEP_MATMUL, ..., STEP_EAGER. */
+typedef enum {
+#define X(KIND, name, lowers, node_plan, pass, run, free, stats) STEP_##KIND,
+#include "steps.def"
+#undef X
+    STEP_COUNT
+} StepKind;
 
 typedef struct {
     StepKind kind;
@@ -73,6 +79,8 @@ typedef struct {
                                       convolution in oneDNN's blocked layout (PyMem) */
     CatStep *cats;   int32_t ncats;
     ViewChain *views; int32_t nviews;
+    int64_t kernel_calls;        /* kernels called (CompiledGraph.stats) */
+    int64_t kernel_eager_runs;   /* kernel calls whose nodes ran eagerly instead */
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
      * release_at[i + 1]), dropped from the run's vals[] once step i is done, so a run holds
      * what eager would (intermediates freed at their last use, their memory reused by the
@@ -80,6 +88,33 @@ typedef struct {
      * entries. */
     int32_t *release;   int32_t *release_at;
 } LowerPlan;
+
+/* One row of steps.def: what the planner, the run loop, lower_plan_free and
+ * CompiledGraph.stats call for a kind (steps.def says when; NULL where a kind has none). */
+typedef struct {
+    const char *name;
+    int lowers;
+    int32_t (*node_plan)(Graph *g, int32_t ni, LowerPlan *p);
+    int (*pass)(Graph *g, LowerPlan *p, int32_t *node_step);
+    int (*run)(Graph *g, LowerPlan *p, int32_t index, PyObject **vals);
+    void (*free)(LowerPlan *p);
+    int (*stats)(const Graph *g, const LowerPlan *p, PyObject *d);
+} StepKindInfo;
+/* Indexed by StepKind (steps.c, generated from steps.def). */
+extern const StepKindInfo step_kinds[STEP_COUNT];
+
+/* step_kernel.c: runs kernel step i (its nodes eagerly when an input is not what the plan
+ * foresaw or the kernel hands them back). 0 or -1 with an exception. */
+int step_kernel_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_kernel_free(LowerPlan *p);
+/* {"kernels", "kernel_functions", "kernels_over_budget", "kernel_calls",
+ * "eager_fallbacks"} added to d. */
+int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+/* step_kernel.c: runs eager step `ni` (the node's original call). 0 or -1. */
+int step_eager_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals);
+/* {"eager_steps": how many steps run a node's original call, "eager_ops": {op name:
+ * count} of them (what the backend could not lower, for profiling)} added to d. */
+int step_eager_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* Calls fn(ctx, ni, v) for every value v node ni reads (arguments and list items). */
 void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx);
@@ -147,7 +182,7 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p);
 int step_matmul_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_matmul_free(LowerPlan *p);
 /* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
-int step_matmul_stats(const LowerPlan *p, PyObject *d);
+int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* ----------------------------------------------------------- pattern.c ---- */
 
@@ -203,7 +238,7 @@ int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p);
 int step_conv_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_conv_free(LowerPlan *p);
 /* {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused"} added to d. */
-int step_conv_stats(const LowerPlan *p, PyObject *d);
+int step_conv_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* A concatenation step for node ni (step_cat.c): returns ni when planned, -1 when the node
  * is not one, -2 with an exception. */
@@ -212,7 +247,7 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p);
 int step_cat_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_cat_free(LowerPlan *p);
 /* {"cat_steps", "cat_calls", "cat_fallbacks"} added to d. */
-int step_cat_stats(const LowerPlan *p, PyObject *d);
+int step_cat_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* View chains (step_views.c): rewrites p's eager steps so that each chain of view ops whose
  * intermediates nothing else reads is one STEP_VIEWS step where its first node ran;
@@ -222,11 +257,12 @@ int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step);
 int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_views_free(LowerPlan *p);
 /* {"view_chains", "view_chain_nodes", "view_chain_calls", "view_chain_eager_runs"} added to d. */
-int step_views_stats(const LowerPlan *p, PyObject *d);
-/* Turns eager steps of identity nodes (dropout outside training) into STEP_ALIAS. 0. */
-int step_alias_plan(Graph *g, LowerPlan *p);
+int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+/* Turns eager steps of identity nodes (dropout outside training) into STEP_ALIAS (step
+ * numbers unchanged: node_step is not touched). 0. */
+int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step);
 /* Runs STEP_ALIAS node ni: its result is its input object. 0 or -1 with an exception. */
-int step_alias_run(Graph *g, int32_t ni, PyObject **vals);
+int step_alias_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {
@@ -280,6 +316,8 @@ typedef struct {
     DType dt;
     int ndim;
     int64_t size[SJ_MAX_RANK];
+    int64_t bytes;      /* its memory: torch, its storage's bytes (a tensor resized smaller
+                           keeps the larger storage); numpy, its own bytes */
     int64_t run;        /* the run that offered it */
 } PoolEntry;
 
@@ -299,6 +337,7 @@ typedef struct {
     int ncarry;
     int64_t run;                      /* runs started (bufpool_enter) */
     int64_t kept, reused, recycled;   /* counts over the graph's life (stats) */
+    int64_t resized;                  /* of reused: taken for smaller sizes (resize_) */
 } BufPool;
 
 /* Makes p the pool of the run on this thread; returns the previous one for bufpool_leave,
@@ -312,9 +351,10 @@ BufPool *bufpool_current(void);
 /* Steals obj (value of lib and dtype dt, just dropped by the run): kept in p when the run
  * allocated it and nothing else reaches its memory, else released. Never raises. */
 void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt);
-/* A kept object of lib, dt and sizes n[0..r) taken out of p (new reference), or NULL;
- * for a large torch output, a new tensor over a returned output's storage nothing else
- * holds any more. Never raises. */
+/* A kept object of lib, dt and sizes n[0..r) taken out of p (new reference), or NULL:
+ * one of exactly these sizes, else (torch) the smallest kept tensor of dt with at most
+ * twice the bytes, resized in place; for a large torch output, a new tensor over a
+ * returned output's storage nothing else holds any more. Never raises. */
 PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r);
 /* Keeps the storages of the large torch tensors in outs (the run's result tuple, borrowed)
  * that the run allocated, for reuse once the caller drops them. Never raises. */

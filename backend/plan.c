@@ -260,11 +260,10 @@ int lower_plan(Graph *g, LowerPlan *out)
         if (nd->op == OP_INPUT)
             continue;
         int32_t before = out->nsteps;
-        int32_t upto = step_matmul_plan(g, ni, out);
-        if (upto == -1)
-            upto = step_conv_plan(g, ni, out);
-        if (upto == -1)
-            upto = step_cat_plan(g, ni, out);
+        int32_t upto = -1;   /* the kinds planned node by node, in steps.def's order */
+        for (int kind = 0; kind < STEP_COUNT && upto == -1; kind++)
+            if (step_kinds[kind].node_plan)
+                upto = step_kinds[kind].node_plan(g, ni, out);
         if (upto < -1)
             goto fail;
         if (upto >= ni) {   /* a oneDNN step: it closes the open kernel */
@@ -343,7 +342,10 @@ int lower_plan(Graph *g, LowerPlan *out)
             for (int32_t j = 0; j < k->nnodes; j++)
                 node_step[k->nodes[j]] = i;
         }
-    if (step_alias_plan(g, out) < 0 || step_views_plan(g, out, node_step) < 0 || plan_releases(g, out, node_step) < 0)
+    for (int kind = 0; kind < STEP_COUNT; kind++)   /* rewrites of eager steps (steps.def) */
+        if (step_kinds[kind].pass && step_kinds[kind].pass(g, out, node_step) < 0)
+            goto fail;
+    if (plan_releases(g, out, node_step) < 0)
         goto fail;
     PyMem_Free(node_step);
     PyMem_Free(last_use);
@@ -357,15 +359,11 @@ fail:
 
 void lower_plan_free(LowerPlan *p)
 {
-    for (int32_t i = 0; i < p->nkernels; i++)
-        PyMem_Free(p->kernels[i].nodes);
-    PyMem_Free(p->kernels);
+    for (int kind = 0; kind < STEP_COUNT; kind++)
+        if (step_kinds[kind].free)
+            step_kinds[kind].free(p);
     PyMem_Free(p->steps);
     PyMem_Free(p->release);
     PyMem_Free(p->release_at);
-    step_matmul_free(p);
-    step_conv_free(p);
-    step_cat_free(p);
-    step_views_free(p);
     memset(p, 0, sizeof *p);
 }

@@ -1,13 +1,8 @@
-/* The compiled graph of the generated-C backend: a callable that runs a graph's steps,
- * eager nodes through their library calls and fused kernels through generated C.
- *
- * Per kernel call: read each input's sizes, strides and data pointer (the tensor reader
- * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
- * allocate the outputs (torch.empty / numpy.empty, contiguous, of each value's meta dtype)
- * and call the kernel through its libffi description; a kernel that returns nonzero (an
- * integer division by zero) has its nodes rerun eagerly. Anything unexpected about an input (a dtype or
- * a shape the plan did not foresee) runs that kernel's nodes eagerly instead: never wrong,
- * only slower.
+/* The compiled graph of the generated-C backend: a callable that runs a graph's steps
+ * through the step kinds' table (steps.def): eager nodes through their library calls,
+ * fused kernels through generated C (step_kernel.c), oneDNN, concatenation and view steps
+ * through their files. Here: the CompiledGraph object, reading operands, allocating
+ * outputs (from the graph's buffer pool, bufpool.c), the run loop and its releases.
  *
  * Memory: the object holds a strong reference to its _C.Graph and owns its plan (PyMem);
  * the kernels' library stays loaded for the life of the process (native/native.h). Values live
@@ -29,7 +24,6 @@ typedef struct {
     PyObject *source;    /* strong str: the kernels' C source */
     LowerPlan plan;
     vectorcallfunc vectorcall;
-    int64_t kernel_calls, eager_fallbacks;
     int threads;         /* the OpenMP thread count of the last run */
     BufPool pool;        /* dropped intermediates kept for reuse (bufpool.c) */
 } CompiledGraph;
@@ -193,135 +187,15 @@ PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r)
     return res;
 }
 
-/* -------------------------------------------------------------- kernels ---- */
-
-/* The kernel's nodes, run the original way (an input the plan did not foresee). */
-static int run_eagerly(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
-{
-    cg->eager_fallbacks++;
-    for (int32_t i = 0; i < k->nnodes; i++)
-        if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
-            return -1;
-    return 0;
-}
-
-static int run_kernel(CompiledGraph *cg, Graph *g, const Kernel *k, PyObject **vals)
-{
-    if (k->nout == 0)
-        return 0;   /* nothing it computes is read */
-    if (k->over_budget) {   /* never compiled (build.c's budget): its nodes one by one */
-        for (int32_t i = 0; i < k->nnodes; i++)
-            if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
-                return -1;
-        return 0;
-    }
-    int r = k->rank, nops = (int)(k->nin + k->nout);
-    Operand ops[SJ_KMAX_OPERANDS];
-    int nread = 0, rc = 0;
-    int64_t n[SJ_MAX_RANK + 1];
-    for (int d = 0; d < r; d++)
-        n[d] = 1;
-    for (int32_t i = 0; i < k->nin && rc == 0; i++) {
-        Operand *op = &ops[k->nout + i];
-        rc = lower_read_input_dt(vals[k->ins[i]], k->lib, (DType)g->values[k->ins[i]].meta.dtype, op);
-        nread = i + 1;
-        if (rc == 0 && op->ndim > r)
-            rc = 1;
-        /* broadcast into the iteration space, right-aligned */
-        for (int d = 0; rc == 0 && d < op->ndim; d++) {
-            int64_t s = op->size[d], *t = &n[r - op->ndim + d];
-            if (s != 1 && *t != 1 && s != *t)
-                rc = 1;
-            else if (s != 1)
-                *t = s;
-        }
-    }
-    int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
-    char *ptrs[SJ_KMAX_OPERANDS];
-    int64_t dense = 1;
-    if (rc == 0) {
-        for (int32_t i = 0; i < k->nin; i++) {
-            Operand *op = &ops[k->nout + i];
-            int64_t expect = 1;
-            for (int d = r - 1; d >= 0; d--) {
-                int od = d - (r - op->ndim);
-                int64_t s = od >= 0 ? op->size[od] : 1;
-                st[(k->nout + i) * r + d] = od < 0 || (s == 1 && n[d] != 1) ? 0 : op->stride[od];
-                if (s != n[d] || (n[d] != 1 && op->stride[od] != expect))
-                    dense = 0;
-                expect *= n[d];
-            }
-            ptrs[k->nout + i] = op->data;
-        }
-        for (int32_t j = 0; j < k->nout && rc == 0; j++) {
-            int64_t osize[SJ_MAX_RANK + 1];
-            int orank = lower_out_layout(k, (int)j, n, osize, &st[j * r]);
-            if (orank < 0) {
-                rc = 1;
-                break;
-            }
-            DType odt = (DType)g->values[k->outs[j]].meta.dtype;
-            PyObject *o = lower_new_output_dt(k->lib, odt, osize, orank);
-            if (!o) {
-                rc = -1;
-                break;
-            }
-            Py_XSETREF(vals[k->outs[j]], o);
-            Operand *op = &ops[j];
-            if ((rc = lower_read_input_dt(o, k->lib, odt, op)) != 0) {
-                if (op->has_view)
-                    PyBuffer_Release(&op->view);
-                break;
-            }
-            ptrs[j] = op->data;
-            /* an output array's buffer is only needed for its pointer: numpy keeps the
-             * array (vals holds it) */
-            if (op->has_view)
-                PyBuffer_Release(&op->view);
-        }
-    }
-    if (rc == 0) {
-        void *args[4];
-        int64_t bad = 0;
-        const int64_t *pn = n;
-        char *const *pp = ptrs;
-        const int64_t *pst = st;
-        args[0] = &pn;
-        args[1] = &pp;
-        args[2] = &pst;
-        args[3] = &dense;
-        Py_BEGIN_ALLOW_THREADS
-        cg_fn_call((CgFn *)&k->call, &bad, args);
-        Py_END_ALLOW_THREADS
-        cg->kernel_calls++;
-        rc = bad != 0;   /* an element eager must handle (integer division by zero) */
-    }
-    for (int i = 0; i < nread; i++)
-        if (ops[k->nout + i].has_view)
-            PyBuffer_Release(&ops[k->nout + i].view);
-    (void)nops;
-    if (rc > 0) {
-        /* the outputs allocated for the kernel are replaced by eager's */
-        for (int32_t j = 0; j < k->nout; j++)
-            Py_CLEAR(vals[k->outs[j]]);
-        return run_eagerly(cg, g, k, vals);
-    }
-    return rc;
-}
-
+/* Runs the plan's steps (graph_run_with's exec; the compiled graph never verifies shape
+ * rules, so mismatch is NULL and eager steps pass none on). */
 static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
 {
     CompiledGraph *cg = ctx;
+    (void)mismatch;
     for (int32_t i = 0; i < cg->plan.nsteps; i++) {
         const Step *s = &cg->plan.steps[i];
-        int r = s->kind == STEP_EAGER    ? graph_exec_node(g, s->index, vals, mismatch)
-                : s->kind == STEP_MATMUL ? step_matmul_run(g, &cg->plan, s->index, vals)
-                : s->kind == STEP_CONV   ? step_conv_run(g, &cg->plan, s->index, vals)
-                : s->kind == STEP_CAT    ? step_cat_run(g, &cg->plan, s->index, vals)
-                : s->kind == STEP_VIEWS  ? step_views_run(g, &cg->plan, s->index, vals)
-                : s->kind == STEP_ALIAS  ? step_alias_run(g, s->index, vals)
-                                         : run_kernel(cg, g, &cg->plan.kernels[s->index], vals);
-        if (r < 0)
+        if (step_kinds[s->kind].run(g, &cg->plan, s->index, vals) < 0)
             return -1;
         /* drop the values no later step reads (plan.c); intermediates may be kept for reuse */
         for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++) {
@@ -385,62 +259,32 @@ static Graph *g_of(CompiledGraph *cg)
     return ((SjGraphObject *)cg->graph)->g;
 }
 
-/* stats()["eager_steps"] and ["eager_ops"]: how many steps run a node's original call, and
- * {op name: count} of them (what the backend could not lower, for profiling). */
-static int eager_op_stats(CompiledGraph *cg, Graph *g, PyObject *d)
-{
-    PyObject *ops = PyDict_New();   /* new */
-    if (!ops)
-        return -1;
-    long neager = 0;
-    for (int32_t i = 0; i < cg->plan.nsteps; i++) {
-        const Step *s = &cg->plan.steps[i];
-        if (s->kind != STEP_EAGER)
-            continue;
-        neager++;
-        int op = g->nodes[s->index].op;
-        const char *name = op >= 0 && op < OP_COUNT ? op_info[op].name : "input";
-        PyObject *had = PyDict_GetItemString(ops, name);   /* borrowed */
-        PyObject *n = PyLong_FromLong(had ? PyLong_AsLong(had) + 1 : 1);   /* new */
-        if (!n || PyDict_SetItemString(ops, name, n) < 0) {
-            Py_XDECREF(n);
-            Py_DECREF(ops);
-            return -1;
-        }
-        Py_DECREF(n);
-    }
-    PyObject *cnt = PyLong_FromLong(neager);   /* new */
-    int rc = cnt && PyDict_SetItemString(d, "eager_steps", cnt) == 0 &&
-                     PyDict_SetItemString(d, "eager_ops", ops) == 0 ? 0 : -1;
-    Py_XDECREF(cnt);
-    Py_DECREF(ops);
-    return rc;
-}
-
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    int over = 0, nfn = 0;
-    for (int32_t i = 0; i < cg->plan.nkernels; i++) {
-        const Kernel *k = &cg->plan.kernels[i];
-        over += k->over_budget;
-        int first = k->fn != NULL;   /* the first kernel with its function */
-        for (int32_t j = 0; j < i && first; j++)
-            first = cg->plan.kernels[j].fn != k->fn;
-        nfn += first;
-    }
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:i,s:i,s:L,s:L,s:i,s:L,s:L,s:i,s:L}", "kernels", (int)cg->plan.nkernels,
-                                "kernel_functions", nfn, "kernels_over_budget", over, "steps",
-                                (int)cg->plan.nsteps, "kernel_calls", (long long)cg->kernel_calls,
-                                "eager_fallbacks", (long long)cg->eager_fallbacks, "threads", cg->threads,
-                                "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
-                                (long long)cg->pool.reused, "buffers_held", cg->pool.n,
-                                "outputs_recycled", (long long)cg->pool.recycled);   /* new */
-    if (d && (step_matmul_stats(&cg->plan, d) < 0 || step_conv_stats(&cg->plan, d) < 0 ||
-              step_cat_stats(&cg->plan, d) < 0 || step_views_stats(&cg->plan, d) < 0 ||
-              eager_op_stats(cg, g_of(cg), d) < 0))
-        Py_CLEAR(d);
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:i,s:L}", "steps", (int)cg->plan.nsteps, "threads",
+                                cg->threads, "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
+                                (long long)cg->pool.reused, "buffers_resized", (long long)cg->pool.resized,
+                                "buffers_held", cg->pool.n, "outputs_recycled", (long long)cg->pool.recycled);   /* new */
+    for (int kind = 0; d && kind < STEP_COUNT; kind++)
+        if (step_kinds[kind].stats && step_kinds[kind].stats(g_of(cg), &cg->plan, d) < 0)
+            Py_CLEAR(d);
     return d;
+}
+
+/* The kind of each step, in run order (steps.def's names). New tuple. */
+static PyObject *cg_get_step_kinds(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    PyObject *t = PyTuple_New(cg->plan.nsteps);   /* new */
+    for (int32_t i = 0; t && i < cg->plan.nsteps; i++) {
+        PyObject *name = PyUnicode_FromString(step_kinds[cg->plan.steps[i].kind].name);   /* new: stolen */
+        if (!name)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, name);
+    }
+    return t;
 }
 
 static PyObject *cg_get_source(CompiledGraph *cg, void *unused)
@@ -458,6 +302,7 @@ static PyObject *cg_get_graph(CompiledGraph *cg, void *unused)
 static PyGetSetDef cg_getset[] = {
     {"stats", (getter)cg_get_stats, NULL, "kernels (distinct functions, over the compile budget), steps, kernel "
      "calls, eager fallbacks", NULL},
+    {"step_kinds", (getter)cg_get_step_kinds, NULL, "the kind of each step, in run order", NULL},
     {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
     {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -491,13 +336,15 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     cg->graph = Py_NewRef(arg);
     cg->source = NULL;
     cg->vectorcall = cg_vectorcall;
-    cg->kernel_calls = cg->eager_fallbacks = 0;
     cg->threads = 0;
     memset(&cg->plan, 0, sizeof cg->plan);
     memset(&cg->pool, 0, sizeof cg->pool);
     if (lower_plan(g, &cg->plan) < 0)
         goto fail;
-    if (cg->plan.nkernels == 0 && cg->plan.nmatmuls == 0 && cg->plan.nconvs == 0 && cg->plan.ncats == 0) {
+    int lowers = 0;   /* a step of a kind worth a compiled graph (steps.def) */
+    for (int32_t i = 0; i < cg->plan.nsteps; i++)
+        lowers |= step_kinds[cg->plan.steps[i].kind].lowers;
+    if (!lowers) {
         Py_DECREF(cg);
         return Py_NewRef(arg);
     }

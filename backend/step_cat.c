@@ -214,8 +214,9 @@ void step_cat_free(LowerPlan *p)
     PyMem_Free(p->cats);
 }
 
-int step_cat_stats(const LowerPlan *p, PyObject *d)
+int step_cat_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
+    (void)g;
     long long v[3] = {p->ncats, 0, 0};
     for (int32_t i = 0; i < p->ncats; i++) {
         v[1] += p->cats[i].calls;

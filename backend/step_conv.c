@@ -694,8 +694,9 @@ void step_conv_free(LowerPlan *p)
     p->nconvs = 0;
 }
 
-int step_conv_stats(const LowerPlan *p, PyObject *d)
+int step_conv_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
+    (void)g;
     long long calls = 0, fallbacks = 0, fused = 0, reorders = 0, after = 0, nonfinite = 0, handed = 0, plain = 0;
     for (int32_t i = 0; i < p->nconvs; i++) {
         handed += p->convs[i].handed;

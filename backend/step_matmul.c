@@ -425,8 +425,9 @@ void step_matmul_free(LowerPlan *p)
     p->nmatmuls = 0;
 }
 
-int step_matmul_stats(const LowerPlan *p, PyObject *d)
+int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
+    (void)g;
     long long calls = 0, fallbacks = 0, post = 0, kept = 0, nonfinite = 0;
     for (int32_t i = 0; i < p->nmatmuls; i++) {
         nonfinite += p->matmuls[i].nonfinite;

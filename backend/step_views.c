@@ -337,25 +337,19 @@ void step_views_free(LowerPlan *p)
     p->nviews = 0;
 }
 
-int step_views_stats(const LowerPlan *p, PyObject *d)
+int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
+    (void)g;
     long long calls = 0, eager = 0, nodes = 0;
     for (int32_t i = 0; i < p->nviews; i++) {
         calls += p->views[i].calls;
         eager += p->views[i].eager_runs;
         nodes += p->views[i].n;
     }
-    PyObject *v[4] = {PyLong_FromLong(p->nviews), PyLong_FromLongLong(nodes), PyLong_FromLongLong(calls),
-                      PyLong_FromLongLong(eager)};
     static const char *const names[4] = {"view_chains", "view_chain_nodes", "view_chain_calls",
                                          "view_chain_eager_runs"};
-    int rc = 0;
-    for (int k = 0; k < 4; k++) {
-        if (!v[k] || (rc == 0 && PyDict_SetItemString(d, names[k], v[k]) < 0))
-            rc = -1;
-        Py_XDECREF(v[k]);
-    }
-    return rc;
+    long long vals[4] = {p->nviews, nodes, calls, eager};
+    return lower_put_counts(d, 4, names, vals);
 }
 
 /* ---------------------------------------------------------- pass-through ---- */
@@ -364,8 +358,9 @@ int step_views_stats(const LowerPlan *p, PyObject *d)
  * torch's identity: it returns its input tensor itself, the same object. An eager step
  * costs a call through torch.nn.functional (~3 us); STEP_ALIAS hands the object on. Only a
  * constant training=False qualifies, with p a constant in [0, 1] (else torch raises). */
-int step_alias_plan(Graph *g, LowerPlan *p)
+int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step)
 {
+    (void)node_step;
     for (int32_t i = 0; i < p->nsteps; i++) {
         if (p->steps[i].kind != STEP_EAGER)
             continue;
@@ -389,8 +384,9 @@ int step_alias_plan(Graph *g, LowerPlan *p)
     return 0;
 }
 
-int step_alias_run(Graph *g, int32_t ni, PyObject **vals)
+int step_alias_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals)
 {
+    (void)p;
     const Node *nd = &g->nodes[ni];
     PyObject *x = vals[g->pool[nd->args].a];   /* borrowed from vals */
     /* a Tensor subclass may override dropout (__torch_function__): its own call */

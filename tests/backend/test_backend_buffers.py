@@ -1,7 +1,8 @@
 """Buffers of the cpu backend: a run drops each value after its last reader
 (graph outputs excepted), and intermediates nothing else can reach are kept by the
 compiled graph and reused for later outputs of the same library, dtype and sizes, within a
-call and across calls. Results are compared with eager on every call; objects the caller
+call and across calls (torch: also of smaller sizes, from a buffer of at most twice the
+bytes, resized in place). Results are compared with eager on every call; objects the caller
 holds (outputs, views of intermediates, tensors an eager step kept) are never
 overwritten."""
 import numpy as np
@@ -228,3 +229,73 @@ def test_eager_rerun_does_not_leak_outputs():
             tracemalloc.stop()
         np.testing.assert_array_equal(out, f(a, b))
     assert grown < 8 * a.nbytes, grown      # ten leaked 2 MB outputs would be 20+ MB
+
+
+def chain3(x, w):
+    a = x @ w                      # (n, 256) float32 intermediates: n KB each
+    b = torch.sigmoid(a) @ w
+    c = torch.relu(b) @ w
+    return c.sum(-1)
+
+
+def test_larger_buffer_serves_smaller_sizes():
+    """dynamic=True: the buffers a call at 256 rows dropped serve a later call at 200 and
+    at 128 rows (at most twice the bytes), resized in place; results equal eager."""
+    torch.manual_seed(2)
+    w = torch.randn(256, 256) * 0.05
+    fn, made = _compiled(chain3, dynamic=True)
+    for n in (256, 200, 128, 256, 180):
+        x = torch.randn(n, 256)
+        torch.testing.assert_close(fn(x, w), chain3(x, w), rtol=1e-4, atol=1e-4)
+    assert _stat(made, "buffers_resized") >= 3
+    assert _stat(made, "buffers_reused") >= _stat(made, "buffers_resized")
+
+
+def test_larger_buffer_bound_and_knob():
+    """A buffer more than twice the bytes a call needs is not taken (256 rows for 70), and
+    with shapejit.config.pool_larger_buffers off only exact sizes are reused."""
+    torch.manual_seed(3)
+    w = torch.randn(256, 256) * 0.05
+    fn, made = _compiled(chain3, dynamic=True)
+    for n in (256, 70, 70):
+        x = torch.randn(n, 256)
+        torch.testing.assert_close(fn(x, w), chain3(x, w), rtol=1e-4, atol=1e-4)
+    assert _stat(made, "buffers_resized") == 0
+    assert _stat(made, "buffers_reused") > 0       # 70 rows (70 KB) reuse their own size
+
+    shapejit.reset()
+    fn, made = _compiled(chain3, dynamic=True)
+    shapejit.config.pool_larger_buffers = False
+    try:
+        for n in (256, 200, 128):
+            x = torch.randn(n, 256)
+            torch.testing.assert_close(fn(x, w), chain3(x, w), rtol=1e-4, atol=1e-4)
+    finally:
+        shapejit.config.pool_larger_buffers = True
+    assert _stat(made, "buffers_resized") == 0
+
+
+def test_outputs_held_across_sizes_are_never_handed_out():
+    """Outputs the caller holds (a matmul's result, which may sit on a resized pool
+    buffer) keep their values and their memory while later calls of other sizes run."""
+    def g(x, w):
+        a = torch.relu(x @ w)
+        b = torch.tanh(a * 0.5) @ w
+        c = torch.sigmoid(b) * 3.0           # kernel output: the caller holds a view of it
+        return b, (b * 2.0 + a).sum(-1), c.view(-1)[::3]
+
+    torch.manual_seed(4)
+    w = torch.randn(256, 256) * 0.05
+    fn, made = _compiled(g, dynamic=True)
+    held = []
+    for n in (256, 200, 128, 256, 150, 220, 130):
+        x = torch.randn(n, 256)
+        held.append((x, fn(x, w)))
+    for x, got in held:
+        want = g(x, w)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[2], want[2], rtol=1e-4, atol=1e-4)
+    ptrs = [got[k].untyped_storage().data_ptr() for _, got in held for k in (0, 2)]
+    assert len(set(ptrs)) == len(ptrs)              # no two held outputs share memory
+    assert _stat(made, "buffers_resized") > 0
