@@ -1,5 +1,6 @@
 /* Graph IR construction and eager execution. */
 #include "ir.h"
+#include "../vocab/callables.h"
 #include "../shapes/sym.h"
 #include <string.h>
 #include "../core/errors.h"
@@ -155,6 +156,10 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     nd->first_value = v;
     nd->nout = nout;
     nd->where = w;
+    if (nkw == 0) {   /* row -1: the positional arguments are the bound form */
+        nd->bound = args;
+        nd->nbound = nargs;
+    }
     if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 &&
         (g->pool[args].kind != ARG_VALUE || graph_value_may_alias_input(g, g->pool[args].a)))
         g->has_mutation = 1;
@@ -163,6 +168,41 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     if (op == OP_RANDOM_FILL || op == OP_DROPOUT || op == OP_RAND || op == OP_RAND_LIKE)
         g->has_mutation = 1;
     return v;
+}
+
+void graph_node_bind(Graph *g, int32_t ni, int row, int32_t bound, int32_t nbound)
+{
+    Node *nd = &g->nodes[ni];
+    nd->row = (int16_t)row;
+    nd->bound = bound;
+    nd->nbound = nbound;
+}
+
+int graph_node_params(const Graph *g, int32_t ni, const SchemaParam **params)
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->row < 0 || nd->row >= callable_nrows)
+        return 0;
+    ShapeErr err;
+    int n = bind_schema(callable_rows[nd->row].schema, params, &err);
+    /* a row that failed to parse recorded no node; a mismatch would be a capture bug */
+    return n == nd->nbound ? n : 0;
+}
+
+const Arg *graph_node_arg(const Graph *g, int32_t ni, const char *name)
+{
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    const Node *nd = &g->nodes[ni];
+    for (int i = 0; i < n; i++) {
+        if (strcmp(ps[i].name, name) != 0)
+            continue;
+        const Arg *a = &g->pool[nd->bound + i];
+        if (a->kind == ARG_ABSENT || (a->kind == ARG_CONST && PyList_GET_ITEM(g->consts, a->a) == Py_None))
+            continue;
+        return a;
+    }
+    return NULL;
 }
 
 /* Whether an op's result may share memory with its first argument: views, writes in
