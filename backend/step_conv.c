@@ -37,7 +37,6 @@
 
 #include "lower_int.h"
 #include "dnnl_api.h"
-#include "../capture/capture.h"
 #include "../core/config.h"
 
 #define CV_MAX_FOLD 4
