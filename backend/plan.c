@@ -152,19 +152,7 @@ static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
 
 void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
 {
-    const Node *nd = &g->nodes[ni];
-    for (int part = 0; part < 2; part++) {
-        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
-        for (int32_t i = 0; i < n; i++) {
-            const Arg *x = &g->pool[first + i];
-            if (x->kind == ARG_VALUE)
-                fn(ctx, ni, x->a);
-            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
-                for (int32_t k = 0; k < x->n; k++)
-                    if (g->pool[x->a + k].kind == ARG_VALUE)
-                        fn(ctx, ni, g->pool[x->a + k].a);
-        }
-    }
+    graph_node_reads(g, ni, fn, ctx);
 }
 
 static void note_use(void *last_use, int32_t ni, int32_t v)

@@ -205,6 +205,24 @@ const Arg *graph_node_arg(const Graph *g, int32_t ni, const char *name)
     return NULL;
 }
 
+void graph_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
+{
+    const Node *nd = &g->nodes[ni];
+    for (int part = 0; part < 2; part++) {
+        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
+        for (int32_t i = 0; i < n; i++) {
+            const Arg *x = &g->pool[first + i];
+            if (x->kind == ARG_VALUE)
+                fn(ctx, ni, x->a);
+            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
+                for (int32_t k = 0; k < x->n; k++)
+                    if (g->pool[x->a + k].kind == ARG_VALUE)
+                        fn(ctx, ni, g->pool[x->a + k].a);
+        }
+    }
+}
+
+
 /* Whether an op's result may share memory with its first argument: views, writes in
  * place (their result is the argument), and casts (`x.float()` of a float tensor, numpy's
  * astype(copy=False) return the argument itself). */

@@ -108,6 +108,9 @@ int graph_add_output(Graph *g, int32_t value);
 /* Give node ni (not an input) the arguments bound to callables row `row`: the pool range
  * [bound, bound + nbound), filled by the caller (the rule at the top of this file). */
 void graph_node_bind(Graph *g, int32_t ni, int row, int32_t bound, int32_t nbound);
+/* Calls fn(ctx, ni, v) for each value v node ni reads when it runs (its raw arguments,
+ * list items included; a value read twice is reported twice). */
+void graph_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx);
 /* The parameters node ni's bound slots follow (the schema of its row, static storage):
  * returns their number, or 0 for a node of row -1 (its slots are positional). */
 int graph_node_params(const Graph *g, int32_t ni, const SchemaParam **params);
