@@ -37,8 +37,8 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
     const Node *nd = &g->nodes[ni];
     const SchemaParam *ps;
     int n = graph_node_params(g, ni, &ps);
-    /* numpy's out=array is not part of what the node computes into a new buffer */
-    if (n == 0 || (nd->flags & NODE_OUT))
+    /* numpy's out=array: the node writes into that array, not a buffer of its own */
+    if (nd->row < 0 || (nd->flags & NODE_OUT))
         return 0;
     BoundArgs *b = &na->bound;
     b->n = n;

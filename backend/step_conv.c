@@ -1039,7 +1039,7 @@ static int fold_posts(ConvStep *s, PyObject **vals, const int64_t *out_dims, int
                       CvArgs *args, ConvPosts *cp)
 {
     int rc;
-    for (int i = 0; key->op_class == CV_CLASS_CONV && i < s->nfold; i++) {
+    for (int i = 0; i < s->nfold; i++) {
         const Fold *f = &s->fold[i];
         if (f->kind == FOLD_RELU || f->kind == FOLD_RELU6) {   /* both drop NaN in oneDNN */
             key->post[key->npost++] = f->kind == FOLD_RELU ? CVPO_RELU : CVPO_RELU6;
@@ -1055,6 +1055,7 @@ static int fold_posts(ConvStep *s, PyObject **vals, const int64_t *out_dims, int
             cp->res_op = r;
             key->post[key->npost++] = CVPO_SUM;
         } else {
+            /* a batch norm folds only as the first fold (step_conv_plan): one buffer */
             if (!cp->affine && !(cp->affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
                 PyErr_NoMemory();
                 return -1;
