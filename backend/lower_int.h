@@ -9,16 +9,19 @@
 
 /* ---------------------------------------------------------------- plan.c ---- */
 
-/* A node's arguments bound by its callable's schema: bound, and in src[i] the graph
- * argument each bound item came from (NULL when absent). pos/kw are the storage the bound
- * items point into. */
+/* A node's bound slots (graph/ir.h) as the shape rules' BoundArgs, for the helpers of
+ * shapes/rules.h: bound, and in src[i] the slot of parameter i when it holds a value or a
+ * constant (NULL when absent, a fixed parameter, or the list a *varargs parameter
+ * gathered). items is the storage those lists point into. */
 typedef struct {
     BoundArgs bound;
-    BoundArg pos[SJ_MAX_PARAMS], kw[SJ_MAX_PARAMS];
+    BoundArg items[SJ_MAX_PARAMS];
     const Arg *src[SJ_MAX_PARAMS];
 } NodeArgs;
 
-/* Binds node ni's arguments into *na. 1 when bound, 0 when not (no exception). */
+/* Node ni's bound slots into *na. 1, or 0 (no exception) when the node has none (row -1),
+ * writes into numpy's out= array, or passes a list or tuple (a *varargs parameter's
+ * gathered arguments excepted). */
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na);
 
 /* 1 when node ni is a float32 pointwise op of at most two operands a kernel computes

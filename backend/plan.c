@@ -13,59 +13,62 @@
 #include <string.h>
 
 #include "lower_int.h"
-#include "../capture/capture.h"
 #include "../shapes/rules.h"
+
+/* A bound slot as a rule's BoundArg: 1, or 0 for a list or tuple (which no backend reader
+ * takes apart). */
+static int slot_bound(const Graph *g, const Arg *x, BoundArg *ba)
+{
+    memset(ba, 0, sizeof *ba);
+    if (x->kind == ARG_VALUE) {
+        ba->kind = BA_TENSOR;
+        ba->meta = &g->values[x->a].meta;
+    } else if (x->kind == ARG_CONST) {
+        ba->kind = BA_CONST;
+        ba->value = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
+    } else if (x->kind != ARG_ABSENT) {
+        return 0;
+    }
+    return 1;
+}
 
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
 {
-    BoundArgs *bound = &na->bound;
-    BoundArg *pos = na->pos, *kw = na->kw;
-    const Arg **src = na->src;
     const Node *nd = &g->nodes[ni];
-    if (nd->target < 0)
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    /* numpy's out=array: the node writes into that array, not a buffer of its own */
+    if (nd->row < 0 || (nd->flags & NODE_OUT))
         return 0;
-    int crow = callables_lookup(PyList_GET_ITEM(g->consts, nd->target));
-    if (crow < 0)
-        return 0;
-    const char *kwn[SJ_MAX_PARAMS];
-    const Arg *from[2 * SJ_MAX_PARAMS];
-    if (nd->nargs > SJ_MAX_PARAMS || nd->nkw > SJ_MAX_PARAMS)
-        return 0;
-    for (int32_t i = 0; i < nd->nargs + nd->nkw; i++) {
-        const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + i - nd->nargs];
-        BoundArg *ba = i < nd->nargs ? &pos[i] : &kw[i - nd->nargs];
-        memset(ba, 0, sizeof *ba);
-        from[i] = x;
-        if (x->kind == ARG_VALUE) {
-            ba->kind = BA_TENSOR;
-            ba->meta = &g->values[x->a].meta;
-        } else if (x->kind == ARG_CONST) {
-            ba->kind = BA_CONST;
-            ba->value = PyList_GET_ITEM(g->consts, x->a);
-        } else {
-            return 0;
-        }
-        if (i >= nd->nargs) {
-            kwn[i - nd->nargs] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames),
-                                                                   i - nd->nargs));
-            if (!kwn[i - nd->nargs]) {
-                PyErr_Clear();
+    BoundArgs *b = &na->bound;
+    b->n = n;
+    int used = 0;   /* items of na->items the *varargs parameters take */
+    for (int i = 0; i < n; i++) {
+        const Arg *x = &g->pool[nd->bound + i];
+        BoundArg *ba = &b->args[i];
+        b->names[i] = ps[i].name;
+        b->from[i] = -1;
+        b->nfrom[i] = 0;
+        na->src[i] = x->kind == ARG_VALUE || x->kind == ARG_CONST ? x : NULL;
+        if (ps[i].varargs && x->kind == ARG_TUPLE && x->a >= nd->args && x->a + x->n <= nd->args + nd->nargs) {
+            /* the positional arguments it gathered: a list of their bound forms */
+            if (used + x->n > SJ_MAX_PARAMS)
                 return 0;
-            }
+            memset(ba, 0, sizeof *ba);
+            ba->kind = BA_LIST;
+            ba->n = x->n;
+            ba->items = &na->items[used];
+            for (int32_t k = 0; k < x->n; k++)
+                if (!slot_bound(g, &g->pool[x->a + k], &na->items[used + k]) ||
+                    na->items[used + k].kind == BA_ABSENT)
+                    return 0;
+            used += x->n;
+            continue;
         }
-    }
-    ShapeErr err;
-    if (bind_args(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, bound, &err) < 0)
-        return 0;
-    for (int i = 0; i < bound->n; i++) {
-        const BoundArg *ba = &bound->args[i];
-        /* which argument of the node this is (by identity of the bound item) */
-        src[i] = NULL;
-        for (int32_t k = 0; ba->kind != BA_ABSENT && k < nd->nargs + nd->nkw && !src[i]; k++)
-            if (ba == (k < nd->nargs ? &pos[k] : &kw[k - nd->nargs]) ||
-                (ba->kind == BA_TENSOR && ba->meta == (k < nd->nargs ? pos[k].meta : kw[k - nd->nargs].meta)) ||
-                (ba->kind == BA_CONST && ba->value == (k < nd->nargs ? pos[k].value : kw[k - nd->nargs].value)))
-                src[i] = from[k];
+        if (!slot_bound(g, x, ba))
+            return 0;
+        if (ps[i].fixed)
+            na->src[i] = NULL;   /* not an argument of the call */
     }
     return 1;
 }
@@ -149,19 +152,7 @@ static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
 
 void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
 {
-    const Node *nd = &g->nodes[ni];
-    for (int part = 0; part < 2; part++) {
-        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
-        for (int32_t i = 0; i < n; i++) {
-            const Arg *x = &g->pool[first + i];
-            if (x->kind == ARG_VALUE)
-                fn(ctx, ni, x->a);
-            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
-                for (int32_t k = 0; k < x->n; k++)
-                    if (g->pool[x->a + k].kind == ARG_VALUE)
-                        fn(ctx, ni, g->pool[x->a + k].a);
-        }
-    }
+    graph_node_reads(g, ni, fn, ctx);
 }
 
 static void note_use(void *last_use, int32_t ni, int32_t v)

@@ -44,27 +44,24 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
     if (!lower_dtype_ok((DType)om->dtype) || om->requires_grad || om->symint || om->np_scalar || om->ndim < 1 ||
         om->ndim > SJ_MAX_RANK)
         return -1;
-    /* the arguments as written: the list (first positional), the dim (second positional or
-     * dim=/axis=); out=, dtype= (not None) and anything else: eager */
-    const Arg *list = nd->nargs >= 1 ? &g->pool[nd->args] : NULL;
-    PyObject *dimv = nd->nargs >= 2 && g->pool[nd->args + 1].kind == ARG_CONST
-                         ? PyList_GET_ITEM(g->consts, g->pool[nd->args + 1].a)
-                         : NULL;   /* borrowed */
-    if (nd->nargs > 2 || (nd->nargs == 2 && !dimv))
+    /* the bound arguments: the list, the dim; out=, dtype= (not None) and anything else:
+     * eager */
+    const Arg *list = NULL;
+    PyObject *dimv = NULL;   /* borrowed */
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    if (n == 0 || (nd->flags & NODE_OUT))
         return -1;
-    for (int32_t i = 0; i < nd->nkw; i++) {
-        const Arg *x = &g->pool[nd->kwargs + i];
-        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames), i));
-        if (!name) {
-            PyErr_Clear();
-            return -1;
-        }
+    for (int i = 0; i < n; i++) {
+        const Arg *x = &g->pool[nd->bound + i];
+        if (x->kind == ARG_ABSENT)
+            continue;
         PyObject *v = x->kind == ARG_CONST ? PyList_GET_ITEM(g->consts, x->a) : NULL;   /* borrowed */
-        if (!strcmp(name, "tensors") || !strcmp(name, "arrays"))
+        if (!strcmp(ps[i].name, "tensors"))
             list = x;
-        else if ((!strcmp(name, "dim") || !strcmp(name, "axis")) && v && !dimv)
+        else if (!strcmp(ps[i].name, "dim") && v && !dimv)
             dimv = v;
-        else if (!v || (v != Py_None && strcmp(name, "casting")))
+        else if (!v || (v != Py_None && strcmp(ps[i].name, "casting")))
             return -1;
     }
     long long dim = 0;

@@ -37,7 +37,6 @@
 
 #include "lower_int.h"
 #include "dnnl_api.h"
-#include "../capture/capture.h"
 #include "../core/config.h"
 
 #define CV_MAX_FOLD 4
@@ -1024,6 +1023,76 @@ static int hand_plain(ConvHand *h)
     return 0;
 }
 
+/* What the folded nodes made of a convolution's run. */
+typedef struct {
+    float *affine;          /* PyMem, freed by the caller: a batch norm's scale, shift and the
+                               bias they make */
+    const float *wscale;    /* the scale folded into the weights, or NULL */
+    Operand res_op;         /* the residual, when a sum is folded */
+    int relu, chan_posts;   /* a relu post-op; per-channel post-ops */
+} ConvPosts;
+
+/* s's folded nodes as oneDNN post-ops of key and args (a relu, a residual sum of the
+ * result's shape out_dims) or, for a batch norm's finite scale and shift, folded into the
+ * weights and the bias (per-channel post-ops when not finite). ch: the result's channels.
+ * 0, 1 (run the nodes eagerly) or -1 with an exception. */
+static int fold_posts(ConvStep *s, PyObject **vals, const int64_t *out_dims, int out_r, int64_t ch, CvKey *key,
+                      CvArgs *args, ConvPosts *cp)
+{
+    int rc;
+    for (int i = 0; i < s->nfold; i++) {
+        const Fold *f = &s->fold[i];
+        if (f->kind == FOLD_RELU || f->kind == FOLD_RELU6) {   /* both drop NaN in oneDNN */
+            key->post[key->npost++] = f->kind == FOLD_RELU ? CVPO_RELU : CVPO_RELU6;
+            cp->relu = 1;
+        } else if (f->kind == FOLD_SUM) {
+            Operand r;
+            if ((rc = read_dense(vals, f->v[0], out_r, &r)))
+                return rc;
+            for (int d = 0; d < out_r; d++)
+                if (r.size[d] != out_dims[d])
+                    return 1;
+            args->residual = r.data;
+            cp->res_op = r;
+            key->post[key->npost++] = CVPO_SUM;
+        } else {
+            /* a batch norm folds only as the first fold (step_conv_plan): one buffer */
+            if (!cp->affine && !(cp->affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            float *affine = cp->affine;
+            if ((rc = bn_affine(vals, f, ch, affine, affine + ch)))
+                return rc;
+            int finite = 1;
+            for (int64_t c = 0; c < 2 * ch; c++)
+                finite &= isfinite(affine[c]) != 0;
+            if (finite) {
+                /* into the weights and the bias: conv(x, W) * s + t == conv(x, W * s) + t
+                 * (each weight rounded once more, like the summation order's effect).
+                 * oneDNN 2.6's per-channel binary post-ops cost 1-6x the convolution
+                 * itself on AVX2 (a 1x1 8->48 at 32x32: 48 us bare, 324 us with them).
+                 * A scale or shift that is inf or NaN stays a post-op: W * inf would
+                 * turn a zero product into NaN where eager has inf. */
+                const float *b0 = args->bias;
+                float *fb = affine + 2 * ch;
+                for (int64_t c = 0; c < ch; c++)
+                    fb[c] = affine[ch + c] + (b0 ? b0[c] * affine[c] : 0.f);
+                args->bias = fb;
+                key->has_bias = 1;
+                cp->wscale = affine;
+            } else {
+                args->chan[key->npost] = affine;
+                key->post[key->npost++] = CVPO_MUL_C;
+                args->chan[key->npost] = affine + ch;
+                key->post[key->npost++] = CVPO_ADD_C;
+                cp->chan_posts = 1;
+            }
+        }
+    }
+    return 0;
+}
+
 int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
 {
     ConvStep *s = &p->convs[idx];
@@ -1033,19 +1102,16 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     int64_t out_dims[5];
     int rc, out_r = 0;
     PyObject *res = NULL;     /* strong: the result */
-    float *affine = NULL;     /* PyMem: a folded batch norm's scale, shift and the bias */
-    const float *wscale = NULL;   /* the scale folded into the weights, or NULL */
     float *wtmp = NULL;       /* malloc: weights times wscale, when no slot keeps them */
     PcEntry *e = NULL;
     WeightSlot *kept = NULL;  /* pinned during the run */
-    Operand res_op;           /* the residual, when a sum is folded */
-    int relu = 0, chan_posts = 0;
     ConvHand *in = hand_find(p, vals[s->x]);   /* our source, left blocked by its producer */
     ConvHand *keep = NULL;    /* ours, when we leave the result blocked for our consumer */
+    ConvPosts cp;             /* what the folded nodes made */
+    memset(&cp, 0, sizeof cp);
     memset(&key, 0, sizeof key);
     memset(&args, 0, sizeof args);
     memset(&w, 0, sizeof w);
-    memset(&res_op, 0, sizeof res_op);
     if ((rc = read_dense(vals, s->x, s->rank, &x)))
         goto done;
     if (s->w >= 0 && (rc = read_dense(vals, s->w, s->sp + 2, &w)))
@@ -1076,64 +1142,15 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         for (int i = 0; i < s->sp && off + 1 + i < out_r; i++)
             out_dims[off + 1 + i] = key.out[i];
     }
-    for (int i = 0; key.op_class == CV_CLASS_CONV && i < s->nfold; i++) {
-        const Fold *f = &s->fold[i];
-        if (f->kind == FOLD_RELU || f->kind == FOLD_RELU6) {   /* both drop NaN in oneDNN */
-            key.post[key.npost++] = f->kind == FOLD_RELU ? CVPO_RELU : CVPO_RELU6;
-            relu = 1;
-        } else if (f->kind == FOLD_SUM) {
-            Operand r;
-            if ((rc = read_dense(vals, f->v[0], out_r, &r)))
-                goto done;
-            for (int d = 0; d < out_r; d++)
-                if (r.size[d] != out_dims[d]) {
-                    rc = 1;
-                    goto done;
-                }
-            args.residual = r.data;
-            res_op = r;
-            key.post[key.npost++] = CVPO_SUM;
-        } else {
-            if (!(affine = PyMem_Malloc(sizeof(float) * 3 * (size_t)ch))) {
-                PyErr_NoMemory();
-                rc = -1;
-                goto done;
-            }
-            if ((rc = bn_affine(vals, f, ch, affine, affine + ch)))
-                goto done;
-            int finite = 1;
-            for (int64_t c = 0; c < 2 * ch; c++)
-                finite &= isfinite(affine[c]) != 0;
-            if (finite) {
-                /* into the weights and the bias: conv(x, W) * s + t == conv(x, W * s) + t
-                 * (each weight rounded once more, like the summation order's effect).
-                 * oneDNN 2.6's per-channel binary post-ops cost 1-6x the convolution
-                 * itself on AVX2 (a 1x1 8->48 at 32x32: 48 us bare, 324 us with them).
-                 * A scale or shift that is inf or NaN stays a post-op: W * inf would
-                 * turn a zero product into NaN where eager has inf. */
-                const float *b0 = args.bias;
-                float *fb = affine + 2 * ch;
-                for (int64_t c = 0; c < ch; c++)
-                    fb[c] = affine[ch + c] + (b0 ? b0[c] * affine[c] : 0.f);
-                args.bias = fb;
-                key.has_bias = 1;
-                wscale = affine;
-            } else {
-                args.chan[key.npost] = affine;
-                key.post[key.npost++] = CVPO_MUL_C;
-                args.chan[key.npost] = affine + ch;
-                key.post[key.npost++] = CVPO_ADD_C;
-                chan_posts = 1;
-            }
-        }
-    }
+    if (key.op_class == CV_CLASS_CONV && (rc = fold_posts(s, vals, out_dims, out_r, ch, &key, &args, &cp)))
+        goto done;
     /* oneDNN's relu post-op turns NaN into 0 (lower.h: lower_finite): a NaN or inf in an
      * operand runs the nodes eagerly. The weights' scan is kept per weight version; the
      * source's costs 1 / (OC * KH * KW) of the convolution. */
-    if (relu && (!(in ? lower_finite_n(in->buf, (int64_t)(in->bytes / sizeof(float))) : lower_finite(&x)) ||
+    if (cp.relu && (!(in ? lower_finite_n(in->buf, (int64_t)(in->bytes / sizeof(float))) : lower_finite(&x)) ||
                  !lower_weight_finite(&s->wfin, vals[s->w], &w) ||
-                 (args.bias && !lower_finite_n(args.bias, key.oc)) || (args.residual && !lower_finite(&res_op)) ||
-                 chan_posts)) {
+                 (args.bias && !lower_finite_n(args.bias, key.oc)) || (args.residual && !lower_finite(&cp.res_op)) ||
+                 cp.chan_posts)) {
         s->nonfinite++;
         rc = 1;
         goto done;
@@ -1159,12 +1176,12 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         size_t nw = 1;
         for (int d = 0; d < w.ndim; d++)
             nw *= (size_t)w.size[d];
-        if (kept_weights(s, prim, vals[s->w], w.data, nw, wscale, key.oc, &kept) < 0) {
+        if (kept_weights(s, prim, vals[s->w], w.data, nw, cp.wscale, key.oc, &kept) < 0) {
             rc = -1;
             goto done;
         }
-        if (!kept && wscale) {
-            if (!(wtmp = scaled_weights((const float *)w.data, nw, wscale, key.oc))) {
+        if (!kept && cp.wscale) {
+            if (!(wtmp = scaled_weights((const float *)w.data, nw, cp.wscale, key.oc))) {
                 PyErr_NoMemory();
                 rc = -1;
                 goto done;
@@ -1230,7 +1247,7 @@ done:
         hand_drop(in);
     if (e)
         primcache_release(e);
-    PyMem_Free(affine);
+    PyMem_Free(cp.affine);
     free(wtmp);
     if (rc == 0) {
         for (int i = 1; i < s->nalias; i++)

@@ -30,7 +30,6 @@
 
 #include "lower_int.h"
 #include "dnnl_api.h"
-#include "../capture/capture.h"
 #include "../shapes/rules.h"
 
 #define MM_MAX_FUSED 24   /* nodes folded into one step (a written-out gelu is 8) */
@@ -69,41 +68,6 @@ struct MatmulStep {
 
 /* ----------------------------------------------------------------- plan ---- */
 
-/* Binds node ni's arguments by its callable's schema. 0, or 1 when they do not bind.
- * pos and kw must outlive *out (it points into them). */
-static int bind(Graph *g, int32_t ni, BoundArgs *out, BoundArg *pos, BoundArg *kw)
-{
-    const Node *nd = &g->nodes[ni];
-    const char *kwn[SJ_MAX_PARAMS];
-    int crow = callables_lookup(PyList_GET_ITEM(g->consts, nd->target));   /* borrowed */
-    if (crow < 0 || nd->nargs > SJ_MAX_PARAMS || nd->nkw > SJ_MAX_PARAMS)
-        return 1;
-    for (int32_t i = 0; i < nd->nargs + nd->nkw; i++) {
-        int kwi = i - nd->nargs;
-        const Arg *x = kwi < 0 ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + kwi];
-        BoundArg *ba = kwi < 0 ? &pos[i] : &kw[kwi];
-        memset(ba, 0, sizeof *ba);
-        if (x->kind == ARG_VALUE) {
-            ba->kind = BA_TENSOR;
-            ba->meta = &g->values[x->a].meta;
-        } else if (x->kind == ARG_CONST) {
-            ba->kind = BA_CONST;
-            ba->value = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
-        } else {
-            return 1;
-        }
-        if (kwi >= 0) {
-            PyObject *names = PyList_GET_ITEM(g->consts, nd->kwnames);   /* borrowed tuple */
-            if (!(kwn[kwi] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, kwi)))) {
-                PyErr_Clear();
-                return 1;
-            }
-        }
-    }
-    ShapeErr err;
-    return bind_args(callable_rows[crow].schema, pos, nd->nargs, kwn, kw, nd->nkw, out, &err) < 0;
-}
-
 static int f32_value(const Graph *g, int32_t v, Lib lib)
 {
     const TensorMeta *m = &g->values[v].meta;
@@ -127,48 +91,48 @@ static int absent_or(const BoundArg *ba, int one)
 static int plan_product(Graph *g, int32_t ni, MatmulStep *s)
 {
     const Node *nd = &g->nodes[ni];
-    BoundArg pos[SJ_MAX_PARAMS], kw[SJ_MAX_PARAMS];
-    BoundArgs b;
+    NodeArgs na;
+    const BoundArgs *b = &na.bound;
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->requires_grad ||
-        om->symint || om->np_scalar || bind(g, ni, &b, pos, kw))
+        om->symint || om->np_scalar || !lower_bind_node(g, ni, &na))
         return 1;
     s->lib = (Lib)om->lib;
     s->bias = -1;
     const char *known[5] = {"input", "other", NULL, NULL, NULL};
     switch (nd->op) {
     case OP_MATMUL: case OP_MM: case OP_BMM:
-        s->a = lower_value_of(g, ba_get(&b, "input"));
-        s->b = lower_value_of(g, ba_get(&b, "other"));
+        s->a = lower_value_of(g, ba_get(b, "input"));
+        s->b = lower_value_of(g, ba_get(b, "other"));
         break;
     case OP_LINEAR:
-        s->a = lower_value_of(g, ba_get(&b, "input"));
-        s->b = lower_value_of(g, ba_get(&b, "weight"));
+        s->a = lower_value_of(g, ba_get(b, "input"));
+        s->b = lower_value_of(g, ba_get(b, "weight"));
         s->trans_b = 1;
         known[1] = "weight";
         known[2] = "bias";
-        if (!absent_or(ba_get(&b, "bias"), 0) && (s->bias = lower_value_of(g, ba_get(&b, "bias"))) < 0)
+        if (!absent_or(ba_get(b, "bias"), 0) && (s->bias = lower_value_of(g, ba_get(b, "bias"))) < 0)
             return 1;
         break;
     case OP_ADDMM:
-        s->a = lower_value_of(g, ba_get(&b, "mat1"));
-        s->b = lower_value_of(g, ba_get(&b, "mat2"));
-        s->bias = lower_value_of(g, ba_get(&b, "input"));
+        s->a = lower_value_of(g, ba_get(b, "mat1"));
+        s->b = lower_value_of(g, ba_get(b, "mat2"));
+        s->bias = lower_value_of(g, ba_get(b, "input"));
         known[1] = "mat1";
         known[2] = "mat2";
         known[3] = "beta";
         known[4] = "alpha";
-        if (s->bias < 0 || !absent_or(ba_get(&b, "beta"), 1) || !absent_or(ba_get(&b, "alpha"), 1))
+        if (s->bias < 0 || !absent_or(ba_get(b, "beta"), 1) || !absent_or(ba_get(b, "alpha"), 1))
             return 1;
         break;
     default:
         return 1;
     }
     /* anything else passed (out=, numpy's keywords) keeps the node eager */
-    for (int i = 0; i < b.n; i++) {
-        int ok = b.args[i].kind == BA_ABSENT;
+    for (int i = 0; i < b->n; i++) {
+        int ok = b->args[i].kind == BA_ABSENT;
         for (int k = 0; k < 5 && !ok; k++)
-            ok = known[k] && !strcmp(b.names[i], known[k]);
+            ok = known[k] && !strcmp(b->names[i], known[k]);
         if (!ok)
             return 1;
     }
@@ -302,8 +266,9 @@ static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, i
 static int passes_view(Graph *g, const MatmulStep *s, int32_t nj, int32_t v)
 {
     const Node *nd = &g->nodes[nj];
-    if ((nd->op != OP_VIEW && nd->op != OP_RESHAPE) || nd->nout != 1 || (nd->flags & NODE_INPLACE) ||
-        nd->nargs < 1 || g->pool[nd->args].kind != ARG_VALUE || g->pool[nd->args].a != v)
+    const Arg *in = graph_node_arg(g, nj, "input");
+    if ((nd->op != OP_VIEW && nd->op != OP_RESHAPE) || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)) ||
+        !in || in->kind != ARG_VALUE || in->a != v)
         return 0;
     const TensorMeta *om = &g->values[nd->first_value].meta, *pm = &g->values[v].meta;
     int lo = om->ndim - 1, lp = pm->ndim - 1;

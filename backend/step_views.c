@@ -70,23 +70,38 @@ static int plain_torch(const TensorMeta *m)
     return 1;
 }
 
-/* The value node ni's chain continues from (its first argument), or -1 when ni cannot be
- * in a chain. */
+/* 1 when every bound slot of node ni but `input` is a constant (or absent, or a *varargs
+ * list of constants). */
+static int rest_constant(const Graph *g, int32_t ni)
+{
+    const Node *nd = &g->nodes[ni];
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    for (int i = 0; i < n; i++) {
+        const Arg *x = &g->pool[nd->bound + i];
+        if (!strcmp(ps[i].name, "input") || x->kind == ARG_ABSENT || x->kind == ARG_CONST)
+            continue;
+        if (!ps[i].varargs || x->kind != ARG_TUPLE)
+            return 0;
+        for (int32_t k = 0; k < x->n; k++)
+            if (g->pool[x->a + k].kind != ARG_CONST)
+                return 0;
+    }
+    return n > 0;
+}
+
+/* The value node ni's chain continues from (its input), or -1 when ni cannot be in a
+ * chain. */
 static int32_t chain_input(const Graph *g, int32_t ni)
 {
     const Node *nd = &g->nodes[ni];
-    if (!chain_op((OpId)nd->op) || nd->nout != 1 || (nd->flags & NODE_INPLACE) || nd->nargs < 1 ||
+    if (!chain_op((OpId)nd->op) || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)) ||
         !plain_torch(&g->values[nd->first_value].meta))
         return -1;
-    const Arg *a0 = &g->pool[nd->args];
-    if (a0->kind != ARG_VALUE || !plain_torch(&g->values[a0->a].meta))
+    const Arg *in = graph_node_arg(g, ni, "input");
+    if (!in || in->kind != ARG_VALUE || !plain_torch(&g->values[in->a].meta) || !rest_constant(g, ni))
         return -1;
-    for (int32_t i = 1; i < nd->nargs + nd->nkw; i++) {
-        const Arg *x = i < nd->nargs ? &g->pool[nd->args + i] : &g->pool[nd->kwargs + (i - nd->nargs)];
-        if (x->kind != ARG_CONST)
-            return -1;
-    }
-    return a0->a;
+    return in->a;
 }
 
 static void count_read(void *ctx, int32_t ni, int32_t v)
@@ -366,10 +381,10 @@ int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step)
             continue;
         int32_t ni = p->steps[i].index;
         const Node *nd = &g->nodes[ni];
-        if (nd->op != OP_DROPOUT || nd->nout != 1 || nd->nargs < 1)
+        if (nd->op != OP_DROPOUT || nd->nout != 1)
             continue;
-        const Arg *a0 = &g->pool[nd->args];
-        if (a0->kind != ARG_VALUE || g->values[a0->a].meta.lib != LIB_TORCH)
+        const Arg *a0 = graph_node_arg(g, ni, "input");
+        if (!a0 || a0->kind != ARG_VALUE || g->values[a0->a].meta.lib != LIB_TORCH)
             continue;
         NodeArgs na;
         ShapeErr err;
@@ -388,7 +403,8 @@ int step_alias_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals)
 {
     (void)p;
     const Node *nd = &g->nodes[ni];
-    PyObject *x = vals[g->pool[nd->args].a];   /* borrowed from vals */
+    const Arg *in = graph_node_arg(g, ni, "input");   /* a value: step_alias_plan checked */
+    PyObject *x = vals[in->a];   /* borrowed from vals */
     /* a Tensor subclass may override dropout (__torch_function__): its own call */
     if (!x || !libs_is_tensor(x))
         return graph_exec_node(g, ni, vals, NULL);

@@ -395,7 +395,7 @@ PyObject *symb_where_text(Capture *c);
 int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
                        int n);
 
-/* ops.c: a graph node that computes a Python value, not a tensor (size arithmetic, a
+/* args.c: a graph node that computes a Python value, not a tensor (size arithmetic, a
  * slice, an assertion): op calling target over pool args [first, first + n). -1. */
 int32_t cap_scalar_node(Capture *c, OpId op, PyObject *target, int32_t first, int32_t n);
 
@@ -554,6 +554,11 @@ Var *op_contains(Capture *c, Var *item, Var *container);
 /* v as argument slot `slot` of the graph's pool (reserved by graph_pool): a value, a
  * constant or a list of them. 0, or -1 with the failure recorded. */
 int cap_to_arg(Capture *c, Var *v, int32_t slot);
+/* v as a shape rule sees it (args.c): lists and tuples of constants become one constant,
+ * those holding tensors a BA_LIST. With specialize (the reason, logged) symbolic sizes and
+ * ints are pinned to their hints (guarded), for a rule that handles static shapes only.
+ * 0, or -1 with the failure recorded. */
+int cap_to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize);
 /* The tensor vars of node outputs v .. v + nout - 1 with their metas: an array in the
  * capture's arena (nout slots), or NULL on failure. */
 Var **cap_node_outputs(Capture *c, int32_t v, const TensorMeta *outs, int nout);

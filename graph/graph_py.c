@@ -1,6 +1,7 @@
 /* The Python face of a graph: _C.Graph (callable, inspectable) and _C.Node. */
 #include "ir.h"
 #include "../core/policy.h"
+#include "../vocab/callables.h"
 #include <structmember.h>
 
 /* ------------------------------------------------------------------ Node ---- */
@@ -347,12 +348,62 @@ static PyObject *graph_to_fx(SjGraphObject *self, PyObject *unused)
     return r;
 }
 
+/* _bound(): (pool, nodes) as plain data, for the tests of the bound form (ir.h). pool: a
+ * (kind, a, n) per slot; nodes: per node a tuple (op, flags, row, row's op or None, params,
+ * bound, nbound, args, nargs, kwargs, nkw, kwnames) where params is a tuple of (name,
+ * call_name, varargs, fixed) per schema parameter, or None for row -1. */
+static PyObject *graph_bound(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    Graph *g = self->g;
+    PyObject *pool = PyList_New(g->npool), *nodes = PyList_New(g->nnodes);
+    for (int32_t i = 0; pool && nodes && i < g->npool; i++) {
+        PyObject *t = Py_BuildValue("(iii)", g->pool[i].kind, (int)g->pool[i].a, (int)g->pool[i].n);
+        if (!t)
+            goto fail;
+        PyList_SET_ITEM(pool, i, t);   /* steals t */
+    }
+    for (int32_t ni = 0; pool && nodes && ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        const SchemaParam *ps;
+        int np = graph_node_params(g, ni, &ps);
+        PyObject *params = nd->row >= 0 ? PyTuple_New(np) : Py_NewRef(Py_None);
+        for (int i = 0; params && params != Py_None && i < np; i++) {
+            PyObject *t = Py_BuildValue("(ssii)", ps[i].name, ps[i].call_name, ps[i].varargs, ps[i].fixed);
+            if (!t) {
+                Py_CLEAR(params);
+                break;
+            }
+            PyTuple_SET_ITEM(params, i, t);   /* steals t */
+        }
+        if (!params)
+            goto fail;
+        PyObject *t = Py_BuildValue(
+            "(siisNiiiiiiO)", nd->op == OP_INPUT ? "input" : op_info[nd->op].name, nd->flags, nd->row,
+            nd->row >= 0 ? op_info[callable_rows[nd->row].op].name : NULL, params, (int)nd->bound,
+            (int)nd->nbound, (int)nd->args, (int)nd->nargs, (int)nd->kwargs, (int)nd->nkw,
+            nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None);
+        if (!t)
+            goto fail;
+        PyList_SET_ITEM(nodes, ni, t);   /* steals t */
+    }
+    if (!pool || !nodes)
+        goto fail;
+    return Py_BuildValue("(NN)", pool, nodes);
+fail:
+    Py_XDECREF(pool);
+    Py_XDECREF(nodes);
+    return NULL;
+}
+
 static PyMethodDef graph_methods[] = {
     {"to_fx", (PyCFunction)graph_to_fx, METH_NOARGS,
      "to_fx() -> torch.fx.GraphModule: one call_function node per op, calling the op's "
      "original callable with its arguments; a placeholder per input; the outputs as a tuple."},
     {"_parts", (PyCFunction)graph_parts, METH_NOARGS,
      "(inputs, nodes, outputs) as plain data, for shapejit.fx."},
+    {"_bound", (PyCFunction)graph_bound, METH_NOARGS,
+     "(pool, nodes): each node's row and arguments bound to its schema, as plain data."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
 /* Graph IR construction and eager execution. */
 #include "ir.h"
+#include "../vocab/callables.h"
 #include "../shapes/sym.h"
 #include <string.h>
 #include "../core/errors.h"
@@ -155,6 +156,10 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
     nd->first_value = v;
     nd->nout = nout;
     nd->where = w;
+    if (nkw == 0) {   /* row -1: the positional arguments are the bound form */
+        nd->bound = args;
+        nd->nbound = nargs;
+    }
     if ((flags & NODE_INPLACE || op_info[op].kind == OPK_MUTATION) && nargs > 0 &&
         (g->pool[args].kind != ARG_VALUE || graph_value_may_alias_input(g, g->pool[args].a)))
         g->has_mutation = 1;
@@ -164,6 +169,59 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
         g->has_mutation = 1;
     return v;
 }
+
+void graph_node_bind(Graph *g, int32_t ni, int row, int32_t bound, int32_t nbound)
+{
+    Node *nd = &g->nodes[ni];
+    nd->row = (int16_t)row;
+    nd->bound = bound;
+    nd->nbound = nbound;
+}
+
+int graph_node_params(const Graph *g, int32_t ni, const SchemaParam **params)
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->row < 0 || nd->row >= callable_nrows)
+        return 0;
+    ShapeErr err;
+    int n = bind_schema(callable_rows[nd->row].schema, params, &err);
+    /* a row that failed to parse recorded no node; a mismatch would be a capture bug */
+    return n == nd->nbound ? n : 0;
+}
+
+const Arg *graph_node_arg(const Graph *g, int32_t ni, const char *name)
+{
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    const Node *nd = &g->nodes[ni];
+    for (int i = 0; i < n; i++) {
+        if (strcmp(ps[i].name, name) != 0)
+            continue;
+        const Arg *a = &g->pool[nd->bound + i];
+        if (a->kind == ARG_ABSENT || (a->kind == ARG_CONST && PyList_GET_ITEM(g->consts, a->a) == Py_None))
+            continue;
+        return a;
+    }
+    return NULL;
+}
+
+void graph_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)
+{
+    const Node *nd = &g->nodes[ni];
+    for (int part = 0; part < 2; part++) {
+        int32_t first = part ? nd->kwargs : nd->args, n = part ? nd->nkw : nd->nargs;
+        for (int32_t i = 0; i < n; i++) {
+            const Arg *x = &g->pool[first + i];
+            if (x->kind == ARG_VALUE)
+                fn(ctx, ni, x->a);
+            else if (x->kind == ARG_LIST || x->kind == ARG_TUPLE)
+                for (int32_t k = 0; k < x->n; k++)
+                    if (g->pool[x->a + k].kind == ARG_VALUE)
+                        fn(ctx, ni, g->pool[x->a + k].a);
+        }
+    }
+}
+
 
 /* Whether an op's result may share memory with its first argument: views, writes in
  * place (their result is the argument), and casts (`x.float()` of a float tensor, numpy's

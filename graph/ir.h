@@ -5,6 +5,21 @@
  * graph values, constants, or lists/tuples of those, and defines nout values. Inputs are
  * nodes too (op OP_INPUT), each naming its source (L['x']).
  *
+ * Every node also carries its arguments bound to a parameter list, which is what backends
+ * read (the raw args/kwargs are what the eager replay, graph_exec_node, calls target with):
+ *   - a node recorded through a callables.def row has row >= 0 and one bound slot per
+ *     parameter of that row's schema, in the schema's order (graph_node_params names them).
+ *     A slot is a copy of the raw Arg the parameter was bound from (so it refers to the
+ *     same values, constants and list items); a *varargs parameter that gathered
+ *     positional arguments is an ARG_TUPLE over their pool range; a fixed parameter
+ *     (@name=value) is an ARG_CONST of its value; a parameter the call did not pass is
+ *     ARG_ABSENT. numpy's out=array (NODE_OUT) is the slot of the schema's `out`
+ *     parameter, when the schema has one.
+ *   - every other node (inputs, size arithmetic, graph scalars, autograd Functions, rnn
+ *     modules, ...) has row -1 and is called with positional arguments only: its bound
+ *     slots are those positional arguments (bound = args, nbound = nargs), whose meaning
+ *     its op (ops.def) fixes. Inputs have bound -1, nbound 0.
+ *
  * Memory: plain growable arrays, no refcounts, except the per-graph constants table (a
  * Python list) which owns every Python object the graph refers to (STYLE.md). */
 #ifndef SJ_IR_H
@@ -12,6 +27,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include "../vocab/bind.h"
 #include "../vocab/meta.h"
 #include "../vocab/ops.h"
 
@@ -27,7 +43,12 @@ typedef struct {
     int32_t n;         /* LIST/TUPLE: item count (items are consecutive in the pool) */
 } Arg;
 
-enum { NODE_INPLACE = 1 };   /* mutates its first argument (value a of args[0]) */
+enum {
+    NODE_INPLACE = 1,   /* mutates its first argument (value a of args[0]) */
+    NODE_OUT = 2,       /* numpy's out=array: writes its result into that array and returns
+                           it (the array is a keyword argument; the rule saw the call
+                           without it) */
+};
 
 typedef struct {
     uint16_t op;          /* OpId, or OP_INPUT */
@@ -84,6 +105,19 @@ int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t a
                        int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
                        const TensorMeta *metas, int32_t nout, PyObject *where);
 int graph_add_output(Graph *g, int32_t value);
+/* Give node ni (not an input) the arguments bound to callables row `row`: the pool range
+ * [bound, bound + nbound), filled by the caller (the rule at the top of this file). */
+void graph_node_bind(Graph *g, int32_t ni, int row, int32_t bound, int32_t nbound);
+/* Calls fn(ctx, ni, v) for each value v node ni reads when it runs (its raw arguments,
+ * list items included; a value read twice is reported twice). */
+void graph_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx);
+/* The parameters node ni's bound slots follow (the schema of its row, static storage):
+ * returns their number, or 0 for a node of row -1 (its slots are positional). */
+int graph_node_params(const Graph *g, int32_t ni, const SchemaParam **params);
+/* The bound slot of node ni whose parameter has the canonical name `name`; NULL when the
+ * call did not pass it, passed None, the schema has no such parameter, or the node has
+ * row -1. Several parameters may share a canonical name: the first one passed wins. */
+const Arg *graph_node_arg(const Graph *g, int32_t ni, const char *name);
 /* 1 when value vid is a graph input or may share its memory (a view of one, an input
  * written in place, a constant tensor or a view of one): writing into it changes what the
  * caller sees. 0 when it is memory the graph allocated. */

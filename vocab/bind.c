@@ -12,15 +12,10 @@
 #include "bind.h"
 #include "../core/errors.h"
 
-#define NAME_MAX_LEN 32
+#define NAME_MAX_LEN ((int)sizeof(((SchemaParam *)0)->name))
 #define CACHE_SIZE 2048    /* a power of two, well above the number of callables rows */
 
-typedef struct {
-    char call_name[NAME_MAX_LEN];    /* how the caller spells it (keyword matching) */
-    char name[NAME_MAX_LEN];         /* how the rule reads it */
-    unsigned char kwonly, posonly, varargs, optional, refused, fixed, tensor_only;
-    PyObject *fixed_value;           /* fixed params: a str, owned by the cache forever */
-} Param;
+typedef SchemaParam Param;
 
 typedef struct {
     const char *key;                 /* the schema string; NULL = empty slot */
@@ -34,7 +29,7 @@ static int copy_name(char *dst, const char *s, size_t len, ShapeErr *err, const 
 {
     while (len && isspace((unsigned char)*s)) { s++; len--; }
     while (len && isspace((unsigned char)s[len - 1])) len--;
-    if (len == 0 || len >= NAME_MAX_LEN) {
+    if (len == 0 || len >= (size_t)NAME_MAX_LEN) {
         sj_err(err, "bad schema \"%.180s\"", schema);
         return -1;
     }
@@ -183,6 +178,15 @@ static const Schema *get_schema(const char *schema, ShapeErr *err)
     return NULL;
 }
 
+int bind_schema(const char *schema, const SchemaParam **params, ShapeErr *err)
+{
+    const Schema *sc = get_schema(schema, err);
+    if (!sc)
+        return -1;
+    *params = sc->p;
+    return sc->n;
+}
+
 int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
               const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err)
 {
@@ -193,6 +197,8 @@ int bind_args(const char *schema, const BoundArg *pos, int npos, const char *con
     for (int i = 0; i < sc->n; i++) {
         out->names[i] = sc->p[i].name;
         memset(&out->args[i], 0, sizeof out->args[i]);
+        out->from[i] = -1;
+        out->nfrom[i] = 0;
         if (sc->p[i].fixed) {
             out->args[i].kind = BA_CONST;
             out->args[i].value = sc->p[i].fixed_value;
@@ -207,11 +213,14 @@ int bind_args(const char *schema, const BoundArg *pos, int npos, const char *con
             out->args[i].kind = BA_LIST;
             out->args[i].n = npos - k;
             out->args[i].items = pos + k;
+            out->from[i] = (int16_t)k;
+            out->nfrom[i] = (int16_t)(npos - k);
             k = npos;
             break;
         }
         if (p->kwonly)
             break;
+        out->from[i] = (int16_t)k;
         out->args[i] = pos[k++];
     }
     if (k < npos) {
@@ -236,6 +245,7 @@ int bind_args(const char *schema, const BoundArg *pos, int npos, const char *con
             return -1;
         }
         out->args[found] = kw[j];
+        out->from[found] = (int16_t)(npos + j);
     }
     for (int i = 0; i < sc->n; i++) {
         const Param *p = &sc->p[i];

@@ -6,6 +6,7 @@
 #define SJ_BIND_H
 
 #include <Python.h>
+#include <stdint.h>
 #include "meta.h"
 
 #if defined(__GNUC__)
@@ -44,7 +45,21 @@ typedef struct {
     int n;
     const char *names[SJ_MAX_PARAMS];  /* canonical names, static strings */
     BoundArg args[SJ_MAX_PARAMS];
+    int16_t from[SJ_MAX_PARAMS];       /* the argument each parameter was bound from: k < npos
+                                          the positional argument k, npos + j the keyword j;
+                                          -1 when not passed (absent, or a fixed parameter) */
+    int16_t nfrom[SJ_MAX_PARAMS];      /* a *varargs parameter that gathered positional
+                                          arguments: how many, from from[i] on; else 0 */
 } BoundArgs;
+
+/* One parameter of a parsed schema (the syntax is at the top of callables.def). */
+typedef struct {
+    char call_name[32];                /* how the caller spells it (keyword matching) */
+    char name[32];                     /* how the rules and backends read it */
+    unsigned char kwonly, posonly, varargs, optional, refused, fixed, tensor_only;
+    PyObject *fixed_value;             /* fixed params: a str, owned by the schema cache
+                                          forever (borrowed by every reader) */
+} SchemaParam;
 
 typedef struct {
     char msg[256];                     /* why the rule refused: becomes the capture's reason */
@@ -56,9 +71,14 @@ int sj_err(ShapeErr *err, const char *fmt, ...) SJ_PRINTF(2, 3);
 /* The argument named name, or NULL when absent or None. */
 const BoundArg *ba_get(const BoundArgs *b, const char *name);
 
+/* The parameters of a schema, in order: *params points at n of them in the schema cache
+ * (static storage, valid forever). Returns n, or -1 with err->msg set (a broken row). */
+int bind_schema(const char *schema, const SchemaParam **params, ShapeErr *err);
+
 /* Bind positional and keyword arguments to a schema from callables.def. pos/npos are the
  * positional arguments (for methods the receiver first), kwnames/kw/nkw the keywords.
  * varargs are gathered into a BA_LIST whose items point into pos (so pos must outlive out).
+ * out->from / out->nfrom say which argument each parameter was bound from.
  * Returns 0, or -1 with err->msg set (unknown keyword, too many positional, missing
  * required). */
 int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,

@@ -29,14 +29,8 @@ LAYERS = {
              "frame hook, compile driver, module init"),
 }
 
-# The only edges against the table today: the backend still reads capture's declarations.
-# They go away once the backend reads everything it needs from the graph IR; remove them
-# from here then.
-EXPECTED_EXCEPTIONS = {
-    ("backend/plan.c", "capture/capture.h"),
-    ("backend/step_conv.c", "capture/capture.h"),
-    ("backend/step_matmul.c", "capture/capture.h"),
-}
+# Edges against the table that are allowed anyway: none.
+EXPECTED_EXCEPTIONS = set()
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
