@@ -383,6 +383,20 @@ static PyObject *graph_get_linked(SjGraphObject *self, void *c)
     return PyBool_FromLong(graph_is_linked(self->g));
 }
 
+/* Tests: a copy of the constants table, and a constant appended to it. */
+static PyObject *graph_py_constants(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyList_GetSlice(self->g->consts, 0, PY_SSIZE_T_MAX);
+}
+
+static PyObject *graph_py_add_constant(SjGraphObject *self, PyObject *obj)
+{
+    if (PyList_Append(self->g->consts, obj) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(PyList_GET_SIZE(self->g->consts) - 1);
+}
+
 /* _C.graph_deserialize(text) -> Graph */
 static PyObject *graph_py_deserialize(PyObject *module, PyObject *text)
 {
@@ -413,6 +427,9 @@ static PyMethodDef graph_methods[] = {
     {"equals", (PyCFunction)graph_py_equals, METH_O,
      "equals(other) -> bool: the same graph structurally, constants compared by value "
      "(whatever their place in the constants table, live or unresolved)."},
+    {"_constants", (PyCFunction)graph_py_constants, METH_NOARGS, "a copy of the constants table (tests)"},
+    {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O,
+     "append a constant no node uses; its index (tests)"},
     {"link", (PyCFunction)graph_py_link, METH_NOARGS,
      "link() -> self: resolve the library objects of a graph read from text (imports torch / "
      "numpy as needed)."},

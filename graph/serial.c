@@ -804,13 +804,17 @@ static int write_consts(Buf *b, Graph *g)
             return -1;
         if (r > 0) {
             PyObject *user = const_user(g, (int32_t)i);
-            if (user)
+            PyObject *mod = user ? PyObject_GetAttrString((PyObject *)Py_TYPE(w.bad), "__module__") : NULL;
+            PyObject *qn = mod ? PyType_GetQualName(Py_TYPE(w.bad)) : NULL;
+            if (qn)
                 PyErr_Format(PyExc_TypeError,
-                             "shapejit: cannot serialise the graph: constant %d of %U is a %s object (%.200R), "
+                             "shapejit: cannot serialise the graph: constant %d of %U is a %S.%S object (%.200R), "
                              "which is neither a plain value, a library object nor a callable reachable by "
                              "its module and name",
-                             (int)i, user, Py_TYPE(w.bad)->tp_name, w.bad);
+                             (int)i, user, mod, qn, w.bad);
             Py_XDECREF(user);
+            Py_XDECREF(mod);
+            Py_XDECREF(qn);
             return -1;
         }
         if (buf_puts(b, "\n") < 0)
