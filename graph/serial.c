@@ -26,8 +26,8 @@
  *   (tuple ...) (list ...) (slice a b c) (range a b c)
  *   (ref <kind> <data ...> repr="..." [name="..."])
  * a ref being a library object (REF_KINDS below) named by plain data: a dtype by name, a
- * tensor by dtype, shape and bytes, a callable by its callables.def path or its module and
- * qualified name. repr= is the object's repr when written and name= how graph_format named
+ * tensor by dtype, shape and bytes, a callable by its callables.def path, by its module and
+ * qualified name, or as a method of an object so named (an autograd Function's apply). repr= is the object's repr when written and name= how graph_format named
  * it as a target, so a graph read back prints as the one written did.
  *
  * The reader (serial_read.c) never imports torch or numpy: refs come back as GraphRef
@@ -402,6 +402,25 @@ done:
     return res;
 }
 
+/* (module, qualname, name) of a method bound to an object reachable by module and
+ * qualname (a class: an autograd Function's apply), when getattr gives it back. */
+static PyObject *method_data(PyObject *obj)
+{
+    if (!PyMethod_Check(obj))
+        return NULL;
+    PyObject *owner = global_data(PyMethod_GET_SELF(obj));
+    PyObject *name = owner ? PyObject_GetAttrString(PyMethod_GET_FUNCTION(obj), "__name__") : NULL;
+    PyObject *back = name && PyUnicode_Check(name) ? PyObject_GetAttr(PyMethod_GET_SELF(obj), name) : NULL;
+    int same = back ? PyObject_RichCompareBool(back, obj, Py_EQ) : 0;
+    PyObject *res = same == 1 ? Py_BuildValue("(OOO)", PyTuple_GET_ITEM(owner, 0), PyTuple_GET_ITEM(owner, 1), name)
+                              : NULL;
+    sj_err_clear();
+    Py_XDECREF(owner);
+    Py_XDECREF(name);
+    Py_XDECREF(back);
+    return res;
+}
+
 /* The ref kind and data of a live library object: 0 and *data a new tuple; 1 when obj is
  * none of them; -1 on error (a library object with no serialised form: TypeError). */
 static int ref_describe(PyObject *obj, int *kind, PyObject **data)
@@ -472,6 +491,10 @@ static int ref_describe(PyObject *obj, int *kind, PyObject **data)
     }
     if (PyCallable_Check(obj) && (*data = global_data(obj)) != NULL) {
         *kind = RK_GLOBAL;
+        return 0;
+    }
+    if ((*data = method_data(obj)) != NULL) {
+        *kind = RK_METHOD;
         return 0;
     }
     return PyErr_Occurred() ? -1 : 1;
@@ -616,9 +639,10 @@ static int write_const(CW *w, PyObject *o, int depth)
     }
     PyObject *repr = PyObject_Repr(o);
     PyObject *name = NULL;
-    if (repr && (kind == RK_ROW || kind == RK_GLOBAL))
+    int callable = kind == RK_ROW || kind == RK_GLOBAL || kind == RK_METHOD;
+    if (repr && callable)
         name = graph_target_name(o);
-    r = repr && (name || (kind != RK_ROW && kind != RK_GLOBAL)) ? write_ref(w, serial_ref_kind_names[kind], data, repr, name, depth)
+    r = repr && (name || !callable) ? write_ref(w, serial_ref_kind_names[kind], data, repr, name, depth)
                                                                  : -1;
     Py_DECREF(data);
     Py_XDECREF(repr);
@@ -1062,10 +1086,13 @@ static PyObject *ref_resolve(SjRefObject *r)
             PyErr_Format(PyExc_ImportError, "shapejit: callables row %s did not resolve", path);
         break;
     }
-    case RK_GLOBAL: {
+    case RK_GLOBAL:
+    case RK_METHOD: {
         PyObject *m = PyImport_Import(PyTuple_GET_ITEM(d, 0));
         res = m ? walk_path(m, PyTuple_GET_ITEM(d, 1)) : NULL;
         Py_XDECREF(m);
+        if (res && kind == RK_METHOD)
+            Py_SETREF(res, PyObject_GetAttr(res, PyTuple_GET_ITEM(d, 2)));
         break;
     }
     }
