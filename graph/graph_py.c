@@ -2,6 +2,7 @@
 #include "ir.h"
 #include "../core/policy.h"
 #include "../vocab/callables.h"
+#include "serial.h"
 #include <structmember.h>
 
 /* ------------------------------------------------------------------ Node ---- */
@@ -156,6 +157,11 @@ static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwarg
         PyErr_Format(PyExc_TypeError, "shapejit Graph %U takes %d inputs, got %zd", self->name,
                      (int)self->g->ninputs, n);
         return NULL;
+    }
+    if (self->unlinked) {   /* a graph read from text: its library objects first */
+        if (graph_link(self->g) < 0)
+            return NULL;
+        self->unlinked = 0;
     }
     int verify = self->verify_next;
     self->verify_next = 0;
@@ -396,7 +402,89 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------- serialised form ---- */
+
+static PyObject *graph_py_serialize(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    return graph_serialize(self->g, self->name);
+}
+
+static PyObject *graph_py_equals(SjGraphObject *self, PyObject *other)
+{
+    if (!PyObject_TypeCheck(other, &SjGraph_Type)) {
+        PyErr_Format(PyExc_TypeError, "Graph.equals expects a Graph, not %s", Py_TYPE(other)->tp_name);
+        return NULL;
+    }
+    int r = graph_equal(self->g, ((SjGraphObject *)other)->g);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *graph_py_link(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (graph_link(self->g) < 0)
+        return NULL;
+    self->unlinked = 0;
+    return Py_NewRef((PyObject *)self);
+}
+
+static PyObject *graph_get_linked(SjGraphObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(graph_is_linked(self->g));
+}
+
+/* Tests: a copy of the constants table, and a constant appended to it. */
+static PyObject *graph_py_constants(SjGraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyList_GetSlice(self->g->consts, 0, PY_SSIZE_T_MAX);
+}
+
+static PyObject *graph_py_add_constant(SjGraphObject *self, PyObject *obj)
+{
+    if (PyList_Append(self->g->consts, obj) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(PyList_GET_SIZE(self->g->consts) - 1);
+}
+
+/* _C.graph_deserialize(text) -> Graph */
+static PyObject *graph_py_deserialize(PyObject *module, PyObject *text)
+{
+    (void)module;
+    PyObject *name = NULL;
+    Graph *g = graph_deserialize(text, &name);
+    if (!g)
+        return NULL;
+    PyObject *o = graph_py_wrap(g, name);
+    Py_DECREF(name);
+    if (o)
+        ((SjGraphObject *)o)->unlinked = !graph_is_linked(g);
+    return o;
+}
+
+static PyMethodDef graph_module_functions[] = {
+    {"graph_deserialize", graph_py_deserialize, METH_O,
+     "graph_deserialize(text) -> Graph: a graph read from Graph.serialize()'s text. Library "
+     "objects stay unresolved GraphRefs (no torch or numpy import) until the graph is linked "
+     "(link(), or its first call). ValueError naming the line for a malformed text."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef graph_methods[] = {
+    {"serialize", (PyCFunction)graph_py_serialize, METH_NOARGS,
+     "serialize() -> str: the graph as versioned text (graph/serial.c); TypeError naming the "
+     "constant and its node when a constant has no serialised form."},
+    {"equals", (PyCFunction)graph_py_equals, METH_O,
+     "equals(other) -> bool: the same graph structurally, constants compared by value "
+     "(whatever their place in the constants table, live or unresolved)."},
+    {"_constants", (PyCFunction)graph_py_constants, METH_NOARGS, "a copy of the constants table (tests)"},
+    {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O,
+     "append a constant no node uses; its index (tests)"},
+    {"link", (PyCFunction)graph_py_link, METH_NOARGS,
+     "link() -> self: resolve the library objects of a graph read from text (imports torch / "
+     "numpy as needed)."},
     {"to_fx", (PyCFunction)graph_to_fx, METH_NOARGS,
      "to_fx() -> torch.fx.GraphModule: one call_function node per op, calling the op's "
      "original callable with its arguments; a placeholder per input; the outputs as a tuple."},
@@ -413,6 +501,7 @@ static PyGetSetDef graph_getset[] = {
     {"outputs", (getter)graph_get_outputs, NULL, "number of outputs", NULL},
     {"code", (getter)graph_get_code, NULL, "readable listing", NULL},
     {"op_count", (getter)graph_get_op_count, NULL, "number of ops (inputs excluded)", NULL},
+    {"linked", (getter)graph_get_linked, NULL, "no constant is an unresolved GraphRef", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -449,6 +538,7 @@ PyObject *graph_py_wrap(Graph *g, PyObject *name)
     o->verify_next = 0;
     o->verified = 0;
     o->mismatch = NULL;
+    o->unlinked = 0;
     return (PyObject *)o;
 }
 
@@ -457,7 +547,8 @@ int graph_py_init_types(PyObject *module)
     if (PyType_Ready(&SjGraph_Type) < 0 || PyType_Ready(&SjNode_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(module, "Graph", (PyObject *)&SjGraph_Type) < 0 ||
-        PyModule_AddObjectRef(module, "Node", (PyObject *)&SjNode_Type) < 0)
+        PyModule_AddObjectRef(module, "Node", (PyObject *)&SjNode_Type) < 0 ||
+        serial_init_types(module) < 0 || PyModule_AddFunctions(module, graph_module_functions) < 0)
         return -1;
     return 0;
 }

@@ -510,7 +510,7 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
     return r;
 }
 
-static PyObject *target_name(PyObject *t)
+PyObject *graph_target_name(PyObject *t)
 {
     PyObject *mod = PyObject_GetAttrString(t, "__module__");
     if (!mod)
@@ -575,7 +575,7 @@ PyObject *graph_format(Graph *g, const char *name)
             }
             PyObject *sep = bad ? NULL : PyUnicode_FromString(", ");
             PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-            PyObject *tname = joined ? target_name(PyList_GET_ITEM(g->consts, nd->target)) : NULL;
+            PyObject *tname = joined ? graph_target_name(PyList_GET_ITEM(g->consts, nd->target)) : NULL;
             Py_XDECREF(sep);
             Py_DECREF(parts);
             if (!tname) {

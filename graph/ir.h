@@ -21,7 +21,14 @@
  *     its op (ops.def) fixes. Inputs have bound -1, nbound 0.
  *
  * Memory: plain growable arrays, no refcounts, except the per-graph constants table (a
- * Python list) which owns every Python object the graph refers to (STYLE.md). */
+ * Python list) which owns every Python object the graph refers to (STYLE.md).
+ *
+ * Serialised form (serial.h): a graph is written as versioned text and read back with no
+ * torch or numpy object alive. A constant that is a library object (dtype, device, tensor,
+ * callable) is read back as a GraphRef, plain data naming the object plus the repr it
+ * printed with, so the graph prints, compares and serialises again as the original did;
+ * graph_link (or the graph's first call) replaces each GraphRef by the object, importing
+ * its library then. */
 #ifndef SJ_IR_H
 #define SJ_IR_H
 
@@ -140,6 +147,8 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch);
 
 /* Readable listing (the graph_code log): new str. */
 PyObject *graph_format(Graph *g, const char *name);
+/* How graph_format names a node's target: "module.qualname" (new str). */
+PyObject *graph_target_name(PyObject *target);
 
 /* ---- Python face (graph_py.c) ---- */
 extern PyTypeObject SjGraph_Type;
@@ -152,6 +161,8 @@ typedef struct {
     int verify_next;    /* verify the next run against predicted metadata */
     int verified;       /* a run was verified */
     PyObject *mismatch; /* strong str or NULL: what the verified run found wrong */
+    int unlinked;       /* read from text (graph/serial.h) and not linked yet: its library
+                           constants are GraphRef objects until the first call or link() */
 } SjGraphObject;
 
 /* New reference: wraps g (steals it). */

@@ -13,19 +13,6 @@
 #include "../vocab/tensor_reader.h"
 #include "../vocab/callables.h"
 #include "../native/native.h"
-#define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
-#include "../vocab/np.h"
-
-/* import_array() is a macro that returns NULL from the enclosing function on failure. */
-static int sj_numpy_import(void)
-{
-    if (_import_array() < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ImportError, "shapejit: numpy's C API could not be loaded");
-        return -1;
-    }
-    return 0;
-}
 
 int hook_init_types(PyObject *m);
 int symb_init_module(PyObject *m);
@@ -110,7 +97,7 @@ PyMODINIT_FUNC PyInit__C(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (sj_numpy_import() < 0 || config_init() < 0 || add_methods(m, core_methods) < 0 ||
+    if (config_init() < 0 || add_methods(m, core_methods) < 0 ||
         add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
         add_methods(m, sj_trace_methods) < 0 || add_methods(m, sj_policy_methods) < 0 ||
         graph_py_init_types(m) < 0 || hook_init_types(m) < 0 || symb_init_module(m) < 0 || checks_init_module(m) < 0 ||

@@ -203,7 +203,7 @@ int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, D
             sj_err(err, "a list is not a valid operand here");
             return -1;
         }
-        if (PyArray_IsScalar(a->value, Generic)) {
+        if (sj_np_ready() && PyArray_IsScalar(a->value, Generic)) {
             /* numpy scalars (np.float32(2)): strong operands in numpy (a 0-d array of
              * their dtype), Python-like scalars of their category for torch */
             TensorMeta sm;

@@ -1176,6 +1176,23 @@ SymNode *sym_le(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_L
 SymNode *sym_gt(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LT, b, a); }
 SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LE, b, a); }
 
+/* For rebuilding an expression read back from a serialised graph (graph/serial.c): the
+ * operands were canonical where it was written, so it is interned as it stands; running it
+ * through the constructors again could simplify it further under narrower ranges and so
+ * change what the graph prints. */
+SymNode *sym_node_raw(SymEnv *env, SymKind kind, SymNode *const *args, uint32_t n)
+{
+    if ((unsigned)kind >= SK_COUNT || (kinds[kind].flags & SF_LEAF) ||
+        (kinds[kind].arity == SYM_NARY ? n < 2 : n != (uint32_t)kinds[kind].arity)) {
+        PyErr_Format(PyExc_ValueError, "symbolic node %s with %u operands", sym_kind_name(kind), n);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (need_int(args[i], NULL) < 0)
+            return NULL;
+    return intern(env, kind, 0, args, n);
+}
+
 /* ----------------------------------------------------------- evaluation ---- */
 
 PyObject *sym_data_dependent_error;

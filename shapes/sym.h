@@ -137,6 +137,11 @@ SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b);   /* stored as b <= a */
 /* The negation of a relation (Eq <-> Ne, a < b <-> b <= a); True <-> False. */
 SymNode *sym_not(SymEnv *env, SymNode *rel);
 
+/* The compound node (kind, args) interned exactly as given, with no simplification: for
+ * reading back expressions that were canonical when written (graph/serial.c). ValueError
+ * for a leaf kind or a wrong operand count, TypeError for a boolean operand. */
+SymNode *sym_node_raw(SymEnv *env, SymKind kind, SymNode *const *args, uint32_t n);
+
 /* ---- facts ---- */
 const char *sym_kind_name(SymKind kind);    /* sym_ops.def's name: "Add", "Eq", ... */
 int sym_is_bool(const SymNode *e);          /* a relation or True/False */

@@ -2,6 +2,8 @@
 #include "libs.h"
 #include "callables.h"
 #include "../core/errors.h"
+#define SJ_NUMPY_IMPORT_ARRAY   /* this file owns numpy's C-API table */
+#include "np.h"
 
 Libs libs;
 
@@ -55,8 +57,24 @@ static int load_torch(PyObject *torch)
     return callables_init();
 }
 
+int sj_np_load(void)
+{
+    PyObject *np = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy");   /* borrowed */
+    if (!np || !PyObject_HasAttrString(np, "ndarray"))   /* absent, or still importing */
+        return 0;
+    if (_import_array() < 0) {   /* a numpy whose C API does not load: as if absent */
+        sj_err_clear();
+        return 0;
+    }
+    return 1;
+}
+
 static int load_numpy(PyObject *np)
 {
+    if (!sj_np_ready()) {
+        PyErr_SetString(PyExc_ImportError, "shapejit: numpy's C API could not be loaded");
+        return -1;
+    }
     libs.numpy = Py_NewRef(np);
     if (!(libs.ndarray_type = libs_get_path(np, "ndarray")) || !(libs.np_generic = libs_get_path(np, "generic")) ||
         !(libs.np_dtype_type = libs_get_path(np, "dtype")))

@@ -229,6 +229,8 @@ done:
 int meta_from_value(PyObject *value, TensorMeta *out, int64_t *strides, const char **why)
 {
     *why = NULL;
+    if (!sj_np_ready())
+        goto not_numpy;
     if (PyArray_Check(value)) {
         PyArrayObject *arr = (PyArrayObject *)value;
         DType d;
@@ -277,6 +279,7 @@ int meta_from_value(PyObject *value, TensorMeta *out, int64_t *strides, const ch
         out->np_scalar = 1;
         return 0;
     }
+not_numpy:;
     int failed;
     PyObject *torch = torch_if_loaded(&failed);    /* borrowed */
     if (failed)
@@ -336,7 +339,7 @@ int dtype_from_py(PyObject *obj, Lib lib, DType *out)
             }
         return 1;
     }
-    if (obj == Py_None)    /* numpy would read None as float64; we mean "not given" */
+    if (obj == Py_None || !sj_np_ready())   /* numpy would read None as float64; we mean "not given" */
         return 1;
     if (PyArray_DescrCheck(obj))
         return dtype_from_descr((PyArray_Descr *)obj, out);
@@ -371,6 +374,10 @@ PyObject *dtype_to_py(DType d, Lib lib)
         return torch_dtypes[d];
     }
     if (!np_dtypes[d]) {
+        if (!sj_np_ready()) {
+            PyErr_SetString(PyExc_RuntimeError, "numpy is not imported");
+            return NULL;
+        }
         int tn = np_typenum(d);
         if (tn < 0) {
             PyErr_Format(PyExc_ValueError, "numpy has no dtype %s", dtype_info[d].name);

@@ -190,7 +190,7 @@ static PyObject *torch_if_ready(void)
 static int read_impl(PyObject *v, TensorMeta *m, int64_t *strides, const char **why, int *fast)
 {
     *fast = 0;
-    if (tr.state == TR_UNTRIED && !PyArray_Check(v))
+    if (tr.state == TR_UNTRIED && !(sj_np_ready() && PyArray_Check(v)))
         treader_init_torch();
     if (tr.fast && tr.state == TR_DONE) {   /* not while another thread's probe validates */
         int r = fast_read(v, m, strides);
