@@ -771,11 +771,6 @@ static const struct {
 #undef X
 };
 
-const char *guards_kind_name(GuardKind k)
-{
-    return (unsigned)k < GK_COUNT ? kinds[k].name : "?";
-}
-
 /* ------------------------------------------------------------------ the set ---- */
 
 static void guard_release(Guard *g)

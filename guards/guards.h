@@ -75,8 +75,6 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
 PyObject *guards_format_one(const Guard *g, const SourceTable *t);
 /* The version tag CPython 3.11 keeps on a dict (changes with every write). */
 uint64_t guards_dict_version(PyObject *d);
-/* Printed kind name ("TENSOR_MATCH"). */
-const char *guards_kind_name(GuardKind k);
 
 /* SHAPE_ENV programs (shape_guard.c): a relation over sizes and ints read from sources,
  * in postfix, two int64 words an instruction. */

@@ -242,30 +242,6 @@ void sources_memo_clear(PyObject **memo, int32_t n)
         Py_CLEAR(memo[i]);
 }
 
-PyObject *sources_graph_name(const SourceTable *t, int32_t id)
-{
-    const char *s = PyUnicode_AsUTF8(t->e[id].repr);
-    if (!s)
-        return NULL;
-    size_t n = strlen(s);
-    char *buf = PyMem_Malloc(n + 1);
-    if (!buf)
-        return PyErr_NoMemory();
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (alnum)
-            buf[k++] = c;
-        else if (k == 0 || buf[k - 1] != '_')
-            buf[k++] = '_';
-    }
-    buf[k] = 0;
-    PyObject *r = PyUnicode_FromString(buf);
-    PyMem_Free(buf);
-    return r;
-}
-
 /* ------------------------------------------------------------ tests ---- */
 
 /* _C._eval_source(chain, locals, globals, closure) -> (repr, value): builds the source
