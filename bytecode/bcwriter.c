@@ -142,15 +142,15 @@ int bc_find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *last
         int start, len, tgt, dl;
         if (read_exc_varint(&p, end, &start) || read_exc_varint(&p, end, &len) || read_exc_varint(&p, end, &tgt) ||
             read_exc_varint(&p, end, &dl))
-            return 0;
+            return 1;
         if (pc >= start && pc < start + len) {
             *target = tgt;
             *depth = dl >> 1;
             *lasti = dl & 1;
-            return 1;
+            return 0;
         }
     }
-    return 0;
+    return 1;
 }
 
 static int pos_int(PyObject *x)

@@ -258,7 +258,7 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
 int eval_pc_in_try(PyCodeObject *co, int32_t pc)
 {
     int t, d, l;
-    return bc_find_handler(co, pc, &t, &d, &l);
+    return bc_find_handler(co, pc, &t, &d, &l) == 0;
 }
 
 /* ------------------------------------------------------------------ loop ---- */
@@ -1049,7 +1049,7 @@ fail:
      * raise) is deterministic given the guards: if this frame handles it, go on there. */
     if (c->reason == BR_USER_EXCEPTION && c->exc) {
         int target, depth, lasti;
-        if (bc_find_handler(co, f->pc, &target, &depth, &lasti) && depth <= f->sp) {
+        if (bc_find_handler(co, f->pc, &target, &depth, &lasti) == 0 && depth <= f->sp) {
             PyObject *exc = Py_NewRef(c->exc);
             cap_clear_failure(c);
             f->sp = depth;
