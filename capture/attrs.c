@@ -3,6 +3,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static Var *method_var(Capture *c, Var *self, Var *fn)
 {
@@ -26,17 +27,9 @@ static int32_t attr_source(Capture *c, Var *obj, PyObject *name)
 static PyObject *shape_object(Capture *c, const TensorMeta *m)
 {
     (void)c;
-    PyObject *t = PyTuple_New(m->ndim);
+    PyObject *t = sj_int64_tuple(m->size, m->ndim);
     if (!t)
         return NULL;
-    for (int i = 0; i < m->ndim; i++) {
-        PyObject *d = PyLong_FromLongLong(m->size[i]);
-        if (!d) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, d);
-    }
     if (m->lib == LIB_TORCH) {
         PyObject *s = PyObject_CallOneArg(libs.size_type, t);
         Py_DECREF(t);

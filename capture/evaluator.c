@@ -10,6 +10,7 @@
 #include "sj_opcodes.h"
 #include "../bytecode/bcwriter.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 #define STEP_LIMIT 2000000
 
@@ -142,10 +143,7 @@ static Var *build_string(Capture *c, Var **items, int n)
         }
         PyTuple_SET_ITEM(parts, i, Py_NewRef(items[i]->obj));
     }
-    PyObject *empty = PyUnicode_FromString("");
-    PyObject *s = empty ? PyUnicode_Join(empty, parts) : NULL;
-    Py_XDECREF(empty);
-    Py_DECREF(parts);
+    PyObject *s = sj_join("", parts);
     return s ? var_const_steal(c, s) : NULL;
 }
 

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "errors.h"
+#include "pyutil.h"
 
 int sj_log_levels[LOG_COUNT];
 
@@ -76,18 +77,7 @@ void sj_log(LogChannel c, int level, const char *fmt, ...) {
 
 /* New reference: ", "-joined channel names, or NULL. */
 static PyObject *channel_list(void) {
-    PyObject *names = PyList_New(LOG_COUNT);  /* strong */
-    if (!names) return NULL;
-    for (int i = 0; i < LOG_COUNT; i++) {
-        PyObject *s = PyUnicode_FromString(sj_log_names[i]);  /* strong */
-        if (!s) { Py_DECREF(names); return NULL; }
-        PyList_SET_ITEM(names, i, s);  /* steals s */
-    }
-    PyObject *sep = PyUnicode_FromString(", ");  /* strong */
-    PyObject *out = sep ? PyUnicode_Join(sep, names) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(names);
-    return out;
+    return sj_join_names(", ", sj_log_names, LOG_COUNT);
 }
 
 /* The channel named by `name` (borrowed); -1 with TypeError/ValueError set. */

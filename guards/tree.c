@@ -4,6 +4,7 @@
 #include "../vocab/tensor_reader.h"
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ------------------------------------------------------------------- tree ---- */
 
@@ -539,11 +540,7 @@ PyObject *guard_entry_format(const GuardTree *t, const GuardEntry *ge)
         goto fail;
     PyList_SetItem(list, 0, root);   /* steals */
     PyMem_Free(used);
-    PyObject *nl = PyUnicode_FromString("\n");
-    PyObject *r = nl ? PyUnicode_Join(nl, list) : NULL;
-    Py_XDECREF(nl);
-    Py_DECREF(list);
-    return r;
+    return sj_join("\n", list);
 fail:
     PyMem_Free(used);
     Py_XDECREF(list);

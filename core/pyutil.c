@@ -1,0 +1,41 @@
+/* Small Python objects every layer builds (see pyutil.h). */
+#include "pyutil.h"
+
+PyObject *sj_int64_tuple(const int64_t *v, int n)
+{
+    PyObject *t = PyTuple_New(n);   /* new */
+    for (int i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);   /* new, stolen below */
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+PyObject *sj_join(const char *sep, PyObject *items)
+{
+    if (!items)
+        return NULL;
+    PyObject *s = PyUnicode_FromString(sep);   /* new */
+    PyObject *r = s ? PyUnicode_Join(s, items) : NULL;
+    Py_XDECREF(s);
+    Py_DECREF(items);
+    return r;
+}
+
+PyObject *sj_join_names(const char *sep, const char *const *names, int n)
+{
+    PyObject *l = PyList_New(n);   /* new, stolen by sj_join */
+    for (int i = 0; l && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);   /* new, stolen below */
+        if (!s) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, s);
+    }
+    return sj_join(sep, l);
+}
