@@ -69,6 +69,15 @@ PyObject *cap_keep(Capture *c, PyObject *obj)
     return obj;
 }
 
+Var *cap_arg(Var **args, int32_t nargs, PyObject *kwnames, int32_t pos, const char *name)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    for (int32_t i = 0; i < nkw; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0)
+            return args[nargs - nkw + i];
+    return pos >= 0 && pos < nargs - nkw ? args[pos] : NULL;
+}
+
 PyObject *cap_keep_steal(Capture *c, PyObject *obj)
 {
     if (!obj)

@@ -269,6 +269,9 @@ void cap_arena_free(Capture *c);
 PyObject *cap_keep(Capture *c, PyObject *obj);
 /* Same, stealing a new reference (NULL passes through). */
 PyObject *cap_keep_steal(Capture *c, PyObject *obj);
+/* A call's argument named name (a keyword), else the one at position pos (pos < 0: by
+ * keyword only); NULL when absent. Borrowed from args. */
+Var *cap_arg(Var **args, int32_t nargs, PyObject *kwnames, int32_t pos, const char *name);
 
 /* Var constructors (vars.c). All return NULL with cap failure set on error. */
 Var *var_new(Capture *c, VarKind k);

@@ -55,5 +55,9 @@ int sj_hasattr(PyObject *obj, PyObject *name);
 /* 1 when the current exception must not be turned into a fallback (it is not an
  * Exception): the caller propagates it instead. 0 when none is set. */
 int sj_err_is_interrupt(void);
+/* Ends the current exception of a callback whose error has nowhere to go (a log or trace
+ * sink): an interrupt is kept aside (sj_err_clear), anything else is printed as
+ * unraisable, naming where (borrowed), and cleared. Nothing when none is set. */
+void sj_err_unraisable(PyObject *where);
 
 #endif

@@ -38,10 +38,7 @@ static void emit(LogChannel c, int level, PyObject *msg) {
     }
     PyObject *sink = Py_NewRef(log_sink);  /* strong: the sink may replace itself */
     PyObject *r = PyObject_CallFunction(sink, "siO", sj_log_names[c], level, msg);  /* strong */
-    if (!r && sj_err_is_interrupt())
-        sj_err_clear();   /* kept aside: the hook raises it */
-    else if (!r)
-        PyErr_WriteUnraisable(sink);  /* prints and clears */
+    if (!r) sj_err_unraisable(sink);
     Py_XDECREF(r);
     Py_DECREF(sink);
 }
@@ -154,12 +151,7 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *args) {
 
 static PyObject *py_set_log_sink(PyObject *self, PyObject *sink) {
     (void)self;
-    if (sink != Py_None && !PyCallable_Check(sink)) {
-        PyErr_Format(PyExc_TypeError, "shapejit: the log sink must be callable or None, not %.100s",
-                     Py_TYPE(sink)->tp_name);
-        return NULL;
-    }
-    Py_XSETREF(log_sink, sink == Py_None ? NULL : Py_NewRef(sink));  /* log_sink: strong */
+    if (sj_sink_set(&log_sink, sink, "log sink") < 0) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -39,3 +39,14 @@ PyObject *sj_join_names(const char *sep, const char *const *names, int n)
     }
     return sj_join(sep, l);
 }
+
+int sj_sink_set(PyObject **slot, PyObject *sink, const char *what)
+{
+    if (sink != Py_None && !PyCallable_Check(sink)) {
+        PyErr_Format(PyExc_TypeError, "shapejit: the %s must be callable or None, not %.100s", what,
+                     Py_TYPE(sink)->tp_name);
+        return -1;
+    }
+    Py_XSETREF(*slot, sink == Py_None ? NULL : Py_NewRef(sink));
+    return 0;
+}

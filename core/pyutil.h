@@ -18,4 +18,8 @@ PyObject *sj_join(const char *sep, PyObject *items);
  * exception set. */
 PyObject *sj_join_names(const char *sep, const char *const *names, int n);
 
+/* Installs sink (borrowed; None uninstalls) in *slot (a strong reference or NULL): 0, or
+ * -1 with TypeError when it is neither callable nor None (what names it: "log sink"). */
+int sj_sink_set(PyObject **slot, PyObject *sink, const char *what);
+
 #endif
