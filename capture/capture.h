@@ -278,6 +278,9 @@ Var *var_new(Capture *c, VarKind k);
 Var *var_const(Capture *c, PyObject *obj);           /* obj borrowed */
 Var *var_const_steal(Capture *c, PyObject *obj);     /* obj: new reference */
 Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n);
+/* A bound method: fn (a var, or a name constant for methods dispatched by name) bound to
+ * self. NULL when fn is NULL (its failure already set) or on error. */
+Var *var_method(Capture *c, Var *self, Var *fn);
 int var_seq_append(Capture *c, Var *seq, Var *item);
 Var *var_dict(Capture *c);
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
@@ -538,6 +541,9 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
 /* x.numel(): a constant or a symbolic int var. */
 Var *tensor_numel_var(Capture *c, const TensorMeta *m);
 Var *attr_load(Capture *c, Var *obj, PyObject *name);
+/* o.name where the class of o (named tp_name) holds prop, a property (borrowed): its getter
+ * inlined on o when it is a Python function, else a BR_UNSUPPORTED_VALUE failure (NULL). */
+Var *attr_property(Capture *c, Var *o, PyObject *prop, PyObject *name, const char *tp_name);
 /* obj.name = val. generic: through object.__setattr__(obj, name, val). 0, or -1 with the
  * failure recorded (a write the result plan cannot replay is a BR_SIDE_EFFECT break). */
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);

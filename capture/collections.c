@@ -656,24 +656,10 @@ Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled)
             return NULL;   /* fields and tuple's own methods: the caller's */
         *handled = 1;
         if (PyFunction_Check(d)) {
-            Var *fn = wrap_untracked(c, d), *m = fn ? var_new(c, VK_METHOD) : NULL;
-            if (m) {
-                m->u.method.self = o;
-                m->u.method.fn = fn;
-            }
-            return m;
+            return var_method(c, o, wrap_untracked(c, d));
         }
         if (Py_TYPE(d) == &PyProperty_Type) {
-            PyObject *fget = PyObject_GetAttrString(d, "fget");
-            Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
-            Py_XDECREF(fget);
-            if (!fn) {
-                sj_err_clear();
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, t->tp_name);
-                return NULL;
-            }
-            Var *a[1] = {o};
-            return call_var(c, fn, a, 1, NULL);
+            return attr_property(c, o, d, name, t->tp_name);
         }
         /* class attributes (_fields, _field_defaults), classmethods (_make), staticmethods:
          * what the class gives */

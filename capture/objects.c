@@ -261,12 +261,7 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
                                               "__len__", "__contains__"};
         for (size_t i = 0; n && i < sizeof methods / sizeof *methods; i++)
             if (!strcmp(n, methods[i])) {
-                Var *m = var_new(c, VK_METHOD);
-                if (m) {
-                    m->u.method.self = o;
-                    m->u.method.fn = key;   /* a name: calls.c dispatches records by name */
-                }
-                return m;
+                return var_method(c, o, key);   /* key, a name: calls.c dispatches records by name */
             }
     }
     if (PyErr_Occurred())
@@ -290,25 +285,10 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
         return NULL;
     }
     if (PyFunction_Check(descr)) {
-        Var *fn = wrap_untracked(c, descr);
-        Var *m = fn ? var_new(c, VK_METHOD) : NULL;
-        if (m) {
-            m->u.method.self = o;
-            m->u.method.fn = fn;
-        }
-        return m;
+        return var_method(c, o, wrap_untracked(c, descr));
     }
     if (Py_TYPE(descr) == &PyProperty_Type) {
-        PyObject *fget = PyObject_GetAttrString(descr, "fget");
-        Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
-        Py_XDECREF(fget);
-        if (!fn) {
-            sj_err_clear();
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, o->u.uobj.type->tp_name);
-            return NULL;
-        }
-        Var *a[1] = {o};
-        return call_var(c, fn, a, 1, NULL);
+        return attr_property(c, o, descr, name, o->u.uobj.type->tp_name);
     }
     if (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type ||
         Py_TYPE(descr)->tp_descr_get == NULL) {
@@ -520,13 +500,7 @@ Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
                 return NULL;
             continue;
         }
-        Var *fn = wrap_untracked(c, attr);
-        Var *m = fn ? var_new(c, VK_METHOD) : NULL;
-        if (m) {
-            m->u.method.self = self;
-            m->u.method.fn = fn;
-        }
-        return m;
+        return var_method(c, self, wrap_untracked(c, attr));
     }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "super().%U not found", name);
     return NULL;

@@ -46,6 +46,16 @@ Var *var_const_steal(Capture *c, PyObject *obj)
     return v;
 }
 
+Var *var_method(Capture *c, Var *self, Var *fn)
+{
+    Var *m = fn ? var_new(c, VK_METHOD) : NULL;
+    if (m) {
+        m->u.method.self = self;
+        m->u.method.fn = fn;
+    }
+    return m;
+}
+
 Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n)
 {
     Var *v = var_new(c, k);

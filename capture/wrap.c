@@ -461,11 +461,9 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         }
         Var *self = wrap_value(c, PyMethod_GET_SELF(obj), s1);
         Var *fn = self ? wrap_value(c, PyMethod_GET_FUNCTION(obj), s2) : NULL;
-        Var *v = fn ? var_new(c, VK_METHOD) : NULL;
+        Var *v = var_method(c, self, fn);
         if (!v)
             return NULL;
-        v->u.method.self = self;
-        v->u.method.fn = fn;
         v->src = src;
         return v;
     }
