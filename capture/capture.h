@@ -681,7 +681,7 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs);
 Var *objects_cell_contents(Capture *c, Var *v);
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
 /* `a is b` where a or b is a user object (made in the frame, or from outside: its identity
- * then guarded): 1 with *same set, 0 when not such a pair, -1 with the failure set. */
+ * then guarded): 0 with *same set, 1 when not such a pair, -1 with the failure set. */
 int objects_is(Capture *c, Var *a, Var *b, int *same);
 /* a == b / a != b (cmp Py_EQ / Py_NE) with a user object among them: its class's __eq__ /
  * __ne__ inlined, else identity. *handled = 0 when not such a pair. */

@@ -513,7 +513,7 @@ resume:
             int uh = objects_is(c, a, b, &same);
             if (uh < 0)
                 goto fail;
-            if (uh)
+            if (uh == 0)
                 ;
             else if (var_is_const(a) && var_is_const(b))
                 same = a->obj == b->obj;

@@ -560,28 +560,28 @@ int objects_is(Capture *c, Var *a, Var *b, int *same)
 {
     if (a == b) {
         *same = 1;
-        return 1;
+        return 0;
     }
     if (a->kind == VK_USEROBJ || b->kind == VK_USEROBJ) {
         /* an object made in the frame is one var wherever it is held: any other var is
          * another object */
         *same = 0;
-        return 1;
+        return 0;
     }
     int sa = sourced_object(a), sb = sourced_object(b);
     if (!sa && !sb)
-        return 0;
+        return 1;
     if (!a->obj || !b->obj || a->kind == VK_TENSOR || b->kind == VK_TENSOR)
-        return 0;
+        return 1;
     *same = a->obj == b->obj;
     if (Py_TYPE(a->obj) != Py_TYPE(b->obj) && (!sa || !sb || !*same))
-        return 1;   /* the type guards already tell them apart */
+        return 0;   /* the type guards already tell them apart */
     if (sa && sb)
-        return guard_pair(c, a->src, b->src, *same) < 0 ? -1 : 1;
+        return guard_pair(c, a->src, b->src, *same) < 0 ? -1 : 0;
     Var *s = sa ? a : b;
     if (!cap_keep(c, s->obj))
         return -1;
-    return guard_add_simple(c, GK_ID_MATCH, s->src, s->obj) < 0 ? -1 : 1;
+    return guard_add_simple(c, GK_ID_MATCH, s->src, s->obj) < 0 ? -1 : 0;
 }
 
 static PyObject *type_slot(PyTypeObject *t, const char *name)   /* borrowed or NULL */
@@ -677,7 +677,7 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     int h = objects_is(c, a, b, &same);
     if (h < 0)
         return NULL;
-    if (h == 0) {
+    if (h == 1) {
         cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of %s and %s", var_a(c, a), var_a(c, b));
         return NULL;
     }

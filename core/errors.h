@@ -10,6 +10,8 @@
  *                    never fail, never set an exception. One that can fail (sj_hasattr)
  *                    returns -1 with the exception.
  *   lookups          an index >= 0, or -1 when absent (no exception: absence is no error).
+ *   iterators        *_next: 1 and the item, 0 when exhausted, -1 error (as tp_iternext
+ *                    and PyIter_Next answer, so loops read `while ((r = x_next(..)) > 0)`).
  *   PyObject *       new reference (or borrowed, when the comment says so), or NULL with
  *                    an exception set.
  *   other pointers   constructors and arena allocations: the pointer, or NULL with an
