@@ -18,6 +18,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static PyObject *od_type, *dd_type, *counter_type, *deque_type;   /* strong, from collections */
 static PyObject *nt_make_code, *nt_replace_code, *nt_asdict_code;  /* strong: the code objects every
@@ -172,16 +173,8 @@ static int sh_bind(Shadow *s, Var *v, PyObject *obj)
 
 static int sh_sync_later(Shadow *s, Var *v)
 {
-    if (s->nsynced == s->capsynced) {
-        int32_t n = s->capsynced ? s->capsynced * 2 : 8;
-        Var **p = PyMem_Realloc(s->synced, sizeof(Var *) * (size_t)n);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->synced = p;
-        s->capsynced = n;
-    }
+    if (sj_grow((void **)&s->synced, &s->capsynced, s->nsynced + 1, sizeof(Var *), 8) < 0)
+        return -1;
     s->synced[s->nsynced++] = v;
     return 0;
 }

@@ -1,5 +1,22 @@
-/* Small Python objects every layer builds (see pyutil.h). */
+/* Small things every layer builds (see pyutil.h). */
 #include "pyutil.h"
+
+int sj_grow(void **arr, int32_t *cap, int32_t need, size_t elem, int32_t first)
+{
+    if (need <= *cap)
+        return 0;
+    int32_t ncap = *cap ? *cap * 2 : first;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = PyMem_Realloc(*arr, (size_t)ncap * elem);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
 
 PyObject *sj_int64_tuple(const int64_t *v, int n)
 {

@@ -1,10 +1,15 @@
-/* Small Python objects every layer builds: a tuple of sizes, a joined string. One helper
- * each, so that every caller builds them the same way and writes no cleanup of its own. */
+/* Small things every layer builds: a growable array, a tuple of sizes, a joined string. One
+ * helper each, so that every caller builds them the same way and writes no cleanup of its
+ * own. */
 #ifndef SJ_PYUTIL_H
 #define SJ_PYUTIL_H
 
 #include <Python.h>
 #include <stdint.h>
+
+/* Room for need items of elem bytes in *arr (PyMem; *cap items now): the capacity doubles,
+ * from first, until it holds need. 0, or -1 with MemoryError (*arr and *cap unchanged). */
+int sj_grow(void **arr, int32_t *cap, int32_t need, size_t elem, int32_t first);
 
 /* (v[0], ..., v[n-1]) as Python ints. New reference, or NULL with an exception set. */
 PyObject *sj_int64_tuple(const int64_t *v, int n);

@@ -787,16 +787,8 @@ void guards_clear(GuardSet *s)
 
 int32_t guards_append(GuardSet *s, const Guard *g)
 {
-    if (s->n == s->cap) {
-        int32_t ncap = s->cap ? s->cap * 2 : 16;
-        Guard *p = PyMem_Realloc(s->g, sizeof(Guard) * (size_t)ncap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->g = p;
-        s->cap = ncap;
-    }
+    if (sj_grow((void **)&s->g, &s->cap, s->n + 1, sizeof(Guard), 16) < 0)
+        return -1;
     Guard *d = &s->g[s->n];
     *d = *g;
     d->srcs = NULL;

@@ -2,6 +2,7 @@
 #include "sources.h"
 #include "../vocab/tensor_reader.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 void sources_clear(SourceTable *t)
 {
@@ -75,16 +76,8 @@ int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index
             sources_same_key(e->key, key))
             return i;
     }
-    if (t->n == t->cap) {
-        int32_t ncap = t->cap ? t->cap * 2 : 16;
-        SourceEntry *p = PyMem_Realloc(t->e, sizeof(SourceEntry) * (size_t)ncap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->e = p;
-        t->cap = ncap;
-    }
+    if (sj_grow((void **)&t->e, &t->cap, t->n + 1, sizeof(SourceEntry), 16) < 0)
+        return -1;
     PyObject *repr = make_repr(t, kind, base, index, key, obj);
     if (!repr)
         return -1;
