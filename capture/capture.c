@@ -4,19 +4,6 @@
 #include <stddef.h>
 #include "../core/errors.h"
 
-const char *const break_names[BR_COUNT] = {
-    [BR_NONE] = "none",
-#define X(e, name, msg) [e] = name,
-#include "../core/breaks.def"
-#undef X
-};
-const char *const break_messages[BR_COUNT] = {
-    [BR_NONE] = "",
-#define X(e, name, msg) [e] = msg,
-#include "../core/breaks.def"
-#undef X
-};
-
 /* ----------------------------------------------------------------- arena ---- */
 
 #define ARENA_BLOCK 65536
