@@ -28,12 +28,7 @@ Var *var_new(Capture *c, VarKind k)
 
 Var *var_const(Capture *c, PyObject *obj)
 {
-    if (!cap_keep(c, obj))
-        return NULL;
-    Var *v = var_new(c, VK_CONST);
-    if (v)
-        v->obj = obj;
-    return v;
+    return var_const_steal(c, Py_XNewRef(obj));
 }
 
 Var *var_const_steal(Capture *c, PyObject *obj)
