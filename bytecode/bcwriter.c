@@ -10,6 +10,7 @@
 #include "bcwriter.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ------------------------------------------------------------ building ---- */
 
@@ -40,16 +41,8 @@ void bc_free(BcAsm *a)
 
 int32_t bc_emit(BcAsm *a, int op, int32_t arg, BcPos pos)
 {
-    if (a->n == a->cap) {
-        int32_t cap = a->cap ? a->cap * 2 : 64;
-        BcIns *ni = PyMem_Realloc(a->ins, sizeof(BcIns) * (size_t)cap);
-        if (!ni) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        a->ins = ni;
-        a->cap = cap;
-    }
+    if (sj_grow((void **)&a->ins, &a->cap, a->n + 1, sizeof(BcIns), 64) < 0)
+        return -1;
     BcIns *i = &a->ins[a->n];
     i->op = (uint8_t)op;
     i->arg = op >= SJ_HAVE_ARGUMENT ? arg : 0;
@@ -102,16 +95,8 @@ int32_t bc_name(BcAsm *a, PyObject *name)
 
 int bc_add_exc(BcAsm *a, int32_t start, int32_t end, int32_t handler, int32_t depth, int lasti)
 {
-    if (a->nexc == a->capexc) {
-        int32_t cap = a->capexc ? a->capexc * 2 : 8;
-        BcExc *ne = PyMem_Realloc(a->exc, sizeof(BcExc) * (size_t)cap);
-        if (!ne) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        a->exc = ne;
-        a->capexc = cap;
-    }
+    if (sj_grow((void **)&a->exc, &a->capexc, a->nexc + 1, sizeof(BcExc), 8) < 0)
+        return -1;
     a->exc[a->nexc++] = (BcExc){start, end, handler, depth, lasti};
     return 0;
 }
@@ -142,15 +127,15 @@ int bc_find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *last
         int start, len, tgt, dl;
         if (read_exc_varint(&p, end, &start) || read_exc_varint(&p, end, &len) || read_exc_varint(&p, end, &tgt) ||
             read_exc_varint(&p, end, &dl))
-            return 0;
+            return 1;
         if (pc >= start && pc < start + len) {
             *target = tgt;
             *depth = dl >> 1;
             *lasti = dl & 1;
-            return 1;
+            return 0;
         }
     }
-    return 0;
+    return 1;
 }
 
 static int pos_int(PyObject *x)

@@ -61,7 +61,8 @@ int bc_add_exc(BcAsm *a, int32_t start, int32_t end, int32_t handler, int32_t de
  * may be NULL. */
 int bc_decode(BcAsm *a, PyCodeObject *co, int32_t **unit_to_ins, int32_t *nunits);
 
-/* The handler covering code unit pc of co: 1 and its target/depth/lasti, or 0. */
+/* The handler covering code unit pc of co: 0 and its target/depth/lasti, or 1 when no
+ * handler covers pc (or the table is malformed). */
 int bc_find_handler(PyCodeObject *co, int pc, int *target, int *depth, int *lasti);
 
 /* What the new code object is, beyond its instructions. */

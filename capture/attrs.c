@@ -3,16 +3,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
-
-static Var *method_var(Capture *c, Var *self, Var *fn)
-{
-    Var *m = var_new(c, VK_METHOD);
-    if (m) {
-        m->u.method.self = self;
-        m->u.method.fn = fn;
-    }
-    return m;
-}
+#include "../core/pyutil.h"
 
 static int32_t attr_source(Capture *c, Var *obj, PyObject *name)
 {
@@ -26,17 +17,9 @@ static int32_t attr_source(Capture *c, Var *obj, PyObject *name)
 static PyObject *shape_object(Capture *c, const TensorMeta *m)
 {
     (void)c;
-    PyObject *t = PyTuple_New(m->ndim);
+    PyObject *t = sj_int64_tuple(m->size, m->ndim);
     if (!t)
         return NULL;
-    for (int i = 0; i < m->ndim; i++) {
-        PyObject *d = PyLong_FromLongLong(m->size[i]);
-        if (!d) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, d);
-    }
     if (m->lib == LIB_TORCH) {
         PyObject *s = PyObject_CallOneArg(libs.size_type, t);
         Py_DECREF(t);
@@ -151,7 +134,7 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
     if (PyCallable_Check(d) && !PyType_Check(d)) {
         Var *fn = wrap_untracked(c, d);
         Py_DECREF(d);
-        return fn ? method_var(c, t, fn) : NULL;
+        return var_method(c, t, fn);
     }
     Py_DECREF(d);
     cap_fail(c, BR_UNSUPPORTED_VALUE, "%s attribute '%U'", m->lib == LIB_TORCH ? "tensor" : "numpy array", name);
@@ -262,7 +245,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     /* functions on the type become methods bound to this var */
     if (descr && PyFunction_Check(descr)) {
         Var *fn = wrap_untracked(c, descr);
-        return fn ? method_var(c, o, fn) : NULL;
+        return var_method(c, o, fn);
     }
     if (descr && (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type)) {
         PyObject *v = PyObject_GetAttr(obj, name);
@@ -320,7 +303,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
 static Var *container_method(Capture *c, Var *o, PyObject *name)
 {
     Var *fn = var_const(c, name);   /* the method name; calls.c dispatches on it */
-    return fn ? method_var(c, o, fn) : NULL;
+    return var_method(c, o, fn);
 }
 
 static AttrWrite *find_write(Capture *c, PyObject *obj, PyObject *name)
@@ -361,6 +344,20 @@ static int set_method_reads(PyObject *name)
             return 1;
     sj_err_clear();
     return 0;
+}
+
+Var *attr_property(Capture *c, Var *o, PyObject *prop, PyObject *name, const char *tp_name)
+{
+    PyObject *fget = PyObject_GetAttrString(prop, "fget");   /* new */
+    Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
+    Py_XDECREF(fget);
+    if (!fn) {
+        sj_err_clear();
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, tp_name);
+        return NULL;
+    }
+    Var *a[1] = {o};
+    return call_var(c, fn, a, 1, NULL);
 }
 
 Var *attr_load(Capture *c, Var *o, PyObject *name)

@@ -904,245 +904,9 @@ static int is_lru_cache_wrapper(PyObject *obj)
     return r;
 }
 
-Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+/* The call of something capture does not model: the failure, worded by what fn is. NULL. */
+static Var *call_unsupported(Capture *c, Var *fn, Var **args, int32_t nargs)
 {
-    if (!fn) {
-        cap_fail(c, BR_INTERNAL, "call of NULL");
-        return NULL;
-    }
-    switch (fn->kind) {
-    case VK_FUNC: {
-        int row = fn->obj ? callables_lookup(fn->obj) : -1;
-        if (row >= 0)
-            return op_record(c, row, args, nargs, kwnames);
-        if (fn->obj) {   /* library queries answered by a constant (folds.def) */
-            int handled = 0;
-            Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
-            if (handled)
-                return r;
-        }
-        if (fn->obj && disabled_is_wrapper(fn->obj))
-            return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
-        if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
-            /* nn.LSTM.forward(self, ...) called directly (super().forward in a subclass) */
-            int handled = 0;
-            Var *r = rnn_module_call(c, args[0], fn, args + 1, nargs - 1, kwnames, &handled);
-            if (handled)
-                return r;
-        }
-        if (fn->obj && autograd_fn_is_apply(fn->obj))
-            return autograd_fn_apply(c, args, nargs, kwnames);
-        if (fn->obj && disabled_is_factory(fn->obj))
-            return disabled_make(c, fn->obj, args, nargs, kwnames);
-        if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
-            int handled = 0;
-            Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
-            if (handled)
-                return r;
-            r = collections_call_function(c, fn->obj, args, nargs, kwnames, &handled);
-            if (handled || cap_failed(c))
-                return r;
-        }
-        if (fn->obj && nargs == 1 && !kwnames) {
-            Var *r = fold_signature(c, fn->obj, args[0]);
-            if (r || cap_failed(c))
-                return r;
-        }
-        if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
-            PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
-            /* module forwards, container helpers and the Python helpers of
-             * torch.nn.functional are inlined on purpose; other torch internals are not.
-             * The wrapper that @torch.no_grad() and friends put around a function is
-             * inlined too (its __module__ is the wrapped function's, so it is known by
-             * its globals): its body is a with block over the grad mode, which capture
-             * handles. */
-            const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
-            if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
-                       strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj) &&
-                       !inline_torch_helper(m, fn->obj))) {
-                int handled = 0;
-                Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
-                if (handled)
-                    return r;
-                r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
-                if (handled)
-                    return r;
-                if (!strcmp(m, "torch._dynamo.decorators") &&
-                    PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn->obj)->func_qualname, "graph_break") == 0)
-                    cap_fail(c, BR_UNSUPPORTED_CALL, "torch._dynamo.graph_break() asks for a break here");
-                else
-                    cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
-                             sj_callable_name(c, fn->obj));
-                return NULL;
-            }
-        }
-        return inline_function(c, fn, args, nargs, kwnames);
-    }
-    case VK_METHOD: {
-        Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
-        if (!all)
-            return NULL;
-        all[0] = fn->u.method.self;
-        if (nargs)
-            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
-        Var *inner = fn->u.method.fn;
-        if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj)) {
-            if (fn->u.method.self->kind == VK_USEROBJ) {
-                int handled = 0;
-                const char *mn = PyUnicode_AsUTF8(inner->obj);
-                Var *r = mn ? objects_record_call(c, fn->u.method.self, mn, args, nargs, &handled) : NULL;
-                if (handled)
-                    return r;
-            }
-            if (collections_type_of(fn->u.method.self)) {
-                int handled = 0;
-                const char *mn = PyUnicode_AsUTF8(inner->obj);
-                Var *r = mn ? collections_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
-                if (handled || cap_failed(c))
-                    return r;
-            }
-            return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
-        }
-        if (fn->u.method.self->kind == VK_MODULE && inner->kind == VK_FUNC && inner->obj) {
-            int handled = 0;
-            const char *mn = PyUnicode_AsUTF8(((PyFunctionObject *)inner->obj)->func_name);
-            Var *r = mn ? module_iter_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
-            if (handled)
-                return r;
-        }
-        if (fn->u.method.self->kind == VK_TENSOR && inner->kind == VK_CALLABLE) {
-            int handled = 0;
-            Var *r = builtin_call(c, inner->obj, all, nargs + 1, kwnames, &handled);
-            if (handled)
-                return r;
-        }
-        Var *r = call_var(c, inner, all, nargs + 1, kwnames);
-        if (!r && inner->obj && fn->u.method.self->obj)
-            sj_name_bound_call(c, inner->obj, fn->u.method.self->obj);
-        return r;
-    }
-    case VK_MODULE:
-        return call_module(c, fn, args, nargs, kwnames);
-    case VK_PARTIAL: {
-        Var *pargs = fn->u.partial.args, *pkw = fn->u.partial.kwargs;
-        int32_t np = pargs && pargs->kind == VK_TUPLE ? pargs->u.seq.n : 0;
-        int32_t nk = pkw && pkw->kind == VK_DICT ? pkw->u.dict.n : 0;
-        int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-        int32_t npos = nargs - nkw;
-        Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(np + nargs + nk + 1));
-        PyObject *names = PyTuple_New(nk + nkw);
-        if (!all || !names || !cap_keep_steal(c, names))
-            return NULL;
-        int32_t k = 0;
-        for (int32_t i = 0; i < np; i++)
-            all[k++] = pargs->u.seq.items[i];
-        for (int32_t i = 0; i < npos; i++)
-            all[k++] = args[i];
-        int32_t kn = 0;
-        for (int32_t i = 0; i < nk; i++) {
-            PyTuple_SET_ITEM(names, kn++, Py_NewRef(pkw->u.dict.keys[i]->obj));
-            all[k++] = pkw->u.dict.vals[i];
-        }
-        for (int32_t i = 0; i < nkw; i++) {
-            PyTuple_SET_ITEM(names, kn++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
-            all[k++] = args[npos + i];
-        }
-        return call_var(c, fn->u.partial.fn, all, k, kn ? names : NULL);
-    }
-    case VK_EXIT: {
-        /* the normal exit of a grad-mode block: restore the mode from before it */
-        if (fn->u.grad.inference)
-            return infmode_exit(c, fn) < 0 ? NULL : var_const(c, Py_None);
-        Var *flag = var_const(c, fn->u.grad.prev ? Py_True : Py_False);
-        Var *setter = flag ? wrap_untracked(c, libs.set_grad_fn) : NULL;
-        Var *a[1] = {flag};
-        if (!setter || !call_var(c, setter, a, 1, NULL))
-            return NULL;
-        c->grad_mode = fn->u.grad.prev;
-        return var_const(c, Py_None);
-    }
-    case VK_CALLABLE: {
-        int row = callables_lookup(fn->obj);
-        if (row >= 0 && callable_rows[row].kind == CK_OPERATOR && nargs == 2 && !kwnames &&
-            args[0]->kind != VK_TENSOR && args[1]->kind != VK_TENSOR) {
-            /* operator.mul(a, b) on Python values (functools.reduce(operator.mul, x.shape)):
-             * the operator itself, as a * b would be evaluated */
-            int nb = op_nb_index(callable_rows[row].path + strlen("operator."));
-            if (nb >= 0)
-                return op_binary(c, nb, args[0], args[1]);
-        }
-        if (row >= 0)
-            return op_record(c, row, args, nargs, kwnames);
-        int handled = 0;
-        Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = collections_call_builtin(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        r = fold_readonly_method(c, fn->obj, args, nargs, kwnames, &handled);
-        if (handled)
-            return r;
-        if (PyExceptionClass_Check(fn->obj) && var_all_const(args, nargs)) {
-            /* building an exception to raise: KeyError(key) */
-            return cap_fold_call(c, fn->obj, args, nargs, kwnames);
-        }
-        if (is_pure_folder(fn->obj)) {
-            /* math.exp(f) of a dynamic float: specialised, as torch does */
-            Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
-            int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
-            if (all < 0)
-                return NULL;
-            if (all)
-                return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
-            if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
-                return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
-        }
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
-        return NULL;
-    }
-    case VK_OBJECT:
-    case VK_USEROBJ: {
-        if (fn->kind == VK_OBJECT && is_lru_cache_wrapper(fn->obj)) {
-            /* @functools.lru_cache / @functools.cache: the function it wraps is inlined, as
-             * torch.compile does; the cache is neither read nor filled (capture's values
-             * are graph values, not the objects the cache would key on) */
-            PyObject *wn = PyUnicode_FromString("__wrapped__");
-            Var *w = wn ? attr_load(c, fn, wn) : NULL;
-            Py_XDECREF(wn);
-            return w ? call_var(c, w, args, nargs, kwnames) : NULL;
-        }
-        static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
-        if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
-            return NULL;
-        PyObject *call = _PyType_Lookup(fn->kind == VK_USEROBJ ? fn->u.uobj.type : Py_TYPE(fn->obj), s_call);
-        if (call && PyFunction_Check(call)) {
-            Var *f = wrap_untracked(c, call);
-            Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
-            if (!f || !all)
-                return NULL;
-            all[0] = fn;
-            if (nargs)
-                memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
-            return inline_function(c, f, all, nargs + 1, kwnames);
-        }
-        break;
-    }
-    default:
-        break;
-    }
     if (fn->kind == VK_GRADMODE && nargs == 1 && args[0]->kind == VK_FUNC)
         cap_fail(c, BR_UNSUPPORTED_CALL, "%s used as a decorator on %s, a function defined in the frame",
                  sj_grad_mode_text(fn), var_a(c, args[0]));
@@ -1151,6 +915,277 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     else
         cap_fail(c, BR_UNSUPPORTED_CALL, "calling %s", var_a(c, fn));
     return NULL;
+}
+
+/* A Python function: a table row, a fold, a hint, a library call, else inlined. */
+static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    int row = fn->obj ? callables_lookup(fn->obj) : -1;
+    if (row >= 0)
+        return op_record(c, row, args, nargs, kwnames);
+    if (fn->obj) {   /* library queries answered by a constant (folds.def) */
+        int handled = 0;
+        Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+    }
+    if (fn->obj && disabled_is_wrapper(fn->obj))
+        return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
+    if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
+        /* nn.LSTM.forward(self, ...) called directly (super().forward in a subclass) */
+        int handled = 0;
+        Var *r = rnn_module_call(c, args[0], fn, args + 1, nargs - 1, kwnames, &handled);
+        if (handled)
+            return r;
+    }
+    if (fn->obj && autograd_fn_is_apply(fn->obj))
+        return autograd_fn_apply(c, args, nargs, kwnames);
+    if (fn->obj && disabled_is_factory(fn->obj))
+        return disabled_make(c, fn->obj, args, nargs, kwnames);
+    if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
+        int handled = 0;
+        Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+        r = collections_call_function(c, fn->obj, args, nargs, kwnames, &handled);
+        if (handled || cap_failed(c))
+            return r;
+    }
+    if (fn->obj && nargs == 1 && !kwnames) {
+        Var *r = fold_signature(c, fn->obj, args[0]);
+        if (r || cap_failed(c))
+            return r;
+    }
+    if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
+        PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
+        /* module forwards, container helpers and the Python helpers of
+         * torch.nn.functional are inlined on purpose; other torch internals are not.
+         * The wrapper that @torch.no_grad() and friends put around a function is
+         * inlined too (its __module__ is the wrapped function's, so it is known by
+         * its globals): its body is a with block over the grad mode, which capture
+         * handles. */
+        const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "";
+        if (!m || (strncmp(m, "torch.nn.modules", 16) != 0 && strcmp(m, "torch.nn.functional") != 0 &&
+                   strcmp(m, "torch.functional") != 0 && !is_grad_mode_decorator(fn->obj) &&
+                   !inline_torch_helper(m, fn->obj))) {
+            int handled = 0;
+            Var *r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled)
+                return r;
+            r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
+            if (handled)
+                return r;
+            if (!strcmp(m, "torch._dynamo.decorators") &&
+                PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn->obj)->func_qualname, "graph_break") == 0)
+                cap_fail(c, BR_UNSUPPORTED_CALL, "torch._dynamo.graph_break() asks for a break here");
+            else
+                cap_fail(c, BR_UNSUPPORTED_CALL, "%s is not supported (not in shapejit's callables table)",
+                         sj_callable_name(c, fn->obj));
+            return NULL;
+        }
+    }
+    return inline_function(c, fn, args, nargs, kwnames);
+}
+
+/* A bound method: self and the function, or a method of a modelled container. */
+static Var *call_method(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+    if (!all)
+        return NULL;
+    all[0] = fn->u.method.self;
+    if (nargs)
+        memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+    Var *inner = fn->u.method.fn;
+    if (inner->kind == VK_CONST && PyUnicode_Check(inner->obj)) {
+        if (fn->u.method.self->kind == VK_USEROBJ) {
+            int handled = 0;
+            const char *mn = PyUnicode_AsUTF8(inner->obj);
+            Var *r = mn ? objects_record_call(c, fn->u.method.self, mn, args, nargs, &handled) : NULL;
+            if (handled)
+                return r;
+        }
+        if (collections_type_of(fn->u.method.self)) {
+            int handled = 0;
+            const char *mn = PyUnicode_AsUTF8(inner->obj);
+            Var *r = mn ? collections_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
+            if (handled || cap_failed(c))
+                return r;
+        }
+        return container_call(c, fn->u.method.self, inner->obj, args, nargs, kwnames);
+    }
+    if (fn->u.method.self->kind == VK_MODULE && inner->kind == VK_FUNC && inner->obj) {
+        int handled = 0;
+        const char *mn = PyUnicode_AsUTF8(((PyFunctionObject *)inner->obj)->func_name);
+        Var *r = mn ? module_iter_method(c, fn->u.method.self, mn, args, nargs, kwnames, &handled) : NULL;
+        if (handled)
+            return r;
+    }
+    if (fn->u.method.self->kind == VK_TENSOR && inner->kind == VK_CALLABLE) {
+        int handled = 0;
+        Var *r = builtin_call(c, inner->obj, all, nargs + 1, kwnames, &handled);
+        if (handled)
+            return r;
+    }
+    Var *r = call_var(c, inner, all, nargs + 1, kwnames);
+    if (!r && inner->obj && fn->u.method.self->obj)
+        sj_name_bound_call(c, inner->obj, fn->u.method.self->obj);
+    return r;
+}
+
+/* functools.partial: its arguments and keywords before the call's. */
+static Var *call_partial(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    Var *pargs = fn->u.partial.args, *pkw = fn->u.partial.kwargs;
+    int32_t np = pargs && pargs->kind == VK_TUPLE ? pargs->u.seq.n : 0;
+    int32_t nk = pkw && pkw->kind == VK_DICT ? pkw->u.dict.n : 0;
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    int32_t npos = nargs - nkw;
+    Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(np + nargs + nk + 1));
+    PyObject *names = PyTuple_New(nk + nkw);
+    if (!all || !names || !cap_keep_steal(c, names))
+        return NULL;
+    int32_t k = 0;
+    for (int32_t i = 0; i < np; i++)
+        all[k++] = pargs->u.seq.items[i];
+    for (int32_t i = 0; i < npos; i++)
+        all[k++] = args[i];
+    int32_t kn = 0;
+    for (int32_t i = 0; i < nk; i++) {
+        PyTuple_SET_ITEM(names, kn++, Py_NewRef(pkw->u.dict.keys[i]->obj));
+        all[k++] = pkw->u.dict.vals[i];
+    }
+    for (int32_t i = 0; i < nkw; i++) {
+        PyTuple_SET_ITEM(names, kn++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+        all[k++] = args[npos + i];
+    }
+    return call_var(c, fn->u.partial.fn, all, k, kn ? names : NULL);
+}
+
+static Var *call_exit(Capture *c, Var *fn)
+{
+    /* the normal exit of a grad-mode block: restore the mode from before it */
+    if (fn->u.grad.inference)
+        return infmode_exit(c, fn) < 0 ? NULL : var_const(c, Py_None);
+    Var *flag = var_const(c, fn->u.grad.prev ? Py_True : Py_False);
+    Var *setter = flag ? wrap_untracked(c, libs.set_grad_fn) : NULL;
+    Var *a[1] = {flag};
+    if (!setter || !call_var(c, setter, a, 1, NULL))
+        return NULL;
+    c->grad_mode = fn->u.grad.prev;
+    return var_const(c, Py_None);
+}
+
+/* A builtin or library callable: a table row, an operator on Python values, the folds
+ * and models of callables, else a fold of a pure function. */
+static Var *call_callable(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    int row = callables_lookup(fn->obj);
+    if (row >= 0 && callable_rows[row].kind == CK_OPERATOR && nargs == 2 && !kwnames &&
+        args[0]->kind != VK_TENSOR && args[1]->kind != VK_TENSOR) {
+        /* operator.mul(a, b) on Python values (functools.reduce(operator.mul, x.shape)):
+         * the operator itself, as a * b would be evaluated */
+        int nb = op_nb_index(callable_rows[row].path + strlen("operator."));
+        if (nb >= 0)
+            return op_binary(c, nb, args[0], args[1]);
+    }
+    if (row >= 0)
+        return op_record(c, row, args, nargs, kwnames);
+    int handled = 0;
+    Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = ufunc_method_call(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = npgrid_call(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = collections_call_builtin(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = builtin_call(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = objects_construct(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = fold_readonly_method(c, fn->obj, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    if (PyExceptionClass_Check(fn->obj) && var_all_const(args, nargs)) {
+        /* building an exception to raise: KeyError(key) */
+        return cap_fold_call(c, fn->obj, args, nargs, kwnames);
+    }
+    if (is_pure_folder(fn->obj)) {
+        /* math.exp(f) of a dynamic float: specialised, as torch does */
+        Var **pinned = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+        int all = pinned ? gscalar_pin_args(c, args, nargs, pinned, "a Python function needs its value") : -1;
+        if (all < 0)
+            return NULL;
+        if (all)
+            return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
+        if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
+            return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
+    }
+    cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
+    return NULL;
+}
+
+/* An object with __call__ (an lru_cache wrapper: the function it wraps). */
+static Var *call_object(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (fn->kind == VK_OBJECT && is_lru_cache_wrapper(fn->obj)) {
+        /* @functools.lru_cache / @functools.cache: the function it wraps is inlined, as
+         * torch.compile does; the cache is neither read nor filled (capture's values
+         * are graph values, not the objects the cache would key on) */
+        PyObject *wn = PyUnicode_FromString("__wrapped__");
+        Var *w = wn ? attr_load(c, fn, wn) : NULL;
+        Py_XDECREF(wn);
+        return w ? call_var(c, w, args, nargs, kwnames) : NULL;
+    }
+    static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
+    if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
+        return NULL;
+    PyObject *call = _PyType_Lookup(fn->kind == VK_USEROBJ ? fn->u.uobj.type : Py_TYPE(fn->obj), s_call);
+    if (call && PyFunction_Check(call)) {
+        Var *f = wrap_untracked(c, call);
+        Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1));
+        if (!f || !all)
+            return NULL;
+        all[0] = fn;
+        if (nargs)
+            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+        return inline_function(c, f, all, nargs + 1, kwnames);
+    }
+    return call_unsupported(c, fn, args, nargs);
+}
+
+Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
+{
+    if (!fn) {
+        cap_fail(c, BR_INTERNAL, "call of NULL");
+        return NULL;
+    }
+    switch (fn->kind) {
+    case VK_FUNC:
+        return call_function(c, fn, args, nargs, kwnames);
+    case VK_METHOD:
+        return call_method(c, fn, args, nargs, kwnames);
+    case VK_MODULE:
+        return call_module(c, fn, args, nargs, kwnames);
+    case VK_PARTIAL:
+        return call_partial(c, fn, args, nargs, kwnames);
+    case VK_EXIT:
+        return call_exit(c, fn);
+    case VK_CALLABLE:
+        return call_callable(c, fn, args, nargs, kwnames);
+    case VK_OBJECT:
+    case VK_USEROBJ:
+        return call_object(c, fn, args, nargs, kwnames);
+    default:
+        return call_unsupported(c, fn, args, nargs);
+    }
 }
 
 Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)

@@ -4,19 +4,6 @@
 #include <stddef.h>
 #include "../core/errors.h"
 
-const char *const break_names[BR_COUNT] = {
-    [BR_NONE] = "none",
-#define X(e, name, msg) [e] = name,
-#include "../core/breaks.def"
-#undef X
-};
-const char *const break_messages[BR_COUNT] = {
-    [BR_NONE] = "",
-#define X(e, name, msg) [e] = msg,
-#include "../core/breaks.def"
-#undef X
-};
-
 /* ----------------------------------------------------------------- arena ---- */
 
 #define ARENA_BLOCK 65536
@@ -67,6 +54,15 @@ PyObject *cap_keep(Capture *c, PyObject *obj)
     if (PyList_Append(c->keepalive, obj) < 0)
         return NULL;
     return obj;
+}
+
+Var *cap_arg(Var **args, int32_t nargs, PyObject *kwnames, int32_t pos, const char *name)
+{
+    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
+    for (int32_t i = 0; i < nkw; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0)
+            return args[nargs - nkw + i];
+    return pos >= 0 && pos < nargs - nkw ? args[pos] : NULL;
 }
 
 PyObject *cap_keep_steal(Capture *c, PyObject *obj)

@@ -248,12 +248,18 @@ void cap_arena_free(Capture *c);
 PyObject *cap_keep(Capture *c, PyObject *obj);
 /* Same, stealing a new reference (NULL passes through). */
 PyObject *cap_keep_steal(Capture *c, PyObject *obj);
+/* A call's argument named name (a keyword), else the one at position pos (pos < 0: by
+ * keyword only); NULL when absent. Borrowed from args. */
+Var *cap_arg(Var **args, int32_t nargs, PyObject *kwnames, int32_t pos, const char *name);
 
 /* Var constructors (vars.c). All return NULL with cap failure set on error. */
 Var *var_new(Capture *c, VarKind k);
 Var *var_const(Capture *c, PyObject *obj);           /* obj borrowed */
 Var *var_const_steal(Capture *c, PyObject *obj);     /* obj: new reference */
 Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n);
+/* A bound method: fn (a var, or a name constant for methods dispatched by name) bound to
+ * self. NULL when fn is NULL (its failure already set) or on error. */
+Var *var_method(Capture *c, Var *self, Var *fn);
 int var_seq_append(Capture *c, Var *seq, Var *item);
 Var *var_dict(Capture *c);
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val);
@@ -512,6 +518,9 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs);
 /* x.numel(): a constant or a symbolic int var. */
 Var *tensor_numel_var(Capture *c, const TensorMeta *m);
 Var *attr_load(Capture *c, Var *obj, PyObject *name);
+/* o.name where the class of o (named tp_name) holds prop, a property (borrowed): its getter
+ * inlined on o when it is a Python function, else a BR_UNSUPPORTED_VALUE failure (NULL). */
+Var *attr_property(Capture *c, Var *o, PyObject *prop, PyObject *name, const char *tp_name);
 /* obj.name = val. generic: through object.__setattr__(obj, name, val). 0, or -1 with the
  * failure recorded (a write the result plan cannot replay is a BR_SIDE_EFFECT break). */
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
@@ -654,7 +663,7 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs);
 Var *objects_cell_contents(Capture *c, Var *v);
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name);
 /* `a is b` where a or b is a user object (made in the frame, or from outside: its identity
- * then guarded): 1 with *same set, 0 when not such a pair, -1 with the failure set. */
+ * then guarded): 0 with *same set, 1 when not such a pair, -1 with the failure set. */
 int objects_is(Capture *c, Var *a, Var *b, int *same);
 /* a == b / a != b (cmp Py_EQ / Py_NE) with a user object among them: its class's __eq__ /
  * __ne__ inlined, else identity. *handled = 0 when not such a pair. */

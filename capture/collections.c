@@ -18,6 +18,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static PyObject *od_type, *dd_type, *counter_type, *deque_type;   /* strong, from collections */
 static PyObject *nt_make_code, *nt_replace_code, *nt_asdict_code;  /* strong: the code objects every
@@ -172,16 +173,8 @@ static int sh_bind(Shadow *s, Var *v, PyObject *obj)
 
 static int sh_sync_later(Shadow *s, Var *v)
 {
-    if (s->nsynced == s->capsynced) {
-        int32_t n = s->capsynced ? s->capsynced * 2 : 8;
-        Var **p = PyMem_Realloc(s->synced, sizeof(Var *) * (size_t)n);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->synced = p;
-        s->capsynced = n;
-    }
+    if (sj_grow((void **)&s->synced, &s->capsynced, s->nsynced + 1, sizeof(Var *), 8) < 0)
+        return -1;
     s->synced[s->nsynced++] = v;
     return 0;
 }
@@ -656,24 +649,10 @@ Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled)
             return NULL;   /* fields and tuple's own methods: the caller's */
         *handled = 1;
         if (PyFunction_Check(d)) {
-            Var *fn = wrap_untracked(c, d), *m = fn ? var_new(c, VK_METHOD) : NULL;
-            if (m) {
-                m->u.method.self = o;
-                m->u.method.fn = fn;
-            }
-            return m;
+            return var_method(c, o, wrap_untracked(c, d));
         }
         if (Py_TYPE(d) == &PyProperty_Type) {
-            PyObject *fget = PyObject_GetAttrString(d, "fget");
-            Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
-            Py_XDECREF(fget);
-            if (!fn) {
-                sj_err_clear();
-                cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, t->tp_name);
-                return NULL;
-            }
-            Var *a[1] = {o};
-            return call_var(c, fn, a, 1, NULL);
+            return attr_property(c, o, d, name, t->tp_name);
         }
         /* class attributes (_fields, _field_defaults), classmethods (_make), staticmethods:
          * what the class gives */

@@ -10,6 +10,7 @@
 #include "sj_opcodes.h"
 #include "../bytecode/bcwriter.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 #define STEP_LIMIT 2000000
 
@@ -142,10 +143,7 @@ static Var *build_string(Capture *c, Var **items, int n)
         }
         PyTuple_SET_ITEM(parts, i, Py_NewRef(items[i]->obj));
     }
-    PyObject *empty = PyUnicode_FromString("");
-    PyObject *s = empty ? PyUnicode_Join(empty, parts) : NULL;
-    Py_XDECREF(empty);
-    Py_DECREF(parts);
+    PyObject *s = sj_join("", parts);
     return s ? var_const_steal(c, s) : NULL;
 }
 
@@ -258,7 +256,7 @@ static int before_with(Capture *c, EvalFrame *f, Var *mgr)
 int eval_pc_in_try(PyCodeObject *co, int32_t pc)
 {
     int t, d, l;
-    return bc_find_handler(co, pc, &t, &d, &l);
+    return bc_find_handler(co, pc, &t, &d, &l) == 0;
 }
 
 /* ------------------------------------------------------------------ loop ---- */
@@ -515,7 +513,7 @@ resume:
             int uh = objects_is(c, a, b, &same);
             if (uh < 0)
                 goto fail;
-            if (uh)
+            if (uh == 0)
                 ;
             else if (var_is_const(a) && var_is_const(b))
                 same = a->obj == b->obj;
@@ -1049,7 +1047,7 @@ fail:
      * raise) is deterministic given the guards: if this frame handles it, go on there. */
     if (c->reason == BR_USER_EXCEPTION && c->exc) {
         int target, depth, lasti;
-        if (bc_find_handler(co, f->pc, &target, &depth, &lasti) && depth <= f->sp) {
+        if (bc_find_handler(co, f->pc, &target, &depth, &lasti) == 0 && depth <= f->sp) {
             PyObject *exc = Py_NewRef(c->exc);
             cap_clear_failure(c);
             f->sp = depth;

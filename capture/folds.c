@@ -5,6 +5,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 typedef enum { FOLD_PURE, FOLD_META, FOLD_GUARDED, FOLD_FIXED } FoldPolicy;
 typedef enum { FA_CALL, FA_FALSE, FA_TRUE, FA_NONE } FoldAnswer;
@@ -188,12 +189,9 @@ static PyObject *call_text(PyObject *name, PyObject *args, PyObject *kwargs)
             Py_CLEAR(parts);
         Py_XDECREF(r);
     }
-    PyObject *sep = parts ? PyUnicode_FromString(", ") : NULL;
-    PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    PyObject *joined = sj_join(", ", parts);
     PyObject *r = joined ? PyUnicode_FromFormat("%U(%U)", name, joined) : NULL;
     Py_XDECREF(joined);
-    Py_XDECREF(sep);
-    Py_XDECREF(parts);
     return r;
 }
 

@@ -189,16 +189,6 @@ static int islice_arg(Capture *c, Var *v, Py_ssize_t dflt, Py_ssize_t *out, int 
     return 0;
 }
 
-/* Split a call's arguments: positional count, and the keyword value named name (or NULL). */
-static Var *kwarg(Var **args, int32_t nargs, PyObject *kwnames, const char *name)
-{
-    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    for (int32_t i = 0; i < nkw; i++)
-        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0)
-            return args[nargs - nkw + i];
-    return NULL;
-}
-
 /* 1 when every keyword in kwnames is among names (NULL-terminated), else 0. */
 static int kw_only(PyObject *kwnames, const char *const *names)
 {
@@ -734,14 +724,14 @@ static Var *iters_sorted(Capture *c, Var **args, int32_t nargs, PyObject *kwname
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
-    Var *rev = kwarg(args, nargs, kwnames, "reverse");
+    Var *rev = cap_arg(args, nargs, kwnames, -1, "reverse");
     if (!rev && !(rev = var_const(c, Py_False)))
         return NULL;
     Var *it = iter_get(c, args[0]);
     Var **items;
     int32_t n, *perm;
     if (!it || iter_drain(c, it, &items, &n) < 0 ||
-        sort_order(c, items, n, kwarg(args, nargs, kwnames, "key"), rev, &perm) < 0)
+        sort_order(c, items, n, cap_arg(args, nargs, kwnames, -1, "key"), rev, &perm) < 0)
         return NULL;
     Var **out = cap_alloc(c, sizeof(Var *) * (size_t)(n + 1));
     for (int32_t i = 0; out && i < n; i++)
@@ -762,7 +752,7 @@ Var *iters_list_sort(Capture *c, Var *list, Var **args, int32_t nargs, PyObject 
         cap_fail_exc(c, BR_USER_EXCEPTION);
         return NULL;
     }
-    Var *rev = kwarg(args, nargs, kwnames, "reverse");
+    Var *rev = cap_arg(args, nargs, kwnames, -1, "reverse");
     if (!rev && !(rev = var_const(c, Py_False)))
         return NULL;
     int32_t n = list->u.seq.n, *perm;
@@ -770,7 +760,7 @@ Var *iters_list_sort(Capture *c, Var *list, Var **args, int32_t nargs, PyObject 
     if (!items)
         return NULL;
     memcpy(items, list->u.seq.items, sizeof(Var *) * (size_t)n);
-    if (sort_order(c, items, n, kwarg(args, nargs, kwnames, "key"), rev, &perm) < 0)
+    if (sort_order(c, items, n, cap_arg(args, nargs, kwnames, -1, "key"), rev, &perm) < 0)
         return NULL;
     if (list->u.seq.n != n) {
         PyErr_SetString(PyExc_ValueError, "list modified during sort");
@@ -807,7 +797,7 @@ static Var *iters_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyOb
             raise_msg(c, PyExc_TypeError, "%s() got an unexpected keyword argument", nm);
         return NULL;
     }
-    Var *key = kwarg(args, nargs, kwnames, "key"), *dflt = kwarg(args, nargs, kwnames, "default");
+    Var *key = cap_arg(args, nargs, kwnames, -1, "key"), *dflt = cap_arg(args, nargs, kwnames, -1, "default");
     Var **items = args;
     int32_t n = npos;
     if (npos == 1) {
@@ -936,7 +926,7 @@ static Var *iters_prod(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
         raise_msg(c, PyExc_TypeError, "prod() takes exactly 1 positional argument and the keyword start");
         return NULL;
     }
-    Var *acc = kwarg(args, nargs, kwnames, "start");
+    Var *acc = cap_arg(args, nargs, kwnames, -1, "start");
     Var *it = (acc || (acc = const_ssize(c, 1))) ? iter_get(c, args[0]) : NULL;
     if (!it)
         return NULL;
@@ -988,7 +978,7 @@ static Var *iters_combinatoric(Capture *c, PyObject *fn, Var **args, int32_t nar
         Py_DECREF(rng);
     }
     /* r / repeat: positional (combinations' second) or keyword, a constant int */
-    Var *rv = !is_product && npos == 2 ? args[1] : kwarg(args, nargs, kwnames, is_product ? "repeat" : "r");
+    Var *rv = !is_product && npos == 2 ? args[1] : cap_arg(args, nargs, kwnames, -1, is_product ? "repeat" : "r");
     PyObject *kw = NULL;
     if (rv && !is_none(rv)) {
         Py_ssize_t r;
@@ -1043,7 +1033,7 @@ static Var *make_zip(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
         raise_msg(c, PyExc_TypeError, "zip() got an unexpected keyword argument");
         return NULL;
     }
-    Var *strict = kwarg(args, nargs, kwnames, "strict");
+    Var *strict = cap_arg(args, nargs, kwnames, -1, "strict");
     int st = 0;
     if (strict && op_truth(c, strict, &st) < 0)
         return NULL;
@@ -1156,7 +1146,7 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
     }
     if (fn == py.enumerate && npos >= 1 && npos <= 2) {
         static const char *const names[] = {"start", NULL};
-        Var *start = npos == 2 ? args[1] : kwarg(args, nargs, kwnames, "start");
+        Var *start = npos == 2 ? args[1] : cap_arg(args, nargs, kwnames, -1, "start");
         if (!kw_only(kwnames, names) || (npos == 2 && nkw)) {
             *handled = 0;
             return NULL;
@@ -1168,8 +1158,8 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         return it;
     }
     if (fn == py.count && npos <= 2) {
-        Var *start = npos >= 1 ? args[0] : kwarg(args, nargs, kwnames, "start");
-        Var *step = npos >= 2 ? args[1] : kwarg(args, nargs, kwnames, "step");
+        Var *start = npos >= 1 ? args[0] : cap_arg(args, nargs, kwnames, -1, "start");
+        Var *step = npos >= 2 ? args[1] : cap_arg(args, nargs, kwnames, -1, "step");
         if (!(z = new_lazy(c, &it, LZ_COUNT, 0)))
             return NULL;
         if (!(z->value = start ? start : const_ssize(c, 0)) || !(z->step = step ? step : const_ssize(c, 1)))
@@ -1177,7 +1167,7 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         return it;
     }
     if (fn == py.repeat && npos >= 1 && npos <= 2) {
-        Var *times = npos == 2 ? args[1] : kwarg(args, nargs, kwnames, "times");
+        Var *times = npos == 2 ? args[1] : cap_arg(args, nargs, kwnames, -1, "times");
         if (!(z = new_lazy(c, &it, LZ_REPEAT, 0)))
             return NULL;
         z->value = args[0];
@@ -1234,7 +1224,7 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
             *handled = 0;
             return NULL;
         }
-        Var *fill = kwarg(args, nargs, kwnames, "fillvalue");
+        Var *fill = cap_arg(args, nargs, kwnames, -1, "fillvalue");
         if (!(z = new_lazy(c, &it, LZ_ZIP_LONGEST, npos)) || !(z->value = fill ? fill : var_const(c, Py_None)))
             return NULL;
         z->left = npos;
@@ -1249,8 +1239,8 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
             *handled = 0;
             return NULL;
         }
-        Var *f = npos == 2 ? args[1] : kwarg(args, nargs, kwnames, "func");
-        Var *init = kwarg(args, nargs, kwnames, "initial");
+        Var *f = npos == 2 ? args[1] : cap_arg(args, nargs, kwnames, -1, "func");
+        Var *init = cap_arg(args, nargs, kwnames, -1, "initial");
         if (!(z = new_lazy(c, &it, LZ_ACCUMULATE, 1)))
             return NULL;
         z->fn = is_none(f) ? NULL : f;

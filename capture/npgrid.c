@@ -9,6 +9,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* The largest constant grid held in a graph (its values are a constant of the graph). */
 #define MAX_CONST_ELEMENTS 65536
@@ -195,18 +196,10 @@ static Var *meshgrid(Capture *c, Var **args, int32_t nargs, PyObject *kwnames, i
     }
     args = flat;
     Var **items = cap_alloc(c, sizeof(Var *) * (size_t)n);
-    PyObject *shp = PyTuple_New(n);   /* new */
-    if (!items || !shp || !cap_keep_steal(c, shp)) {
+    PyObject *shp = sj_int64_tuple(shape, (int)n);   /* new, stolen by cap_keep_steal */
+    if (!shp || !cap_keep_steal(c, shp) || !items) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
-    }
-    for (int32_t d = 0; d < n; d++) {
-        PyObject *s = PyLong_FromLongLong(shape[d]);
-        if (!s) {
-            cap_fail_exc(c, BR_INTERNAL);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shp, d, s);
     }
     Var *shape_var = var_const(c, shp);
     if (!shape_var)

@@ -261,12 +261,7 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
                                               "__len__", "__contains__"};
         for (size_t i = 0; n && i < sizeof methods / sizeof *methods; i++)
             if (!strcmp(n, methods[i])) {
-                Var *m = var_new(c, VK_METHOD);
-                if (m) {
-                    m->u.method.self = o;
-                    m->u.method.fn = key;   /* a name: calls.c dispatches records by name */
-                }
-                return m;
+                return var_method(c, o, key);   /* key, a name: calls.c dispatches records by name */
             }
     }
     if (PyErr_Occurred())
@@ -290,25 +285,10 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
         return NULL;
     }
     if (PyFunction_Check(descr)) {
-        Var *fn = wrap_untracked(c, descr);
-        Var *m = fn ? var_new(c, VK_METHOD) : NULL;
-        if (m) {
-            m->u.method.self = o;
-            m->u.method.fn = fn;
-        }
-        return m;
+        return var_method(c, o, wrap_untracked(c, descr));
     }
     if (Py_TYPE(descr) == &PyProperty_Type) {
-        PyObject *fget = PyObject_GetAttrString(descr, "fget");
-        Var *fn = fget && PyFunction_Check(fget) ? wrap_untracked(c, fget) : NULL;
-        Py_XDECREF(fget);
-        if (!fn) {
-            sj_err_clear();
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "property '%U' of %s", name, o->u.uobj.type->tp_name);
-            return NULL;
-        }
-        Var *a[1] = {o};
-        return call_var(c, fn, a, 1, NULL);
+        return attr_property(c, o, descr, name, o->u.uobj.type->tp_name);
     }
     if (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type ||
         Py_TYPE(descr)->tp_descr_get == NULL) {
@@ -520,13 +500,7 @@ Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
                 return NULL;
             continue;
         }
-        Var *fn = wrap_untracked(c, attr);
-        Var *m = fn ? var_new(c, VK_METHOD) : NULL;
-        if (m) {
-            m->u.method.self = self;
-            m->u.method.fn = fn;
-        }
-        return m;
+        return var_method(c, self, wrap_untracked(c, attr));
     }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "super().%U not found", name);
     return NULL;
@@ -586,28 +560,28 @@ int objects_is(Capture *c, Var *a, Var *b, int *same)
 {
     if (a == b) {
         *same = 1;
-        return 1;
+        return 0;
     }
     if (a->kind == VK_USEROBJ || b->kind == VK_USEROBJ) {
         /* an object made in the frame is one var wherever it is held: any other var is
          * another object */
         *same = 0;
-        return 1;
+        return 0;
     }
     int sa = sourced_object(a), sb = sourced_object(b);
     if (!sa && !sb)
-        return 0;
+        return 1;
     if (!a->obj || !b->obj || a->kind == VK_TENSOR || b->kind == VK_TENSOR)
-        return 0;
+        return 1;
     *same = a->obj == b->obj;
     if (Py_TYPE(a->obj) != Py_TYPE(b->obj) && (!sa || !sb || !*same))
-        return 1;   /* the type guards already tell them apart */
+        return 0;   /* the type guards already tell them apart */
     if (sa && sb)
-        return guard_pair(c, a->src, b->src, *same) < 0 ? -1 : 1;
+        return guard_pair(c, a->src, b->src, *same) < 0 ? -1 : 0;
     Var *s = sa ? a : b;
     if (!cap_keep(c, s->obj))
         return -1;
-    return guard_add_simple(c, GK_ID_MATCH, s->src, s->obj) < 0 ? -1 : 1;
+    return guard_add_simple(c, GK_ID_MATCH, s->src, s->obj) < 0 ? -1 : 0;
 }
 
 static PyObject *type_slot(PyTypeObject *t, const char *name)   /* borrowed or NULL */
@@ -703,7 +677,7 @@ Var *objects_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     int h = objects_is(c, a, b, &same);
     if (h < 0)
         return NULL;
-    if (h == 0) {
+    if (h == 1) {
         cap_fail(c, BR_UNSUPPORTED_VALUE, "identity of %s and %s", var_a(c, a), var_a(c, b));
         return NULL;
     }

@@ -28,12 +28,7 @@ Var *var_new(Capture *c, VarKind k)
 
 Var *var_const(Capture *c, PyObject *obj)
 {
-    if (!cap_keep(c, obj))
-        return NULL;
-    Var *v = var_new(c, VK_CONST);
-    if (v)
-        v->obj = obj;
-    return v;
+    return var_const_steal(c, Py_XNewRef(obj));
 }
 
 Var *var_const_steal(Capture *c, PyObject *obj)
@@ -44,6 +39,16 @@ Var *var_const_steal(Capture *c, PyObject *obj)
     if (v)
         v->obj = obj;
     return v;
+}
+
+Var *var_method(Capture *c, Var *self, Var *fn)
+{
+    Var *m = fn ? var_new(c, VK_METHOD) : NULL;
+    if (m) {
+        m->u.method.self = self;
+        m->u.method.fn = fn;
+    }
+    return m;
 }
 
 Var *var_seq(Capture *c, VarKind k, Var **items, int32_t n)

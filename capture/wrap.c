@@ -4,6 +4,7 @@
 #include "../vocab/libs.h"
 #include "../core/log.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static PyObject *where_str(Capture *c)
 {
@@ -196,16 +197,9 @@ static Var *wrap_tensor(Capture *c, PyObject *obj, int32_t src)
     if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
         c->distinct_srcs[c->ndistinct++] = src;
     /* remember by identity */
-    if (c->nby_obj == c->cap_by_obj) {
-        int32_t ncap = c->cap_by_obj ? c->cap_by_obj * 2 : 16;
-        Var **p = PyMem_Realloc(c->by_obj, sizeof(Var *) * (size_t)ncap);
-        if (!p) {
-            Py_DECREF(key);
-            PyErr_NoMemory();
-            return NULL;
-        }
-        c->by_obj = p;
-        c->cap_by_obj = ncap;
+    if (sj_grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj + 1, sizeof(Var *), 16) < 0) {
+        Py_DECREF(key);
+        return NULL;
     }
     PyObject *idx = PyLong_FromLong(c->nby_obj);
     r = idx ? PyDict_SetItem(c->wrapped, key, idx) : -1;
@@ -461,11 +455,9 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         }
         Var *self = wrap_value(c, PyMethod_GET_SELF(obj), s1);
         Var *fn = self ? wrap_value(c, PyMethod_GET_FUNCTION(obj), s2) : NULL;
-        Var *v = fn ? var_new(c, VK_METHOD) : NULL;
+        Var *v = var_method(c, self, fn);
         if (!v)
             return NULL;
-        v->u.method.self = self;
-        v->u.method.fn = fn;
         v->src = src;
         return v;
     }

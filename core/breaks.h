@@ -10,7 +10,7 @@ typedef enum {
     BR_COUNT
 } BreakReason;
 
-extern const char *const break_names[BR_COUNT];
+/* The message of each reason (breaks.def's third column); core/breaks.c. */
 extern const char *const break_messages[BR_COUNT];
 
 #endif

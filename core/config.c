@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "pyutil.h"
 
 SjConfig sj_config;
 int sj_stance = STANCE_DEFAULT;
@@ -92,26 +93,20 @@ static int knob_find(const char *name) {
 
 /* New reference: ", "-joined names of the knobs (then the aliases), or NULL. */
 static PyObject *knob_list(void) {
-    PyObject *names = PyList_New(0);  /* strong */
-    PyObject *sep = NULL, *out = NULL;
+    PyObject *names = PyList_New(0);  /* strong, stolen by sj_join */
     if (!names) return NULL;
     for (int k = 0; k < KNOB_COUNT; k++) {
         PyObject *s = PyUnicode_FromString(knobs[k].name);  /* strong */
-        if (!s || PyList_Append(names, s) < 0) { Py_XDECREF(s); goto done; }
+        if (!s || PyList_Append(names, s) < 0) { Py_XDECREF(s); Py_DECREF(names); return NULL; }
         Py_DECREF(s);
     }
     for (int a = 0; aliases[a].alias; a++) {
         PyObject *s = PyUnicode_FromFormat("%s (alias of %s)", aliases[a].alias,
                                            knobs[aliases[a].target].name);  /* strong */
-        if (!s || PyList_Append(names, s) < 0) { Py_XDECREF(s); goto done; }
+        if (!s || PyList_Append(names, s) < 0) { Py_XDECREF(s); Py_DECREF(names); return NULL; }
         Py_DECREF(s);
     }
-    sep = PyUnicode_FromString(", ");  /* strong */
-    if (sep) out = PyUnicode_Join(sep, names);
-done:
-    Py_XDECREF(sep);
-    Py_DECREF(names);
-    return out;
+    return sj_join(", ", names);
 }
 
 /* Resolves `name` (borrowed) to a knob id; -1 with TypeError/AttributeError set. */
@@ -142,18 +137,7 @@ static int stance_find(PyObject *s) {
 
 /* New reference: ", "-joined stance names, or NULL. */
 static PyObject *stance_list(void) {
-    PyObject *names = PyList_New(STANCE_COUNT);  /* strong */
-    if (!names) return NULL;
-    for (int i = 0; i < STANCE_COUNT; i++) {
-        PyObject *s = PyUnicode_FromString(sj_stance_names[i]);  /* strong */
-        if (!s) { Py_DECREF(names); return NULL; }
-        PyList_SET_ITEM(names, i, s);  /* steals s */
-    }
-    PyObject *sep = PyUnicode_FromString(", ");  /* strong */
-    PyObject *out = sep ? PyUnicode_Join(sep, names) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(names);
-    return out;
+    return sj_join_names(", ", sj_stance_names, STANCE_COUNT);
 }
 
 int sj_cpu_target_valid(const char *t) {

@@ -10,6 +10,14 @@ int sj_err_is_interrupt(void)
     return t && !PyErr_GivenExceptionMatches(t, PyExc_Exception);
 }
 
+void sj_err_unraisable(PyObject *where)
+{
+    if (sj_err_is_interrupt())
+        sj_err_clear();   /* kept aside: the hook raises it */
+    else if (PyErr_Occurred())
+        PyErr_WriteUnraisable(where);   /* prints and clears */
+}
+
 void sj_err_clear(void)
 {
     if (!sj_err_is_interrupt()) {

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "errors.h"
+#include "pyutil.h"
 
 int sj_log_levels[LOG_COUNT];
 
@@ -37,10 +38,7 @@ static void emit(LogChannel c, int level, PyObject *msg) {
     }
     PyObject *sink = Py_NewRef(log_sink);  /* strong: the sink may replace itself */
     PyObject *r = PyObject_CallFunction(sink, "siO", sj_log_names[c], level, msg);  /* strong */
-    if (!r && sj_err_is_interrupt())
-        sj_err_clear();   /* kept aside: the hook raises it */
-    else if (!r)
-        PyErr_WriteUnraisable(sink);  /* prints and clears */
+    if (!r) sj_err_unraisable(sink);
     Py_XDECREF(r);
     Py_DECREF(sink);
 }
@@ -76,18 +74,7 @@ void sj_log(LogChannel c, int level, const char *fmt, ...) {
 
 /* New reference: ", "-joined channel names, or NULL. */
 static PyObject *channel_list(void) {
-    PyObject *names = PyList_New(LOG_COUNT);  /* strong */
-    if (!names) return NULL;
-    for (int i = 0; i < LOG_COUNT; i++) {
-        PyObject *s = PyUnicode_FromString(sj_log_names[i]);  /* strong */
-        if (!s) { Py_DECREF(names); return NULL; }
-        PyList_SET_ITEM(names, i, s);  /* steals s */
-    }
-    PyObject *sep = PyUnicode_FromString(", ");  /* strong */
-    PyObject *out = sep ? PyUnicode_Join(sep, names) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(names);
-    return out;
+    return sj_join_names(", ", sj_log_names, LOG_COUNT);
 }
 
 /* The channel named by `name` (borrowed); -1 with TypeError/ValueError set. */
@@ -164,12 +151,7 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *args) {
 
 static PyObject *py_set_log_sink(PyObject *self, PyObject *sink) {
     (void)self;
-    if (sink != Py_None && !PyCallable_Check(sink)) {
-        PyErr_Format(PyExc_TypeError, "shapejit: the log sink must be callable or None, not %.100s",
-                     Py_TYPE(sink)->tp_name);
-        return NULL;
-    }
-    Py_XSETREF(log_sink, sink == Py_None ? NULL : Py_NewRef(sink));  /* log_sink: strong */
+    if (sj_sink_set(&log_sink, sink, "log sink") < 0) return NULL;
     Py_RETURN_NONE;
 }
 

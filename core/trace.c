@@ -6,6 +6,7 @@
 
 #include "trace.h"
 #include "errors.h"
+#include "pyutil.h"
 
 int sj_trace_on;
 static PyObject *trace_sink;   /* strong or NULL: callable(kind, site, *args) */
@@ -31,10 +32,8 @@ void sj_trace_at(const char *file, int line, const char *func, const char *kind,
     } else if (args) {
         PyErr_Format(PyExc_SystemError, "shapejit trace event %s: arguments are not a tuple", kind);
     }
-    if (!r && sj_err_is_interrupt())
-        sj_err_clear();   /* kept aside: the hook raises it */
-    else if (!r && PyErr_Occurred())
-        PyErr_WriteUnraisable(sink ? sink : Py_None);   /* prints and clears */
+    if (!r)
+        sj_err_unraisable(sink ? sink : Py_None);
     Py_XDECREF(r);
     Py_XDECREF(args);
     Py_XDECREF(sink);
@@ -44,12 +43,8 @@ void sj_trace_at(const char *file, int line, const char *func, const char *kind,
 static PyObject *py_set_trace_sink(PyObject *self, PyObject *sink)
 {
     (void)self;
-    if (sink != Py_None && !PyCallable_Check(sink)) {
-        PyErr_Format(PyExc_TypeError, "shapejit: the trace sink must be callable or None, not %.100s",
-                     Py_TYPE(sink)->tp_name);
+    if (sj_sink_set(&trace_sink, sink, "trace sink") < 0)
         return NULL;
-    }
-    Py_XSETREF(trace_sink, sink == Py_None ? NULL : Py_NewRef(sink));   /* trace_sink: strong */
     sj_trace_on = trace_sink != NULL;
     Py_RETURN_NONE;
 }

@@ -160,7 +160,8 @@ static int put_value(FactWords *fw, PyObject *v, int *exact)
     return 1;
 }
 
-/* The fact a leaf pins down, if any; *exact: equal words prove the leaf passes. */
+/* The fact a leaf pins down: 0 and *f (*exact: equal words prove the leaf passes), or 1
+ * when it pins none. */
 static int fact_of_leaf(const Guard *g, Fact *f, int *exact)
 {
     f->src = g->src;
@@ -168,26 +169,26 @@ static int fact_of_leaf(const Guard *g, Fact *f, int *exact)
     switch ((GuardKind)g->kind) {
     case GK_TYPE_MATCH:
         f->kind = FACT_TYPE;
-        return 1;
+        return 0;
     case GK_SEQ_LENGTH:
         f->kind = FACT_TYPE;
         *exact = 0;   /* the length is not a fact */
-        return 1;
+        return 0;
     case GK_ID_MATCH:
         f->kind = FACT_ID;
-        return 1;
+        return 0;
     case GK_EQUALS_MATCH: {
         uint64_t w[2];   /* put_value writes at most 2 words */
         FactWords one;
         fw_init(&one, w, 2);
         f->kind = FACT_VALUE;
-        return put_value(&one, g->expected, exact) == 0;
+        return put_value(&one, g->expected, exact) == 0 ? 0 : 1;
     }
     case GK_TENSOR_MATCH:
         f->kind = FACT_TENSOR;
-        return g->dyn == 0;   /* a dynamic size is no fact */
+        return g->dyn == 0 ? 0 : 1;   /* a dynamic size is no fact */
     default:
-        return 0;
+        return 1;
     }
 }
 
@@ -334,7 +335,7 @@ int dispatch_file(GuardTree *t, GuardEntry *ge)
     for (int32_t i = 0; i < ge->nleaves; i++) {
         const Guard *g = &t->leaves.g[ge->leaves[i]];
         int exact;
-        if (is_root(&t->src, g->src) && fact_of_leaf(g, &facts[n], &exact))
+        if (is_root(&t->src, g->src) && fact_of_leaf(g, &facts[n], &exact) == 0)
             n++;
     }
     qsort(facts, (size_t)n, sizeof(Fact), cmp_fact);
@@ -392,7 +393,7 @@ int dispatch_file(GuardTree *t, GuardEntry *ge)
             const Guard *g = &t->leaves.g[ge->leaves[j]];
             Fact mine;
             int exact;
-            if (g->src != f->src || !fact_of_leaf(g, &mine, &exact) || mine.kind != f->kind)
+            if (g->src != f->src || fact_of_leaf(g, &mine, &exact) != 0 || mine.kind != f->kind)
                 continue;
             if (fw.n == at) {   /* the fact's words come from the first such leaf */
                 words_of_leaf(g, f, &fw);

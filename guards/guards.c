@@ -6,6 +6,7 @@
 #include "../vocab/tensor_reader.h"
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ------------------------------------------------------- shared comparisons ---- */
 
@@ -635,10 +636,7 @@ static PyObject *format_distinct(const Guard *g, PyObject *src, const SourceTabl
         return NULL;
     for (int32_t i = 0; i < g->nsrcs; i++)
         PyList_SET_ITEM(parts, i, Py_NewRef(t->e[g->srcs[i]].repr));
-    PyObject *sep = PyUnicode_FromString(", ");
-    PyObject *j = sep ? PyUnicode_Join(sep, parts) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(parts);
+    PyObject *j = sj_join(", ", parts);
     if (!j)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("NO_TENSOR_ALIASING: check_no_aliasing(%U)", j);
@@ -675,10 +673,7 @@ static PyObject *explain_shape(const Guard *g, PyObject *v, PyObject *name, Guar
         }
         Py_DECREF(s);
     }
-    PyObject *sep = PyUnicode_FromString(", ");
-    PyObject *joined = sep ? PyUnicode_Join(sep, vals) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(vals);
+    PyObject *joined = sj_join(", ", vals);
     if (!joined)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("%U  (%U)", PyTuple_GET_ITEM(g->expected, 1), joined);
@@ -771,11 +766,6 @@ static const struct {
 #undef X
 };
 
-const char *guards_kind_name(GuardKind k)
-{
-    return (unsigned)k < GK_COUNT ? kinds[k].name : "?";
-}
-
 /* ------------------------------------------------------------------ the set ---- */
 
 static void guard_release(Guard *g)
@@ -797,16 +787,8 @@ void guards_clear(GuardSet *s)
 
 int32_t guards_append(GuardSet *s, const Guard *g)
 {
-    if (s->n == s->cap) {
-        int32_t ncap = s->cap ? s->cap * 2 : 16;
-        Guard *p = PyMem_Realloc(s->g, sizeof(Guard) * (size_t)ncap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->g = p;
-        s->cap = ncap;
-    }
+    if (sj_grow((void **)&s->g, &s->cap, s->n + 1, sizeof(Guard), 16) < 0)
+        return -1;
     Guard *d = &s->g[s->n];
     *d = *g;
     d->srcs = NULL;

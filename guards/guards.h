@@ -75,8 +75,6 @@ PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *ca
 PyObject *guards_format_one(const Guard *g, const SourceTable *t);
 /* The version tag CPython 3.11 keeps on a dict (changes with every write). */
 uint64_t guards_dict_version(PyObject *d);
-/* Printed kind name ("TENSOR_MATCH"). */
-const char *guards_kind_name(GuardKind k);
 
 /* Evaluate a SHAPE_ENV program (shape_guard.c; the format: shapes/env.h); 0 with *out, or -1 (a source could not be read: exception set; or
  * the arithmetic failed: *bad set, no exception). */

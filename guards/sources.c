@@ -2,6 +2,7 @@
 #include "sources.h"
 #include "../vocab/tensor_reader.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 void sources_clear(SourceTable *t)
 {
@@ -75,16 +76,8 @@ int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index
             sources_same_key(e->key, key))
             return i;
     }
-    if (t->n == t->cap) {
-        int32_t ncap = t->cap ? t->cap * 2 : 16;
-        SourceEntry *p = PyMem_Realloc(t->e, sizeof(SourceEntry) * (size_t)ncap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->e = p;
-        t->cap = ncap;
-    }
+    if (sj_grow((void **)&t->e, &t->cap, t->n + 1, sizeof(SourceEntry), 16) < 0)
+        return -1;
     PyObject *repr = make_repr(t, kind, base, index, key, obj);
     if (!repr)
         return -1;
@@ -240,30 +233,6 @@ void sources_memo_clear(PyObject **memo, int32_t n)
 {
     for (int32_t i = 0; i < n; i++)
         Py_CLEAR(memo[i]);
-}
-
-PyObject *sources_graph_name(const SourceTable *t, int32_t id)
-{
-    const char *s = PyUnicode_AsUTF8(t->e[id].repr);
-    if (!s)
-        return NULL;
-    size_t n = strlen(s);
-    char *buf = PyMem_Malloc(n + 1);
-    if (!buf)
-        return PyErr_NoMemory();
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (alnum)
-            buf[k++] = c;
-        else if (k == 0 || buf[k - 1] != '_')
-            buf[k++] = '_';
-    }
-    buf[k] = 0;
-    PyObject *r = PyUnicode_FromString(buf);
-    PyMem_Free(buf);
-    return r;
 }
 
 /* ------------------------------------------------------------ tests ---- */

@@ -62,9 +62,6 @@ static inline PyObject *sources_repr(const SourceTable *t, int32_t id) { return 
 PyObject *sources_resolve(const SourceTable *t, int32_t id, const FrameView *fv, PyObject **memo);
 void sources_memo_clear(PyObject **memo, int32_t n);
 
-/* "L_self_modules_fc_parameters_weight": the source with non-alphanumerics as '_'. */
-PyObject *sources_graph_name(const SourceTable *t, int32_t id);
-
 /* _C._eval_source (tests): resolve a chain of accessors against given locals. */
 PyObject *sources_py_eval(PyObject *self, PyObject *args);
 

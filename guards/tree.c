@@ -4,6 +4,7 @@
 #include "../vocab/tensor_reader.h"
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ------------------------------------------------------------------- tree ---- */
 
@@ -183,17 +184,10 @@ static int tree_add(GuardTree *t, SourceTable *src, const GuardSet *gs, GuardEnt
         PyErr_NoMemory();
         return -1;
     }
-    if (t->nentries == t->capentries) {
-        int32_t ncap = t->capentries ? t->capentries * 2 : 8;
-        GuardEntry **p = PyMem_Realloc(t->entries, sizeof(GuardEntry *) * (size_t)ncap);
-        if (!p) {
-            PyMem_Free(order);
-            PyMem_Free(ids);
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->entries = p;
-        t->capentries = ncap;
+    if (sj_grow((void **)&t->entries, &t->capentries, t->nentries + 1, sizeof(GuardEntry *), 8) < 0) {
+        PyMem_Free(order);
+        PyMem_Free(ids);
+        return -1;
     }
     /* the capture's table becomes the tree's: same ids for the old sources; the old one is
      * retired (see GuardTree.retired) */
@@ -539,11 +533,7 @@ PyObject *guard_entry_format(const GuardTree *t, const GuardEntry *ge)
         goto fail;
     PyList_SetItem(list, 0, root);   /* steals */
     PyMem_Free(used);
-    PyObject *nl = PyUnicode_FromString("\n");
-    PyObject *r = nl ? PyUnicode_Join(nl, list) : NULL;
-    Py_XDECREF(nl);
-    Py_DECREF(list);
-    return r;
+    return sj_join("\n", list);
 fail:
     PyMem_Free(used);
     Py_XDECREF(list);

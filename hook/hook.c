@@ -21,6 +21,7 @@
 #include "../core/log.h"
 #include "../core/trace.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ------------------------------------------------------------- hook state ---- */
 
@@ -225,11 +226,7 @@ static PyObject *explain_failures(CodeState *st, GuardCall *call)
             sj_err_clear();
         }
     }
-    PyObject *nl = PyUnicode_FromString("\n    ");
-    PyObject *r = nl ? PyUnicode_Join(nl, lines) : NULL;
-    Py_XDECREF(nl);
-    Py_DECREF(lines);
-    return r;
+    return sj_join("\n    ", lines);
 }
 
 /* What the hook does with a frame besides returning a result or NULL with an exception: */

@@ -487,6 +487,325 @@ static int32_t start_unit(const int32_t *map, int32_t nunits, int32_t idx)
     return nunits;
 }
 
+/* One graph break being split into a continuation and resume functions: what the steps of
+ * resume_build share. Vars live in the capture's arena; nothing here owns a reference. */
+typedef struct {
+    Capture *c;
+    PyCodeObject *co;          /* borrowed: the frame's code */
+    PyCodeObject *orig;        /* borrowed: the user's code it continues (co unless a resume) */
+    BcAsm *fa;                 /* co decoded */
+    int32_t k;                 /* the break instruction's index in fa */
+    BcIns *I;                  /* fa->ins[k] */
+    BreakShape shape;
+    Var *super_args[2];        /* zero-argument super(): __class__ and self, else NULL */
+    int nsuper;                /* 2 with super_args, else 0 */
+    int32_t ndeep;             /* stack items below the instruction's operands */
+    int32_t exit_unit[2];      /* where each way out continues, a unit of orig */
+    LiveState ls;
+    char lmask[512], cmask[512];   /* '1' per local/cell handed over, '0' unbound */
+    char stack[2][520];        /* per way out: the resume function's stack layout (SK_*) */
+    /* the continuation's argument layout, by first index: operands (and super's), locals,
+     * deep stack, cells, resume functions; then the temporaries for the results (a_temp is
+     * thus the number of arguments) */
+    int32_t a_ops, a_locals, a_deep, a_cells, a_resume, a_temp;
+} Split;
+
+/* Zero-argument super() reads __class__ and the first argument from the frame that calls
+ * it, and the continuation is another frame: it calls super(__class__, self) with the
+ * values of the user's frame instead. 0, or -1 with the failure recorded. */
+static int super_operands(Split *s)
+{
+    Capture *c = s->c;
+    PyCodeObject *co = s->co;
+    s->super_args[0] = s->super_args[1] = NULL;
+    s->nsuper = 0;
+    if (!(s->I->op == SJOP_CALL && s->I->arg == 0 && c->stop_stack[c->stop_sp - 1] &&
+          c->stop_stack[c->stop_sp - 1]->obj == (PyObject *)&PySuper_Type))
+        return 0;
+    int ok = co->co_argcount > 0;
+    for (int32_t i = co->co_nlocalsplus - co->co_nfreevars; ok && i < co->co_nlocalsplus; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
+            s->super_args[0] = objects_cell_contents(c, c->stop_locals[i]);
+    if (ok && s->super_args[0])
+        s->super_args[1] = slot_value(c, co, 0, &ok);
+    if (!ok || !s->super_args[0] || !s->super_args[1]) {
+        if (!cap_failed(c))
+            cap_fail(c, BR_UNSUPPORTED_CALL, "zero-argument super() at a graph break without __class__ or self");
+        return -1;
+    }
+    s->nsuper = 2;
+    return 0;
+}
+
+/* The live state in the user's layout: only locals read after the break (ob, obmap: orig
+ * decoded) travel to the resume function; every cell does. 0, or -1 with the failure
+ * recorded. */
+static int live_state(Split *s, const BcAsm *ob, const int32_t *obmap, int32_t nextra_old)
+{
+    Capture *c = s->c;
+    LiveState *ls = &s->ls;
+    *ls = (LiveState){s->orig, s->orig->co_nlocals, s->orig->co_nplaincellvars, NULL, NULL};
+    ls->locals = cap_alloc(c, sizeof(Var *) * ((size_t)ls->n0 + 1));
+    ls->cells = cap_alloc(c, sizeof(Var *) * ((size_t)ls->ncells + 1));
+    if (!ls->locals || !ls->cells)
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (ls->n0 >= LIVE_WORDS * 64 - 8 || ls->ncells >= 500 || c->stop_sp >= 500)
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "a frame too large to split");
+    LiveSet live;
+    if (live_locals(ob, obmap, s->orig, s->exit_unit, s->shape.nexits, &live) < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    for (int32_t i = 0; i < ls->n0; i++) {
+        int ok = 1;
+        if (live.w[i / 64] & (1ull << (i % 64)))
+            ls->locals[i] = slot_value(c, s->co, i, &ok);
+        if (!ok)
+            return -1;
+        s->lmask[i] = ls->locals[i] ? '1' : '0';
+    }
+    s->lmask[ls->n0] = 0;
+    for (int32_t j = 0; j < ls->ncells; j++) {
+        int ok;
+        ls->cells[j] = slot_value(c, s->co, ls->n0 + nextra_old + j, &ok);
+        if (!ok)
+            return -1;
+        s->cmask[j] = ls->cells[j] ? '1' : '0';
+    }
+    s->cmask[ls->ncells] = 0;
+    return 0;
+}
+
+/* An iterator that cannot be rebuilt from a recipe as the real iterator: what an inlined
+ * generator yields, a dict's keys. */
+static int iter_without_recipe(const Var *v)
+{
+    return v && v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST));
+}
+
+/* The stack: deep items pass through, operands feed the instruction. Fills s->stack; 0, or
+ * -1 with the failure recorded. */
+static int stack_layout(Split *s)
+{
+    Capture *c = s->c;
+    s->ndeep = c->stop_sp - s->shape.pops;
+    for (int e = 0; e < s->shape.nexits; e++) {
+        int32_t i = 0;
+        for (; i < s->ndeep; i++) {
+            Var *v = c->stop_stack[i];
+            s->stack[e][i] = !v ? SK_NULL : v->kind == VK_ITER ? SK_ITER : SK_VALUE;
+        }
+        for (int r = 0; r < s->shape.results[e]; r++)
+            s->stack[e][i++] = SK_VALUE;
+        s->stack[e][i] = 0;
+    }
+    /* an operand of the instruction is handed over as itself: an iterator must be one that
+     * is rebuilt as the real iterator (list(map(f, xs)) with a print in f) */
+    for (int32_t i = s->ndeep; i < c->stop_sp; i++)
+        if (iter_without_recipe(c->stop_stack[i]))
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator as the operand of a graph break");
+    return 0;
+}
+
+/* Appends a name to the list names (borrowed). 0, or -1 with an exception set. */
+static int append_name(PyObject *names, PyObject *nm)
+{
+    int rc = nm && PyList_Append(names, nm) == 0 ? 0 : -1;
+    Py_XDECREF(nm);
+    return rc;
+}
+
+/* One argument of the continuation: its name (appended to names) and its value (to the
+ * tuple args). 0, or -1 with the failure recorded. */
+static int cont_arg(Capture *c, Var *args, PyObject *names, Var *v, PyObject *nm)
+{
+    if (append_name(names, nm) < 0)
+        return cap_fail_exc(c, BR_INTERNAL);
+    return var_seq_append(c, args, v) < 0 ? -1 : 0;
+}
+
+/* The continuation's arguments (a VK_TUPLE) and their names (appended to names, then the
+ * resume functions' and the result temporaries'); sets the a_* layout. NULL with the
+ * failure recorded. */
+static Var *cont_args(Split *s, PyObject *names)
+{
+    Capture *c = s->c;
+    PyObject *lnames = s->orig->co_localsplusnames;
+    Var *args = var_seq(c, VK_TUPLE, NULL, 0);
+    if (!args)
+        return NULL;
+    s->a_ops = 0;
+    for (int32_t i = s->ndeep; i < c->stop_sp; i++)
+        if (c->stop_stack[i] &&
+            cont_arg(c, args, names, c->stop_stack[i], PyUnicode_FromFormat("___op%d", (int)s->a_ops++)) < 0)
+            return NULL;
+    for (int i = 0; i < s->nsuper; i++)
+        if (cont_arg(c, args, names, s->super_args[i], PyUnicode_FromFormat("___op%d", (int)s->a_ops++)) < 0)
+            return NULL;
+    s->a_locals = (int32_t)PyList_GET_SIZE(names);
+    for (int32_t i = 0; i < s->ls.n0; i++) {
+        Var *v = s->ls.locals[i];
+        if (!v && !(v = var_const(c, Py_None)))
+            return NULL;
+        if (cont_arg(c, args, names, v, PyUnicode_FromFormat("%U", PyTuple_GET_ITEM(lnames, i))) < 0)
+            return NULL;
+    }
+    s->a_deep = (int32_t)PyList_GET_SIZE(names);
+    for (int32_t i = 0; i < s->ndeep; i++) {
+        Var *v = c->stop_stack[i];
+        if (!v)
+            continue;
+        if (iter_without_recipe(v)) {
+            /* what an inlined generator yielded, a dict's keys: the rest as a tuple (they
+             * have no recipe to be rebuilt from) */
+            v = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
+            if (!v)
+                return NULL;
+        }
+        /* any other iterator is handed over as the real iterator at its state (a list's
+         * iterator reads the list as it is then, items appended after the break included;
+         * map, zip, count, ... are rebuilt from their recipes, their calls run when the
+         * loop asks for items), one object however many slots hold it */
+        if (cont_arg(c, args, names, v, PyUnicode_FromFormat("___stack%d", (int)i)) < 0)
+            return NULL;
+    }
+    s->a_cells = (int32_t)PyList_GET_SIZE(names);
+    for (int32_t j = 0; j < s->ls.ncells; j++)
+        if (s->ls.cells[j] &&
+            cont_arg(c, args, names, s->ls.cells[j],
+                     PyUnicode_FromFormat("___cell_%U", PyTuple_GET_ITEM(lnames, s->ls.n0 + j))) < 0)
+            return NULL;
+    s->a_resume = (int32_t)PyList_GET_SIZE(names);
+    for (int e = 0; e < s->shape.nexits; e++)
+        if (append_name(names, PyUnicode_FromFormat("___resume%d", e)) < 0) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+    s->a_temp = (int32_t)PyList_GET_SIZE(names);
+    for (int r = 0; r < 2; r++)
+        if (append_name(names, PyUnicode_FromFormat("___result%d", r)) < 0) {
+            cap_fail_exc(c, BR_INTERNAL);
+            return NULL;
+        }
+    return args;
+}
+
+/* Emits LOAD_FAST of arguments [from, to). 0, or -1 with an exception set. */
+static int load_range(BcAsm *ca, int32_t from, int32_t to, BcPos pos)
+{
+    for (int32_t i = from; i < to; i++)
+        if (bc_emit(ca, SJOP_LOAD_FAST, i, pos) < 0)
+            return -1;
+    return 0;
+}
+
+/* The continuation's code: push the operands, run the break's instruction sequence from
+ * g0, then per way out call its resume function with the live state and return what it
+ * returns. 0, or -1 with an exception set. */
+static int emit_cont(Split *s, BcAsm *ca, int32_t g0)
+{
+    Capture *c = s->c;
+    BcPos pos = s->I->pos;
+    if (bc_emit(ca, SJOP_RESUME, 0, pos) < 0)
+        return -1;
+    for (int32_t i = s->ndeep, a = 0; i < c->stop_sp; i++)
+        if (bc_emit(ca, c->stop_stack[i] ? SJOP_LOAD_FAST : SJOP_PUSH_NULL, c->stop_stack[i] ? a++ : 0, pos) < 0)
+            return -1;
+    if (load_range(ca, s->a_ops - s->nsuper, s->a_ops, pos) < 0)
+        return -1;
+    int32_t jump_at = -1;
+    for (int32_t i = g0; i <= s->k; i++) {
+        BcIns *in = &s->fa->ins[i];
+        int32_t arg = in->arg;
+        if (s->nsuper && (in->op == SJOP_PRECALL || in->op == SJOP_CALL)) {
+            arg = s->nsuper;
+        } else if (in->op == SJOP_KW_NAMES) {
+            arg = bc_const(ca, PyTuple_GET_ITEM(s->co->co_consts, in->arg));
+        } else if (in->op == SJOP_LOAD_ATTR || in->op == SJOP_STORE_ATTR) {
+            arg = bc_name(ca, PyTuple_GET_ITEM(s->co->co_names, in->arg));
+        }
+        if (arg < 0)
+            return -1;
+        if (i == s->k && s->shape.nexits > 1) {
+            jump_at = bc_emit_jump(ca, forward_jump(in->op), -1, in->pos);
+            if (jump_at < 0)
+                return -1;
+        } else if (bc_emit(ca, in->op, arg, in->pos) < 0) {
+            return -1;
+        }
+    }
+    for (int e = 0; e < s->shape.nexits; e++) {
+        if (e == 1)
+            ca->ins[jump_at].target = ca->n;
+        int nres = s->shape.results[e];
+        for (int r = nres - 1; r >= 0; r--)
+            if (bc_emit(ca, SJOP_STORE_FAST, s->a_temp + r, pos) < 0)
+                return -1;
+        if (bc_emit(ca, SJOP_PUSH_NULL, 0, pos) < 0 || bc_emit(ca, SJOP_LOAD_FAST, s->a_resume + e, pos) < 0)
+            return -1;
+        /* the resume function's parameters: locals, deep stack, results, cells */
+        int32_t n = (s->a_cells - s->a_locals) + nres + (s->a_resume - s->a_cells);
+        if (load_range(ca, s->a_locals, s->a_cells, pos) < 0 ||
+            load_range(ca, s->a_temp, s->a_temp + nres, pos) < 0 ||
+            load_range(ca, s->a_cells, s->a_resume, pos) < 0)
+            return -1;
+        if (bc_emit(ca, SJOP_PRECALL, n, pos) < 0 || bc_emit(ca, SJOP_CALL, n, pos) < 0 ||
+            bc_emit(ca, SJOP_RETURN_VALUE, 0, pos) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The continuation code object from its bytecode ca and argument names (a list,
+ * borrowed); new reference, or NULL with an exception set. */
+static PyObject *assemble_cont(Split *s, BcAsm *ca, PyObject *names)
+{
+    PyObject *cont = NULL;
+    PyObject *vn = PyList_AsTuple(names);
+    PyObject *empty = PyTuple_New(0);
+    if (vn && empty) {
+        BcCodeSpec spec = {s->orig->co_name, s->orig->co_qualname, vn, empty, empty, s->a_temp, 0, 0,
+                           CO_OPTIMIZED | CO_NEWLOCALS, s->orig->co_firstlineno};
+        cont = bc_assemble(ca, s->co, &spec);
+    }
+    Py_XDECREF(vn);
+    Py_XDECREF(empty);
+    if (!cont)
+        return NULL;
+    CodeState *cst = code_state_get((PyCodeObject *)cont);
+    if (!cst) {
+        Py_DECREF(cont);
+        return NULL;
+    }
+    cst->role = ROLE_CONT;
+    return cont;
+}
+
+/* Where each way out continues, in the user's code (s->exit_unit), and whether control can
+ * come back to the break from there (out->loop). 0, or -1 with the failure recorded.
+ *
+ * A way out from which control can come back to this break (the break lies in a loop) gets
+ * a resume function that the interpreter runs: compiled, it would break here again and
+ * nest one more continuation and resume frame per iteration, without bound on the C
+ * stack, with one cache entry per remaining trip count. Frames it calls are still
+ * compiled. Every compiled resume function's break site is thus unreachable from its own
+ * start, so a chain of compiled resumes visits each site at most once. */
+static int exits(Split *s, const int32_t *fmap, int32_t nunits, int32_t shift, const BcAsm *ob,
+                 const int32_t *obmap, BreakCode *out)
+{
+    s->exit_unit[0] = start_unit(fmap, nunits, s->k + 1) - shift;
+    s->exit_unit[1] = s->shape.nexits > 1 ? start_unit(fmap, nunits, s->I->target) - shift : -1;
+    for (int e = 0; e < s->shape.nexits; e++)
+        if (s->exit_unit[e] < 0 || s->exit_unit[e] >= nunits - shift)
+            return cap_fail(s->c, BR_UNSUPPORTED_OPCODE, "a graph break whose continuation lies outside the code");
+    int32_t kb = s->orig == s->co ? s->k : obmap[start_unit(fmap, nunits, s->k) - shift];
+    for (int e = 0; e < s->shape.nexits; e++) {
+        int r = reaches(ob, obmap[s->exit_unit[e]], kb);
+        if (r < 0)
+            return cap_fail_exc(s->c, BR_INTERNAL);
+        out->loop[e] = r;
+    }
+    return 0;
+}
+
 int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
 {
     memset(out, 0, sizeof *out);
@@ -520,285 +839,44 @@ int resume_build(Capture *c, PyCodeObject *co, CodeState *st, BreakCode *out)
         goto internal;
     const BcAsm *ob = orig == co ? &fa : &oa;
     const int32_t *obmap = orig == co ? fmap : omap;
-    int32_t k = fmap[c->stop_pc];
-    BcIns *I = &fa.ins[k];
-    BreakShape shape;
-    if (shape_of(I->op, I->arg, &shape) < 0) {
-        cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break at %s", sj_op_names[I->op]);
+    Split s;
+    s.c = c;
+    s.co = co;
+    s.orig = orig;
+    s.fa = &fa;
+    s.k = fmap[c->stop_pc];
+    s.I = &fa.ins[s.k];
+    if (shape_of(s.I->op, s.I->arg, &s.shape) < 0) {
+        cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break at %s", sj_op_names[s.I->op]);
         goto fail;
     }
-    if (c->stop_sp < shape.pops) {
+    if (c->stop_sp < s.shape.pops) {
         cap_fail(c, BR_INTERNAL, "evaluation stack shorter than the break instruction's operands");
         goto fail;
     }
-    int32_t g0 = k;
-    if (I->op == SJOP_CALL && g0 > 0 && fa.ins[g0 - 1].op == SJOP_PRECALL) {
+    int32_t g0 = s.k;
+    if (s.I->op == SJOP_CALL && g0 > 0 && fa.ins[g0 - 1].op == SJOP_PRECALL) {
         g0--;
         if (g0 > 0 && fa.ins[g0 - 1].op == SJOP_KW_NAMES)
             g0--;
     }
-    /* Zero-argument super() reads __class__ and the first argument from the frame that
-     * calls it, and the continuation is another frame: it calls super(__class__, self)
-     * with the values of the user's frame instead. */
-    Var *super_args[2] = {NULL, NULL};
-    if (I->op == SJOP_CALL && I->arg == 0 && c->stop_stack[c->stop_sp - 1] &&
-        c->stop_stack[c->stop_sp - 1]->obj == (PyObject *)&PySuper_Type) {
-        int ok = co->co_argcount > 0;
-        for (int32_t i = co->co_nlocalsplus - co->co_nfreevars; ok && i < co->co_nlocalsplus; i++)
-            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") == 0)
-                super_args[0] = objects_cell_contents(c, c->stop_locals[i]);
-        if (ok && super_args[0])
-            super_args[1] = slot_value(c, co, 0, &ok);
-        if (!ok || !super_args[0] || !super_args[1]) {
-            if (!cap_failed(c))
-                cap_fail(c, BR_UNSUPPORTED_CALL, "zero-argument super() at a graph break without __class__ or self");
-            goto fail;
-        }
-    }
-    int nsuper = super_args[0] ? 2 : 0;
-
-    /* where each way out continues, in the user's code */
-    int32_t exit_unit[2];
-    exit_unit[0] = start_unit(fmap, nunits, k + 1) - shift;
-    exit_unit[1] = shape.nexits > 1 ? start_unit(fmap, nunits, I->target) - shift : -1;
-    for (int e = 0; e < shape.nexits; e++)
-        if (exit_unit[e] < 0 || exit_unit[e] >= nunits - shift) {
-            cap_fail(c, BR_UNSUPPORTED_OPCODE, "a graph break whose continuation lies outside the code");
-            goto fail;
-        }
-
-    /* A way out from which control can come back to this break (the break lies in a
-     * loop) gets a resume function that the interpreter runs: compiled, it would break
-     * here again and nest one more continuation and resume frame per iteration, without
-     * bound on the C stack, with one cache entry per remaining trip count. Frames it
-     * calls are still compiled. Every compiled resume function's break site is thus
-     * unreachable from its own start, so a chain of compiled resumes visits each site at
-     * most once. */
-    int32_t kb = orig == co ? k : obmap[start_unit(fmap, nunits, k) - shift];
-    for (int e = 0; e < shape.nexits; e++) {
-        int r = reaches(ob, obmap[exit_unit[e]], kb);
-        if (r < 0)
-            goto internal;
-        out->loop[e] = r;
-    }
-
-    /* the live state in the user's layout */
-    LiveState ls = {orig, orig->co_nlocals, orig->co_nplaincellvars, NULL, NULL};
-    ls.locals = cap_alloc(c, sizeof(Var *) * ((size_t)ls.n0 + 1));
-    ls.cells = cap_alloc(c, sizeof(Var *) * ((size_t)ls.ncells + 1));
-    if (!ls.locals || !ls.cells)
-        goto internal;
-    char lmask[512], cmask[512];
-    if (ls.n0 >= LIVE_WORDS * 64 - 8 || ls.ncells >= 500 || c->stop_sp >= 500) {
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "a frame too large to split");
+    if (super_operands(&s) < 0 || exits(&s, fmap, nunits, shift, ob, obmap, out) < 0 ||
+        live_state(&s, ob, obmap, nextra_old) < 0 || stack_layout(&s) < 0)
         goto fail;
-    }
-    /* only locals read after the break travel to the resume function */
-    LiveSet live;
-    if (live_locals(ob, obmap, orig, exit_unit, shape.nexits, &live) < 0)
-        goto internal;
-    for (int32_t i = 0; i < ls.n0; i++) {
-        int ok = 1;
-        if (live.w[i / 64] & (1ull << (i % 64)))
-            ls.locals[i] = slot_value(c, co, i, &ok);
-        if (!ok)
-            goto fail;
-        lmask[i] = ls.locals[i] ? '1' : '0';
-    }
-    lmask[ls.n0] = 0;
-    for (int32_t j = 0; j < ls.ncells; j++) {
-        int ok;
-        ls.cells[j] = slot_value(c, co, ls.n0 + nextra_old + j, &ok);
-        if (!ok)
-            goto fail;
-        cmask[j] = ls.cells[j] ? '1' : '0';
-    }
-    cmask[ls.ncells] = 0;
-
-    /* the stack: deep items pass through, operands feed the instruction */
-    int32_t ndeep = c->stop_sp - shape.pops;
-    char stack[2][520];
-    for (int e = 0; e < shape.nexits; e++) {
-        int32_t i = 0;
-        for (; i < ndeep; i++) {
-            Var *v = c->stop_stack[i];
-            stack[e][i] = !v ? SK_NULL : v->kind == VK_ITER ? SK_ITER : SK_VALUE;
-        }
-        for (int r = 0; r < shape.results[e]; r++)
-            stack[e][i++] = SK_VALUE;
-        stack[e][i] = 0;
-    }
-    for (int32_t i = ndeep; i < c->stop_sp; i++) {
-        /* an operand of the instruction is handed over as itself: an iterator must be one
-         * that is rebuilt as the real iterator (list(map(f, xs)) with a print in f) */
-        Var *v = c->stop_stack[i];
-        if (v && v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator as the operand of a graph break");
-            goto fail;
-        }
-    }
-    for (int e = 0; e < shape.nexits; e++) {
-        out->resume[e] = make_resume(orig, ost, ob, obmap, exit_unit[e], stack[e], lmask, cmask, out->loop[e]);
+    for (int e = 0; e < s.shape.nexits; e++) {
+        out->resume[e] = make_resume(orig, ost, ob, obmap, s.exit_unit[e], s.stack[e], s.lmask, s.cmask, out->loop[e]);
         if (!out->resume[e])
             goto internal;
         out->nresume = e + 1;
     }
-
-    /* the arguments: operands, locals, deep stack, cells, then the resume functions */
-    Var *args = var_seq(c, VK_TUPLE, NULL, 0);
-    if (!args)
-        goto fail;
     cvarnames = PyList_New(0);
     if (!cvarnames)
         goto internal;
-#define ARG(v, fmt, ...)                                                           \
-    do {                                                                           \
-        PyObject *nm_ = PyUnicode_FromFormat(fmt, __VA_ARGS__);                    \
-        int bad_ = !nm_ || PyList_Append(cvarnames, nm_) < 0;                      \
-        Py_XDECREF(nm_);                                                           \
-        if (bad_)                                                                  \
-            goto internal;                                                         \
-        if (var_seq_append(c, args, (v)) < 0)                                      \
-            goto fail;                                                             \
-    } while (0)
-    int32_t a_ops = 0;
-    for (int32_t i = ndeep; i < c->stop_sp; i++)
-        if (c->stop_stack[i]) {
-            ARG(c->stop_stack[i], "___op%d", (int)a_ops);
-            a_ops++;
-        }
-    for (int i = 0; i < nsuper; i++) {
-        ARG(super_args[i], "___op%d", (int)a_ops);
-        a_ops++;
-    }
-    int32_t a_locals = (int32_t)PyList_GET_SIZE(cvarnames);
-    for (int32_t i = 0; i < ls.n0; i++) {
-        Var *v = ls.locals[i];
-        if (!v && !(v = var_const(c, Py_None)))
-            goto fail;
-        ARG(v, "%U", PyTuple_GET_ITEM(orig->co_localsplusnames, i));
-    }
-    int32_t a_deep = (int32_t)PyList_GET_SIZE(cvarnames);
-    for (int32_t i = 0; i < ndeep; i++) {
-        Var *v = c->stop_stack[i];
-        if (!v)
-            continue;
-        if (v->kind == VK_ITER && (v->u.iter.gen || (v->u.iter.live && v->u.iter.live->kind != VK_LIST))) {
-            /* what an inlined generator yielded, a dict's keys: the rest as a tuple (they
-             * have no recipe to be rebuilt from) */
-            Var *rest = var_seq(c, VK_TUPLE, v->u.iter.items + v->u.iter.pos, v->u.iter.n - v->u.iter.pos);
-            if (!rest)
-                goto fail;
-            v = rest;
-        }
-        /* any other iterator is handed over as the real iterator at its state (a list's
-         * iterator reads the list as it is then, items appended after the break included;
-         * map, zip, count, ... are rebuilt from their recipes, their calls run when the
-         * loop asks for items), one object however many slots hold it */
-        ARG(v, "___stack%d", (int)i);
-    }
-    int32_t a_cells = (int32_t)PyList_GET_SIZE(cvarnames);
-    for (int32_t j = 0; j < ls.ncells; j++)
-        if (ls.cells[j])
-            ARG(ls.cells[j], "___cell_%U", PyTuple_GET_ITEM(orig->co_localsplusnames, ls.n0 + j));
-    int32_t a_resume = (int32_t)PyList_GET_SIZE(cvarnames);
-    for (int e = 0; e < shape.nexits; e++) {
-        PyObject *nm = PyUnicode_FromFormat("___resume%d", e);
-        if (!nm || PyList_Append(cvarnames, nm) < 0) {
-            Py_XDECREF(nm);
-            goto internal;
-        }
-        Py_DECREF(nm);
-    }
-    int32_t nargs_total = (int32_t)PyList_GET_SIZE(cvarnames);
-    int32_t a_temp = nargs_total;
-    for (int r = 0; r < 2; r++) {
-        PyObject *nm = PyUnicode_FromFormat("___result%d", r);
-        if (!nm || PyList_Append(cvarnames, nm) < 0) {
-            Py_XDECREF(nm);
-            goto internal;
-        }
-        Py_DECREF(nm);
-    }
-#undef ARG
-
-    /* the continuation's code */
-    BcPos pos = I->pos;
-    if (bc_emit(&ca, SJOP_RESUME, 0, pos) < 0)
+    Var *args = cont_args(&s, cvarnames);
+    if (!args)
+        goto fail;
+    if (emit_cont(&s, &ca, g0) < 0 || !(out->cont = assemble_cont(&s, &ca, cvarnames)))
         goto internal;
-    for (int32_t i = ndeep, a = 0; i < c->stop_sp; i++) {
-        if (!c->stop_stack[i]) {
-            if (bc_emit(&ca, SJOP_PUSH_NULL, 0, pos) < 0)
-                goto internal;
-        } else if (bc_emit(&ca, SJOP_LOAD_FAST, a++, pos) < 0) {
-            goto internal;
-        }
-    }
-    for (int i = 0; i < nsuper; i++)
-        if (bc_emit(&ca, SJOP_LOAD_FAST, a_ops - nsuper + i, pos) < 0)
-            goto internal;
-    int32_t jump_at = -1;
-    for (int32_t i = g0; i <= k; i++) {
-        BcIns *in = &fa.ins[i];
-        int32_t arg = in->arg;
-        if (nsuper && (in->op == SJOP_PRECALL || in->op == SJOP_CALL)) {
-            arg = nsuper;
-        } else if (in->op == SJOP_KW_NAMES) {
-            arg = bc_const(&ca, PyTuple_GET_ITEM(co->co_consts, in->arg));
-        } else if (in->op == SJOP_LOAD_ATTR || in->op == SJOP_STORE_ATTR) {
-            arg = bc_name(&ca, PyTuple_GET_ITEM(co->co_names, in->arg));
-        }
-        if (arg < 0)
-            goto internal;
-        if (i == k && shape.nexits > 1) {
-            jump_at = bc_emit_jump(&ca, forward_jump(in->op), -1, in->pos);
-            if (jump_at < 0)
-                goto internal;
-        } else if (bc_emit(&ca, in->op, arg, in->pos) < 0) {
-            goto internal;
-        }
-    }
-    for (int e = 0; e < shape.nexits; e++) {
-        if (e == 1)
-            ca.ins[jump_at].target = ca.n;
-        int nres = shape.results[e];
-        for (int r = nres - 1; r >= 0; r--)
-            if (bc_emit(&ca, SJOP_STORE_FAST, a_temp + r, pos) < 0)
-                goto internal;
-        if (bc_emit(&ca, SJOP_PUSH_NULL, 0, pos) < 0 || bc_emit(&ca, SJOP_LOAD_FAST, a_resume + e, pos) < 0)
-            goto internal;
-        int32_t n = 0;
-        for (int32_t i = a_locals; i < a_deep; i++, n++)
-            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
-                goto internal;
-        for (int32_t i = a_deep; i < a_cells; i++, n++)
-            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
-                goto internal;
-        for (int r = 0; r < nres; r++, n++)
-            if (bc_emit(&ca, SJOP_LOAD_FAST, a_temp + r, pos) < 0)
-                goto internal;
-        for (int32_t i = a_cells; i < a_resume; i++, n++)
-            if (bc_emit(&ca, SJOP_LOAD_FAST, i, pos) < 0)
-                goto internal;
-        if (bc_emit(&ca, SJOP_PRECALL, n, pos) < 0 || bc_emit(&ca, SJOP_CALL, n, pos) < 0 ||
-            bc_emit(&ca, SJOP_RETURN_VALUE, 0, pos) < 0)
-            goto internal;
-    }
-    PyObject *vn = PyList_AsTuple(cvarnames);
-    PyObject *empty = PyTuple_New(0);
-    if (vn && empty) {
-        BcCodeSpec spec = {orig->co_name, orig->co_qualname, vn, empty, empty, nargs_total, 0, 0,
-                           CO_OPTIMIZED | CO_NEWLOCALS, orig->co_firstlineno};
-        out->cont = bc_assemble(&ca, co, &spec);
-    }
-    Py_XDECREF(vn);
-    Py_XDECREF(empty);
-    if (!out->cont)
-        goto internal;
-    CodeState *cst = code_state_get((PyCodeObject *)out->cont);
-    if (!cst)
-        goto internal;
-    cst->role = ROLE_CONT;
     out->args = args;
     rc = 0;
     goto done;

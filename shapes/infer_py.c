@@ -6,6 +6,7 @@
 
 #include "../vocab/meta.h"
 #include "rules.h"
+#include "../core/pyutil.h"
 
 typedef struct {
     const char *id, *kind, *path;
@@ -108,17 +109,9 @@ static int convert(Conv *c, PyObject *v, BoundArg *out, int depth)
 
 static PyObject *meta_to_tuple(const TensorMeta *m)
 {
-    PyObject *shape = PyTuple_New(m->ndim);    /* new */
+    PyObject *shape = sj_int64_tuple(m->size, m->ndim);    /* new */
     if (!shape)
         return NULL;
-    for (int i = 0; i < m->ndim; i++) {
-        PyObject *s = PyLong_FromLongLong(m->size[i]);
-        if (!s) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, i, s);    /* steals s */
-    }
     return Py_BuildValue("(sNO)", dtype_info[m->dtype].name, shape,
                          m->np_scalar ? Py_True : Py_False);    /* N steals shape */
 }

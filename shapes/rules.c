@@ -672,14 +672,6 @@ int64_t sj_numel(const TensorMeta *m)
     return n;
 }
 
-Lib sj_lib_of(const BoundArgs *b, Lib dflt)
-{
-    for (int i = 0; i < b->n; i++)
-        if (b->args[i].kind == BA_TENSOR)
-            return (Lib)b->args[i].meta->lib;
-    return dflt;
-}
-
 static int list_requires_grad(const BoundArg *a)
 {
     if (a->kind == BA_TENSOR)

@@ -270,6 +270,21 @@ static int check_int_pow(Lib lib, DType d, const BoundArg *exp, ShapeErr *err)
     return 0;
 }
 
+/* The result of a two-operand pointwise op computed in dtype r: the operands' broadcast
+ * shape (none when both are weak scalars), numpy's dtype= override, the library's finish. */
+static int binary_result(OpId op, Lib lib, const BoundArgs *b, const BoundArg *const *ops, DType r, int all_weak,
+                         TensorMeta *out, int *nout, ShapeErr *err)
+{
+    sj_meta(out, lib, r);
+    if (!all_weak && elementwise_shape(ops, 2, out, err))
+        return -1;
+    if (np_dtype_override(lib, b, out, err))
+        return -1;
+    finish(op, lib, out);
+    *nout = 1;
+    return 0;
+}
+
 int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
@@ -298,14 +313,7 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 (ops[i]->kind == BA_CONST && PyBool_Check(ops[i]->value)))
                 return sj_err(err, "Subtraction, the `-` operator, with a bool tensor is not "
                               "supported");
-    sj_meta(out, lib, r);
-    if (!all_weak && elementwise_shape(ops, 2, out, err))
-        return -1;
-    if (np_dtype_override(lib, b, out, err))
-        return -1;
-    finish(op, lib, out);
-    *nout = 1;
-    return 0;
+    return binary_result(op, lib, b, ops, r, all_weak, out, nout, err);
 }
 
 int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -348,14 +356,7 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     }
     if (check_dtype(op, lib, d, &r, err))
         return -1;
-    sj_meta(out, lib, r);
-    if (!all_weak && elementwise_shape(ops, 2, out, err))
-        return -1;
-    if (np_dtype_override(lib, b, out, err))
-        return -1;
-    finish(op, lib, out);
-    *nout = 1;
-    return 0;
+    return binary_result(op, lib, b, ops, r, all_weak, out, nout, err);
 }
 
 int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,

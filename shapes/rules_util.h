@@ -55,9 +55,6 @@ int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, Shape
 /* Product of sizes. */
 int64_t sj_numel(const TensorMeta *m);
 
-/* The library of the first tensor argument (for operator rows), or dflt. */
-Lib sj_lib_of(const BoundArgs *b, Lib dflt);
-
 /* 1 when any tensor argument (lists included) requires grad. */
 int sj_requires_grad(const BoundArgs *b);
 

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 #if defined(__GLIBC__)
 #include <malloc.h>    /* malloc_usable_size: bounds the scan of a TensorImpl */
 #endif
@@ -844,20 +845,6 @@ done:
     return d;
 }
 
-static PyObject *int_tuple(const int64_t *v, int n)
-{
-    PyObject *t = PyTuple_New(n);    /* new */
-    for (int i = 0; t && i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);    /* new, stolen below */
-        if (!x) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, x);
-    }
-    return t;
-}
-
 PyObject *treader_py_read(PyObject *self, PyObject *obj)
 {
     (void)self;
@@ -870,7 +857,7 @@ PyObject *treader_py_read(PyObject *self, PyObject *obj)
         return NULL;
     if (r == 1)
         Py_RETURN_NONE;
-    PyObject *sizes = int_tuple(m.size, m.ndim), *strides = int_tuple(st, m.ndim);    /* new */
+    PyObject *sizes = sj_int64_tuple(m.size, m.ndim), *strides = sj_int64_tuple(st, m.ndim);    /* new */
     PyObject *res = NULL;
     if (sizes && strides)
         res = Py_BuildValue("(sOOOs)", dtype_info[m.dtype].name, sizes, strides,
