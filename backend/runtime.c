@@ -361,6 +361,8 @@ fail:
 static PyMethodDef lower_methods[] = {
     {"_cg_compile_graph", compile_graph, METH_O,
      "_cg_compile_graph(graph): the graph lowered to generated C kernels (the 'cpu' backend)"},
+    {"_lower_rows", lower_py_rows, METH_NOARGS, "The pointwise lowerings of lower.def (tests)."},
+    {"_step_kinds", steps_py_kinds, METH_NOARGS, "The step kinds of steps.def (tests)."},
     {NULL, NULL, 0, NULL},
 };
 
