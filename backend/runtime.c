@@ -329,6 +329,8 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
         PyErr_Format(PyExc_TypeError, "_cg_compile_graph expects a shapejit graph, got %s", Py_TYPE(arg)->tp_name);
         return NULL;
     }
+    if (graph_py_link_once((SjGraphObject *)arg) < 0)
+        return NULL;
     Graph *g = ((SjGraphObject *)arg)->g;
     CompiledGraph *cg = PyObject_New(CompiledGraph, &SjCompiledGraph_Type);
     if (!cg)

@@ -146,6 +146,16 @@ static void graph_dealloc(SjGraphObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+int graph_py_link_once(SjGraphObject *self)
+{
+    if (self->unlinked) {   /* a graph read from text: its library objects first */
+        if (graph_link(self->g) < 0)
+            return -1;
+        self->unlinked = 0;
+    }
+    return 0;
+}
+
 static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwargs)
 {
     if (kwargs && PyDict_GET_SIZE(kwargs)) {
@@ -158,11 +168,8 @@ static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwarg
                      (int)self->g->ninputs, n);
         return NULL;
     }
-    if (self->unlinked) {   /* a graph read from text: its library objects first */
-        if (graph_link(self->g) < 0)
-            return NULL;
-        self->unlinked = 0;
-    }
+    if (graph_py_link_once(self) < 0)
+        return NULL;
     int verify = self->verify_next;
     self->verify_next = 0;
     PyObject *mismatch = NULL;

@@ -477,7 +477,7 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
         break;
     case ARG_CONST: {
         PyObject *c = PyList_GET_ITEM(g->consts, a->a);
-        s = PyObject_Repr(c);
+        s = graph_const_by_name(c) ? graph_target_name(c) : PyObject_Repr(c);
         break;
     }
     case ARG_LIST:
@@ -530,6 +530,11 @@ PyObject *graph_target_name(PyObject *t)
     Py_XDECREF(mod);
     Py_DECREF(qn);
     return r;
+}
+
+int graph_const_by_name(PyObject *c)
+{
+    return PyCallable_Check(c) && !PyType_Check(c);
 }
 
 PyObject *graph_format(Graph *g, const char *name)

@@ -149,6 +149,11 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch);
 PyObject *graph_format(Graph *g, const char *name);
 /* How graph_format names a node's target: "module.qualname" (new str). */
 PyObject *graph_target_name(PyObject *target);
+/* 1 when graph_format prints constant c by its name (graph_target_name), as it prints a
+ * target, rather than by its repr: a callable that is not a class. A function's repr holds
+ * its address, which would make the listing (and a serialised graph) differ from one
+ * process to the next. */
+int graph_const_by_name(PyObject *c);
 
 /* ---- Python face (graph_py.c) ---- */
 extern PyTypeObject SjGraph_Type;
@@ -167,6 +172,10 @@ typedef struct {
 
 /* New reference: wraps g (steals it). */
 PyObject *graph_py_wrap(Graph *g, PyObject *name);
+/* Makes self's graph ready to run: a graph read from text resolves its library constants
+ * (once; the first call does it too), so a backend may take a Graph object as it comes.
+ * 0, or -1 with an exception (ImportError when a library or callable does not resolve). */
+int graph_py_link_once(SjGraphObject *self);
 int graph_py_init_types(PyObject *module);
 
 #endif
