@@ -227,6 +227,18 @@ static PyObject *graph_get_code(SjGraphObject *self, void *c)
     return name ? graph_format(self->g, name) : NULL;
 }
 
+static PyObject *graph_py_format(SjGraphObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"bound", NULL};
+    int bound = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:format", kwlist, &bound))
+        return NULL;
+    const char *name = PyUnicode_AsUTF8(self->name);
+    if (!name)
+        return NULL;
+    return bound ? graph_format_bound(self->g, name) : graph_format(self->g, name);
+}
+
 static PyObject *graph_get_op_count(SjGraphObject *self, void *c)
 {
     (void)c;
@@ -486,6 +498,10 @@ static PyMethodDef graph_methods[] = {
     {"equals", (PyCFunction)graph_py_equals, METH_O,
      "equals(other) -> bool: the same graph structurally, constants compared by value "
      "(whatever their place in the constants table, live or unresolved)."},
+    {"format", (PyCFunction)(void (*)(void))graph_py_format, METH_VARARGS | METH_KEYWORDS,
+     "format(*, bound=False) -> str: the listing (as .code); bound=True shows each call as the "
+     "backends read it, by its callables.def path with its arguments bound to that row's "
+     "parameter names."},
     {"_constants", (PyCFunction)graph_py_constants, METH_NOARGS, "a copy of the constants table (tests)"},
     {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O,
      "append a constant no node uses; its index (tests)"},

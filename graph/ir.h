@@ -25,8 +25,9 @@
  *
  * Serialised form (serial.h): a graph is written as versioned text and read back with no
  * torch or numpy object alive. A constant that is a library object (dtype, device, tensor,
- * callable) is read back as a GraphRef, plain data naming the object plus the repr it
- * printed with, so the graph prints, compares and serialises again as the original did;
+ * callable) is read back as a GraphRef, plain data naming the object plus how the listing
+ * printed it (its repr, or a callable's name: graph_const_by_name), so the graph prints,
+ * compares and serialises again as the original did;
  * graph_link (or the graph's first call) replaces each GraphRef by the object, importing
  * its library then. */
 #ifndef SJ_IR_H
@@ -147,6 +148,11 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch);
 
 /* Readable listing (the graph_code log): new str. */
 PyObject *graph_format(Graph *g, const char *name);
+/* The listing with each call as the backends read it: the callables.def path of the node's
+ * row and its bound arguments by canonical parameter name, those not passed left out
+ * ("torch.nn.functional.linear(input=v0, weight=v1, bias=v2)"), the op named in the
+ * comment; a node of row -1 keeps its target and positional arguments. New str. */
+PyObject *graph_format_bound(Graph *g, const char *name);
 /* How graph_format names a node's target: "module.qualname" (new str). */
 PyObject *graph_target_name(PyObject *target);
 /* 1 when graph_format prints constant c by its name (graph_target_name), as it prints a
