@@ -102,6 +102,9 @@ typedef struct {
 } StepKindInfo;
 /* Indexed by StepKind (steps.c, generated from steps.def). */
 extern const StepKindInfo step_kinds[STEP_COUNT];
+/* _C._step_kinds() -> [(enum name, name, lowers)] in StepKind order, as steps.def spells
+ * them ("KERNEL", "kernel", True). New reference, or NULL with an exception. */
+PyObject *steps_py_kinds(PyObject *self, PyObject *unused);
 
 /* step_kernel.c: runs kernel step i (its nodes eagerly when an input is not what the plan
  * foresaw or the kernel hands them back). 0 or -1 with an exception. */
@@ -170,6 +173,10 @@ typedef struct {
     double pdefault[2];
 } LowerRow;
 const LowerRow *lower_row(OpId op);
+/* _C._lower_rows() -> [(op name, nin, kind, (f32, f64, int, bool), (param0, param1),
+ * (default0, default1))], one per row of lower.def in OpId order, the kind spelled as there
+ * ("LK_SAME"). New reference, or NULL with an exception. */
+PyObject *lower_py_rows(PyObject *self, PyObject *unused);
 
 /* ------------------------------------------------------- step_matmul.c ---- */
 

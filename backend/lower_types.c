@@ -28,6 +28,37 @@ const LowerRow *lower_row(OpId op)
     return (int)op >= 0 && op < OP_COUNT && rows[op].nin ? &rows[op] : NULL;
 }
 
+/* The kind column as lower.def spells it ("LK_SAME"), for _C._lower_rows only. */
+static const char *const kind_spelling[OP_COUNT] = {
+#define X(op, nin, kind, f32, f64, i, b, p0, d0, p1, d1) [op] = #kind,
+#include "lower.def"
+#undef X
+};
+
+PyObject *lower_py_rows(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *list = PyList_New(0);    /* new */
+    if (!list)
+        return NULL;
+    for (int op = 0; op < OP_COUNT; op++) {
+        const LowerRow *r = lower_row((OpId)op);
+        if (!r)
+            continue;
+        PyObject *t = Py_BuildValue("(sis(ssss)(ss)(dd))", op_info[op].name, r->nin, kind_spelling[op],
+                                    r->expr[LC_F32], r->expr[LC_F64], r->expr[LC_INT], r->expr[LC_BOOL],
+                                    r->pname[0], r->pname[1], r->pdefault[0], r->pdefault[1]);    /* new */
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return list;
+}
+
 /* ---------------------------------------------------------------- dtypes ---- */
 
 int lower_class(DType d)

@@ -329,6 +329,8 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
         PyErr_Format(PyExc_TypeError, "_cg_compile_graph expects a shapejit graph, got %s", Py_TYPE(arg)->tp_name);
         return NULL;
     }
+    if (graph_py_link_once((SjGraphObject *)arg) < 0)
+        return NULL;
     Graph *g = ((SjGraphObject *)arg)->g;
     CompiledGraph *cg = PyObject_New(CompiledGraph, &SjCompiledGraph_Type);
     if (!cg)
@@ -361,6 +363,8 @@ fail:
 static PyMethodDef lower_methods[] = {
     {"_cg_compile_graph", compile_graph, METH_O,
      "_cg_compile_graph(graph): the graph lowered to generated C kernels (the 'cpu' backend)"},
+    {"_lower_rows", lower_py_rows, METH_NOARGS, "The pointwise lowerings of lower.def (tests)."},
+    {"_step_kinds", steps_py_kinds, METH_NOARGS, "The step kinds of steps.def (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,3 +10,29 @@ const StepKindInfo step_kinds[STEP_COUNT] = {
 #include "steps.def"
 #undef X
 };
+
+/* The enum column as steps.def spells it ("KERNEL"), for _C._step_kinds only. */
+static const char *const kind_spelling[STEP_COUNT] = {
+#define X(KIND, name, lowers, node_plan, pass, run, free, stats) [STEP_##KIND] = #KIND,
+#include "steps.def"
+#undef X
+};
+
+PyObject *steps_py_kinds(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *list = PyList_New(STEP_COUNT);    /* new */
+    if (!list)
+        return NULL;
+    for (int k = 0; k < STEP_COUNT; k++) {
+        PyObject *t = Py_BuildValue("(ssO)", kind_spelling[k], step_kinds[k].name,
+                                    step_kinds[k].lowers ? Py_True : Py_False);    /* new */
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, t);    /* steals t */
+    }
+    return list;
+}

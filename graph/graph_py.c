@@ -146,6 +146,16 @@ static void graph_dealloc(SjGraphObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+int graph_py_link_once(SjGraphObject *self)
+{
+    if (self->unlinked) {   /* a graph read from text: its library objects first */
+        if (graph_link(self->g) < 0)
+            return -1;
+        self->unlinked = 0;
+    }
+    return 0;
+}
+
 static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwargs)
 {
     if (kwargs && PyDict_GET_SIZE(kwargs)) {
@@ -158,11 +168,8 @@ static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwarg
                      (int)self->g->ninputs, n);
         return NULL;
     }
-    if (self->unlinked) {   /* a graph read from text: its library objects first */
-        if (graph_link(self->g) < 0)
-            return NULL;
-        self->unlinked = 0;
-    }
+    if (graph_py_link_once(self) < 0)
+        return NULL;
     int verify = self->verify_next;
     self->verify_next = 0;
     PyObject *mismatch = NULL;
@@ -218,6 +225,18 @@ static PyObject *graph_get_code(SjGraphObject *self, void *c)
     (void)c;
     const char *name = PyUnicode_AsUTF8(self->name);
     return name ? graph_format(self->g, name) : NULL;
+}
+
+static PyObject *graph_py_format(SjGraphObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"bound", NULL};
+    int bound = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:format", kwlist, &bound))
+        return NULL;
+    const char *name = PyUnicode_AsUTF8(self->name);
+    if (!name)
+        return NULL;
+    return bound ? graph_format_bound(self->g, name) : graph_format(self->g, name);
 }
 
 static PyObject *graph_get_op_count(SjGraphObject *self, void *c)
@@ -479,6 +498,10 @@ static PyMethodDef graph_methods[] = {
     {"equals", (PyCFunction)graph_py_equals, METH_O,
      "equals(other) -> bool: the same graph structurally, constants compared by value "
      "(whatever their place in the constants table, live or unresolved)."},
+    {"format", (PyCFunction)(void (*)(void))graph_py_format, METH_VARARGS | METH_KEYWORDS,
+     "format(*, bound=False) -> str: the listing (as .code); bound=True shows each call as the "
+     "backends read it, by its callables.def path with its arguments bound to that row's "
+     "parameter names."},
     {"_constants", (PyCFunction)graph_py_constants, METH_NOARGS, "a copy of the constants table (tests)"},
     {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O,
      "append a constant no node uses; its index (tests)"},

@@ -477,7 +477,7 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
         break;
     case ARG_CONST: {
         PyObject *c = PyList_GET_ITEM(g->consts, a->a);
-        s = PyObject_Repr(c);
+        s = graph_const_by_name(c) ? graph_target_name(c) : PyObject_Repr(c);
         break;
     }
     case ARG_LIST:
@@ -532,7 +532,39 @@ PyObject *graph_target_name(PyObject *t)
     return r;
 }
 
-PyObject *graph_format(Graph *g, const char *name)
+int graph_const_by_name(PyObject *c)
+{
+    return PyCallable_Check(c) && !PyType_Check(c);
+}
+
+/* Node ni's arguments bound to its row's schema, "name=value" in the schema's order, into
+ * parts; a parameter the call did not pass is left out (its default applies). 1 when ni
+ * has no bound parameters to show (row -1), 0 done, -1 error. */
+static int fmt_bound(Graph *g, int32_t ni, PyObject *parts)
+{
+    const Node *nd = &g->nodes[ni];
+    const SchemaParam *ps;
+    int n = graph_node_params(g, ni, &ps);
+    if (nd->row < 0 || n != nd->nbound)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        const Arg *a = &g->pool[nd->bound + i];
+        if (a->kind == ARG_ABSENT)
+            continue;
+        PyObject *tmp = PyList_New(0);    /* new */
+        PyObject *kv = tmp && fmt_arg(g, a, tmp) == 0
+                           ? PyUnicode_FromFormat("%s=%U", ps[i].name, PyList_GET_ITEM(tmp, 0)) : NULL;
+        int r = kv ? PyList_Append(parts, kv) : -1;
+        Py_XDECREF(tmp);
+        Py_XDECREF(kv);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The listing; bound: each call as the backends read it (graph_format_bound). */
+static PyObject *format_graph(Graph *g, const char *name, int bound)
 {
     PyObject *lines = PyList_New(0), *res = NULL, *nl = NULL;
     if (!lines)
@@ -559,10 +591,12 @@ PyObject *graph_format(Graph *g, const char *name)
             PyObject *parts = PyList_New(0);
             if (!parts)
                 goto done;
-            int bad = 0;
-            for (int32_t i = 0; i < nd->nargs && !bad; i++)
+            int by_row = bound ? fmt_bound(g, ni, parts) : 1;
+            int bad = by_row < 0;
+            by_row = by_row == 0;
+            for (int32_t i = 0; i < nd->nargs && !bad && !by_row; i++)
                 bad = fmt_arg(g, &g->pool[nd->args + i], parts) < 0;
-            for (int32_t i = 0; i < nd->nkw && !bad; i++) {
+            for (int32_t i = 0; i < nd->nkw && !bad && !by_row; i++) {
                 PyObject *kn = PyTuple_GET_ITEM(PyList_GET_ITEM(g->consts, nd->kwnames), i);
                 PyObject *tmp = PyList_New(0);
                 bad = !tmp || fmt_arg(g, &g->pool[nd->kwargs + i], tmp) < 0;
@@ -575,7 +609,9 @@ PyObject *graph_format(Graph *g, const char *name)
             }
             PyObject *sep = bad ? NULL : PyUnicode_FromString(", ");
             PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-            PyObject *tname = joined ? graph_target_name(PyList_GET_ITEM(g->consts, nd->target)) : NULL;
+            PyObject *tname = !joined ? NULL
+                            : by_row ? PyUnicode_FromString(callable_rows[nd->row].path)
+                                     : graph_target_name(PyList_GET_ITEM(g->consts, nd->target));
             Py_XDECREF(sep);
             Py_DECREF(parts);
             if (!tname) {
@@ -586,14 +622,16 @@ PyObject *graph_format(Graph *g, const char *name)
                           : nd->nout == 0 ? PyUnicode_FromString("_")
                           : PyUnicode_FromFormat("v%d..v%d", (int)nd->first_value,
                                                  (int)(nd->first_value + nd->nout - 1));
+            const char *op = bound ? op_info[nd->op].name : "";   /* the bound form names the op */
             if (nd->where >= 0) {
                 PyObject *w = PyList_GET_ITEM(g->consts, nd->where);
-                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s  # %U:%S  %U", lhs, metas, tname,
-                                            joined, (nd->flags & NODE_INPLACE) ? " [in-place]" : "",
-                                            PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
+                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s  # %s%s%U:%S  %U", lhs, metas, tname,
+                                            joined, (nd->flags & NODE_INPLACE) ? " [in-place]" : "", op,
+                                            bound ? ", " : "", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
                                             PyTuple_GET_ITEM(w, 3));
             } else {
-                line = PyUnicode_FromFormat("    %U: %s = %U(%U)", lhs, metas, tname, joined);
+                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s%s", lhs, metas, tname, joined,
+                                            bound ? "  # " : "", op);
             }
             Py_XDECREF(lhs);
             Py_DECREF(tname);
@@ -636,4 +674,14 @@ done:
     Py_XDECREF(nl);
     Py_DECREF(lines);
     return res;
+}
+
+PyObject *graph_format(Graph *g, const char *name)
+{
+    return format_graph(g, name, 0);
+}
+
+PyObject *graph_format_bound(Graph *g, const char *name)
+{
+    return format_graph(g, name, 1);
 }

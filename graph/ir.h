@@ -25,8 +25,9 @@
  *
  * Serialised form (serial.h): a graph is written as versioned text and read back with no
  * torch or numpy object alive. A constant that is a library object (dtype, device, tensor,
- * callable) is read back as a GraphRef, plain data naming the object plus the repr it
- * printed with, so the graph prints, compares and serialises again as the original did;
+ * callable) is read back as a GraphRef, plain data naming the object plus how the listing
+ * printed it (its repr, or a callable's name: graph_const_by_name), so the graph prints,
+ * compares and serialises again as the original did;
  * graph_link (or the graph's first call) replaces each GraphRef by the object, importing
  * its library then. */
 #ifndef SJ_IR_H
@@ -147,8 +148,18 @@ int graph_exec_node(Graph *g, int32_t ni, PyObject **vals, PyObject **mismatch);
 
 /* Readable listing (the graph_code log): new str. */
 PyObject *graph_format(Graph *g, const char *name);
+/* The listing with each call as the backends read it: the callables.def path of the node's
+ * row and its bound arguments by canonical parameter name, those not passed left out
+ * ("torch.nn.functional.linear(input=v0, weight=v1, bias=v2)"), the op named in the
+ * comment; a node of row -1 keeps its target and positional arguments. New str. */
+PyObject *graph_format_bound(Graph *g, const char *name);
 /* How graph_format names a node's target: "module.qualname" (new str). */
 PyObject *graph_target_name(PyObject *target);
+/* 1 when graph_format prints constant c by its name (graph_target_name), as it prints a
+ * target, rather than by its repr: a callable that is not a class. A function's repr holds
+ * its address, which would make the listing (and a serialised graph) differ from one
+ * process to the next. */
+int graph_const_by_name(PyObject *c);
 
 /* ---- Python face (graph_py.c) ---- */
 extern PyTypeObject SjGraph_Type;
@@ -167,6 +178,10 @@ typedef struct {
 
 /* New reference: wraps g (steals it). */
 PyObject *graph_py_wrap(Graph *g, PyObject *name);
+/* Makes self's graph ready to run: a graph read from text resolves its library constants
+ * (once; the first call does it too), so a backend may take a Graph object as it comes.
+ * 0, or -1 with an exception (ImportError when a library or callable does not resolve). */
+int graph_py_link_once(SjGraphObject *self);
 int graph_py_init_types(PyObject *module);
 
 #endif

@@ -24,11 +24,15 @@
  *   None True False Ellipsis 12 "text"
  *   (float "0x1.8p+1") (complex "<re hex>" "<im hex>") (bytes "<base64>")
  *   (tuple ...) (list ...) (slice a b c) (range a b c)
- *   (ref <kind> <data ...> repr="..." [name="..."])
+ *   (ref <kind> <data ...> [repr="..."] [name="..."])
  * a ref being a library object (REF_KINDS below) named by plain data: a dtype by name, a
  * tensor by dtype, shape and bytes, a callable by its callables.def path, by its module and
- * qualified name, or as a method of an object so named (an autograd Function's apply). repr= is the object's repr when written and name= how graph_format named
- * it as a target, so a graph read back prints as the one written did.
+ * qualified name, or as a method of an object so named (an autograd Function's apply).
+ * name= is how graph_format names a callable (graph_target_name), repr= the object's repr
+ * where graph_format prints that instead (graph_const_by_name: every ref but a callable
+ * that is not a class), so a graph read back prints as the one written did. A function's
+ * repr holds its address: writing only its name keeps the text of a graph the same in
+ * every process.
  *
  * The reader (serial_read.c) never imports torch or numpy: refs come back as GraphRef
  * objects until graph_link resolves them. */
@@ -132,8 +136,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *kind;   /* strong str: a REF_KINDS name ("torch.dtype") */
     PyObject *data;   /* strong tuple of plain constants that identify the object */
-    PyObject *repr;   /* strong str: the object's repr when it was written */
-    PyObject *name;   /* strong str or NULL: graph_target_name of the object */
+    PyObject *repr;   /* strong str or NULL: the object's repr when it was written (NULL for
+                         a callable graph_format prints by name) */
+    PyObject *name;   /* strong str or NULL: graph_target_name of a callable; one of repr and
+                         name is set */
 } SjRefObject;
 
 const char *const serial_ref_kind_names[RK_COUNT] = {
@@ -163,7 +169,7 @@ PyObject *serial_ref_new(const char *kind, PyObject *data, PyObject *repr, PyObj
         return NULL;
     r->kind = PyUnicode_FromString(kind);
     r->data = Py_NewRef(data);
-    r->repr = Py_NewRef(repr);
+    r->repr = Py_XNewRef(repr);
     r->name = Py_XNewRef(name);
     if (!r->kind) {
         Py_DECREF(r);
@@ -181,7 +187,8 @@ static void ref_dealloc(SjRefObject *r)
     PyObject_Free(r);
 }
 
-static PyObject *ref_repr(SjRefObject *r) { return Py_NewRef(r->repr); }
+/* As graph_format prints the live object: its repr, or for a callable its name. */
+static PyObject *ref_repr(SjRefObject *r) { return Py_NewRef(r->repr ? r->repr : r->name); }
 
 static PyObject *ref_richcompare(PyObject *a, PyObject *b, int op)
 {
@@ -561,7 +568,7 @@ static int write_ref(CW *w, const char *kind, PyObject *data, PyObject *repr, Py
             return r;
     }
     if (w->with_text) {
-        if (buf_puts(w->b, " repr=") < 0 || buf_quoted(w->b, repr) < 0)
+        if (repr && (buf_puts(w->b, " repr=") < 0 || buf_quoted(w->b, repr) < 0))
             return -1;
         if (name && (buf_puts(w->b, " name=") < 0 || buf_quoted(w->b, name) < 0))
             return -1;
@@ -637,13 +644,12 @@ static int write_const(CW *w, PyObject *o, int depth)
             w->bad = o;
         return r;
     }
-    PyObject *repr = PyObject_Repr(o);
-    PyObject *name = NULL;
     int callable = kind == RK_ROW || kind == RK_GLOBAL || kind == RK_METHOD;
-    if (repr && callable)
-        name = graph_target_name(o);
-    r = repr && (name || !callable) ? write_ref(w, serial_ref_kind_names[kind], data, repr, name, depth)
-                                                                 : -1;
+    PyObject *name = callable ? graph_target_name(o) : NULL;
+    int by_name = callable && graph_const_by_name(o);
+    PyObject *repr = by_name ? NULL : PyObject_Repr(o);
+    r = (name || !callable) && (repr || by_name) ? write_ref(w, serial_ref_kind_names[kind], data, repr, name, depth)
+                                                 : -1;
     Py_DECREF(data);
     Py_XDECREF(repr);
     Py_XDECREF(name);

@@ -36,8 +36,8 @@ extern const char *const serial_arg_kind_names[ARG_ABSENT + 1];   /* "value", ..
 extern PyTypeObject SjGraphRef_Type;
 
 int serial_ref_kind(const char *name);   /* RefKind, or -1 */
-/* A new GraphRef. kind: a REF_KINDS name; data: a tuple; repr: a str; name: a str or NULL.
- * Borrows all. */
+/* A new GraphRef. kind: a REF_KINDS name; data: a tuple; repr, name: a str or NULL, not
+ * both NULL. Borrows all. */
 PyObject *serial_ref_new(const char *kind, PyObject *data, PyObject *repr, PyObject *name);
 
 #endif

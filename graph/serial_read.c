@@ -299,7 +299,8 @@ static PyObject *rd_fromhex(Rd *r)
     return f;
 }
 
-/* (ref <kind> <data...> repr="..." [name="..."]) after "(ref": a new GraphRef. */
+/* (ref <kind> <data...> [repr="..."] [name="..."]) after "(ref", at least one of repr= and
+ * name=: a new GraphRef. */
 static PyObject *rd_ref(Rd *r, int depth)
 {
     char kw[64];
@@ -328,11 +329,16 @@ static PyObject *rd_ref(Rd *r, int depth)
             goto done;
         }
     }
-    if (rd_lit(r, "repr=") < 0 || !(repr = rd_string(r)))
+    rd_skip(r);
+    if (r->p < r->eol && *r->p == 'r' && (rd_lit(r, "repr=") < 0 || !(repr = rd_string(r))))
         goto done;
     rd_skip(r);
     if (r->p < r->eol && *r->p == 'n' && (rd_lit(r, "name=") < 0 || !(name = rd_string(r))))
         goto done;
+    if (!repr && !name) {
+        rd_expected(r, "repr= or name=");
+        goto done;
+    }
     if (rd_lit(r, ")") < 0)
         goto done;
     res = serial_ref_new(kw, data, repr, name);

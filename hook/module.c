@@ -12,6 +12,7 @@
 #include "../shapes/sym.h"
 #include "../vocab/tensor_reader.h"
 #include "../vocab/callables.h"
+#include "../vocab/ops.h"
 #include "../native/native.h"
 
 int hook_init_types(PyObject *m);
@@ -70,6 +71,7 @@ static PyMethodDef core_methods[] = {
     {"_eval_source", sources_py_eval, METH_VARARGS, "Resolve a chain of source accessors (tests)."},
     {"_infer", shapes_py_infer, METH_VARARGS, "Run a shape rule on example values (tests)."},
     {"_callable_rows", shapes_py_callable_rows, METH_NOARGS, "The callables table (tests)."},
+    {"_op_rows", ops_py_rows, METH_NOARGS, "The ops table: (name, kind, rule) (tests)."},
     {"_tensor_reader_info", treader_py_info, METH_NOARGS, "The tensor reader's fast path: on, why not, offsets (tests)."},
     {"_tensor_read", treader_py_read, METH_O, "(dtype, sizes, strides, requires_grad, path) or None (tests)."},
     {NULL, NULL, 0, NULL},

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 import shapejit
-from repo import source_path
 from shapejit import _C
 
 SPECIAL = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, -6.0,
@@ -246,8 +245,7 @@ REDUCING = {"sum_rows", "mean_cols", "amax_rows", "amin_cols", "softmax", "log_s
 
 
 def test_every_lowering_has_a_chain():
-    with open(source_path("backend", "lower.def")) as f:
-        rows = set(re.findall(r"^X\(OP_(\w+),", f.read(), re.M))
+    rows = {name.upper() for name, *_ in _C._lower_rows()}   # the chains are keyed as lower.def's OP_ enums
     assert rows == set(LOWERING_CHAINS), sorted(rows ^ set(LOWERING_CHAINS))
 
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repo import source_path
 from shapejit import _C
 
 warnings.filterwarnings("ignore")
@@ -1338,17 +1337,8 @@ FAMILIES = {
 }
 
 
-def _rule_of_op():
-    """op name -> rule name, read from vocab/ops.def of the checkout (no _C query lists
-    the ops' rules)."""
-    import re
-    with open(source_path("vocab", "ops.def")) as f:
-        text = f.read()
-    return {m.group(1): m.group(2) for m in
-            re.finditer(r'^X\(\s*\w+,\s*"(\w+)",\s*\w+,\s*(\w+)\)', text, re.M)}
-
-
-RULE_OF = _rule_of_op()
+# op name -> rule name, as vocab/ops.def has them in the build.
+RULE_OF = {name: rule for name, _, rule in _C._op_rows()}
 
 
 def copy_arg(v):
