@@ -4,28 +4,12 @@
 #include "../shapes/sym.h"
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ---------------------------------------------------------------- growth ---- */
 
-static int grow(void **arr, int32_t *cap, int32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    int32_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = PyMem_Realloc(*arr, (size_t)ncap * elem);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *arr = p;
-    *cap = ncap;
-    return 0;
-}
-
 #define GROW(g, field, countf, capf, extra) \
-    grow((void **)&(g)->field, &(g)->capf, (g)->countf + (extra), sizeof(*(g)->field))
+    sj_grow((void **)&(g)->field, &(g)->capf, (g)->countf + (extra), sizeof(*(g)->field), 16)
 
 Graph *graph_new(void)
 {
@@ -491,10 +475,7 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
                 return -1;
             }
         }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(parts);
+        PyObject *joined = sj_join(", ", parts);   /* parts stolen */
         if (!joined)
             return -1;
         s = a->kind == ARG_LIST ? PyUnicode_FromFormat("[%U]", joined)
@@ -534,7 +515,7 @@ PyObject *graph_target_name(PyObject *t)
 
 PyObject *graph_format(Graph *g, const char *name)
 {
-    PyObject *lines = PyList_New(0), *res = NULL, *nl = NULL;
+    PyObject *lines = PyList_New(0), *res = NULL;
     if (!lines)
         return NULL;
     PyObject *line = PyUnicode_FromFormat("def %s(%d inputs):", name, (int)g->ninputs);
@@ -573,11 +554,12 @@ PyObject *graph_format(Graph *g, const char *name)
                 }
                 Py_XDECREF(tmp);
             }
-            PyObject *sep = bad ? NULL : PyUnicode_FromString(", ");
-            PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+            PyObject *joined = NULL;
+            if (bad)
+                Py_DECREF(parts);
+            else
+                joined = sj_join(", ", parts);   /* parts stolen */
             PyObject *tname = joined ? graph_target_name(PyList_GET_ITEM(g->consts, nd->target)) : NULL;
-            Py_XDECREF(sep);
-            Py_DECREF(parts);
             if (!tname) {
                 Py_XDECREF(joined);
                 goto done;
@@ -616,10 +598,7 @@ PyObject *graph_format(Graph *g, const char *name)
             }
             Py_DECREF(o);
         }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *joined = sep ? PyUnicode_Join(sep, outs) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(outs);
+        PyObject *joined = sj_join(", ", outs);   /* outs stolen */
         if (!joined)
             goto done;
         line = PyUnicode_FromFormat("    return (%U)", joined);
@@ -628,12 +607,10 @@ PyObject *graph_format(Graph *g, const char *name)
             goto done;
         Py_CLEAR(line);
     }
-    nl = PyUnicode_FromString("\n");
-    if (nl)
-        res = PyUnicode_Join(nl, lines);
+    res = sj_join("\n", lines);   /* lines stolen */
+    lines = NULL;
 done:
     Py_XDECREF(line);
-    Py_XDECREF(nl);
-    Py_DECREF(lines);
+    Py_XDECREF(lines);
     return res;
 }
