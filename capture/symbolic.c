@@ -1157,12 +1157,11 @@ static PyObject *pgo_fn(Policy p)
  * as an unraisable exception (not lost), and compiling goes on. */
 static void pgo_call_done(const char *what)
 {
-    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) {
-        PyObject *name = PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
-        PyErr_WriteUnraisable(name);
-        Py_XDECREF(name);
-    }
-    sj_err_clear();
+    if (!PyErr_Occurred())
+        return;
+    PyObject *name = sj_err_is_interrupt() ? NULL : PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
+    sj_err_unraisable(name);
+    Py_XDECREF(name);
 }
 
 void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)
