@@ -17,10 +17,12 @@ static void emit(const char *kind, PyObject *payload)
         return;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallFunction(sink, "sO", kind, payload);
+    PyObject *s = Py_NewRef(sink);   /* strong: the sink may replace itself */
+    PyObject *r = PyObject_CallFunction(s, "sO", kind, payload);
     if (!r)
-        sj_err_unraisable(sink);
+        sj_err_unraisable(s);
     Py_XDECREF(r);
+    Py_DECREF(s);
     PyErr_Restore(et, ev, tb);
 }
 
