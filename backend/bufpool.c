@@ -196,9 +196,9 @@ static int numpy_exclusive(PyObject *a)
     return none;
 }
 
-/* 1 and op's sizes and strides filled when obj is an array of lib and dt (torch: through
- * the tensor reader, no data pointer needed; numpy: its buffer, released at once). Never
- * raises. */
+/* 0 and op's sizes and strides filled when obj is an array of lib and dt (torch: through
+ * the tensor reader, no data pointer needed; numpy: its buffer, released at once); 1 when
+ * it is not, or could not be read. Never raises. */
 static int read_layout(PyObject *obj, Lib lib, DType dt, Operand *op)
 {
     int ok;
@@ -218,7 +218,7 @@ static int read_layout(PyObject *obj, Lib lib, DType dt, Operand *op)
     }
     if (PyErr_Occurred())
         PyErr_Clear();
-    return ok;
+    return !ok;
 }
 
 void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
@@ -227,7 +227,7 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
         return;
     Operand op;
     memset(&op, 0, sizeof op);
-    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && read_layout(obj, lib, dt, &op);
+    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && !read_layout(obj, lib, dt, &op);
     int64_t elems = 1;
     for (int d = op.ndim - 1; ok && d >= 0; d--) {
         if (op.size[d] != 1 && op.stride[d] != elems)
@@ -287,7 +287,7 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
     }
     const int64_t none[1] = {0};
     PyObject *t = lower_empty(LIB_TORCH, dt, none, 1);   /* new: torch.empty(0, dtype=dt) */
-    PyObject *zero = PyLong_FromLong(0), *shape = lower_sizes_tuple(n, r);   /* new */
+    PyObject *zero = PyLong_FromLong(0), *shape = sj_int64_tuple(n, r);   /* new */
     PyObject *res = NULL;
     if (t && zero && shape) {
         PyObject *sargs[4] = {t, st, zero, shape};

@@ -32,6 +32,7 @@
 #include "../native/native_int.h"
 #include "../core/config.h"
 #include "../core/log.h"
+#include "../core/pyutil.h"
 
 #define SPLIT_MIN_KERNELS 4
 
@@ -287,9 +288,8 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
             p->kernels[i].fn = p->kernels[dup_of[i]].fn;
             p->kernels[i].call = p->kernels[dup_of[i]].call;
         }
-    PyObject *empty = PyUnicode_FromString("");   /* new */
-    *source = empty ? PyUnicode_Join(empty, srcs) : NULL;
-    Py_XDECREF(empty);
+    *source = sj_join("", srcs);   /* srcs stolen */
+    srcs = NULL;
     rc = *source ? 0 : -1;
 done:
     for (int32_t u = 0; units && u < n + 2; u++)

@@ -72,7 +72,7 @@ static const char *pd_impl(const_dnnl_primitive_desc_t pd)
  * its plain C loops "simple:any" (reorders), "simple_nchw:any" / "simple_nhwc:any"
  * (pooling): correct for every case and 5-20x slower than a jit kernel, so shapejit never
  * runs them (the caller drops post-ops, changes layouts, or lets the op run eagerly). */
-int dnnl_api_is_ref(const char *impl)
+static int dnnl_api_is_ref(const char *impl)
 {
     return !strncmp(impl, "ref", 3) || !strncmp(impl, "simple", 6);
 }

@@ -77,9 +77,6 @@ int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, cons
 
 /* The implementation oneDNN chose ("gemm:jit"), for tests and logs; static string. */
 const char *dnnl_api_impl(void *prim);
-/* 1 when impl names one of oneDNN's reference (or plain C loop) implementations, which
- * shapejit does not run. */
-int dnnl_api_is_ref(const char *impl);
 
 void dnnl_api_destroy(void *prim);
 

@@ -250,7 +250,7 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
         NodeLower nl;
-        if (!lower_node_typed(g, ni, &nl)) {
+        if (lower_node_typed(g, ni, &nl)) {
             b->failed = 1;
             return;
         }
@@ -284,7 +284,7 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
     for (int i = 0; i < k->red.nepi; i++) {
         int32_t nj = k->nodes[k->nnodes - k->red.nepi + i];
         NodeLower nl;
-        if (!lower_node_typed(g, nj, &nl)) {
+        if (lower_node_typed(g, nj, &nl)) {
             b->failed = 1;
             return;
         }

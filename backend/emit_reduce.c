@@ -230,7 +230,7 @@ static int epilogue_calls_math(Graph *g, const Kernel *k)
     static const char *const cheap[] = {"fabsf", "floorf", "ceilf", "truncf", "copysignf", "sqrtf"};
     for (int i = 0; i < k->red.nepi; i++) {
         NodeLower nl;
-        if (!lower_node_typed(g, k->nodes[k->nnodes - k->red.nepi + i], &nl) || !nl.expr)
+        if (lower_node_typed(g, k->nodes[k->nnodes - k->red.nepi + i], &nl) || !nl.expr)
             continue;
         for (const char *c = strstr(nl.expr, "f("); c; c = strstr(c + 2, "f(")) {
             const char *s = c;   /* the called name: back to its first character */

@@ -12,6 +12,7 @@
 
 #include "../graph/ir.h"
 #include "../native/native.h"
+#include "../core/pyutil.h"
 
 #define SJ_KMAX_OPERANDS 32   /* tensor operands (inputs + outputs) of one kernel */
 
@@ -131,7 +132,7 @@ void lower_plan_free(LowerPlan *p);
 
 /* plan_reduce.c: when node ni is a reduction or row op a kernel computes, adds it to the
  * plan (fused after `open`, the kernel of the nodes just before it, when that kernel only
- * feeds it) and returns 1; 0 when it is not; -1 with an exception. */
+ * feeds it) and returns 0; 1 when it is not; -1 with an exception. */
 int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, int32_t *last);
 /* The layout of output j of kernel k for iteration sizes n: its sizes (returns the rank)
  * and its strides over the k->rank dims of the iteration space; -1 when these sizes must
@@ -172,7 +173,6 @@ typedef struct {
     const char *pname[2];
     double pdefault[2];
 } LowerRow;
-const LowerRow *lower_row(OpId op);
 /* _C._lower_rows() -> [(op name, nin, kind, (f32, f64, int, bool), (param0, param1),
  * (default0, default1))], one per row of lower.def in OpId order, the kind spelled as there
  * ("LK_SAME"). New reference, or NULL with an exception. */
@@ -206,6 +206,11 @@ int lower_value_uses(const Graph *g, int32_t v);
 struct BoundArg;
 /* The value id behind a bound tensor argument (its meta points into g->values), or -1. */
 int32_t lower_value_of(const Graph *g, const struct BoundArg *ba);
+/* A constant argument as a step takes it: a Python int (not a bool) in int64 range into
+ * *out, 0; else 1 (no exception). */
+int lower_const_int(PyObject *v, int64_t *out);
+/* A Python float or int (a bool included) as a double into *out, 0; else 1 (no exception). */
+int lower_const_number(PyObject *v, double *out);
 /* Appends item x to the step array *arr of *n and a step of kind for it. 0, or -1
  * (MemoryError). */
 int lower_push_step(LowerPlan *p, StepKind kind, void **arr, int32_t *n, size_t item, const void *x);
@@ -224,12 +229,12 @@ typedef struct {
     const void *ptr;     /* its data pointer then */
     long long version;   /* its _version then */
 } KeptId;
-/* 1 and *version: w's _version; 0 when it has none (a copy of it cannot be kept).
+/* 0 and *version: w's _version; 1 when it has none (a copy of it cannot be kept).
  * Never raises (a failed read is cleared). */
 int lower_kept_version(PyObject *w, long long *version);
 /* 1 when id was made from w at ptr with this version. */
 int lower_kept_matches(const KeptId *id, PyObject *w, const void *ptr, long long version);
-/* Records w at ptr with version in id: 1, or 0 when w cannot be weakly referenced (the
+/* Records w at ptr with version in id: 0, or 1 when w cannot be weakly referenced (the
  * error cleared; id left unchanged). */
 int lower_kept_set(KeptId *id, PyObject *w, const void *ptr, long long version);
 void lower_kept_clear(KeptId *id);
@@ -308,8 +313,6 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
 PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
 /* lib's empty(n, dtype=dt), never from the pool. New reference. */
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r);
-/* The tuple of the ints n[0..r). New reference. */
-PyObject *lower_sizes_tuple(const int64_t *n, int r);
 
 /* ------------------------------------------------------------ bufpool.c ---- */
 

@@ -19,14 +19,14 @@ typedef struct {
     const Arg *src[SJ_MAX_PARAMS];
 } NodeArgs;
 
-/* Node ni's bound slots into *na. 1, or 0 (no exception) when the node has none (row -1),
+/* Node ni's bound slots into *na. 0, or 1 (no exception) when the node has none (row -1),
  * writes into numpy's out= array, or passes a list or tuple (a *varargs parameter's
  * gathered arguments excepted). */
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na);
 
-/* 1 when node ni is a float32 pointwise op of at most two operands a kernel computes
- * (lower.def): its operand args in *a, *b (NULL when absent) and parameter values in p[2].
- * (oneDNN post-ops ask this; kernels use lower_node_typed.) */
+/* 0 when node ni is a float32 pointwise op of at most two operands a kernel computes
+ * (lower.def): its operand args in *a, *b (NULL when absent) and parameter values in p[2];
+ * 1 when not. (oneDNN post-ops ask this; kernels use lower_node_typed.) */
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2]);
 
 /* ---------------------------------------------------------- lower_types.c ---- */
@@ -50,8 +50,8 @@ typedef struct {
     const char *expr;    /* row->expr of ct's class */
 } NodeLower;
 
-/* 1 and *nl filled when node ni is a pointwise op a kernel computes for its dtypes (every
- * tensor operand of library lib, a kernel dtype, no grad); 0 when it runs eagerly. */
+/* 0 and *nl filled when node ni is a pointwise op a kernel computes for its dtypes (every
+ * tensor operand of library lib, a kernel dtype, no grad); 1 when it runs eagerly. */
 int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl);
 
 /* Appends item x (of `item` bytes) to the PyMem array *arr of *n. 0, or -1 (MemoryError). */

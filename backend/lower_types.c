@@ -23,7 +23,7 @@ static const LowerRow rows[OP_COUNT] = {
 #undef SJ_INF
 };
 
-const LowerRow *lower_row(OpId op)
+static const LowerRow *lower_row(OpId op)
 {
     return (int)op >= 0 && op < OP_COUNT && rows[op].nin ? &rows[op] : NULL;
 }
@@ -197,15 +197,15 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
 {
     const Node *nd = &g->nodes[ni];
     if (nd->op == OP_INPUT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
-        return 0;
+        return 1;
     const LowerRow *row = lower_row((OpId)nd->op);
     const TensorMeta *om = &g->values[nd->first_value].meta;
     Lib lib = (Lib)om->lib;
     if (!row || !kernel_tensor(om, lib) || om->ndim > SJ_MAX_RANK)
-        return 0;
+        return 1;
     NodeArgs na;
-    if (!lower_bind_node(g, ni, &na))
-        return 0;
+    if (lower_bind_node(g, ni, &na))
+        return 1;
     memset(nl, 0, sizeof *nl);
     nl->row = row;
     nl->out = (DType)om->dtype;
@@ -222,11 +222,11 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
         int slot = operand_slot(name, row->nin);
         if (slot >= 0) {
             if (!x || bx[slot])
-                return 0;
+                return 1;
             if (ba->kind == BA_TENSOR ? !kernel_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
                                       : ba->kind != BA_CONST || ba->sym || ba->data || !is_number(ba->value) ||
                                             slot == 2)
-                return 0;
+                return 1;
             bx[slot] = ba;
             nl->x[slot] = x;
             continue;
@@ -235,23 +235,23 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
                  : row->pname[1][0] && !strcmp(name, row->pname[1]) ? 1 : -1;
         if (pi >= 0) {
             if (ba->kind != BA_CONST || ba->sym || ba->data || (!is_number(ba->value) && ba->value != Py_None))
-                return 0;
+                return 1;
             if (ba->value != Py_None) {
                 nl->pv[pi] = ba->value;
                 nl->p[pi] = PyFloat_AsDouble(ba->value);
                 if (nl->p[pi] == -1.0 && PyErr_Occurred()) {
                     PyErr_Clear();
-                    return 0;
+                    return 1;
                 }
                 pgiven[pi] = 1;
             }
             continue;
         }
         if (nd->op == OP_CAST ? !cast_param(name, ba) : ba->kind != BA_CONST || !harmless(name, ba->value))
-            return 0;
+            return 1;
     }
     if (!bx[0] || (row->nin >= 2 && !bx[1]) || (row->nin == 3 && !bx[2]))
-        return 0;
+        return 1;
     /* the computation type */
     switch (row->kind) {
     case LK_SAME:
@@ -265,22 +265,22 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
         ShapeErr err;
         DType ct;
         if (promote_args(lib, bx, row->nin, 0, &ct, NULL, &err) < 0 || !lower_dtype_ok(ct))
-            return 0;
+            return 1;
         nl->ct = ct;
         break;
     }
     }
     if ((row->kind == LK_CMP || row->kind == LK_LOGIC) && nl->out != DT_BOOL)
-        return 0;
+        return 1;
     /* a cast to the same dtype may return its input itself: eager keeps that identity */
     if (nd->op == OP_CAST && (bx[0]->kind != BA_TENSOR || bx[0]->meta->dtype == nl->out))
-        return 0;
+        return 1;
     nl->expr = row->expr[lower_class(nl->ct)];
     if (!nl->expr[0])
-        return 0;
+        return 1;
     for (int s = 0; s < 2; s++)
         if (bx[s] && bx[s]->kind == BA_CONST && !const_fits(bx[s]->value, nl->ct, row->kind))
-            return 0;
+            return 1;
     if (nd->op == OP_CLAMP && lower_class(nl->ct) != LC_INT && lower_class(nl->ct) != LC_BOOL) {
         /* sj_clamp keeps `a` where it equals a bound (torch, and numpy's clip with both
          * bounds). A NaN bound makes every element NaN in eager; numpy's clip with one
@@ -288,14 +288,14 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
          * nodes stay eager. */
         for (int pi = 0; pi < 2; pi++)
             if (pgiven[pi] && (isnan(nl->p[pi]) || (lib == LIB_NUMPY && !pgiven[1 - pi] && nl->p[pi] == 0)))
-                return 0;
+                return 1;
     }
     for (int pi = 0; pi < 2; pi++) {
         if (pgiven[pi] && !const_fits(nl->pv[pi], nl->ct, LK_SAME))
-            return 0;
+            return 1;
         if (!pgiven[pi] && lower_class(nl->ct) == LC_INT && isinf(nl->p[pi]))   /* an absent bound: T's limit */
             nl->p[pi] = nl->p[pi] > 0 ? (nl->ct == DT_I32 ? 2147483647.0 : 9223372036854775807.0)
                                       : (nl->ct == DT_I32 ? -2147483648.0 : -9223372036854775808.0);
     }
-    return 1;
+    return 0;
 }

@@ -15,7 +15,7 @@
 #include "lower_int.h"
 #include "../shapes/rules.h"
 
-/* A bound slot as a rule's BoundArg: 1, or 0 for a list or tuple (which no backend reader
+/* A bound slot as a rule's BoundArg: 0, or 1 for a list or tuple (which no backend reader
  * takes apart). */
 static int slot_bound(const Graph *g, const Arg *x, BoundArg *ba)
 {
@@ -27,9 +27,9 @@ static int slot_bound(const Graph *g, const Arg *x, BoundArg *ba)
         ba->kind = BA_CONST;
         ba->value = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
     } else if (x->kind != ARG_ABSENT) {
-        return 0;
+        return 1;
     }
-    return 1;
+    return 0;
 }
 
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
@@ -39,7 +39,7 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
     int n = graph_node_params(g, ni, &ps);
     /* numpy's out=array: the node writes into that array, not a buffer of its own */
     if (nd->row < 0 || (nd->flags & NODE_OUT))
-        return 0;
+        return 1;
     BoundArgs *b = &na->bound;
     b->n = n;
     int used = 0;   /* items of na->items the *varargs parameters take */
@@ -53,39 +53,39 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
         if (ps[i].varargs && x->kind == ARG_TUPLE && x->a >= nd->args && x->a + x->n <= nd->args + nd->nargs) {
             /* the positional arguments it gathered: a list of their bound forms */
             if (used + x->n > SJ_MAX_PARAMS)
-                return 0;
+                return 1;
             memset(ba, 0, sizeof *ba);
             ba->kind = BA_LIST;
             ba->n = x->n;
             ba->items = &na->items[used];
             for (int32_t k = 0; k < x->n; k++)
-                if (!slot_bound(g, &g->pool[x->a + k], &na->items[used + k]) ||
+                if (slot_bound(g, &g->pool[x->a + k], &na->items[used + k]) ||
                     na->items[used + k].kind == BA_ABSENT)
-                    return 0;
+                    return 1;
             used += x->n;
             continue;
         }
-        if (!slot_bound(g, x, ba))
-            return 0;
+        if (slot_bound(g, x, ba))
+            return 1;
         if (ps[i].fixed)
             na->src[i] = NULL;   /* not an argument of the call */
     }
-    return 1;
+    return 0;
 }
 
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])
 {
     NodeLower nl;
-    if (!lower_node_typed(g, ni, &nl) || nl.row->nin > 2 || nl.out != DT_F32 || nl.ct != DT_F32)
-        return 0;
+    if (lower_node_typed(g, ni, &nl) || nl.row->nin > 2 || nl.out != DT_F32 || nl.ct != DT_F32)
+        return 1;
     for (int s = 0; s < 2; s++)
         if (nl.x[s] && nl.x[s]->kind == ARG_VALUE && g->values[nl.x[s]->a].meta.dtype != DT_F32)
-            return 0;
+            return 1;
     *a = nl.x[0];
     *b = nl.x[1];
     p[0] = nl.p[0];
     p[1] = nl.p[1];
-    return 1;
+    return 0;
 }
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -271,7 +271,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             continue;
         }
         NodeLower nl;
-        int ok = lower_node_typed(g, ni, &nl);
+        int ok = !lower_node_typed(g, ni, &nl);
         if (!ok) {
             /* a reduction or row op: a kernel of its own, or the open kernel's last node with the
              * open kernel's nodes as its prologue (plan_reduce.c) */
@@ -279,7 +279,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             int red = plan_reduce_node(g, ni, out, open, last_use, &last);
             if (red < 0)
                 goto fail;
-            if (red) {
+            if (red == 0) {
                 open = NULL;
                 ni = last;   /* past an epilogue the row kernel took */
                 continue;

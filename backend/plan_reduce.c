@@ -119,7 +119,8 @@ static int ignorable(const char *name, PyObject *v)
     return v == Py_None || !strcmp(name, "_stacklevel") || !strcmp(name, "implicit_dim_ok");
 }
 
-/* Reads node ni into *red and its reduced tensor's value: 1 when a kernel computes it. */
+/* Reads node ni into *red and its reduced tensor's value: 0 when a kernel computes it, 1
+ * when not. */
 static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, int *rank)
 {
     const Node *nd = &g->nodes[ni];
@@ -131,10 +132,10 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
     if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->symint || om->np_scalar || om->requires_grad ||
         om->ndim > SJ_MAX_RANK || (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT)
                                           : om->dtype != DT_F32))
-        return 0;
+        return 1;
     NodeArgs na;
-    if (!lower_bind_node(g, ni, &na))
-        return 0;
+    if (lower_bind_node(g, ni, &na))
+        return 1;
     memset(red, 0, sizeof *red);
     red->src = red->weight = red->bias = -1;
     red->eps = 1e-5;
@@ -149,26 +150,26 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             /* max/min read their own dtype; a bool input is summed (counted) only */
             if (!kernel_value(ba, na.src[i], lib, is_red) || (ba->meta->dtype == DT_BOOL && fl != KF_SUM) ||
                 ((fl == KF_MAX || fl == KF_MIN) && ba->meta->dtype != om->dtype))
-                return 0;
+                return 1;
             red->src = na.src[i]->a;
             *rank = ba->meta->ndim;
         } else if (!strcmp(name, "weight") || !strcmp(name, "bias")) {
             if (fl != KF_LAYER_NORM || (ba->kind == BA_CONST && ba->value == Py_None))
                 continue;
             if (!kernel_value(ba, na.src[i], lib, 0))
-                return 0;
+                return 1;
             *(name[0] == 'w' ? &red->weight : &red->bias) = na.src[i]->a;
         } else if (ba->kind != BA_CONST || ba->sym || ba->data) {
             if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM)
                 nshape = shape_len(ba);
             else
-                return 0;
+                return 1;
         } else if (!strcmp(name, "dim") && fl != KF_LAYER_NORM) {
             dim = ba->value;
             dim_given = ba->value != Py_None;
         } else if (!strcmp(name, "keepdim")) {
             if (!PyBool_Check(ba->value) && !is_int(ba->value))
-                return 0;
+                return 1;
             red->keepdim = PyObject_IsTrue(ba->value);
         } else if (!strcmp(name, "dtype")) {
             if (ba->value == Py_None)
@@ -179,38 +180,38 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             BoundArgs one = {.n = 1, .names = {"dtype"}, .args = {*ba}};
             /* the output meta holds it: elements are converted to it, as eager does */
             if (sj_get_dtype(&one, "dtype", lib, &dt, &given, &err) < 0 || (given && dt != om->dtype))
-                return 0;
+                return 1;
         } else if (!strcmp(name, "eps") && fl == KF_LAYER_NORM) {
             if (!PyFloat_Check(ba->value) && !is_int(ba->value))
-                return 0;
+                return 1;
             red->eps = PyFloat_AsDouble(ba->value);
             if (red->eps == -1.0 && PyErr_Occurred()) {
                 PyErr_Clear();
-                return 0;
+                return 1;
             }
         } else if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM) {
             nshape = shape_len(ba);
         } else if (!ignorable(name, ba->value)) {
-            return 0;   /* numpy's initial=, torch.max's other=, ... */
+            return 1;   /* numpy's initial=, torch.max's other=, ... */
         }
     }
     int r = *rank;
     if (red->src < 0 || r > 31)
-        return 0;
+        return 1;
     switch (fl) {
     case KF_SOFTMAX:
     case KF_LOG_SOFTMAX:
         /* the dim is required (F.softmax's implicit dim is deprecated: eager) */
         if (!dim_given || !is_int(dim) || dims_mask(dim, lib, r, &red->mask) < 0)
-            return 0;
-        return 1;
+            return 1;
+        return 0;
     case KF_LAYER_NORM:
         if (nshape < 0 || nshape > r)
-            return 0;
+            return 1;
         red->mask = (uint32_t)(((1ull << r) - 1) & ~((1ull << (r - nshape)) - 1));
-        return 1;
+        return 0;
     default:
-        return dims_mask(dim, lib, r, &red->mask) == 0;
+        return dims_mask(dim, lib, r, &red->mask) != 0;
     }
 }
 
@@ -219,7 +220,7 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
 static int epilogue_ok(Graph *g, int32_t nj, int32_t cur)
 {
     NodeLower nl;
-    if (!lower_node_typed(g, nj, &nl) || nl.ct != DT_F32 || nl.out != DT_F32 || nl.x[2])
+    if (lower_node_typed(g, nj, &nl) || nl.ct != DT_F32 || nl.out != DT_F32 || nl.x[2])
         return 0;
     int reads = 0;
     for (int i = 0; i < 2; i++) {
@@ -260,8 +261,8 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     KernelFlavour fl = flavour_of((OpId)nd->op);
     ReduceInfo red;
     int rank = 0;
-    if (fl == KF_POINTWISE || !read_node(g, ni, fl, &red, &rank))
-        return 0;
+    if (fl == KF_POINTWISE || read_node(g, ni, fl, &red, &rank))
+        return 1;
     Lib lib = (Lib)g->values[nd->first_value].meta.lib;
     const TensorMeta *xm = &g->values[red.src].meta;
     int32_t extra[2] = {red.weight, red.bias};
@@ -305,7 +306,7 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     if ((fl == KF_SOFTMAX || fl == KF_LOG_SOFTMAX || fl == KF_LAYER_NORM) &&
         take_epilogue(g, ni, k, last_use, last) < 0)
         return -1;
-    return 1;
+    return 0;
 }
 
 int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost)

@@ -107,22 +107,6 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
 }
 
 /* A new contiguous array or tensor of dtype dt and the given sizes. */
-PyObject *lower_sizes_tuple(const int64_t *n, int r)
-{
-    PyObject *shape = PyTuple_New(r);   /* new */
-    if (!shape)
-        return NULL;
-    for (int d = 0; d < r; d++) {
-        PyObject *x = PyLong_FromLongLong(n[d]);
-        if (!x) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(shape, d, x);
-    }
-    return shape;
-}
-
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
 {
     /* each library's empty() is looked up once that library is loaded: the first
@@ -165,7 +149,7 @@ PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
             Py_DECREF(args[d]);
         return res;
     }
-    PyObject *shape = lower_sizes_tuple(n, r);   /* new */
+    PyObject *shape = sj_int64_tuple(n, r);   /* new */
     if (!shape)
         return NULL;
     PyObject *args[2] = {shape, dto};

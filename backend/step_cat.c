@@ -22,19 +22,6 @@ struct CatStep {
     long long calls, fallbacks;
 };
 
-/* 1 when the constant is an int (not a bool) and *out its value. */
-static int const_int(PyObject *v, long long *out)
-{
-    if (!v || !PyLong_Check(v) || PyBool_Check(v))
-        return 0;
-    *out = PyLong_AsLongLong(v);
-    if (*out == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     const Node *nd = &g->nodes[ni];
@@ -64,8 +51,8 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
         else if (!v || (v != Py_None && strcmp(ps[i].name, "casting")))
             return -1;
     }
-    long long dim = 0;
-    if (dimv && !const_int(dimv, &dim))
+    int64_t dim = 0;
+    if (dimv && lower_const_int(dimv, &dim))
         return -1;   /* numpy's axis=None flattens: eager */
     if (!list || (list->kind != ARG_LIST && list->kind != ARG_TUPLE) || list->n < 1)
         return -1;

@@ -1,5 +1,5 @@
-/* What the oneDNN steps (step_matmul.c, step_conv.c) share: finding the value behind a
- * bound argument, appending a step to the plan, running a step's nodes eagerly, adding
+/* What the oneDNN steps (step_matmul.c, step_conv.c) and step_cat.c share: finding the value
+ * behind a bound argument, reading a constant int or number argument, appending a step to the plan, running a step's nodes eagerly, adding
  * their counters to CompiledGraph.stats, telling whether a weight copy kept across calls
  * is still the weight's, and whether an operand holds inf or NaN.
  *
@@ -51,22 +51,48 @@ int lower_put_counts(PyObject *d, int n, const char *const *names, const long lo
     return 0;
 }
 
+int lower_const_int(PyObject *v, int64_t *out)
+{
+    if (!v || !PyLong_Check(v) || PyBool_Check(v))
+        return 1;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();   /* OverflowError: too large for a step, which runs eagerly */
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+int lower_const_number(PyObject *v, double *out)
+{
+    if (!v || !(PyFloat_Check(v) || PyLong_Check(v)))
+        return 1;
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();   /* OverflowError: an int too large for a double */
+        return 1;
+    }
+    *out = d;
+    return 0;
+}
+
 static PyObject *str_version;   /* strong, interned "_version" */
 
 int lower_kept_version(PyObject *w, long long *version)
 {
     if (!str_version && !(str_version = PyUnicode_InternFromString("_version"))) {
         PyErr_Clear();
-        return 0;
+        return 1;
     }
     PyObject *v = PyObject_GetAttr(w, str_version);   /* new */
     *version = v ? PyLong_AsLongLong(v) : -1;
     Py_XDECREF(v);
     if (*version == -1 && PyErr_Occurred()) {
         PyErr_Clear();
-        return 0;
+        return 1;
     }
-    return 1;
+    return 0;
 }
 
 int lower_kept_matches(const KeptId *id, PyObject *w, const void *ptr, long long version)
@@ -79,12 +105,12 @@ int lower_kept_set(KeptId *id, PyObject *w, const void *ptr, long long version)
     PyObject *ref = PyWeakref_NewRef(w, NULL);   /* new: owned by id */
     if (!ref) {
         PyErr_Clear();
-        return 0;
+        return 1;
     }
     Py_XSETREF(id->wref, ref);
     id->ptr = ptr;
     id->version = version;
-    return 1;
+    return 0;
 }
 
 void lower_kept_clear(KeptId *id)
@@ -171,12 +197,12 @@ int lower_finite(const Operand *o)
 int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o)
 {
     long long version;
-    if (!lower_kept_version(w, &version))
+    if (lower_kept_version(w, &version))
         return lower_finite(o);
     if (lower_kept_matches(&f->id, w, o->data, version))
         return f->finite;
     int finite = lower_finite(o);
-    if (lower_kept_set(&f->id, w, o->data, version))
+    if (!lower_kept_set(&f->id, w, o->data, version))
         f->finite = finite;
     else
         lower_kept_clear(&f->id);

@@ -127,77 +127,65 @@ typedef struct ConvHand ConvHand;
 
 /* ----------------------------------------------------------------- plan ---- */
 
-/* A constant int parameter (not symbolic, not computed in the graph). 1 and *v, else 0. */
+/* A constant int parameter (not symbolic, not computed in the graph): 0 and *v, else 1. */
 static int const_int(const BoundArg *ba, int64_t *v)
 {
-    if (!ba || ba->kind != BA_CONST || ba->sym || ba->data || !PyLong_Check(ba->value) || PyBool_Check(ba->value))
-        return 0;
-    long long x = PyLong_AsLongLong(ba->value);
-    if (x == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    *v = x;
-    return 1;
+    if (!ba || ba->kind != BA_CONST || ba->sym || ba->data)
+        return 1;
+    return lower_const_int(ba->value, v);
 }
 
-/* An int or a tuple/list of 1 or n ints into out[0..n). Absent: dflt. 1 when read. */
+/* An int or a tuple/list of 1 or n ints into out[0..n). Absent: dflt. 0 when read, 1 when
+ * not a constant the step takes. (The shape rule's reader, rules_nn.c, also takes symbolic
+ * ints and pins them with a guard; a plan must not add guards, so it refuses them.) */
 static int int_tuple(const BoundArgs *b, const char *name, int n, int64_t dflt, int64_t *out)
 {
     const BoundArg *ba = ba_get(b, name);
     if (!ba) {
         for (int i = 0; i < n; i++)
             out[i] = dflt;
-        return 1;
+        return 0;
     }
     if (ba->kind != BA_CONST || ba->sym || ba->data || ba->slice_sym)
-        return 0;
+        return 1;
     PyObject *v = ba->value;   /* borrowed from the graph's constants */
-    if (PyLong_Check(v) && !PyBool_Check(v))
-        return const_int(ba, &out[0]) && (out[1] = out[0], 1);
-    if (!PyTuple_Check(v) && !PyList_Check(v))
+    if (PyLong_Check(v) && !PyBool_Check(v)) {
+        if (const_int(ba, &out[0]))
+            return 1;
+        out[1] = out[0];
         return 0;
+    }
+    if (!PyTuple_Check(v) && !PyList_Check(v))
+        return 1;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
     if (len != 1 && len != n)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        PyObject *x = PySequence_Fast_GET_ITEM(v, len == 1 ? 0 : i);   /* borrowed */
-        if (!PyLong_Check(x) || PyBool_Check(x))
-            return 0;
-        out[i] = PyLong_AsLongLong(x);
-        if (out[i] == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return 0;
-        }
-    }
-    return 1;
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (lower_const_int(PySequence_Fast_GET_ITEM(v, len == 1 ? 0 : i), &out[i]))   /* borrowed */
+            return 1;
+    return 0;
 }
 
-/* A constant number parameter (or absent: dflt) as a double. 1 and *v, else 0. */
+/* A constant number parameter (or absent: dflt) as a double. 0 and *v, else 1. */
 static int const_float(const BoundArgs *b, const char *name, double dflt, double *v)
 {
     const BoundArg *ba = ba_get(b, name);
     *v = dflt;
     if (!ba)
+        return 0;
+    if (ba->kind != BA_CONST || ba->sym || ba->data)
         return 1;
-    if (ba->kind != BA_CONST || ba->sym || ba->data || !(PyFloat_Check(ba->value) || PyLong_Check(ba->value)))
-        return 0;
-    *v = PyFloat_AsDouble(ba->value);
-    if (*v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
+    return lower_const_number(ba->value, v);
 }
 
-/* A constant bool (or absent: dflt). 1 and *v, else 0. */
+/* A constant bool (or absent: dflt). 0 and *v, else 1. */
 static int const_bool(const BoundArgs *b, const char *name, int dflt, int *v)
 {
     double d;
-    if (!const_float(b, name, dflt, &d))
-        return 0;
+    if (const_float(b, name, dflt, &d))
+        return 1;
     *v = d != 0.0;
-    return 1;
+    return 0;
 }
 
 /* A float32 torch tensor value. Operands may require grad (parameters under no_grad): the
@@ -228,28 +216,28 @@ static int only(const BoundArgs *b, const char *const *names)
     return 1;
 }
 
-/* batch_norm's arguments (inference with running stats): 1 and the ids, else 0. */
+/* batch_norm's arguments (inference with running stats): 0 and the ids, else 1. */
 static int bn_args(Graph *g, const BoundArgs *b, int32_t *x, int32_t v[4], float *eps)
 {
     static const char *const known[] = {"input", "running_mean", "running_var", "weight", "bias", "training",
                                         "momentum", "eps", NULL};
     int training;
     double e;
-    if (!only(b, known) || !const_bool(b, "training", 0, &training) || training || !const_float(b, "eps", 1e-5, &e))
-        return 0;
+    if (!only(b, known) || const_bool(b, "training", 0, &training) || training || const_float(b, "eps", 1e-5, &e))
+        return 1;
     const BoundArg *mom = ba_get(b, "momentum");
     if (mom && mom->kind != BA_CONST)
-        return 0;
+        return 1;
     *x = lower_value_of(g, ba_get(b, "input"));
     const char *names[4] = {"running_mean", "running_var", "weight", "bias"};
     for (int i = 0; i < 4; i++) {
         const BoundArg *ba = ba_get(b, names[i]);
         v[i] = lower_value_of(g, ba);
         if ((ba || i < 2) && (v[i] < 0 || !f32_torch(g, v[i]) || g->values[v[i]].meta.ndim != 1))
-            return 0;
+            return 1;
     }
     *eps = (float)e;
-    return *x >= 0 && f32_torch(g, *x);
+    return !(*x >= 0 && f32_torch(g, *x));
 }
 
 /* The node's own parameters: 0 and s filled, 1 when it is not a node we take. */
@@ -259,7 +247,7 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
     NodeArgs na;
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || !f32_result(g, nd->first_value) || om->ndim > 4 ||
-        !lower_bind_node(g, ni, &na))
+        lower_bind_node(g, ni, &na))
         return 1;
     const BoundArgs *b = &na.bound;
     s->op = nd->op;
@@ -270,19 +258,19 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
         static const char *const known[] = {"input", "weight", "bias", "stride", "padding", "dilation", "groups",
                                             NULL};
         s->sp = nd->op == OP_CONV1D ? 1 : 2;
-        if (!only(b, known) || !int_tuple(b, "stride", s->sp, 1, s->stride) ||
-            !int_tuple(b, "dilation", s->sp, 1, s->dil))
+        if (!only(b, known) || int_tuple(b, "stride", s->sp, 1, s->stride) ||
+            int_tuple(b, "dilation", s->sp, 1, s->dil))
             return 1;
         const BoundArg *ga = ba_get(b, "groups"), *pa = ba_get(b, "padding");
         s->groups = 1;
-        if (ga && !const_int(ga, &s->groups))
+        if (ga && const_int(ga, &s->groups))
             return 1;
         if (pa && pa->kind == BA_CONST && PyUnicode_Check(pa->value)) {
             s->same = PyUnicode_CompareWithASCIIString(pa->value, "same") == 0;
             if (!s->same && PyUnicode_CompareWithASCIIString(pa->value, "valid") != 0)
                 return 1;
             s->pad[0] = s->pad[1] = 0;
-        } else if (!int_tuple(b, "padding", s->sp, 0, s->pad)) {
+        } else if (int_tuple(b, "padding", s->sp, 0, s->pad)) {
             return 1;
         }
         s->x = lower_value_of(g, ba_get(b, "input"));
@@ -302,17 +290,17 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
         int ret_idx = 0;
         s->sp = 2;
         if (!only(b, nd->op == OP_MAX_POOL2D ? known_max : known_avg) ||
-            !int_tuple(b, "kernel_size", 2, 0, s->k) || !int_tuple(b, "padding", 2, 0, s->pad) ||
-            !int_tuple(b, "dilation", 2, 1, s->dil) || !const_bool(b, "ceil_mode", 0, &s->ceil_mode) ||
-            !const_bool(b, "return_indices", 0, &ret_idx) || ret_idx ||
-            !const_bool(b, "count_include_pad", 1, &s->include_pad))
+            int_tuple(b, "kernel_size", 2, 0, s->k) || int_tuple(b, "padding", 2, 0, s->pad) ||
+            int_tuple(b, "dilation", 2, 1, s->dil) || const_bool(b, "ceil_mode", 0, &s->ceil_mode) ||
+            const_bool(b, "return_indices", 0, &ret_idx) || ret_idx ||
+            const_bool(b, "count_include_pad", 1, &s->include_pad))
             return 1;
         const BoundArg *sa = ba_get(b, "stride");
         if (!sa || (sa->kind == BA_CONST && (PyTuple_Check(sa->value) || PyList_Check(sa->value)) &&
                     PySequence_Fast_GET_SIZE(sa->value) == 0)) {
             s->stride[0] = s->k[0];
             s->stride[1] = s->k[1];
-        } else if (!int_tuple(b, "stride", 2, 1, s->stride)) {
+        } else if (int_tuple(b, "stride", 2, 1, s->stride)) {
             return 1;
         }
         s->x = lower_value_of(g, ba_get(b, "input"));
@@ -326,7 +314,7 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
             return 1;
         PyObject *v = os->value;   /* borrowed from the graph's constants */
         if (PyLong_Check(v)) {
-            if (!const_int(os, &s->aout[0]))
+            if (const_int(os, &s->aout[0]))
                 return 1;
             s->aout[1] = s->aout[0];
         } else if ((PyTuple_Check(v) || PyList_Check(v)) && PySequence_Fast_GET_SIZE(v) == 2) {
@@ -334,13 +322,7 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
                 PyObject *x = PySequence_Fast_GET_ITEM(v, i);   /* borrowed */
                 if (x == Py_None) {
                     s->aout[i] = -1;
-                } else if (PyLong_Check(x) && !PyBool_Check(x)) {
-                    s->aout[i] = PyLong_AsLongLong(x);
-                    if (s->aout[i] == -1 && PyErr_Occurred()) {
-                        PyErr_Clear();
-                        return 1;
-                    }
-                } else {
+                } else if (lower_const_int(x, &s->aout[i])) {
                     return 1;
                 }
             }
@@ -352,7 +334,7 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
     }
     case OP_BATCH_NORM: {
         int32_t v[4];
-        if (!bn_args(g, b, &s->x, v, &s->eps))
+        if (bn_args(g, b, &s->x, v, &s->eps))
             return 1;
         s->mean = v[0];
         s->var = v[1];
@@ -414,14 +396,14 @@ static int is_alias(const ConvStep *s, int32_t v)
     return 0;
 }
 
-/* Node nj as a fold on the running result: 1 and *f filled, else 0. */
+/* Node nj as a fold on the running result: 0 and *f filled, else 1. */
 static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
 {
     const Node *nd = &g->nodes[nj];
     NodeArgs na;
-    if (nd->nout != 1 || !f32_result(g, nd->first_value) || !lower_bind_node(g, nj, &na) ||
+    if (nd->nout != 1 || !f32_result(g, nd->first_value) || lower_bind_node(g, nj, &na) ||
         !lower_same_dims(&g->values[nd->first_value].meta, &g->values[s->out].meta))
-        return 0;
+        return 1;
     const BoundArgs *b = &na.bound;
     int32_t in = lower_value_of(g, ba_get(b, "input"));
     memset(f, 0, sizeof *f);
@@ -436,48 +418,48 @@ static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
     case OP_RELU: {
         static const char *const known[] = {"input", "inplace", NULL};
         f->kind = FOLD_RELU;
-        return only(b, known) && is_alias(s, in);
+        return !(only(b, known) && is_alias(s, in));
     }
     case OP_RELU6: case OP_HARDTANH: {   /* MobileNet's activation: oneDNN's clip to [0, 6] */
         static const char *const known[] = {"input", "inplace", "min_val", "max_val", NULL};
         double lo, hi;
         f->kind = FOLD_RELU6;
-        return s->op != OP_BATCH_NORM && only(b, known) && is_alias(s, in) &&
-               (nd->op == OP_RELU6 || (const_float(b, "min_val", -1.0, &lo) && const_float(b, "max_val", 1.0, &hi) &&
-                                       lo == 0.0 && hi == 6.0));
+        return !(s->op != OP_BATCH_NORM && only(b, known) && is_alias(s, in) &&
+                 (nd->op == OP_RELU6 || (!const_float(b, "min_val", -1.0, &lo) && !const_float(b, "max_val", 1.0, &hi) &&
+                                         lo == 0.0 && hi == 6.0)));
     }
     case OP_BATCH_NORM: {
         int32_t x;
         /* a conv's result only, before any sum or relu (the per-channel fold is exact there) */
-        if (s->op == OP_BATCH_NORM || nbn || s->nfold || !bn_args(g, b, &x, f->v, &f->eps) || !is_alias(s, x))
-            return 0;
+        if (s->op == OP_BATCH_NORM || nbn || s->nfold || bn_args(g, b, &x, f->v, &f->eps) || !is_alias(s, x))
+            return 1;
         f->kind = FOLD_BN;
-        return 1;
+        return 0;
     }
     case OP_ADD: {
         static const char *const known[] = {"input", "other", "alpha", NULL};
         const BoundArg *alpha = ba_get(b, "alpha");
         int64_t one;
         int32_t other = lower_value_of(g, ba_get(b, "other"));
-        if (s->op == OP_BATCH_NORM || nsum || !only(b, known) || (alpha && !(const_int(alpha, &one) && one == 1)) ||
+        if (s->op == OP_BATCH_NORM || nsum || !only(b, known) || (alpha && (const_int(alpha, &one) || one != 1)) ||
             in < 0 || other < 0)
-            return 0;
+            return 1;
         if (!is_alias(s, in)) {   /* r + result: the same, unless in place on r */
             if (nd->flags & NODE_INPLACE)
-                return 0;
+                return 1;
             int32_t t = in;
             in = other;
             other = t;
         }
         if (!is_alias(s, in) || is_alias(s, other) || !f32_torch(g, other) ||
             !lower_same_dims(&g->values[other].meta, &g->values[s->out].meta))
-            return 0;
+            return 1;
         f->kind = FOLD_SUM;
         f->v[0] = other;
-        return 1;
+        return 0;
     }
     default:
-        return 0;
+        return 1;
     }
 }
 
@@ -507,31 +489,32 @@ static int read_only_by(const Graph *g, int32_t v, int32_t reader)
 /* Pad node ni in front of a convolution: a constant-zero F.pad of the spatial dims only,
  * widths >= 0, read by the convolution alone, becomes part of the convolution's padding
  * (MobileNet's TF-style padding writes one before every convolution: a copy of the
- * activation each time). The convolution's node and parameters into *s; 1 when taken. */
+ * activation each time). The convolution's node and parameters into *s: 0, or 1 when not
+ * taken. */
 static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
 {
     static const char *const known[] = {"input", "pad", "mode", "value", NULL};
     const Node *nd = &g->nodes[ni];
     NodeArgs na;
-    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || !f32_result(g, nd->first_value) || !lower_bind_node(g, ni, &na))
-        return 0;
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || !f32_result(g, nd->first_value) || lower_bind_node(g, ni, &na))
+        return 1;
     const BoundArgs *b = &na.bound;
     const BoundArg *mode = ba_get(b, "mode"), *pad = ba_get(b, "pad");
     double value;
     if (!only(b, known) || !pad || pad->kind != BA_CONST || pad->sym || pad->data ||
         (mode && (mode->kind != BA_CONST || !PyUnicode_Check(mode->value) ||
                   PyUnicode_CompareWithASCIIString(mode->value, "constant") != 0)))
-        return 0;
+        return 1;
     const BoundArg *va = ba_get(b, "value");
     if (va && va->kind == BA_CONST && va->value == Py_None)
         value = 0.0;
-    else if (!const_float(b, "value", 0.0, &value))
-        return 0;
+    else if (const_float(b, "value", 0.0, &value))
+        return 1;
     if (value != 0.0 || signbit(value))   /* -0.0 pads differ from a convolution's zeros */
-        return 0;
+        return 1;
     PyObject *w = pad->value;   /* borrowed from the graph's constants */
     if (!PyTuple_Check(w) && !PyList_Check(w))
-        return 0;
+        return 1;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(w);
     int32_t nj = ni + 1;
     while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
@@ -539,20 +522,15 @@ static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
     if (nj >= g->nnodes || (g->nodes[nj].op != OP_CONV1D && g->nodes[nj].op != OP_CONV2D) || plan_node(g, nj, s) ||
         s->same || s->x != nd->first_value || len < 2 || len > 2 * s->sp || len % 2 ||
         !read_only_by(g, nd->first_value, nj))
-        return 0;
+        return 1;
     int32_t x = lower_value_of(g, ba_get(b, "input"));
     if (x < 0 || !f32_torch(g, x) || g->values[x].meta.ndim != s->rank)
-        return 0;
+        return 1;
     /* torch's order: the last dim's (before, after) first */
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *e = PySequence_Fast_GET_ITEM(w, i);   /* borrowed */
-        if (!PyLong_Check(e) || PyBool_Check(e))
-            return 0;
-        long long v = PyLong_AsLongLong(e);
-        if (v < 0 || (v == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            return 0;
-        }
+        int64_t v;
+        if (lower_const_int(PySequence_Fast_GET_ITEM(w, i), &v) || v < 0)   /* borrowed */
+            return 1;
         int d = s->sp - 1 - (int)(i / 2);
         if (i % 2)
             s->pre_r[d] = v;
@@ -562,7 +540,7 @@ static int pad_then_conv(Graph *g, int32_t ni, ConvStep *s)
     s->x = x;
     s->pad_node = ni;
     s->node = nj;
-    return 1;
+    return 0;
 }
 
 struct producer_readers {
@@ -611,7 +589,7 @@ int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
     s.pad_node = -1;
     int op = g->nodes[ni].op;
     if (op == OP_PAD) {
-        if (!pad_then_conv(g, ni, &s))
+        if (pad_then_conv(g, ni, &s))
             return -1;
         ni = s.node;
         op = g->nodes[ni].op;
@@ -630,7 +608,7 @@ int32_t step_conv_plan(Graph *g, int32_t ni, LowerPlan *p)
         while (nj < g->nnodes && g->nodes[nj].op == OP_INPUT)
             nj++;
         Fold f;
-        if (nj >= g->nnodes || !as_fold(g, &s, nj, &f))
+        if (nj >= g->nnodes || as_fold(g, &s, nj, &f))
             break;
         if (op == OP_BATCH_NORM && (f.kind != FOLD_RELU || s.nfold))
             break;
@@ -916,7 +894,7 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     if (!bytes)
         return 0;   /* plain weights: nothing to keep */
     long long version;
-    if (!lower_kept_version(wobj, &version))
+    if (lower_kept_version(wobj, &version))
         return 0;
     WeightSlot *victim = &s->wslot[0];
     for (int k = 0; k < CV_WSLOTS; k++) {
@@ -947,7 +925,7 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     status = dnnl_api_conv_weights(prim, plain ? plain : ptr, buf);
     Py_END_ALLOW_THREADS
     free(plain);
-    if (status || !lower_kept_set(&victim->id, wobj, ptr, version)) {
+    if (status || lower_kept_set(&victim->id, wobj, ptr, version)) {
         free(buf);
         free(kept_scale);
         return 0;

@@ -81,10 +81,8 @@ static int absent_or(const BoundArg *ba, int one)
         return 1;
     if (!one || ba->kind != BA_CONST || !(PyLong_Check(ba->value) || PyFloat_Check(ba->value)))
         return 0;
-    double d = PyFloat_AsDouble(ba->value);
-    if (d == -1.0 && PyErr_Occurred())
-        PyErr_Clear();
-    return d == 1.0;
+    double d;
+    return !lower_const_number(ba->value, &d) && d == 1.0;
 }
 
 /* The operands of the product: 0 and s filled, or 1 when node ni is not one we take. */
@@ -95,7 +93,7 @@ static int plan_product(Graph *g, int32_t ni, MatmulStep *s)
     const BoundArgs *b = &na.bound;
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->requires_grad ||
-        om->symint || om->np_scalar || !lower_bind_node(g, ni, &na))
+        om->symint || om->np_scalar || lower_bind_node(g, ni, &na))
         return 1;
     s->lib = (Lib)om->lib;
     s->bias = -1;
@@ -151,20 +149,12 @@ static int plan_product(Graph *g, int32_t ni, MatmulStep *s)
     return 0;
 }
 
-/* 1 when x is the Python number operand of a fused node; its value in *c. */
+/* The Python number operand x of a fused node: 0 and its value in *c, else 1. */
 static int number_arg(Graph *g, const Arg *x, double *c)
 {
     if (!x || x->kind != ARG_CONST)
-        return 0;
-    PyObject *v = PyList_GET_ITEM(g->consts, x->a);   /* borrowed */
-    if (!(PyFloat_Check(v) || PyLong_Check(v)))
-        return 0;
-    *c = PyFloat_AsDouble(v);
-    if (*c == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
+        return 1;
+    return lower_const_number(PyList_GET_ITEM(g->consts, x->a), c);   /* borrowed */
 }
 
 /* 1 when x is a [N] float32 row matching the last dim of v's meta. */
@@ -183,7 +173,7 @@ static int gelu_tanh_of(Graph *g, int32_t nj, int32_t v)
 {
     NodeArgs na;
     int input = 0, tanh = 0;
-    if (g->nodes[nj].op != OP_GELU || !lower_bind_node(g, nj, &na))
+    if (g->nodes[nj].op != OP_GELU || lower_bind_node(g, nj, &na))
         return 0;
     for (int i = 0; i < na.bound.n; i++) {
         const BoundArg *ba = &na.bound.args[i];
@@ -201,7 +191,7 @@ static int gelu_tanh_of(Graph *g, int32_t nj, int32_t v)
     return input && tanh;
 }
 
-/* Node nj as a post-op on value v: 1 and *po (and *arg for a row) filled, else 0. */
+/* Node nj as a post-op on value v: 0 and *po (and *arg for a row) filled, else 1. */
 static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, int32_t *arg)
 {
     const Node *nd = &g->nodes[nj];
@@ -210,54 +200,56 @@ static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, i
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (nd->nout != 1 || om->dtype != DT_F32 || om->requires_grad || om->lib != s->lib ||
         !lower_same_dims(om, &g->values[v].meta))
-        return 0;
+        return 1;
     memset(po, 0, sizeof *po);
     *arg = -1;
     if (gelu_tanh_of(g, nj, v)) {
         po->kind = MMPO_GELU_TANH;
-        return 1;
-    }
-    if (!lower_node_args(g, nj, &x, &y, p))
         return 0;
+    }
+    if (lower_node_args(g, nj, &x, &y, p))
+        return 1;
     int xv = x && x->kind == ARG_VALUE && x->a == v, yv = y && y->kind == ARG_VALUE && y->a == v;
     switch (nd->op) {
-    case OP_RELU: po->kind = MMPO_RELU; return xv;
-    case OP_GELU: po->kind = MMPO_GELU_ERF; return xv;   /* lower_node_args refuses 'tanh' */
-    case OP_TANH: po->kind = MMPO_TANH; return xv;
-    case OP_SIGMOID: po->kind = MMPO_SIGMOID; return xv;
-    case OP_SILU: po->kind = MMPO_SILU; po->alpha = 1.f; return xv;
+    case OP_RELU: po->kind = MMPO_RELU; return !xv;
+    case OP_GELU: po->kind = MMPO_GELU_ERF; return !xv;   /* lower_node_args refuses 'tanh' */
+    case OP_TANH: po->kind = MMPO_TANH; return !xv;
+    case OP_SIGMOID: po->kind = MMPO_SIGMOID; return !xv;
+    case OP_SILU: po->kind = MMPO_SILU; po->alpha = 1.f; return !xv;
     case OP_ADD:   /* x + p0 * y */
         po->kind = MMPO_LINEAR;
-        if (xv && number_arg(g, y, &c)) {
+        if (xv && !number_arg(g, y, &c)) {
             po->alpha = 1.f;
             po->beta = (float)(p[0] * c);
-            return 1;
+            return 0;
         }
-        if (yv && number_arg(g, x, &c)) {
+        if (yv && !number_arg(g, x, &c)) {
             po->alpha = (float)p[0];
             po->beta = (float)c;
-            return 1;
+            return 0;
         }
         if (p[0] == 1.0 && !s->batched && (xv || yv) && row_arg(g, xv ? y : x, v, s->lib)) {
             po->kind = MMPO_ADD_ROW;
             *arg = (xv ? y : x)->a;
-            return 1;
+            return 0;
         }
-        return 0;
+        return 1;
     case OP_SUB:   /* x - p0 * y */
         po->kind = MMPO_LINEAR;
         po->alpha = 1.f;
-        po->beta = xv && number_arg(g, y, &c) ? (float)(-p[0] * c) : 0.f;
-        return xv && number_arg(g, y, &c);
+        if (!xv || number_arg(g, y, &c))
+            return 1;
+        po->beta = (float)(-p[0] * c);
+        return 0;
     case OP_MUL:
         po->kind = MMPO_LINEAR;
-        if ((xv && number_arg(g, y, &c)) || (yv && number_arg(g, x, &c))) {
+        if ((xv && !number_arg(g, y, &c)) || (yv && !number_arg(g, x, &c))) {
             po->alpha = (float)c;
-            return 1;
+            return 0;
         }
-        return 0;
+        return 1;
     default:
-        return 0;
+        return 1;
     }
 }
 
@@ -341,7 +333,7 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
             s.out = g->nodes[nj].first_value;
             continue;
         }
-        if (!as_post(g, &s, nj, s.out, &s.post[s.npost], &s.post_arg[s.npost]))
+        if (as_post(g, &s, nj, s.out, &s.post[s.npost], &s.post_arg[s.npost]))
             break;
         /* oneDNN 2.6.3 (gemm:jit) computes two eltwise-linear post-ops in one chain wrongly,
          * next to each other ((x@w) * 0.5 - 1.25 was off by units) or not (relu((x@w) * 2)
@@ -644,7 +636,7 @@ static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
 {
     int64_t k = tb->dims[0], n = tb->dims[1];
     long long version;
-    if (!lower_kept_version(w, &version))
+    if (lower_kept_version(w, &version))
         return 0;   /* no version counter (numpy): no copy kept, w read as it is */
     if (!(s->kept && lower_kept_matches(&s->kept_id, w, tb->data, version) && s->kept_k == k && s->kept_n == n)) {
         if (s->kept_pins)
@@ -660,7 +652,7 @@ static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
         s->kept_raw = raw;
         float *buf = (float *)(raw + off);
         s->kept = buf;
-        if (!lower_kept_set(&s->kept_id, w, tb->data, version)) {
+        if (lower_kept_set(&s->kept_id, w, tb->data, version)) {
             lower_kept_clear(&s->kept_id);   /* not weak-referenceable: w read as it is */
             return 0;
         }

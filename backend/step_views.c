@@ -260,8 +260,8 @@ static int record(ViewChain *c, PyObject *base, const TensorMeta *bm, const int6
         return -1;
     if (bp != rp || bp == 0)
         return 0;   /* a copy (reshape of a non-viewable layout), or no memory to share */
-    PyObject *sizes = lower_sizes_tuple(rm.size, rm.ndim);     /* new */
-    PyObject *strides = lower_sizes_tuple(rst, rm.ndim);       /* new */
+    PyObject *sizes = sj_int64_tuple(rm.size, rm.ndim);     /* new */
+    PyObject *strides = sj_int64_tuple(rst, rm.ndim);       /* new */
     PyObject *again = sizes && strides ? make_view(base, sizes, strides, roff) : NULL;   /* new */
     if (!again) {
         Py_XDECREF(sizes);
@@ -390,7 +390,7 @@ int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step)
         ShapeErr err;
         int training = 1;
         double prob = 0.5;
-        if (!lower_bind_node(g, ni, &na) || sj_tensor(&na.bound, "input", &err) != &g->values[a0->a].meta ||
+        if (lower_bind_node(g, ni, &na) || sj_tensor(&na.bound, "input", &err) != &g->values[a0->a].meta ||
             sj_get_bool(&na.bound, "training", 1, &training, &err) || training ||
             sj_get_float(&na.bound, "p", 0.5, &prob, &err) || !(prob >= 0.0 && prob <= 1.0))
             continue;

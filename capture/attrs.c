@@ -248,14 +248,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         return var_method(c, o, fn);
     }
     if (descr && (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type)) {
-        PyObject *v = PyObject_GetAttr(obj, name);
-        if (!v) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
-            return NULL;
-        }
-        Var *r = wrap_untracked(c, v);
-        Py_DECREF(v);
-        return r;
+        return wrap_untracked_attr(c, obj, name);
     }
     /* nn.Module: parameters, buffers, submodules */
     if (is_module && !descr) {

@@ -16,6 +16,7 @@
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static PyObject *apply_fn;        /* strong: the function under Function.apply (a classmethod) */
 static PyObject *function_type;   /* strong: torch.autograd.Function */
@@ -194,11 +195,9 @@ static Var *outputs_as_apply_gives(Capture *c, Var *ctx, Var *out, Var **args, i
 /* New reference: a meta tensor shaped like m, or NULL with an exception. */
 static PyObject *meta_standin(const TensorMeta *m)
 {
-    PyObject *shape = PyTuple_New(m->ndim);
+    PyObject *shape = sj_int64_tuple(m->size, m->ndim);
     if (!shape)
         return NULL;
-    for (int i = 0; i < m->ndim; i++)
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(m->size[i]));
     PyObject *empty = PyObject_GetAttrString(libs.torch, "empty");
     PyObject *dt = dtype_to_py((DType)m->dtype, LIB_TORCH);
     PyObject *kw = empty && dt ? Py_BuildValue("{sOsssO}", "dtype", dt, "device", "meta", "requires_grad",

@@ -293,8 +293,6 @@ const char *var_kind_name(const Var *v);
  * arena; New references are never NULL without reason, and no exception is left set. */
 /* "a numpy array", "an io.StringIO object", "torch.rand", "a torch.no_grad() object". */
 const char *var_a(Capture *c, const Var *v);
-/* "a"/"an" for noun (leading underscores and quotes skipped). Static. */
-const char *sj_article(const char *noun);
 /* "collections.OrderedDict", "torch.nn.Linear", "Point" (a class of the script). */
 const char *sj_type_name(Capture *c, PyTypeObject *t);
 /* "a collections.OrderedDict" (+ " what" when what is not NULL). */
@@ -305,9 +303,6 @@ const char *sj_callable_name(Capture *c, PyObject *fn);
 /* The Python type of v as a path ("list", "collections.OrderedDict", "Tensor"), for
  * "type.method" texts. */
 const char *sj_var_type_name(Capture *c, const Var *v);
-/* New references (NULL only on memory errors, cleared): the same for a callable / a type. */
-PyObject *sj_callable_path(PyObject *fn);
-PyObject *sj_type_path(PyTypeObject *t);
 /* After a call of method func on self failed as unsupported, naming func: name the
  * bound method instead when a module holds it (numpy.random.randn, not
  * numpy.random.RandomState.randn). */
@@ -319,6 +314,9 @@ const char *sj_grad_mode_text(const Var *v);
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src);
 /* A live object with no source (library constants, trusted globals). */
 Var *wrap_untracked(Capture *c, PyObject *obj);
+/* wrap_untracked of getattr(obj, name) (both borrowed); an exception it raises fails the
+ * capture as the user's (the interpreter raises it again). */
+Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name);
 /* A C method bound to the object it was read from (obj borrowed): a new object on every
  * read, guarded by its type, never by identity. */
 Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src);
@@ -391,15 +389,9 @@ Var *symb_unbacked_value(Capture *c, int32_t value);
 /* A bool computed by graph value `value`: a new unbacked symbol u<N> in [0, 1] naming it
  * (torch's create_unbacked_symbool; the VK_GSCALAR holds the value). NULL with an exception. */
 SymNode *symb_unbacked_bool(Capture *c, int32_t value);
-/* The relation rel holds at the hints: guard it. 0 or -1. */
-int symb_guard(Capture *c, SymNode *rel);
 /* "<line>  # file:line in fn" of the instruction being captured (new str, never NULL
  * unless out of memory). */
 PyObject *symb_where_text(Capture *c);
-/* A size-arithmetic node of op calling target over graph values vals[i] (or, where
- * vals[i] < 0, the constant consts[i]): its value id, counted as graph work. -1. */
-int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
-                       int n);
 
 /* args.c: a graph node that computes a Python value, not a tensor (size arithmetic, a
  * slice, an assertion): op calling target over pool args [first, first + n). -1. */
@@ -586,9 +578,6 @@ Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *
  * or NULL with the failure set; *handled = 0 for any other callable, or for graph values
  * among the arguments. */
 Var *folds_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
-/* New reference: "module.name" of a callable as its library exposes it (a builtin by its
- * __name__, anything else by its __qualname__), or NULL with an exception. */
-PyObject *folds_public_name(PyObject *fn);
 
 /* builtins.c */
 /* Call fn now with the Python values of args (constants, live objects); a new reference,

@@ -173,30 +173,23 @@ static int resolve(void)
     return 0;
 }
 
-/* The argument named `name` (keyword) or at position pos; NULL when absent. */
-static Var *arg_at(Var **args, int32_t nargs, PyObject *kwnames, int32_t pos, const char *name)
+/* An int bound of constrain_range: 0 and *given (1 with *out, or 0 when absent or None);
+ * 1 when it is not an int (no exception: the interpreter runs the call and raises). */
+static int bound_of(Var *v, int64_t *out, int *given)
 {
-    int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    for (int32_t i = 0; i < nkw; i++)
-        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0)
-            return args[nargs - nkw + i];
-    return pos < nargs - nkw ? args[pos] : NULL;
-}
-
-/* An int bound of constrain_range: 1 and *out, 0 when absent or None, -1 when not an int. */
-static int bound_of(Var *v, int64_t *out)
-{
+    *given = 0;
     if (!v || (v->kind == VK_CONST && v->obj == Py_None))
         return 0;
     if (v->kind != VK_CONST || !PyLong_CheckExact(v->obj))
-        return -1;
+        return 1;
     int overflow;
     *out = PyLong_AsLongLongAndOverflow(v->obj, &overflow);
     if (overflow || (*out == -1 && PyErr_Occurred())) {
         sj_err_clear();
-        return -1;
+        return 1;
     }
-    return 1;
+    *given = 1;
+    return 0;
 }
 
 Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
@@ -209,7 +202,7 @@ Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
     if (k == CK_COUNT)
         return NULL;
     *handled = 1;
-    Var *x = arg_at(args, nargs, kwnames, 0, k == CK_CONSTRAIN ? "n" : k == CK_TORCH_IS_SIZE ? "i" : "cond");
+    Var *x = cap_arg(args, nargs, kwnames, 0, k == CK_CONSTRAIN ? "n" : k == CK_TORCH_IS_SIZE ? "i" : "cond");
     if (!x) {
         cap_fail(c, BR_USER_EXCEPTION, "a check without its argument");
         return NULL;
@@ -241,10 +234,11 @@ Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         return var_const(c, Py_None);
     }
     int64_t lo = 0, hi = 0;
-    int has_lo = k == CK_TORCH_IS_SIZE ? 1 : bound_of(arg_at(args, nargs, kwnames, 1, "min"), &lo);
-    int has_hi = k == CK_TORCH_IS_SIZE ? 0 : bound_of(arg_at(args, nargs, kwnames, 2, "max"), &hi);
-    if (has_lo < 0 || has_hi < 0 || (has_lo && has_hi && lo > hi) || !(is_int || (x->kind == VK_CONST &&
-                                                                                 PyLong_CheckExact(x->obj)))) {
+    int has_lo = 1, has_hi = 0, bad = 0;   /* _check_is_size(n): 0 <= n */
+    if (k != CK_TORCH_IS_SIZE)
+        bad = bound_of(cap_arg(args, nargs, kwnames, 1, "min"), &lo, &has_lo) ||
+              bound_of(cap_arg(args, nargs, kwnames, 2, "max"), &hi, &has_hi);
+    if (bad || (has_lo && has_hi && lo > hi) || !(is_int || (x->kind == VK_CONST && PyLong_CheckExact(x->obj)))) {
         /* a wrong argument: the interpreter runs the call and raises its error */
         cap_fail(c, BR_USER_EXCEPTION, "%s with bad arguments", k == CK_CONSTRAIN ? "constrain_range" : "_check_is_size");
         return NULL;

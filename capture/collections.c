@@ -656,14 +656,7 @@ Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled)
         }
         /* class attributes (_fields, _field_defaults), classmethods (_make), staticmethods:
          * what the class gives */
-        PyObject *v = PyObject_GetAttr((PyObject *)t, name);
-        if (!v) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
-            return NULL;
-        }
-        Var *r = wrap_untracked(c, v);
-        Py_DECREF(v);
-        return r;
+        return wrap_untracked_attr(c, (PyObject *)t, name);
     }
     PyObject *t = (PyObject *)collections_type_of(o);
     if (!t)

@@ -93,7 +93,9 @@ static int lookup(PyObject *fn)
     return (int)PyLong_AsLong(row);
 }
 
-PyObject *folds_public_name(PyObject *fn)
+/* New reference: "module.name" of a callable as its library exposes it (a builtin by its
+ * __name__, anything else by its __qualname__), or NULL with an exception. */
+static PyObject *folds_public_name(PyObject *fn)
 {
     if (PyFunction_Check(fn)) {
         PyFunctionObject *f = (PyFunctionObject *)fn;
@@ -151,11 +153,10 @@ static int foldable(const Var *v, int meta)
 static PyObject *standin(const TensorMeta *m)
 {
     PyObject *lib = m->lib == LIB_TORCH ? libs.torch : libs.numpy;
-    PyObject *shape = PyTuple_New(m->ndim);
+    static const int64_t zeros[SJ_MAX_RANK];
+    PyObject *shape = sj_int64_tuple(zeros, m->ndim);
     if (!shape)
         return NULL;
-    for (int i = 0; i < m->ndim; i++)
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLong(0));
     PyObject *dt = dtype_to_py((DType)m->dtype, (Lib)m->lib);
     PyObject *empty = dt && lib ? PyObject_GetAttrString(lib, "empty") : NULL;
     PyObject *a = empty ? PyTuple_Pack(1, shape) : NULL;

@@ -104,7 +104,8 @@ static PyObject *join_path(PyObject *mod, PyObject *qn)
     return r;
 }
 
-PyObject *sj_type_path(PyTypeObject *t)
+/* New reference (NULL only on memory errors, cleared): the path of a type. */
+static PyObject *sj_type_path(PyTypeObject *t)
 {
     /* the methods of torch.Tensor live on its C base torch._C.TensorBase, which users
      * never name */
@@ -285,7 +286,11 @@ static PyObject *callable_path(PyObject *fn, int depth)
     return r;
 }
 
-PyObject *sj_callable_path(PyObject *fn)
+static const char *sj_article(const char *noun);
+
+/* New reference (NULL only on memory errors, cleared): the path a user writes for a
+ * callable. */
+static PyObject *sj_callable_path(PyObject *fn)
 {
     PyObject *r = callable_path(fn, 0);
     if (!r) {
@@ -298,7 +303,8 @@ PyObject *sj_callable_path(PyObject *fn)
     return r;
 }
 
-const char *sj_article(const char *noun)
+/* "a"/"an" for noun (leading underscores and quotes skipped). Static. */
+static const char *sj_article(const char *noun)
 {
     if (!noun)
         return "a";

@@ -22,8 +22,16 @@
 #include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 PyObject *SjConstraintViolation;
+
+/* The relation rel holds at the hints: guard it. 0 or -1. */
+static int symb_guard(Capture *c, SymNode *rel);
+/* A size-arithmetic node of op calling target over graph values vals[i] (or, where
+ * vals[i] < 0, the constant consts[i]): its value id, counted as graph work. -1. */
+static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals,
+                              const SymNode *const *consts, int n);
 
 /* ------------------------------------------------------------ bookkeeping ---- */
 
@@ -59,21 +67,6 @@ void symb_release(Capture *c)
     Py_CLEAR(c->symvals);
     Py_CLEAR(c->violations);
     c->env = NULL;   /* the graph owns it */
-}
-
-static int grow(void **p, int32_t *cap, int32_t n, size_t item)
-{
-    if (n < *cap)
-        return 0;
-    int32_t ncap = *cap ? *cap * 2 : 8;
-    void *q = PyMem_Realloc(*p, item * (size_t)ncap);
-    if (!q) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *p = q;
-    *cap = ncap;
-    return 0;
 }
 
 /* The name of a symbol in printed guards: its source. */
@@ -516,7 +509,7 @@ static int32_t number_input(Capture *c, PyObject *obj, int32_t src, PyTypeObject
 /* by_obj order is graph input order: compile_frame hands v->obj to the graph. */
 static int add_by_obj(Capture *c, Var *v)
 {
-    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+    if (sj_grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj + 1, sizeof(Var *), 8) < 0)
         return -1;
     c->by_obj[c->nby_obj++] = v;
     return 0;
@@ -603,7 +596,7 @@ static int check_strict(Capture *c, SymNode *rel)
     return slot < 0 ? 0 : add_violation(c, slot, k);
 }
 
-int symb_guard(Capture *c, SymNode *rel)
+static int symb_guard(Capture *c, SymNode *rel)
 {
     if (!rel)
         return -1;
@@ -901,8 +894,8 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 
 static PyObject *size_fn;   /* strong: _C._size_of, set by symb_init_module */
 
-int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
-                             int n)
+static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals,
+                              const SymNode *const *consts, int n)
 {
     int32_t first = graph_pool(c->g, n);
     if (first < 0)
@@ -1104,9 +1097,7 @@ int symb_finish(Capture *c, PyObject **violation)
 {
     *violation = NULL;
     if (c->violations && PyList_GET_SIZE(c->violations) > 0) {
-        PyObject *sep = PyUnicode_FromString("\n");
-        PyObject *body = sep ? PyUnicode_Join(sep, c->violations) : NULL;
-        Py_XDECREF(sep);
+        PyObject *body = sj_join("\n", Py_NewRef(c->violations));   /* the new reference stolen */
         if (!body)
             return -1;
         *violation = PyUnicode_FromFormat("Constraints violated! For more information, run with TORCH_LOGS=\"+dynamic\".\n%U",
@@ -1166,12 +1157,11 @@ static PyObject *pgo_fn(Policy p)
  * as an unraisable exception (not lost), and compiling goes on. */
 static void pgo_call_done(const char *what)
 {
-    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) {
-        PyObject *name = PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
-        PyErr_WriteUnraisable(name);
-        Py_XDECREF(name);
-    }
-    sj_err_clear();
+    if (!PyErr_Occurred())
+        return;
+    PyObject *name = sj_err_is_interrupt() ? NULL : PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
+    sj_err_unraisable(name);
+    Py_XDECREF(name);
 }
 
 void symb_pgo_load(CodeState *st, PyCodeObject *co, PyObject *closure)

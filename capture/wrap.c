@@ -525,3 +525,15 @@ Var *wrap_untracked(Capture *c, PyObject *obj)
 {
     return wrap_value(c, obj, -1);
 }
+
+Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);   /* new */
+    if (!v) {
+        cap_fail_exc(c, BR_USER_EXCEPTION);
+        return NULL;
+    }
+    Var *r = wrap_untracked(c, v);
+    Py_DECREF(v);
+    return r;
+}

@@ -3,6 +3,7 @@
 #include "../core/policy.h"
 #include "../vocab/callables.h"
 #include "serial.h"
+#include "../core/pyutil.h"
 #include <structmember.h>
 
 /* ------------------------------------------------------------------ Node ---- */
@@ -78,22 +79,6 @@ static int collect_inputs(Graph *g, const Arg *a, PyObject *list)
     return 0;
 }
 
-static PyObject *shape_tuple(const TensorMeta *m)
-{
-    PyObject *t = PyTuple_New(m->ndim);
-    if (!t)
-        return NULL;
-    for (int i = 0; i < m->ndim; i++) {
-        PyObject *d = PyLong_FromLongLong(m->size[i]);
-        if (!d) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, d);
-    }
-    return t;
-}
-
 static PyObject *make_node(Graph *g, int32_t ni)
 {
     const Node *nd = &g->nodes[ni];
@@ -107,7 +92,7 @@ static PyObject *make_node(Graph *g, int32_t ni)
     n->target = Py_NewRef(nd->target >= 0 ? PyList_GET_ITEM(g->consts, nd->target) : Py_None);
     n->inputs = PyList_New(0);
     n->dtype = m ? PyUnicode_FromString(dtype_info[m->dtype].name) : Py_NewRef(Py_None);
-    n->shape = m ? shape_tuple(m) : Py_NewRef(Py_None);
+    n->shape = m ? sj_int64_tuple(m->size, m->ndim) : Py_NewRef(Py_None);
     n->lib = m ? PyUnicode_FromString(m->lib == LIB_TORCH ? "torch" : "numpy") : Py_NewRef(Py_None);
     n->source = Py_NewRef(nd->source >= 0 ? PyList_GET_ITEM(g->consts, nd->source) : Py_None);
     if (nd->where >= 0) {

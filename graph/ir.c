@@ -4,28 +4,12 @@
 #include "../shapes/sym.h"
 #include <string.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 /* ---------------------------------------------------------------- growth ---- */
 
-static int grow(void **arr, int32_t *cap, int32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    int32_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = PyMem_Realloc(*arr, (size_t)ncap * elem);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *arr = p;
-    *cap = ncap;
-    return 0;
-}
-
 #define GROW(g, field, countf, capf, extra) \
-    grow((void **)&(g)->field, &(g)->capf, (g)->countf + (extra), sizeof(*(g)->field))
+    sj_grow((void **)&(g)->field, &(g)->capf, (g)->countf + (extra), sizeof(*(g)->field), 16)
 
 Graph *graph_new(void)
 {
@@ -491,10 +475,7 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
                 return -1;
             }
         }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(parts);
+        PyObject *joined = sj_join(", ", parts);   /* parts stolen */
         if (!joined)
             return -1;
         s = a->kind == ARG_LIST ? PyUnicode_FromFormat("[%U]", joined)
@@ -566,7 +547,7 @@ static int fmt_bound(Graph *g, int32_t ni, PyObject *parts)
 /* The listing; bound: each call as the backends read it (graph_format_bound). */
 static PyObject *format_graph(Graph *g, const char *name, int bound)
 {
-    PyObject *lines = PyList_New(0), *res = NULL, *nl = NULL;
+    PyObject *lines = PyList_New(0), *res = NULL;
     if (!lines)
         return NULL;
     PyObject *line = PyUnicode_FromFormat("def %s(%d inputs):", name, (int)g->ninputs);
@@ -607,13 +588,14 @@ static PyObject *format_graph(Graph *g, const char *name, int bound)
                 }
                 Py_XDECREF(tmp);
             }
-            PyObject *sep = bad ? NULL : PyUnicode_FromString(", ");
-            PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+            PyObject *joined = NULL;
+            if (bad)
+                Py_DECREF(parts);
+            else
+                joined = sj_join(", ", parts);   /* parts stolen */
             PyObject *tname = !joined ? NULL
                             : by_row ? PyUnicode_FromString(callable_rows[nd->row].path)
                                      : graph_target_name(PyList_GET_ITEM(g->consts, nd->target));
-            Py_XDECREF(sep);
-            Py_DECREF(parts);
             if (!tname) {
                 Py_XDECREF(joined);
                 goto done;
@@ -654,10 +636,7 @@ static PyObject *format_graph(Graph *g, const char *name, int bound)
             }
             Py_DECREF(o);
         }
-        PyObject *sep = PyUnicode_FromString(", ");
-        PyObject *joined = sep ? PyUnicode_Join(sep, outs) : NULL;
-        Py_XDECREF(sep);
-        Py_DECREF(outs);
+        PyObject *joined = sj_join(", ", outs);   /* outs stolen */
         if (!joined)
             goto done;
         line = PyUnicode_FromFormat("    return (%U)", joined);
@@ -666,13 +645,11 @@ static PyObject *format_graph(Graph *g, const char *name, int bound)
             goto done;
         Py_CLEAR(line);
     }
-    nl = PyUnicode_FromString("\n");
-    if (nl)
-        res = PyUnicode_Join(nl, lines);
+    res = sj_join("\n", lines);   /* lines stolen */
+    lines = NULL;
 done:
     Py_XDECREF(line);
-    Py_XDECREF(nl);
-    Py_DECREF(lines);
+    Py_XDECREF(lines);
     return res;
 }
 

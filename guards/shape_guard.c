@@ -5,6 +5,7 @@
 #include "tree.h"
 #include "../shapes/env.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static int src_value(const Guard *g, GuardCall *call, int32_t id, int64_t *out, int *bad)
 {
@@ -25,12 +26,6 @@ static int src_value(const Guard *g, GuardCall *call, int32_t id, int64_t *out, 
     (void)g;
     *out = x;
     return 0;
-}
-
-static int64_t floordiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
 int shape_guard_eval(const Guard *g, GuardCall *call, int64_t *out, int *bad)
@@ -88,12 +83,12 @@ int shape_guard_eval(const Guard *g, GuardCall *call, int64_t *out, int *bad)
             case SG_FLOORDIV:
                 if (b == 0 || (a == INT64_MIN && b == -1))
                     goto fail;
-                r = floordiv(a, b);
+                r = sj_floordiv(a, b);
                 break;
             case SG_MOD:
                 if (b == 0 || (a == INT64_MIN && b == -1))
                     goto fail;
-                r = a - floordiv(a, b) * b;
+                r = sj_floormod(a, b);
                 break;
             case SG_EQ: r = a == b; break;
             case SG_NE: r = a != b; break;

@@ -370,7 +370,8 @@ static int leaf_passes(GuardCall *call, int32_t id)
     return ok;
 }
 
-int guard_entry_check(GuardCall *call, const GuardEntry *ge, int32_t *failed)
+/* 1 when every leaf of ge passes, else 0 (*failed = the first failing leaf id). */
+static int guard_entry_check(GuardCall *call, const GuardEntry *ge, int32_t *failed)
 {
     for (int32_t i = 0; i < ge->nleaves; i++)
         if (!leaf_passes(call, ge->leaves[i])) {

@@ -104,8 +104,6 @@ void guard_call_end(GuardCall *call);
 /* The newest entry whose guards all pass, or NULL (a miss; any exception raised while
  * checking counts as a failure and is cleared). */
 GuardEntry *guard_tree_find(GuardCall *call);
-/* 1 when every leaf of ge passes, else 0 (*failed = the first failing leaf id). */
-int guard_entry_check(GuardCall *call, const GuardEntry *ge, int32_t *failed);
 /* New str: why ge fails for this call (the first failing leaf, in torch.compile's words), or
  * Py_None when it passes; NULL on error. */
 PyObject *guard_entry_explain(GuardCall *call, const GuardEntry *ge);

@@ -11,6 +11,7 @@
 #include "result.h"
 #include <time.h>
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 PyObject *SjUnsupported;
 static long graph_counter;
@@ -33,11 +34,7 @@ static PyObject *format_stack(PyObject *stack)
         }
         Py_DECREF(l);
     }
-    PyObject *nl = PyUnicode_FromString("\n");
-    PyObject *r = nl ? PyUnicode_Join(nl, lines) : NULL;
-    Py_XDECREF(nl);
-    Py_DECREF(lines);
-    return r;
+    return sj_join("\n", lines);   /* lines stolen */
 }
 
 static PyObject *reason_text(Capture *c)

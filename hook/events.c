@@ -1,6 +1,7 @@
 /* Events for explain: delivered to a Python sink; never raise into the frame. */
 #include "events.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 static PyObject *sink;   /* strong or NULL */
 static long frame_ids;
@@ -16,12 +17,12 @@ static void emit(const char *kind, PyObject *payload)
         return;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallFunction(sink, "sO", kind, payload);
-    if (!r && sj_err_is_interrupt())
-        sj_err_clear();   /* kept aside: the hook raises it */
-    else if (!r)
-        PyErr_WriteUnraisable(sink);
+    PyObject *s = Py_NewRef(sink);   /* strong: the sink may replace itself */
+    PyObject *r = PyObject_CallFunction(s, "sO", kind, payload);
+    if (!r)
+        sj_err_unraisable(s);
     Py_XDECREF(r);
+    Py_DECREF(s);
     PyErr_Restore(et, ev, tb);
 }
 
@@ -74,10 +75,7 @@ void events_reset(void)
 PyObject *events_py_set_sink(PyObject *self, PyObject *s)
 {
     (void)self;
-    if (s != Py_None && !PyCallable_Check(s)) {
-        PyErr_Format(PyExc_TypeError, "event sink must be callable or None, not %s", Py_TYPE(s)->tp_name);
+    if (sj_sink_set(&sink, s, "event sink") < 0)
         return NULL;
-    }
-    Py_XSETREF(sink, s == Py_None ? NULL : Py_NewRef(s));
     Py_RETURN_NONE;
 }

@@ -4,6 +4,7 @@
  */
 #include "sym.h"
 #include "../vocab/meta.h"
+#include "../core/pyutil.h"
 #include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -56,9 +57,7 @@ static int fold_floordiv(int64_t a, int64_t b, int64_t *o)
 {
     if (b == 0)
         return SYM_EDIV;
-    int64_t q = a / b;
-    if (a % b != 0 && ((a < 0) != (b < 0)))
-        q--;
+    int64_t q = sj_floordiv(a, b);
     if (!fin(q))
         return SYM_EOVF;
     *o = q;
@@ -69,10 +68,7 @@ static int fold_mod(int64_t a, int64_t b, int64_t *o)
 {
     if (b == 0)
         return SYM_EDIV;
-    int64_t r = a % b;
-    if (r != 0 && ((r < 0) != (b < 0)))
-        r += b;
-    *o = r;
+    *o = sj_floormod(a, b);
     return 0;
 }
 
@@ -1119,12 +1115,6 @@ SymNode *sym_min(SymEnv *env, SymNode *a, SymNode *b)
 {
     SymNode *args[2] = {a, b};
     return minmax(env, SK_MIN, args, 2);
-}
-
-SymNode *sym_max(SymEnv *env, SymNode *a, SymNode *b)
-{
-    SymNode *args[2] = {a, b};
-    return minmax(env, SK_MAX, args, 2);
 }
 
 /* ------------------------------------------------------------ relations ---- */

@@ -122,7 +122,6 @@ SymNode *sym_neg(SymEnv *env, SymNode *a);
 SymNode *sym_floordiv(SymEnv *env, SymNode *a, SymNode *b);   /* Python's a // b */
 SymNode *sym_mod(SymEnv *env, SymNode *a, SymNode *b);        /* Python's a % b */
 SymNode *sym_min(SymEnv *env, SymNode *a, SymNode *b);
-SymNode *sym_max(SymEnv *env, SymNode *a, SymNode *b);
 SymNode *sym_min_n(SymEnv *env, SymNode *const *args, uint32_t n);   /* n >= 1 */
 SymNode *sym_max_n(SymEnv *env, SymNode *const *args, uint32_t n);
 

@@ -97,7 +97,7 @@ static PyObject *env_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 /* ------------------------------------------------------------- operands ---- */
 
-/* A handle of owner, or an int made a constant: 1 with *out set, 0 when o is neither
+/* A handle of owner, or an int made a constant: 0 with *out set, 1 when o is neither
  * (NotImplemented), -1 with an exception. o borrowed. */
 static int operand(SymEnvObject *owner, PyObject *o, SymNode **out)
 {
@@ -107,14 +107,14 @@ static int operand(SymEnvObject *owner, PyObject *o, SymNode **out)
             return -1;
         }
         *out = ((SymHandleObject *)o)->node;
-        return 1;
+        return 0;
     }
     if (!PyLong_Check(o))
-        return 0;
+        return 1;
     long long v = PyLong_AsLongLong(o);
     if (v == -1 && PyErr_Occurred())
         return -1;
-    return (*out = sym_const(owner->env, v)) ? 1 : -1;
+    return (*out = sym_const(owner->env, v)) ? 0 : -1;
 }
 
 /* None is the infinity on that side; else an int. */
@@ -138,10 +138,10 @@ static PyObject *binop(PyObject *a, PyObject *b, BinFn fn)
     SymEnvObject *owner = IS_HANDLE(a) ? ((SymHandleObject *)a)->owner : ((SymHandleObject *)b)->owner;
     SymNode *x, *y;
     int ra = operand(owner, a, &x);
-    if (ra <= 0)
+    if (ra)
         return ra < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     int rb = operand(owner, b, &y);
-    if (rb <= 0)
+    if (rb)
         return rb < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     return wrap(owner, fn(owner->env, x, y));
 }
@@ -392,9 +392,9 @@ static PyObject *env_const(SymEnvObject *e, PyObject *v)
 {
     SymNode *n;
     int rc = operand(e, v, &n);
-    if (rc == 0)
+    if (rc > 0)
         PyErr_SetString(PyExc_TypeError, "const() expects an int");
-    return rc > 0 ? wrap(e, n) : NULL;
+    return rc == 0 ? wrap(e, n) : NULL;
 }
 
 static PyObject *env_minmax(SymEnvObject *e, PyObject *args, SymNode *(*fn)(SymEnv *, SymNode *const *, uint32_t))
@@ -411,8 +411,8 @@ static PyObject *env_minmax(SymEnvObject *e, PyObject *args, SymNode *(*fn)(SymE
     Py_ssize_t i = 0;
     for (; i < n; i++) {
         int rc = operand(e, PyTuple_GET_ITEM(args, i), &v[i]);
-        if (rc <= 0) {
-            if (rc == 0)
+        if (rc) {
+            if (rc > 0)
                 PyErr_SetString(PyExc_TypeError, "min()/max() operands must be ints or expressions");
             break;
         }
