@@ -326,7 +326,7 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
         memcpy(all + 1 + npos, args + nargs - nkw, sizeof(Var *) * (size_t)nkw);
     Var *result = NULL;
     int handled = 0;
-    if (rnn_is_forward(fn->obj))   /* nn.LSTM / GRU / RNN: one node (rnn.c) */
+    if (rnn_is_forward(fn->obj))   /* nn.LSTM / GRU / RNN: their library call (rnn.c) */
         result = rnn_module_call(c, m, fn, all + 1, npos + nkw, kwnames, &handled);
     if (!handled)
         result = inline_function(c, fn, all, npos + nkw + 1, kwnames);

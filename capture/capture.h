@@ -487,8 +487,10 @@ Var *autograd_fn_apply(Capture *c, Var **args, int32_t nargs, PyObject *kwnames)
 /* rnn.c: nn.LSTM / nn.GRU / nn.RNN modules */
 /* 1 when fn (borrowed) is the forward of one of them. */
 int rnn_is_forward(PyObject *fn);
-/* The call of module m's forward fwd (args without self): one graph node. *handled = 0
- * (nothing recorded) when the input is not one it models (forward is then inlined). */
+/* The call of module m's forward fwd (args without self): the library call forward makes
+ * (torch.lstm, ...), the module's weights as graph inputs and its settings as guarded
+ * constants. *handled = 0 (nothing recorded) when the input is not one it models (forward
+ * is then inlined). */
 Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
 /* disabled.c: functions wrapped by torch.compiler.disable / torch._dynamo.disable */

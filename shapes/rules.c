@@ -599,7 +599,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_np_interp, rule_np_trapezoid, rule_np_svd, rule_np_qr, rule_np_tensordot, rule_np_cov,
         rule_np_histogram, rule_np_bincount, rule_np_pinv,
         rule_pad, rule_conv_transpose, rule_interpolate, rule_addc, rule_tensor_new,
-        rule_random_fill, rule_tensor_data, rule_to_numpy, rule_from_numpy,
+        rule_random_fill, rule_tensor_data, rule_to_numpy, rule_from_numpy, rule_rnn,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;

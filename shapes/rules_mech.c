@@ -6,7 +6,8 @@
  * batch_first), the padded-tensor form. Their outputs are (output, h_n[, c_n]): h_n and c_n
  * are shaped like the initial states, and output like the input with its last dim
  * directions * h_n.size(-1). The packed-sequence overload (data, batch_sizes, ...) has a
- * tensor where hx is and is refused. */
+ * tensor where hx is and is refused. Symbolic batch and sequence sizes pass through with
+ * their symbols; a symbolic feature or hidden size (the weights fix both) is specialised. */
 #include "rules.h"
 #include "rules_util.h"
 #include "../core/errors.h"
@@ -35,13 +36,13 @@ int rule_rnn(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
         return -1;
     if (x->ndim != 3 || h->ndim != 3 || (cst && cst->ndim != 3))
         return sj_err(err, "%s: expected a 3-D input and 3-D states", op_info[op].name);
+    if (x->sym[2] || h->sym[2])
+        return 1;   /* sizes the weights fix: capture specialises them */
     if (x->dtype != DT_F32 && x->dtype != DT_F64 && x->dtype != DT_F16 && x->dtype != DT_BF16)
         return sj_err(err, "%s: input must be floating point", op_info[op].name);
     out[0] = *x;
     out[0].size[2] = (bidir ? 2 : 1) * h->size[2];
     out[0].sym[2] = NULL;
-    if (h->sym[2])
-        return sj_err(err, "%s: symbolic hidden size", op_info[op].name);
     out[1] = *h;
     if (cst)
         out[2] = *cst;

@@ -60,23 +60,23 @@ ORACLE_DIFFERENCES = {
         "the break at the module's construction comes before any op: shapejit counts it (the module is made at run time, in the interpreter, as torch.compile does), torch.compile's explain lists only breaks that end a non-empty graph",
     # t_mech: recurrent layers
     "t_mech_lstm_batch_first":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_lstm_initial_state":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_gru_no_grad":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_gru_bidirectional_state":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_rnn_relu_bidirectional":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_lstm_unbatched_proj":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_lstm_subclass_super_forward":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and runs a frame that calls one eagerly (0 graphs); shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     "t_mech_torch_lstm_call":
         "torch.compile runs a frame that calls torch.lstm eagerly (0 graphs); shapejit records torch.lstm as one graph node",
     "t_mech_lstm_text_encoder":
-        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and breaks the graph at a nested one; shapejit captures the recurrent layer as one graph node",
+        "torch.compile does not trace nn.LSTM / GRU / RNN (torch._dynamo.config.allow_rnn is off) and breaks the graph at a nested one; shapejit captures the recurrent layer as the library call its forward makes (torch.lstm / gru / rnn_tanh / rnn_relu)",
     # torch ops (tests/support/corpus/t_ops2.py)
     "t_op2_random_int_range":
         "torch.compile does not trace Tensor.random_ (a graph break at each call); shapejit captures it as an eager step that draws from the default generator in program order, so the values and the generator's state match eager",
