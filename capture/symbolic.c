@@ -22,6 +22,7 @@
 #include "../core/trace.h"
 #include "sj_opcodes.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 PyObject *SjConstraintViolation;
 
@@ -59,21 +60,6 @@ void symb_release(Capture *c)
     Py_CLEAR(c->symvals);
     Py_CLEAR(c->violations);
     c->env = NULL;   /* the graph owns it */
-}
-
-static int grow(void **p, int32_t *cap, int32_t n, size_t item)
-{
-    if (n < *cap)
-        return 0;
-    int32_t ncap = *cap ? *cap * 2 : 8;
-    void *q = PyMem_Realloc(*p, item * (size_t)ncap);
-    if (!q) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *p = q;
-    *cap = ncap;
-    return 0;
 }
 
 /* The name of a symbol in printed guards: its source. */
@@ -516,7 +502,7 @@ static int32_t number_input(Capture *c, PyObject *obj, int32_t src, PyTypeObject
 /* by_obj order is graph input order: compile_frame hands v->obj to the graph. */
 static int add_by_obj(Capture *c, Var *v)
 {
-    if (grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj, sizeof(Var *)) < 0)
+    if (sj_grow((void **)&c->by_obj, &c->cap_by_obj, c->nby_obj + 1, sizeof(Var *), 8) < 0)
         return -1;
     c->by_obj[c->nby_obj++] = v;
     return 0;

@@ -91,6 +91,17 @@ static int np_typenum(DType d)
     }
 }
 
+/* numpy's kind character of a dtype (numpy.dtype.kind): b, u, i, f or c. */
+static char np_kind(DType d)
+{
+    switch (dtype_info[d].category) {
+    case CAT_BOOL: return 'b';
+    case CAT_INT: return dtype_is_unsigned(d) ? 'u' : 'i';
+    case CAT_FLOAT: return 'f';
+    default: return 'c';
+    }
+}
+
 /* Maps by kind and size rather than type number: numpy has two int64 numbers (long and
  * longlong) that are the same type for us. Non-native byte order is refused because a
  * graph computes in native order. Returns 0 and sets *out, or 1. */
@@ -101,39 +112,12 @@ static int dtype_from_descr(PyArray_Descr *descr, DType *out)
     if (descr->byteorder == '<' && !PY_LITTLE_ENDIAN)
         return 1;
     int size = (int)PyDataType_ELSIZE(descr);
-    switch (descr->kind) {
-    case 'b': *out = DT_BOOL; return 0;
-    case 'u':
-        switch (size) {
-        case 1: *out = DT_U8; return 0;
-        case 2: *out = DT_U16; return 0;
-        case 4: *out = DT_U32; return 0;
-        case 8: *out = DT_U64; return 0;
-        default: return 1;
+    for (int d = 0; d < DT_COUNT; d++)
+        if (np_typenum((DType)d) >= 0 && np_kind((DType)d) == descr->kind && dtype_info[d].itemsize == size) {
+            *out = (DType)d;
+            return 0;
         }
-    case 'i':
-        switch (size) {
-        case 1: *out = DT_I8; return 0;
-        case 2: *out = DT_I16; return 0;
-        case 4: *out = DT_I32; return 0;
-        case 8: *out = DT_I64; return 0;
-        default: return 1;
-        }
-    case 'f':
-        switch (size) {
-        case 2: *out = DT_F16; return 0;
-        case 4: *out = DT_F32; return 0;
-        case 8: *out = DT_F64; return 0;
-        default: return 1;
-        }
-    case 'c':
-        switch (size) {
-        case 8: *out = DT_C64; return 0;
-        case 16: *out = DT_C128; return 0;
-        default: return 1;
-        }
-    default: return 1;
-    }
+    return 1;
 }
 
 /* ---- torch tensors ---- */
