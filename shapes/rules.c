@@ -258,6 +258,41 @@ int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
     return 0;
 }
 
+int sj_get_dim(const BoundArgs *b, const char *name, int64_t dflt, Lib lib, int ndim, int *out, ShapeErr *err)
+{
+    int64_t d;
+    return sj_get_int(b, name, dflt, &d, err) || sj_dim(lib, d, ndim, out, err) ? -1 : 0;
+}
+
+const TensorMeta *sj_input_dim(const BoundArgs *b, Lib lib, const char *name, int64_t dflt, const char *msg, int *d,
+                               ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return NULL;
+    if (msg && x->ndim == 0) {
+        sj_err(err, "%s", msg);
+        return NULL;
+    }
+    return sj_get_dim(b, name, dflt, lib, x->ndim, d, err) ? NULL : x;
+}
+
+int sj_tensor2(const BoundArgs *b, const char *n1, const TensorMeta **t1, const char *n2, const TensorMeta **t2,
+               ShapeErr *err)
+{
+    *t1 = sj_tensor(b, n1, err);
+    *t2 = *t1 ? sj_tensor(b, n2, err) : NULL;
+    return *t2 ? 0 : -1;
+}
+
+int sj_passed_none(const BoundArgs *b, const char *name)
+{
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->names[i], name) == 0)
+            return b->args[i].kind == BA_CONST && b->args[i].value == Py_None;
+    return 0;
+}
+
 /* Broadcasting one dim: r (the result so far) against s. Static dims compare as numbers. A
  * symbolic dim is 1 or not by its hint, and equal to another dim by the hints; the
  * relation that decided is guarded (nothing is guarded when the ranges decide: a size
@@ -655,6 +690,17 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
         return sj_err(err, "%s: unsupported or invalid dtype %.60s", name,
                       Py_TYPE(a->value)->tp_name);
     *given = 1;
+    return 0;
+}
+
+int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err)
+{
+    DType d;
+    int given;
+    if (sj_get_dtype(b, name, lib, &d, &given, err))
+        return -1;
+    if (given)
+        *dt = d;
     return 0;
 }
 

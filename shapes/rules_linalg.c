@@ -93,9 +93,8 @@ static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
 int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     DType dt;
     if (lib == LIB_TORCH) {
@@ -130,9 +129,8 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!w)
+    const TensorMeta *x, *w;
+    if (sj_tensor2(b, "input", &x, "weight", &w, err))
         return -1;
     if (w->ndim != 1 && w->ndim != 2)
         return sj_err(err, "linear: weight must be 1-D or 2-D");
@@ -211,9 +209,8 @@ int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
 {
     (void)op;
     const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     if (lib == LIB_TORCH && (x->ndim != 1 || y->ndim != 1))
         return sj_err(err, "outer: expected 1-D tensors");
@@ -396,9 +393,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 int rule_inner(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     DType dt;
     if (promote_pair(lib, (DType)x->dtype, (DType)y->dtype, &dt, err))

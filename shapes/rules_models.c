@@ -18,13 +18,10 @@ static int is_index_dtype(const TensorMeta *m)
 int rule_index_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     if (!ix)
-        return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
     if (!is_index_dtype(ix))
         return sj_err(err, "index_select(): Expected dtype int32 or int64 for index");
@@ -47,14 +44,11 @@ int rule_index_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
 int rule_index_add(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     const TensorMeta *src = ix ? sj_tensor(b, "source", err) : NULL;
     if (!src)
-        return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
     if (!is_index_dtype(ix))
         return sj_err(err, "index_add_(): Expected dtype int32/int64 for index");
@@ -160,14 +154,10 @@ int rule_one_hot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 int rule_glu(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "glu does not support scalars because halving size must be even");
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", -1, "glu does not support scalars because halving size must be even",
+                                       &d, err);
+    if (!x)
         return -1;
     if (x->size[d] % 2)
         return sj_err(err, "Halving dimension must be even, but dimension %d is size %lld", d,
@@ -187,9 +177,8 @@ int rule_reshape_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
 {
     (void)op;
     (void)lib;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
-    if (!o)
+    const TensorMeta *x, *o;
+    if (sj_tensor2(b, "input", &x, "other", &o, err))
         return -1;
     if (sj_numel(x) != sj_numel(o))
         return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));

@@ -267,9 +267,8 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 {
     (void)lib;
     int sp = op == OP_CONV1D ? 1 : 2;    /* spatial dims */
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!w || need_float(x, op_info[op].name, err))
+    const TensorMeta *x, *w;
+    if (sj_tensor2(b, "input", &x, "weight", &w, err) || need_float(x, op_info[op].name, err))
         return -1;
     if (w->dtype != x->dtype)
         return sj_err(err, "input and weight should have the same dtype");
@@ -498,9 +497,8 @@ int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op; (void)lib;
-    const TensorMeta *ix = sj_tensor(b, "input", err);
-    const TensorMeta *w = ix ? sj_tensor(b, "weight", err) : NULL;
-    if (!w)
+    const TensorMeta *ix, *w;
+    if (sj_tensor2(b, "input", &ix, "weight", &w, err))
         return -1;
     if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
         return sj_err(err, "Expected tensor for argument #1 'indices' to have one of the "

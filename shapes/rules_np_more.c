@@ -647,9 +647,8 @@ int rule_np_interp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 int rule_np_tensordot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     int64_t ax[SJ_MAX_RANK], bx[SJ_MAX_RANK];
     int na = 0, nb = 0;

@@ -413,9 +413,8 @@ int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
 int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                      ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *mask = x ? sj_tensor(b, "mask", err) : NULL;
-    if (!mask)
+    const TensorMeta *x, *mask;
+    if (sj_tensor2(b, "input", &x, "mask", &mask, err))
         return -1;
     (void)op;
     if (mask->dtype != DT_BOOL)
@@ -604,9 +603,8 @@ int rule_copy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 {
     (void)op;
     (void)lib;
-    const TensorMeta *dst = sj_tensor(b, "input", err);
-    const TensorMeta *src = dst ? sj_tensor(b, "other", err) : NULL;
-    if (!src)
+    const TensorMeta *dst, *src;
+    if (sj_tensor2(b, "input", &dst, "other", &src, err))
         return -1;
     const TensorMeta *both[2] = {dst, src};
     TensorMeta bc = *dst;

@@ -101,9 +101,8 @@ int rule_conv_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, i
 {
     (void)lib;
     int sp = op == OP_CONV_TRANSPOSE1D ? 1 : 2;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *wa = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!wa)
+    const TensorMeta *x, *wa;
+    if (sj_tensor2(b, "input", &x, "weight", &wa, err))
         return -1;
     if (!is_float(x))
         return sj_err(err, "%s is not implemented for %s", op_info[op].name, dtype_info[x->dtype].name);

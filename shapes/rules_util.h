@@ -33,6 +33,16 @@ int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int m
 
 /* Wraps a possibly negative dim into [0, ndim). torch lets a 0-d tensor use dims -1 and 0. */
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err);
+/* The int argument `name` (absent: dflt) as a dim of a rank-ndim tensor, wrapped (sj_dim). */
+int sj_get_dim(const BoundArgs *b, const char *name, int64_t dflt, Lib lib, int ndim, int *out, ShapeErr *err);
+/* The tensor `input` of an op along one of its dims: *d is the argument `name` (absent:
+ * dflt) wrapped into the input's dims. When msg is given a 0-d input is refused with it
+ * (before the dim is read). Borrowed, or NULL with err set. */
+const TensorMeta *sj_input_dim(const BoundArgs *b, Lib lib, const char *name, int64_t dflt, const char *msg, int *d,
+                               ShapeErr *err);
+/* Two tensor arguments, both required (sj_tensor): 0, or -1 with err set. Borrowed. */
+int sj_tensor2(const BoundArgs *b, const char *n1, const TensorMeta **t1, const char *n2, const TensorMeta **t2,
+               ShapeErr *err);
 
 /* Broadcasts the shapes of n metas into out->ndim/out->size (other fields untouched).
  * NULL entries are skipped. */
@@ -42,6 +52,9 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
  * *given = 0 when absent. */
 int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
                  ShapeErr *err);
+/* sj_get_dtype for a default: *dt becomes the dtype argument `name` when given and stays
+ * when it is absent. */
+int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err);
 
 /* numpy ufuncs and reductions return numpy scalars instead of 0-d arrays. */
 void sj_np_scalarize(Lib lib, TensorMeta *out);
@@ -94,6 +107,25 @@ static inline void sj_copy_dim(TensorMeta *out, int k, const TensorMeta *x, int 
     out->size[k] = x->size[i];
     out->sym[k] = x->sym[i];
 }
+/* out takes x's shape: its rank, and each dim's size and symbol (other fields untouched). */
+static inline void sj_copy_shape(TensorMeta *out, const TensorMeta *x)
+{
+    out->ndim = x->ndim;
+    for (int i = 0; i < x->ndim; i++)
+        sj_copy_dim(out, i, x, i);
+}
+/* The values-and-indices result of max(dim), topk, max_pool(return_indices=True): out[1]
+ * becomes the int64 indices, shaped as the values out[0]; two outputs. */
+static inline void sj_with_indices(TensorMeta *out, int *nout)
+{
+    out[1] = out[0];
+    out[1].dtype = DT_I64;
+    out[1].requires_grad = 0;
+    *nout = 2;
+}
+/* 1 when the argument `name` was passed as None (ba_get answers NULL for None as for an
+ * absent argument; numpy's axis=None means something else than an absent axis). */
+int sj_passed_none(const BoundArgs *b, const char *name);
 /* sj_int_list with the symbols of symbolic entries (NULL for constants; their hints in
  * out), which it does not specialise. */
 int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,

@@ -339,14 +339,12 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int64_t sizes[SJ_MAX_RANK];
+    int n = 0, d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     if (!x)
         return -1;
-    int64_t d0, sizes[SJ_MAX_RANK];
-    int n = 0, d;
     const BoundArg *sa = ba_get(b, "sizes");
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
-        return -1;
     if (!sa || sj_int_list(sa, "sizes", sizes, &n, SJ_MAX_RANK, err))
         return sa ? -1 : sj_err(err, "unflatten() needs sizes");
     /* a symbolic dim being split: pinned (its parts would need exact division); the other
@@ -491,9 +489,8 @@ int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
-    if (!o || expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
+    const TensorMeta *x, *o;
+    if (sj_tensor2(b, "input", &x, "other", &o, err) || expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
         return -1;
     *nout = 1;
     return 0;
@@ -777,16 +774,9 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "split expects at least a 1-dimensional tensor");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "split expects at least a 1-dimensional tensor", &d, err);
+    if (!x)
         return -1;
     const BoundArg *s = ba_get(b, "split_size");
     if (!s || (s->kind != BA_CONST && s->kind != BA_LIST))
@@ -886,20 +876,13 @@ int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t chunks, d0;
+    int64_t chunks;
     int d;
-    if (sj_int(ba_get(b, "chunks"), "chunks", &chunks, err) ||
-        sj_get_int(b, "dim", 0, &d0, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "chunk expects at least a 1-dimensional tensor", &d, err);
+    if (!x || sj_int(ba_get(b, "chunks"), "chunks", &chunks, err))
         return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "chunk expects at least a 1-dimensional tensor");
     if (chunks <= 0)
         return sj_err(err, "chunk expects `chunks` to be greater than 0");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
-        return -1;
     int64_t size = x->size[d];
     int64_t len[SJ_MAX_OUTS];
     int n = 0;
@@ -936,16 +919,10 @@ int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "Dimension specified as 0 but tensor has no dimensions");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "Dimension specified as 0 but tensor has no dimensions", &d,
+                                       err);
+    if (!x)
         return -1;
     /* the number of results is the size: a symbolic one is specialised (as torch); the
      * other dims keep their symbols */
@@ -1017,15 +994,6 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-/* ba_get hides None; numpy's axis=None means something else than an absent axis. */
-static int passed_none(const BoundArgs *b, const char *name)
-{
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->names[i], name) == 0)
-            return b->args[i].kind == BA_CONST && b->args[i].value == Py_None;
-    return 0;
-}
-
 /* The tensors of a cat/stack sequence, and their common dtype. */
 static int seq_tensors(Lib lib, const BoundArgs *b, const TensorMeta **ts, int *n,
                        DType *dt, ShapeErr *err)
@@ -1058,17 +1026,11 @@ int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     const TensorMeta *ts[SJ_MAX_OUTS];
     int n;
     DType dt;
-    if (seq_tensors(lib, b, ts, &n, &dt, err))
+    if (seq_tensors(lib, b, ts, &n, &dt, err) || sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
-        return -1;
-    if (dtype_given)
-        dt = given;
     const BoundArg *da = ba_get(b, "dim");
     sj_meta(out, lib, dt);
-    if (lib == LIB_NUMPY && !da && passed_none(b, "dim")) {
+    if (lib == LIB_NUMPY && !da && sj_passed_none(b, "dim")) {
         /* np.concatenate(..., axis=None) concatenates the flattened arrays */
         int64_t total = 0;
         for (int i = 0; i < n; i++)
@@ -1159,22 +1121,13 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     const TensorMeta *ts[SJ_MAX_OUTS];
     int n;
     DType dt;
-    if (seq_tensors(lib, b, ts, &n, &dt, err))
+    if (seq_tensors(lib, b, ts, &n, &dt, err) || sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
-        return -1;
-    if (dtype_given)
-        dt = given;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
     const TensorMeta *ref = ts[0];
     if (ref->ndim + 1 > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-    if (sj_dim(LIB_NUMPY, d0, ref->ndim + 1, &d, err))
+    if (sj_get_dim(b, "dim", 0, LIB_NUMPY, ref->ndim + 1, &d, err))
         return -1;
     for (int i = 1; i < n; i++) {
         if (ts[i]->ndim != ref->ndim)
@@ -1207,13 +1160,10 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
 int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     if (!ix)
-        return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
     if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
         return sj_err(err, "gather(): Expected dtype int32/int64 for index");
@@ -1232,9 +1182,7 @@ int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             return sj_err(err, "Size does not match at dimension %d", i);
     }
     like(x, out);
-    out->ndim = ix->ndim;
-    for (int i = 0; i < ix->ndim; i++)
-        sj_copy_dim(out, i, ix, i);   /* the output has the index's shape */
+    sj_copy_shape(out, ix);   /* the output has the index's shape */
     *nout = 1;
     return 0;
 }
