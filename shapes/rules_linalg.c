@@ -146,9 +146,7 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!eq)
         return mismatch(err, x->size[x->ndim - 1], in);
     sj_meta(out, lib, dt);
-    out->ndim = x->ndim;
-    for (int i = 0; i < x->ndim; i++)
-        sj_copy_dim(out, i, x, i);
+    sj_copy_shape(out, x);
     if (w->ndim == 2)
         sj_copy_dim(out, x->ndim - 1, w, 0);
     else

@@ -403,14 +403,10 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
                 return empty < 0 ? -1 : sj_err(err, "%s: empty input", op_info[op].name);
         }
     out[0].requires_grad = x->requires_grad;
-    if (ret_idx) {
-        out[1] = out[0];
-        out[1].dtype = DT_I64;
-        out[1].requires_grad = 0;
-        *nout = 2;
-    } else {
+    if (ret_idx)
+        sj_with_indices(out, nout);
+    else
         *nout = 1;
-    }
     return 0;
 }
 
@@ -482,14 +478,10 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     int ret_idx = 0;
     if (is_max && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
         return -1;
-    if (ret_idx) {
-        out[1] = out[0];
-        out[1].dtype = DT_I64;
-        out[1].requires_grad = 0;
-        *nout = 2;
-    } else {
+    if (ret_idx)
+        sj_with_indices(out, nout);
+    else
         *nout = 1;
-    }
     return 0;
 }
 

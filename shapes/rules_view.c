@@ -16,6 +16,31 @@ static void like(const TensorMeta *x, TensorMeta *out)
     out->np_scalar = 0;
 }
 
+/* Static sizes[0..n) that must multiply to total, one of them possibly -1: that one is
+ * inferred (filled in). torch's and numpy's reshape rule, and unflatten's for one dim.
+ * 0, or -1 with err set. */
+static int infer_size(int64_t *sizes, int n, int64_t total, ShapeErr *err)
+{
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] == -1) {
+            if (infer >= 0)
+                return sj_err(err, "only one dimension can be inferred");
+            infer = i;
+        } else if (sizes[i] < 0) {
+            return sj_err(err, "invalid shape dimension %lld", (long long)sizes[i]);
+        } else {
+            known *= sizes[i];
+        }
+    }
+    if (infer >= 0 ? known == 0 || total % known != 0 : known != total)
+        return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
+    if (infer >= 0)
+        sizes[infer] = total / known;
+    return 0;
+}
+
 /* view/reshape with symbolic sizes: the element counts must agree as expressions (a
  * relation the ranges cannot decide is guarded); a -1 entry is numel // known. */
 static int view_symbolic(OpId op, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n,
@@ -76,36 +101,14 @@ int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     int64_t shape[SJ_MAX_RANK + 1];
     SymNode *syms[SJ_MAX_RANK + 1];
     int n;
-    const BoundArg *s = ba_get(b, "shape");
-    if (!s)
-        return sj_err(err, "%s needs a shape", op_info[op].name);
-    if (sj_int_list_sym(s, "shape", shape, syms, &n, SJ_MAX_RANK + 1, err))
+    if (sj_int_list_sym(ba_get(b, "shape"), "shape", shape, syms, &n, SJ_MAX_RANK + 1, err))
         return -1;
     if (n > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     if (sj_symctx)
         return view_symbolic(op, x, shape, syms, n, out, nout, err);
-    int infer = -1;
-    int64_t known = 1;
-    for (int i = 0; i < n; i++) {
-        if (shape[i] == -1) {
-            if (infer >= 0)
-                return sj_err(err, "only one dimension can be inferred");
-            infer = i;
-        } else if (shape[i] < 0) {
-            return sj_err(err, "invalid shape dimension %lld", (long long)shape[i]);
-        } else {
-            known *= shape[i];
-        }
-    }
-    int64_t total = sj_numel(x);
-    if (infer >= 0) {
-        if (known == 0 || total % known != 0)
-            return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
-        shape[infer] = total / known;
-    } else if (known != total) {
-        return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
-    }
+    if (infer_size(shape, n, sj_numel(x), err))
+        return -1;
     like(x, out);
     out->ndim = (unsigned char)n;
     memcpy(out->size, shape, sizeof(int64_t) * (size_t)n);
@@ -356,27 +359,8 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return sj_err(err, "unflatten: sizes must be non-empty");
     if (x->ndim - 1 + n > SJ_MAX_RANK)
         return sj_err(err, "unflatten: rank above %d", SJ_MAX_RANK);
-    int infer = -1;
-    int64_t known = 1;
-    for (int i = 0; i < n; i++) {
-        if (sizes[i] == -1) {
-            if (infer >= 0)
-                return sj_err(err, "unflatten: only one dimension can be inferred");
-            infer = i;
-        } else if (sizes[i] < 0) {
-            return sj_err(err, "unflatten: invalid size %lld", (long long)sizes[i]);
-        } else {
-            known *= sizes[i];
-        }
-    }
-    if (infer >= 0) {
-        if (known == 0 || x->size[d] % known)
-            return sj_err(err, "unflatten: sizes do not divide dimension %d", d);
-        sizes[infer] = x->size[d] / known;
-    } else if (known != x->size[d]) {
-        return sj_err(err, "unflatten: provided sizes don't multiply up to the size of dim %d (%lld)", d,
-                      (long long)x->size[d]);
-    }
+    if (infer_size(sizes, n, x->size[d], err))
+        return -1;
     like(x, out);
     int k = 0;
     for (int i = 0; i < d; i++, k++)
@@ -475,10 +459,7 @@ int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t shape[SJ_MAX_RANK];
     SymNode *syms[SJ_MAX_RANK];
     int n;
-    const BoundArg *size = ba_get(b, "size");
-    if (!size)
-        return sj_err(err, "expand needs a size");
-    if (sj_int_list_sym(size, "size", shape, syms, &n, SJ_MAX_RANK, err) ||
+    if (sj_int_list_sym(ba_get(b, "size"), "size", shape, syms, &n, SJ_MAX_RANK, err) ||
         expand_to(lib, x, shape, syms, n, out, err))
         return -1;
     *nout = 1;
@@ -951,10 +932,7 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t reps[SJ_MAX_RANK];
     SymNode *syms[SJ_MAX_RANK];
     int n;
-    const BoundArg *sizes = ba_get(b, "sizes");
-    if (!sizes)
-        return sj_err(err, "repeat needs sizes");
-    if (sj_int_list_sym(sizes, "sizes", reps, syms, &n, SJ_MAX_RANK, err))
+    if (sj_int_list_sym(ba_get(b, "sizes"), "sizes", reps, syms, &n, SJ_MAX_RANK, err))
         return -1;
     if (n < x->ndim) {
         if (lib == LIB_TORCH)

@@ -122,6 +122,23 @@ static int dtype_from_descr(PyArray_Descr *descr, DType *out)
 
 /* ---- torch tensors ---- */
 
+/* The first n items of the sequence seq (borrowed; a torch.Size or a tuple of Python ints)
+ * into out. 0, or -1 with an exception set. */
+static int read_ints(PyObject *seq, Py_ssize_t n, int64_t *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PySequence_GetItem(seq, i);    /* new */
+        if (!s)
+            return -1;
+        long long v = PyLong_AsLongLong(s);
+        Py_DECREF(s);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        out[i] = v;
+    }
+    return 0;
+}
+
 static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const char **why)
 {
     int rc = -1;
@@ -168,16 +185,8 @@ static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const 
     out->lib = LIB_TORCH;
     out->dtype = (unsigned char)d;
     out->ndim = (unsigned char)nd;
-    for (Py_ssize_t i = 0; i < nd; i++) {
-        PyObject *s = PySequence_GetItem(shape, i);    /* new */
-        if (!s)
-            goto done;
-        long long v = PyLong_AsLongLong(s);
-        Py_DECREF(s);
-        if (v == -1 && PyErr_Occurred())
-            goto done;
-        out->size[i] = v;
-    }
+    if (read_ints(shape, nd, out->size) < 0)
+        goto done;
     if (!(rg = PyObject_GetAttrString(value, "requires_grad")))
         goto done;
     int t = PyObject_IsTrue(rg);
@@ -185,18 +194,8 @@ static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const 
         goto done;
     out->requires_grad = (unsigned char)t;
     if (strides) {
-        if (!(st = PyObject_CallMethod(value, "stride", NULL)))
+        if (!(st = PyObject_CallMethod(value, "stride", NULL)) || read_ints(st, nd, strides) < 0)
             goto done;
-        for (Py_ssize_t i = 0; i < nd; i++) {
-            PyObject *s = PySequence_GetItem(st, i);    /* new */
-            if (!s)
-                goto done;
-            long long v = PyLong_AsLongLong(s);
-            Py_DECREF(s);
-            if (v == -1 && PyErr_Occurred())
-                goto done;
-            strides[i] = v;
-        }
     }
     rc = 0;
 done:
