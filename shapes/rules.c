@@ -644,32 +644,29 @@ int shapes_rule_is_symbolic(OpId op)
     return 0;
 }
 
-static int arg_symbolic(const BoundArg *a)
+/* 1 when is(a) holds for one of args[0..n), the items of list arguments (nested lists
+ * included) standing for the lists. */
+static int any_arg(const BoundArg *args, int n, int (*is)(const BoundArg *a))
 {
-    switch (a->kind) {
-    case BA_TENSOR:
-        for (int i = 0; i < a->meta->ndim; i++)
-            if (a->meta->sym[i])
-                return 1;
-        return 0;
-    case BA_CONST:
+    for (int i = 0; i < n; i++)
+        if (args[i].kind == BA_LIST ? any_arg(args[i].items, args[i].n, is) : is(&args[i]))
+            return 1;
+    return 0;
+}
+
+static int is_symbolic(const BoundArg *a)
+{
+    if (a->kind == BA_CONST)
         return a->sym != NULL || a->slice_sym != NULL;
-    case BA_LIST:
-        for (int i = 0; i < a->n; i++)
-            if (arg_symbolic(&a->items[i]))
-                return 1;
-        return 0;
-    default:
-        return 0;
-    }
+    for (int i = 0; a->kind == BA_TENSOR && i < a->meta->ndim; i++)
+        if (a->meta->sym[i])
+            return 1;
+    return 0;
 }
 
 int shapes_args_symbolic(const BoundArgs *b)
 {
-    for (int i = 0; i < b->n; i++)
-        if (arg_symbolic(&b->args[i]))
-            return 1;
-    return 0;
+    return any_arg(b->args, b->n, is_symbolic);
 }
 
 int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
@@ -718,23 +715,14 @@ int64_t sj_numel(const TensorMeta *m)
     return n;
 }
 
-static int list_requires_grad(const BoundArg *a)
+static int is_grad_tensor(const BoundArg *a)
 {
-    if (a->kind == BA_TENSOR)
-        return a->meta->requires_grad;
-    if (a->kind == BA_LIST)
-        for (int i = 0; i < a->n; i++)
-            if (list_requires_grad(&a->items[i]))
-                return 1;
-    return 0;
+    return a->kind == BA_TENSOR && a->meta->requires_grad;
 }
 
 int sj_requires_grad(const BoundArgs *b)
 {
-    for (int i = 0; i < b->n; i++)
-        if (list_requires_grad(&b->args[i]))
-            return 1;
-    return 0;
+    return any_arg(b->args, b->n, is_grad_tensor);
 }
 
 int rule_none(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
