@@ -701,6 +701,21 @@ int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeE
     return 0;
 }
 
+int sj_cpu_device(PyObject *v, ShapeErr *err)
+{
+    PyObject *s = PyObject_Str(v);    /* new: "cpu", "cpu:0", "cuda:0" */
+    if (!s) {
+        sj_err_clear();
+        return sj_err(err, "unreadable device");
+    }
+    const char *c = PyUnicode_AsUTF8(s);
+    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
+    if (!c)
+        sj_err_clear();
+    Py_DECREF(s);
+    return ok ? 0 : sj_err(err, "only the cpu device is supported");
+}
+
 void sj_np_scalarize(Lib lib, TensorMeta *out)
 {
     if (lib == LIB_NUMPY && out->ndim == 0)

@@ -8,9 +8,15 @@
 #include "rules_util.h"
 #include "../core/errors.h"
 
-static int is_index_dtype(const TensorMeta *m)
+/* The index of index_select and index_add (what names the op): an int32 or int64 vector
+ * or scalar. */
+static int index_vector(const TensorMeta *ix, const char *what, ShapeErr *err)
 {
-    return m->dtype == DT_I64 || m->dtype == DT_I32;
+    if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
+        return sj_err(err, "%s(): Expected dtype int32 or int64 for index", what);
+    if (ix->ndim > 1)
+        return sj_err(err, "%s(): Index is supposed to be a vector", what);
+    return 0;
 }
 
 /* index_select(input, dim, index): dim takes the index's length; the index is int32/int64
@@ -23,10 +29,8 @@ int rule_index_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     if (!ix)
         return -1;
-    if (!is_index_dtype(ix))
-        return sj_err(err, "index_select(): Expected dtype int32 or int64 for index");
-    if (ix->ndim > 1)
-        return sj_err(err, "index_select(): Index is supposed to be a vector");
+    if (index_vector(ix, "index_select", err))
+        return -1;
     *out = *x;
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     if (x->ndim == 0) {
@@ -50,10 +54,8 @@ int rule_index_add(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     const TensorMeta *src = ix ? sj_tensor(b, "source", err) : NULL;
     if (!src)
         return -1;
-    if (!is_index_dtype(ix))
-        return sj_err(err, "index_add_(): Expected dtype int32/int64 for index");
-    if (ix->ndim > 1)
-        return sj_err(err, "index_add_(): Index is supposed to be a vector");
+    if (index_vector(ix, "index_add_", err))
+        return -1;
     if (src->dtype != x->dtype)
         return sj_err(err, "index_add_(): self and source must have the same scalar type");
     if (x->ndim == 0 || src->ndim == 0) {

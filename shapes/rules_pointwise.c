@@ -472,23 +472,6 @@ int rule_clamp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
  * (type_as), or the positional `args` of Tensor.to, which may hold a dtype, a device, a
  * tensor and the bools non_blocking/copy. Devices other than cpu are refused. */
 
-static int device_ok(PyObject *v, ShapeErr *err)
-{
-    PyObject *s = PyObject_Str(v);    /* new: "cpu", "cpu:0", "cuda:0" */
-    if (!s) {
-        sj_err_clear();
-        return sj_err(err, "unreadable device");
-    }
-    const char *c = PyUnicode_AsUTF8(s);
-    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
-    if (!c)
-        sj_err_clear();
-    Py_DECREF(s);
-    if (!ok)
-        return sj_err(err, "only the cpu device is supported");
-    return 0;
-}
-
 static int is_device(PyObject *v)
 {
     if (PyUnicode_Check(v))
@@ -521,7 +504,7 @@ static int cast_target(const BoundArg *a, Lib lib, DType *d, int *found, ShapeEr
         return 0;
     }
     if (is_device(v))
-        return device_ok(v, err);
+        return sj_cpu_device(v, err);
     int r = dtype_from_py(v, lib, d);
     if (r < 0) {
         sj_err_clear();
@@ -558,7 +541,7 @@ int rule_cast(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return -1;
     if ((a = ba_get(b, "other")) && cast_target(a, lib, &d, &found, err))
         return -1;
-    if ((a = ba_get(b, "device")) && a->kind == BA_CONST && device_ok(a->value, err))
+    if ((a = ba_get(b, "device")) && a->kind == BA_CONST && sj_cpu_device(a->value, err))
         return -1;
     if ((a = ba_get(b, "args"))) {
         if (a->kind != BA_LIST)

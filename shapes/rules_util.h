@@ -4,6 +4,8 @@
 #ifndef SJ_RULES_UTIL_H
 #define SJ_RULES_UTIL_H
 
+#include <string.h>
+
 #include "rules.h"
 
 
@@ -55,6 +57,10 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
 /* sj_get_dtype for a default: *dt becomes the dtype argument `name` when given and stays
  * when it is absent. */
 int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err);
+
+/* A device argument's value (borrowed: a torch.device or a string): 0 when it is the cpu
+ * ("cpu", "cpu:0"), else -1 with err set. */
+int sj_cpu_device(PyObject *v, ShapeErr *err);
 
 /* numpy ufuncs and reductions return numpy scalars instead of 0-d arrays. */
 void sj_np_scalarize(Lib lib, TensorMeta *out);
@@ -113,6 +119,15 @@ static inline void sj_copy_shape(TensorMeta *out, const TensorMeta *x)
     out->ndim = x->ndim;
     for (int i = 0; i < x->ndim; i++)
         sj_copy_dim(out, i, x, i);
+}
+/* out's shape becomes size[0..n), syms[i] the symbol of size i (NULL: static); the symbols
+ * past n are cleared (other fields untouched). */
+static inline void sj_set_shape(TensorMeta *out, const int64_t *size, struct SymNode *const *syms, int n)
+{
+    out->ndim = (unsigned char)n;
+    memset(out->sym, 0, sizeof out->sym);
+    memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+    memcpy(out->sym, syms, sizeof(struct SymNode *) * (size_t)n);
 }
 /* The values-and-indices result of max(dim), topk, max_pool(return_indices=True): out[1]
  * becomes the int64 indices, shaped as the values out[0]; two outputs. */
