@@ -244,6 +244,25 @@ int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int m
     return int_list(a, what, out, n, max, 1, err);
 }
 
+int sj_int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        for (int i = 0; i < n; i++)
+            v[i] = dflt;
+        return 0;
+    }
+    int64_t tmp[SJ_MAX_RANK];
+    int m;
+    if (sj_int_list(a, name, tmp, &m, SJ_MAX_RANK, err))
+        return -1;
+    if (m != 1 && m != n)
+        return sj_err(err, "%s must be an int or a tuple of %d ints", name, n);
+    for (int i = 0; i < n; i++)
+        v[i] = tmp[m == 1 ? 0 : i];
+    return 0;
+}
+
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
 {
     int span = (ndim == 0 && lib == LIB_TORCH) ? 1 : ndim;
@@ -497,6 +516,17 @@ int sj_pin(SymNode *e, int64_t *value, ShapeErr *err)
         return 0;
     SymNode *k = sym_const(sj_symctx->env, *value);
     return k ? sj_require(sym_eq(sj_symctx->env, e, k), err) : sj_sym_error(err);
+}
+
+int sj_pin_dims(TensorMeta *m, ShapeErr *err)
+{
+    for (int i = 0; sj_symctx && i < m->ndim; i++)
+        if (m->sym[i]) {
+            if (sj_pin(m->sym[i], &m->size[i], err) < 0)
+                return -1;
+            m->sym[i] = NULL;
+        }
+    return 0;
 }
 
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err)

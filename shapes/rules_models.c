@@ -219,23 +219,6 @@ int rule_histc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return 0;
 }
 
-/* An int or a pair of ints (unfold's kernel_size, dilation, padding, stride). */
-static int int_pair(const BoundArgs *b, const char *name, int64_t dflt, int64_t v[2], ShapeErr *err)
-{
-    const BoundArg *a = ba_get(b, name);
-    v[0] = v[1] = dflt;
-    if (!a)
-        return 0;
-    int n = 0;
-    if (sj_int_list(a, name, v, &n, 2, err))
-        return -1;
-    if (n == 1)
-        v[1] = v[0];
-    else if (n != 2)
-        return sj_err(err, "%s must be an int or a pair of ints", name);
-    return 0;
-}
-
 /* unfold(input, kernel_size, dilation=1, padding=0, stride=1) (im2col): (N, C, H, W) gives
  * (N, C * kh * kw, L) and (C, H, W) gives (C * kh * kw, L), L the number of blocks. */
 int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
@@ -252,8 +235,8 @@ int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t k[2], d[2], p[2], s[2];
     if (!ba_get(b, "kernel_size"))
         return sj_err(err, "unfold() missing required argument 'kernel_size'");
-    if (int_pair(b, "kernel_size", 1, k, err) || int_pair(b, "dilation", 1, d, err) ||
-        int_pair(b, "padding", 0, p, err) || int_pair(b, "stride", 1, s, err))
+    if (sj_int_tuple(b, "kernel_size", 1, 2, k, err) || sj_int_tuple(b, "dilation", 1, 2, d, err) ||
+        sj_int_tuple(b, "padding", 0, 2, p, err) || sj_int_tuple(b, "stride", 1, 2, s, err))
         return -1;
     for (int i = 0; i < 2; i++)
         if (k[i] <= 0 || d[i] <= 0 || s[i] <= 0 || p[i] < 0)

@@ -703,12 +703,8 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     }
     if (pa->kind != BA_CONST)
         return sj_err(err, "pad_width must be constant");
-    for (int i = 0; i < x->ndim; i++)
-        if (sj_symctx && out->sym[i]) {
-            if (sj_pin(out->sym[i], &out->size[i], err) < 0)
-                return -1;
-            out->sym[i] = NULL;
-        }
+    if (sj_pin_dims(out, err) < 0)
+        return -1;
     PyObject *v = pa->value;
     int64_t before[SJ_MAX_RANK], after[SJ_MAX_RANK];
     int64_t flat[SJ_MAX_RANK * 2];

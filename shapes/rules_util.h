@@ -33,6 +33,11 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
                 ShapeErr *err);
 
+/* An int or a tuple of n ints (one int repeats) from the argument `name` (absent: dflt in
+ * every entry): kernel sizes, strides, paddings. Constants only: a symbolic int is
+ * specialised (sj_int_list pins it). */
+int sj_int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v, ShapeErr *err);
+
 /* Wraps a possibly negative dim into [0, ndim). torch lets a 0-d tensor use dims -1 and 0. */
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err);
 /* The int argument `name` (absent: dflt) as a dim of a rank-ndim tensor, wrapped (sj_dim). */
@@ -91,6 +96,10 @@ int sj_set_dim(TensorMeta *out, int i, struct SymNode *e, ShapeErr *err);
 int sj_decide(struct SymNode *rel, int *truth, ShapeErr *err);
 /* The relation must hold (guarded); an error when it does not at the hints. */
 int sj_require(struct SymNode *rel, ShapeErr *err);
+
+/* Every symbolic dim of m specialised to its hint (guarded) and made static: for rules that
+ * read those sizes as numbers. */
+int sj_pin_dims(TensorMeta *m, ShapeErr *err);
 
 /* Specialise e to its hint *value, guarded (e == hint): what capture does to the arguments
  * of a rule without symbolic support, for the cases a symbolic rule does not handle. */
