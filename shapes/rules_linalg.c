@@ -331,12 +331,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                             NULL, err)) {
         return -1;
     }
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+    if (sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    if (dtype_given)
-        dt = given;
     sj_meta(out, lib, dt);
     int nd = 0;
     if (arrow) {

@@ -504,12 +504,8 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     /* fweights/aweights scale the observations: no effect on the result's metadata */
     if (promote_pair(lib, dt, DT_F64, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+    if (sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    if (dtype_given)
-        dt = given;
     sj_meta(out, lib, dt);
     int one_var = 0;
     if (!ya) {

@@ -131,12 +131,10 @@ static int np_dtype_override(Lib lib, const BoundArgs *b, TensorMeta *out, Shape
 {
     if (lib != LIB_NUMPY)
         return 0;
-    DType d;
-    int given;
-    if (sj_get_dtype(b, "dtype", lib, &d, &given, err))
+    DType d = (DType)out->dtype;
+    if (sj_dtype_or(b, "dtype", lib, &d, err))
         return -1;
-    if (given)
-        out->dtype = (unsigned char)d;
+    out->dtype = (unsigned char)d;
     return 0;
 }
 

@@ -29,7 +29,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 
 /* A list of ints from an int, a tuple/list/torch.Size of ints, or a *varargs BA_LIST (a
  * varargs list holding one sequence is unwrapped: x.view((2, 3)) == x.view(2, 3)).
- * *n receives the count (at most max). */
+ * *n receives the count (at most max). An absent argument (a NULL) is refused. */
 int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
                 ShapeErr *err);
 
