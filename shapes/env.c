@@ -208,7 +208,10 @@ static int note_src(Prog *p, int32_t src)
     for (int32_t i = 0; i < p->nsrcs; i++)
         if (p->srcs[i] == src)
             return 0;
-    return sj_grow((void **)&p->srcs, &p->capsrcs, p->nsrcs + 1, sizeof(int32_t), 8) < 0 ? -1 : (p->srcs[p->nsrcs++] = src, 0);
+    if (sj_grow((void **)&p->srcs, &p->capsrcs, p->nsrcs + 1, sizeof(int32_t), 8) < 0)
+        return -1;
+    p->srcs[p->nsrcs++] = src;
+    return 0;
 }
 
 static int push_src(Prog *p, int32_t src)

@@ -157,8 +157,8 @@ int rule_glu(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
 {
     (void)op;
     int d;
-    const TensorMeta *x = sj_input_dim(b, lib, "dim", -1, "glu does not support scalars because halving size must be even",
-                                       &d, err);
+    const TensorMeta *x =
+        sj_input_dim(b, lib, "dim", -1, "glu does not support scalars because halving size must be even", &d, err);
     if (!x)
         return -1;
     if (x->size[d] % 2)

@@ -471,7 +471,8 @@ int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 {
     (void)op;
     const TensorMeta *x, *o;
-    if (sj_tensor2(b, "input", &x, "other", &o, err) || expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
+    if (sj_tensor2(b, "input", &x, "other", &o, err) ||
+        expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
         return -1;
     *nout = 1;
     return 0;
