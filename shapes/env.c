@@ -2,23 +2,9 @@
 #include "env.h"
 #include "../core/log.h"
 #include "../core/errors.h"
+#include "../core/pyutil.h"
 
 #include <string.h>
-
-static int grow(void **p, int32_t *cap, int32_t n, size_t item)
-{
-    if (n < *cap)
-        return 0;
-    int32_t ncap = *cap ? *cap * 2 : 8;
-    void *q = PyMem_Realloc(*p, item * (size_t)ncap);
-    if (!q) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *p = q;
-    *cap = ncap;
-    return 0;
-}
 
 /* ----------------------------------------------------------------- life ---- */
 
@@ -57,7 +43,7 @@ static SymInfo *info_for(ShapeEnv *se, const SymNode *s)
 SymNode *shape_env_symbol(ShapeEnv *se, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim,
                           int strict, int is_int)
 {
-    if (grow((void **)&se->syms, &se->capsyms, se->nsyms, sizeof(SymInfo)) < 0)
+    if (sj_grow((void **)&se->syms, &se->capsyms, se->nsyms + 1, sizeof(SymInfo), 8) < 0)
         return NULL;
     SymNode *s = sym_symbol(se->env, hint, r);
     SymInfo *si = s ? info_for(se, s) : NULL;
@@ -75,7 +61,7 @@ SymNode *shape_env_symbol(ShapeEnv *se, int32_t src, int64_t hint, SymRange r, i
 
 SymNode *shape_env_unbacked(ShapeEnv *se, int32_t value, int32_t tensor_value, int dim, SymRange r)
 {
-    if (grow((void **)&se->syms, &se->capsyms, se->nsyms, sizeof(SymInfo)) < 0)
+    if (sj_grow((void **)&se->syms, &se->capsyms, se->nsyms + 1, sizeof(SymInfo), 8) < 0)
         return NULL;
     SymNode *u = sym_unbacked(se->env, r);
     SymInfo *si = u ? info_for(se, u) : NULL;
@@ -101,7 +87,7 @@ SymNode *shape_env_duck(const ShapeEnv *se, int64_t hint, int32_t src)
 
 int shape_env_alias(ShapeEnv *se, int32_t src, const SymNode *s)
 {
-    if (grow((void **)&se->aliases, &se->capaliases, se->naliases, sizeof(SymAlias)) < 0)
+    if (sj_grow((void **)&se->aliases, &se->capaliases, se->naliases + 1, sizeof(SymAlias), 8) < 0)
         return -1;
     se->aliases[se->naliases].src = src;
     se->aliases[se->naliases++].slot = s->slot;
@@ -120,7 +106,7 @@ int shape_env_relies_on(const ShapeEnv *se, const SymNode *rel)
 
 int shape_env_rely(ShapeEnv *se, SymNode *rel, PyObject *where)
 {
-    if (grow((void **)&se->rels, &se->caprels, se->nrels, sizeof(SymNode *)) < 0 ||
+    if (sj_grow((void **)&se->rels, &se->caprels, se->nrels + 1, sizeof(SymNode *), 8) < 0 ||
         PyList_Append(se->rel_where, where) < 0)
         return -1;
     se->rels[se->nrels++] = rel;
@@ -207,7 +193,7 @@ typedef struct {
 
 static int emit(Prog *p, int64_t op, int64_t arg, int delta)
 {
-    if (grow((void **)&p->w, &p->cap, p->n + 1, sizeof(int64_t)) < 0)   /* room for two words */
+    if (sj_grow((void **)&p->w, &p->cap, p->n + 2, sizeof(int64_t), 8) < 0)   /* room for two words */
         return -1;
     p->w[p->n++] = op;
     p->w[p->n++] = arg;
@@ -222,7 +208,10 @@ static int note_src(Prog *p, int32_t src)
     for (int32_t i = 0; i < p->nsrcs; i++)
         if (p->srcs[i] == src)
             return 0;
-    return grow((void **)&p->srcs, &p->capsrcs, p->nsrcs, sizeof(int32_t)) < 0 ? -1 : (p->srcs[p->nsrcs++] = src, 0);
+    if (sj_grow((void **)&p->srcs, &p->capsrcs, p->nsrcs + 1, sizeof(int32_t), 8) < 0)
+        return -1;
+    p->srcs[p->nsrcs++] = src;
+    return 0;
 }
 
 static int push_src(Prog *p, int32_t src)
@@ -281,6 +270,20 @@ static int deliver(Compiler *cc, Prog *p, PyObject *text, PyObject *where)
     return r;
 }
 
+/* The end of a guard built in p with its text (a new reference or NULL, released here):
+ * delivered when ok (every step succeeded), else dropped (-1, the failed step's exception
+ * stays set). */
+static int deliver_built(Compiler *cc, Prog *p, int ok, PyObject *text)
+{
+    int r = ok ? deliver(cc, p, text, Py_None) : -1;
+    if (!ok) {
+        PyMem_Free(p->w);
+        PyMem_Free(p->srcs);
+    }
+    Py_XDECREF(text);
+    return r;
+}
+
 /* The name of a symbol in printed guards: its source. */
 static const char *symbol_name(void *ctx, const SymNode *sym)
 {
@@ -320,13 +323,7 @@ static int guard_bound(Compiler *cc, int32_t src, int64_t bound, int side)
     int ok = text && (side ? push_src(&p, src) == 0 && emit(&p, SG_CONST, bound, 1) == 0
                            : emit(&p, SG_CONST, bound, 1) == 0 && push_src(&p, src) == 0) &&
              emit(&p, SG_LE, 0, -1) == 0;
-    int r = ok ? deliver(cc, &p, text, Py_None) : -1;
-    if (!ok) {
-        PyMem_Free(p.w);
-        PyMem_Free(p.srcs);
-    }
-    Py_XDECREF(text);
-    return r;
+    return deliver_built(cc, &p, ok, text);
 }
 
 /* Eq(a, b): two sources of one duck-sized symbol. */
@@ -336,13 +333,7 @@ static int guard_alias(Compiler *cc, int32_t a, int32_t b)
     memset(&p, 0, sizeof p);
     PyObject *text = PyUnicode_FromFormat("Eq(%U, %U)", cc->name(cc->ctx, a), cc->name(cc->ctx, b));
     int ok = text && push_src(&p, a) == 0 && push_src(&p, b) == 0 && emit(&p, SG_EQ, 0, -1) == 0;
-    int r = ok ? deliver(cc, &p, text, Py_None) : -1;
-    if (!ok) {
-        PyMem_Free(p.w);
-        PyMem_Free(p.srcs);
-    }
-    Py_XDECREF(text);
-    return r;
+    return deliver_built(cc, &p, ok, text);
 }
 
 int shape_env_compile_guards(ShapeEnv *se, ShapeSrcName name, ShapeGuardSink sink, void *ctx)

@@ -244,6 +244,25 @@ int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int m
     return int_list(a, what, out, n, max, 1, err);
 }
 
+int sj_int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v, ShapeErr *err)
+{
+    const BoundArg *a = ba_get(b, name);
+    if (!a) {
+        for (int i = 0; i < n; i++)
+            v[i] = dflt;
+        return 0;
+    }
+    int64_t tmp[SJ_MAX_RANK];
+    int m;
+    if (sj_int_list(a, name, tmp, &m, SJ_MAX_RANK, err))
+        return -1;
+    if (m != 1 && m != n)
+        return sj_err(err, "%s must be an int or a tuple of %d ints", name, n);
+    for (int i = 0; i < n; i++)
+        v[i] = tmp[m == 1 ? 0 : i];
+    return 0;
+}
+
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
 {
     int span = (ndim == 0 && lib == LIB_TORCH) ? 1 : ndim;
@@ -255,6 +274,41 @@ int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
                       "but got %lld)", -span, span - 1, (long long)d);
     }
     *out = (int)(d < 0 ? d + span : d);
+    return 0;
+}
+
+int sj_get_dim(const BoundArgs *b, const char *name, int64_t dflt, Lib lib, int ndim, int *out, ShapeErr *err)
+{
+    int64_t d;
+    return sj_get_int(b, name, dflt, &d, err) || sj_dim(lib, d, ndim, out, err) ? -1 : 0;
+}
+
+const TensorMeta *sj_input_dim(const BoundArgs *b, Lib lib, const char *name, int64_t dflt, const char *msg, int *d,
+                               ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return NULL;
+    if (msg && x->ndim == 0) {
+        sj_err(err, "%s", msg);
+        return NULL;
+    }
+    return sj_get_dim(b, name, dflt, lib, x->ndim, d, err) ? NULL : x;
+}
+
+int sj_tensor2(const BoundArgs *b, const char *n1, const TensorMeta **t1, const char *n2, const TensorMeta **t2,
+               ShapeErr *err)
+{
+    *t1 = sj_tensor(b, n1, err);
+    *t2 = *t1 ? sj_tensor(b, n2, err) : NULL;
+    return *t2 ? 0 : -1;
+}
+
+int sj_passed_none(const BoundArgs *b, const char *name)
+{
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->names[i], name) == 0)
+            return b->args[i].kind == BA_CONST && b->args[i].value == Py_None;
     return 0;
 }
 
@@ -464,6 +518,17 @@ int sj_pin(SymNode *e, int64_t *value, ShapeErr *err)
     return k ? sj_require(sym_eq(sj_symctx->env, e, k), err) : sj_sym_error(err);
 }
 
+int sj_pin_dims(TensorMeta *m, ShapeErr *err)
+{
+    for (int i = 0; sj_symctx && i < m->ndim; i++)
+        if (m->sym[i]) {
+            if (sj_pin(m->sym[i], &m->size[i], err) < 0)
+                return -1;
+            m->sym[i] = NULL;
+        }
+    return 0;
+}
+
 int sj_dims_equal(const TensorMeta *a, int i, const TensorMeta *b, int j, ShapeErr *err)
 {
     if (sj_symctx && ((a->sym[i] && sym_has_unbacked(a->sym[i])) || (b->sym[j] && sym_has_unbacked(b->sym[j])))) {
@@ -609,32 +674,29 @@ int shapes_rule_is_symbolic(OpId op)
     return 0;
 }
 
-static int arg_symbolic(const BoundArg *a)
+/* 1 when is(a) holds for one of args[0..n), the items of list arguments (nested lists
+ * included) standing for the lists. */
+static int any_arg(const BoundArg *args, int n, int (*is)(const BoundArg *a))
 {
-    switch (a->kind) {
-    case BA_TENSOR:
-        for (int i = 0; i < a->meta->ndim; i++)
-            if (a->meta->sym[i])
-                return 1;
-        return 0;
-    case BA_CONST:
+    for (int i = 0; i < n; i++)
+        if (args[i].kind == BA_LIST ? any_arg(args[i].items, args[i].n, is) : is(&args[i]))
+            return 1;
+    return 0;
+}
+
+static int is_symbolic(const BoundArg *a)
+{
+    if (a->kind == BA_CONST)
         return a->sym != NULL || a->slice_sym != NULL;
-    case BA_LIST:
-        for (int i = 0; i < a->n; i++)
-            if (arg_symbolic(&a->items[i]))
-                return 1;
-        return 0;
-    default:
-        return 0;
-    }
+    for (int i = 0; a->kind == BA_TENSOR && i < a->meta->ndim; i++)
+        if (a->meta->sym[i])
+            return 1;
+    return 0;
 }
 
 int shapes_args_symbolic(const BoundArgs *b)
 {
-    for (int i = 0; i < b->n; i++)
-        if (arg_symbolic(&b->args[i]))
-            return 1;
-    return 0;
+    return any_arg(b->args, b->n, is_symbolic);
 }
 
 int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
@@ -658,6 +720,32 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
     return 0;
 }
 
+int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err)
+{
+    DType d;
+    int given;
+    if (sj_get_dtype(b, name, lib, &d, &given, err))
+        return -1;
+    if (given)
+        *dt = d;
+    return 0;
+}
+
+int sj_cpu_device(PyObject *v, ShapeErr *err)
+{
+    PyObject *s = PyObject_Str(v);    /* new: "cpu", "cpu:0", "cuda:0" */
+    if (!s) {
+        sj_err_clear();
+        return sj_err(err, "unreadable device");
+    }
+    const char *c = PyUnicode_AsUTF8(s);
+    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
+    if (!c)
+        sj_err_clear();
+    Py_DECREF(s);
+    return ok ? 0 : sj_err(err, "only the cpu device is supported");
+}
+
 void sj_np_scalarize(Lib lib, TensorMeta *out)
 {
     if (lib == LIB_NUMPY && out->ndim == 0)
@@ -672,23 +760,14 @@ int64_t sj_numel(const TensorMeta *m)
     return n;
 }
 
-static int list_requires_grad(const BoundArg *a)
+static int is_grad_tensor(const BoundArg *a)
 {
-    if (a->kind == BA_TENSOR)
-        return a->meta->requires_grad;
-    if (a->kind == BA_LIST)
-        for (int i = 0; i < a->n; i++)
-            if (list_requires_grad(&a->items[i]))
-                return 1;
-    return 0;
+    return a->kind == BA_TENSOR && a->meta->requires_grad;
 }
 
 int sj_requires_grad(const BoundArgs *b)
 {
-    for (int i = 0; i < b->n; i++)
-        if (list_requires_grad(&b->args[i]))
-            return 1;
-    return 0;
+    return any_arg(b->args, b->n, is_grad_tensor);
 }
 
 int rule_none(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)

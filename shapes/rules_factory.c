@@ -27,11 +27,9 @@ static int dtype_of_scalar(Lib lib, PyObject *v, DType *out, ShapeErr *err)
 
 static int out_dtype(Lib lib, const BoundArgs *b, DType dflt, DType *out, ShapeErr *err)
 {
-    int given;
-    if (sj_get_dtype(b, "dtype", lib, out, &given, err))
+    *out = dflt;
+    if (sj_dtype_or(b, "dtype", lib, out, err))
         return -1;
-    if (!given)
-        *out = dflt;
     if (lib == LIB_NUMPY && *out == DT_BF16)
         return sj_err(err, "numpy has no bfloat16");
     return 0;
@@ -44,19 +42,22 @@ static int check_device(const BoundArgs *b, ShapeErr *err)
         return 0;
     if (d->kind != BA_CONST)
         return sj_err(err, "device must be constant");
-    PyObject *s = PyObject_Str(d->value);    /* new */
-    if (!s) {
-        sj_err_clear();
-        return sj_err(err, "unreadable device");
-    }
-    const char *c = PyUnicode_AsUTF8(s);
-    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
-    sj_err_clear();
-    Py_DECREF(s);
-    return ok ? 0 : sj_err(err, "only the cpu device is supported");
+    return sj_cpu_device(d->value, err);
 }
 
-static int set_requires_grad(Lib lib, const BoundArgs *b, TensorMeta *out, ShapeErr *err)
+/* A new tensor of lib: the dtype argument (absent: dflt) and the device (cpu only). Only
+ * out's lib and dtype are set (sj_meta). 0, or -1 with err set. */
+static int factory_meta(Lib lib, const BoundArgs *b, DType dflt, TensorMeta *out, ShapeErr *err)
+{
+    DType dt;
+    if (out_dtype(lib, b, dflt, &dt, err) || check_device(b, err))
+        return -1;
+    sj_meta(out, lib, dt);
+    return 0;
+}
+
+/* The end of a factory rule: requires_grad= (torch, floating dtypes only) and one output. */
+static int factory_done(Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     int rg;
     if (sj_get_bool(b, "requires_grad", 0, &rg, err))
@@ -65,6 +66,7 @@ static int set_requires_grad(Lib lib, const BoundArgs *b, TensorMeta *out, Shape
         return sj_err(err, "Only Tensors of floating point and complex dtype can require "
                       "gradients");
     out->requires_grad = (unsigned char)(rg && lib == LIB_TORCH);
+    *nout = 1;
     return 0;
 }
 
@@ -110,17 +112,10 @@ int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
             return sj_err(err, "fill_value must be a number");
         }
     }
-    DType dt;
-    if (out_dtype(lib, b, dflt, &dt, err) || check_device(b, err))
+    if (factory_meta(lib, b, dflt, out, err))
         return -1;
-    sj_meta(out, lib, dt);
-    out->ndim = (unsigned char)n;
-    memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
-    memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)n);
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    sj_set_shape(out, size, syms, n);
+    return factory_done(lib, b, out, nout, err);
 }
 
 int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -145,15 +140,9 @@ int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
         int n;
         if (sj_int_list_sym(shape, "shape", size, syms, &n, SJ_MAX_RANK, err) || check_sizes(size, syms, n, err))
             return -1;
-        out->ndim = (unsigned char)n;
-        memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
-        memset(out->sym, 0, sizeof out->sym);
-        memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)n);
+        sj_set_shape(out, size, syms, n);
     }
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return factory_done(lib, b, out, nout, err);
 }
 
 /* torch.rand / randn and their _like forms: a factory whose values come from the default
@@ -286,18 +275,13 @@ int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!isfinite(len) || len > 9.0e15)
         return sj_err(err, "arange: too many elements");
     DType dflt = fl ? (lib == LIB_TORCH ? meta_torch_default_float : DT_F64) : DT_I64;
-    DType dt;
-    if (out_dtype(lib, b, dflt, &dt, err) || check_device(b, err))
+    if (factory_meta(lib, b, dflt, out, err))
         return -1;
-    sj_meta(out, lib, dt);
     out->ndim = 1;
     out->size[0] = (int64_t)len;
     if (len_sym && sj_set_dim(out, 0, len_sym, err) < 0)
         return -1;
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return factory_done(lib, b, out, nout, err);
 }
 
 int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -322,17 +306,11 @@ int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
         return -1;
     if (retstep)
         return sj_err(err, "linspace(retstep=True) is not supported");
-    DType dt;
-    if (out_dtype(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, &dt, err) ||
-        check_device(b, err))
+    if (factory_meta(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, out, err))
         return -1;
-    sj_meta(out, lib, dt);
     out->ndim = 1;
     out->size[0] = steps;
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return factory_done(lib, b, out, nout, err);
 }
 
 int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
@@ -347,20 +325,14 @@ int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
         return -1;
     if (n < 0 || m < 0)
         return sj_err(err, "negative dimensions are not allowed");
-    DType dt;
-    if (out_dtype(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, &dt, err) ||
-        check_device(b, err))
+    if (factory_meta(lib, b, lib == LIB_TORCH ? meta_torch_default_float : DT_F64, out, err))
         return -1;
-    sj_meta(out, lib, dt);
     out->ndim = 2;
     out->size[0] = n;
     out->size[1] = m;
     out->sym[0] = ns;
     out->sym[1] = ms;
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return factory_done(lib, b, out, nout, err);
 }
 
 /* Shape and widest scalar category of nested Python lists/tuples of numbers. */
@@ -478,10 +450,7 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
     } else {
         return sj_err(err, "building a tensor from a sequence of tensors is not supported");
     }
-    if (set_requires_grad(lib, b, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return factory_done(lib, b, out, nout, err);
 }
 
 /* x.new_ones(size) / new_zeros / new_empty / new_full(size, fill_value): the given size

@@ -382,10 +382,7 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
     }
     *out = *x;
     out->np_scalar = 0;
-    out->ndim = (unsigned char)nd;
-    memcpy(out->size, size, sizeof(int64_t) * (size_t)nd);
-    memset(out->sym, 0, sizeof out->sym);
-    memcpy(out->sym, syms, sizeof(SymNode *) * (size_t)nd);
+    sj_set_shape(out, size, syms, nd);
     *scalar = nd == 0 && ellipses == 0 && advs == 0;
     return 0;
 }

@@ -93,9 +93,8 @@ static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
 int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     DType dt;
     if (lib == LIB_TORCH) {
@@ -130,9 +129,8 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!w)
+    const TensorMeta *x, *w;
+    if (sj_tensor2(b, "input", &x, "weight", &w, err))
         return -1;
     if (w->ndim != 1 && w->ndim != 2)
         return sj_err(err, "linear: weight must be 1-D or 2-D");
@@ -148,9 +146,7 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (!eq)
         return mismatch(err, x->size[x->ndim - 1], in);
     sj_meta(out, lib, dt);
-    out->ndim = x->ndim;
-    for (int i = 0; i < x->ndim; i++)
-        sj_copy_dim(out, i, x, i);
+    sj_copy_shape(out, x);
     if (w->ndim == 2)
         sj_copy_dim(out, x->ndim - 1, w, 0);
     else
@@ -211,9 +207,8 @@ int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
 {
     (void)op;
     const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     if (lib == LIB_TORCH && (x->ndim != 1 || y->ndim != 1))
         return sj_err(err, "outer: expected 1-D tensors");
@@ -336,12 +331,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                             NULL, err)) {
         return -1;
     }
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+    if (sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    if (dtype_given)
-        dt = given;
     sj_meta(out, lib, dt);
     int nd = 0;
     if (arrow) {
@@ -396,9 +387,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 int rule_inner(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     DType dt;
     if (promote_pair(lib, (DType)x->dtype, (DType)y->dtype, &dt, err))

@@ -82,9 +82,8 @@ int rule_matrix_exp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
 int rule_weight_norm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *v = sj_tensor(b, "input", err);
-    const TensorMeta *g = v ? sj_tensor(b, "other", err) : NULL;
-    if (!g)
+    const TensorMeta *v, *g;
+    if (sj_tensor2(b, "input", &v, "other", &g, err))
         return -1;
     if ((v->dtype != DT_F32 && v->dtype != DT_F64) || g->dtype != v->dtype)
         return sj_err(err, "_weight_norm: v and g must be float32 or float64 of one dtype");

@@ -8,9 +8,15 @@
 #include "rules_util.h"
 #include "../core/errors.h"
 
-static int is_index_dtype(const TensorMeta *m)
+/* The index of index_select and index_add (what names the op): an int32 or int64 vector
+ * or scalar. */
+static int index_vector(const TensorMeta *ix, const char *what, ShapeErr *err)
 {
-    return m->dtype == DT_I64 || m->dtype == DT_I32;
+    if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
+        return sj_err(err, "%s(): Expected dtype int32 or int64 for index", what);
+    if (ix->ndim > 1)
+        return sj_err(err, "%s(): Index is supposed to be a vector", what);
+    return 0;
 }
 
 /* index_select(input, dim, index): dim takes the index's length; the index is int32/int64
@@ -18,18 +24,13 @@ static int is_index_dtype(const TensorMeta *m)
 int rule_index_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     if (!ix)
         return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    if (index_vector(ix, "index_select", err))
         return -1;
-    if (!is_index_dtype(ix))
-        return sj_err(err, "index_select(): Expected dtype int32 or int64 for index");
-    if (ix->ndim > 1)
-        return sj_err(err, "index_select(): Index is supposed to be a vector");
     *out = *x;
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     if (x->ndim == 0) {
@@ -47,19 +48,14 @@ int rule_index_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
 int rule_index_add(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     const TensorMeta *src = ix ? sj_tensor(b, "source", err) : NULL;
     if (!src)
         return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    if (index_vector(ix, "index_add_", err))
         return -1;
-    if (!is_index_dtype(ix))
-        return sj_err(err, "index_add_(): Expected dtype int32/int64 for index");
-    if (ix->ndim > 1)
-        return sj_err(err, "index_add_(): Index is supposed to be a vector");
     if (src->dtype != x->dtype)
         return sj_err(err, "index_add_(): self and source must have the same scalar type");
     if (x->ndim == 0 || src->ndim == 0) {
@@ -160,14 +156,10 @@ int rule_one_hot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 int rule_glu(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "glu does not support scalars because halving size must be even");
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x =
+        sj_input_dim(b, lib, "dim", -1, "glu does not support scalars because halving size must be even", &d, err);
+    if (!x)
         return -1;
     if (x->size[d] % 2)
         return sj_err(err, "Halving dimension must be even, but dimension %d is size %lld", d,
@@ -187,9 +179,8 @@ int rule_reshape_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
 {
     (void)op;
     (void)lib;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
-    if (!o)
+    const TensorMeta *x, *o;
+    if (sj_tensor2(b, "input", &x, "other", &o, err))
         return -1;
     if (sj_numel(x) != sj_numel(o))
         return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
@@ -228,23 +219,6 @@ int rule_histc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return 0;
 }
 
-/* An int or a pair of ints (unfold's kernel_size, dilation, padding, stride). */
-static int int_pair(const BoundArgs *b, const char *name, int64_t dflt, int64_t v[2], ShapeErr *err)
-{
-    const BoundArg *a = ba_get(b, name);
-    v[0] = v[1] = dflt;
-    if (!a)
-        return 0;
-    int n = 0;
-    if (sj_int_list(a, name, v, &n, 2, err))
-        return -1;
-    if (n == 1)
-        v[1] = v[0];
-    else if (n != 2)
-        return sj_err(err, "%s must be an int or a pair of ints", name);
-    return 0;
-}
-
 /* unfold(input, kernel_size, dilation=1, padding=0, stride=1) (im2col): (N, C, H, W) gives
  * (N, C * kh * kw, L) and (C, H, W) gives (C * kh * kw, L), L the number of blocks. */
 int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
@@ -261,8 +235,8 @@ int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t k[2], d[2], p[2], s[2];
     if (!ba_get(b, "kernel_size"))
         return sj_err(err, "unfold() missing required argument 'kernel_size'");
-    if (int_pair(b, "kernel_size", 1, k, err) || int_pair(b, "dilation", 1, d, err) ||
-        int_pair(b, "padding", 0, p, err) || int_pair(b, "stride", 1, s, err))
+    if (sj_int_tuple(b, "kernel_size", 1, 2, k, err) || sj_int_tuple(b, "dilation", 1, 2, d, err) ||
+        sj_int_tuple(b, "padding", 0, 2, p, err) || sj_int_tuple(b, "stride", 1, 2, s, err))
         return -1;
     for (int i = 0; i < 2; i++)
         if (k[i] <= 0 || d[i] <= 0 || s[i] <= 0 || p[i] < 0)

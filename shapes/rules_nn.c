@@ -267,9 +267,8 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 {
     (void)lib;
     int sp = op == OP_CONV1D ? 1 : 2;    /* spatial dims */
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *w = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!w || need_float(x, op_info[op].name, err))
+    const TensorMeta *x, *w;
+    if (sj_tensor2(b, "input", &x, "weight", &w, err) || need_float(x, op_info[op].name, err))
         return -1;
     if (w->dtype != x->dtype)
         return sj_err(err, "input and weight should have the same dtype");
@@ -404,14 +403,10 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
                 return empty < 0 ? -1 : sj_err(err, "%s: empty input", op_info[op].name);
         }
     out[0].requires_grad = x->requires_grad;
-    if (ret_idx) {
-        out[1] = out[0];
-        out[1].dtype = DT_I64;
-        out[1].requires_grad = 0;
-        *nout = 2;
-    } else {
+    if (ret_idx)
+        sj_with_indices(out, nout);
+    else
         *nout = 1;
-    }
     return 0;
 }
 
@@ -483,14 +478,10 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     int ret_idx = 0;
     if (is_max && sj_get_bool(b, "return_indices", 0, &ret_idx, err))
         return -1;
-    if (ret_idx) {
-        out[1] = out[0];
-        out[1].dtype = DT_I64;
-        out[1].requires_grad = 0;
-        *nout = 2;
-    } else {
+    if (ret_idx)
+        sj_with_indices(out, nout);
+    else
         *nout = 1;
-    }
     return 0;
 }
 
@@ -498,9 +489,8 @@ int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op; (void)lib;
-    const TensorMeta *ix = sj_tensor(b, "input", err);
-    const TensorMeta *w = ix ? sj_tensor(b, "weight", err) : NULL;
-    if (!w)
+    const TensorMeta *ix, *w;
+    if (sj_tensor2(b, "input", &ix, "weight", &w, err))
         return -1;
     if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
         return sj_err(err, "Expected tensor for argument #1 'indices' to have one of the "
@@ -713,12 +703,8 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     }
     if (pa->kind != BA_CONST)
         return sj_err(err, "pad_width must be constant");
-    for (int i = 0; i < x->ndim; i++)
-        if (sj_symctx && out->sym[i]) {
-            if (sj_pin(out->sym[i], &out->size[i], err) < 0)
-                return -1;
-            out->sym[i] = NULL;
-        }
+    if (sj_pin_dims(out, err) < 0)
+        return -1;
     PyObject *v = pa->value;
     int64_t before[SJ_MAX_RANK], after[SJ_MAX_RANK];
     int64_t flat[SJ_MAX_RANK * 2];

@@ -42,16 +42,34 @@ static int la_type(const TensorMeta *x, DType *res, ShapeErr *err)
     return la_common(&x, 1, res, err);
 }
 
+/* A stack of matrices (..., m, n): numpy's LinAlgError otherwise. */
+static int la_matrices(const TensorMeta *x, ShapeErr *err)
+{
+    if (x->ndim < 2)
+        return sj_err(err, "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
+    return 0;
+}
+
 /* A stack of square matrices (..., n, n): numpy's LinAlgError otherwise. The two last
  * dims are guarded equal when symbolic. */
 static int la_square(const TensorMeta *x, ShapeErr *err)
 {
-    if (x->ndim < 2)
-        return sj_err(err, "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
+    if (la_matrices(x, err))
+        return -1;
     int eq = sj_dims_equal(x, x->ndim - 2, x, x->ndim - 1, err);
     if (eq < 0)
         return -1;
     return eq ? 0 : sj_err(err, "Last 2 dimensions of the array must be square");
+}
+
+/* The input of a numpy.linalg function of one stack of matrices (square ones when square)
+ * and the dtype it computes in (la_type). Borrowed, or NULL with err set. */
+static const TensorMeta *la_input(const BoundArgs *b, int square, DType *dt, ShapeErr *err)
+{
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x || (square ? la_square : la_matrices)(x, err) || la_type(x, dt, err))
+        return NULL;
+    return x;
 }
 
 /* In a la_shape dims list: min(m, n) of x's two last dims (svd's and qr's k). */
@@ -190,9 +208,9 @@ int rule_np_la_square(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
  * sign complex for complex input, the log always real. */
 int rule_np_det(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
     DType dt;
-    if (!x || la_square(x, err) || la_type(x, &dt, err))
+    const TensorMeta *x = la_input(b, 1, &dt, err);
+    if (!x)
         return -1;
     sj_meta(out, lib, dt);
     if (la_shape(out, x, x->ndim - 2, NULL, 0, err))
@@ -211,9 +229,9 @@ int rule_np_det(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 /* eigh: (eigenvalues real (..., n), eigenvectors (..., n, n)); eigvalsh: the eigenvalues. */
 int rule_np_eigh(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
     DType dt;
-    if (!x || la_square(x, err) || la_type(x, &dt, err))
+    const TensorMeta *x = la_input(b, 1, &dt, err);
+    if (!x)
         return -1;
     const char *uplo;
     if (const_str(b, "UPLO", "L", &uplo, err))
@@ -239,12 +257,10 @@ int rule_np_eigh(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 int rule_np_svd(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
     DType dt;
-    if (!x || la_type(x, &dt, err))
+    const TensorMeta *x = la_input(b, 0, &dt, err);
+    if (!x)
         return -1;
-    if (x->ndim < 2)
-        return sj_err(err, "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
     int full, uv, herm;
     if (sj_get_bool(b, "full_matrices", 1, &full, err) || sj_get_bool(b, "compute_uv", 1, &uv, err) ||
         sj_get_bool(b, "hermitian", 0, &herm, err))
@@ -277,12 +293,10 @@ int rule_np_svd(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 int rule_np_qr(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
     DType dt;
-    if (!x || la_type(x, &dt, err))
+    const TensorMeta *x = la_input(b, 0, &dt, err);
+    if (!x)
         return -1;
-    if (x->ndim < 2)
-        return sj_err(err, "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
     const char *mode;
     if (const_str(b, "mode", "reduced", &mode, err))
         return -1;
@@ -490,12 +504,8 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     /* fweights/aweights scale the observations: no effect on the result's metadata */
     if (promote_pair(lib, dt, DT_F64, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+    if (sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    if (dtype_given)
-        dt = given;
     sj_meta(out, lib, dt);
     int one_var = 0;
     if (!ya) {
@@ -632,9 +642,7 @@ int rule_np_interp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         if (ends[i] && ends[i]->kind != BA_CONST)
             return sj_err(err, "interp: left= and right= must be constants");
     sj_meta(out, lib, dtype_info[fp.dtype].category == CAT_COMPLEX ? DT_C128 : DT_F64);
-    out->ndim = x.ndim;
-    for (int i = 0; i < x.ndim; i++)
-        sj_copy_dim(out, i, &x, i);
+    sj_copy_shape(out, &x);
     sj_np_scalarize(lib, out);
     *nout = 1;
     return 0;
@@ -647,9 +655,8 @@ int rule_np_interp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 int rule_np_tensordot(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *y = x ? sj_tensor(b, "other", err) : NULL;
-    if (!y)
+    const TensorMeta *x, *y;
+    if (sj_tensor2(b, "input", &x, "other", &y, err))
         return -1;
     int64_t ax[SJ_MAX_RANK], bx[SJ_MAX_RANK];
     int na = 0, nb = 0;
@@ -794,9 +801,7 @@ int rule_np_searchsorted(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, 
     }
     /* digitize's check that the bins are monotonic reads the data: eager makes it at run time */
     sj_meta(out, lib, DT_I64);
-    out->ndim = v.ndim;
-    for (int i = 0; i < v.ndim; i++)
-        sj_copy_dim(out, i, &v, i);
+    sj_copy_shape(out, &v);
     sj_np_scalarize(lib, out);
     *nout = 1;
     return 0;

@@ -131,12 +131,10 @@ static int np_dtype_override(Lib lib, const BoundArgs *b, TensorMeta *out, Shape
 {
     if (lib != LIB_NUMPY)
         return 0;
-    DType d;
-    int given;
-    if (sj_get_dtype(b, "dtype", lib, &d, &given, err))
+    DType d = (DType)out->dtype;
+    if (sj_dtype_or(b, "dtype", lib, &d, err))
         return -1;
-    if (given)
-        out->dtype = (unsigned char)d;
+    out->dtype = (unsigned char)d;
     return 0;
 }
 
@@ -270,31 +268,42 @@ static int check_int_pow(Lib lib, DType d, const BoundArg *exp, ShapeErr *err)
     return 0;
 }
 
-/* The result of a two-operand pointwise op computed in dtype r: the operands' broadcast
- * shape (none when both are weak scalars), numpy's dtype= override, the library's finish. */
-static int binary_result(OpId op, Lib lib, const BoundArgs *b, const BoundArg *const *ops, DType r, int all_weak,
-                         TensorMeta *out, int *nout, ShapeErr *err)
+/* The result of a pointwise op over n operands computed in dtype r: the operands' broadcast
+ * shape (none when all are weak scalars), numpy's dtype= override when b is given (the
+ * ufuncs that take one), the library's finish. */
+static int pointwise_result(OpId op, Lib lib, const BoundArgs *b, const BoundArg *const *ops, int n, DType r,
+                            int all_weak, TensorMeta *out, int *nout, ShapeErr *err)
 {
     sj_meta(out, lib, r);
-    if (!all_weak && elementwise_shape(ops, 2, out, err))
+    if (!all_weak && elementwise_shape(ops, n, out, err))
         return -1;
-    if (np_dtype_override(lib, b, out, err))
+    if (b && np_dtype_override(lib, b, out, err))
         return -1;
     finish(op, lib, out);
     *nout = 1;
     return 0;
 }
 
+/* The operands input and other of a binary op, both required, and their promoted dtype
+ * (promote_args). 0, or -1 with err set. */
+static int binary_operands(OpId op, Lib lib, const BoundArgs *b, int int_range, const BoundArg *ops[2], DType *d,
+                           int *all_weak, ShapeErr *err)
+{
+    ops[0] = ba_get(b, "input");
+    ops[1] = ba_get(b, "other");
+    if (!ops[0] || !ops[1])
+        return sj_err(err, "%s needs two operands", op_info[op].name);
+    return promote_args(lib, ops, 2, int_range, d, all_weak, err);
+}
+
 int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 ShapeErr *err)
 {
-    const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    if (!ops[0] || !ops[1])
-        return sj_err(err, "%s needs two operands", op_info[op].name);
+    const BoundArg *ops[2];
     DType d, r;
     int all_weak;
     /* float-only ufuncs convert a Python int to float, so its range never matters there */
-    if (promote_args(lib, ops, 2, op != OP_LOGADDEXP, &d, &all_weak, err))
+    if (binary_operands(op, lib, b, op != OP_LOGADDEXP, ops, &d, &all_weak, err))
         return -1;
     if (op == OP_POW && lib == LIB_TORCH && d == DT_BOOL && ops[1]->kind == BA_CONST)
         r = DT_BOOL;    /* bool ** True has a scalar kernel */
@@ -313,18 +322,16 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 (ops[i]->kind == BA_CONST && PyBool_Check(ops[i]->value)))
                 return sj_err(err, "Subtraction, the `-` operator, with a bool tensor is not "
                               "supported");
-    return binary_result(op, lib, b, ops, r, all_weak, out, nout, err);
+    return pointwise_result(op, lib, b, ops, 2, r, all_weak, out, nout, err);
 }
 
 int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
-    const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    if (!ops[0] || !ops[1])
-        return sj_err(err, "%s needs two operands", op_info[op].name);
+    const BoundArg *ops[2];
     DType d, r;
     int all_weak;
-    if (promote_args(lib, ops, 2, 0, &d, &all_weak, err))
+    if (binary_operands(op, lib, b, 0, ops, &d, &all_weak, err))
         return -1;
     /* torch.div takes rounding_mode: "trunc"/"floor" keep integer types */
     const BoundArg *rm = ba_get(b, "rounding_mode");
@@ -356,18 +363,16 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     }
     if (check_dtype(op, lib, d, &r, err))
         return -1;
-    return binary_result(op, lib, b, ops, r, all_weak, out, nout, err);
+    return pointwise_result(op, lib, b, ops, 2, r, all_weak, out, nout, err);
 }
 
 int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                  ShapeErr *err)
 {
-    const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
-    if (!ops[0] || !ops[1])
-        return sj_err(err, "%s needs two operands", op_info[op].name);
+    const BoundArg *ops[2];
     DType d = DT_C64, r;
     int all_weak = 0;
-    if (promote_args(lib, ops, 2, 0, &d, &all_weak, err)) {
+    if (binary_operands(op, lib, b, 0, ops, &d, &all_weak, err)) {
         /* comparing float16 with a complex scalar computes in complex32, which shapejit
          * has no dtype for; the bool result does not need it */
         if (lib != LIB_TORCH || strncmp(err->msg, "complex32", 9) != 0)
@@ -376,12 +381,7 @@ int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     }
     if (check_dtype(op, lib, d, &r, err))
         return -1;
-    sj_meta(out, lib, DT_BOOL);
-    if (!all_weak && elementwise_shape(ops, 2, out, err))
-        return -1;
-    finish(op, lib, out);
-    *nout = 1;
-    return 0;
+    return pointwise_result(op, lib, NULL, ops, 2, DT_BOOL, all_weak, out, nout, err);
 }
 
 int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
@@ -402,20 +402,14 @@ int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         return -1;
     if (check_dtype(op, lib, d, &r, err))
         return -1;
-    sj_meta(out, lib, r);
-    if (elementwise_shape(ops, 3, out, err))
-        return -1;
-    finish(op, lib, out);
-    *nout = 1;
-    return 0;
+    return pointwise_result(op, lib, NULL, ops, 3, r, 0, out, nout, err);
 }
 
 int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                      ShapeErr *err)
 {
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *mask = x ? sj_tensor(b, "mask", err) : NULL;
-    if (!mask)
+    const TensorMeta *x, *mask;
+    if (sj_tensor2(b, "input", &x, "mask", &mask, err))
         return -1;
     (void)op;
     if (mask->dtype != DT_BOOL)
@@ -432,9 +426,7 @@ int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     /* out of place, the result takes the broadcast shape (in place, shapes_inplace then
      * refuses a mask that would grow self) */
     *out = *x;
-    out->ndim = shape.ndim;
-    memcpy(out->size, shape.size, sizeof(int64_t) * shape.ndim);
-    memcpy(out->sym, shape.sym, sizeof(shape.sym[0]) * shape.ndim);
+    sj_copy_shape(out, &shape);
     (void)lib;
     *nout = 1;
     return 0;
@@ -453,11 +445,7 @@ int rule_lerp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (check_dtype(op, lib, (DType)x->meta->dtype, &r, err))
         return -1;
     const BoundArg *ops[3] = {x, e, w};
-    sj_meta(out, lib, r);
-    if (elementwise_shape(ops, 3, out, err))
-        return -1;
-    *nout = 1;
-    return 0;
+    return pointwise_result(op, lib, NULL, ops, 3, r, 0, out, nout, err);
 }
 
 int rule_clamp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
@@ -472,12 +460,7 @@ int rule_clamp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         return -1;
     if (check_dtype(op, lib, d, &r, err))
         return -1;
-    sj_meta(out, lib, r);
-    if (elementwise_shape(ops, 3, out, err))
-        return -1;
-    finish(op, lib, out);
-    *nout = 1;
-    return 0;
+    return pointwise_result(op, lib, NULL, ops, 3, r, 0, out, nout, err);
 }
 
 /* ---- casts ----
@@ -486,23 +469,6 @@ int rule_clamp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
  * numpy astype), the dtype of the tensor `other`
  * (type_as), or the positional `args` of Tensor.to, which may hold a dtype, a device, a
  * tensor and the bools non_blocking/copy. Devices other than cpu are refused. */
-
-static int device_ok(PyObject *v, ShapeErr *err)
-{
-    PyObject *s = PyObject_Str(v);    /* new: "cpu", "cpu:0", "cuda:0" */
-    if (!s) {
-        sj_err_clear();
-        return sj_err(err, "unreadable device");
-    }
-    const char *c = PyUnicode_AsUTF8(s);
-    int ok = c && (strcmp(c, "cpu") == 0 || strncmp(c, "cpu:", 4) == 0);
-    if (!c)
-        sj_err_clear();
-    Py_DECREF(s);
-    if (!ok)
-        return sj_err(err, "only the cpu device is supported");
-    return 0;
-}
 
 static int is_device(PyObject *v)
 {
@@ -536,7 +502,7 @@ static int cast_target(const BoundArg *a, Lib lib, DType *d, int *found, ShapeEr
         return 0;
     }
     if (is_device(v))
-        return device_ok(v, err);
+        return sj_cpu_device(v, err);
     int r = dtype_from_py(v, lib, d);
     if (r < 0) {
         sj_err_clear();
@@ -573,7 +539,7 @@ int rule_cast(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return -1;
     if ((a = ba_get(b, "other")) && cast_target(a, lib, &d, &found, err))
         return -1;
-    if ((a = ba_get(b, "device")) && a->kind == BA_CONST && device_ok(a->value, err))
+    if ((a = ba_get(b, "device")) && a->kind == BA_CONST && sj_cpu_device(a->value, err))
         return -1;
     if ((a = ba_get(b, "args"))) {
         if (a->kind != BA_LIST)
@@ -604,9 +570,8 @@ int rule_copy(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 {
     (void)op;
     (void)lib;
-    const TensorMeta *dst = sj_tensor(b, "input", err);
-    const TensorMeta *src = dst ? sj_tensor(b, "other", err) : NULL;
-    if (!src)
+    const TensorMeta *dst, *src;
+    if (sj_tensor2(b, "input", &dst, "other", &src, err))
         return -1;
     const TensorMeta *both[2] = {dst, src};
     TensorMeta bc = *dst;

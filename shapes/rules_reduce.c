@@ -275,10 +275,7 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return sj_err(err, "max/min: dim must be an int");
     if (reduce_into(as, lib, b, x, dim, &out[0], err))
         return -1;
-    out[1] = out[0];
-    out[1].dtype = DT_I64;
-    out[1].requires_grad = 0;
-    *nout = 2;
+    sj_with_indices(out, nout);
     return 0;
 }
 
@@ -306,13 +303,8 @@ int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
-    DType d = (DType)x->dtype, given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
-        return -1;
-    if (dtype_given)
-        d = given;
-    else if (sum_dtype(lib, d, &d, err))
+    DType d;
+    if (sum_dtype(lib, (DType)x->dtype, &d, err) || sj_dtype_or(b, "dtype", lib, &d, err))
         return -1;
     if (lib == LIB_NUMPY && d == DT_BF16)
         return sj_err(err, "numpy has no bfloat16");
@@ -329,9 +321,8 @@ int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         *nout = 1;
         return 0;
     }
-    int64_t dv;
     int dn;
-    if (sj_int(dim, "dim", &dv, err) || sj_dim(lib, dv, x->ndim, &dn, err))
+    if (sj_get_dim(b, "dim", 0, lib, x->ndim, &dn, err))
         return -1;
     *nout = 1;
     return 0;
@@ -343,12 +334,9 @@ int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
-    DType d = (DType)x->dtype, given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
+    DType d = (DType)x->dtype;
+    if (sj_dtype_or(b, "dtype", lib, &d, err))
         return -1;
-    if (dtype_given)
-        d = given;
     DTypeCategory c = dtype_info[d].category;
     if (c <= CAT_INT)
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
@@ -356,10 +344,9 @@ int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     if (c == CAT_COMPLEX)
         return sj_err(err, "%s is not implemented for complex", op_info[op].name);
     const BoundArg *dim = ba_get(b, "dim");
+    int dn;
     if (dim) {
-        int64_t dv;
-        int dn;
-        if (sj_int(dim, "dim", &dv, err) || sj_dim(lib, dv, x->ndim, &dn, err))
+        if (sj_get_dim(b, "dim", 0, lib, x->ndim, &dn, err))
             return -1;
     } else if (ba_get(b, "implicit_dim_ok") == NULL) {
         return sj_err(err, "%s() missing required argument 'dim'", op_info[op].name);
@@ -375,14 +362,10 @@ int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "diff expects input to be at least one-dimensional");
-    int64_t n, d0;
+    int64_t n;
     int d;
-    if (sj_get_int(b, "n", 1, &n, err) || sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", -1, "diff expects input to be at least one-dimensional", &d, err);
+    if (!x || sj_get_int(b, "n", 1, &n, err))
         return -1;
     if (n < 0)
         return sj_err(err, "order must be non-negative but got %lld", (long long)n);
@@ -464,30 +447,15 @@ int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     TensorMeta v = *x;
     v.np_scalar = 0;
     const BoundArg *da = b ? ba_get(b, "dim") : NULL;
-    int axis_none = 0;
-    if (lib == LIB_NUMPY) {
-        /* numpy's axis defaults to -1 and None means "flattened" */
-        int passed = 0;
-        for (int i = 0; i < b->n; i++)
-            if (!strcmp(b->names[i], "dim") && b->args[i].kind == BA_CONST && b->args[i].value == Py_None)
-                passed = 1;
-        axis_none = passed;
-    }
+    /* numpy's axis defaults to -1 and None means "flattened" */
+    int axis_none = lib == LIB_NUMPY && sj_passed_none(b, "dim"), d;
     if (axis_none) {
         if (flattened(x, &v, err) < 0)
             return -1;
-    } else if (x->ndim > 0) {
-        int64_t d0;
-        int d;
-        if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    } else if (x->ndim > 0 || da) {
+        /* of a 0-d input torch takes dim -1 or 0, numpy no axis (sj_dim refuses them all) */
+        if (sj_get_dim(b, "dim", -1, lib, x->ndim, &d, err))
             return -1;
-    } else if (da) {
-        int64_t d0;
-        int d;
-        if (sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, 0, &d, err))
-            return -1;
-        if (lib == LIB_NUMPY)
-            return sj_err(err, "axis %lld is out of bounds for array of dimension 0", (long long)d0);
     } else if (lib == LIB_NUMPY) {
         if (op != OP_ARGSORT)
             return sj_err(err, "Cannot sort a 0-d array");
@@ -516,13 +484,13 @@ int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
 int rule_topk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int64_t k;
+    int d = 0;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", -1, NULL, &d, err);
     if (!x)
         return -1;
-    int64_t k, d0;
-    int d = 0;
     const BoundArg *ka = ba_get(b, "k");
-    if (!ka || sj_int(ka, "k", &k, err) || sj_get_int(b, "dim", -1, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
+    if (!ka || sj_int(ka, "k", &k, err))
         return ka ? -1 : sj_err(err, "topk() needs k");
     int64_t len = x->ndim ? x->size[d] : 1;
     if (k < 0 || k > len)
@@ -530,9 +498,6 @@ int rule_topk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     out[0] = *x;
     if (x->ndim)
         out[0].size[d] = k;
-    out[1] = out[0];
-    out[1].dtype = DT_I64;
-    out[1].requires_grad = 0;
-    *nout = 2;
+    sj_with_indices(out, nout);
     return 0;
 }

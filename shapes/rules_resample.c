@@ -14,27 +14,6 @@
 
 /* ---------------------------------------------------------------- helpers ---- */
 
-/* An int or a tuple of n ints (one int repeats), from the argument `name` (dflt when
- * absent). Only constants: a symbolic int is specialised (sj_int_list pins it). */
-static int ints_n(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v, ShapeErr *err)
-{
-    const BoundArg *a = ba_get(b, name);
-    if (!a) {
-        for (int i = 0; i < n; i++)
-            v[i] = dflt;
-        return 0;
-    }
-    int64_t tmp[SJ_MAX_RANK];
-    int m;
-    if (sj_int_list(a, name, tmp, &m, SJ_MAX_RANK, err))
-        return -1;
-    if (m != 1 && m != n)
-        return sj_err(err, "%s must be an int or a tuple of %d ints", name, n);
-    for (int i = 0; i < n; i++)
-        v[i] = tmp[m == 1 ? 0 : i];
-    return 0;
-}
-
 /* Dim i of out = mul * (dim i of x) + add, an expression when x's dim is symbolic; the
  * result must be at least `least` (decided, so guarded, when symbolic): 0 when it is, 1
  * when it is not (out untouched), -1 on error. */
@@ -59,19 +38,6 @@ static int affine_dim(const TensorMeta *x, int i, int64_t mul, int64_t add, int6
     if (!t)
         return 1;
     return sj_set_dim(out, i, o, err) < 0 ? -1 : 0;
-}
-
-/* Every dim of m that is symbolic specialised to its hint (guarded): for the weights of
- * transposed convolution, whose sizes the rule reads as numbers. */
-static int pin_all(TensorMeta *m, ShapeErr *err)
-{
-    for (int i = 0; i < m->ndim; i++)
-        if (sj_symctx && m->sym[i]) {
-            if (sj_pin(m->sym[i], &m->size[i], err) < 0)
-                return -1;
-            m->sym[i] = NULL;
-        }
-    return 0;
 }
 
 static int is_float(const TensorMeta *m)
@@ -101,9 +67,8 @@ int rule_conv_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, i
 {
     (void)lib;
     int sp = op == OP_CONV_TRANSPOSE1D ? 1 : 2;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *wa = x ? sj_tensor(b, "weight", err) : NULL;
-    if (!wa)
+    const TensorMeta *x, *wa;
+    if (sj_tensor2(b, "input", &x, "weight", &wa, err))
         return -1;
     if (!is_float(x))
         return sj_err(err, "%s is not implemented for %s", op_info[op].name, dtype_info[x->dtype].name);
@@ -116,14 +81,14 @@ int rule_conv_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, i
     if (wa->ndim != sp + 2)
         return sj_err(err, "%s: weight must be %d-D", op_info[op].name, sp + 2);
     TensorMeta w = *wa;
-    if (pin_all(&w, err) < 0)
+    if (sj_pin_dims(&w, err) < 0)   /* the weights' sizes are read as numbers */
         return -1;
     const BoundArg *pa = ba_get(b, "padding");
     if (pa && pa->kind == BA_CONST && PyUnicode_Check(pa->value))
         return sj_err(err, "conv_transpose: padding must be ints");
     int64_t stride[2], pad[2], opad[2], dil[2], groups;
-    if (ints_n(b, "stride", 1, sp, stride, err) || ints_n(b, "padding", 0, sp, pad, err) ||
-        ints_n(b, "output_padding", 0, sp, opad, err) || ints_n(b, "dilation", 1, sp, dil, err) ||
+    if (sj_int_tuple(b, "stride", 1, sp, stride, err) || sj_int_tuple(b, "padding", 0, sp, pad, err) ||
+        sj_int_tuple(b, "output_padding", 0, sp, opad, err) || sj_int_tuple(b, "dilation", 1, sp, dil, err) ||
         sj_get_int(b, "groups", 1, &groups, err))
         return -1;
     if (groups <= 0)

@@ -94,8 +94,8 @@ int rule_unique(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 int rule_mask_index(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err), *m = x ? sj_tensor(b, "index", err) : NULL;
-    if (!m)
+    const TensorMeta *x, *m;
+    if (sj_tensor2(b, "input", &x, "index", &m, err))
         return -1;
     if (x->np_scalar)
         return sj_err(err, "indexing a numpy scalar is not supported");
@@ -121,8 +121,8 @@ int rule_mask_index(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
 int rule_masked_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err), *m = x ? sj_tensor(b, "mask", err) : NULL;
-    if (!m)
+    const TensorMeta *x, *m;
+    if (sj_tensor2(b, "input", &x, "mask", &m, err))
         return -1;
     if (lib != LIB_TORCH)
         return sj_err(err, "masked_select: torch tensors only");

@@ -4,6 +4,8 @@
 #ifndef SJ_RULES_UTIL_H
 #define SJ_RULES_UTIL_H
 
+#include <string.h>
+
 #include "rules.h"
 
 
@@ -27,12 +29,27 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 
 /* A list of ints from an int, a tuple/list/torch.Size of ints, or a *varargs BA_LIST (a
  * varargs list holding one sequence is unwrapped: x.view((2, 3)) == x.view(2, 3)).
- * *n receives the count (at most max). */
+ * *n receives the count (at most max). An absent argument (a NULL) is refused. */
 int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
                 ShapeErr *err);
 
+/* An int or a tuple of n ints (one int repeats) from the argument `name` (absent: dflt in
+ * every entry): kernel sizes, strides, paddings. Constants only: a symbolic int is
+ * specialised (sj_int_list pins it). */
+int sj_int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v, ShapeErr *err);
+
 /* Wraps a possibly negative dim into [0, ndim). torch lets a 0-d tensor use dims -1 and 0. */
 int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err);
+/* The int argument `name` (absent: dflt) as a dim of a rank-ndim tensor, wrapped (sj_dim). */
+int sj_get_dim(const BoundArgs *b, const char *name, int64_t dflt, Lib lib, int ndim, int *out, ShapeErr *err);
+/* The tensor `input` of an op along one of its dims: *d is the argument `name` (absent:
+ * dflt) wrapped into the input's dims. When msg is given a 0-d input is refused with it
+ * (before the dim is read). Borrowed, or NULL with err set. */
+const TensorMeta *sj_input_dim(const BoundArgs *b, Lib lib, const char *name, int64_t dflt, const char *msg, int *d,
+                               ShapeErr *err);
+/* Two tensor arguments, both required (sj_tensor): 0, or -1 with err set. Borrowed. */
+int sj_tensor2(const BoundArgs *b, const char *n1, const TensorMeta **t1, const char *n2, const TensorMeta **t2,
+               ShapeErr *err);
 
 /* Broadcasts the shapes of n metas into out->ndim/out->size (other fields untouched).
  * NULL entries are skipped. */
@@ -42,6 +59,13 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
  * *given = 0 when absent. */
 int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
                  ShapeErr *err);
+/* sj_get_dtype for a default: *dt becomes the dtype argument `name` when given and stays
+ * when it is absent. */
+int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err);
+
+/* A device argument's value (borrowed: a torch.device or a string): 0 when it is the cpu
+ * ("cpu", "cpu:0"), else -1 with err set. */
+int sj_cpu_device(PyObject *v, ShapeErr *err);
 
 /* numpy ufuncs and reductions return numpy scalars instead of 0-d arrays. */
 void sj_np_scalarize(Lib lib, TensorMeta *out);
@@ -73,6 +97,10 @@ int sj_decide(struct SymNode *rel, int *truth, ShapeErr *err);
 /* The relation must hold (guarded); an error when it does not at the hints. */
 int sj_require(struct SymNode *rel, ShapeErr *err);
 
+/* Every symbolic dim of m specialised to its hint (guarded) and made static: for rules that
+ * read those sizes as numbers. */
+int sj_pin_dims(TensorMeta *m, ShapeErr *err);
+
 /* Specialise e to its hint *value, guarded (e == hint): what capture does to the arguments
  * of a rule without symbolic support, for the cases a symbolic rule does not handle. */
 int sj_pin(struct SymNode *e, int64_t *value, ShapeErr *err);
@@ -94,6 +122,34 @@ static inline void sj_copy_dim(TensorMeta *out, int k, const TensorMeta *x, int 
     out->size[k] = x->size[i];
     out->sym[k] = x->sym[i];
 }
+/* out takes x's shape: its rank, and each dim's size and symbol (other fields untouched). */
+static inline void sj_copy_shape(TensorMeta *out, const TensorMeta *x)
+{
+    out->ndim = x->ndim;
+    for (int i = 0; i < x->ndim; i++)
+        sj_copy_dim(out, i, x, i);
+}
+/* out's shape becomes size[0..n), syms[i] the symbol of size i (NULL: static); the symbols
+ * past n are cleared (other fields untouched). */
+static inline void sj_set_shape(TensorMeta *out, const int64_t *size, struct SymNode *const *syms, int n)
+{
+    out->ndim = (unsigned char)n;
+    memset(out->sym, 0, sizeof out->sym);
+    memcpy(out->size, size, sizeof(int64_t) * (size_t)n);
+    memcpy(out->sym, syms, sizeof(struct SymNode *) * (size_t)n);
+}
+/* The values-and-indices result of max(dim), topk, max_pool(return_indices=True): out[1]
+ * becomes the int64 indices, shaped as the values out[0]; two outputs. */
+static inline void sj_with_indices(TensorMeta *out, int *nout)
+{
+    out[1] = out[0];
+    out[1].dtype = DT_I64;
+    out[1].requires_grad = 0;
+    *nout = 2;
+}
+/* 1 when the argument `name` was passed as None (ba_get answers NULL for None as for an
+ * absent argument; numpy's axis=None means something else than an absent axis). */
+int sj_passed_none(const BoundArgs *b, const char *name);
 /* sj_int_list with the symbols of symbolic entries (NULL for constants; their hints in
  * out), which it does not specialise. */
 int sj_int_list_sym(const BoundArg *a, const char *what, int64_t *out, struct SymNode **syms, int *n, int max,

@@ -16,6 +16,31 @@ static void like(const TensorMeta *x, TensorMeta *out)
     out->np_scalar = 0;
 }
 
+/* Static sizes[0..n) that must multiply to total, one of them possibly -1: that one is
+ * inferred (filled in). torch's and numpy's reshape rule, and unflatten's for one dim.
+ * 0, or -1 with err set. */
+static int infer_size(int64_t *sizes, int n, int64_t total, ShapeErr *err)
+{
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] == -1) {
+            if (infer >= 0)
+                return sj_err(err, "only one dimension can be inferred");
+            infer = i;
+        } else if (sizes[i] < 0) {
+            return sj_err(err, "invalid shape dimension %lld", (long long)sizes[i]);
+        } else {
+            known *= sizes[i];
+        }
+    }
+    if (infer >= 0 ? known == 0 || total % known != 0 : known != total)
+        return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
+    if (infer >= 0)
+        sizes[infer] = total / known;
+    return 0;
+}
+
 /* view/reshape with symbolic sizes: the element counts must agree as expressions (a
  * relation the ranges cannot decide is guarded); a -1 entry is numel // known. */
 static int view_symbolic(OpId op, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n,
@@ -76,36 +101,14 @@ int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     int64_t shape[SJ_MAX_RANK + 1];
     SymNode *syms[SJ_MAX_RANK + 1];
     int n;
-    const BoundArg *s = ba_get(b, "shape");
-    if (!s)
-        return sj_err(err, "%s needs a shape", op_info[op].name);
-    if (sj_int_list_sym(s, "shape", shape, syms, &n, SJ_MAX_RANK + 1, err))
+    if (sj_int_list_sym(ba_get(b, "shape"), "shape", shape, syms, &n, SJ_MAX_RANK + 1, err))
         return -1;
     if (n > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
     if (sj_symctx)
         return view_symbolic(op, x, shape, syms, n, out, nout, err);
-    int infer = -1;
-    int64_t known = 1;
-    for (int i = 0; i < n; i++) {
-        if (shape[i] == -1) {
-            if (infer >= 0)
-                return sj_err(err, "only one dimension can be inferred");
-            infer = i;
-        } else if (shape[i] < 0) {
-            return sj_err(err, "invalid shape dimension %lld", (long long)shape[i]);
-        } else {
-            known *= shape[i];
-        }
-    }
-    int64_t total = sj_numel(x);
-    if (infer >= 0) {
-        if (known == 0 || total % known != 0)
-            return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
-        shape[infer] = total / known;
-    } else if (known != total) {
-        return sj_err(err, "shape is invalid for input of size %lld", (long long)total);
-    }
+    if (infer_size(shape, n, sj_numel(x), err))
+        return -1;
     like(x, out);
     out->ndim = (unsigned char)n;
     memcpy(out->size, shape, sizeof(int64_t) * (size_t)n);
@@ -339,14 +342,12 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int64_t sizes[SJ_MAX_RANK];
+    int n = 0, d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     if (!x)
         return -1;
-    int64_t d0, sizes[SJ_MAX_RANK];
-    int n = 0, d;
     const BoundArg *sa = ba_get(b, "sizes");
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
-        return -1;
     if (!sa || sj_int_list(sa, "sizes", sizes, &n, SJ_MAX_RANK, err))
         return sa ? -1 : sj_err(err, "unflatten() needs sizes");
     /* a symbolic dim being split: pinned (its parts would need exact division); the other
@@ -358,27 +359,8 @@ int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         return sj_err(err, "unflatten: sizes must be non-empty");
     if (x->ndim - 1 + n > SJ_MAX_RANK)
         return sj_err(err, "unflatten: rank above %d", SJ_MAX_RANK);
-    int infer = -1;
-    int64_t known = 1;
-    for (int i = 0; i < n; i++) {
-        if (sizes[i] == -1) {
-            if (infer >= 0)
-                return sj_err(err, "unflatten: only one dimension can be inferred");
-            infer = i;
-        } else if (sizes[i] < 0) {
-            return sj_err(err, "unflatten: invalid size %lld", (long long)sizes[i]);
-        } else {
-            known *= sizes[i];
-        }
-    }
-    if (infer >= 0) {
-        if (known == 0 || x->size[d] % known)
-            return sj_err(err, "unflatten: sizes do not divide dimension %d", d);
-        sizes[infer] = x->size[d] / known;
-    } else if (known != x->size[d]) {
-        return sj_err(err, "unflatten: provided sizes don't multiply up to the size of dim %d (%lld)", d,
-                      (long long)x->size[d]);
-    }
+    if (infer_size(sizes, n, x->size[d], err))
+        return -1;
     like(x, out);
     int k = 0;
     for (int i = 0; i < d; i++, k++)
@@ -477,10 +459,7 @@ int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t shape[SJ_MAX_RANK];
     SymNode *syms[SJ_MAX_RANK];
     int n;
-    const BoundArg *size = ba_get(b, "size");
-    if (!size)
-        return sj_err(err, "expand needs a size");
-    if (sj_int_list_sym(size, "size", shape, syms, &n, SJ_MAX_RANK, err) ||
+    if (sj_int_list_sym(ba_get(b, "size"), "size", shape, syms, &n, SJ_MAX_RANK, err) ||
         expand_to(lib, x, shape, syms, n, out, err))
         return -1;
     *nout = 1;
@@ -491,9 +470,9 @@ int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
                    ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    const TensorMeta *o = x ? sj_tensor(b, "other", err) : NULL;
-    if (!o || expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
+    const TensorMeta *x, *o;
+    if (sj_tensor2(b, "input", &x, "other", &o, err) ||
+        expand_to(lib, x, o->size, sj_symctx ? o->sym : NULL, o->ndim, out, err))
         return -1;
     *nout = 1;
     return 0;
@@ -777,16 +756,9 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "split expects at least a 1-dimensional tensor");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "split expects at least a 1-dimensional tensor", &d, err);
+    if (!x)
         return -1;
     const BoundArg *s = ba_get(b, "split_size");
     if (!s || (s->kind != BA_CONST && s->kind != BA_LIST))
@@ -886,20 +858,13 @@ int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t chunks, d0;
+    int64_t chunks;
     int d;
-    if (sj_int(ba_get(b, "chunks"), "chunks", &chunks, err) ||
-        sj_get_int(b, "dim", 0, &d0, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "chunk expects at least a 1-dimensional tensor", &d, err);
+    if (!x || sj_int(ba_get(b, "chunks"), "chunks", &chunks, err))
         return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "chunk expects at least a 1-dimensional tensor");
     if (chunks <= 0)
         return sj_err(err, "chunk expects `chunks` to be greater than 0");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
-        return -1;
     int64_t size = x->size[d];
     int64_t len[SJ_MAX_OUTS];
     int n = 0;
@@ -936,16 +901,10 @@ int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
-    if (x->ndim == 0)
-        return sj_err(err, "Dimension specified as 0 but tensor has no dimensions");
-    if (sj_dim(lib, d0, x->ndim, &d, err))
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "Dimension specified as 0 but tensor has no dimensions", &d,
+                                       err);
+    if (!x)
         return -1;
     /* the number of results is the size: a symbolic one is specialised (as torch); the
      * other dims keep their symbols */
@@ -974,10 +933,7 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t reps[SJ_MAX_RANK];
     SymNode *syms[SJ_MAX_RANK];
     int n;
-    const BoundArg *sizes = ba_get(b, "sizes");
-    if (!sizes)
-        return sj_err(err, "repeat needs sizes");
-    if (sj_int_list_sym(sizes, "sizes", reps, syms, &n, SJ_MAX_RANK, err))
+    if (sj_int_list_sym(ba_get(b, "sizes"), "sizes", reps, syms, &n, SJ_MAX_RANK, err))
         return -1;
     if (n < x->ndim) {
         if (lib == LIB_TORCH)
@@ -1017,15 +973,6 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-/* ba_get hides None; numpy's axis=None means something else than an absent axis. */
-static int passed_none(const BoundArgs *b, const char *name)
-{
-    for (int i = 0; i < b->n; i++)
-        if (strcmp(b->names[i], name) == 0)
-            return b->args[i].kind == BA_CONST && b->args[i].value == Py_None;
-    return 0;
-}
-
 /* The tensors of a cat/stack sequence, and their common dtype. */
 static int seq_tensors(Lib lib, const BoundArgs *b, const TensorMeta **ts, int *n,
                        DType *dt, ShapeErr *err)
@@ -1058,17 +1005,11 @@ int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     const TensorMeta *ts[SJ_MAX_OUTS];
     int n;
     DType dt;
-    if (seq_tensors(lib, b, ts, &n, &dt, err))
+    if (seq_tensors(lib, b, ts, &n, &dt, err) || sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
-        return -1;
-    if (dtype_given)
-        dt = given;
     const BoundArg *da = ba_get(b, "dim");
     sj_meta(out, lib, dt);
-    if (lib == LIB_NUMPY && !da && passed_none(b, "dim")) {
+    if (lib == LIB_NUMPY && !da && sj_passed_none(b, "dim")) {
         /* np.concatenate(..., axis=None) concatenates the flattened arrays */
         int64_t total = 0;
         for (int i = 0; i < n; i++)
@@ -1159,22 +1100,13 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     const TensorMeta *ts[SJ_MAX_OUTS];
     int n;
     DType dt;
-    if (seq_tensors(lib, b, ts, &n, &dt, err))
+    if (seq_tensors(lib, b, ts, &n, &dt, err) || sj_dtype_or(b, "dtype", lib, &dt, err))
         return -1;
-    DType given;
-    int dtype_given;
-    if (sj_get_dtype(b, "dtype", lib, &given, &dtype_given, err))
-        return -1;
-    if (dtype_given)
-        dt = given;
-    int64_t d0;
     int d;
-    if (sj_get_int(b, "dim", 0, &d0, err))
-        return -1;
     const TensorMeta *ref = ts[0];
     if (ref->ndim + 1 > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-    if (sj_dim(LIB_NUMPY, d0, ref->ndim + 1, &d, err))
+    if (sj_get_dim(b, "dim", 0, LIB_NUMPY, ref->ndim + 1, &d, err))
         return -1;
     for (int i = 1; i < n; i++) {
         if (ts[i]->ndim != ref->ndim)
@@ -1207,13 +1139,10 @@ int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
 int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
-    const TensorMeta *x = sj_tensor(b, "input", err);
+    int d;
+    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, NULL, &d, err);
     const TensorMeta *ix = x ? sj_tensor(b, "index", err) : NULL;
     if (!ix)
-        return -1;
-    int64_t d0;
-    int d;
-    if (sj_get_int(b, "dim", 0, &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
         return -1;
     if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
         return sj_err(err, "gather(): Expected dtype int32/int64 for index");
@@ -1232,9 +1161,7 @@ int rule_gather(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             return sj_err(err, "Size does not match at dimension %d", i);
     }
     like(x, out);
-    out->ndim = ix->ndim;
-    for (int i = 0; i < ix->ndim; i++)
-        sj_copy_dim(out, i, ix, i);   /* the output has the index's shape */
+    sj_copy_shape(out, ix);   /* the output has the index's shape */
     *nout = 1;
     return 0;
 }

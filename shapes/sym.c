@@ -462,16 +462,8 @@ static SymNode *new_symbol(SymEnv *env, int kind, int64_t hint, SymRange r)
 {
     if (check_range(&r) < 0)
         return NULL;
-    if (env->nsyms == env->capsyms) {
-        int32_t cap = env->capsyms ? env->capsyms * 2 : 16;
-        SymNode **s = PyMem_Realloc(env->syms, (size_t)cap * sizeof *s);
-        if (!s) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        env->syms = s;
-        env->capsyms = cap;
-    }
+    if (sj_grow((void **)&env->syms, &env->capsyms, env->nsyms + 1, sizeof *env->syms, 16) < 0)
+        return NULL;
     int64_t n = kind == SK_SYMBOL ? env->nbacked : env->nunbacked;
     SymNode *e = node_new(env, kind, n, NULL, 0, key_hash(kind, n, NULL, 0));
     if (!e)

@@ -91,6 +91,17 @@ static int np_typenum(DType d)
     }
 }
 
+/* numpy's kind character of a dtype (numpy.dtype.kind): b, u, i, f or c. */
+static char np_kind(DType d)
+{
+    switch (dtype_info[d].category) {
+    case CAT_BOOL: return 'b';
+    case CAT_INT: return dtype_is_unsigned(d) ? 'u' : 'i';
+    case CAT_FLOAT: return 'f';
+    default: return 'c';
+    }
+}
+
 /* Maps by kind and size rather than type number: numpy has two int64 numbers (long and
  * longlong) that are the same type for us. Non-native byte order is refused because a
  * graph computes in native order. Returns 0 and sets *out, or 1. */
@@ -101,42 +112,32 @@ static int dtype_from_descr(PyArray_Descr *descr, DType *out)
     if (descr->byteorder == '<' && !PY_LITTLE_ENDIAN)
         return 1;
     int size = (int)PyDataType_ELSIZE(descr);
-    switch (descr->kind) {
-    case 'b': *out = DT_BOOL; return 0;
-    case 'u':
-        switch (size) {
-        case 1: *out = DT_U8; return 0;
-        case 2: *out = DT_U16; return 0;
-        case 4: *out = DT_U32; return 0;
-        case 8: *out = DT_U64; return 0;
-        default: return 1;
+    for (int d = 0; d < DT_COUNT; d++)
+        if (np_typenum((DType)d) >= 0 && np_kind((DType)d) == descr->kind && dtype_info[d].itemsize == size) {
+            *out = (DType)d;
+            return 0;
         }
-    case 'i':
-        switch (size) {
-        case 1: *out = DT_I8; return 0;
-        case 2: *out = DT_I16; return 0;
-        case 4: *out = DT_I32; return 0;
-        case 8: *out = DT_I64; return 0;
-        default: return 1;
-        }
-    case 'f':
-        switch (size) {
-        case 2: *out = DT_F16; return 0;
-        case 4: *out = DT_F32; return 0;
-        case 8: *out = DT_F64; return 0;
-        default: return 1;
-        }
-    case 'c':
-        switch (size) {
-        case 8: *out = DT_C64; return 0;
-        case 16: *out = DT_C128; return 0;
-        default: return 1;
-        }
-    default: return 1;
-    }
+    return 1;
 }
 
 /* ---- torch tensors ---- */
+
+/* The first n items of the sequence seq (borrowed; a torch.Size or a tuple of Python ints)
+ * into out. 0, or -1 with an exception set. */
+static int read_ints(PyObject *seq, Py_ssize_t n, int64_t *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PySequence_GetItem(seq, i);    /* new */
+        if (!s)
+            return -1;
+        long long v = PyLong_AsLongLong(s);
+        Py_DECREF(s);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        out[i] = v;
+    }
+    return 0;
+}
 
 static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const char **why)
 {
@@ -184,16 +185,8 @@ static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const 
     out->lib = LIB_TORCH;
     out->dtype = (unsigned char)d;
     out->ndim = (unsigned char)nd;
-    for (Py_ssize_t i = 0; i < nd; i++) {
-        PyObject *s = PySequence_GetItem(shape, i);    /* new */
-        if (!s)
-            goto done;
-        long long v = PyLong_AsLongLong(s);
-        Py_DECREF(s);
-        if (v == -1 && PyErr_Occurred())
-            goto done;
-        out->size[i] = v;
-    }
+    if (read_ints(shape, nd, out->size) < 0)
+        goto done;
     if (!(rg = PyObject_GetAttrString(value, "requires_grad")))
         goto done;
     int t = PyObject_IsTrue(rg);
@@ -201,18 +194,8 @@ static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const 
         goto done;
     out->requires_grad = (unsigned char)t;
     if (strides) {
-        if (!(st = PyObject_CallMethod(value, "stride", NULL)))
+        if (!(st = PyObject_CallMethod(value, "stride", NULL)) || read_ints(st, nd, strides) < 0)
             goto done;
-        for (Py_ssize_t i = 0; i < nd; i++) {
-            PyObject *s = PySequence_GetItem(st, i);    /* new */
-            if (!s)
-                goto done;
-            long long v = PyLong_AsLongLong(s);
-            Py_DECREF(s);
-            if (v == -1 && PyErr_Occurred())
-                goto done;
-            strides[i] = v;
-        }
     }
     rc = 0;
 done:
