@@ -136,7 +136,7 @@ static int const_int(const BoundArg *ba, int64_t *v)
 }
 
 /* An int or a tuple/list of 1 or n ints into out[0..n). Absent: dflt. 0 when read, 1 when
- * not a constant the step takes. (The shape rule's reader, rules_nn.c, also takes symbolic
+ * not a constant the step takes. (The shape rules' reader, sj_int_tuple in shapes/rules.c, also takes symbolic
  * ints and pins them with a guard; a plan must not add guards, so it refuses them.) */
 static int int_tuple(const BoundArgs *b, const char *name, int n, int64_t dflt, int64_t *out)
 {

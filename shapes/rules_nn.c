@@ -167,31 +167,6 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
-/* An int or a tuple of `n` ints (a single int repeats). */
-static int int_tuple(const BoundArgs *b, const char *name, int64_t dflt, int n, int64_t *v,
-                     ShapeErr *err)
-{
-    const BoundArg *a = ba_get(b, name);
-    if (!a) {
-        for (int i = 0; i < n; i++)
-            v[i] = dflt;
-        return 0;
-    }
-    int64_t tmp[SJ_MAX_RANK];
-    int m;
-    if (sj_int_list(a, name, tmp, &m, SJ_MAX_RANK, err))
-        return -1;
-    if (m == 1) {
-        for (int i = 0; i < n; i++)
-            v[i] = tmp[0];
-        return 0;
-    }
-    if (m != n)
-        return sj_err(err, "%s must be an int or a tuple of %d ints", name, n);
-    memcpy(v, tmp, sizeof(int64_t) * (size_t)n);
-    return 0;
-}
-
 /* The extent of a sliding window over dim i of x, into dim i of out: effective kernel k
  * (ksym: its node when symbolic, else NULL), padding p on each side, stride s. The count of
  * window positions is floor((in + 2p - k) / s) + 1; with ceil_mode the division rounds up,
@@ -279,7 +254,7 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (w->ndim != sp + 2)
         return sj_err(err, "%s: weight must be %d-D", op_info[op].name, sp + 2);
     int64_t stride[2], pad[2], dil[2], groups;
-    if (int_tuple(b, "stride", 1, sp, stride, err) || int_tuple(b, "dilation", 1, sp, dil, err) ||
+    if (sj_int_tuple(b, "stride", 1, sp, stride, err) || sj_int_tuple(b, "dilation", 1, sp, dil, err) ||
         sj_get_int(b, "groups", 1, &groups, err))
         return -1;
     const BoundArg *pa = ba_get(b, "padding");
@@ -290,7 +265,7 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         else if (PyUnicode_CompareWithASCIIString(pa->value, "valid") != 0)
             return sj_err(err, "padding must be 'same', 'valid' or ints");
         pad[0] = pad[1] = 0;
-    } else if (int_tuple(b, "padding", 0, sp, pad, err)) {
+    } else if (sj_int_tuple(b, "padding", 0, sp, pad, err)) {
         return -1;
     }
     if (groups <= 0)
@@ -360,7 +335,7 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return sj_err(err, "%s is not implemented for %s", op_info[op].name,
                       dtype_info[x->dtype].name);
     int64_t k[2] = {1, 1}, s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
-    if (int_tuple(b, "kernel_size", 1, sp, k, err) || int_tuple(b, "padding", 0, sp, p, err))
+    if (sj_int_tuple(b, "kernel_size", 1, sp, k, err) || sj_int_tuple(b, "padding", 0, sp, p, err))
         return -1;
     const BoundArg *sa = ba_get(b, "stride");
     if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) &&
@@ -368,10 +343,10 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         sj_err_clear();
         s[0] = k[0];
         s[1] = k[1];
-    } else if (int_tuple(b, "stride", 1, sp, s, err)) {
+    } else if (sj_int_tuple(b, "stride", 1, sp, s, err)) {
         return -1;
     }
-    if (is_max && int_tuple(b, "dilation", 1, sp, d, err))
+    if (is_max && sj_int_tuple(b, "dilation", 1, sp, d, err))
         return -1;
     int ceil_mode, ret_idx = 0;
     if (sj_get_bool(b, "ceil_mode", 0, &ceil_mode, err))

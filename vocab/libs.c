@@ -24,23 +24,50 @@ PyObject *libs_get_path(PyObject *root, const char *path)
     return cur;
 }
 
+/* An object of a library that capture recognises: the field of libs that keeps it (a
+ * strong reference) and its path below the module. */
+typedef struct {
+    PyObject **slot;
+    const char *path;
+} LibPath;
+
+static const LibPath torch_paths[] = {
+    {&libs.tensor_type, "Tensor"},
+    {&libs.param_type, "nn.Parameter"},
+    {&libs.module_type, "nn.Module"},
+    {&libs.size_type, "Size"},
+    {&libs.no_grad, "no_grad"},
+    {&libs.enable_grad, "enable_grad"},
+    {&libs.set_grad_enabled, "set_grad_enabled"},
+    {&libs.set_grad_fn, "_C._set_grad_enabled"},
+    {&libs.inference_mode, "inference_mode"},
+    {&libs.memory_format_type, "memory_format"},
+    {&libs.enter_inference_mode, "autograd.grad_mode._enter_inference_mode"},
+    {&libs.exit_inference_mode, "autograd.grad_mode._exit_inference_mode"},
+    {&libs.dtype_type, "dtype"},
+    {&libs.device_type, "device"},
+};
+
+static const LibPath numpy_paths[] = {
+    {&libs.ndarray_type, "ndarray"},
+    {&libs.np_generic, "generic"},
+    {&libs.np_dtype_type, "dtype"},
+};
+
+/* Fills the slots of paths[0..n) from the module root, in order: 0, or -1 with an exception
+ * set at the first path that does not resolve (the slots before it stay filled). */
+static int load_paths(PyObject *root, const LibPath *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(*paths[i].slot = libs_get_path(root, paths[i].path)))
+            return -1;
+    return 0;
+}
+
 static int load_torch(PyObject *torch)
 {
     libs.torch = Py_NewRef(torch);
-    if (!(libs.tensor_type = libs_get_path(torch, "Tensor")) ||
-        !(libs.param_type = libs_get_path(torch, "nn.Parameter")) ||
-        !(libs.module_type = libs_get_path(torch, "nn.Module")) ||
-        !(libs.size_type = libs_get_path(torch, "Size")) ||
-        !(libs.no_grad = libs_get_path(torch, "no_grad")) ||
-        !(libs.enable_grad = libs_get_path(torch, "enable_grad")) ||
-        !(libs.set_grad_enabled = libs_get_path(torch, "set_grad_enabled")) ||
-        !(libs.set_grad_fn = libs_get_path(torch, "_C._set_grad_enabled")) ||
-        !(libs.inference_mode = libs_get_path(torch, "inference_mode")) ||
-        !(libs.memory_format_type = libs_get_path(torch, "memory_format")) ||
-        !(libs.enter_inference_mode = libs_get_path(torch, "autograd.grad_mode._enter_inference_mode")) ||
-        !(libs.exit_inference_mode = libs_get_path(torch, "autograd.grad_mode._exit_inference_mode")) ||
-        !(libs.dtype_type = libs_get_path(torch, "dtype")) ||
-        !(libs.device_type = libs_get_path(torch, "device")))
+    if (load_paths(torch, torch_paths, sizeof torch_paths / sizeof *torch_paths) < 0)
         return -1;
     PyObject *m = libs_get_path(torch, "nn.modules.module");
     if (!m)
@@ -76,8 +103,7 @@ static int load_numpy(PyObject *np)
         return -1;
     }
     libs.numpy = Py_NewRef(np);
-    if (!(libs.ndarray_type = libs_get_path(np, "ndarray")) || !(libs.np_generic = libs_get_path(np, "generic")) ||
-        !(libs.np_dtype_type = libs_get_path(np, "dtype")))
+    if (load_paths(np, numpy_paths, sizeof numpy_paths / sizeof *numpy_paths) < 0)
         return -1;
     return callables_init();
 }
