@@ -317,6 +317,13 @@ Var *wrap_untracked(Capture *c, PyObject *obj);
 /* wrap_untracked of getattr(obj, name) (both borrowed); an exception it raises fails the
  * capture as the user's (the interpreter raises it again). */
 Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name);
+/* The source the cells and defaults of fn (a function var being inlined) are read
+ * through: fn's own, or for a function from outside reached without one (a method found
+ * on its class, a staticmethod, a property getter, a partial's func) the function itself
+ * held by the source table, so the outside objects it holds are tracked as the frame's
+ * own are (guarded, their writes replayed) and never copied. -1 for a function made
+ * during capture (its cells are vars); -2 with the failure set. */
+int32_t wrap_fn_source(Capture *c, Var *fn);
 /* A C method bound to the object it was read from (obj borrowed): a new object on every
  * read, guarded by its type, never by identity. */
 Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src);

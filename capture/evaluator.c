@@ -385,9 +385,13 @@ resume:
                         if (!cell || !clo)
                             goto fail;
                         cell->u.cell.real = PyTuple_GET_ITEM(clo, i);
-                        if (fn->src >= 0 &&
-                            (cell->src = sources_add(&c->src, SRC_CELL, fn->src, i, NULL, NULL)) < 0)
+                        int32_t fsrc = wrap_fn_source(c, fn);
+                        if (fsrc == -2)
                             goto fail;
+                        if (fsrc >= 0 && (cell->src = sources_add(&c->src, SRC_CELL, fsrc, i, NULL, NULL)) < 0) {
+                            cap_fail_exc(c, BR_INTERNAL);
+                            goto fail;
+                        }
                         f->locals[first + i] = cell;
                     } else {
                         Var *clo = fn->u.func.closure;

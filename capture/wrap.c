@@ -526,6 +526,20 @@ Var *wrap_untracked(Capture *c, PyObject *obj)
     return wrap_value(c, obj, -1);
 }
 
+int32_t wrap_fn_source(Capture *c, Var *fn)
+{
+    if (fn->src >= 0)
+        return fn->src;
+    if (!fn->obj || !PyFunction_Check(fn->obj))
+        return -1;
+    int32_t s = sources_add(&c->src, SRC_HELD, -1, 0, NULL, fn->obj);
+    if (s < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return -2;
+    }
+    return s;
+}
+
 Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(obj, name);   /* new */

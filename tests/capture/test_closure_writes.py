@@ -1,0 +1,297 @@
+"""Writes into outside objects reached through the cells and defaults of an inlined
+function (a method, a nested function, a lambda, a functools.partial, a staticmethod or
+classmethod, a property getter): after N compiled calls the objects hold what eager's N
+calls left in them. The capture either tracks such an object (guards it and replays its
+writes after the graph) or breaks the graph; a write is never dropped.
+
+The programs are generated: every kind of callable crossed with every kind of write,
+each run two and three times against a fresh eager twin."""
+import functools  # noqa: F401  (the generated programs use it)
+import itertools
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import shapejit
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    shapejit.reset()
+    yield
+    shapejit.reset()
+
+
+class Obj:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __eq__(self, other):
+        return type(other) is Obj and vars(self) == vars(other)
+
+    def __repr__(self):
+        return "Obj(%r)" % vars(self)
+
+
+# write kind: (initial state, statement form, expression form or None)
+WRITES = {
+    "list_append": ("[]", "state.append(1)", "state.append(1)"),
+    "list_extend": ("[]", "state.extend([1, 2])", "state.extend([1, 2])"),
+    "list_setitem": ("[0]", "state[0] = state[0] + 1", "state.__setitem__(0, state[0] + 1)"),
+    "dict_setitem": ("{}", "state['k'] = state.get('k', 0) + 1", "state.__setitem__('k', state.get('k', 0) + 1)"),
+    "dict_update": ("{}", "state.update(a=len(state))", "state.update(a=len(state))"),
+    "dict_pop": ("{'k': 1, 'j': 2}", "state.pop('k', None)", "state.pop('k', None)"),
+    "set_add": ("set()", "state.add(len(state))", "state.add(len(state))"),
+    "attr": ("Obj(n=0)", "state.n = state.n + 1", "setattr(state, 'n', state.n + 1)"),
+    "nonlocal": ("0", "nonlocal state; state = state + 1", None),
+}
+
+# callable kind: (definitions, the compiled lambda's body); {W} is the write statement,
+# {E} its expression form
+CALLABLES = {
+    "closure": ("def g(x):\n    {W}\n    return x + 1\n", "g(x) * 2"),
+    "method": ("class A:\n    def g(self, x):\n        {W}\n        return x + 1\na = A()\n", "a.g(x) * 2"),
+    "method_on_class_arg": ("class A:\n    def g(self, x):\n        {W}\n        return x + 1\n", "A().g(x) * 2"),
+    "staticmethod": ("class A:\n    @staticmethod\n    def g(x):\n        {W}\n        return x + 1\na = A()\n",
+                     "a.g(x) + A.g(x)"),
+    "classmethod": ("class A:\n    @classmethod\n    def g(cls, x):\n        {W}\n        return x + 1\n",
+                    "A.g(x) * 2"),
+    "property": ("class A:\n    @property\n    def g(self):\n        {W}\n        return 1\na = A()\n", "x + a.g"),
+    "partial": ("def g0(k, x):\n    {W}\n    return x + k\ng = functools.partial(g0, 1)\n", "g(x) * 2"),
+    "nested": ("def outer(x):\n    def g(y):\n        {W}\n        return y + 1\n    return g(x)\n", "outer(x) * 2"),
+    "lambda": ("g = lambda x: ({E}, x + 1)[1]\n", "g(x) * 2"),
+    "lambda_on_class": ("class A:\n    g = staticmethod(lambda x: ({E}, x + 1)[1])\na = A()\n", "a.g(x) * 2"),
+}
+
+
+def _program(callable_kind, write_kind):
+    init, stmt, expr = WRITES[write_kind]
+    defs, body = CALLABLES[callable_kind]
+    if "{E}" in defs and expr is None:
+        return None
+    stmt = stmt.replace("; ", "\n")   # one statement a line, indented below
+    lines = []
+    for line in defs.replace("{E}", expr or "").splitlines():
+        if "{W}" in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            for part in stmt.split("\n"):
+                lines.append(indent + part.strip())
+        else:
+            lines.append(line)
+    src = "def make():\n    state = %s\n%s\n    f = lambda x: %s\n    return f, lambda: state\n" % (
+        init, textwrap.indent("\n".join(lines), "    "), body)
+    return src
+
+
+def _build(src):
+    ns = {"functools": functools, "Obj": Obj, "torch": torch}
+    exec(compile(src, "<closure-writes>", "exec"), ns)
+    return ns["make"]
+
+
+def _snap(v):
+    if isinstance(v, Obj):
+        return Obj(**vars(v))
+    if isinstance(v, (list, dict, set)):
+        return type(v)(v)
+    return v
+
+
+def _run(make, calls, compiled):
+    f, state = make()
+    if compiled:
+        f = shapejit.compile(f)
+    outs, snaps = [], []
+    torch.manual_seed(0)
+    xs = [torch.randn(3) for _ in range(calls)]
+    for x in xs:
+        try:
+            outs.append(("ok", f(x)))
+        except Exception as e:   # eager's own error, raised the same way
+            outs.append(("err", type(e).__name__))
+        snaps.append(_snap(state()))
+    return outs, snaps
+
+
+CASES = [(ck, wk, n) for ck, wk in itertools.product(CALLABLES, WRITES) for n in (2, 3)
+         if _program(ck, wk) is not None]
+
+
+@pytest.mark.parametrize("callable_kind,write_kind,calls", CASES)
+def test_write_through_inlined_callable(callable_kind, write_kind, calls):
+    src = _program(callable_kind, write_kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eo, es = _run(_build(src), calls, False)
+        co, cs = _run(_build(src), calls, True)
+    assert cs == es, src
+    assert [o[0] for o in co] == [o[0] for o in eo], src
+    for (k1, a), (k2, b) in zip(co, eo):
+        if k1 == "ok" and isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+        else:
+            assert a == b
+
+
+def test_method_of_local_class_appends_each_call():
+    calls = []
+
+    class A:
+        def chk(self, x):
+            calls.append(1)
+            return x + 1
+
+    a = A()
+    f = shapejit.compile(lambda x: a.chk(x) * 2)
+    f(torch.randn(3))
+    f(torch.randn(3))
+    assert calls == [1, 1]
+
+
+def test_method_write_is_tracked_in_one_graph():
+    calls = []
+
+    class A:
+        def chk(self, x):
+            calls.append(len(calls))
+            return x + 1
+
+    a = A()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = shapejit.explain(lambda x: a.chk(x) * 2)(torch.randn(3))
+    assert ex.graph_count == 1 and ex.graph_break_count == 0
+    assert calls == [0]
+
+
+def test_method_matches_torch_compile():
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+
+    def run(compile_fn):
+        calls = []
+
+        class A:
+            def chk(self, x):
+                calls.append(1)
+                return x + 1
+
+        a = A()
+        f = compile_fn(lambda x: a.chk(x) * 2)
+        for _ in range(3):
+            f(torch.randn(3))
+        return calls
+
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    ref = run(lambda fn: torch.compile(fn, backend=cnt))
+    torch._dynamo.reset()
+    assert run(shapejit.compile) == ref == [1, 1, 1]
+    # the list's length is guarded: each call recompiles, in both
+    assert shapejit.stats()["graphs"] == cnt.frame_count
+
+
+# ---- the same write reached other ways ----
+
+MODULE_LIST = []
+
+
+class GlobalHolder:
+    def chk(self, x):
+        MODULE_LIST.append(1)
+        return x + 1
+
+
+def test_global_class_method_appends_to_module_list():
+    MODULE_LIST.clear()
+    h = GlobalHolder()
+    f = shapejit.compile(lambda x: h.chk(x) * 2)
+    for _ in range(3):
+        f(torch.randn(3))
+    assert MODULE_LIST == [1, 1, 1]
+
+
+def test_module_method_appends_to_own_list():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+            self.lin = nn.Linear(3, 3)
+
+        def note(self, x):
+            self.seen.append(x.shape[0])
+            return x
+
+        def forward(self, x):
+            return self.lin(self.note(x))
+
+    m = M()
+    f = shapejit.compile(m)
+    for _ in range(3):
+        f(torch.randn(2, 3))
+    assert m.seen == [2, 2, 2]
+
+
+def _default_acc(x, acc=[]):
+    acc.append(1)
+    return x + len(acc)
+
+
+def test_default_argument_list_of_global_function():
+    _default_acc.__defaults__[0].clear()
+    ref_acc = []
+
+    def ref(x, acc=ref_acc):
+        acc.append(1)
+        return x + len(acc)
+
+    f = shapejit.compile(lambda x: _default_acc(x) * 2)
+    xs = [torch.randn(3) for _ in range(3)]
+    for x in xs:
+        torch.testing.assert_close(f(x), ref(x) * 2)
+    assert _default_acc.__defaults__[0] == ref_acc == [1, 1, 1]
+
+
+def test_default_argument_list_of_method():
+    class A:
+        def chk(self, x, acc=[]):
+            acc.append(1)
+            return x + len(acc)
+
+    a = A()
+    f = shapejit.compile(lambda x: a.chk(x) * 2)
+    outs = [f(torch.zeros(3)) for _ in range(3)]
+    assert A.chk.__defaults__[0] == [1, 1, 1]
+    assert [float(o[0]) for o in outs] == [2.0, 4.0, 6.0]
+
+
+def test_keyword_default_dict_of_method():
+    class A:
+        def chk(self, x, *, seen={}):
+            seen[len(seen)] = 1
+            return x + len(seen)
+
+    a = A()
+    f = shapejit.compile(lambda x: a.chk(x) * 2)
+    outs = [f(torch.zeros(3)) for _ in range(3)]
+    assert A.chk.__kwdefaults__["seen"] == {0: 1, 1: 1, 2: 1}
+    assert [float(o[0]) for o in outs] == [2.0, 4.0, 6.0]
+
+
+def test_cell_int_read_by_method_follows_rebinding():
+    """A method's cell read as a value: rebinding it outside between calls is seen."""
+    k = 1
+
+    class A:
+        def g(self, x):
+            return x + k
+
+    a = A()
+    f = shapejit.compile(lambda x: a.g(x))
+    x = torch.zeros(2)
+    assert float(f(x)[0]) == 1.0
+    k = 5
+    assert float(f(x)[0]) == 5.0
