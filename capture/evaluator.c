@@ -578,7 +578,7 @@ resume:
         case SJOP_DELETE_SUBSCR: {
             NEED(2);
             Var *k = POP(), *o = POP();
-            int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
+            int writable = !var_is_outside(o);   /* an outside list or dict is written back */
             if (!writable && ((o->kind == VK_DICT && var_is_dict_key(k)) || (o->kind == VK_LIST && var_is_const(k)))) {
                 if (cap_note_mutation(c, o, "del") < 0)
                     goto fail;

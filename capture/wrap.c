@@ -366,7 +366,7 @@ int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObjec
     return ds < 0 || guard_dict_keys(c, ds, d) < 0 ? -1 : ds;
 }
 
-Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
 {
     if (libs_refresh() < 0)
         return NULL;
@@ -524,6 +524,19 @@ Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src)
 Var *wrap_untracked(Capture *c, PyObject *obj)
 {
     return wrap_value(c, obj, -1);
+}
+
+Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+{
+    Var *v = wrap_any(c, obj, src);
+    /* a mutable container without a source: nothing replays its writes after the graph */
+    if (v && src < 0 && (PyList_Check(obj) || PyDict_Check(obj) || PyAnySet_Check(obj) || collections_is_container(obj))) {
+        if (!cap_keep(c, obj))
+            return NULL;
+        v->untracked = 1;
+        v->orig = obj;
+    }
+    return v;
 }
 
 int32_t wrap_fn_source(Capture *c, Var *fn)

@@ -295,3 +295,150 @@ def test_cell_int_read_by_method_follows_rebinding():
     assert float(f(x)[0]) == 1.0
     k = 5
     assert float(f(x)[0]) == 5.0
+
+
+# ---- outside containers reached without a source: the write breaks the graph, and the
+# code after the break writes into the object itself (never a copy) ----
+
+def _eager_vs_compiled(make, calls=3):
+    out = []
+    for compiled in (False, True):
+        shapejit.reset()
+        f, state = make()
+        if compiled:
+            f = shapejit.compile(f)
+        for _ in range(calls):
+            f(torch.randn(3))
+        out.append(_snap(state()))
+    return out
+
+
+def test_class_list_through_type_of_object():
+    def make():
+        class A:
+            reg = []
+        a = A()
+        return (lambda x: (type(a).reg.append(1), x + 1)[1]), lambda: A.reg
+    eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager == [1, 1, 1]
+
+
+def test_class_dict_through_type_of_self():
+    def make():
+        class A:
+            reg = {}
+
+            def g(self, x):
+                type(self).reg[len(self.reg)] = 1
+                return x + 1
+        a = A()
+        return (lambda x: a.g(x)), lambda: A.reg
+    eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager == {0: 1, 1: 1, 2: 1}
+
+
+def test_class_set_through_self():
+    def make():
+        class A:
+            s = set()
+
+            def g(self, x):
+                self.s.add(len(self.s))
+                return x + 1
+        a = A()
+        return (lambda x: a.g(x)), lambda: A.s
+    eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager == {0, 1, 2}
+
+
+def test_partial_argument_list_on_class():
+    def make():
+        acc = []
+
+        def g(k, x):
+            k.append(1)
+            return x + 1
+
+        class A:
+            p = staticmethod(functools.partial(g, acc))
+        a = A()
+        return (lambda x: a.p(x)), lambda: acc
+    eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager == [1, 1, 1]
+
+
+def test_untracked_list_returned_is_the_object_itself():
+    class A:
+        reg = [1]
+    a = A()
+    f = shapejit.compile(lambda x: (type(a).reg, x + 1))
+    r, _ = f(torch.randn(3))
+    assert r is A.reg
+
+
+@pytest.mark.parametrize("which", ["decorated", "property_via_self", "closure_via_class_attr",
+                                   "module_forward", "lambda_in_class_dict", "object_made_in_capture"])
+def test_other_paths_to_a_closure_list(which):
+    def make():
+        acc = []
+        if which == "decorated":
+            def deco(fn):
+                @functools.wraps(fn)
+                def w(*a):
+                    acc.append(1)
+                    return fn(*a)
+                return w
+
+            class A:
+                @deco
+                def g(self, x):
+                    return x + 1
+            a = A()
+            return (lambda x: a.g(x)), lambda: acc
+        if which == "property_via_self":
+            class A:
+                @property
+                def p(self):
+                    acc.append(1)
+                    return 1
+
+                def g(self, x):
+                    return x + self.p
+            a = A()
+            return (lambda x: a.g(x)), lambda: acc
+        if which == "closure_via_class_attr":
+            def outer():
+                def inner(x):
+                    acc.append(1)
+                    return x + 1
+                return inner
+
+            class A:
+                f = staticmethod(outer())
+            a = A()
+            return (lambda x: a.f(x) + A.f(x)), lambda: acc
+        if which == "module_forward":
+            class M(nn.Module):
+                def forward(self, x):
+                    acc.append(1)
+                    return x + 1
+            m = M()
+            return (lambda x: m(x)), lambda: acc
+        if which == "lambda_in_class_dict":
+            g = lambda x: (acc.append(1), x + 1)[1]   # noqa: E731
+            d = {"g": g}
+
+            class A:
+                h = d
+            return (lambda x: A.h["g"](x)), lambda: acc
+
+        class A:
+            def __init__(self):
+                self.l = acc
+
+            def g(self, x):
+                self.l.append(1)
+                return x + 1
+        return (lambda x: A().g(x)), lambda: acc
+    eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager
