@@ -8,6 +8,8 @@ The programs are generated: every kind of callable crossed with every kind of wr
 each run two and three times against a fresh eager twin."""
 import functools  # noqa: F401  (the generated programs use it)
 import itertools
+import random
+import re
 import textwrap
 import warnings
 
@@ -42,7 +44,7 @@ WRITES = {
     "list_extend": ("[]", "state.extend([1, 2])", "state.extend([1, 2])"),
     "list_setitem": ("[0]", "state[0] = state[0] + 1", "state.__setitem__(0, state[0] + 1)"),
     "dict_setitem": ("{}", "state['k'] = state.get('k', 0) + 1", "state.__setitem__('k', state.get('k', 0) + 1)"),
-    "dict_update": ("{}", "state.update(a=len(state))", "state.update(a=len(state))"),
+    "dict_update": ("{}", "state.update(u=len(state))", "state.update(u=len(state))"),
     "dict_pop": ("{'k': 1, 'j': 2}", "state.pop('k', None)", "state.pop('k', None)"),
     "set_add": ("set()", "state.add(len(state))", "state.add(len(state))"),
     "attr": ("Obj(n=0)", "state.n = state.n + 1", "setattr(state, 'n', state.n + 1)"),
@@ -67,7 +69,10 @@ CALLABLES = {
 }
 
 
-def _program(callable_kind, write_kind):
+def _part(callable_kind, write_kind, tag="", state="state"):
+    """The definitions and the call of one callable writing into state, its names
+    suffixed by tag; None when the callable cannot hold the write (a lambda, a
+    statement)."""
     init, stmt, expr = WRITES[write_kind]
     defs, body = CALLABLES[callable_kind]
     if "{E}" in defs and expr is None:
@@ -81,9 +86,21 @@ def _program(callable_kind, write_kind):
                 lines.append(indent + part.strip())
         else:
             lines.append(line)
-    src = "def make():\n    state = %s\n%s\n    f = lambda x: %s\n    return f, lambda: state\n" % (
-        init, textwrap.indent("\n".join(lines), "    "), body)
-    return src
+    defs = "\n".join(lines)
+
+    def rename(text):
+        text = re.sub(r"\b(g0|g|A|a|outer)\b", lambda m: m.group(1) + tag, text)
+        return re.sub(r"\bstate\b", state, text)
+    return init, rename(defs), rename(body)
+
+
+def _program(callable_kind, write_kind):
+    part = _part(callable_kind, write_kind)
+    if part is None:
+        return None
+    init, defs, body = part
+    return "def make():\n    state = %s\n%s\n    f = lambda x: %s\n    return f, lambda: state\n" % (
+        init, textwrap.indent(defs, "    "), body)
 
 
 def _build(src):
@@ -93,6 +110,8 @@ def _build(src):
 
 
 def _snap(v):
+    if isinstance(v, tuple):
+        return tuple(_snap(i) for i in v)
     if isinstance(v, Obj):
         return Obj(**vars(v))
     if isinstance(v, (list, dict, set)):
@@ -134,6 +153,43 @@ def test_write_through_inlined_callable(callable_kind, write_kind, calls):
             torch.testing.assert_close(a, b)
         else:
             assert a == b
+
+
+def _random_program(rng):
+    """Two to four callables of random kinds, each writing into a state of its own or
+    into one shared with an earlier callable of the same write kind, summed in one
+    compiled lambda."""
+    states, defs, calls = {}, [], []
+    for i in range(rng.randint(2, 4)):
+        while True:
+            ck, wk = rng.choice(list(CALLABLES)), rng.choice(list(WRITES))
+            shared = [n for n, k in states.items() if k == wk]
+            name = rng.choice(shared) if shared and rng.random() < 0.5 else "state%d" % i
+            part = _part(ck, wk, "_%d" % i, name)
+            if part is not None:
+                break
+        states.setdefault(name, wk)
+        defs.append(part[1])
+        calls.append(part[2])
+    inits = "".join("    %s = %s\n" % (n, WRITES[k][0]) for n, k in states.items())
+    return "def make():\n%s%s\n    f = lambda x: %s\n    return f, lambda: (%s,)\n" % (
+        inits, textwrap.indent("\n".join(defs), "    "), " + ".join(calls), ", ".join(states))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_programs(seed):
+    rng = random.Random(seed)
+    src = _random_program(rng)
+    calls = rng.choice((2, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eo, es = _run(_build(src), calls, False)
+        co, cs = _run(_build(src), calls, True)
+    assert cs == es, src
+    assert [o[0] for o in co] == [o[0] for o in eo], src
+    for (k1, a), (k2, b) in zip(co, eo):
+        if k1 == "ok":
+            torch.testing.assert_close(a, b)
 
 
 def test_method_of_local_class_appends_each_call():
