@@ -308,6 +308,10 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     if (hit) {
         Py_DECREF(key);
         Var *first = PyLong_AsVoidPtr(hit);
+        if (first->untracked) {   /* its reads at capture were not guarded: a write here would not be seen there */
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source", sj_type_a(c, Py_TYPE(obj), NULL));
+            return NULL;
+        }
         return same_object(c, first, src) < 0 ? NULL : first;
     }
     Var *v = NULL;
@@ -526,17 +530,44 @@ Var *wrap_untracked(Capture *c, PyObject *obj)
     return wrap_value(c, obj, -1);
 }
 
-Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+/* A mutable container from outside reached without a source: nothing replays its writes
+ * after the graph, so it is untracked (writes into it break). It is one var however often
+ * it is reached, and the var of its tracked twin when it was also reached with a source
+ * (reads then see the frame's writes). */
+static Var *wrap_untracked_container(Capture *c, PyObject *obj)
 {
-    Var *v = wrap_any(c, obj, src);
-    /* a mutable container without a source: nothing replays its writes after the graph */
-    if (v && src < 0 && (PyList_Check(obj) || PyDict_Check(obj) || PyAnySet_Check(obj) || collections_is_container(obj))) {
-        if (!cap_keep(c, obj))
-            return NULL;
+    PyObject *key = alias_key(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit == Py_None) {   /* reached again while its items are wrapped */
+        Py_DECREF(key);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
+        return NULL;
+    }
+    if (hit) {
+        Py_DECREF(key);
+        return PyLong_AsVoidPtr(hit);
+    }
+    Var *v = NULL;
+    if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0)
+        v = wrap_any(c, obj, -1);
+    if (v) {
         v->untracked = 1;
         v->orig = obj;
     }
-    return v;
+    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
+    Py_XDECREF(ptr);
+    Py_DECREF(key);
+    return r < 0 ? NULL : v;
+}
+
+Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+{
+    if (src < 0 && (PyList_Check(obj) || PyDict_Check(obj) || PyAnySet_Check(obj) || collections_is_container(obj)))
+        return wrap_untracked_container(c, obj);
+    return wrap_any(c, obj, src);
 }
 
 int32_t wrap_fn_source(Capture *c, Var *fn)

@@ -498,3 +498,84 @@ def test_other_paths_to_a_closure_list(which):
         return (lambda x: A().g(x)), lambda: acc
     eager, compiled = _eager_vs_compiled(make)
     assert compiled == eager
+
+
+def test_list_written_through_a_source_then_read_without_one():
+    """One list reached both ways is one var: the read without a source sees the write."""
+    def make():
+        class A:
+            reg = []
+        a = A()
+
+        def f(x):
+            a.reg.append(1)
+            return x + len(type(a).reg)
+        return f, lambda: A.reg
+    outs = []
+    for compiled in (False, True):
+        shapejit.reset()
+        f, state = make()
+        if compiled:
+            f = shapejit.compile(f)
+        outs.append(([float(f(torch.zeros(1))[0]) for _ in range(3)], list(state())))
+    assert outs[1] == outs[0] == ([1.0, 2.0, 3.0], [1, 1, 1])
+
+
+@pytest.mark.parametrize("which", ["attr_via_type", "list_in_tuple_via_type", "setdefault_on_default",
+                                   "insert_sort_reverse", "around_a_break", "default_object_of_staticmethod"])
+def test_more_writes(which):
+    def make():
+        acc = []
+
+        class H:
+            n = 0
+        h = H()
+        if which == "attr_via_type":
+            class A:
+                hh = h
+            a = A()
+            return (lambda x: (setattr(type(a).hh, "n", type(a).hh.n + 1), x + 1)[1]), lambda: h.n
+        if which == "list_in_tuple_via_type":
+            class A:
+                reg = (acc,)
+            a = A()
+            return (lambda x: (type(a).reg[0].append(1), x + 1)[1]), lambda: acc
+        if which == "setdefault_on_default":
+            d0 = {}
+
+            class A:
+                def g(self, x, d=d0):
+                    d.setdefault("k", []).append(1)
+                    return x + 1
+            a = A()
+            return (lambda x: a.g(x)), lambda: d0
+        if which == "insert_sort_reverse":
+            class A:
+                def g(self, x):
+                    acc.insert(0, len(acc))
+                    acc.sort()
+                    acc.reverse()
+                    return x + 1
+            a = A()
+            return (lambda x: a.g(x)), lambda: acc
+        if which == "around_a_break":
+            class A:
+                def g(self, x):
+                    acc.append(1)
+                    print("", end="")
+                    acc.append(2)
+                    return x + 1
+            a = A()
+            return (lambda x: a.g(x)), lambda: acc
+
+        class A:
+            @staticmethod
+            def g(x, hh=h):
+                hh.n += 1
+                return x + 1
+        a = A()
+        return (lambda x: a.g(x)), lambda: h.n
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager, compiled = _eager_vs_compiled(make)
+    assert compiled == eager
