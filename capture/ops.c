@@ -173,7 +173,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             return r;   /* otherwise (a float, true division, ...) the int is specialised */
     }
     if (is_foldable(a) && is_foldable(b)) {
-        if (name[0] == 'i' && var_is_outside(a) && PySet_CheckExact(a->obj)) {
+        if (name[0] == 'i' && var_is_outside(a) && a->obj && PySet_CheckExact(a->obj)) {
             /* `s |= t` on a set from outside: folding would write it now, at capture */
             cap_fail(c, BR_SIDE_EFFECT, "in-place %s on a set from outside the frame", name);
             return NULL;
