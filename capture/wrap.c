@@ -337,6 +337,24 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     return v;
 }
 
+/* A set from outside: a constant guarded by value (writes into it break, attrs.c, ops.c).
+ * The guard compares with a copy: the set itself changes with the writes of the code the
+ * guard protects, and compared with itself the guard would always pass. */
+static Var *wrap_set(Capture *c, PyObject *obj, int32_t src)
+{
+    PyObject *copy = PySet_New(obj);   /* new; the guard takes its own reference */
+    int r = copy ? guard_add_simple(c, GK_EQUALS_MATCH, src, copy) : -1;
+    Py_XDECREF(copy);
+    if (r < 0 || !cap_keep(c, obj))
+        return NULL;
+    Var *v = var_new(c, VK_CONST);
+    if (v) {
+        v->obj = obj;
+        v->src = src;
+    }
+    return v;
+}
+
 static Var *simple(Capture *c, VarKind k, PyObject *obj, int32_t src, GuardKind gk)
 {
     if (guard_add_simple(c, gk, src, gk == GK_TYPE_MATCH ? (PyObject *)Py_TYPE(obj) : obj) < 0)
@@ -383,8 +401,10 @@ static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
         if (PyErr_Occurred())
             return NULL;
     }
-    if (is_constant_type(obj) || ((PySet_CheckExact(obj) || PyFrozenSet_CheckExact(obj)) && all_constant(obj)))
-        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);   /* sets: by value; writes break (attrs.c) */
+    if (PySet_CheckExact(obj) && all_constant(obj))
+        return wrap_set(c, obj, src);
+    if (is_constant_type(obj) || (PyFrozenSet_CheckExact(obj) && all_constant(obj)))
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
     if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
