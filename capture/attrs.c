@@ -454,7 +454,7 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
             cap_fail(c, BR_UNSUPPORTED_VALUE, "attribute '%U' of a function made during capture", name);
             return NULL;
         }
-        if (o->kind == VK_CONST && o->src >= 0 && PySet_CheckExact(o->obj) && !set_method_reads(name)) {
+        if (o->kind == VK_CONST && var_is_outside(o) && PySet_CheckExact(o->obj) && !set_method_reads(name)) {
             /* a set from outside is a constant guarded by value: a write would happen now,
              * at capture, and never again */
             cap_fail(c, BR_SIDE_EFFECT, "set.%U on a set from outside the frame", name);

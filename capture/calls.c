@@ -67,6 +67,10 @@ static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_
         vdefaults = fn->u.func.defaults;
         vkwdefaults = fn->u.func.kwdefaults;
     }
+    /* the defaults of a function from outside are outside objects: read through a source */
+    int32_t fsrc = defaults || kwdefaults ? wrap_fn_source(c, fn) : -1;
+    if (fsrc == -2)
+        return -1;
     int ndef = defaults ? (int)PyTuple_GET_SIZE(defaults)
              : (vdefaults && vdefaults->kind == VK_TUPLE) ? vdefaults->u.seq.n
              : (vdefaults && vdefaults->kind == VK_CONST) ? (int)PyTuple_GET_SIZE(vdefaults->obj) : 0;
@@ -80,8 +84,9 @@ static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_
             return cap_fail_exc(c, BR_USER_EXCEPTION);
         }
         if (defaults) {
-            int32_t s = fn->src >= 0 ? sources_add(&c->src, SRC_DEFAULT, fn->src, d, NULL, NULL) : -1;
-            if (!(locals[i] = wrap_value(c, PyTuple_GET_ITEM(defaults, d), s)))
+            int32_t s = fsrc >= 0 ? sources_add(&c->src, SRC_DEFAULT, fsrc, d, NULL, NULL) : -1;
+            if ((fsrc >= 0 && s < 0 && cap_fail_exc(c, BR_INTERNAL)) ||
+                !(locals[i] = wrap_value(c, PyTuple_GET_ITEM(defaults, d), s)))
                 return -1;
         } else if (vdefaults->kind == VK_TUPLE) {
             locals[i] = vdefaults->u.seq.items[d];
@@ -96,8 +101,8 @@ static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_
         if (kwdefaults) {
             PyObject *v = PyDict_GetItemWithError(kwdefaults, pn);
             if (v) {
-                int32_t s = fn->src >= 0 ? sources_add(&c->src, SRC_KWDEFAULT, fn->src, 0, pn, NULL) : -1;
-                if (!(locals[i] = wrap_value(c, v, s)))
+                int32_t s = fsrc >= 0 ? sources_add(&c->src, SRC_KWDEFAULT, fsrc, 0, pn, NULL) : -1;
+                if ((fsrc >= 0 && s < 0 && cap_fail_exc(c, BR_INTERNAL)) || !(locals[i] = wrap_value(c, v, s)))
                     return -1;
                 continue;
             }
@@ -510,7 +515,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
                    !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") ||
                    !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
-    if (mutating && self->src >= 0 && !self->fresh && cap_note_mutation(c, self, n) < 0)
+    if (mutating && var_is_outside(self) && cap_note_mutation(c, self, n) < 0)
         return NULL;
     if (list_sort)
         return iters_list_sort(c, self, args, nargs, kwnames);

@@ -236,6 +236,9 @@ int cap_raise(Capture *c, PyObject *exc)
 
 int cap_note_mutation(Capture *c, Var *v, const char *what)
 {
+    if (v->untracked)
+        return cap_fail(c, BR_SIDE_EFFECT, "%s on %s from outside the frame reached without a source", what,
+                        var_a(c, v));
     if (v->kind != VK_LIST && v->kind != VK_DICT)
         return cap_fail(c, BR_SIDE_EFFECT, "%s on %s from outside the frame", what, var_a(c, v));
     for (Mutated *m = c->mutated; m; m = m->next)

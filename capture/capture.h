@@ -64,6 +64,12 @@ struct Var {
                               (np.random.rand): the same object every run, so a resume
                               function may be handed it as a constant */
     uint8_t from_module;   /* VK_OBJECT: reached through an nn.Module's attributes */
+    uint8_t untracked;     /* a list, dict or set from outside the frame reached without a
+                              source (src < 0): its writes cannot be replayed after the graph,
+                              so they break it (var_is_outside) */
+    PyObject *orig;        /* untracked: the outside object itself (borrowed; kept alive by
+                              Capture.keepalive), what a result or the code after a break
+                              is handed in its place, never a copy */
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
@@ -317,6 +323,13 @@ Var *wrap_untracked(Capture *c, PyObject *obj);
 /* wrap_untracked of getattr(obj, name) (both borrowed); an exception it raises fails the
  * capture as the user's (the interpreter raises it again). */
 Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name);
+/* The source the cells and defaults of fn (a function var being inlined) are read
+ * through: fn's own, or for a function from outside reached without one (a method found
+ * on its class, a staticmethod, a property getter, a partial's func) the function itself
+ * held by the source table, so the outside objects it holds are tracked as the frame's
+ * own are (guarded, their writes replayed) and never copied. -1 for a function made
+ * during capture (its cells are vars); -2 with the failure set. */
+int32_t wrap_fn_source(Capture *c, Var *fn);
 /* A C method bound to the object it was read from (obj borrowed): a new object on every
  * read, guarded by its type, never by identity. */
 Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src);
@@ -352,8 +365,13 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
 Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
               PyObject *const *live_locals, PyObject *closure);
 
-/* An outside container (src >= 0, not fresh) is about to be written in place: lists and
- * dicts are noted for write-back; anything else fails with BR_SIDE_EFFECT. 0 or -1. */
+/* 1 when a write into v changes an object from outside the frame: one with a source that
+ * the frame does not own, or one reached without a source (untracked). */
+static inline int var_is_outside(const Var *v) { return (v->src >= 0 && !v->fresh) || v->untracked; }
+
+/* An outside container (var_is_outside) is about to be written in place: lists and dicts
+ * with a source are noted for write-back; anything else (an untracked one, whose write
+ * could not be replayed) fails with BR_SIDE_EFFECT. 0 or -1. */
 int cap_note_mutation(Capture *c, Var *container, const char *what);
 
 /* 1 when code unit pc of co is covered by an exception handler (try/with). */

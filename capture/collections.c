@@ -499,7 +499,7 @@ static Var *finish(Shadow *s, PyObject *result, const char *what)
         int differ = read_back(s, v, obj, 0);
         if (differ < 0)
             return NULL;
-        if (differ && v->src >= 0 && !v->fresh && cap_note_mutation(c, v, what) < 0)
+        if (differ && var_is_outside(v) && cap_note_mutation(c, v, what) < 0)
             return NULL;
         if (differ && read_back(s, v, obj, 1) < 0)
             return NULL;
@@ -620,7 +620,7 @@ Var *collections_missing(Capture *c, Var *d, Var *key, int *handled)
     Var *v = call_var(c, d->u.dict.factory, NULL, 0, NULL);
     if (!v)
         return NULL;
-    if (d->src >= 0 && !d->fresh && cap_note_mutation(c, d, "defaultdict's missing key") < 0)
+    if (var_is_outside(d) && cap_note_mutation(c, d, "defaultdict's missing key") < 0)
         return NULL;
     return var_dict_set(c, d, key, v) < 0 ? NULL : v;
 }

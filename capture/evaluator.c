@@ -385,9 +385,13 @@ resume:
                         if (!cell || !clo)
                             goto fail;
                         cell->u.cell.real = PyTuple_GET_ITEM(clo, i);
-                        if (fn->src >= 0 &&
-                            (cell->src = sources_add(&c->src, SRC_CELL, fn->src, i, NULL, NULL)) < 0)
+                        int32_t fsrc = wrap_fn_source(c, fn);
+                        if (fsrc == -2)
                             goto fail;
+                        if (fsrc >= 0 && (cell->src = sources_add(&c->src, SRC_CELL, fsrc, i, NULL, NULL)) < 0) {
+                            cap_fail_exc(c, BR_INTERNAL);
+                            goto fail;
+                        }
                         f->locals[first + i] = cell;
                     } else {
                         Var *clo = fn->u.func.closure;
@@ -574,7 +578,7 @@ resume:
         case SJOP_DELETE_SUBSCR: {
             NEED(2);
             Var *k = POP(), *o = POP();
-            int writable = o->src < 0 || o->fresh;   /* an outside list or dict is written back */
+            int writable = !var_is_outside(o);   /* an outside list or dict is written back */
             if (!writable && ((o->kind == VK_DICT && var_is_dict_key(k)) || (o->kind == VK_LIST && var_is_const(k)))) {
                 if (cap_note_mutation(c, o, "del") < 0)
                     goto fail;

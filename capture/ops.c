@@ -102,7 +102,7 @@ static Var *seq_repeat(Capture *c, int inplace, Var *a, Var *b)
         memcpy(items, seq->u.seq.items, sizeof(Var *) * (size_t)n);
     Var *r;
     if (inplace && seq_first && seq->kind == VK_LIST && !seq->u.seq.subtype) {
-        if (seq->src >= 0 && !seq->fresh && cap_note_mutation(c, seq, "*=") < 0)
+        if (var_is_outside(seq) && cap_note_mutation(c, seq, "*=") < 0)
             return NULL;
         seq->u.seq.n = 0;
         r = seq;
@@ -173,7 +173,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
             return r;   /* otherwise (a float, true division, ...) the int is specialised */
     }
     if (is_foldable(a) && is_foldable(b)) {
-        if (name[0] == 'i' && a->src >= 0 && PySet_CheckExact(a->obj)) {
+        if (name[0] == 'i' && var_is_outside(a) && a->obj && PySet_CheckExact(a->obj)) {
             /* `s |= t` on a set from outside: folding would write it now, at capture */
             cap_fail(c, BR_SIDE_EFFECT, "in-place %s on a set from outside the frame", name);
             return NULL;
@@ -185,7 +185,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     int is_add = nb == SJ_NB_ADD || nb == SJ_NB_INPLACE_ADD;
     if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && b->kind == a->kind) {
         if (nb == SJ_NB_INPLACE_ADD && a->kind == VK_LIST) {
-            if (a->src >= 0 && !a->fresh && cap_note_mutation(c, a, "+=") < 0)
+            if (var_is_outside(a) && cap_note_mutation(c, a, "+=") < 0)
                 return NULL;
             for (int32_t i = 0; i < b->u.seq.n; i++)
                 if (var_seq_append(c, a, b->u.seq.items[i]) < 0)
@@ -671,7 +671,7 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
     int rc = attr_store_item(c, obj, key, val, &handled);   /* a ModelOutput from outside */
     if (handled)
         return rc;
-    if (obj->src >= 0 && !obj->fresh && cap_note_mutation(c, obj, "item assignment") < 0)
+    if (var_is_outside(obj) && cap_note_mutation(c, obj, "item assignment") < 0)
         return -1;
     if (obj->kind == VK_LIST && var_is_const(key) && PyIndex_Check(key->obj)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key->obj, PyExc_IndexError);
@@ -686,7 +686,7 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         return 0;
     }
     if (obj->kind == VK_DICT && key->kind != VK_CONST && var_is_dict_key(key) &&
-        ((obj->src >= 0 && !obj->fresh) || obj->u.dict.subtype))
+        (var_is_outside(obj) || obj->u.dict.subtype))
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "a tensor as the key of %s (%s from constant keys only)",
                         obj->u.dict.subtype ? "a collections dict" : "a dict from outside the frame",
                         obj->u.dict.subtype ? "rebuilt" : "written back");

@@ -141,7 +141,7 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
         d->u.dict.vals[i] = val;
         return 0;
     }
-    if (key->kind != VK_CONST && ((d->src >= 0 && !d->fresh) || d->u.dict.subtype)) {
+    if (key->kind != VK_CONST && (var_is_outside(d) || d->u.dict.subtype)) {
         /* written back (or rebuilt as its collections type) from constant keys only */
         PyErr_SetString(PyExc_TypeError, d->u.dict.subtype
                         ? "shapejit: a tensor as the key of a collections dict (rebuilt from constant keys only)"

@@ -308,6 +308,10 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     if (hit) {
         Py_DECREF(key);
         Var *first = PyLong_AsVoidPtr(hit);
+        if (first->untracked) {   /* its reads at capture were not guarded: a write here would not be seen there */
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source", sj_type_a(c, Py_TYPE(obj), NULL));
+            return NULL;
+        }
         return same_object(c, first, src) < 0 ? NULL : first;
     }
     Var *v = NULL;
@@ -330,6 +334,24 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
         return NULL;
     if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
         c->distinct_srcs[c->ndistinct++] = src;
+    return v;
+}
+
+/* A set from outside: a constant guarded by value (writes into it break, attrs.c, ops.c).
+ * The guard compares with a copy: the set itself changes with the writes of the code the
+ * guard protects, and compared with itself the guard would always pass. */
+static Var *wrap_set(Capture *c, PyObject *obj, int32_t src)
+{
+    PyObject *copy = PySet_New(obj);   /* new; the guard takes its own reference */
+    int r = copy ? guard_add_simple(c, GK_EQUALS_MATCH, src, copy) : -1;
+    Py_XDECREF(copy);
+    if (r < 0 || !cap_keep(c, obj))
+        return NULL;
+    Var *v = var_new(c, VK_CONST);
+    if (v) {
+        v->obj = obj;
+        v->src = src;
+    }
     return v;
 }
 
@@ -366,7 +388,7 @@ int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObjec
     return ds < 0 || guard_dict_keys(c, ds, d) < 0 ? -1 : ds;
 }
 
-Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
 {
     if (libs_refresh() < 0)
         return NULL;
@@ -379,8 +401,10 @@ Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
         if (PyErr_Occurred())
             return NULL;
     }
-    if (is_constant_type(obj) || ((PySet_CheckExact(obj) || PyFrozenSet_CheckExact(obj)) && all_constant(obj)))
-        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);   /* sets: by value; writes break (attrs.c) */
+    if (PySet_CheckExact(obj) && all_constant(obj))
+        return wrap_set(c, obj, src);
+    if (is_constant_type(obj) || (PyFrozenSet_CheckExact(obj) && all_constant(obj)))
+        return simple(c, VK_CONST, obj, src, GK_EQUALS_MATCH);
     if (libs_is_tensor(obj) || libs_is_ndarray(obj))
         return wrap_tensor(c, obj, src);
     if (libs.np_generic && PyObject_TypeCheck(obj, (PyTypeObject *)libs.np_generic)) {
@@ -524,6 +548,60 @@ Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src)
 Var *wrap_untracked(Capture *c, PyObject *obj)
 {
     return wrap_value(c, obj, -1);
+}
+
+/* A mutable container from outside reached without a source: nothing replays its writes
+ * after the graph, so it is untracked (writes into it break). It is one var however often
+ * it is reached, and the var of its tracked twin when it was also reached with a source
+ * (reads then see the frame's writes). */
+static Var *wrap_untracked_container(Capture *c, PyObject *obj)
+{
+    PyObject *key = alias_key(obj);
+    if (!key)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
+    if (hit == Py_None) {   /* reached again while its items are wrapped */
+        Py_DECREF(key);
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
+        return NULL;
+    }
+    if (hit) {
+        Py_DECREF(key);
+        return PyLong_AsVoidPtr(hit);
+    }
+    Var *v = NULL;
+    if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0)
+        v = wrap_any(c, obj, -1);
+    if (v) {
+        v->untracked = 1;
+        v->orig = obj;
+    }
+    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
+    Py_XDECREF(ptr);
+    Py_DECREF(key);
+    return r < 0 ? NULL : v;
+}
+
+Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
+{
+    if (src < 0 && (PyList_Check(obj) || PyDict_Check(obj) || PyAnySet_Check(obj) || collections_is_container(obj)))
+        return wrap_untracked_container(c, obj);
+    return wrap_any(c, obj, src);
+}
+
+int32_t wrap_fn_source(Capture *c, Var *fn)
+{
+    if (fn->src >= 0)
+        return fn->src;
+    if (!fn->obj || !PyFunction_Check(fn->obj))
+        return -1;
+    int32_t s = sources_add(&c->src, SRC_HELD, -1, 0, NULL, fn->obj);
+    if (s < 0) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return -2;
+    }
+    return s;
 }
 
 Var *wrap_untracked_attr(Capture *c, PyObject *obj, PyObject *name)

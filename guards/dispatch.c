@@ -265,6 +265,7 @@ static int is_root(const SourceTable *s, int32_t id)
     case SRC_FREEVAR:
     case SRC_GLOBAL:
     case SRC_MODGLOBAL:
+    case SRC_HELD:
         return 1;
     default:
         return 0;

@@ -48,6 +48,13 @@ static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, 
         return PyUnicode_FromFormat("%U.stride()[%d]", b, index);
     case SRC_CALL:
         return Py_NewRef(PyTuple_GET_ITEM(key, 2));
+    case SRC_HELD: {
+        PyObject *q = PyObject_GetAttrString(obj, "__qualname__");   /* new */
+        PyObject *r = q && PyUnicode_Check(q) ? PyUnicode_FromFormat("___held[%R]", q)
+                                              : (sj_err_clear(), PyUnicode_FromString("___held[?]"));
+        Py_XDECREF(q);
+        return r;
+    }
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
     return NULL;
@@ -215,6 +222,8 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
         PyObject *kw = PyTuple_GET_ITEM(e->key, 1);
         return PyObject_Call(e->obj, PyTuple_GET_ITEM(e->key, 0), kw == Py_None ? NULL : kw);
     }
+    case SRC_HELD:
+        return Py_NewRef(e->obj);
     }
     PyErr_SetString(PyExc_SystemError, "shapejit: bad source kind");
     return NULL;

@@ -23,6 +23,9 @@ typedef enum {
     SRC_STRIDE,     /* base.stride()[index], in elements */
     SRC_CALL,       /* obj(*key[0], **key[1]): a library query called again on each check
                        (key[2]: its printed form); no base */
+    SRC_HELD,       /* obj itself, held by the table: a function the capture inlined that
+                       was reached without a source (a method found on its class), so that
+                       the outside objects in its cells and defaults have sources; no base */
 } SourceKind;
 
 typedef struct {
@@ -30,7 +33,7 @@ typedef struct {
     int32_t base;       /* source id of the base, or -1 */
     int32_t index;
     PyObject *key;      /* strong: name or item key, or NULL */
-    PyObject *obj;      /* strong: SRC_MODGLOBAL's dict, else NULL */
+    PyObject *obj;      /* strong: SRC_MODGLOBAL's dict, SRC_CALL's callable, SRC_HELD's object, else NULL */
     PyObject *repr;     /* strong: "L['self']._modules['fc']" */
 } SourceEntry;
 

@@ -449,6 +449,8 @@ static PyObject *accessor_name(const SourceTable *s, int32_t id)
         return PyUnicode_FromFormat("TensorStrideGuardAccessor(index=%d)", e->index);
     case SRC_CALL:
         return PyUnicode_FromFormat("CallFunctionGuardAccessor(%U)", PyTuple_GET_ITEM(e->key, 2));
+    case SRC_HELD:
+        return PyUnicode_FromFormat("HeldObjectGuardAccessor(%U)", e->repr);
     }
     return PyUnicode_FromString("?");
 }

@@ -272,6 +272,8 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
         return k;
     }
     case VK_CONST:
+        if (v->untracked)   /* an outside set reached without a source: itself (never written) */
+            return Py_BuildValue("(sO)", "c", v->orig);
         if (v->src >= 0 && is_mutable_builtin(v->obj))
             return Py_BuildValue("(si)", "s", (int)v->src);   /* an outside object: itself */
         if (is_mutable_builtin(v->obj))
@@ -282,6 +284,8 @@ static PyObject *plan_object(PlanCtx *p, Var *v)
     case VK_DICT:
         if (v->src >= 0 && !v->fresh)   /* an outside container: itself (writes are written back) */
             return Py_BuildValue("(si)", "s", (int)v->src);
+        if (v->untracked)   /* one reached without a source: itself (writes into it break) */
+            return Py_BuildValue("(sO)", "c", v->orig);
         break;
     case VK_DICTVIEW: {
         PyObject *d = plan_for(p, v->u.dview.dict);
