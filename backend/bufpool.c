@@ -51,9 +51,9 @@
 static _Thread_local BufPool *current;   /* the pool of the run on this thread, or NULL */
 
 static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
-static PyObject *storage_use_count;                                            /* strong: torch._C._storage_Use_Count */
-static PyObject *str_set;                  /* strong: interned "set_" */
-static PyObject *str_is_shared, *str_nbytes, *str_resize;   /* strong, interned */
+static PyObject *storage_use_count; /* strong: torch._C._storage_Use_Count */
+static PyObject *str_set; /* strong: interned "set_" */
+static PyObject *str_is_shared, *str_nbytes, *str_resize; /* strong, interned */
 
 BufPool *bufpool_enter(BufPool *p)
 {
@@ -125,7 +125,7 @@ static long long storage_uses(PyObject *s)
         return -1;
     }
     if (!storage_use_count) {
-        PyObject *c = PyImport_ImportModule("torch._C");   /* new */
+        PyObject *c = PyImport_ImportModule("torch._C"); /* new */
         storage_use_count = c ? PyObject_GetAttrString(c, "_storage_Use_Count") : NULL;
         Py_XDECREF(c);
         if (!storage_use_count) {
@@ -133,7 +133,7 @@ static long long storage_uses(PyObject *s)
             return -1;
         }
     }
-    PyObject *cd = PyObject_GetAttr(s, str_cdata);   /* new */
+    PyObject *cd = PyObject_GetAttr(s, str_cdata); /* new */
     long long uses = cd ? call_int(PyObject_CallOneArg(storage_use_count, cd)) : -1;
     Py_XDECREF(cd);
     if (uses < 0)
@@ -149,7 +149,7 @@ static int storage_shared(PyObject *s)
         PyErr_Clear();
         return 1;
     }
-    PyObject *r = PyObject_CallMethodNoArgs(s, str_is_shared);   /* new */
+    PyObject *r = PyObject_CallMethodNoArgs(s, str_is_shared); /* new */
     int shared = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
     if (shared < 0)
@@ -168,7 +168,7 @@ static int torch_exclusive(PyObject *t, int64_t *bytes)
     }
     if (call_int(PyObject_CallMethodNoArgs(t, str_use_count)) != 1)
         return 0;
-    PyObject *s = PyObject_CallMethodNoArgs(t, str_untyped_storage);   /* new */
+    PyObject *s = PyObject_CallMethodNoArgs(t, str_untyped_storage); /* new */
     /* torch hands out one storage object per storage, referenced by the storage itself
      * while a tensor uses it: besides that, nobody else may hold it (ours: 2 references);
      * its memory has two owners (the tensor and that object); and it is not shared with
@@ -188,7 +188,7 @@ static int numpy_exclusive(PyObject *a)
         PyErr_Clear();
         return 0;
     }
-    PyObject *b = PyObject_GetAttr(a, str_base);   /* new */
+    PyObject *b = PyObject_GetAttr(a, str_base); /* new */
     int none = b == Py_None;
     Py_XDECREF(b);
     if (!b)
@@ -214,7 +214,7 @@ static int read_layout(PyObject *obj, Lib lib, DType dt, Operand *op)
     } else {
         ok = lower_read_input_dt(obj, lib, dt, op) == 0;
         if (op->has_view)
-            PyBuffer_Release(&op->view);   /* also when the read refused the buffer */
+            PyBuffer_Release(&op->view); /* also when the read refused the buffer */
     }
     if (PyErr_Occurred())
         PyErr_Clear();
@@ -235,8 +235,8 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
         elems *= op.size[d];
     }
     int64_t bytes = elems * dtype_info[dt].itemsize;
-    ok = ok && bytes >= SJ_POOL_MIN_BYTES &&
-         (lib == LIB_TORCH ? torch_exclusive(obj, &bytes) : numpy_exclusive(obj)) && Py_REFCNT(obj) == 1;
+    ok = ok && bytes >= SJ_POOL_MIN_BYTES && (lib == LIB_TORCH ? torch_exclusive(obj, &bytes) : numpy_exclusive(obj)) &&
+         Py_REFCNT(obj) == 1;
     if (!ok) {
         Py_DECREF(obj);
         return;
@@ -276,7 +276,7 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
     if (i == p->ncarry)
         return NULL;
     /* out of the array before any Python code runs (it could run this graph again) */
-    PyObject *st = p->carry[i];   /* strong: now ours */
+    PyObject *st = p->carry[i]; /* strong: now ours */
     memmove(&p->carry[i], &p->carry[i + 1], sizeof p->carry[0] * (size_t)(p->ncarry - i - 1));
     memmove(&p->carry_bytes[i], &p->carry_bytes[i + 1], sizeof p->carry_bytes[0] * (size_t)(p->ncarry - i - 1));
     p->ncarry--;
@@ -286,8 +286,8 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
         return NULL;
     }
     const int64_t none[1] = {0};
-    PyObject *t = lower_empty(LIB_TORCH, dt, none, 1);   /* new: torch.empty(0, dtype=dt) */
-    PyObject *zero = PyLong_FromLong(0), *shape = sj_int64_tuple(n, r);   /* new */
+    PyObject *t = lower_empty(LIB_TORCH, dt, none, 1); /* new: torch.empty(0, dtype=dt) */
+    PyObject *zero = PyLong_FromLong(0), *shape = sj_int64_tuple(n, r); /* new */
     PyObject *res = NULL;
     if (t && zero && shape) {
         PyObject *sargs[4] = {t, st, zero, shape};
@@ -296,7 +296,7 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
     Py_XDECREF(t);
     Py_XDECREF(shape);
     Py_XDECREF(zero);
-    Py_DECREF(st);   /* the tensor holds the storage now */
+    Py_DECREF(st); /* the tensor holds the storage now */
     if (!res) {
         PyErr_Clear();
         return NULL;
@@ -308,7 +308,7 @@ static PyObject *take_carried(BufPool *p, DType dt, const int64_t *n, int r, int
 void bufpool_keep_outputs(BufPool *p, PyObject *outs)
 {
     if (!outs || !PyTuple_Check(outs))
-        return;   /* a failed run: its exception stays set */
+        return; /* a failed run: its exception stays set */
     if (interned(&str_untyped_storage, "untyped_storage") < 0) {
         PyErr_Clear();
         return;
@@ -326,7 +326,7 @@ void bufpool_keep_outputs(BufPool *p, PyObject *outs)
             bytes *= m.size[d];
         if (bytes < SJ_CARRY_MIN_BYTES)
             continue;
-        PyObject *s = PyObject_CallMethodNoArgs(o, str_untyped_storage);   /* new */
+        PyObject *s = PyObject_CallMethodNoArgs(o, str_untyped_storage); /* new */
         if (!s) {
             PyErr_Clear();
             continue;
@@ -362,7 +362,7 @@ static PyObject *take_entry(BufPool *p, int i)
  * tensor), or NULL when that fails (t released). */
 static PyObject *resized(PyObject *t, const int64_t *n, int r)
 {
-    PyObject *args[SJ_MAX_RANK + 1] = {t};   /* args[1..made]: new references */
+    PyObject *args[SJ_MAX_RANK + 1] = {t}; /* args[1..made]: new references */
     int made = 0;
     if (interned(&str_resize, "resize_") == 0)
         for (; made < r; made++)
@@ -376,7 +376,7 @@ static PyObject *resized(PyObject *t, const int64_t *n, int r)
         Py_DECREF(args[d]);
     if (!res)
         PyErr_Clear();
-    Py_DECREF(t);   /* res, when made, is t itself (a new reference) */
+    Py_DECREF(t); /* res, when made, is t itself (a new reference) */
     return res;
 }
 
@@ -423,7 +423,7 @@ void bufpool_clear(BufPool *p)
     int n = p->n, nc = p->ncarry;
     memcpy(e, p->e, sizeof e[0] * (size_t)n);
     memcpy(carry, p->carry, sizeof carry[0] * (size_t)nc);
-    p->n = p->ncarry = 0;   /* empty before any release runs Python code */
+    p->n = p->ncarry = 0; /* empty before any release runs Python code */
     if (_Py_IsFinalizing())
         return;
     for (int i = 0; i < n; i++)

@@ -90,8 +90,7 @@ static int env_ops(const char *var, long knob, long *out)
     errno = 0;
     long x = strtol(v, &end, 10);
     if (end == v || *end || errno || x < 0) {
-        PyErr_Format(PyExc_ValueError, "shapejit: %s='%s': expected a whole number of ops >= 0 (0: no limit)",
-                     var, v);
+        PyErr_Format(PyExc_ValueError, "shapejit: %s='%s': expected a whole number of ops >= 0 (0: no limit)", var, v);
         return -1;
     }
     *out = x;
@@ -205,19 +204,17 @@ static int build_all(Unit *units, int32_t n)
     /* wait for the helper, running signal handlers meanwhile: only this thread runs them,
      * and Ctrl-C must stop the helper's compile too */
     while (rc == 0 && !__atomic_load_n(&h.done, __ATOMIC_ACQUIRE)) {
-        Py_BEGIN_ALLOW_THREADS
-        nanosleep(&(struct timespec){0, 20000000}, NULL);
-        Py_END_ALLOW_THREADS
-        if (PyErr_CheckSignals() < 0) {
+        Py_BEGIN_ALLOW_THREADS nanosleep(&(struct timespec){0, 20000000}, NULL);
+        Py_END_ALLOW_THREADS if (PyErr_CheckSignals() < 0)
+        {
             rc = -1;
             h.abort = 1;
             cc_abort_runs();
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(th, NULL);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS pthread_join(th, NULL);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         Py_XDECREF(h.et);
         Py_XDECREF(h.ev);
         Py_XDECREF(h.tb);
@@ -263,13 +260,13 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
         for (int32_t i = 0; i < n; i++)
             if (dup_of[i] >= 0)
                 p->kernels[i].over_budget = p->kernels[dup_of[i]].over_budget;
-        sj_log(LOG_OUTPUT_CODE, SJ_WARNING, "a graph's generated C would be %lld ops in %d distinct kernels, past "
+        sj_log(LOG_OUTPUT_CODE, SJ_WARNING,
+               "a graph's generated C would be %lld ops in %d distinct kernels, past "
                "the budget of %ld ops per graph (cpu_graph_ops): its last %d distinct kernels run as eager steps",
                (long long)total, (int)nu, graph_ops, (int)(nu - kept));
     }
-    int32_t nunits = kept ? cut_units(p, uniq, kept, unit_ops, kept >= SPLIT_MIN_KERNELS && usable_cpus() >= 2,
-                                      units)
-                          : 0;
+    int32_t nunits =
+        kept ? cut_units(p, uniq, kept, unit_ops, kept >= SPLIT_MIN_KERNELS && usable_cpus() >= 2, units) : 0;
     if (!(srcs = PyList_New(nunits)))
         goto done;
     for (int32_t u = 0; u < nunits; u++) {

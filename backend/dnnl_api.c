@@ -88,11 +88,10 @@ static const struct {
     const char *order;
     dnnl_format_tag_t tag;
 } tags[] = {
-    {"ab", dnnl_ab},     {"ba", dnnl_ba},     {"abc", dnnl_abc},   {"acb", dnnl_acb},
-    {"bac", dnnl_bac},   {"bca", dnnl_bca},   {"cba", dnnl_cba},   {"abcd", dnnl_abcd},
-    {"abdc", dnnl_abdc}, {"acbd", dnnl_acbd}, {"acdb", dnnl_acdb}, {"adbc", dnnl_adbc},
-    {"adcb", dnnl_adcb}, {"bacd", dnnl_bacd}, {"bcda", dnnl_bcda}, {"cdba", dnnl_cdba},
-    {"dcab", dnnl_dcab},
+    {"ab", dnnl_ab},     {"ba", dnnl_ba},     {"abc", dnnl_abc},   {"acb", dnnl_acb},   {"bac", dnnl_bac},
+    {"bca", dnnl_bca},   {"cba", dnnl_cba},   {"abcd", dnnl_abcd}, {"abdc", dnnl_abdc}, {"acbd", dnnl_acbd},
+    {"acdb", dnnl_acdb}, {"adbc", dnnl_adbc}, {"adcb", dnnl_adcb}, {"bacd", dnnl_bacd}, {"bcda", dnnl_bcda},
+    {"cdba", dnnl_cdba}, {"dcab", dnnl_dcab},
 };
 
 static dnnl_format_tag_t tag_of(const uint8_t *perm, int rank)
@@ -115,14 +114,22 @@ static dnnl_format_tag_t plain(int rank)
 static dnnl_alg_kind_t eltwise_alg(int kind)
 {
     switch (kind) {
-    case MMPO_RELU: return dnnl_eltwise_relu;
-    case MMPO_GELU_ERF: return dnnl_eltwise_gelu_erf;
-    case MMPO_GELU_TANH: return dnnl_eltwise_gelu_tanh;
-    case MMPO_TANH: return dnnl_eltwise_tanh;
-    case MMPO_SIGMOID: return dnnl_eltwise_logistic;
-    case MMPO_SILU: return dnnl_eltwise_swish;
-    case MMPO_LINEAR: return dnnl_eltwise_linear;
-    default: return dnnl_alg_kind_undef;
+    case MMPO_RELU:
+        return dnnl_eltwise_relu;
+    case MMPO_GELU_ERF:
+        return dnnl_eltwise_gelu_erf;
+    case MMPO_GELU_TANH:
+        return dnnl_eltwise_gelu_tanh;
+    case MMPO_TANH:
+        return dnnl_eltwise_tanh;
+    case MMPO_SIGMOID:
+        return dnnl_eltwise_logistic;
+    case MMPO_SILU:
+        return dnnl_eltwise_swish;
+    case MMPO_LINEAR:
+        return dnnl_eltwise_linear;
+    default:
+        return dnnl_alg_kind_undef;
     }
 }
 
@@ -167,7 +174,12 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
         rt[i] = rtn[i] = DNNL_RUNTIME_DIM_VAL;
     rtn[r - 1] = n;
     row_dims(r, rowd, n);
-#define TRY(call, name) do { what = name; if ((s = (call)) != dnnl_success) goto done; } while (0)
+#define TRY(call, name) \
+    do { \
+        what = name; \
+        if ((s = (call)) != dnnl_success) \
+            goto done; \
+    } while (0)
     TRY(dnnl_memory_desc_init_by_tag(&src, r, rt, dnnl_f32, ts), "src");
     TRY(dnnl_memory_desc_init_by_tag(&wei, r, rtn, dnnl_f32, tw), "weights");
     TRY(dnnl_memory_desc_init_by_tag(&dst, r, rtn, dnnl_f32, plain(r)), "dst");
@@ -186,8 +198,7 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
                 TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, &row), "binary post-op");
             } else {
                 float alpha = p->kind == MMPO_LINEAR || p->kind == MMPO_SILU ? p->alpha : 0.f;
-                TRY(dnnl_post_ops_append_eltwise(po, 1.f, eltwise_alg(p->kind), alpha, p->beta),
-                    "eltwise post-op");
+                TRY(dnnl_post_ops_append_eltwise(po, 1.f, eltwise_alg(p->kind), alpha, p->beta), "eltwise post-op");
             }
         }
         TRY(dnnl_primitive_attr_set_post_ops(attr, po), "set post-ops");
@@ -204,8 +215,8 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
 done:
     *ref_avoided = ref != NULL;
     if (ref) {
-        snprintf(err, errlen, "oneDNN matmul (rank %d, %d post-ops): refused, only a reference implementation (%s)",
-                 r, key->npost, ref);
+        snprintf(err, errlen, "oneDNN matmul (rank %d, %d post-ops): refused, only a reference implementation (%s)", r,
+                 key->npost, ref);
         prim = NULL;
     } else if (s != dnnl_success) {
         snprintf(err, errlen, "oneDNN matmul: %s refused (status %d)", what, (int)s);
@@ -230,8 +241,8 @@ static dnnl_status_t wrap(int r, const MmTensor *t, dnnl_memory_t *m)
     return dnnl_memory_create(m, &d, engine, t->data);
 }
 
-int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei,
-                         const MmTensor *bias, const MmTensor *dst, const MmTensor *post)
+int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei, const MmTensor *bias,
+                         const MmTensor *dst, const MmTensor *post)
 {
     int r = key->rank, n = 0;
     char err[96];
@@ -326,8 +337,8 @@ static size_t up64(size_t n)
 /* Plain row-major desc of rank r. */
 static dnnl_status_t plain_desc(dnnl_memory_desc_t *d, int r, const int64_t *dims)
 {
-    static const dnnl_format_tag_t by_rank[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd,
-                                                dnnl_abcde};
+    static const dnnl_format_tag_t by_rank[] = {
+        dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
     dnnl_dims_t dd;
     for (int i = 0; i < r; i++)
         dd[i] = dims[i];
@@ -402,7 +413,8 @@ static dnnl_status_t conv_attr(const CvKey *key, int n, const dnnl_memory_desc_t
         case CVPO_SUM:
             s = dnnl_post_ops_append_sum(*po, 1.f);
             break;
-        case CVPO_MUL_C: case CVPO_ADD_C:
+        case CVPO_MUL_C:
+        case CVPO_ADD_C:
             s = dnnl_post_ops_append_binary(*po, key->post[i] == CVPO_MUL_C ? dnnl_binary_mul : dnnl_binary_add, chan);
             break;
         default:
@@ -450,13 +462,13 @@ static const char *post_list(const CvKey *key, int from, char *buf, size_t len)
  * the source in a blocked layout oneDNN has a jit kernel for (16 channels for AVX-512, 8
  * for AVX2), and in channels-last, through reorders. */
 static dnnl_status_t pool_pd(dnnl_primitive_desc_t *pd, dnnl_pooling_v2_desc_t *desc, CvOp *o, dnnl_alg_kind_t alg,
-                             const CvKey *key, dnnl_dims_t strides, dnnl_dims_t kern, dnnl_dims_t dil,
-                             dnnl_dims_t pl, dnnl_dims_t pr, const char **ref)
+                             const CvKey *key, dnnl_dims_t strides, dnnl_dims_t kern, dnnl_dims_t dil, dnnl_dims_t pl,
+                             dnnl_dims_t pr, const char **ref)
 {
     static const dnnl_format_tag_t by_sp[2][3] = {{dnnl_nCw16c, dnnl_nCw8c, dnnl_nwc},
                                                   {dnnl_nChw16c, dnnl_nChw8c, dnnl_nhwc}};
-    dnnl_status_t s = dnnl_pooling_v2_forward_desc_init(desc, dnnl_forward_inference, alg, &o->psrc, &o->pdst,
-                                                        strides, kern, dil, pl, pr);
+    dnnl_status_t s = dnnl_pooling_v2_forward_desc_init(desc, dnnl_forward_inference, alg, &o->psrc, &o->pdst, strides,
+                                                        kern, dil, pl, pr);
     if (s != dnnl_success || (s = fast_pd(pd, desc, NULL, ref)) != dnnl_unimplemented)
         return s;
     int r = key->sp + 2;
@@ -519,7 +531,12 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
     }
     for (int i = 0; i < sp; i++)
         wd[wr - sp + i] = key->k[i];
-#define TRY(call, name) do { what = name; if ((s = (call)) != dnnl_success) goto done; } while (0)
+#define TRY(call, name) \
+    do { \
+        what = name; \
+        if ((s = (call)) != dnnl_success) \
+            goto done; \
+    } while (0)
     TRY(plain_desc(&o->psrc, r, sd), "src");
     TRY(plain_desc(&o->pdst, r, dd), "dst");
     TRY(plain_desc(&o->chan, r, cd), "channel operand");
@@ -539,8 +556,8 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
             TRY(plain_desc(&bias, 1, &key->oc), "bias");
         dnnl_convolution_desc_t desc;
         TRY(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct, &src,
-                                                       &wei, key->has_bias ? &bias : NULL, &dst, strides, dil, pl,
-                                                       pr), "convolution desc");
+                                                       &wei, key->has_bias ? &bias : NULL, &dst, strides, dil, pl, pr),
+            "convolution desc");
         /* The longest prefix of the post-ops that oneDNN has a jit kernel for: oneDNN 2.6
          * on AVX2 has only ref:any for some lists (per-channel mul + add + sum + relu of
          * ResNet's basic block), 10x slower than the jit kernel plus one pass applying
@@ -645,8 +662,10 @@ static dnnl_status_t run_reorder(dnnl_primitive_t p, const dnnl_memory_desc_t *f
  * would have applied them: one pass per post-op over each [N, C] plane, which is in cache
  * while the plane's list runs. The loops need the vectoriser's "cheap" cost model (-O2's
  * "very cheap" one leaves a loop with a remainder scalar). */
-__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=cheap")))
-static void post_after(const CvKey *key, int from, const CvArgs *a, float *dst)
+__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=cheap"))) static void post_after(const CvKey *key,
+                                                                                                      int from,
+                                                                                                      const CvArgs *a,
+                                                                                                      float *dst)
 {
     int64_t plane = 1;
     for (int i = 0; i < key->sp; i++)
@@ -724,13 +743,13 @@ int dnnl_api_conv_exec(void *op, const CvKey *key, const CvArgs *a)
     dnnl_exec_arg_t args[8 + CV_MAX_POST];
     dnnl_memory_t mems[8 + CV_MAX_POST];
     int n = 0;
-#define ARG(id, desc, ptr)                                                                      \
-    do {                                                                                        \
+#define ARG(id, desc, ptr) \
+    do { \
         if (s == dnnl_success && (s = dnnl_memory_create(&mems[n], desc, engine, (void *)(ptr))) == dnnl_success) { \
-            args[n].arg = (id);                                                                 \
-            args[n].memory = mems[n];                                                           \
-            n++;                                                                                \
-        }                                                                                       \
+            args[n].arg = (id); \
+            args[n].memory = mems[n]; \
+            n++; \
+        } \
     } while (0)
     ARG(DNNL_ARG_SRC, &o->src, src);
     ARG(DNNL_ARG_DST, &o->dst, dst);

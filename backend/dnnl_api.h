@@ -72,8 +72,8 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
 /* Runs prim (made from key) on src x wei (+ bias) into dst; post[i] is the [N] row of
  * MMPO_ADD_ROW post-op i (unused entries ignored). 0, or a oneDNN status (nonzero) when
  * it refused the operands (the caller runs the op another way). Needs no GIL. */
-int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei,
-                         const MmTensor *bias, const MmTensor *dst, const MmTensor *post);
+int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei, const MmTensor *bias,
+                         const MmTensor *dst, const MmTensor *post);
 
 /* The implementation oneDNN chose ("gemm:jit"), for tests and logs; static string. */
 const char *dnnl_api_impl(void *prim);

@@ -75,9 +75,11 @@ static const char prelude[] =
     "#define SJ_INF __builtin_inff()\n"
     "#define SJ_FLOAT_OPS(S, T, U, FMOD, FLOOR, COPYSIGN, POW)\\\n"
     "static inline T sj_sel##S(int c, T x, T y)\\\n"
-    "{ union { T f; U u; } X = {x}, Y = {y}, R; const U m = (U)0 - (U)c; R.u = (X.u & m) | (Y.u & ~m); return R.f; }\\\n"
+    "{ union { T f; U u; } X = {x}, Y = {y}, R; const U m = (U)0 - (U)c; R.u = (X.u & m) | (Y.u & ~m); return R.f; "
+    "}\\\n"
     "static inline T sj_relu##S(T a) { return sj_sel##S(a < 0, 0, a); }\\\n"
-    "static inline T sj_clamp##S(T a, T lo, T hi) { const T t = sj_sel##S(a < lo, lo, a); return sj_sel##S(t > hi, hi, t); }\\\n"
+    "static inline T sj_clamp##S(T a, T lo, T hi) { const T t = sj_sel##S(a < lo, lo, a); return sj_sel##S(t > hi, hi, "
+    "t); }\\\n"
     "static inline T sj_max##S(T a, T b) { const T m = sj_sel##S(a > b, a, b); return sj_sel##S(a != a, a, m); }\\\n"
     "static inline T sj_min##S(T a, T b) { const T m = sj_sel##S(a < b, a, b); return sj_sel##S(a != a, a, m); }\\\n"
     "static inline T sj_pow##S(T a, T b)\\\n"
@@ -96,7 +98,8 @@ static const char prelude[] =
     "static inline int sj_idiv_bad##W(T a, T b, int *bad)\\\n"
     "{ if (b == 0 || (b == -1 && a == MIN)) { __atomic_store_n(bad, 1, __ATOMIC_RELAXED); return 1; } return 0; }\\\n"
     "static inline T sj_ifloordiv##W(T a, T b, int *bad)\\\n"
-    "{ if (sj_idiv_bad##W(a, b, bad)) return 0; T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\\\n"
+    "{ if (sj_idiv_bad##W(a, b, bad)) return 0; T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; "
+    "}\\\n"
     "static inline T sj_imod##W(T a, T b, int *bad)\\\n"
     "{ if (sj_idiv_bad##W(a, b, bad)) return 0; T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }\\\n"
     "static inline T sj_ifmod##W(T a, T b, int *bad) { return sj_idiv_bad##W(a, b, bad) ? 0 : a % b; }\n"
@@ -242,8 +245,7 @@ void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v)
 void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
 {
     for (int32_t i = 0; i < k->nin; i++) {
-        put(b, "            const %s x%d = in%d[", lower_ctype((DType)g->values[k->ins[i]].meta.dtype), (int)i,
-            (int)i);
+        put(b, "            const %s x%d = in%d[", lower_ctype((DType)g->values[k->ins[i]].meta.dtype), (int)i, (int)i);
         put(b, off_fmt, (int)(k->nout + i), (int)(k->nout + i));
         put(b, "];\n");
     }
@@ -308,8 +310,7 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
 
 void emit_kernel_head(Buf *b, Graph *g, const Kernel *k)
 {
-    put(b, "\nCG_EXPORT int64_t %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n",
-        k->name);
+    put(b, "\nCG_EXPORT int64_t %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
     put(b, "    int sj_bad = 0;\n    const int sj_np = %d;\n    (void)sj_np;\n", k->lib == LIB_NUMPY);
     for (int32_t j = 0; j < k->nout; j++) {
         const char *t = lower_ctype((DType)g->values[k->outs[j]].meta.dtype);

@@ -19,8 +19,16 @@
 /* What a kernel computes (plan_reduce.c, emit_reduce.c): a pointwise loop, or a reduction
  * or row operation over the dims `mask` of its iteration space with the kernel's other
  * nodes as a fused prologue. */
-typedef enum { KF_POINTWISE = 0, KF_SUM, KF_MEAN, KF_MAX, KF_MIN, KF_SOFTMAX, KF_LOG_SOFTMAX,
-               KF_LAYER_NORM } KernelFlavour;
+typedef enum {
+    KF_POINTWISE = 0,
+    KF_SUM,
+    KF_MEAN,
+    KF_MAX,
+    KF_MIN,
+    KF_SOFTMAX,
+    KF_LOG_SOFTMAX,
+    KF_LAYER_NORM
+} KernelFlavour;
 
 typedef struct {
     uint32_t mask;      /* the reduced (or row) dims of the iteration space */
@@ -36,9 +44,12 @@ typedef struct {
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over
  * an iteration space of `rank` dims (the broadcast of its tensor inputs at run time). */
 typedef struct {
-    int32_t *nodes;  int32_t nnodes;    /* PyMem: graph node indices */
-    int32_t ins[SJ_KMAX_OPERANDS];  int32_t nin;    /* value ids read from outside */
-    int32_t outs[SJ_KMAX_OPERANDS]; int32_t nout;   /* value ids written (used later) */
+    int32_t *nodes;
+    int32_t nnodes;    /* PyMem: graph node indices */
+    int32_t ins[SJ_KMAX_OPERANDS];
+    int32_t nin;    /* value ids read from outside */
+    int32_t outs[SJ_KMAX_OPERANDS];
+    int32_t nout;   /* value ids written (used later) */
     int rank;
     Lib lib;
     KernelFlavour flavour;              /* KF_POINTWISE, or a reduction with `red` */
@@ -72,14 +83,20 @@ typedef struct CatStep CatStep;         /* step_cat.c */
 typedef struct ViewChain ViewChain;     /* step_views.c */
 
 typedef struct {
-    Step *steps;     int32_t nsteps;
-    Kernel *kernels; int32_t nkernels;
-    MatmulStep *matmuls; int32_t nmatmuls;
-    ConvStep *convs; int32_t nconvs;
+    Step *steps;
+    int32_t nsteps;
+    Kernel *kernels;
+    int32_t nkernels;
+    MatmulStep *matmuls;
+    int32_t nmatmuls;
+    ConvStep *convs;
+    int32_t nconvs;
     struct ConvHand *conv_hands;   /* step_conv.c: convolution results handed to the next
                                       convolution in oneDNN's blocked layout (PyMem) */
-    CatStep *cats;   int32_t ncats;
-    ViewChain *views; int32_t nviews;
+    CatStep *cats;
+    int32_t ncats;
+    ViewChain *views;
+    int32_t nviews;
     int64_t kernel_calls;        /* kernels called (CompiledGraph.stats) */
     int64_t kernel_eager_runs;   /* kernel calls whose nodes ran eagerly instead */
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
@@ -87,7 +104,8 @@ typedef struct {
      * what eager would (intermediates freed at their last use, their memory reused by the
      * next allocation instead of fresh pages each call). PyMem; release_at has nsteps + 1
      * entries. */
-    int32_t *release;   int32_t *release_at;
+    int32_t *release;
+    int32_t *release_at;
 } LowerPlan;
 
 /* One row of steps.def: what the planner, the run loop, lower_plan_free and

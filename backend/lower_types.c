@@ -46,9 +46,9 @@ PyObject *lower_py_rows(PyObject *self, PyObject *unused)
         const LowerRow *r = lower_row((OpId)op);
         if (!r)
             continue;
-        PyObject *t = Py_BuildValue("(sis(ssss)(ss)(dd))", op_info[op].name, r->nin, kind_spelling[op],
-                                    r->expr[LC_F32], r->expr[LC_F64], r->expr[LC_INT], r->expr[LC_BOOL],
-                                    r->pname[0], r->pname[1], r->pdefault[0], r->pdefault[1]);    /* new */
+        PyObject *t = Py_BuildValue("(sis(ssss)(ss)(dd))", op_info[op].name, r->nin, kind_spelling[op], r->expr[LC_F32],
+                                    r->expr[LC_F64], r->expr[LC_INT], r->expr[LC_BOOL], r->pname[0], r->pname[1],
+                                    r->pdefault[0], r->pdefault[1]);    /* new */
         if (!t || PyList_Append(list, t) < 0) {
             Py_XDECREF(t);
             Py_DECREF(list);
@@ -64,11 +64,17 @@ PyObject *lower_py_rows(PyObject *self, PyObject *unused)
 int lower_class(DType d)
 {
     switch (d) {
-    case DT_F32: return LC_F32;
-    case DT_F64: return LC_F64;
-    case DT_I64: case DT_I32: return LC_INT;
-    case DT_BOOL: return LC_BOOL;
-    default: return -1;
+    case DT_F32:
+        return LC_F32;
+    case DT_F64:
+        return LC_F64;
+    case DT_I64:
+    case DT_I32:
+        return LC_INT;
+    case DT_BOOL:
+        return LC_BOOL;
+    default:
+        return -1;
     }
 }
 
@@ -80,12 +86,18 @@ int lower_dtype_ok(DType d)
 const char *lower_ctype(DType d)
 {
     switch (d) {
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    case DT_I64: return "int64_t";
-    case DT_I32: return "int32_t";
-    case DT_BOOL: return "uint8_t";
-    default: return NULL;
+    case DT_F32:
+        return "float";
+    case DT_F64:
+        return "double";
+    case DT_I64:
+        return "int64_t";
+    case DT_I32:
+        return "int32_t";
+    case DT_BOOL:
+        return "uint8_t";
+    default:
+        return NULL;
     }
 }
 
@@ -148,8 +160,7 @@ static int const_fits(PyObject *v, DType ct, LowerKind kind)
 static int harmless(const char *name, PyObject *v)
 {
     return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "inplace") && v == Py_False) ||
-           (!strcmp(name, "approximate") && PyUnicode_Check(v) &&
-            PyUnicode_CompareWithASCIIString(v, "none") == 0);
+           (!strcmp(name, "approximate") && PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "none") == 0);
 }
 
 /* Parameters of a cast its output meta already accounts for (the target dtype, a device
@@ -166,8 +177,8 @@ static int cast_param(const char *name, const BoundArg *ba)
     }
     if (ba->kind != BA_CONST || ba->sym || ba->data)
         return 0;
-    static const char *const any[] = {"fixed_dtype", "dtype", "require_dtype", "device", "non_blocking", "copy",
-                                      "casting"};
+    static const char *const any[] = {"fixed_dtype",  "dtype", "require_dtype", "device",
+                                      "non_blocking", "copy",  "casting"};
     for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
         if (!strcmp(name, any[i]))
             return 1;
@@ -223,16 +234,17 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
         if (slot >= 0) {
             if (!x || bx[slot])
                 return 1;
-            if (ba->kind == BA_TENSOR ? !kernel_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
-                                      : ba->kind != BA_CONST || ba->sym || ba->data || !is_number(ba->value) ||
-                                            slot == 2)
+            if (ba->kind == BA_TENSOR
+                    ? !kernel_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
+                    : ba->kind != BA_CONST || ba->sym || ba->data || !is_number(ba->value) || slot == 2)
                 return 1;
             bx[slot] = ba;
             nl->x[slot] = x;
             continue;
         }
-        int pi = row->pname[0][0] && !strcmp(name, row->pname[0]) ? 0
-                 : row->pname[1][0] && !strcmp(name, row->pname[1]) ? 1 : -1;
+        int pi = row->pname[0][0] && !strcmp(name, row->pname[0])   ? 0
+                 : row->pname[1][0] && !strcmp(name, row->pname[1]) ? 1
+                                                                    : -1;
         if (pi >= 0) {
             if (ba->kind != BA_CONST || ba->sym || ba->data || (!is_number(ba->value) && ba->value != Py_None))
                 return 1;

@@ -111,8 +111,7 @@ static const char *match_arg(Match *m, const Arg *x, const char *t)
     double p[2];
     if (ni < m->lo || ni > m->hi || val->index != 0 || taken(m, ni) || m->n == PAT_MAX_NODES ||
         m->g->nodes[ni].op != TERM_OPS[k].op || lower_node_args(m->g, ni, &a, &b, p) ||
-        !lower_same_dims(&val->meta, &m->g->values[m->x].meta) ||
-        (TERM_OPS[k].op == OP_ADD && p[0] != 1.0))
+        !lower_same_dims(&val->meta, &m->g->values[m->x].meta) || (TERM_OPS[k].op == OP_ADD && p[0] != 1.0))
         return NULL;
     int mark = m->n;
     m->nodes[m->n++] = ni;

@@ -163,8 +163,8 @@ static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
     static const struct {
         const char *name;
         int op_class;
-    } classes[4] = {{"matmul", MM_CLASS_MATMUL}, {"conv", CV_CLASS_CONV}, {"pool", CV_CLASS_POOL},
-                    {"batch_norm", CV_CLASS_BNORM}};
+    } classes[4] = {
+        {"matmul", MM_CLASS_MATMUL}, {"conv", CV_CLASS_CONV}, {"pool", CV_CLASS_POOL}, {"batch_norm", CV_CLASS_BNORM}};
     PyObject *by = PyDict_New(), *impls_by = PyDict_New();   /* new, new */
     PyObject *impls = by && impls_by ? impls_of(0) : NULL;   /* new */
     for (int i = 0; impls && i < 4; i++) {
@@ -184,8 +184,8 @@ static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
     /* N steals impls, by and impls_by */
     return Py_BuildValue("{s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:l,s:N,s:N,s:N}", "hits", st.hits, "misses", st.misses,
                          "creations", st.creations, "failures", st.failures, "evictions", st.evictions, "entries",
-                         st.entries, "capacity", st.capacity, "ref_avoided", st.ref_avoided, "impls", impls,
-                         "created", by, "impls_by_class", impls_by);
+                         st.entries, "capacity", st.capacity, "ref_avoided", st.ref_avoided, "impls", impls, "created",
+                         by, "impls_by_class", impls_by);
 }
 
 static PyMethodDef primcache_methods[] = {

@@ -19,8 +19,7 @@
 #include <omp.h>
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *graph;     /* strong: the _C.Graph */
+    PyObject_HEAD PyObject *graph;     /* strong: the _C.Graph */
     PyObject *source;    /* strong str: the kernels' C source */
     LowerPlan plan;
     vectorcallfunc vectorcall;
@@ -43,12 +42,18 @@ static int buffer_is(const Py_buffer *v, DType dt)
     if (f[0] == 0 || f[1] != 0)
         return 0;
     switch (dt) {
-    case DT_F32: return *f == 'f';
-    case DT_F64: return *f == 'd';
-    case DT_I64: return *f == 'l' || *f == 'q';
-    case DT_I32: return *f == 'i' || *f == 'l';
-    case DT_BOOL: return *f == '?';
-    default: return 0;
+    case DT_F32:
+        return *f == 'f';
+    case DT_F64:
+        return *f == 'd';
+    case DT_I64:
+        return *f == 'l' || *f == 'q';
+    case DT_I32:
+        return *f == 'i' || *f == 'l';
+    case DT_BOOL:
+        return *f == '?';
+    default:
+        return 0;
     }
 }
 
@@ -187,8 +192,8 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
             PyObject *o = vals[v];
             vals[v] = NULL;
             const TensorMeta *m = &g->values[v].meta;
-            if (o && g->nodes[g->values[v].node].op != OP_INPUT && !m->requires_grad && !m->symint &&
-                !m->np_scalar && lower_dtype_ok((DType)m->dtype))
+            if (o && g->nodes[g->values[v].node].op != OP_INPUT && !m->requires_grad && !m->symint && !m->np_scalar &&
+                lower_dtype_ok((DType)m->dtype))
                 bufpool_offer(&cg->pool, o, (Lib)m->lib, (DType)m->dtype);   /* steals o */
             else
                 Py_XDECREF(o);
@@ -246,10 +251,10 @@ static Graph *g_of(CompiledGraph *cg)
 static PyObject *cg_get_stats(CompiledGraph *cg, void *unused)
 {
     (void)unused;
-    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:i,s:L}", "steps", (int)cg->plan.nsteps, "threads",
-                                cg->threads, "buffers_kept", (long long)cg->pool.kept, "buffers_reused",
-                                (long long)cg->pool.reused, "buffers_resized", (long long)cg->pool.resized,
-                                "buffers_held", cg->pool.n, "outputs_recycled", (long long)cg->pool.recycled);   /* new */
+    PyObject *d = Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:i,s:L}", "steps", (int)cg->plan.nsteps, "threads", cg->threads,
+                                "buffers_kept", (long long)cg->pool.kept, "buffers_reused", (long long)cg->pool.reused,
+                                "buffers_resized", (long long)cg->pool.resized, "buffers_held", cg->pool.n,
+                                "outputs_recycled", (long long)cg->pool.recycled);   /* new */
     for (int kind = 0; d && kind < STEP_COUNT; kind++)
         if (step_kinds[kind].stats && step_kinds[kind].stats(g_of(cg), &cg->plan, d) < 0)
             Py_CLEAR(d);
@@ -284,8 +289,10 @@ static PyObject *cg_get_graph(CompiledGraph *cg, void *unused)
 }
 
 static PyGetSetDef cg_getset[] = {
-    {"stats", (getter)cg_get_stats, NULL, "kernels (distinct functions, over the compile budget), steps, kernel "
-     "calls, eager fallbacks", NULL},
+    {"stats", (getter)cg_get_stats, NULL,
+     "kernels (distinct functions, over the compile budget), steps, kernel "
+     "calls, eager fallbacks",
+     NULL},
     {"step_kinds", (getter)cg_get_step_kinds, NULL, "the kind of each step, in run order", NULL},
     {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
     {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
@@ -293,8 +300,7 @@ static PyGetSetDef cg_getset[] = {
 };
 
 PyTypeObject SjCompiledGraph_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C.CompiledGraph",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C.CompiledGraph",
     .tp_basicsize = sizeof(CompiledGraph),
     .tp_dealloc = (destructor)cg_dealloc,
     .tp_vectorcall_offset = offsetof(CompiledGraph, vectorcall),

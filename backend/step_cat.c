@@ -164,14 +164,13 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         int64_t ost[SJ_MAX_RANK], at = 0;
         for (int d = 0; d < r; d++)
             ost[d] = o.stride[d];
-        Py_BEGIN_ALLOW_THREADS
-        for (int32_t i = 0; i < s->nin; i++) {
+        Py_BEGIN_ALLOW_THREADS for (int32_t i = 0; i < s->nin; i++)
+        {
             copy_strided(o.data + at * ost[s->dim] * (int64_t)item, ost, ops[i].data, ops[i].stride, ops[i].size, r,
                          item);
             at += ops[i].size[s->dim];
         }
-        Py_END_ALLOW_THREADS
-        s->calls++;
+        Py_END_ALLOW_THREADS s->calls++;
     }
     if (o.has_view)
         PyBuffer_Release(&o.view);

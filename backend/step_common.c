@@ -127,8 +127,7 @@ void lower_kept_clear(KeptId *id)
 #define FIN_ONE 0x00800000u
 typedef uint32_t FinVec __attribute__((vector_size(32)));
 
-__attribute__((target_clones("avx2", "default")))
-int lower_finite_n(const float *p, int64_t n)
+__attribute__((target_clones("avx2", "default"))) int lower_finite_n(const float *p, int64_t n)
 {
     FinVec acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0}, v0, v1, v2, v3;
     int64_t i = 0;

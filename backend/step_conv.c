@@ -40,7 +40,8 @@
 #include "../core/config.h"
 
 #define CV_MAX_FOLD 4
-#define CV_WSLOTS 2      /* reordered weights kept per step (layouts: a shape sweep mostly
+#define CV_WSLOTS \
+    2      /* reordered weights kept per step (layouts: a shape sweep mostly
                             keeps one) */
 
 /* A convolution's weights, reordered into a primitive's layout, kept while they are the
@@ -219,8 +220,8 @@ static int only(const BoundArgs *b, const char *const *names)
 /* batch_norm's arguments (inference with running stats): 0 and the ids, else 1. */
 static int bn_args(Graph *g, const BoundArgs *b, int32_t *x, int32_t v[4], float *eps)
 {
-    static const char *const known[] = {"input", "running_mean", "running_var", "weight", "bias", "training",
-                                        "momentum", "eps", NULL};
+    static const char *const known[] = {"input",    "running_mean", "running_var", "weight", "bias",
+                                        "training", "momentum",     "eps",         NULL};
     int training;
     double e;
     if (!only(b, known) || const_bool(b, "training", 0, &training) || training || const_float(b, "eps", 1e-5, &e))
@@ -254,9 +255,9 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
     s->w = s->bias = s->mean = s->var = s->scale = s->shift = -1;
     s->dil[0] = s->dil[1] = 1;
     switch (nd->op) {
-    case OP_CONV1D: case OP_CONV2D: {
-        static const char *const known[] = {"input", "weight", "bias", "stride", "padding", "dilation", "groups",
-                                            NULL};
+    case OP_CONV1D:
+    case OP_CONV2D: {
+        static const char *const known[] = {"input", "weight", "bias", "stride", "padding", "dilation", "groups", NULL};
         s->sp = nd->op == OP_CONV1D ? 1 : 2;
         if (!only(b, known) || int_tuple(b, "stride", s->sp, 1, s->stride) ||
             int_tuple(b, "dilation", s->sp, 1, s->dil))
@@ -282,17 +283,17 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
             return 1;
         break;
     }
-    case OP_MAX_POOL2D: case OP_AVG_POOL2D: {
-        static const char *const known_max[] = {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
-                                                "return_indices", NULL};
-        static const char *const known_avg[] = {"input", "kernel_size", "stride", "padding", "ceil_mode",
-                                                "count_include_pad", "divisor_override", NULL};
+    case OP_MAX_POOL2D:
+    case OP_AVG_POOL2D: {
+        static const char *const known_max[] = {"input",    "kernel_size", "stride",         "padding",
+                                                "dilation", "ceil_mode",   "return_indices", NULL};
+        static const char *const known_avg[] = {"input",     "kernel_size",       "stride",           "padding",
+                                                "ceil_mode", "count_include_pad", "divisor_override", NULL};
         int ret_idx = 0;
         s->sp = 2;
-        if (!only(b, nd->op == OP_MAX_POOL2D ? known_max : known_avg) ||
-            int_tuple(b, "kernel_size", 2, 0, s->k) || int_tuple(b, "padding", 2, 0, s->pad) ||
-            int_tuple(b, "dilation", 2, 1, s->dil) || const_bool(b, "ceil_mode", 0, &s->ceil_mode) ||
-            const_bool(b, "return_indices", 0, &ret_idx) || ret_idx ||
+        if (!only(b, nd->op == OP_MAX_POOL2D ? known_max : known_avg) || int_tuple(b, "kernel_size", 2, 0, s->k) ||
+            int_tuple(b, "padding", 2, 0, s->pad) || int_tuple(b, "dilation", 2, 1, s->dil) ||
+            const_bool(b, "ceil_mode", 0, &s->ceil_mode) || const_bool(b, "return_indices", 0, &ret_idx) || ret_idx ||
             const_bool(b, "count_include_pad", 1, &s->include_pad))
             return 1;
         const BoundArg *sa = ba_get(b, "stride");
@@ -420,13 +421,14 @@ static int as_fold(Graph *g, ConvStep *s, int32_t nj, Fold *f)
         f->kind = FOLD_RELU;
         return !(only(b, known) && is_alias(s, in));
     }
-    case OP_RELU6: case OP_HARDTANH: {   /* MobileNet's activation: oneDNN's clip to [0, 6] */
+    case OP_RELU6:
+    case OP_HARDTANH: {   /* MobileNet's activation: oneDNN's clip to [0, 6] */
         static const char *const known[] = {"input", "inplace", "min_val", "max_val", NULL};
         double lo, hi;
         f->kind = FOLD_RELU6;
         return !(s->op != OP_BATCH_NORM && only(b, known) && is_alias(s, in) &&
-                 (nd->op == OP_RELU6 || (!const_float(b, "min_val", -1.0, &lo) && !const_float(b, "max_val", 1.0, &hi) &&
-                                         lo == 0.0 && hi == 6.0)));
+                 (nd->op == OP_RELU6 || (!const_float(b, "min_val", -1.0, &lo) &&
+                                         !const_float(b, "max_val", 1.0, &hi) && lo == 0.0 && hi == 6.0)));
     }
     case OP_BATCH_NORM: {
         int32_t x;
@@ -685,9 +687,9 @@ int step_conv_stats(const Graph *g, const LowerPlan *p, PyObject *d)
         reorders += p->convs[i].weight_reorders;
         after += p->convs[i].posts_after;
     }
-    static const char *const names[9] = {"conv_steps", "conv_calls", "conv_fallbacks", "conv_fused",
-                                         "conv_weight_reorders", "conv_posts_after", "conv_nonfinite",
-                                         "conv_blocked_handoffs", "conv_blocked_to_plain"};
+    static const char *const names[9] = {
+        "conv_steps",       "conv_calls",     "conv_fallbacks",        "conv_fused",           "conv_weight_reorders",
+        "conv_posts_after", "conv_nonfinite", "conv_blocked_handoffs", "conv_blocked_to_plain"};
     long long vals[9] = {p->nconvs, calls, fallbacks, fused, reorders, after, nonfinite, handed, plain};
     return lower_put_counts(d, 9, names, vals);
 }
@@ -773,7 +775,8 @@ static int fill_key(const ConvStep *s, const Operand *x, const Operand *w, CvKey
         if (key->in[i] == 0)
             return 1;
     switch (s->op) {
-    case OP_CONV1D: case OP_CONV2D:
+    case OP_CONV1D:
+    case OP_CONV2D:
         key->op_class = CV_CLASS_CONV;
         key->oc = w->size[0];
         key->groups = s->groups;
@@ -797,7 +800,8 @@ static int fill_key(const ConvStep *s, const Operand *x, const Operand *w, CvKey
                 return 1;
         }
         return 0;
-    case OP_MAX_POOL2D: case OP_AVG_POOL2D:
+    case OP_MAX_POOL2D:
+    case OP_AVG_POOL2D:
         key->op_class = CV_CLASS_POOL;
         key->alg = s->op == OP_MAX_POOL2D ? CV_POOL_MAX : s->include_pad ? CV_POOL_AVG_INCLUDE : CV_POOL_AVG_EXCLUDE;
         for (int i = 0; i < 2; i++) {
@@ -921,10 +925,8 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
         return 0;
     }
     int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_conv_weights(prim, plain ? plain : ptr, buf);
-    Py_END_ALLOW_THREADS
-    free(plain);
+    Py_BEGIN_ALLOW_THREADS status = dnnl_api_conv_weights(prim, plain ? plain : ptr, buf);
+    Py_END_ALLOW_THREADS free(plain);
     if (status || lower_kept_set(&victim->id, wobj, ptr, version)) {
         free(buf);
         free(kept_scale);
@@ -989,13 +991,10 @@ static int hand_plain(ConvHand *h)
 {
     int status;
     void *prim = primcache_prim(h->entry);
-    Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_conv_to_plain(prim, h->buf, h->plain);
-    Py_END_ALLOW_THREADS
-    hand_drop(h);
+    Py_BEGIN_ALLOW_THREADS status = dnnl_api_conv_to_plain(prim, h->buf, h->plain);
+    Py_END_ALLOW_THREADS hand_drop(h);
     if (status) {
-        PyErr_Format(PyExc_RuntimeError, "oneDNN: reordering a convolution result to plain failed (status %d)",
-                     status);
+        PyErr_Format(PyExc_RuntimeError, "oneDNN: reordering a convolution result to plain failed (status %d)", status);
         return -1;
     }
     return 0;
@@ -1125,10 +1124,10 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     /* oneDNN's relu post-op turns NaN into 0 (lower.h: lower_finite): a NaN or inf in an
      * operand runs the nodes eagerly. The weights' scan is kept per weight version; the
      * source's costs 1 / (OC * KH * KW) of the convolution. */
-    if (cp.relu && (!(in ? lower_finite_n(in->buf, (int64_t)(in->bytes / sizeof(float))) : lower_finite(&x)) ||
-                 !lower_weight_finite(&s->wfin, vals[s->w], &w) ||
-                 (args.bias && !lower_finite_n(args.bias, key.oc)) || (args.residual && !lower_finite(&cp.res_op)) ||
-                 cp.chan_posts)) {
+    if (cp.relu &&
+        (!(in ? lower_finite_n(in->buf, (int64_t)(in->bytes / sizeof(float))) : lower_finite(&x)) ||
+         !lower_weight_finite(&s->wfin, vals[s->w], &w) || (args.bias && !lower_finite_n(args.bias, key.oc)) ||
+         (args.residual && !lower_finite(&cp.res_op)) || cp.chan_posts)) {
         s->nonfinite++;
         rc = 1;
         goto done;
@@ -1189,11 +1188,8 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         (kb = dnnl_api_conv_dst_bytes(prim)) && (keep = hand_take(p, kb)))
         args.dst_keep = keep->buf;
     int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_conv_exec(prim, &key, &args);
-    Py_END_ALLOW_THREADS
-    if (kept)
-        kept->pins--;
+    Py_BEGIN_ALLOW_THREADS status = dnnl_api_conv_exec(prim, &key, &args);
+    Py_END_ALLOW_THREADS if (kept) kept->pins--;
     rc = status != 0;
     if (!rc) {
         s->calls++;

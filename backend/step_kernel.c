@@ -112,10 +112,8 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         args[1] = &pp;
         args[2] = &pst;
         args[3] = &dense;
-        Py_BEGIN_ALLOW_THREADS
-        cg_fn_call((CgFn *)&k->call, &bad, args);
-        Py_END_ALLOW_THREADS
-        p->kernel_calls++;
+        Py_BEGIN_ALLOW_THREADS cg_fn_call((CgFn *)&k->call, &bad, args);
+        Py_END_ALLOW_THREADS p->kernel_calls++;
         rc = bad != 0;   /* an element eager must handle (integer division by zero) */
     }
     for (int i = 0; i < nread; i++)
@@ -189,8 +187,9 @@ int step_eager_stats(const Graph *g, const LowerPlan *p, PyObject *d)
         Py_DECREF(n);
     }
     PyObject *cnt = PyLong_FromLong(neager);   /* new */
-    int rc = cnt && PyDict_SetItemString(d, "eager_steps", cnt) == 0 &&
-                     PyDict_SetItemString(d, "eager_ops", ops) == 0 ? 0 : -1;
+    int rc = cnt && PyDict_SetItemString(d, "eager_steps", cnt) == 0 && PyDict_SetItemString(d, "eager_ops", ops) == 0
+                 ? 0
+                 : -1;
     Py_XDECREF(cnt);
     Py_DECREF(ops);
     return rc;

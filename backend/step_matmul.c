@@ -92,14 +92,16 @@ static int plan_product(Graph *g, int32_t ni, MatmulStep *s)
     NodeArgs na;
     const BoundArgs *b = &na.bound;
     const TensorMeta *om = &g->values[nd->first_value].meta;
-    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->requires_grad ||
-        om->symint || om->np_scalar || lower_bind_node(g, ni, &na))
+    if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->dtype != DT_F32 || om->requires_grad || om->symint ||
+        om->np_scalar || lower_bind_node(g, ni, &na))
         return 1;
     s->lib = (Lib)om->lib;
     s->bias = -1;
     const char *known[5] = {"input", "other", NULL, NULL, NULL};
     switch (nd->op) {
-    case OP_MATMUL: case OP_MM: case OP_BMM:
+    case OP_MATMUL:
+    case OP_MM:
+    case OP_BMM:
         s->a = lower_value_of(g, ba_get(b, "input"));
         s->b = lower_value_of(g, ba_get(b, "other"));
         break;
@@ -164,8 +166,7 @@ static int row_arg(Graph *g, const Arg *x, int32_t v, Lib lib)
         return 0;
     const TensorMeta *r = &g->values[x->a].meta, *m = &g->values[v].meta;
     int last = m->ndim - 1;
-    return r->ndim == 1 && !r->requires_grad && r->sym[0] == m->sym[last] &&
-           (r->sym[0] || r->size[0] == m->size[last]);
+    return r->ndim == 1 && !r->requires_grad && r->sym[0] == m->sym[last] && (r->sym[0] || r->size[0] == m->size[last]);
 }
 
 /* 1 when node nj is F.gelu(v, approximate='tanh') (kernels leave it to eager). */
@@ -211,11 +212,22 @@ static int as_post(Graph *g, MatmulStep *s, int32_t nj, int32_t v, MmPost *po, i
         return 1;
     int xv = x && x->kind == ARG_VALUE && x->a == v, yv = y && y->kind == ARG_VALUE && y->a == v;
     switch (nd->op) {
-    case OP_RELU: po->kind = MMPO_RELU; return !xv;
-    case OP_GELU: po->kind = MMPO_GELU_ERF; return !xv;   /* lower_node_args refuses 'tanh' */
-    case OP_TANH: po->kind = MMPO_TANH; return !xv;
-    case OP_SIGMOID: po->kind = MMPO_SIGMOID; return !xv;
-    case OP_SILU: po->kind = MMPO_SILU; po->alpha = 1.f; return !xv;
+    case OP_RELU:
+        po->kind = MMPO_RELU;
+        return !xv;
+    case OP_GELU:
+        po->kind = MMPO_GELU_ERF;
+        return !xv;   /* lower_node_args refuses 'tanh' */
+    case OP_TANH:
+        po->kind = MMPO_TANH;
+        return !xv;
+    case OP_SIGMOID:
+        po->kind = MMPO_SIGMOID;
+        return !xv;
+    case OP_SILU:
+        po->kind = MMPO_SILU;
+        po->alpha = 1.f;
+        return !xv;
     case OP_ADD:   /* x + p0 * y */
         po->kind = MMPO_LINEAR;
         if (xv && !number_arg(g, y, &c)) {
@@ -393,8 +405,8 @@ int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d)
         post += p->matmuls[i].nfused;
         kept += p->matmuls[i].kept_copies;
     }
-    static const char *const names[6] = {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused",
-                                          "matmul_weight_copies", "matmul_nonfinite"};
+    static const char *const names[6] = {"matmul_steps", "matmul_calls",         "matmul_fallbacks",
+                                         "matmul_fused", "matmul_weight_copies", "matmul_nonfinite"};
     long long vals[6] = {p->nmatmuls, calls, fallbacks, post, kept, nonfinite};
     return lower_put_counts(d, 6, names, vals);
 }
@@ -518,8 +530,8 @@ static int as_row(const Operand *o, int64_t n, int r, MmTensor *t)
 
 /* The shapes of a, b and dst for the primitive; out_dims/out_r: the result's shape.
  * 0, 1 (run eagerly, or copy when *copy says which operand), -1. */
-static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTensor *ta, MmTensor *tb,
-                  MmTensor *td, int *rank, int64_t *out_dims, int *out_r, int *copy)
+static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTensor *ta, MmTensor *tb, MmTensor *td,
+                  int *rank, int64_t *out_dims, int *out_r, int *copy)
 {
     *copy = -1;
     if (a->ndim != s->ra || b->ndim != s->rb)
@@ -781,10 +793,8 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     }
     int status, pinned = s->kept && tb.data == s->kept;
     s->kept_pins += pinned;   /* another thread may not replace the copy while this one reads it */
-    Py_BEGIN_ALLOW_THREADS
-    status = dnnl_api_matmul_exec(prim, &key, &ta, &tb, &tbias, &td, rows);
-    Py_END_ALLOW_THREADS
-    s->kept_pins -= pinned;
+    Py_BEGIN_ALLOW_THREADS status = dnnl_api_matmul_exec(prim, &key, &ta, &tb, &tbias, &td, rows);
+    Py_END_ALLOW_THREADS s->kept_pins -= pinned;
     rc = status != 0;
     if (!rc)
         s->calls++;

@@ -50,9 +50,21 @@ struct ViewChain {
 static int chain_op(OpId op)
 {
     switch (op) {
-    case OP_VIEW: case OP_RESHAPE: case OP_PERMUTE: case OP_TRANSPOSE: case OP_T:
-    case OP_UNSQUEEZE: case OP_SQUEEZE: case OP_FLATTEN: case OP_UNFLATTEN: case OP_EXPAND:
-    case OP_GETITEM: case OP_NARROW: case OP_DIAGONAL: case OP_SELECT: case OP_MOVEDIM:
+    case OP_VIEW:
+    case OP_RESHAPE:
+    case OP_PERMUTE:
+    case OP_TRANSPOSE:
+    case OP_T:
+    case OP_UNSQUEEZE:
+    case OP_SQUEEZE:
+    case OP_FLATTEN:
+    case OP_UNFLATTEN:
+    case OP_EXPAND:
+    case OP_GETITEM:
+    case OP_NARROW:
+    case OP_DIAGONAL:
+    case OP_SELECT:
+    case OP_MOVEDIM:
         return 1;
     default:
         return 0;
@@ -255,8 +267,8 @@ static int record(ViewChain *c, PyObject *base, const TensorMeta *bm, const int6
     if (r != 0 || Py_TYPE(res) != (PyTypeObject *)libs.tensor_type)
         return r < 0 ? -1 : 0;
     long long bp, rp, boff, roff;
-    if (storage_ptr(base, &bp) < 0 || storage_ptr(res, &rp) < 0 ||
-        call_ll(base, str_storage_offset, &boff) < 0 || call_ll(res, str_storage_offset, &roff) < 0)
+    if (storage_ptr(base, &bp) < 0 || storage_ptr(res, &rp) < 0 || call_ll(base, str_storage_offset, &boff) < 0 ||
+        call_ll(res, str_storage_offset, &roff) < 0)
         return -1;
     if (bp != rp || bp == 0)
         return 0;   /* a copy (reshape of a non-viewable layout), or no memory to share */
@@ -271,9 +283,8 @@ static int record(ViewChain *c, PyObject *base, const TensorMeta *bm, const int6
     TensorMeta am;
     int64_t ast[SJ_MAX_RANK];
     long long aoff;
-    int same = Py_TYPE(again) == Py_TYPE(res) && treader_read(again, &am, ast, &why) == 0 &&
-               am.ndim == rm.ndim && am.dtype == rm.dtype &&
-               !memcmp(am.size, rm.size, sizeof(int64_t) * (size_t)rm.ndim) &&
+    int same = Py_TYPE(again) == Py_TYPE(res) && treader_read(again, &am, ast, &why) == 0 && am.ndim == rm.ndim &&
+               am.dtype == rm.dtype && !memcmp(am.size, rm.size, sizeof(int64_t) * (size_t)rm.ndim) &&
                !memcmp(ast, rst, sizeof(int64_t) * (size_t)rm.ndim);
     if (PyErr_Occurred()) {
         Py_DECREF(again);

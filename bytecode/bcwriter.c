@@ -307,8 +307,8 @@ static int ext_count(int32_t arg)
 
 static int is_terminal(int op)
 {
-    return op == SJOP_RETURN_VALUE || op == SJOP_RAISE_VARARGS || op == SJOP_RERAISE ||
-           op == SJOP_JUMP_FORWARD || op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
+    return op == SJOP_RETURN_VALUE || op == SJOP_RAISE_VARARGS || op == SJOP_RERAISE || op == SJOP_JUMP_FORWARD ||
+           op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
 }
 
 /* Maximum stack depth over every path, exception handlers included. */
@@ -326,14 +326,14 @@ static int stack_depth(BcAsm *a, int *out)
     for (int32_t i = 0; i < n; i++)
         depth[i] = -1;
     int32_t nw = 0, maxd = 0;
-#define SEED(idx, d)                                                    \
-    do {                                                                \
-        int32_t i_ = (idx), d_ = (d);                                   \
-        if (i_ >= 0 && i_ < n && depth[i_] < d_) {                      \
-            depth[i_] = d_;                                             \
-            if (nw < 2 * n + 2)                                         \
-                work[nw++] = i_;                                        \
-        }                                                               \
+#define SEED(idx, d) \
+    do { \
+        int32_t i_ = (idx), d_ = (d); \
+        if (i_ >= 0 && i_ < n && depth[i_] < d_) { \
+            depth[i_] = d_; \
+            if (nw < 2 * n + 2) \
+                work[nw++] = i_; \
+        } \
     } while (0)
     if (n > 0)
         SEED(0, 0);
@@ -476,14 +476,13 @@ PyObject *bc_assemble(BcAsm *a, PyCodeObject *model, const BcCodeSpec *spec)
     if (stack_depth(a, &maxdepth) < 0)
         goto done;
     PyObject *kw = Py_BuildValue(
-        "{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:y#,s:N,s:N,s:O,s:O,s:O,s:O,s:O,s:y#,s:y#}",
-        "co_argcount", spec->argcount, "co_posonlyargcount", spec->posonlyargcount, "co_kwonlyargcount",
-        spec->kwonlyargcount, "co_nlocals", (int)PyTuple_GET_SIZE(spec->varnames), "co_stacksize", maxdepth + 1,
-        "co_flags", spec->flags, "co_firstlineno", spec->firstlineno, "co_code", (const char *)code.b,
-        code.n, "co_consts", PyList_AsTuple(a->consts), "co_names", PyList_AsTuple(a->names), "co_varnames",
-        spec->varnames, "co_freevars", spec->freevars, "co_cellvars", spec->cellvars, "co_name", spec->name,
-        "co_qualname", spec->qualname, "co_linetable", lines.b ? (const char *)lines.b : "", lines.n,
-        "co_exceptiontable", exc.b ? (const char *)exc.b : "", exc.n);
+        "{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:y#,s:N,s:N,s:O,s:O,s:O,s:O,s:O,s:y#,s:y#}", "co_argcount", spec->argcount,
+        "co_posonlyargcount", spec->posonlyargcount, "co_kwonlyargcount", spec->kwonlyargcount, "co_nlocals",
+        (int)PyTuple_GET_SIZE(spec->varnames), "co_stacksize", maxdepth + 1, "co_flags", spec->flags, "co_firstlineno",
+        spec->firstlineno, "co_code", (const char *)code.b, code.n, "co_consts", PyList_AsTuple(a->consts), "co_names",
+        PyList_AsTuple(a->names), "co_varnames", spec->varnames, "co_freevars", spec->freevars, "co_cellvars",
+        spec->cellvars, "co_name", spec->name, "co_qualname", spec->qualname, "co_linetable",
+        lines.b ? (const char *)lines.b : "", lines.n, "co_exceptiontable", exc.b ? (const char *)exc.b : "", exc.n);
     if (!kw)
         goto done;
     PyObject *replace = PyObject_GetAttrString((PyObject *)model, "replace");

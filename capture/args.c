@@ -119,7 +119,8 @@ int cap_to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
             Var *parts[3] = {v->u.slice.start, v->u.slice.stop, v->u.slice.step};
             for (int k = 0; k < 3; k++)
                 if (parts[k] && parts[k]->kind == VK_TENSOR)
-                    return cap_fail(c, BR_SCALAR_OUTPUT, "%s element used as a slice bound is read "
+                    return cap_fail(c, BR_SCALAR_OUTPUT,
+                                    "%s element used as a slice bound is read "
                                     "into Python (its __index__)",
                                     parts[k]->u.t.meta.lib == LIB_NUMPY ? "an ndarray" : "a tensor");
         }
@@ -130,8 +131,8 @@ int cap_to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize)
             /* only symbolic ints among constants: specialise them into one constant */
             int only_ints = 1;
             for (int32_t i = 0; i < v->u.seq.n; i++)
-                only_ints &= v->u.seq.items[i] && (v->u.seq.items[i]->kind == VK_CONST ||
-                                                   v->u.seq.items[i]->kind == VK_SYMINT);
+                only_ints &=
+                    v->u.seq.items[i] && (v->u.seq.items[i]->kind == VK_CONST || v->u.seq.items[i]->kind == VK_SYMINT);
             has_tensor = !only_ints;
         }
         if (!has_tensor) {

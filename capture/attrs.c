@@ -80,8 +80,8 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
             return var_const(c, m->requires_grad ? Py_True : Py_False);
         if (!strcmp(n, "is_cpu"))   /* capture models CPU tensors only (vocab/meta.c) */
             return var_const(c, Py_True);
-        if (!strcmp(n, "is_cuda") || !strcmp(n, "is_sparse") || !strcmp(n, "is_quantized") ||
-            !strcmp(n, "is_meta") || !strcmp(n, "is_nested") || !strcmp(n, "is_mps"))
+        if (!strcmp(n, "is_cuda") || !strcmp(n, "is_sparse") || !strcmp(n, "is_quantized") || !strcmp(n, "is_meta") ||
+            !strcmp(n, "is_nested") || !strcmp(n, "is_mps"))
             return var_const(c, Py_False);
         if (!strcmp(n, "device")) {
             PyObject *d = PyObject_CallFunction(libs.device_type, "s", "cpu");
@@ -164,8 +164,7 @@ static Var *wrap_attr(Capture *c, Var *o, PyObject *v, int32_t s)
 static PyObject *modules_dict(PyObject *module)   /* borrowed, or NULL (no error) */
 {
     PyObject **dictptr = _PyObject_GetDictPtr(module);
-    PyObject *d = (dictptr && *dictptr && PyDict_Check(*dictptr))
-                      ? PyDict_GetItemString(*dictptr, "_modules") : NULL;
+    PyObject *d = (dictptr && *dictptr && PyDict_Check(*dictptr)) ? PyDict_GetItemString(*dictptr, "_modules") : NULL;
     return (d && PyDict_Check(d)) ? d : NULL;
 }
 
@@ -175,8 +174,7 @@ int32_t module_kid_source(const Var *m, PyObject *key, PyObject *child)
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     for (int32_t i = 0; mods && i < m->u.mod.n && PyDict_Next(mods, &pos, &k, &v); i++)
-        if (key ? (PyUnicode_Check(k) && PyUnicode_Check(key) && PyUnicode_Compare(k, key) == 0)
-                : v == child)
+        if (key ? (PyUnicode_Check(k) && PyUnicode_Check(key) && PyUnicode_Compare(k, key) == 0) : v == child)
             return m->u.mod.kids[i];
     return -1;
 }
@@ -230,8 +228,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     PyObject *idict = dictptr ? *dictptr : NULL;
     if (idict && PyDict_Check(idict) && !(descr && Py_TYPE(descr)->tp_descr_set)) {
         PyObject *v = PyDict_GetItemWithError(idict, name);
-        if (v && is_module && o->src < 0 && o->u.mod.kids &&
-            PyUnicode_CompareWithASCIIString(name, "_modules") == 0)
+        if (v && is_module && o->src < 0 && o->u.mod.kids && PyUnicode_CompareWithASCIIString(name, "_modules") == 0)
             return kid_modules(c, o);
         if (v) {
             int32_t s = attr_source(c, o, name);
@@ -282,8 +279,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     if (o->src >= 0 && s < 0)
         r = NULL;
     else if (s >= 0 && descr && (Py_TYPE(descr) == &PyMethodDescr_Type || Py_TYPE(descr) == &PyWrapperDescr_Type) &&
-             ((PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == obj) ||
-              (Py_TYPE(v) == &_PyMethodWrapper_Type)))
+             ((PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == obj) || (Py_TYPE(v) == &_PyMethodWrapper_Type)))
         r = wrap_bound_builtin(c, v, s);   /* the type's C method, bound anew on each read */
     else
         r = wrap_attr(c, o, v, s);
@@ -328,9 +324,10 @@ int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has)
 /* The methods of set that only read it. */
 static int set_method_reads(PyObject *name)
 {
-    static const char *const reads[] = {"copy", "difference", "intersection", "isdisjoint", "issubset",
-                                        "issuperset", "symmetric_difference", "union", "__contains__",
-                                        "__len__", "__iter__", "__or__", "__and__", "__sub__", "__xor__"};
+    static const char *const reads[] = {
+        "copy",   "difference",   "intersection", "isdisjoint", "issubset", "issuperset", "symmetric_difference",
+        "union",  "__contains__", "__len__",      "__iter__",   "__or__",   "__and__",    "__sub__",
+        "__xor__"};
     const char *n = PyUnicode_AsUTF8(name);
     for (size_t i = 0; n && i < sizeof reads / sizeof *reads; i++)
         if (!strcmp(n, reads[i]))
@@ -356,8 +353,16 @@ Var *attr_property(Capture *c, Var *o, PyObject *prop, PyObject *name, const cha
 Var *attr_load(Capture *c, Var *o, PyObject *name)
 {
     switch (o->kind) {
-    case VK_TENSOR: case VK_LIST: case VK_TUPLE: case VK_DICT: case VK_SLICE: case VK_DICTVIEW:
-    case VK_SYMINT: case VK_GSCALAR: case VK_PARTIAL: case VK_METHOD:
+    case VK_TENSOR:
+    case VK_LIST:
+    case VK_TUPLE:
+    case VK_DICT:
+    case VK_SLICE:
+    case VK_DICTVIEW:
+    case VK_SYMINT:
+    case VK_GSCALAR:
+    case VK_PARTIAL:
+    case VK_METHOD:
         /* values capture models by kind: v.__class__ is type(v) (the type of an input is
          * guarded with it) */
         if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
@@ -505,7 +510,8 @@ static PyObject *closure_cell(PyObject *fn, const char *name)
     PyObject *cl = PyFunction_GET_CLOSURE(fn);
     PyObject *free = PyCode_GetFreevars((PyCodeObject *)PyFunction_GET_CODE(fn));   /* strong */
     PyObject *r = NULL;
-    for (Py_ssize_t i = 0; free && cl && PyTuple_GET_SIZE(free) == PyTuple_GET_SIZE(cl) && i < PyTuple_GET_SIZE(free); i++)
+    for (Py_ssize_t i = 0; free && cl && PyTuple_GET_SIZE(free) == PyTuple_GET_SIZE(cl) && i < PyTuple_GET_SIZE(free);
+         i++)
         if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(free, i), name) == 0)
             r = PyCell_GET(PyTuple_GET_ITEM(cl, i));
     Py_XDECREF(free);
@@ -549,8 +555,9 @@ static int is_config_type(PyTypeObject *t)
         return 0;
     }
     PyObject *fn = _PyType_Lookup(t, s_setattr);
-    for (int depth = 0; depth < 16 && func_is(fn, "huggingface_hub.dataclasses",
-                                               "strict.<locals>.wrap.<locals>.__strict_setattr__"); depth++)
+    for (int depth = 0;
+         depth < 16 && func_is(fn, "huggingface_hub.dataclasses", "strict.<locals>.wrap.<locals>.__strict_setattr__");
+         depth++)
         fn = closure_cell(fn, "original_setattr");
     if (!func_is(fn, "transformers.configuration_utils", "PreTrainedConfig.__setattr__"))
         return 0;
@@ -585,8 +592,8 @@ static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
     if (!map || aliased < 0)
         return cap_fail_exc(c, BR_INTERNAL);
     if (aliased)
-        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: a name of its attribute_map",
-                        name, Py_TYPE(obj)->tp_name);
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: a name of its attribute_map", name,
+                        Py_TYPE(obj)->tp_name);
     PyObject *vals = PyObject_GetAttrString(obj, "__validators__");
     PyObject *checks = vals && PyDict_Check(vals) ? PyDict_GetItemWithError(vals, name) : NULL;
     int rc = 0;
@@ -594,14 +601,16 @@ static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
         sj_err_clear();   /* a config without validators */
     } else if (checks && PyList_Check(checks) && PyList_GET_SIZE(checks) > 0) {
         if (val->kind != VK_CONST)
-            rc = cap_fail(c, BR_SIDE_EFFECT, "assignment of a %s to attribute '%U' of a %s: its validators run "
-                          "on the value", var_kind_name(val), name, Py_TYPE(obj)->tp_name);
+            rc = cap_fail(c, BR_SIDE_EFFECT,
+                          "assignment of a %s to attribute '%U' of a %s: its validators run "
+                          "on the value",
+                          var_kind_name(val), name, Py_TYPE(obj)->tp_name);
         for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(checks); i++) {
             PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(checks, i), val->obj);
             if (!r) {
                 sj_err_clear();
-                rc = cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: its validator rejects %R",
-                              name, Py_TYPE(obj)->tp_name, val->obj);
+                rc = cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: its validator rejects %R", name,
+                              Py_TYPE(obj)->tp_name, val->obj);
             }
             Py_XDECREF(r);
         }
@@ -624,8 +633,7 @@ static int is_model_output_type(PyTypeObject *t)
     }
     PyObject *set = _PyType_Lookup(t, s_setattr), *item = _PyType_Lookup(t, s_setitem);
     return func_is(set, "transformers.utils.generic", "ModelOutput.__setattr__") &&
-           func_is(item, "transformers.utils.generic", "ModelOutput.__setitem__") &&
-           PyType_IsSubtype(t, &PyODict_Type);
+           func_is(item, "transformers.utils.generic", "ModelOutput.__setitem__") && PyType_IsSubtype(t, &PyODict_Type);
 }
 
 /* nn.Module.__setattr__ acts as object's for a value that is no Parameter, Buffer or
@@ -653,9 +661,10 @@ static int module_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
         special = m;
     }
     if (special)
-        return cap_fail(c, BR_SIDE_EFFECT, "assignment of a %s to attribute '%U' of a %s (nn.Module.__setattr__ "
-                        "registers it)", val->obj ? Py_TYPE(val->obj)->tp_name : var_kind_name(val), name,
-                        Py_TYPE(obj)->tp_name);
+        return cap_fail(c, BR_SIDE_EFFECT,
+                        "assignment of a %s to attribute '%U' of a %s (nn.Module.__setattr__ "
+                        "registers it)",
+                        val->obj ? Py_TYPE(val->obj)->tp_name : var_kind_name(val), name, Py_TYPE(obj)->tp_name);
     return 0;
 }
 
@@ -680,15 +689,15 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
     int plain_get = get && Py_TYPE(get) == &PyWrapperDescr_Type &&
                     ((PyWrapperDescrObject *)get)->d_wrapped == (void *)PyObject_GenericGetAttr;
     if (!plain_get && !(config = is_config_type(t)))
-        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__",
-                        name, tn);
+        return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__", name,
+                        tn);
     if (config) {
         if (config_write_ok(c, obj, name, val) < 0)
             return -1;
     } else if (o->kind == VK_MODULE) {
         if (!generic && _PyType_Lookup(t, s_setattr) != _PyType_Lookup((PyTypeObject *)libs.module_type, s_setattr))
-            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__",
-                            name, tn);
+            return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __setattr__", name,
+                            tn);
         if (module_write_ok(c, obj, name, val) < 0)
             return -1;
     } else if (!generic && t->tp_setattro != PyObject_GenericSetAttr && !is_model_output_type(t)) {
@@ -752,8 +761,10 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic, int 
                 return fn && call_var(c, fn, args, 2, NULL) ? 0 : -1;
             }
             if (dict_held(c, o->obj))
-                return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s whose __dict__ the frame "
-                                "reads", name, Py_TYPE(o->obj)->tp_name);
+                return cap_fail(c, BR_SIDE_EFFECT,
+                                "assignment to attribute '%U' of a %s whose __dict__ the frame "
+                                "reads",
+                                name, Py_TYPE(o->obj)->tp_name);
         }
         AttrWrite *w = find_write(c, o->obj, name);
         if (w && !owned && w->item != item && is_model_output_type(Py_TYPE(o->obj)))

@@ -152,8 +152,8 @@ static Var *as_view_of_input(Capture *c, Var *out, Var **args, int32_t nargs, Va
     TensorMeta m = out->u.t.meta;
     m.requires_grad = 0;   /* grad mode is off here */
     PyObject *where = cap_where(c);
-    int32_t v = where ? graph_add_node(c->g, OP_FN_OUTPUT_VIEW, 0, view_as, first, 2, first + 2, 0, NULL, &m, 1,
-                                       where) : -1;
+    int32_t v =
+        where ? graph_add_node(c->g, OP_FN_OUTPUT_VIEW, 0, view_as, first, 2, first + 2, 0, NULL, &m, 1, where) : -1;
     Py_XDECREF(where);
     Var *t = v >= 0 ? var_new(c, VK_TENSOR) : NULL;
     if (!t) {
@@ -269,8 +269,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
             for (int d = 0; d < a->u.t.meta.ndim; d++)
                 if (a->u.t.meta.sym[d]) {
                     Py_DECREF(standins);
-                    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.apply on a tensor of symbolic shape under grad mode",
-                             name);
+                    cap_fail(c, BR_UNSUPPORTED_CALL, "%s.apply on a tensor of symbolic shape under grad mode", name);
                     return NULL;
                 }
             if (a->u.t.meta.lib != LIB_TORCH) {
@@ -347,8 +346,8 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
     PyObject *where = cap_where(c);
     if (!where)
         return NULL;
-    int32_t v = graph_add_node(c->g, OP_AUTOGRAD_FUNCTION, 0, apply, first, nargs, first + nargs, 0, NULL,
-                               outs, nout, where);
+    int32_t v =
+        graph_add_node(c->g, OP_AUTOGRAD_FUNCTION, 0, apply, first, nargs, first + nargs, 0, NULL, outs, nout, where);
     Py_DECREF(where);
     if (v < 0)
         return fail_internal(c);

@@ -6,23 +6,55 @@
 #include "../core/errors.h"
 
 /* The builtins capture models: one row each. X(ENUM, "name") */
-#define SJ_BUILTINS(X)                                                                     \
-    X(B_LEN, "len") X(B_ISINSTANCE, "isinstance") X(B_ISSUBCLASS, "issubclass")            \
-    X(B_RANGE, "range") X(B_MIN, "min") X(B_MAX, "max") X(B_ABS, "abs") X(B_INT, "int")   \
-    X(B_FLOAT, "float") X(B_BOOL, "bool") X(B_STR, "str") X(B_TUPLE, "tuple")             \
-    X(B_LIST, "list") X(B_DICT, "dict") X(B_ENUMERATE, "enumerate") X(B_ZIP, "zip")       \
-    X(B_GETATTR, "getattr") X(B_HASATTR, "hasattr") X(B_SUM, "sum") X(B_ANY, "any")       \
-    X(B_ALL, "all") X(B_ITER, "iter") X(B_NEXT, "next") X(B_REVERSED, "reversed")         \
-    X(B_SORTED, "sorted") X(B_TYPE, "type") X(B_CALLABLE, "callable") X(B_PRINT, "print") \
-    X(B_SUPER, "super") X(B_DIVMOD, "divmod") X(B_ROUND, "round") X(B_POW, "pow")         \
-    X(B_REPR, "repr") X(B_SLICE, "slice") X(B_MAP, "map") X(B_SETATTR, "setattr")        \
-    X(B_ID, "id") X(B_HASH, "hash") X(B_SET, "set") X(B_FROZENSET, "frozenset")
+/* clang-format off */
+#define SJ_BUILTINS(X) \
+    X(B_LEN, "len") \
+    X(B_ISINSTANCE, "isinstance") \
+    X(B_ISSUBCLASS, "issubclass") \
+    X(B_RANGE, "range") \
+    X(B_MIN, "min") \
+    X(B_MAX, "max") \
+    X(B_ABS, "abs") \
+    X(B_INT, "int") \
+    X(B_FLOAT, "float") \
+    X(B_BOOL, "bool") \
+    X(B_STR, "str") \
+    X(B_TUPLE, "tuple") \
+    X(B_LIST, "list") \
+    X(B_DICT, "dict") \
+    X(B_ENUMERATE, "enumerate") \
+    X(B_ZIP, "zip") \
+    X(B_GETATTR, "getattr") \
+    X(B_HASATTR, "hasattr") \
+    X(B_SUM, "sum") \
+    X(B_ANY, "any") \
+    X(B_ALL, "all") \
+    X(B_ITER, "iter") \
+    X(B_NEXT, "next") \
+    X(B_REVERSED, "reversed") \
+    X(B_SORTED, "sorted") \
+    X(B_TYPE, "type") \
+    X(B_CALLABLE, "callable") \
+    X(B_PRINT, "print") \
+    X(B_SUPER, "super") \
+    X(B_DIVMOD, "divmod") \
+    X(B_ROUND, "round") \
+    X(B_POW, "pow") \
+    X(B_REPR, "repr") \
+    X(B_SLICE, "slice") \
+    X(B_MAP, "map") \
+    X(B_SETATTR, "setattr") \
+    X(B_ID, "id") \
+    X(B_HASH, "hash") \
+    X(B_SET, "set") \
+    X(B_FROZENSET, "frozenset")
+/* clang-format on */
 
 typedef enum {
 #define X(e, name) e,
     SJ_BUILTINS(X)
 #undef X
-    B_COUNT
+        B_COUNT
 } BuiltinId;
 
 static const char *const builtin_names[B_COUNT] = {
@@ -70,7 +102,8 @@ static PyObject *var_type(Capture *c, Var *v)
     case VK_LIST:
     case VK_DICT:   /* a collections type (deque, OrderedDict, ...) or the plain one */
         return Py_NewRef(collections_type_of(v) ? (PyObject *)collections_type_of(v)
-                         : v->kind == VK_LIST ? (PyObject *)&PyList_Type : (PyObject *)&PyDict_Type);
+                         : v->kind == VK_LIST   ? (PyObject *)&PyList_Type
+                                                : (PyObject *)&PyDict_Type);
     case VK_DICTVIEW: {
         PyObject *d = PyDict_New();
         PyObject *view = d ? PyObject_CallMethod(d, var_view_method(v), NULL) : NULL;
@@ -206,10 +239,11 @@ static Var *input_is_contiguous(Capture *c, Var **args, int32_t nargs, PyObject 
     Var *self = args[0];
     int32_t vid = self->u.t.value;
     int input = self->src >= 0 && self->obj && libs.tensor_type &&
-                PyObject_TypeCheck(self->obj, (PyTypeObject *)libs.tensor_type) &&
-                vid >= 0 && vid < c->g->nvalues && c->g->nodes[c->g->values[vid].node].op == OP_INPUT;
+                PyObject_TypeCheck(self->obj, (PyTypeObject *)libs.tensor_type) && vid >= 0 && vid < c->g->nvalues &&
+                c->g->nodes[c->g->values[vid].node].op == OP_INPUT;
     if (!input) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.is_contiguous of a value computed in the graph "
+        cap_fail(c, BR_UNSUPPORTED_CALL,
+                 "Tensor.is_contiguous of a value computed in the graph "
                  "(strides are not modelled)");
         return NULL;
     }
@@ -236,8 +270,7 @@ static Var *input_is_contiguous(Capture *c, Var **args, int32_t nargs, PyObject 
     return var_const_steal(c, r);
 }
 
-static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs,
-                               PyObject *kwnames, int *handled)
+static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     Var *self = args[0];
     const TensorMeta *m = &self->u.t.meta;
@@ -274,11 +307,12 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
         return const_bool(c, dtype_info[m->dtype].category == CAT_COMPLEX);
     if (!strcmp(name, "type") && m->lib == LIB_TORCH) {
         static const char *const names[DT_COUNT] = {
-            [DT_BOOL] = "torch.BoolTensor", [DT_U8] = "torch.ByteTensor", [DT_I8] = "torch.CharTensor",
-            [DT_I16] = "torch.ShortTensor", [DT_I32] = "torch.IntTensor", [DT_I64] = "torch.LongTensor",
-            [DT_F16] = "torch.HalfTensor", [DT_BF16] = "torch.BFloat16Tensor", [DT_F32] = "torch.FloatTensor",
-            [DT_F64] = "torch.DoubleTensor", [DT_C64] = "torch.ComplexFloatTensor",
-            [DT_C128] = "torch.ComplexDoubleTensor"};
+            [DT_BOOL] = "torch.BoolTensor",        [DT_U8] = "torch.ByteTensor",
+            [DT_I8] = "torch.CharTensor",          [DT_I16] = "torch.ShortTensor",
+            [DT_I32] = "torch.IntTensor",          [DT_I64] = "torch.LongTensor",
+            [DT_F16] = "torch.HalfTensor",         [DT_BF16] = "torch.BFloat16Tensor",
+            [DT_F32] = "torch.FloatTensor",        [DT_F64] = "torch.DoubleTensor",
+            [DT_C64] = "torch.ComplexFloatTensor", [DT_C128] = "torch.ComplexDoubleTensor"};
         if (nargs == 1)
             return var_const_steal(c, PyUnicode_FromString(names[m->dtype]));
         /* x.type('torch.DoubleTensor') and x.type(torch.DoubleTensor) are x.to(float64) */
@@ -308,14 +342,15 @@ static Var *tensor_meta_method(Capture *c, const char *name, Var **args, int32_t
     if (!strcmp(name, "item") && nargs == 1 && m->lib == LIB_TORCH && sj_config.capture_scalar_outputs)
         return symb_item(c, self);
     if (!strcmp(name, "item") && m->lib == LIB_TORCH) {
-        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() reads tensor data into Python; to capture it, set "
+        cap_fail(c, BR_SCALAR_OUTPUT,
+                 "Tensor.item() reads tensor data into Python; to capture it, set "
                  "shapejit.config.capture_scalar_outputs = True");
         return NULL;
     }
-    if (!strcmp(name, "item") || !strcmp(name, "tolist") ||
-        !strcmp(name, "__bool__") || !strcmp(name, "__float__") || !strcmp(name, "__int__")) {
-        cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads %s data into Python",
-                 m->lib == LIB_TORCH ? "Tensor" : "ndarray", name, m->lib == LIB_TORCH ? "tensor" : "array");
+    if (!strcmp(name, "item") || !strcmp(name, "tolist") || !strcmp(name, "__bool__") || !strcmp(name, "__float__") ||
+        !strcmp(name, "__int__")) {
+        cap_fail(c, BR_SCALAR_OUTPUT, "%s.%s() reads %s data into Python", m->lib == LIB_TORCH ? "Tensor" : "ndarray",
+                 name, m->lib == LIB_TORCH ? "tensor" : "array");
         return NULL;
     }
     *handled = 0;
@@ -686,8 +721,7 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
     } else if (!strcmp(n, "is_scripting") || !strcmp(n, "is_tracing") || !strcmp(n, "_get_tracing_state") ||
                !strcmp(n, "is_fx_tracing") || !strcmp(n, "is_fx_symbolic_tracing")) {
         r = strcmp(n, "_get_tracing_state") == 0 ? var_const(c, Py_None) : const_bool(c, 0);
-    } else if (!strcmp(n, "is_compiling") || !strcmp(n, "is_dynamo_compiling") ||
-               !strcmp(n, "is_exporting")) {
+    } else if (!strcmp(n, "is_compiling") || !strcmp(n, "is_dynamo_compiling") || !strcmp(n, "is_exporting")) {
         r = const_bool(c, strcmp(n, "is_exporting") != 0);
     } else if (!strcmp(n, "get_fastpath_enabled")) {
         /* fused fast paths (torch._transformer_encoder_layer_fwd) are not modelled: take
@@ -700,8 +734,7 @@ static Var *torch_special(Capture *c, PyObject *fn, Var **args, int32_t nargs, P
         r = nargs == 1 ? const_bool(c, args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH) : NULL;
         if (!r && !cap_failed(c))
             *handled = 0;
-    } else if ((fn == libs.size_type || fn == libs.device_type) &&
-               all_foldable(args, nargs)) {
+    } else if ((fn == libs.size_type || fn == libs.device_type) && all_foldable(args, nargs)) {
         r = cap_fold_call(c, fn, args, nargs, kwnames);
     } else {
         *handled = 0;

@@ -7,8 +7,8 @@
 /* ------------------------------------------------------------- inlining ---- */
 
 /* Bind call arguments to the parameters of code (3.11 localsplus layout). */
-static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_t nargs,
-                       PyObject *kwnames, Var **locals)
+static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_t nargs, PyObject *kwnames,
+                       Var **locals)
 {
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     int32_t npos = nargs - nkw;
@@ -27,8 +27,8 @@ static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_
             if (var_seq_append(c, varargs, args[i]) < 0)
                 return -1;
         } else {
-            PyErr_Format(PyExc_TypeError, "%U() takes %d positional arguments but %d were given",
-                         co->co_name, argcount, (int)npos);
+            PyErr_Format(PyExc_TypeError, "%U() takes %d positional arguments but %d were given", co->co_name, argcount,
+                         (int)npos);
             return cap_fail_exc(c, BR_USER_EXCEPTION);
         }
     }
@@ -71,9 +71,10 @@ static int bind_params(Capture *c, PyCodeObject *co, Var *fn, Var **args, int32_
     int32_t fsrc = defaults || kwdefaults ? wrap_fn_source(c, fn) : -1;
     if (fsrc == -2)
         return -1;
-    int ndef = defaults ? (int)PyTuple_GET_SIZE(defaults)
-             : (vdefaults && vdefaults->kind == VK_TUPLE) ? vdefaults->u.seq.n
-             : (vdefaults && vdefaults->kind == VK_CONST) ? (int)PyTuple_GET_SIZE(vdefaults->obj) : 0;
+    int ndef = defaults                                     ? (int)PyTuple_GET_SIZE(defaults)
+               : (vdefaults && vdefaults->kind == VK_TUPLE) ? vdefaults->u.seq.n
+               : (vdefaults && vdefaults->kind == VK_CONST) ? (int)PyTuple_GET_SIZE(vdefaults->obj)
+                                                            : 0;
     for (int i = 0; i < argcount; i++) {
         if (locals[i])
             continue;
@@ -166,9 +167,9 @@ static Var *inline_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyOb
  * one, stops the capture. Empty dicts are guarded empty. */
 static int guard_hooks(Capture *c, Var *m)
 {
-    static const char *const names[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                        "_backward_pre_hooks", "_forward_hooks_with_kwargs",
-                                        "_forward_pre_hooks_with_kwargs"};
+    static const char *const names[] = {
+        "_forward_hooks",      "_forward_pre_hooks",         "_backward_hooks",
+        "_backward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         PyObject *d = PyObject_GetAttrString(m->obj, names[i]);
         if (!d) {
@@ -437,11 +438,11 @@ static int guard_module_tree(Capture *c, Var *m)
     return r;
 }
 
-static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args, int32_t nargs,
-                               PyObject *kwnames, int *handled)
+static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args, int32_t nargs, PyObject *kwnames,
+                               int *handled)
 {
     static const char *const names[] = {"named_parameters", "parameters", "named_buffers", "buffers",
-                                        "named_children", "children", "named_modules", "modules"};
+                                        "named_children",   "children",   "named_modules", "modules"};
     int which = -1;
     for (int i = 0; i < 8; i++)
         if (!strcmp(name, names[i]))
@@ -453,8 +454,10 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
     int named = which % 2 == 0;
     const char *last = which < 2 ? "_parameters" : which < 4 ? "_buffers" : "_modules";
     /* call the named_ form live so every item comes with its path */
-    const char *live = which < 2 ? "named_parameters" : which < 4 ? "named_buffers"
-                     : which < 6 ? "named_children" : "named_modules";
+    const char *live = which < 2   ? "named_parameters"
+                       : which < 4 ? "named_buffers"
+                       : which < 6 ? "named_children"
+                                   : "named_modules";
     PyObject *meth = PyObject_GetAttrString(m->obj, live);
     PyObject *gen = meth ? cap_call_live(c, meth, args, nargs, kwnames) : NULL;
     Py_XDECREF(meth);
@@ -513,8 +516,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         return NULL;
     }
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
-                   !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") ||
-                   !strcmp(n, "remove") || !strcmp(n, "reverse") || !strcmp(n, "sort");
+                   !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") || !strcmp(n, "remove") ||
+                   !strcmp(n, "reverse") || !strcmp(n, "sort");
     if (mutating && var_is_outside(self) && cap_note_mutation(c, self, n) < 0)
         return NULL;
     if (list_sort)
@@ -542,8 +545,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
                 i = self->u.seq.n;
             if (var_seq_append(c, self, args[1]) < 0)
                 return NULL;
-            memmove(self->u.seq.items + i + 1, self->u.seq.items + i,
-                    sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
+            memmove(self->u.seq.items + i + 1, self->u.seq.items + i, sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
             self->u.seq.items[i] = args[1];
             return var_const(c, Py_None);
         }
@@ -559,8 +561,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
                     goto unsupported;
             }
             Var *r = self->u.seq.items[i];
-            memmove(self->u.seq.items + i, self->u.seq.items + i + 1,
-                    sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
+            memmove(self->u.seq.items + i, self->u.seq.items + i + 1, sizeof(Var *) * (size_t)(self->u.seq.n - 1 - i));
             self->u.seq.n--;
             return r;
         }
@@ -578,7 +579,8 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
             self->u.seq.n = 0;
             return var_const(c, Py_None);
         }
-        if ((!strcmp(n, "index") || !strcmp(n, "count")) && nargs == 1 && var_all_const(self->u.seq.items, self->u.seq.n)) {
+        if ((!strcmp(n, "index") || !strcmp(n, "count")) && nargs == 1 &&
+            var_all_const(self->u.seq.items, self->u.seq.n)) {
             PyObject *py = var_to_py(c, self);
             PyObject *a = py ? var_to_py(c, args[0]) : NULL;
             PyObject *r = a ? PyObject_CallMethod(py, n, "O", a) : NULL;
@@ -720,8 +722,8 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
     }
     /* the item source reads d[key]: the same as dict's own lookup only when the type
      * keeps dict's __getitem__ */
-    if (o->kind != VK_OBJECT || o->src < 0 || !d || !PyDict_Check(d) || kwnames ||
-        PyDescr_TYPE(fn) != &PyDict_Type || !var_all_const(args + 1, nargs - 1) ||
+    if (o->kind != VK_OBJECT || o->src < 0 || !d || !PyDict_Check(d) || kwnames || PyDescr_TYPE(fn) != &PyDict_Type ||
+        !var_all_const(args + 1, nargs - 1) ||
         _PyType_Lookup(Py_TYPE(d), s_getitem) != _PyType_Lookup(&PyDict_Type, s_getitem))
         return NULL;
     const char *n = PyUnicode_AsUTF8(PyDescr_NAME(fn));
@@ -769,11 +771,10 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
     return v;
 }
 
-static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
-                                 int *handled)
+static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
-    static const char *const names[] = {"get", "keys", "values", "items", "__getitem__", "__contains__",
-                                        "__len__", "index", "count"};
+    static const char *const names[] = {"get",          "keys",    "values", "items", "__getitem__",
+                                        "__contains__", "__len__", "index",  "count"};
     *handled = 0;
     /* only a constant receiver folds: a live object (a dict subclass passed in, read
      * through dict.get) can hold other items on the next call, and its type guard
@@ -1086,8 +1087,8 @@ static Var *call_exit(Capture *c, Var *fn)
 static Var *call_callable(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     int row = callables_lookup(fn->obj);
-    if (row >= 0 && callable_rows[row].kind == CK_OPERATOR && nargs == 2 && !kwnames &&
-        args[0]->kind != VK_TENSOR && args[1]->kind != VK_TENSOR) {
+    if (row >= 0 && callable_rows[row].kind == CK_OPERATOR && nargs == 2 && !kwnames && args[0]->kind != VK_TENSOR &&
+        args[1]->kind != VK_TENSOR) {
         /* operator.mul(a, b) on Python values (functools.reduce(operator.mul, x.shape)):
          * the operator itself, as a * b would be evaluated */
         int nb = op_nb_index(callable_rows[row].path + strlen("operator."));

@@ -108,9 +108,7 @@ PyObject *cap_where(Capture *c)
         sj_err_clear();
         stripped = PyUnicode_FromString("");
     }
-    PyObject *w = stripped ? Py_BuildValue("(OiON)", f->code->co_filename, line, f->code->co_qualname,
-                                           stripped)
-                           : NULL;
+    PyObject *w = stripped ? Py_BuildValue("(OiON)", f->code->co_filename, line, f->code->co_qualname, stripped) : NULL;
     if (w && PyDict_SetItem(c->linecache, key, w) < 0)
         Py_CLEAR(w);
     Py_DECREF(key);
@@ -196,8 +194,8 @@ int cap_fail_exc(Capture *c, BreakReason r)
         r = BR_DATA_DEPENDENT;   /* a relation or size that needs an unbacked value */
     if (r == BR_USER_EXCEPTION && ev && c->reason == BR_NONE)
         Py_XSETREF(c->exc, Py_NewRef(ev));
-    PyObject *msg = ev ? PyUnicode_FromFormat("%s: %S", Py_TYPE(ev)->tp_name, ev)
-                       : PyUnicode_FromString("unknown error");
+    PyObject *msg =
+        ev ? PyUnicode_FromFormat("%s: %S", Py_TYPE(ev)->tp_name, ev) : PyUnicode_FromString("unknown error");
     Py_XDECREF(et);
     Py_XDECREF(ev);
     Py_XDECREF(tb);

@@ -73,18 +73,40 @@ struct Var {
     int32_t src;           /* source id, -1 when made during capture */
     PyObject *obj;         /* borrowed; kept alive by Capture.keepalive */
     union {
-        struct { int32_t value; TensorMeta meta; } t;
-        struct { Var **items; int32_t n, cap; PyTypeObject *subtype; Var *maxlen; } seq;
-                                      /* subtype (borrowed, keepalive): a VK_TUPLE's tuple
+        struct {
+            int32_t value;
+            TensorMeta meta;
+        } t;
+        struct {
+            Var **items;
+            int32_t n, cap;
+            PyTypeObject *subtype;
+            Var *maxlen;
+        } seq;
+        /* subtype (borrowed, keepalive): a VK_TUPLE's tuple
                                          subclass, a VK_LIST's collections.deque, or NULL;
                                          maxlen: a deque's (a constant var) */
-        struct { Var **keys, **vals; int32_t n, cap; PyTypeObject *subtype; Var *factory; } dict;
-                                      /* subtype (borrowed, keepalive): OrderedDict,
+        struct {
+            Var **keys, **vals;
+            int32_t n, cap;
+            PyTypeObject *subtype;
+            Var *factory;
+        } dict;
+        /* subtype (borrowed, keepalive): OrderedDict,
                                          defaultdict or Counter, or NULL (collections.c);
                                          factory: a defaultdict's default_factory */
-        struct { Var *start, *stop, *step; } slice;
-        struct { Var **items; int32_t n, pos; Var *live; int32_t used; LazyIter *lazy; int gen; } iter;
-                                      /* live: the list (or dict, dict view) GET_ITER made
+        struct {
+            Var *start, *stop, *step;
+        } slice;
+        struct {
+            Var **items;
+            int32_t n, pos;
+            Var *live;
+            int32_t used;
+            LazyIter *lazy;
+            int gen;
+        } iter;
+        /* live: the list (or dict, dict view) GET_ITER made
                                          it from, or NULL: a list iterator reads the list as
                                          it is at each step (items/n unused); a dict's
                                          iterator fails when the dict's size changed from
@@ -92,18 +114,46 @@ struct Var {
                                          producing each item on next() (items/n unused);
                                          gen: the items an inlined generator yielded (a
                                          generator object in eager: never rebuilt) */
-        struct { Var *dict; char which; } dview;   /* which: 'k', 'v' or 'i' */
-        struct { PyCodeObject *code; PyObject *globals; Var *defaults; Var *kwdefaults;
-                 Var *closure; PyObject *name; } func;   /* code/globals/name borrowed */
-        struct { Var *contents; PyObject *real; } cell;  /* real: a cell object from outside */
-        struct { Var *self; Var *fn; } method;
-        struct { int32_t *kids; int32_t n; } mod;   /* VK_MODULE without a source made from a
+        struct {
+            Var *dict;
+            char which;
+        } dview;   /* which: 'k', 'v' or 'i' */
+        struct {
+            PyCodeObject *code;
+            PyObject *globals;
+            Var *defaults;
+            Var *kwdefaults;
+            Var *closure;
+            PyObject *name;
+        } func;   /* code/globals/name borrowed */
+        struct {
+            Var *contents;
+            PyObject *real;
+        } cell;  /* real: a cell object from outside */
+        struct {
+            Var *self;
+            Var *fn;
+        } method;
+        struct {
+            int32_t *kids;
+            int32_t n;
+        } mod;   /* VK_MODULE without a source made from a
                                       sourced container (a ModuleList / Sequential slice):
                                       kids[i] is the source of the i-th entry of its _modules
                                       (capture arena); kids NULL otherwise */
-        struct { Var *fn; Var *args; Var *kwargs; } partial;
-        struct { int enabled; int prev; int inference; int32_t ctx; int applied; } grad;
-                                      /* enabled: the grad mode inside the block; prev (VK_EXIT):
+        struct {
+            Var *fn;
+            Var *args;
+            Var *kwargs;
+        } partial;
+        struct {
+            int enabled;
+            int prev;
+            int inference;
+            int32_t ctx;
+            int applied;
+        } grad;
+        /* enabled: the grad mode inside the block; prev (VK_EXIT):
                                          the one before; inference: 0 a grad-mode object, 1/2
                                          torch.inference_mode(True/False); ctx (VK_EXIT of an
                                          inference block): the graph value of torch's guard
@@ -111,11 +161,27 @@ struct Var {
                                          torch.set_grad_enabled(mode) object, whose
                                          construction already switched (prev: the mode
                                          before it) */
-        struct { PyTypeObject *type; Var *attrs; int record; } uobj;   /* type borrowed (keepalive) */
-        struct { PyTypeObject *cls; Var *self; } sup;                  /* cls borrowed (keepalive) */
-        struct { SymNode *e; } s;                                      /* the capture's env */
-        struct { int32_t value; uint8_t type; PyObject *text; PyObject *hint; Var **deps;
-                 int32_t ndeps; PyObject *recipe; } gs;    /* value: its graph value; type:
+        struct {
+            PyTypeObject *type;
+            Var *attrs;
+            int record;
+        } uobj;   /* type borrowed (keepalive) */
+        struct {
+            PyTypeObject *cls;
+            Var *self;
+        } sup;                  /* cls borrowed (keepalive) */
+        struct {
+            SymNode *e;
+        } s;                                      /* the capture's env */
+        struct {
+            int32_t value;
+            uint8_t type;
+            PyObject *text;
+            PyObject *hint;
+            Var **deps;
+            int32_t ndeps;
+            PyObject *recipe;
+        } gs;    /* value: its graph value; type:
                                       GScalarType; text: borrowed (keepalive) str naming it in
                                       messages: zuf0, 2.0*zuf0; hint: borrowed (keepalive) value
                                       it has in this call when it is computed from dynamic float
@@ -195,7 +261,8 @@ typedef struct Capture {
     PyObject *keepalive;       /* strong list */
     PyObject *wrapped;         /* strong dict: id(obj) -> index into by_obj (tensors); (id(obj),) ->
                                   address of the var (lists and dicts, wrap.c) */
-    Var **by_obj; int32_t nby_obj, cap_by_obj;
+    Var **by_obj;
+    int32_t nby_obj, cap_by_obj;
     ArenaBlock *arena;
     EvalFrame *frame;          /* innermost */
     int depth;
@@ -244,7 +311,8 @@ typedef struct Capture {
     int32_t nufloats;          /* graph floats made so far (zuf<N>, gscalar.c) */
     /* the result */
     Var *result;
-    int32_t distinct_srcs[256]; int32_t ndistinct;
+    int32_t distinct_srcs[256];
+    int32_t ndistinct;
 } Capture;
 
 /* capture.c: the arena */
@@ -359,15 +427,18 @@ PyObject *cap_user_stack(Capture *c);
 
 /* evaluator.c */
 /* Evaluate code with the given locals (localsplus layout) and return its result var. */
-Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
-                Var **locals, Var *fn, int generator);
+Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins, Var **locals, Var *fn,
+                int generator);
 /* The frame being compiled: locals are the live frame's (borrowed) values. */
-Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
-              PyObject *const *live_locals, PyObject *closure);
+Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins, PyObject *const *live_locals,
+              PyObject *closure);
 
 /* 1 when a write into v changes an object from outside the frame: one with a source that
  * the frame does not own, or one reached without a source (untracked). */
-static inline int var_is_outside(const Var *v) { return (v->src >= 0 && !v->fresh) || v->untracked; }
+static inline int var_is_outside(const Var *v)
+{
+    return (v->src >= 0 && !v->fresh) || v->untracked;
+}
 
 /* An outside container (var_is_outside) is about to be written in place: lists and dicts
  * with a source are noted for write-back; anything else (an untracked one, whose write
@@ -620,11 +691,9 @@ PyTypeObject *collections_type_of(const Var *v);
 Var *collections_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* Calls of Python functions this file answers instead of inlining them (a namedtuple's
  * _make, _replace and _asdict, collections.namedtuple itself): *handled = 0 otherwise. */
-Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
-                               int *handled);
+Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* A call of a C callable this file answers (dict.fromkeys and the subclasses'). */
-Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
-                              int *handled);
+Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* o.name for a collection var or a namedtuple var: *handled = 0 when the caller's own
  * reading applies (fields, the methods of dict and list that are modelled). */
 Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled);

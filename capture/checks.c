@@ -106,10 +106,18 @@ static PyObject *sym_assert(PyObject *self, PyObject *const *args, Py_ssize_t n)
     }
     int op;
     switch ((SymKind)PyLong_AsLong(args[2])) {
-    case SK_EQ: op = Py_EQ; break;
-    case SK_NE: op = Py_NE; break;
-    case SK_LT: op = Py_LT; break;
-    case SK_LE: op = Py_LE; break;
+    case SK_EQ:
+        op = Py_EQ;
+        break;
+    case SK_NE:
+        op = Py_NE;
+        break;
+    case SK_LT:
+        op = Py_LT;
+        break;
+    case SK_LE:
+        op = Py_LE;
+        break;
     default:
         PyErr_SetString(PyExc_ValueError, "_sym_assert: not a relation kind");
         return NULL;
@@ -153,9 +161,13 @@ static int resolve(void)
 {
     if (fns[CK_CHECK])
         return 0;
-    static const struct { const char *mod, *name; } where[CK_COUNT] = {
-        [CK_CHECK] = {"shapejit.checks", "check"}, [CK_CONSTRAIN] = {"shapejit.checks", "constrain_range"},
-        [CK_TORCH_CHECK] = {"torch", "_check"}, [CK_TORCH_IS_SIZE] = {"torch", "_check_is_size"},
+    static const struct {
+        const char *mod, *name;
+    } where[CK_COUNT] = {
+        [CK_CHECK] = {"shapejit.checks", "check"},
+        [CK_CONSTRAIN] = {"shapejit.checks", "constrain_range"},
+        [CK_TORCH_CHECK] = {"torch", "_check"},
+        [CK_TORCH_IS_SIZE] = {"torch", "_check_is_size"},
     };
     for (int i = CK_COUNT - 1; i >= 0; i--) {
         PyObject *f = NULL;
@@ -240,7 +252,8 @@ Var *check_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
               bound_of(cap_arg(args, nargs, kwnames, 2, "max"), &hi, &has_hi);
     if (bad || (has_lo && has_hi && lo > hi) || !(is_int || (x->kind == VK_CONST && PyLong_CheckExact(x->obj)))) {
         /* a wrong argument: the interpreter runs the call and raises its error */
-        cap_fail(c, BR_USER_EXCEPTION, "%s with bad arguments", k == CK_CONSTRAIN ? "constrain_range" : "_check_is_size");
+        cap_fail(c, BR_USER_EXCEPTION, "%s with bad arguments",
+                 k == CK_CONSTRAIN ? "constrain_range" : "_check_is_size");
         return NULL;
     }
     if (symb_ensure(c) < 0) {

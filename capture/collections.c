@@ -114,8 +114,7 @@ static int ph_bool(PyObject *self)
 static PyNumberMethods ph_number = {.nb_bool = ph_bool};
 
 static PyTypeObject PlaceholderType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C._Placeholder",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C._Placeholder",
     .tp_basicsize = sizeof(PyObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -200,8 +199,8 @@ static int safe_factory(PyObject *f)
     return f == Py_None || f == (PyObject *)&PyList_Type || f == (PyObject *)&PyDict_Type ||
            f == (PyObject *)&PySet_Type || f == (PyObject *)&PyLong_Type || f == (PyObject *)&PyFloat_Type ||
            f == (PyObject *)&PyUnicode_Type || f == (PyObject *)&PyTuple_Type || f == (PyObject *)&PyBool_Type ||
-           f == (PyObject *)&PyFrozenSet_Type || f == (PyObject *)&PyBytes_Type || f == od_type ||
-           f == counter_type || f == deque_type || f == dd_type;
+           f == (PyObject *)&PyFrozenSet_Type || f == (PyObject *)&PyBytes_Type || f == od_type || f == counter_type ||
+           f == deque_type || f == dd_type;
 }
 
 static PyObject *to_py(Shadow *s, Var *v);
@@ -275,8 +274,9 @@ static PyObject *to_py(Shadow *s, Var *v)
         } else {
             for (int32_t i = 0; i < v->u.seq.n; i++) {
                 PyObject *it = to_py(s, v->u.seq.items[i]);
-                PyObject *r = !it ? NULL : PyList_Check(obj) ? (PyList_Append(obj, it) < 0 ? NULL : Py_NewRef(Py_None))
-                                                             : PyObject_CallMethod(obj, "append", "O", it);
+                PyObject *r = !it                 ? NULL
+                              : PyList_Check(obj) ? (PyList_Append(obj, it) < 0 ? NULL : Py_NewRef(Py_None))
+                                                  : PyObject_CallMethod(obj, "append", "O", it);
                 Py_XDECREF(it);
                 if (!r) {
                     Py_DECREF(obj);
@@ -570,9 +570,8 @@ Var *collections_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs,
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     if (cls == dd_type && nargs - nkw >= 1) {
         factory = args[0];
-        PyObject *fo = factory->kind == VK_CONST || factory->kind == VK_CALLABLE || factory->kind == VK_FUNC
-                           ? factory->obj
-                           : NULL;
+        PyObject *fo =
+            factory->kind == VK_CONST || factory->kind == VK_CALLABLE || factory->kind == VK_FUNC ? factory->obj : NULL;
         if (!(fo && safe_factory(fo))) {
             /* a factory run as code (a lambda, a user function): the shadow holds None,
              * the var the factory, called when a key is missing (collections_missing) */
@@ -642,7 +641,8 @@ Var *collections_attr(Capture *c, Var *o, PyObject *name, int *handled)
     }
     if (o->kind == VK_TUPLE) {
         PyTypeObject *t = o->u.seq.subtype;
-        if (!t || (libs.size_type && (PyObject *)t == libs.size_type) || !PyObject_HasAttrString((PyObject *)t, "_fields"))
+        if (!t || (libs.size_type && (PyObject *)t == libs.size_type) ||
+            !PyObject_HasAttrString((PyObject *)t, "_fields"))
             return NULL;
         PyObject *d = _PyType_Lookup(t, name);   /* borrowed */
         if (!d || _PyType_Lookup(&PyTuple_Type, name) == d)
@@ -729,10 +729,10 @@ Var *collections_operator(Capture *c, int nb, Var *a, Var *b, int *handled)
     *handled = 1;
     PyObject *op = PyImport_ImportModule("operator");
     static const char *const cmp_names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
-    static const char *const nb_names[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod", "or_",
-                                           "pow", "rshift", "sub", "truediv", "xor", "iadd", "iand",
-                                           "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
-                                           "irshift", "isub", "itruediv", "ixor"};
+    static const char *const nb_names[] = {"add",  "and_",      "floordiv", "lshift",   "matmul",  "mul",  "mod",
+                                           "or_",  "pow",       "rshift",   "sub",      "truediv", "xor",  "iadd",
+                                           "iand", "ifloordiv", "ilshift",  "imatmul",  "imul",    "imod", "ior",
+                                           "ipow", "irshift",   "isub",     "itruediv", "ixor"};
     const char *name = nb >= 0 ? (nb < (int)(sizeof nb_names / sizeof *nb_names) ? nb_names[nb] : NULL)
                                : (-1 - nb < 6 ? cmp_names[-1 - nb] : NULL);
     PyObject *fn = op && name ? PyObject_GetAttrString(op, name) : NULL;
@@ -771,8 +771,7 @@ static Var *nt_make(Capture *c, PyTypeObject *t, Var *iterable)
     return v;
 }
 
-Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
-                               int *handled)
+Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
     if (!PyFunction_Check(fn))
@@ -851,8 +850,7 @@ Var *collections_call_function(Capture *c, PyObject *fn, Var **args, int32_t nar
 
 /* ---------------------------------------------------------------- fromkeys ---- */
 
-Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames,
-                              int *handled)
+Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
     if (!PyCFunction_Check(fn) || load_types() < 0) {
@@ -861,8 +859,7 @@ Var *collections_call_builtin(Capture *c, PyObject *fn, Var **args, int32_t narg
     }
     PyObject *owner = PyCFunction_GET_SELF(fn);   /* borrowed: the class of a classmethod */
     const char *mn = ((PyCFunctionObject *)fn)->m_ml->ml_name;
-    if (!owner || !mn || strcmp(mn, "fromkeys") != 0 ||
-        (owner != (PyObject *)&PyDict_Type && !is_dict_type(owner)))
+    if (!owner || !mn || strcmp(mn, "fromkeys") != 0 || (owner != (PyObject *)&PyDict_Type && !is_dict_type(owner)))
         return NULL;
     *handled = 1;
     if (!cap_keep(c, fn))

@@ -27,18 +27,18 @@ static int push(Capture *c, EvalFrame *f, Var *v)
 #define POP() (f->stack[--f->sp])
 #define TOP() (f->stack[f->sp - 1])
 #define PEEK(n) (f->stack[f->sp - (n)])
-#define PUSH(v)                                  \
-    do {                                         \
-        Var *pv_ = (v);                          \
-        if (!pv_ || push(c, f, pv_) < 0)         \
-            goto fail;                           \
+#define PUSH(v) \
+    do { \
+        Var *pv_ = (v); \
+        if (!pv_ || push(c, f, pv_) < 0) \
+            goto fail; \
     } while (0)
-#define NEED(n)                                                             \
-    do {                                                                    \
-        if (f->sp < (n)) {                                                  \
-            cap_fail(c, BR_INTERNAL, "evaluation stack underflow");         \
-            goto fail;                                                      \
-        }                                                                   \
+#define NEED(n) \
+    do { \
+        if (f->sp < (n)) { \
+            cap_fail(c, BR_INTERNAL, "evaluation stack underflow"); \
+            goto fail; \
+        } \
     } while (0)
 
 static PyObject *co_name_at(PyCodeObject *co, int i)
@@ -124,8 +124,7 @@ static Var *cell_get(Capture *c, EvalFrame *f, Var *cell, int idx)
             return w;
         }
     }
-    PyErr_Format(PyExc_NameError, "free variable '%U' referenced before assignment",
-                 local_name(f->code, idx));
+    PyErr_Format(PyExc_NameError, "free variable '%U' referenced before assignment", local_name(f->code, idx));
     cap_fail_exc(c, BR_USER_EXCEPTION);
     return NULL;
 }
@@ -335,8 +334,8 @@ resume:
                 f->locals[arg] = v;
             }
             if (!v) {
-                PyErr_Format(PyExc_UnboundLocalError,
-                             "local variable '%U' referenced before assignment", local_name(co, arg));
+                PyErr_Format(PyExc_UnboundLocalError, "local variable '%U' referenced before assignment",
+                             local_name(co, arg));
                 cap_fail_exc(c, BR_USER_EXCEPTION);
                 goto fail;
             }
@@ -428,8 +427,7 @@ resume:
                 goto fail;
             }
             if (cell->u.cell.real) {
-                cap_fail(c, BR_SIDE_EFFECT, "assignment to nonlocal '%U' of an outer function",
-                         local_name(co, arg));
+                cap_fail(c, BR_SIDE_EFFECT, "assignment to nonlocal '%U' of an outer function", local_name(co, arg));
                 goto fail;
             }
             cell->u.cell.contents = v;
@@ -866,8 +864,8 @@ resume:
                 goto fail;
             int want = op == SJOP_POP_JUMP_FORWARD_IF_TRUE || op == SJOP_POP_JUMP_BACKWARD_IF_TRUE;
             if (t == want)
-                pc = (op == SJOP_POP_JUMP_FORWARD_IF_TRUE || op == SJOP_POP_JUMP_FORWARD_IF_FALSE)
-                         ? next + arg : next - arg;
+                pc = (op == SJOP_POP_JUMP_FORWARD_IF_TRUE || op == SJOP_POP_JUMP_FORWARD_IF_FALSE) ? next + arg
+                                                                                                   : next - arg;
             break;
         }
         case SJOP_POP_JUMP_FORWARD_IF_NONE:
@@ -879,8 +877,8 @@ resume:
             int is_none = var_is_const(v) && v->obj == Py_None;
             int want = op == SJOP_POP_JUMP_FORWARD_IF_NONE || op == SJOP_POP_JUMP_BACKWARD_IF_NONE;
             if (is_none == want)
-                pc = (op == SJOP_POP_JUMP_FORWARD_IF_NONE || op == SJOP_POP_JUMP_FORWARD_IF_NOT_NONE)
-                         ? next + arg : next - arg;
+                pc = (op == SJOP_POP_JUMP_FORWARD_IF_NONE || op == SJOP_POP_JUMP_FORWARD_IF_NOT_NONE) ? next + arg
+                                                                                                      : next - arg;
             break;
         }
         case SJOP_JUMP_IF_TRUE_OR_POP:
@@ -911,8 +909,8 @@ resume:
             Var *fromlist = POP(), *level = POP();
             if (!var_is_const(fromlist) || !var_is_const(level))
                 goto fail;
-            PyObject *m = PyImport_ImportModuleLevelObject(co_name_at(co, arg), f->globals, NULL,
-                                                           fromlist->obj, (int)PyLong_AsLong(level->obj));
+            PyObject *m = PyImport_ImportModuleLevelObject(co_name_at(co, arg), f->globals, NULL, fromlist->obj,
+                                                           (int)PyLong_AsLong(level->obj));
             if (!m) {
                 cap_fail_exc(c, BR_USER_EXCEPTION);
                 goto fail;
@@ -1068,8 +1066,7 @@ fail:
 
 /* ---------------------------------------------------------------- frames ---- */
 
-static int frame_setup(Capture *c, EvalFrame *f, PyCodeObject *code, PyObject *globals,
-                       PyObject *builtins)
+static int frame_setup(Capture *c, EvalFrame *f, PyCodeObject *code, PyObject *globals, PyObject *builtins)
 {
     f->code = code;
     f->globals = globals;
@@ -1086,12 +1083,12 @@ static int frame_setup(Capture *c, EvalFrame *f, PyCodeObject *code, PyObject *g
     return f->stack ? 0 : -1;
 }
 
-Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
-                Var **locals, Var *fn, int generator)
+Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins, Var **locals, Var *fn,
+                int generator)
 {
     if (c->depth >= sj_config.inline_depth_limit) {
-        cap_fail(c, BR_INLINE_LIMIT, "inlining %U: depth limit %ld (config.inline_depth_limit)",
-                 code->co_qualname, (long)sj_config.inline_depth_limit);
+        cap_fail(c, BR_INLINE_LIMIT, "inlining %U: depth limit %ld (config.inline_depth_limit)", code->co_qualname,
+                 (long)sj_config.inline_depth_limit);
         return NULL;
     }
     /* an inlined call is a level of Python's recursion, as the call would be in eager
@@ -1127,8 +1124,8 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     return r;
 }
 
-Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins,
-              PyObject *const *live_locals, PyObject *closure)
+Var *eval_top(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *builtins, PyObject *const *live_locals,
+              PyObject *closure)
 {
     EvalFrame f;
     memset(&f, 0, sizeof f);

@@ -46,36 +46,62 @@ typedef enum {
 
 /* BINARY_OP on graph scalars, by the binary op (in-place forms share the row: floats and
  * bools are immutable). */
-#define GS_BINARY_OPS(X)                                                                        \
-    X(SJ_NB_ADD, "add", R_ARITH) X(SJ_NB_SUBTRACT, "sub", R_ARITH)                              \
-    X(SJ_NB_MULTIPLY, "mul", R_ARITH) X(SJ_NB_FLOOR_DIVIDE, "floordiv", R_ARITH)                \
-    X(SJ_NB_REMAINDER, "mod", R_ARITH) X(SJ_NB_TRUE_DIVIDE, "truediv", R_FLOAT)                 \
-    X(SJ_NB_POWER, "pow", R_POW) X(SJ_NB_AND, "and_", R_BITS) X(SJ_NB_OR, "or_", R_BITS)        \
-    X(SJ_NB_XOR, "xor", R_BITS) X(SJ_NB_LSHIFT, "lshift", R_INTS) X(SJ_NB_RSHIFT, "rshift", R_INTS)
+/* clang-format off */
+#define GS_BINARY_OPS(X) \
+    X(SJ_NB_ADD, "add", R_ARITH) \
+    X(SJ_NB_SUBTRACT, "sub", R_ARITH) \
+    X(SJ_NB_MULTIPLY, "mul", R_ARITH) \
+    X(SJ_NB_FLOOR_DIVIDE, "floordiv", R_ARITH) \
+    X(SJ_NB_REMAINDER, "mod", R_ARITH) \
+    X(SJ_NB_TRUE_DIVIDE, "truediv", R_FLOAT) \
+    X(SJ_NB_POWER, "pow", R_POW) \
+    X(SJ_NB_AND, "and_", R_BITS) \
+    X(SJ_NB_OR, "or_", R_BITS) \
+    X(SJ_NB_XOR, "xor", R_BITS) \
+    X(SJ_NB_LSHIFT, "lshift", R_INTS) \
+    X(SJ_NB_RSHIFT, "rshift", R_INTS)
+/* clang-format on */
 
 /* Functions called on graph scalars that become nodes: module, name, argument count,
  * result rule, and whether a call on symbolic ints alone is a graph scalar too (SI: math.sqrt
  * of a size is torch's SymFloat, attention's 1 / sqrt(head_dim); the others' symbolic-int
  * calls keep their own handling). Other functions of a graph scalar break the graph (torch
  * breaks on math.exp and math.isnan too). */
-#define GS_CALLS(X)                                                                               \
-    X("builtins", "float", 1, R_FLOAT, 0) X("builtins", "int", 1, R_INT, 0)                       \
-    X("builtins", "bool", 1, R_BOOL, 0) X("builtins", "abs", 1, R_SAME, 0)                        \
-    X("builtins", "round", 1, R_INT, 0) X("builtins", "min", 2, R_PICK, 0)                        \
-    X("builtins", "max", 2, R_PICK, 0) X("math", "sqrt", 1, R_FLOAT, 1)                           \
-    X("math", "floor", 1, R_INT, 0) X("math", "ceil", 1, R_INT, 0) X("math", "trunc", 1, R_INT, 0)
+/* clang-format off */
+#define GS_CALLS(X) \
+    X("builtins", "float", 1, R_FLOAT, 0) \
+    X("builtins", "int", 1, R_INT, 0) \
+    X("builtins", "bool", 1, R_BOOL, 0) \
+    X("builtins", "abs", 1, R_SAME, 0) \
+    X("builtins", "round", 1, R_INT, 0) \
+    X("builtins", "min", 2, R_PICK, 0) \
+    X("builtins", "max", 2, R_PICK, 0) \
+    X("math", "sqrt", 1, R_FLOAT, 1) \
+    X("math", "floor", 1, R_INT, 0) \
+    X("math", "ceil", 1, R_INT, 0) \
+    X("math", "trunc", 1, R_INT, 0)
+/* clang-format on */
 
 /* The in-place binary ops follow the plain ones in the same order (BINARY_OP's oparg). */
 _Static_assert(SJ_NB_ADD == 0 && SJ_NB_INPLACE_XOR - SJ_NB_INPLACE_ADD == SJ_NB_XOR - SJ_NB_ADD,
                "BINARY_OP in-place opargs are the plain ones shifted");
 
-static const struct { int nb; const char *fn; ResultRule rule; } binary_ops[] = {
+static const struct {
+    int nb;
+    const char *fn;
+    ResultRule rule;
+} binary_ops[] = {
 #define X(nb, fn, rule) {nb, fn, rule},
     GS_BINARY_OPS(X)
 #undef X
 };
 
-static const struct { const char *mod, *name; int nargs; ResultRule rule; int symint; } calls[] = {
+static const struct {
+    const char *mod, *name;
+    int nargs;
+    ResultRule rule;
+    int symint;
+} calls[] = {
 #define X(mod, name, nargs, rule, symint) {mod, name, nargs, rule, symint},
     GS_CALLS(X)
 #undef X
@@ -92,8 +118,11 @@ static int numpy_kind(PyObject *o)
     PyObject *dt = o ? PyObject_GetAttrString(o, "dtype") : NULL;
     PyObject *k = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
     const char *ks = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
-    int r = !ks ? NK_NONE : (ks[0] == 'i' || ks[0] == 'u') ? NK_INT : ks[0] == 'f' ? NK_FLOAT
-            : ks[0] == 'b' ? NK_BOOL : NK_NONE;
+    int r = !ks                              ? NK_NONE
+            : (ks[0] == 'i' || ks[0] == 'u') ? NK_INT
+            : ks[0] == 'f'                   ? NK_FLOAT
+            : ks[0] == 'b'                   ? NK_BOOL
+                                             : NK_NONE;
     Py_XDECREF(dt);
     Py_XDECREF(k);
     sj_err_clear();
@@ -505,10 +534,14 @@ Var *gscalar_unary(Capture *c, int opcode, Var *a)
     int k = num_kind(a);
     if (opcode == SJOP_UNARY_POSITIVE && k == NK_FLOAT)
         return a;   /* +f is f */
-    const char *fn = opcode == SJOP_UNARY_NOT ? "not_" : opcode == SJOP_UNARY_NEGATIVE ? "neg"
-                     : opcode == SJOP_UNARY_POSITIVE ? "pos" : "invert";
-    const char *sym = opcode == SJOP_UNARY_NOT ? "not " : opcode == SJOP_UNARY_NEGATIVE ? "-"
-                      : opcode == SJOP_UNARY_POSITIVE ? "+" : "~";
+    const char *fn = opcode == SJOP_UNARY_NOT        ? "not_"
+                     : opcode == SJOP_UNARY_NEGATIVE ? "neg"
+                     : opcode == SJOP_UNARY_POSITIVE ? "pos"
+                                                     : "invert";
+    const char *sym = opcode == SJOP_UNARY_NOT        ? "not "
+                      : opcode == SJOP_UNARY_NEGATIVE ? "-"
+                      : opcode == SJOP_UNARY_POSITIVE ? "+"
+                                                      : "~";
     if (opcode == SJOP_UNARY_INVERT && k == NK_FLOAT)
         return fail_types(c, "~", &a, 1, "a float operand (Python raises TypeError)");
     int nk = opcode == SJOP_UNARY_NOT ? NK_BOOL : k == NK_FLOAT ? NK_FLOAT : NK_INT;
@@ -577,8 +610,8 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         return NULL;   /* symbolic ints only: the call's own (symbolic or specialising) handling */
     *handled = 1;
     if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != calls[row].nargs) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s() of a graph scalar with %d arguments", calls[row].mod,
-                 calls[row].name, (int)nargs);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.%s() of a graph scalar with %d arguments", calls[row].mod, calls[row].name,
+                 (int)nargs);
         return NULL;
     }
     int k[2] = {0, 0};
@@ -595,7 +628,7 @@ Var *gscalar_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
          (calls[row].rule == R_BOOL && k[0] == NK_BOOL)))
         return args[0];
     PyObject *ta = text_of(c, args[0]), *tb = ta && nargs > 1 ? text_of(c, args[1]) : NULL;   /* new */
-    PyObject *text = !ta ? NULL
+    PyObject *text = !ta         ? NULL
                      : nargs > 1 ? (tb ? PyUnicode_FromFormat("%s(%U, %U)", calls[row].name, ta, tb) : NULL)
                                  : PyUnicode_FromFormat("%s(%U)", calls[row].name, ta);
     Py_XDECREF(ta);
@@ -625,9 +658,10 @@ int gscalar_truth(Capture *c, Var *v, int *truth)
     }
     if (cap_failed(c))
         return -1;
-    return cap_fail(c, BR_DATA_DEPENDENT, "branching on %U, a %s computed in the graph (Tensor.item() under "
-                    "capture_scalar_outputs); its value is data", v->u.gs.text,
-                    v->u.gs.type == GS_BOOL ? "bool" : "float");
+    return cap_fail(c, BR_DATA_DEPENDENT,
+                    "branching on %U, a %s computed in the graph (Tensor.item() under "
+                    "capture_scalar_outputs); its value is data",
+                    v->u.gs.text, v->u.gs.type == GS_BOOL ? "bool" : "float");
 }
 
 Var *gscalar_as_np_value(Capture *c, Var *v)

@@ -61,8 +61,8 @@ struct LazyIter {
 static struct {
     PyObject *map, *filter, *zip, *enumerate, *iter, *reversed, *sorted, *min, *max;   /* builtins */
     PyObject *reduce, *prod;                                             /* functools, math */
-    PyObject *count, *repeat, *islice, *chain, *accumulate, *product, *combinations,
-        *permutations, *combinations_with_replacement, *pairwise, *starmap, *zip_longest;  /* itertools */
+    PyObject *count, *repeat, *islice, *chain, *accumulate, *product, *combinations, *permutations,
+        *combinations_with_replacement, *pairwise, *starmap, *zip_longest;  /* itertools */
 } py;   /* all strong, loaded once, never released */
 
 static int py_init(void)
@@ -75,15 +75,31 @@ static int py_init(void)
     PyObject *m = it ? PyImport_ImportModule("math") : NULL;
     int ok = m != NULL;
 #define LOAD(field, mod, name) \
-    if (ok && !(py.field = PyObject_GetAttrString(mod, name))) ok = 0;
-    LOAD(filter, b, "filter") LOAD(zip, b, "zip") LOAD(enumerate, b, "enumerate") LOAD(iter, b, "iter")
-    LOAD(reversed, b, "reversed") LOAD(sorted, b, "sorted") LOAD(min, b, "min") LOAD(max, b, "max")
-    LOAD(reduce, ft, "reduce") LOAD(prod, m, "prod") LOAD(count, it, "count") LOAD(repeat, it, "repeat") LOAD(islice, it, "islice")
-    LOAD(chain, it, "chain") LOAD(accumulate, it, "accumulate") LOAD(product, it, "product")
-    LOAD(combinations, it, "combinations") LOAD(permutations, it, "permutations")
-    LOAD(combinations_with_replacement, it, "combinations_with_replacement") LOAD(pairwise, it, "pairwise")
-    LOAD(starmap, it, "starmap") LOAD(zip_longest, it, "zip_longest")
-    LOAD(map, b, "map")   /* last: py.map set means everything is loaded */
+    if (ok && !(py.field = PyObject_GetAttrString(mod, name))) \
+    ok = 0
+    LOAD(filter, b, "filter");
+    LOAD(zip, b, "zip");
+    LOAD(enumerate, b, "enumerate");
+    LOAD(iter, b, "iter");
+    LOAD(reversed, b, "reversed");
+    LOAD(sorted, b, "sorted");
+    LOAD(min, b, "min");
+    LOAD(max, b, "max");
+    LOAD(reduce, ft, "reduce");
+    LOAD(prod, m, "prod");
+    LOAD(count, it, "count");
+    LOAD(repeat, it, "repeat");
+    LOAD(islice, it, "islice");
+    LOAD(chain, it, "chain");
+    LOAD(accumulate, it, "accumulate");
+    LOAD(product, it, "product");
+    LOAD(combinations, it, "combinations");
+    LOAD(permutations, it, "permutations");
+    LOAD(combinations_with_replacement, it, "combinations_with_replacement");
+    LOAD(pairwise, it, "pairwise");
+    LOAD(starmap, it, "starmap");
+    LOAD(zip_longest, it, "zip_longest");
+    LOAD(map, b, "map");   /* last: py.map set means everything is loaded */
 #undef LOAD
     Py_XDECREF(b);
     Py_XDECREF(ft);
@@ -175,14 +191,15 @@ static int islice_arg(Capture *c, Var *v, Py_ssize_t dflt, Py_ssize_t *out, int 
     }
     PyObject *o = v->kind == VK_SYMINT || v->kind == VK_CONST ? var_to_py(c, v) : NULL;
     if (!o)
-        return cap_failed(c) ? -1 : cap_fail(c, BR_UNSUPPORTED_CALL, "islice() with an argument that is not a constant");
+        return cap_failed(c) ? -1
+                             : cap_fail(c, BR_UNSUPPORTED_CALL, "islice() with an argument that is not a constant");
     Py_ssize_t n = PyLong_Check(o) ? PyLong_AsSsize_t(o) : -1;
     Py_DECREF(o);
     if (n == -1 && PyErr_Occurred())
         sj_err_clear();   /* too big: refused below, as eager refuses it */
     if (n < 0 || (is_stop == 2 && n == 0))
         return raise_msg(c, PyExc_ValueError, "%s",
-                         is_stop == 1   ? "Stop argument for islice() must be None or an integer: 0 <= x <= sys.maxsize."
+                         is_stop == 1 ? "Stop argument for islice() must be None or an integer: 0 <= x <= sys.maxsize."
                          : is_stop == 2 ? "Step for islice() must be a positive integer or None."
                                         : "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.");
     *out = n;
@@ -819,8 +836,8 @@ static Var *iters_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyOb
         int ok = 1;
         for (int32_t i = 0; ok && i < n; i++) {
             const TensorMeta *m = &items[i]->u.t.meta;
-            ok = items[i]->kind == VK_TENSOR && m->lib == LIB_TORCH && m->dtype == m0->dtype &&
-                 m->ndim == m0->ndim && m->ndim == 0;
+            ok = items[i]->kind == VK_TENSOR && m->lib == LIB_TORCH && m->dtype == m0->dtype && m->ndim == m0->ndim &&
+                 m->ndim == 0;
         }
         int row = ok ? torch_row(is_max ? "torch.maximum" : "torch.minimum") : -1;
         if (row >= 0) {
@@ -836,8 +853,7 @@ static Var *iters_minmax(Capture *c, int is_max, Var **args, int32_t nargs, PyOb
         int nsym = 0, ints = 1;
         for (int32_t i = 0; ints && i < n; i++) {
             nsym += items[i]->kind == VK_SYMINT;
-            ints = items[i]->kind == VK_SYMINT ||
-                   (items[i]->kind == VK_CONST && PyLong_CheckExact(items[i]->obj));
+            ints = items[i]->kind == VK_SYMINT || (items[i]->kind == VK_CONST && PyLong_CheckExact(items[i]->obj));
         }
         if (ints && nsym) {
             SymNode **nodes = cap_alloc(c, sizeof(SymNode *) * (size_t)(n + 1));
@@ -1124,8 +1140,7 @@ Var *iters_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *k
         return iters_combinatoric(c, fn, args, nargs, kwnames);
     if (fn == py.iter && nargs == 1)
         return iter_get(c, args[0]);
-    if (nkw && fn != py.enumerate && fn != py.count && fn != py.repeat && fn != py.accumulate &&
-        fn != py.zip_longest) {
+    if (nkw && fn != py.enumerate && fn != py.count && fn != py.repeat && fn != py.accumulate && fn != py.zip_longest) {
         *handled = 0;
         return NULL;
     }

@@ -27,8 +27,7 @@ static int same_object(PyObject *item, PyObject *obj)
 {
     if (item == obj)
         return 1;
-    return item && PyMethod_Check(item) && PyMethod_Check(obj) &&
-           PyMethod_GET_SELF(item) == PyMethod_GET_SELF(obj) &&
+    return item && PyMethod_Check(item) && PyMethod_Check(obj) && PyMethod_GET_SELF(item) == PyMethod_GET_SELF(obj) &&
            PyMethod_GET_FUNCTION(item) == PyMethod_GET_FUNCTION(obj);
 }
 
@@ -311,9 +310,17 @@ static const char *sj_article(const char *noun)
     while (*noun == '_' || *noun == '\'' || *noun == '`')
         noun++;
     switch (*noun) {
-    case 'a': case 'e': case 'i': case 'o': case 'A': case 'E': case 'I': case 'O':
+    case 'a':
+    case 'e':
+    case 'i':
+    case 'o':
+    case 'A':
+    case 'E':
+    case 'I':
+    case 'O':
         return "an";
-    case 'u': case 'U':
+    case 'u':
+    case 'U':
         /* "an unbacked", "a uint8", "a unicode" */
         return (noun[1] == 'n' || noun[1] == 'N') && strncmp(noun + 1, "ni", 2) != 0 ? "an" : "a";
     case 'n':
@@ -340,9 +347,9 @@ static const char *arena_str(Capture *c, PyObject *s)
 const char *sj_type_a(Capture *c, PyTypeObject *t, const char *what)
 {
     PyObject *tp = sj_type_path(t);
-    PyObject *s = tp ? PyUnicode_FromFormat("%s %U%s%s", sj_article(PyUnicode_AsUTF8(tp)), tp,
-                                            what ? " " : "", what ? what : "")
-                     : NULL;
+    PyObject *s =
+        tp ? PyUnicode_FromFormat("%s %U%s%s", sj_article(PyUnicode_AsUTF8(tp)), tp, what ? " " : "", what ? what : "")
+           : NULL;
     const char *r = s ? arena_str(c, s) : t->tp_name;
     Py_XDECREF(tp);
     Py_XDECREF(s);
@@ -425,16 +432,26 @@ const char *var_a(Capture *c, const Var *v)
         snprintf(r, n, "a %s object", g);
         return r;
     }
-    case VK_SLICE: return "a slice";
-    case VK_ITER: return "an iterator";
-    case VK_CELL: return "a closure cell";
-    case VK_METHOD: return "a bound method";
-    case VK_PARTIAL: return "a functools.partial";
-    case VK_EXIT: return "the __exit__ of a grad-mode block";
-    case VK_SUPER: return "a super() object";
-    case VK_SYMINT: return "a symbolic int";
-    case VK_GSCALAR: return "a graph scalar";
-    case VK_DICTVIEW: return "a dict view";
+    case VK_SLICE:
+        return "a slice";
+    case VK_ITER:
+        return "an iterator";
+    case VK_CELL:
+        return "a closure cell";
+    case VK_METHOD:
+        return "a bound method";
+    case VK_PARTIAL:
+        return "a functools.partial";
+    case VK_EXIT:
+        return "the __exit__ of a grad-mode block";
+    case VK_SUPER:
+        return "a super() object";
+    case VK_SYMINT:
+        return "a symbolic int";
+    case VK_GSCALAR:
+        return "a graph scalar";
+    case VK_DICTVIEW:
+        return "a dict view";
     }
     return "a value";
 }

@@ -136,8 +136,10 @@ static PyObject *probe_module(Capture *c, PyObject *cls, Var **args, int32_t nar
     PyErr_Restore(ft, fv, ftb);
     if (m && drew) {
         Py_DECREF(m);
-        cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s inside the function draws from the global generator: "
-                 "it is made at run time, in the interpreter", sj_type_name(c, (PyTypeObject *)cls));
+        cap_fail(c, BR_UNSUPPORTED_CALL,
+                 "constructing %s inside the function draws from the global generator: "
+                 "it is made at run time, in the interpreter",
+                 sj_type_name(c, (PyTypeObject *)cls));
         return NULL;
     }
     return m;
@@ -189,8 +191,10 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         sj_err_clear();
         *handled = 1;
         if (!torch_layer || !var_all_const(args, nargs)) {
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (an nn.Module) inside the function: it is made "
-                     "at run time, in the interpreter", sj_type_name(c, t));
+            cap_fail(c, BR_UNSUPPORTED_CALL,
+                     "constructing %s (an nn.Module) inside the function: it is made "
+                     "at run time, in the interpreter",
+                     sj_type_name(c, t));
             return NULL;
         }
         PyObject *m = probe_module(c, cls, args, nargs, kwnames);
@@ -203,8 +207,10 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
             Py_XDECREF(first);
             Py_DECREF(m);
             sj_err_clear();
-            cap_fail(c, BR_UNSUPPORTED_CALL, "constructing %s (a module with parameters) inside the function: "
-                     "it is made at run time, in the interpreter", sj_type_name(c, t));
+            cap_fail(c, BR_UNSUPPORTED_CALL,
+                     "constructing %s (a module with parameters) inside the function: "
+                     "it is made at run time, in the interpreter",
+                     sj_type_name(c, t));
             return NULL;
         }
         Var *v = wrap_untracked(c, m);
@@ -257,8 +263,8 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
         return v;
     if (o->u.uobj.record) {
         const char *n = PyUnicode_AsUTF8(name);
-        static const char *const methods[] = {"to_tuple", "keys", "values", "items", "get", "__getitem__",
-                                              "__len__", "__contains__"};
+        static const char *const methods[] = {"to_tuple", "keys",        "values",  "items",
+                                              "get",      "__getitem__", "__len__", "__contains__"};
         for (size_t i = 0; n && i < sizeof methods / sizeof *methods; i++)
             if (!strcmp(n, methods[i])) {
                 return var_method(c, o, key);   /* key, a name: calls.c dispatches records by name */
@@ -482,8 +488,7 @@ Var *objects_super(Capture *c, Var **args, int32_t nargs)
 Var *objects_super_attr(Capture *c, Var *s, PyObject *name)
 {
     Var *self = s->u.sup.self;
-    PyTypeObject *t = self->kind == VK_USEROBJ ? self->u.uobj.type
-                    : self->obj ? Py_TYPE(self->obj) : NULL;
+    PyTypeObject *t = self->kind == VK_USEROBJ ? self->u.uobj.type : self->obj ? Py_TYPE(self->obj) : NULL;
     if (!t || !t->tp_mro) {
         cap_fail(c, BR_UNSUPPORTED_VALUE, "super() of %s", var_a(c, self));
         return NULL;
@@ -688,8 +693,8 @@ Var *objects_id(Capture *c, Var *v)
 {
     /* an untracked library object (a function, a class, a module) is the same object in
      * every run; a module var without a source may be one capture made (a Sequential slice) */
-    if (sourced_object(v) || (v->src < 0 && v->obj && (v->kind == VK_CALLABLE || v->kind == VK_FUNC ||
-                                                        v->kind == VK_PYMODULE))) {
+    if (sourced_object(v) ||
+        (v->src < 0 && v->obj && (v->kind == VK_CALLABLE || v->kind == VK_FUNC || v->kind == VK_PYMODULE))) {
         if (!cap_keep(c, v->obj) || guard_add_simple(c, GK_ID_MATCH, v->src, v->obj) < 0)
             return NULL;
         return var_const_steal(c, PyLong_FromVoidPtr(v->obj));

@@ -46,7 +46,10 @@ static Var *fold_operator(Capture *c, const char *name, Var **args, int n)
     return var_const_steal(c, r);
 }
 
-static int is_tensor(Var *v) { return v && v->kind == VK_TENSOR; }
+static int is_tensor(Var *v)
+{
+    return v && v->kind == VK_TENSOR;
+}
 
 static int is_foldable(Var *v)
 {
@@ -58,16 +61,32 @@ static int is_foldable(Var *v)
 
 static const char *const nb_names[] = {
     /* index = BINARY_OP oparg (order from the interpreter's _nb_ops) */
-    [SJ_NB_ADD] = "add", [SJ_NB_AND] = "and_", [SJ_NB_FLOOR_DIVIDE] = "floordiv",
-    [SJ_NB_LSHIFT] = "lshift", [SJ_NB_MATRIX_MULTIPLY] = "matmul", [SJ_NB_MULTIPLY] = "mul",
-    [SJ_NB_REMAINDER] = "mod", [SJ_NB_OR] = "or_", [SJ_NB_POWER] = "pow", [SJ_NB_RSHIFT] = "rshift",
-    [SJ_NB_SUBTRACT] = "sub", [SJ_NB_TRUE_DIVIDE] = "truediv", [SJ_NB_XOR] = "xor",
-    [SJ_NB_INPLACE_ADD] = "iadd", [SJ_NB_INPLACE_AND] = "iand",
-    [SJ_NB_INPLACE_FLOOR_DIVIDE] = "ifloordiv", [SJ_NB_INPLACE_LSHIFT] = "ilshift",
-    [SJ_NB_INPLACE_MATRIX_MULTIPLY] = "imatmul", [SJ_NB_INPLACE_MULTIPLY] = "imul",
-    [SJ_NB_INPLACE_REMAINDER] = "imod", [SJ_NB_INPLACE_OR] = "ior", [SJ_NB_INPLACE_POWER] = "ipow",
-    [SJ_NB_INPLACE_RSHIFT] = "irshift", [SJ_NB_INPLACE_SUBTRACT] = "isub",
-    [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv", [SJ_NB_INPLACE_XOR] = "ixor",
+    [SJ_NB_ADD] = "add",
+    [SJ_NB_AND] = "and_",
+    [SJ_NB_FLOOR_DIVIDE] = "floordiv",
+    [SJ_NB_LSHIFT] = "lshift",
+    [SJ_NB_MATRIX_MULTIPLY] = "matmul",
+    [SJ_NB_MULTIPLY] = "mul",
+    [SJ_NB_REMAINDER] = "mod",
+    [SJ_NB_OR] = "or_",
+    [SJ_NB_POWER] = "pow",
+    [SJ_NB_RSHIFT] = "rshift",
+    [SJ_NB_SUBTRACT] = "sub",
+    [SJ_NB_TRUE_DIVIDE] = "truediv",
+    [SJ_NB_XOR] = "xor",
+    [SJ_NB_INPLACE_ADD] = "iadd",
+    [SJ_NB_INPLACE_AND] = "iand",
+    [SJ_NB_INPLACE_FLOOR_DIVIDE] = "ifloordiv",
+    [SJ_NB_INPLACE_LSHIFT] = "ilshift",
+    [SJ_NB_INPLACE_MATRIX_MULTIPLY] = "imatmul",
+    [SJ_NB_INPLACE_MULTIPLY] = "imul",
+    [SJ_NB_INPLACE_REMAINDER] = "imod",
+    [SJ_NB_INPLACE_OR] = "ior",
+    [SJ_NB_INPLACE_POWER] = "ipow",
+    [SJ_NB_INPLACE_RSHIFT] = "irshift",
+    [SJ_NB_INPLACE_SUBTRACT] = "isub",
+    [SJ_NB_INPLACE_TRUE_DIVIDE] = "itruediv",
+    [SJ_NB_INPLACE_XOR] = "ixor",
 };
 
 /* seq * n and n * seq for a list or tuple var and an int (a symbolic one is specialised:
@@ -217,8 +236,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         if (r || cap_failed(c))
             return r;
     }
-    cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on %s and %s", sj_nb_symbols[nb],
-             var_a(c, a), var_a(c, b));
+    cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on %s and %s", sj_nb_symbols[nb], var_a(c, a), var_a(c, b));
     return NULL;
 }
 
@@ -279,13 +297,13 @@ Var *op_compare(Capture *c, int cmp, Var *a, Var *b)
         if (handled)
             return r;
     }
-    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->obj && b->obj &&
-        a->kind != VK_TUPLE && b->kind != VK_TUPLE && a->kind != VK_LIST && b->kind != VK_LIST) {
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && a->obj && b->obj && a->kind != VK_TUPLE && b->kind != VK_TUPLE &&
+        a->kind != VK_LIST && b->kind != VK_LIST) {
         Var *args[2] = {a, b};
         return fold_operator(c, names[cmp], args, 2);
     }
-    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && c->env && (a->kind == VK_TUPLE || a->kind == VK_LIST ||
-                                                            (var_is_const(a) && PyTuple_Check(a->obj))) &&
+    if ((cmp == SJ_CMP_EQ || cmp == SJ_CMP_NE) && c->env &&
+        (a->kind == VK_TUPLE || a->kind == VK_LIST || (var_is_const(a) && PyTuple_Check(a->obj))) &&
         (b->kind == VK_TUPLE || b->kind == VK_LIST || (var_is_const(b) && PyTuple_Check(b->obj)))) {
         /* shapes with symbolic sizes: equal when every item is (decided item by item) */
         Var **ia, **ib;
@@ -396,8 +414,8 @@ int op_truth(Capture *c, Var *v, int *truth)
     case VK_OBJECT: {
         PyTypeObject *t = Py_TYPE(v->obj);
         int has_bool = t->tp_as_number && t->tp_as_number->nb_bool;
-        int has_len = (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
-                      (t->tp_as_sequence && t->tp_as_sequence->sq_length);
+        int has_len =
+            (t->tp_as_mapping && t->tp_as_mapping->mp_length) || (t->tp_as_sequence && t->tp_as_sequence->sq_length);
         if (!has_bool && !has_len) {
             *truth = 1;
             return 0;
@@ -519,8 +537,8 @@ static Var *module_slice(Capture *c, Var *m, PyObject *sl, PyObject *fresh)
         len = PySlice_AdjustIndices(n, &start, &stop, step);
     sj_err_clear();
     Var *r = NULL;
-    int32_t *kids = len >= 0 && len == PyDict_GET_SIZE(fmods)
-                        ? cap_alloc(c, sizeof(int32_t) * (size_t)(len + 1)) : NULL;
+    int32_t *kids =
+        len >= 0 && len == PyDict_GET_SIZE(fmods) ? cap_alloc(c, sizeof(int32_t) * (size_t)(len + 1)) : NULL;
     PyObject *keys = kids ? PyDict_Keys(mods) : NULL, *vals = keys ? PyDict_Values(mods) : NULL;
     int32_t msrc = vals ? modules_source(c, m, mods) : -2;
     Py_ssize_t pos = 0, k = 0;
@@ -549,7 +567,6 @@ static Var *module_slice(Capture *c, Var *m, PyObject *sl, PyObject *fresh)
     Py_XDECREF(vals);
     return r;
 }
-
 
 static Var *seq_index(Capture *c, Var *s, PyObject *key)
 {
@@ -787,8 +804,7 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
         } else {
             if (v == Py_None)
                 continue;
-            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL)
-                                  : module_kid_source(m, k, NULL);
+            int32_t s = msrc >= 0 ? sources_add(&c->src, SRC_ITEM, msrc, 0, k, NULL) : module_kid_source(m, k, NULL);
             item = (msrc < 0 || s >= 0) ? wrap_value(c, v, s) : NULL;
         }
         if (!item) {

@@ -66,8 +66,8 @@ static OpId mech_op(const CallableRow *r, Lib lib, Var **args, int32_t nargs, Py
  * one dtype, not tracked by autograd (eager raises for those), and the other arguments are
  * Python numbers; the result must keep that dtype (comparisons give uint8 tensors there).
  * *dt is the tensors' dtype. */
-static int numpy_on_torch(const CallableRow *r, PyObject *target, OpId op, Var **args, int32_t nargs,
-                          PyObject *kwnames, DType *dt)
+static int numpy_on_torch(const CallableRow *r, PyObject *target, OpId op, Var **args, int32_t nargs, PyObject *kwnames,
+                          DType *dt)
 {
     if (r->kind != CK_NUMPY || op_info[op].kind != OPK_POINTWISE || kwnames ||
         strcmp(Py_TYPE(target)->tp_name, "numpy.ufunc") != 0)
@@ -191,11 +191,10 @@ static int record_lib(Capture *c, const CallableRow *r, Var ***args, int32_t nar
 }
 
 /* Calls the capture refuses before binding: 0, or -1 with the failure recorded. */
-static int record_refuse(Capture *c, const CallableRow *r, OpId op, Lib lib, Var **args, int32_t nargs,
-                         int np_on_torch)
+static int record_refuse(Capture *c, const CallableRow *r, OpId op, Lib lib, Var **args, int32_t nargs, int np_on_torch)
 {
-    if (op == OP_TO_NUMPY && nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR &&
-        args[0]->u.t.meta.requires_grad && c->grad_mode)
+    if (op == OP_TO_NUMPY && nargs >= 1 && args[0] && args[0]->kind == VK_TENSOR && args[0]->u.t.meta.requires_grad &&
+        c->grad_mode)
         /* eager raises while grad mode is on (under no_grad it gives the array) */
         return cap_fail(c, BR_UNSUPPORTED_CALL, "Tensor.numpy() of a tensor that requires grad raises");
     /* torch.from_numpy is the torch call that takes numpy values, np.asarray recorded as
@@ -206,8 +205,10 @@ static int record_refuse(Capture *c, const CallableRow *r, OpId op, Lib lib, Var
         return cap_fail(c, BR_UNSUPPORTED_CALL, "%s called on %s values", r->path,
                         lib == LIB_NUMPY ? "numpy" : "torch");
     if (op_info[op].kind == OPK_DATA_SHAPE && !sj_config.capture_dynamic_output_shape_ops)
-        return cap_fail(c, BR_DYNAMIC_OUTPUT, "%s; to capture it, set shapejit.config."
-                        "capture_dynamic_output_shape_ops = True", r->path);
+        return cap_fail(c, BR_DYNAMIC_OUTPUT,
+                        "%s; to capture it, set shapejit.config."
+                        "capture_dynamic_output_shape_ops = True",
+                        r->path);
     return 0;
 }
 
@@ -413,8 +414,8 @@ static int32_t add_node(Capture *c, int row, PyObject *target, OpId op, int flag
     PyObject *where = cap_where(c);   /* new */
     if (!where)
         return -1;
-    int32_t v = graph_add_node(c->g, op, flags, target, first, rb->npos, first + rb->npos, rb->nkw, kwnames, outs,
-                               nout, where);
+    int32_t v =
+        graph_add_node(c->g, op, flags, target, first, rb->npos, first + rb->npos, rb->nkw, kwnames, outs, nout, where);
     Py_DECREF(where);
     if (v >= 0)
         graph_node_bind(c->g, c->g->nnodes - 1, row, slots, rb->bound.n);
@@ -432,8 +433,8 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     OpId op = mech_op(r, lib, args, nargs, kwnames);
     DType np_torch_dt = DT_F32;
     int np_on_torch = lib == LIB_TORCH && numpy_on_torch(r, target, op, args, nargs, kwnames, &np_torch_dt);
-    if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) &&
-        op_info[op].kind != OPK_FACTORY && var_all_const(args, nargs)) {
+    if (!found && (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) && op_info[op].kind != OPK_FACTORY &&
+        var_all_const(args, nargs)) {
         /* numpy math on Python constants (np.sqrt(2.0)) folds to a numpy scalar */
         return cap_fold_call(c, target, args, nargs, kwnames);
     }
@@ -466,14 +467,17 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
         if (same > 0)
             return args[0];
         if (same < 0) {
-            cap_fail(c, BR_UNSUPPORTED_CALL, "%s with a memory_format to the tensor's own dtype: whether it returns "
-                     "the tensor itself depends on its layout", r->path);
+            cap_fail(c, BR_UNSUPPORTED_CALL,
+                     "%s with a memory_format to the tensor's own dtype: whether it returns "
+                     "the tensor itself depends on its layout",
+                     r->path);
             return NULL;
         }
     }
     int flags = ((r->flags & (CF_INPLACE | CF_RETURNS_NONE)) || inplace_kw) ? NODE_INPLACE : 0;
-    Var *target_var = rb.out_var ? rb.out_var
-                      : (flags && nargs > 0 && args[0] && args[0]->kind == VK_TENSOR) ? args[0] : NULL;
+    Var *target_var = rb.out_var                                                      ? rb.out_var
+                      : (flags && nargs > 0 && args[0] && args[0]->kind == VK_TENSOR) ? args[0]
+                                                                                      : NULL;
     if (target_var && target_var->u.t.meta.np_scalar && !rb.out_var) {
         flags = 0;   /* numpy scalars are immutable: `s += 1` rebinds s */
         target_var = NULL;

@@ -29,9 +29,8 @@ static const char *const class_names[RNN_NCLASSES] = {"nn.LSTM", "nn.GRU", "nn.R
 
 /* Methods the forwards call on the module: a subclass overriding one runs other code. */
 static const char *const forward_calls[] = {
-    "_update_flat_weights", "_weights_have_changed", "_init_flat_weights", "check_forward_args",
-    "check_input",          "get_expected_hidden_size", "get_expected_cell_size", "check_hidden_size",
-    "permute_hidden",
+    "_update_flat_weights",     "_weights_have_changed",  "_init_flat_weights", "check_forward_args", "check_input",
+    "get_expected_hidden_size", "get_expected_cell_size", "check_hidden_size",  "permute_hidden",
 };
 
 static int init(void)
@@ -117,7 +116,10 @@ static int int_setting(Capture *c, Var *m, const char *name, long *out, Var **va
  * would refuse the mode. */
 static int mode_row(int which, PyObject *mode, int *lstm)
 {
-    static const struct { int which; const char *mode, *path; } rows[] = {
+    static const struct {
+        int which;
+        const char *mode, *path;
+    } rows[] = {
         {RNN_LSTM, "LSTM", "torch.lstm"},
         {RNN_GRU, "GRU", "torch.gru"},
         {RNN_RNN, "RNN_TANH", "torch.rnn_tanh"},
@@ -236,8 +238,8 @@ static int dim_is(Capture *c, const TensorMeta *t, int i, SymNode *e, int64_t k)
 /* forward's check of an initial state h (as given: 2-D for an unbatched input, else 3-D)
  * against (layers * directions, batch, size): 0, or -1 with the failure recorded (a
  * BR_SHAPE_RULE break where forward raises). */
-static int check_state(Capture *c, const Settings *s, const TensorMeta *h, int batched, const TensorMeta *xm,
-                       int bdim, long size, const char *what)
+static int check_state(Capture *c, const Settings *s, const TensorMeta *h, int batched, const TensorMeta *xm, int bdim,
+                       long size, const char *what)
 {
     if (h->ndim != (batched ? 3 : 2))
         return cap_fail(c, BR_SHAPE_RULE, "%s: a %d-D %s for a %d-D input", s->name, h->ndim, what, batched ? 3 : 2);
@@ -320,7 +322,9 @@ static Var *initial_states(Capture *c, const Settings *s, Var *hx, Var *x, int b
                 return NULL;
             }
             if (check_state(c, s, &h->u.t.meta, batched, xm, bdim, i == 1 ? s->hidden : hout,
-                            !s->lstm ? "hx" : i ? "hx[1]" : "hx[0]") < 0)
+                            !s->lstm ? "hx"
+                            : i      ? "hx[1]"
+                                     : "hx[0]") < 0)
                 return NULL;
             st[i] = batched ? h : squeeze_or_unsqueeze(c, "Tensor.unsqueeze", h, 1);
             if (!st[i])
@@ -351,8 +355,8 @@ Var *rnn_module_call(Capture *c, Var *m, Var *fwd, Var **args, int32_t nargs, Py
         return NULL;
     *handled = 1;
     if (overrides_forward_calls(m->obj, which)) {
-        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.forward on a %s, which overrides a method it calls",
-                 class_names[which], Py_TYPE(m->obj)->tp_name);
+        cap_fail(c, BR_UNSUPPORTED_CALL, "%s.forward on a %s, which overrides a method it calls", class_names[which],
+                 Py_TYPE(m->obj)->tp_name);
         return NULL;
     }
     Settings s;

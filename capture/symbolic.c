@@ -30,8 +30,8 @@ PyObject *SjConstraintViolation;
 static int symb_guard(Capture *c, SymNode *rel);
 /* A size-arithmetic node of op calling target over graph values vals[i] (or, where
  * vals[i] < 0, the constant consts[i]): its value id, counted as graph work. -1. */
-static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals,
-                              const SymNode *const *consts, int n);
+static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
+                              int n);
 
 /* ------------------------------------------------------------ bookkeeping ---- */
 
@@ -200,16 +200,16 @@ static PyObject *fstate_merge(Capture *c, PyObject *name, PyObject *now, int is_
 
 /* ------------------------------------------------------------- symbols ---- */
 
-static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim,
-                           int strict, int is_int)
+static SymNode *new_symbol(Capture *c, int32_t src, int64_t hint, SymRange r, int32_t tensor_value, int dim, int strict,
+                           int is_int)
 {
     SymNode *s = shape_env_symbol(&c->shape, src, hint, r, tensor_value, dim, strict, is_int);
     if (!s)
         return NULL;
     if (sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *range = sym_range_str(r), *w = symb_where_text(c);
-        sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value,
-               (long long)hint, sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
+        sj_log(LOG_DYNAMIC, SJ_INFO, "create_symbol s%lld = %lld for %U %U (%U)", (long long)s->value, (long long)hint,
+               sources_repr(&c->src, src), range ? range : Py_None, w ? w : Py_None);
         Py_XDECREF(range);
         Py_XDECREF(w);
         sj_err_clear();
@@ -315,8 +315,8 @@ static SymNode *unbacked_input(Capture *c, PyObject *obj, int32_t src, int32_t v
     SymNode *u = symb_unbacked(c, -1, value, dim, r);
     if (u && sj_log_on(LOG_DYNAMIC, SJ_INFO)) {
         PyObject *rs = sym_range_str(r);
-        sj_log(LOG_DYNAMIC, SJ_INFO, "constrain_symbol_range u%lld %U for %U", (long long)u->value,
-               rs ? rs : Py_None, sources_repr(&c->src, src));
+        sj_log(LOG_DYNAMIC, SJ_INFO, "constrain_symbol_range u%lld %U for %U", (long long)u->value, rs ? rs : Py_None,
+               sources_repr(&c->src, src));
         Py_XDECREF(rs);
         sj_err_clear();
     }
@@ -341,8 +341,7 @@ int symb_wrap_tensor(Capture *c, PyObject *obj, int32_t src, TensorMeta *m, int3
     PyObject *ss = sources_listed("static_sources", name);
     int is_torch = m->lib == LIB_TORCH;
     int param = is_torch && sj_config.force_parameter_static_shapes &&
-                ((libs.param_type && PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type)) ||
-                 from_buffers(c, src));
+                ((libs.param_type && PyObject_TypeCheck(obj, (PyTypeObject *)libs.param_type)) || from_buffers(c, src));
     /* under force_nn_module_property_static_shapes, tensors held by a torch.nn module (its
      * buffers) or by a module whose class is marked static are static like parameters */
     int modstatic = is_torch && c->wrap_owner && sj_config.force_nn_module_property_static_shapes &&
@@ -484,8 +483,8 @@ static int number_dynamic(Capture *c, PyObject *obj, int32_t src, int module_ok,
     PyObject *seen = fstate_merge(c, name, obj, 0);
     if (!seen)
         return -1;
-    int dynamic = listed || (!stat && c->dynamic != 0 && (from_start || c->dynamic == 1 ||
-                                                          !sj_config.assume_static_by_default || seen == Py_None));
+    int dynamic = listed || (!stat && c->dynamic != 0 &&
+                             (from_start || c->dynamic == 1 || !sj_config.assume_static_by_default || seen == Py_None));
     Py_DECREF(seen);
     return dynamic;
 }
@@ -684,11 +683,9 @@ int symb_specialize(Capture *c, SymNode *e, int64_t *value, const char *why)
 
 /* -------------------------------------------------------------- unbacked ---- */
 
-
 /* A new unbacked symbol and its SymInfo, logged as create_unbacked_<what> (torch's words:
  * symint, symbool). */
-static SymNode *unbacked_symbol(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r,
-                                const char *what)
+static SymNode *unbacked_symbol(Capture *c, int32_t value, int32_t tensor_value, int dim, SymRange r, const char *what)
 {
     SymNode *u = symb_ensure(c) < 0 ? NULL : shape_env_unbacked(&c->shape, value, tensor_value, dim, r);
     if (!u)
@@ -752,8 +749,10 @@ Var *symb_item(Capture *c, Var *t)
     if (cat == CAT_FLOAT || m->dtype == DT_BOOL)
         return gscalar_item(c, t);   /* torch's unbacked SymFloat / SymBool */
     if (cat != CAT_INT) {
-        cap_fail(c, BR_SCALAR_OUTPUT, "Tensor.item() of a %s tensor: only real and bool values are captured "
-                 "(capture_scalar_outputs)", dtype_info[m->dtype].name);
+        cap_fail(c, BR_SCALAR_OUTPUT,
+                 "Tensor.item() of a %s tensor: only real and bool values are captured "
+                 "(capture_scalar_outputs)",
+                 dtype_info[m->dtype].name);
         return NULL;
     }
     if (symb_ensure(c) < 0) {
@@ -823,11 +822,22 @@ Var *symb_binary(Capture *c, int nb, Var *a, Var *b, int *handled)
     SymEnv *env = c->env;
     SymNode *r;
     switch (nb) {
-    case SJ_NB_ADD: case SJ_NB_INPLACE_ADD: r = sym_add(env, x, y); break;
-    case SJ_NB_SUBTRACT: case SJ_NB_INPLACE_SUBTRACT: r = sym_sub(env, x, y); break;
-    case SJ_NB_MULTIPLY: case SJ_NB_INPLACE_MULTIPLY: r = sym_mul(env, x, y); break;
-    case SJ_NB_FLOOR_DIVIDE: case SJ_NB_INPLACE_FLOOR_DIVIDE:
-    case SJ_NB_REMAINDER: case SJ_NB_INPLACE_REMAINDER: {
+    case SJ_NB_ADD:
+    case SJ_NB_INPLACE_ADD:
+        r = sym_add(env, x, y);
+        break;
+    case SJ_NB_SUBTRACT:
+    case SJ_NB_INPLACE_SUBTRACT:
+        r = sym_sub(env, x, y);
+        break;
+    case SJ_NB_MULTIPLY:
+    case SJ_NB_INPLACE_MULTIPLY:
+        r = sym_mul(env, x, y);
+        break;
+    case SJ_NB_FLOOR_DIVIDE:
+    case SJ_NB_INPLACE_FLOOR_DIVIDE:
+    case SJ_NB_REMAINDER:
+    case SJ_NB_INPLACE_REMAINDER: {
         /* a divisor that can be 0 under the guards: branch on it (guarded) and raise as
          * Python does when it is, before any simplification (s0 % s0 is 0 only if s0 != 0) */
         int nz = y->kind == SK_CONST ? y->value != 0 : 0;
@@ -865,13 +875,26 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
     SymEnv *env = c->env;
     SymNode *r;
     switch (cmp) {
-    case SJ_CMP_LT: r = sym_lt(env, x, y); break;
-    case SJ_CMP_LE: r = sym_le(env, x, y); break;
-    case SJ_CMP_EQ: r = sym_eq(env, x, y); break;
-    case SJ_CMP_NE: r = sym_ne(env, x, y); break;
-    case SJ_CMP_GT: r = sym_gt(env, x, y); break;
-    case SJ_CMP_GE: r = sym_ge(env, x, y); break;
-    default: return NULL;
+    case SJ_CMP_LT:
+        r = sym_lt(env, x, y);
+        break;
+    case SJ_CMP_LE:
+        r = sym_le(env, x, y);
+        break;
+    case SJ_CMP_EQ:
+        r = sym_eq(env, x, y);
+        break;
+    case SJ_CMP_NE:
+        r = sym_ne(env, x, y);
+        break;
+    case SJ_CMP_GT:
+        r = sym_gt(env, x, y);
+        break;
+    case SJ_CMP_GE:
+        r = sym_ge(env, x, y);
+        break;
+    default:
+        return NULL;
     }
     *handled = 1;
     if (r && sym_is_bool(r) && sym_static_truth(env, r) == SYM_UNKNOWN && sym_has_unbacked(r)) {
@@ -894,8 +917,8 @@ Var *symb_compare(Capture *c, int cmp, Var *a, Var *b, int *handled)
 
 static PyObject *size_fn;   /* strong: _C._size_of, set by symb_init_module */
 
-static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals,
-                              const SymNode *const *consts, int n)
+static int32_t symb_size_node(Capture *c, OpId op, PyObject *target, const int32_t *vals, const SymNode *const *consts,
+                              int n)
 {
     int32_t first = graph_pool(c->g, n);
     if (first < 0)
@@ -970,10 +993,18 @@ int32_t symb_materialize(Capture *c, SymNode *e)
     case SK_MAX:
     case SK_FLOORDIV:
     case SK_MOD: {
-        static const struct { SymKind k; OpId op; const char *fn; int builtin; } map[] = {
-            {SK_ADD, OP_SYM_ADD, "add", 0}, {SK_MUL, OP_SYM_MUL, "mul", 0},
-            {SK_FLOORDIV, OP_SYM_FLOORDIV, "floordiv", 0}, {SK_MOD, OP_SYM_MOD, "mod", 0},
-            {SK_MIN, OP_SYM_MIN, "min", 1}, {SK_MAX, OP_SYM_MAX, "max", 1},
+        static const struct {
+            SymKind k;
+            OpId op;
+            const char *fn;
+            int builtin;
+        } map[] = {
+            {SK_ADD, OP_SYM_ADD, "add", 0},
+            {SK_MUL, OP_SYM_MUL, "mul", 0},
+            {SK_FLOORDIV, OP_SYM_FLOORDIV, "floordiv", 0},
+            {SK_MOD, OP_SYM_MOD, "mod", 0},
+            {SK_MIN, OP_SYM_MIN, "min", 1},
+            {SK_MAX, OP_SYM_MAX, "max", 1},
         };
         size_t m = 0;
         while (map[m].k != e->kind)
@@ -1034,7 +1065,10 @@ int32_t symb_materialize(Capture *c, SymNode *e)
     case SK_LE: {
         /* a relation the capture could not decide (it depends on data): its truth at run
          * time, for the interpreter to branch on after a graph break */
-        PyObject *target = operator_fn(e->kind == SK_EQ ? "eq" : e->kind == SK_NE ? "ne" : e->kind == SK_LT ? "lt" : "le");
+        PyObject *target = operator_fn(e->kind == SK_EQ   ? "eq"
+                                       : e->kind == SK_NE ? "ne"
+                                       : e->kind == SK_LT ? "lt"
+                                                          : "le");
         int32_t vals[2];
         const SymNode *cs[2] = {e->args[0], e->args[1]};
         for (int i = 0; i < 2; i++)
@@ -1100,8 +1134,8 @@ int symb_finish(Capture *c, PyObject **violation)
         PyObject *body = sj_join("\n", Py_NewRef(c->violations));   /* the new reference stolen */
         if (!body)
             return -1;
-        *violation = PyUnicode_FromFormat("Constraints violated! For more information, run with TORCH_LOGS=\"+dynamic\".\n%U",
-                                          body);
+        *violation = PyUnicode_FromFormat(
+            "Constraints violated! For more information, run with TORCH_LOGS=\"+dynamic\".\n%U", body);
         Py_DECREF(body);
         return *violation ? 0 : -1;
     }
@@ -1159,7 +1193,8 @@ static void pgo_call_done(const char *what)
 {
     if (!PyErr_Occurred())
         return;
-    PyObject *name = sj_err_is_interrupt() ? NULL : PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
+    PyObject *name =
+        sj_err_is_interrupt() ? NULL : PyUnicode_FromFormat("shapejit's PGO store (%s)", what);   /* strong */
     sj_err_unraisable(name);
     Py_XDECREF(name);
 }

@@ -36,8 +36,8 @@ static const UfuncRow ufunc_rows[] = {
 
 /* Bind args to the parameters names (the first npos_max may be positional). 0 bound, 1 a
  * call this file does not take (an unknown keyword, too many arguments). */
-static int bind(const char *const *names, int nnames, int npos_max, Var **args, int32_t nargs,
-                PyObject *kwnames, Var **slots)
+static int bind(const char *const *names, int nnames, int npos_max, Var **args, int32_t nargs, PyObject *kwnames,
+                Var **slots)
 {
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     int32_t npos = nargs - nkw;
@@ -76,8 +76,8 @@ static int is_numpy_array(const Var *v)
 
 /* Record row path with positional args and the keyword arguments (names[i], vals[i]) whose
  * value is given. NULL with the capture failed, or *handled = 0 when the row is absent. */
-static Var *record_path(Capture *c, const char *path, Var **pos, int npos, const char *const *names,
-                        Var **vals, int nkw, int *handled)
+static Var *record_path(Capture *c, const char *path, Var **pos, int npos, const char *const *names, Var **vals,
+                        int nkw, int *handled)
 {
     int row = callables_path_row(path);
     if (row < 0)
@@ -119,13 +119,11 @@ static Var *zero(Capture *c, int *handled)
     return v;
 }
 
-static Var *reduce_call(Capture *c, const UfuncRow *u, Var **args, int32_t nargs, PyObject *kwnames,
-                        int *handled)
+static Var *reduce_call(Capture *c, const UfuncRow *u, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     static const char *const names[] = {"array", "axis", "dtype", "out", "keepdims", "initial", "where"};
     Var *s[7];
-    if (!u->reduce || bind(names, 7, 7, args, nargs, kwnames, s) || !is_numpy_array(s[0]) ||
-        !is_none(s[3]) || s[6])
+    if (!u->reduce || bind(names, 7, 7, args, nargs, kwnames, s) || !is_numpy_array(s[0]) || !is_none(s[3]) || s[6])
         return NULL;
     if (u->bool_only && (s[0]->u.t.meta.dtype != DT_BOOL || s[2] || s[5]))
         return NULL;   /* numpy.all/any have no dtype= or initial= */
@@ -139,13 +137,11 @@ static Var *reduce_call(Capture *c, const UfuncRow *u, Var **args, int32_t nargs
     return record_path(c, u->reduce, s, 1, kw, vals, 4, handled);
 }
 
-static Var *accumulate_call(Capture *c, const UfuncRow *u, Var **args, int32_t nargs, PyObject *kwnames,
-                            int *handled)
+static Var *accumulate_call(Capture *c, const UfuncRow *u, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     static const char *const names[] = {"array", "axis", "dtype", "out"};
     Var *s[4];
-    if (!u->accumulate || bind(names, 4, 4, args, nargs, kwnames, s) || !is_numpy_array(s[0]) ||
-        !is_none(s[3]))
+    if (!u->accumulate || bind(names, 4, 4, args, nargs, kwnames, s) || !is_numpy_array(s[0]) || !is_none(s[3]))
         return NULL;
     if (s[1] && is_none(s[1]))
         return NULL;   /* accumulate(axis=None) is not cumsum's flattening */
@@ -157,8 +153,7 @@ static Var *accumulate_call(Capture *c, const UfuncRow *u, Var **args, int32_t n
     return record_path(c, u->accumulate, s, 1, kw, vals, 2, handled);
 }
 
-static Var *outer_call(Capture *c, PyObject *ufunc, Var **args, int32_t nargs, PyObject *kwnames,
-                       int *handled)
+static Var *outer_call(Capture *c, PyObject *ufunc, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     if (nargs != 2 || kwnames || !is_numpy_array(args[0]))
         return NULL;

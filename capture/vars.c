@@ -3,12 +3,14 @@
 #include "capture.h"
 
 static const char *const kind_names[] = {
-    [VK_CONST] = "constant", [VK_TENSOR] = "tensor", [VK_TUPLE] = "tuple", [VK_LIST] = "list",
-    [VK_DICT] = "dict", [VK_SLICE] = "slice", [VK_ITER] = "iterator", [VK_FUNC] = "function",
-    [VK_CELL] = "cell", [VK_OBJECT] = "object", [VK_MODULE] = "nn.Module",
-    [VK_PYMODULE] = "module", [VK_CALLABLE] = "callable", [VK_METHOD] = "method",
-    [VK_PARTIAL] = "functools.partial", [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__", [VK_USEROBJ] = "object", [VK_SUPER] = "super", [VK_SYMINT] = "symbolic int",
-    [VK_GSCALAR] = "graph scalar", [VK_DICTVIEW] = "dict view",
+    [VK_CONST] = "constant",     [VK_TENSOR] = "tensor",       [VK_TUPLE] = "tuple",
+    [VK_LIST] = "list",          [VK_DICT] = "dict",           [VK_SLICE] = "slice",
+    [VK_ITER] = "iterator",      [VK_FUNC] = "function",       [VK_CELL] = "cell",
+    [VK_OBJECT] = "object",      [VK_MODULE] = "nn.Module",    [VK_PYMODULE] = "module",
+    [VK_CALLABLE] = "callable",  [VK_METHOD] = "method",       [VK_PARTIAL] = "functools.partial",
+    [VK_GRADMODE] = "grad mode", [VK_EXIT] = "__exit__",       [VK_USEROBJ] = "object",
+    [VK_SUPER] = "super",        [VK_SYMINT] = "symbolic int", [VK_GSCALAR] = "graph scalar",
+    [VK_DICTVIEW] = "dict view",
 };
 
 const char *var_kind_name(const Var *v)
@@ -143,10 +145,11 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
     }
     if (key->kind != VK_CONST && (var_is_outside(d) || d->u.dict.subtype)) {
         /* written back (or rebuilt as its collections type) from constant keys only */
-        PyErr_SetString(PyExc_TypeError, d->u.dict.subtype
-                        ? "shapejit: a tensor as the key of a collections dict (rebuilt from constant keys only)"
-                        : "shapejit: a tensor as the key of a dict from outside the frame (written back from "
-                          "constant keys only)");
+        PyErr_SetString(PyExc_TypeError,
+                        d->u.dict.subtype
+                            ? "shapejit: a tensor as the key of a collections dict (rebuilt from constant keys only)"
+                            : "shapejit: a tensor as the key of a dict from outside the frame (written back from "
+                              "constant keys only)");
         return -1;
     }
     if (d->u.dict.n == d->u.dict.cap) {
@@ -365,8 +368,8 @@ PyObject *var_to_py(Capture *c, Var *v)
         if (v->u.dict.subtype) {
             /* OrderedDict(d), Counter(d), defaultdict(factory, d): d's order is the var's */
             PyObject *f = v->u.dict.factory ? var_to_py(c, v->u.dict.factory)
-                        : !strcmp(v->u.dict.subtype->tp_name, "collections.defaultdict") ? Py_NewRef(Py_None)
-                                                                                          : NULL;
+                          : !strcmp(v->u.dict.subtype->tp_name, "collections.defaultdict") ? Py_NewRef(Py_None)
+                                                                                           : NULL;
             if (v->u.dict.factory && !f) {
                 Py_DECREF(d);   /* the factory's own failure */
                 return NULL;

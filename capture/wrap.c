@@ -13,8 +13,8 @@ static PyObject *where_str(Capture *c)
         sj_err_clear();
         return NULL;
     }
-    PyObject *s = PyUnicode_FromFormat("%U:%S in %U", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
-                                       PyTuple_GET_ITEM(w, 2));
+    PyObject *s =
+        PyUnicode_FromFormat("%U:%S in %U", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1), PyTuple_GET_ITEM(w, 2));
     Py_DECREF(w);
     if (!s)
         sj_err_clear();
@@ -55,10 +55,9 @@ int guard_add_dict_version(Capture *c, int32_t src, PyObject *d)
 static int is_constant_type(PyObject *o)
 {
     PyTypeObject *t = Py_TYPE(o);
-    return o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || t == &PyLong_Type ||
-           t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
-           t == &PyComplex_Type || t == &PySlice_Type || t == &PyRange_Type ||
-           t == &PyCode_Type;
+    return o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || t == &PyLong_Type || t == &PyFloat_Type ||
+           t == &PyBool_Type || t == &PyUnicode_Type || t == &PyBytes_Type || t == &PyComplex_Type ||
+           t == &PySlice_Type || t == &PyRange_Type || t == &PyCode_Type;
 }
 
 /* 1 when every item of set o is a constant (its equality guard is then exact). */
@@ -266,7 +265,8 @@ static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kt); i++) {
         PyObject *k = PyTuple_GET_ITEM(kt, i);
         if (!is_constant_type(k)) {
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S has a non-constant key", src >= 0 ? sources_repr(&c->src, src) : Py_None);
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S has a non-constant key",
+                     src >= 0 ? sources_repr(&c->src, src) : Py_None);
             return NULL;
         }
         PyObject *val = PyDict_GetItemWithError(obj, k);
@@ -309,7 +309,8 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
         Py_DECREF(key);
         Var *first = PyLong_AsVoidPtr(hit);
         if (first->untracked) {   /* its reads at capture were not guarded: a write here would not be seen there */
-            cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source", sj_type_a(c, Py_TYPE(obj), NULL));
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source",
+                     sj_type_a(c, Py_TYPE(obj), NULL));
             return NULL;
         }
         return same_object(c, first, src) < 0 ? NULL : first;
@@ -427,8 +428,7 @@ static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
     if (src >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || collections_is_container(obj)))
         return wrap_mutable(c, obj, src);
     if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
-        if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
-            PyObject_HasAttrString((PyObject *)t, "_fields")) {
+        if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) || PyObject_HasAttrString((PyObject *)t, "_fields")) {
             PyObject *fast = PySequence_Fast(obj, "");
             if (!fast)
                 return NULL;

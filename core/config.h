@@ -15,7 +15,8 @@ typedef enum { CFG_BOOL, CFG_INT, CFG_STR } ConfigKind;
 /* The C type of a knob of each kind (pasted from the KIND column). */
 #define SJ_CFG_CTYPE_CFG_BOOL int        /* 0 or 1 */
 #define SJ_CFG_CTYPE_CFG_INT long        /* >= 0 */
-#define SJ_CFG_CTYPE_CFG_STR PyObject *  /* strong reference to an exact str; never NULL
+#define SJ_CFG_CTYPE_CFG_STR \
+    PyObject *  /* strong reference to an exact str; never NULL
                                             after config_init() */
 
 typedef struct {
@@ -38,18 +39,18 @@ int sj_cpu_target_valid(const char *t);
 
 /* Stances: the valid values of the `stance` knob, in one table.
  * S(ENUM, "name"). STANCE_DEFAULT must stay first (it is the zero value). */
-#define SJ_STANCES(S)                                   \
-    S(STANCE_DEFAULT, "default")                        \
-    S(STANCE_FORCE_EAGER, "force_eager")                \
-    S(STANCE_EAGER_ON_RECOMPILE, "eager_on_recompile")  \
-    S(STANCE_FAIL_ON_RECOMPILE, "fail_on_recompile")    \
+#define SJ_STANCES(S) \
+    S(STANCE_DEFAULT, "default") \
+    S(STANCE_FORCE_EAGER, "force_eager") \
+    S(STANCE_EAGER_ON_RECOMPILE, "eager_on_recompile") \
+    S(STANCE_FAIL_ON_RECOMPILE, "fail_on_recompile") \
     S(STANCE_EAGER_THEN_COMPILE, "eager_then_compile")
 
 typedef enum {
 #define S(e, name) e,
     SJ_STANCES(S)
 #undef S
-    STANCE_COUNT
+        STANCE_COUNT
 } Stance;
 
 extern const char *const sj_stance_names[STANCE_COUNT];

@@ -29,7 +29,8 @@ extern int sj_log_levels[LOG_COUNT];
 
 extern const char *const sj_log_names[LOG_COUNT];
 
-static inline int sj_log_on(LogChannel c, int level) {
+static inline int sj_log_on(LogChannel c, int level)
+{
     int min = sj_log_levels[c];
     return min > 0 && level >= min;
 }

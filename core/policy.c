@@ -30,8 +30,7 @@ static PyObject *py_set_policy(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "sO:_set_policy", &name, &fn))
         return NULL;
     if (fn != Py_None && !PyCallable_Check(fn)) {
-        PyErr_Format(PyExc_TypeError, "_set_policy: %s needs a callable or None, not %s", name,
-                     Py_TYPE(fn)->tp_name);
+        PyErr_Format(PyExc_TypeError, "_set_policy: %s needs a callable or None, not %s", name, Py_TYPE(fn)->tp_name);
         return NULL;
     }
     for (int p = 0; p < POLICY_COUNT; p++) {
@@ -61,6 +60,7 @@ static PyObject *py_policies(PyObject *self, PyObject *unused)
 PyMethodDef sj_policy_methods[] = {
     {"_set_policy", py_set_policy, METH_VARARGS,
      "_set_policy(name, callable or None): the Python side of a C decision (core/policies.def)."},
-    {"_policies", py_policies, METH_NOARGS, "{policy name: (what it is called with, the callable or None)} (core/policies.def)."},
+    {"_policies", py_policies, METH_NOARGS,
+     "{policy name: (what it is called with, the callable or None)} (core/policies.def)."},
     {NULL, NULL, 0, NULL},
 };

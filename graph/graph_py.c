@@ -9,8 +9,7 @@
 /* ------------------------------------------------------------------ Node ---- */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *op, *target, *inputs, *dtype, *shape, *lib, *source;   /* all strong */
+    PyObject_HEAD PyObject *op, *target, *inputs, *dtype, *shape, *lib, *source;   /* all strong */
     PyObject *filename, *lineno, *line, *funcname;                    /* strong */
 } SjNodeObject;
 
@@ -32,12 +31,10 @@ static void node_dealloc(SjNodeObject *n)
 
 static PyObject *node_repr(SjNodeObject *n)
 {
-    return PyUnicode_FromFormat("<shapejit Node %S %S%S inputs=%S>", n->op, n->dtype, n->shape,
-                                n->inputs);
+    return PyUnicode_FromFormat("<shapejit Node %S %S%S inputs=%S>", n->op, n->dtype, n->shape, n->inputs);
 }
 
-#define NODE_MEMBER(name, doc) \
-    {#name, T_OBJECT, offsetof(SjNodeObject, name), READONLY, doc}
+#define NODE_MEMBER(name, doc) {#name, T_OBJECT, offsetof(SjNodeObject, name), READONLY, doc}
 static PyMemberDef node_members[] = {
     NODE_MEMBER(op, "op name (vocab/ops.def) or 'input'"),
     NODE_MEMBER(target, "the callable eager mode calls; None for inputs"),
@@ -54,8 +51,7 @@ static PyMemberDef node_members[] = {
 };
 
 PyTypeObject SjNode_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C.Node",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C.Node",
     .tp_basicsize = sizeof(SjNodeObject),
     .tp_dealloc = (destructor)node_dealloc,
     .tp_repr = (reprfunc)node_repr,
@@ -149,8 +145,8 @@ static PyObject *graph_call(SjGraphObject *self, PyObject *args, PyObject *kwarg
     }
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n != self->g->ninputs) {
-        PyErr_Format(PyExc_TypeError, "shapejit Graph %U takes %d inputs, got %zd", self->name,
-                     (int)self->g->ninputs, n);
+        PyErr_Format(PyExc_TypeError, "shapejit Graph %U takes %d inputs, got %zd", self->name, (int)self->g->ninputs,
+                     n);
         return NULL;
     }
     if (graph_py_link_once(self) < 0)
@@ -232,9 +228,8 @@ static PyObject *graph_get_op_count(SjGraphObject *self, void *c)
 
 static PyObject *graph_repr(SjGraphObject *self)
 {
-    return PyUnicode_FromFormat("<shapejit Graph %U: %d inputs, %d ops, %d outputs>", self->name,
-                                (int)self->g->ninputs, (int)(self->g->nnodes - self->g->ninputs),
-                                (int)self->g->noutputs);
+    return PyUnicode_FromFormat("<shapejit Graph %U: %d inputs, %d ops, %d outputs>", self->name, (int)self->g->ninputs,
+                                (int)(self->g->nnodes - self->g->ninputs), (int)self->g->noutputs);
 }
 
 /* One argument as plain Python data for shapejit.fx: ("v", value id), ("c", constant),
@@ -313,11 +308,9 @@ static PyObject *graph_parts(SjGraphObject *self, PyObject *unused)
                            g->pool[nd->args].kind == ARG_VALUE;
         PyObject *args = arg_range(g, nd->args, nd->nargs);
         PyObject *kw = args ? arg_range(g, nd->kwargs, nd->nkw) : NULL;
-        PyObject *t = kw ? Py_BuildValue("(sOOOOiiO)", op_info[nd->op].name,
-                                         PyList_GET_ITEM(g->consts, nd->target), args,
-                                         nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None,
-                                         kw, (int)nd->first_value, (int)nd->nout,
-                                         writes_first ? Py_True : Py_False)
+        PyObject *t = kw ? Py_BuildValue("(sOOOOiiO)", op_info[nd->op].name, PyList_GET_ITEM(g->consts, nd->target),
+                                         args, nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None, kw,
+                                         (int)nd->first_value, (int)nd->nout, writes_first ? Py_True : Py_False)
                          : NULL;
         Py_XDECREF(args);
         Py_XDECREF(kw);
@@ -388,11 +381,10 @@ static PyObject *graph_bound(SjGraphObject *self, PyObject *unused)
         }
         if (!params)
             goto fail;
-        PyObject *t = Py_BuildValue(
-            "(siisNiiiiiiO)", nd->op == OP_INPUT ? "input" : op_info[nd->op].name, nd->flags, nd->row,
-            nd->row >= 0 ? op_info[callable_rows[nd->row].op].name : NULL, params, (int)nd->bound,
-            (int)nd->nbound, (int)nd->args, (int)nd->nargs, (int)nd->kwargs, (int)nd->nkw,
-            nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None);
+        PyObject *t = Py_BuildValue("(siisNiiiiiiO)", nd->op == OP_INPUT ? "input" : op_info[nd->op].name, nd->flags,
+                                    nd->row, nd->row >= 0 ? op_info[callable_rows[nd->row].op].name : NULL, params,
+                                    (int)nd->bound, (int)nd->nbound, (int)nd->args, (int)nd->nargs, (int)nd->kwargs,
+                                    (int)nd->nkw, nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : Py_None);
         if (!t)
             goto fail;
         PyList_SET_ITEM(nodes, ni, t);   /* steals t */
@@ -488,16 +480,14 @@ static PyMethodDef graph_methods[] = {
      "backends read it, by its callables.def path with its arguments bound to that row's "
      "parameter names."},
     {"_constants", (PyCFunction)graph_py_constants, METH_NOARGS, "a copy of the constants table (tests)"},
-    {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O,
-     "append a constant no node uses; its index (tests)"},
+    {"_add_constant", (PyCFunction)graph_py_add_constant, METH_O, "append a constant no node uses; its index (tests)"},
     {"link", (PyCFunction)graph_py_link, METH_NOARGS,
      "link() -> self: resolve the library objects of a graph read from text (imports torch / "
      "numpy as needed)."},
     {"to_fx", (PyCFunction)graph_to_fx, METH_NOARGS,
      "to_fx() -> torch.fx.GraphModule: one call_function node per op, calling the op's "
      "original callable with its arguments; a placeholder per input; the outputs as a tuple."},
-    {"_parts", (PyCFunction)graph_parts, METH_NOARGS,
-     "(inputs, nodes, outputs) as plain data, for shapejit.fx."},
+    {"_parts", (PyCFunction)graph_parts, METH_NOARGS, "(inputs, nodes, outputs) as plain data, for shapejit.fx."},
     {"_bound", (PyCFunction)graph_bound, METH_NOARGS,
      "(pool, nodes): each node's row and arguments bound to its schema, as plain data."},
     {NULL, NULL, 0, NULL},
@@ -521,8 +511,7 @@ static PyMemberDef graph_members[] = {
 };
 
 PyTypeObject SjGraph_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C.Graph",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C.Graph",
     .tp_basicsize = sizeof(SjGraphObject),
     .tp_dealloc = (destructor)graph_dealloc,
     .tp_repr = (reprfunc)graph_repr,
@@ -555,8 +544,8 @@ int graph_py_init_types(PyObject *module)
     if (PyType_Ready(&SjGraph_Type) < 0 || PyType_Ready(&SjNode_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(module, "Graph", (PyObject *)&SjGraph_Type) < 0 ||
-        PyModule_AddObjectRef(module, "Node", (PyObject *)&SjNode_Type) < 0 ||
-        serial_init_types(module) < 0 || PyModule_AddFunctions(module, graph_module_functions) < 0)
+        PyModule_AddObjectRef(module, "Node", (PyObject *)&SjNode_Type) < 0 || serial_init_types(module) < 0 ||
+        PyModule_AddFunctions(module, graph_module_functions) < 0)
         return -1;
     return 0;
 }

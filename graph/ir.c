@@ -109,10 +109,8 @@ int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source)
     return v;
 }
 
-
-int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
-                       int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
-                       const TensorMeta *metas, int32_t nout, PyObject *where)
+int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args, int32_t nargs, int32_t kwargs,
+                       int32_t nkw, PyObject *kwnames, const TensorMeta *metas, int32_t nout, PyObject *where)
 {
     int32_t t = graph_const(g, target);
     if (t < 0)
@@ -206,14 +204,13 @@ void graph_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t 
     }
 }
 
-
 /* Whether an op's result may share memory with its first argument: views, writes in
  * place (their result is the argument), and casts (`x.float()` of a float tensor, numpy's
  * astype(copy=False) return the argument itself). */
 static int result_may_alias_arg(const Node *nd)
 {
-    return op_info[nd->op].kind == OPK_VIEW || op_info[nd->op].kind == OPK_MUTATION ||
-           nd->op == OP_CAST || (nd->flags & NODE_INPLACE);
+    return op_info[nd->op].kind == OPK_VIEW || op_info[nd->op].kind == OPK_MUTATION || nd->op == OP_CAST ||
+           (nd->flags & NODE_INPLACE);
 }
 
 int graph_value_may_alias_input(const Graph *g, int32_t vid)
@@ -291,13 +288,11 @@ static PyObject *run_node(Graph *g, const Node *nd, PyObject **vals)
     if (!stack)
         return PyErr_NoMemory();
     for (; filled < total; filled++) {
-        const Arg *a = filled < nd->nargs ? &g->pool[nd->args + filled]
-                                          : &g->pool[nd->kwargs + (filled - nd->nargs)];
+        const Arg *a = filled < nd->nargs ? &g->pool[nd->args + filled] : &g->pool[nd->kwargs + (filled - nd->nargs)];
         if (!(stack[filled] = arg_value(g, a, vals)))
             goto done;
     }
-    res = PyObject_Vectorcall(PyList_GET_ITEM(g->consts, nd->target), stack,
-                              (size_t)nd->nargs,
+    res = PyObject_Vectorcall(PyList_GET_ITEM(g->consts, nd->target), stack, (size_t)nd->nargs,
                               nd->kwnames >= 0 ? PyList_GET_ITEM(g->consts, nd->kwnames) : NULL);
 done:
     for (int32_t i = 0; i < filled; i++)
@@ -328,9 +323,9 @@ static int verify_value(Graph *g, const Node *nd, int32_t vid, PyObject *v, PyOb
     PyObject *dt = got ? PyObject_GetAttrString(v, "dtype") : NULL;
     if (!dt)
         sj_err_clear();
-    *mismatch = PyUnicode_FromFormat("the shape rule of op '%s' predicted %s but eager gave %s %S %S",
-                                     op_info[nd->op].name, want, Py_TYPE(v)->tp_name,
-                                     dt ? dt : Py_None, got ? got : Py_None);
+    *mismatch =
+        PyUnicode_FromFormat("the shape rule of op '%s' predicted %s but eager gave %s %S %S", op_info[nd->op].name,
+                             want, Py_TYPE(v)->tp_name, dt ? dt : Py_None, got ? got : Py_None);
     Py_XDECREF(got);
     Py_XDECREF(dt);
     return *mismatch ? 0 : -1;
@@ -506,8 +501,7 @@ PyObject *graph_target_name(PyObject *t)
         Py_XDECREF(mod);
         return PyObject_Repr(t);
     }
-    PyObject *r = (mod && PyUnicode_Check(mod)) ? PyUnicode_FromFormat("%U.%U", mod, qn)
-                                                : Py_NewRef(qn);
+    PyObject *r = (mod && PyUnicode_Check(mod)) ? PyUnicode_FromFormat("%U.%U", mod, qn) : Py_NewRef(qn);
     Py_XDECREF(mod);
     Py_DECREF(qn);
     return r;
@@ -533,8 +527,8 @@ static int fmt_bound(Graph *g, int32_t ni, PyObject *parts)
         if (a->kind == ARG_ABSENT)
             continue;
         PyObject *tmp = PyList_New(0);    /* new */
-        PyObject *kv = tmp && fmt_arg(g, a, tmp) == 0
-                           ? PyUnicode_FromFormat("%s=%U", ps[i].name, PyList_GET_ITEM(tmp, 0)) : NULL;
+        PyObject *kv =
+            tmp && fmt_arg(g, a, tmp) == 0 ? PyUnicode_FromFormat("%s=%U", ps[i].name, PyList_GET_ITEM(tmp, 0)) : NULL;
         int r = kv ? PyList_Append(parts, kv) : -1;
         Py_XDECREF(tmp);
         Py_XDECREF(kv);
@@ -593,27 +587,26 @@ static PyObject *format_graph(Graph *g, const char *name, int bound)
                 Py_DECREF(parts);
             else
                 joined = sj_join(", ", parts);   /* parts stolen */
-            PyObject *tname = !joined ? NULL
-                            : by_row ? PyUnicode_FromString(callable_rows[nd->row].path)
-                                     : graph_target_name(PyList_GET_ITEM(g->consts, nd->target));
+            PyObject *tname = !joined  ? NULL
+                              : by_row ? PyUnicode_FromString(callable_rows[nd->row].path)
+                                       : graph_target_name(PyList_GET_ITEM(g->consts, nd->target));
             if (!tname) {
                 Py_XDECREF(joined);
                 goto done;
             }
-            PyObject *lhs = nd->nout == 1 ? PyUnicode_FromFormat("v%d", (int)nd->first_value)
-                          : nd->nout == 0 ? PyUnicode_FromString("_")
-                          : PyUnicode_FromFormat("v%d..v%d", (int)nd->first_value,
-                                                 (int)(nd->first_value + nd->nout - 1));
+            PyObject *lhs = nd->nout == 1   ? PyUnicode_FromFormat("v%d", (int)nd->first_value)
+                            : nd->nout == 0 ? PyUnicode_FromString("_")
+                                            : PyUnicode_FromFormat("v%d..v%d", (int)nd->first_value,
+                                                                   (int)(nd->first_value + nd->nout - 1));
             const char *op = bound ? op_info[nd->op].name : "";   /* the bound form names the op */
             if (nd->where >= 0) {
                 PyObject *w = PyList_GET_ITEM(g->consts, nd->where);
-                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s  # %s%s%U:%S  %U", lhs, metas, tname,
-                                            joined, (nd->flags & NODE_INPLACE) ? " [in-place]" : "", op,
-                                            bound ? ", " : "", PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1),
-                                            PyTuple_GET_ITEM(w, 3));
+                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s  # %s%s%U:%S  %U", lhs, metas, tname, joined,
+                                            (nd->flags & NODE_INPLACE) ? " [in-place]" : "", op, bound ? ", " : "",
+                                            PyTuple_GET_ITEM(w, 0), PyTuple_GET_ITEM(w, 1), PyTuple_GET_ITEM(w, 3));
             } else {
-                line = PyUnicode_FromFormat("    %U: %s = %U(%U)%s%s", lhs, metas, tname, joined,
-                                            bound ? "  # " : "", op);
+                line =
+                    PyUnicode_FromFormat("    %U: %s = %U(%U)%s%s", lhs, metas, tname, joined, bound ? "  # " : "", op);
             }
             Py_XDECREF(lhs);
             Py_DECREF(tname);

@@ -83,11 +83,16 @@ typedef struct {
 } Value;
 
 typedef struct Graph {
-    Node *nodes;   int32_t nnodes, cap_nodes;
-    Value *values; int32_t nvalues, cap_values;
-    Arg *pool;     int32_t npool, cap_pool;
-    int32_t *inputs;  int32_t ninputs, cap_inputs;    /* value ids of inputs, in call order */
-    int32_t *outputs; int32_t noutputs, cap_outputs;  /* value ids returned, in order */
+    Node *nodes;
+    int32_t nnodes, cap_nodes;
+    Value *values;
+    int32_t nvalues, cap_values;
+    Arg *pool;
+    int32_t npool, cap_pool;
+    int32_t *inputs;
+    int32_t ninputs, cap_inputs;    /* value ids of inputs, in call order */
+    int32_t *outputs;
+    int32_t noutputs, cap_outputs;  /* value ids returned, in order */
     PyObject *consts;   /* strong: a list owning every object the graph refers to */
     int has_mutation;   /* some node writes into a graph input, a view of one or a constant,
                            or draws from the default random generator */
@@ -109,9 +114,8 @@ int32_t graph_add_input(Graph *g, const TensorMeta *meta, PyObject *source);
 /* New op node. args/kwargs are pool ranges already filled. metas: nout output metas.
  * target and kwnames borrowed (kwnames may be NULL), where borrowed (may be NULL).
  * Returns the first value id or -1 (exception set). */
-int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args,
-                       int32_t nargs, int32_t kwargs, int32_t nkw, PyObject *kwnames,
-                       const TensorMeta *metas, int32_t nout, PyObject *where);
+int32_t graph_add_node(Graph *g, OpId op, int flags, PyObject *target, int32_t args, int32_t nargs, int32_t kwargs,
+                       int32_t nkw, PyObject *kwnames, const TensorMeta *metas, int32_t nout, PyObject *where);
 int graph_add_output(Graph *g, int32_t value);
 /* Give node ni (not an input) the arguments bound to callables row `row`: the pool range
  * [bound, bound + nbound), filled by the caller (the rule at the top of this file). */
@@ -166,8 +170,7 @@ extern PyTypeObject SjGraph_Type;
 extern PyTypeObject SjNode_Type;
 
 typedef struct {
-    PyObject_HEAD
-    Graph *g;           /* owned */
+    PyObject_HEAD Graph *g;           /* owned */
     PyObject *name;     /* strong: str */
     int verify_next;    /* verify the next run against predicted metadata */
     int verified;       /* a run was verified */

@@ -44,7 +44,6 @@
 #include "../vocab/libs.h"
 #include "../core/errors.h"
 
-
 /* ---------------------------------------------------------------- buffer ---- */
 
 typedef struct {
@@ -72,7 +71,10 @@ static int buf_put(Buf *b, const char *s, size_t len)
     return 0;
 }
 
-static int buf_puts(Buf *b, const char *s) { return buf_put(b, s, strlen(s)); }
+static int buf_puts(Buf *b, const char *s)
+{
+    return buf_put(b, s, strlen(s));
+}
 
 static int buf_printf(Buf *b, const char *fmt, ...)
 {
@@ -133,8 +135,7 @@ static int buf_bound(Buf *b, int64_t v)
 /* An unresolved library object: what a serialised graph holds in place of a dtype, a
  * device, a tensor or a callable until it is linked. */
 typedef struct {
-    PyObject_HEAD
-    PyObject *kind;   /* strong str: a REF_KINDS name ("torch.dtype") */
+    PyObject_HEAD PyObject *kind;   /* strong str: a REF_KINDS name ("torch.dtype") */
     PyObject *data;   /* strong tuple of plain constants that identify the object */
     PyObject *repr;   /* strong str or NULL: the object's repr when it was written (NULL for
                          a callable graph_format prints by name) */
@@ -188,7 +189,10 @@ static void ref_dealloc(SjRefObject *r)
 }
 
 /* As graph_format prints the live object: its repr, or for a callable its name. */
-static PyObject *ref_repr(SjRefObject *r) { return Py_NewRef(r->repr ? r->repr : r->name); }
+static PyObject *ref_repr(SjRefObject *r)
+{
+    return Py_NewRef(r->repr ? r->repr : r->name);
+}
 
 static PyObject *ref_richcompare(PyObject *a, PyObject *b, int op)
 {
@@ -229,8 +233,16 @@ static PyObject *ref_get_module(SjRefObject *r, void *c)
     return NULL;
 }
 
-static PyObject *ref_get_kind(SjRefObject *r, void *c) { (void)c; return Py_NewRef(r->kind); }
-static PyObject *ref_get_data(SjRefObject *r, void *c) { (void)c; return Py_NewRef(r->data); }
+static PyObject *ref_get_kind(SjRefObject *r, void *c)
+{
+    (void)c;
+    return Py_NewRef(r->kind);
+}
+static PyObject *ref_get_data(SjRefObject *r, void *c)
+{
+    (void)c;
+    return Py_NewRef(r->data);
+}
 
 static PyGetSetDef ref_getset[] = {
     {"kind", (getter)ref_get_kind, NULL, "what the object is: torch.dtype, callable.row, ...", NULL},
@@ -241,8 +253,7 @@ static PyGetSetDef ref_getset[] = {
 };
 
 PyTypeObject SjGraphRef_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C.GraphRef",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C.GraphRef",
     .tp_basicsize = sizeof(SjRefObject),
     .tp_dealloc = (destructor)ref_dealloc,
     .tp_repr = (reprfunc)ref_repr,
@@ -419,8 +430,8 @@ static PyObject *method_data(PyObject *obj)
     PyObject *name = owner ? PyObject_GetAttrString(PyMethod_GET_FUNCTION(obj), "__name__") : NULL;
     PyObject *back = name && PyUnicode_Check(name) ? PyObject_GetAttr(PyMethod_GET_SELF(obj), name) : NULL;
     int same = back ? PyObject_RichCompareBool(back, obj, Py_EQ) : 0;
-    PyObject *res = same == 1 ? Py_BuildValue("(OOO)", PyTuple_GET_ITEM(owner, 0), PyTuple_GET_ITEM(owner, 1), name)
-                              : NULL;
+    PyObject *res =
+        same == 1 ? Py_BuildValue("(OOO)", PyTuple_GET_ITEM(owner, 0), PyTuple_GET_ITEM(owner, 1), name) : NULL;
     sj_err_clear();
     Py_XDECREF(owner);
     Py_XDECREF(name);
@@ -805,8 +816,8 @@ static int write_node(Buf *b, Graph *g, int32_t ni)
     const Node *nd = &g->nodes[ni];
     if (buf_printf(b, "node %d %s flags=%d target=%d args=%d,%d kw=%d,%d kwnames=%d out=%d,%d where=%d source=%d row=",
                    (int)ni, nd->op == OP_INPUT ? "input" : op_info[nd->op].name, nd->flags, (int)nd->target,
-                   (int)nd->args, (int)nd->nargs, (int)nd->kwargs, (int)nd->nkw, (int)nd->kwnames,
-                   (int)nd->first_value, (int)nd->nout, (int)nd->where, (int)nd->source) < 0)
+                   (int)nd->args, (int)nd->nargs, (int)nd->kwargs, (int)nd->nkw, (int)nd->kwnames, (int)nd->first_value,
+                   (int)nd->nout, (int)nd->where, (int)nd->source) < 0)
         return -1;
     if (write_row(b, nd->row) < 0)
         return -1;
@@ -861,11 +872,11 @@ PyObject *graph_serialize(Graph *g, PyObject *name)
     if (collect_exprs(g, &x) < 0)
         goto done;
     if (buf_printf(&b, "shapejit-graph %d\nname ", SERIAL_VERSION) < 0 || buf_quoted(&b, name) < 0 ||
-        buf_printf(&b, "\ngraph nodes=%d values=%d pool=%d consts=%d inputs=%d outputs=%d exprs=%d "
-                       "has_mutation=%d grad_query=%d env=%d\n",
-                   (int)g->nnodes, (int)g->nvalues, (int)g->npool, (int)PyList_GET_SIZE(g->consts),
-                   (int)g->ninputs, (int)g->noutputs, (int)x.n, g->has_mutation ? 1 : 0, (int)g->grad_query,
-                   g->env != NULL) < 0)
+        buf_printf(&b,
+                   "\ngraph nodes=%d values=%d pool=%d consts=%d inputs=%d outputs=%d exprs=%d "
+                   "has_mutation=%d grad_query=%d env=%d\n",
+                   (int)g->nnodes, (int)g->nvalues, (int)g->npool, (int)PyList_GET_SIZE(g->consts), (int)g->ninputs,
+                   (int)g->noutputs, (int)x.n, g->has_mutation ? 1 : 0, (int)g->grad_query, g->env != NULL) < 0)
         goto done;
     for (int32_t i = 0; i < x.n; i++)
         if (write_expr(&b, &x, i) < 0)
@@ -1015,7 +1026,9 @@ static PyObject *ref_resolve(SjRefObject *r)
     if (kind < 0 || (serial_ref_ndata[kind] >= 0 && nd != serial_ref_ndata[kind]))
         return PyErr_Format(PyExc_ValueError, "shapejit: a graph reference %R with malformed data", r), NULL;
     const char *lib = NULL;
-#define X(e, name, l, ndata) if (kind == e) lib = l;
+#define X(e, name, l, ndata) \
+    if (kind == e) \
+        lib = l;
     REF_KINDS(X)
 #undef X
     if (lib && strcmp(lib, "torch") == 0 && !(torch = PyImport_ImportModule("torch")))
@@ -1081,8 +1094,9 @@ static PyObject *ref_resolve(SjRefObject *r)
             break;
         }
         int k = callable_rows[row].kind;
-        const char *mod = k == CK_TORCH || k == CK_TENSOR_METHOD ? "torch"
-                        : k == CK_NUMPY || k == CK_NDARRAY_METHOD ? "numpy" : "operator";
+        const char *mod = k == CK_TORCH || k == CK_TENSOR_METHOD    ? "torch"
+                          : k == CK_NUMPY || k == CK_NDARRAY_METHOD ? "numpy"
+                                                                    : "operator";
         PyObject *m = PyImport_ImportModule(mod);
         Py_XDECREF(m);
         if (!m || libs_refresh() < 0 || callables_init() < 0)
@@ -1142,5 +1156,3 @@ int graph_link(Graph *g)
     }
     return 0;
 }
-
-

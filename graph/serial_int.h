@@ -9,25 +9,25 @@
 
 /* The library objects a graph may hold as constants, one row each: kind name, library
  * imported to resolve it (NULL: the callable's own module), number of data items (-1: any). */
-#define REF_KINDS(X)                                              \
-    X(RK_TORCH_DTYPE, "torch.dtype", "torch", 1)                  \
-    X(RK_TORCH_DEVICE, "torch.device", "torch", 1)                \
-    X(RK_TORCH_MEMORY_FORMAT, "torch.memory_format", "torch", 1)  \
-    X(RK_TORCH_LAYOUT, "torch.layout", "torch", 1)                \
-    X(RK_TORCH_SIZE, "torch.Size", "torch", -1)                   \
-    X(RK_TORCH_TENSOR, "torch.Tensor", "torch", 4)                \
-    X(RK_NUMPY_DTYPE, "numpy.dtype", "numpy", 1)                  \
-    X(RK_NUMPY_SCALAR, "numpy.scalar", "numpy", 2)                \
-    X(RK_NUMPY_NDARRAY, "numpy.ndarray", "numpy", 3)              \
-    X(RK_ROW, "callable.row", NULL, 1)                            \
-    X(RK_GLOBAL, "callable.global", NULL, 2)                      \
+#define REF_KINDS(X) \
+    X(RK_TORCH_DTYPE, "torch.dtype", "torch", 1) \
+    X(RK_TORCH_DEVICE, "torch.device", "torch", 1) \
+    X(RK_TORCH_MEMORY_FORMAT, "torch.memory_format", "torch", 1) \
+    X(RK_TORCH_LAYOUT, "torch.layout", "torch", 1) \
+    X(RK_TORCH_SIZE, "torch.Size", "torch", -1) \
+    X(RK_TORCH_TENSOR, "torch.Tensor", "torch", 4) \
+    X(RK_NUMPY_DTYPE, "numpy.dtype", "numpy", 1) \
+    X(RK_NUMPY_SCALAR, "numpy.scalar", "numpy", 2) \
+    X(RK_NUMPY_NDARRAY, "numpy.ndarray", "numpy", 3) \
+    X(RK_ROW, "callable.row", NULL, 1) \
+    X(RK_GLOBAL, "callable.global", NULL, 2) \
     X(RK_METHOD, "callable.method", NULL, 3)
 
 typedef enum {
 #define X(e, name, lib, ndata) e,
     REF_KINDS(X)
 #undef X
-    RK_COUNT
+        RK_COUNT
 } RefKind;
 
 extern const char *const serial_ref_kind_names[RK_COUNT];

@@ -95,8 +95,8 @@ static int rd_eol(Rd *r)
 
 static int is_word_char(char c)
 {
-    return c > ' ' && c < 0x7f && c != '(' && c != ')' && c != '=' && c != ',' && c != '[' && c != ']' &&
-           c != '"' && c != ':';
+    return c > ' ' && c < 0x7f && c != '(' && c != ')' && c != '=' && c != ',' && c != '[' && c != ']' && c != '"' &&
+           c != ':';
 }
 
 /* A bare word into buf (NUL-terminated); 0 or -1. */
@@ -200,7 +200,10 @@ static int rd_bound(Rd *r, int64_t *out)
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* A quoted string: new str. */
@@ -377,7 +380,11 @@ static PyObject *rd_tagged(Rd *r, int depth)
             Py_CLEAR(res);
         return res;
     }
-    int k = !strcmp(tag, "tuple") ? 0 : !strcmp(tag, "list") ? 1 : !strcmp(tag, "slice") ? 2 : !strcmp(tag, "range") ? 3 : -1;
+    int k = !strcmp(tag, "tuple")   ? 0
+            : !strcmp(tag, "list")  ? 1
+            : !strcmp(tag, "slice") ? 2
+            : !strcmp(tag, "range") ? 3
+                                    : -1;
     if (k < 0)
         return rd_fail(r, "unknown constant tag '%s'", tag), NULL;
     PyObject *items = rd_items(r, depth, 0), *res = NULL;
@@ -574,7 +581,8 @@ static int rd_pool(Rd *r, Graph *g, int32_t i)
     Arg *a = &g->pool[i];
     char w[16];
     int32_t got;
-    if (rd_lit(r, "pool") < 0 || rd_i32(r, &got, i, i, "pool index") < 0 || rd_word(r, w, sizeof w, "an argument kind") < 0)
+    if (rd_lit(r, "pool") < 0 || rd_i32(r, &got, i, i, "pool index") < 0 ||
+        rd_word(r, w, sizeof w, "an argument kind") < 0)
         return -1;
     int kind = -1;
     for (int k = 0; k <= ARG_ABSENT; k++)
@@ -585,7 +593,8 @@ static int rd_pool(Rd *r, Graph *g, int32_t i)
     a->kind = (uint8_t)kind;
     if (rd_i32(r, &a->a, INT32_MIN, INT32_MAX, "argument") < 0 || rd_i32(r, &a->n, 0, INT32_MAX, "item count") < 0)
         return -1;
-    if ((kind == ARG_VALUE && (a->a < 0 || a->a >= r->nvalues)) || (kind == ARG_CONST && (a->a < 0 || a->a >= r->nconsts)))
+    if ((kind == ARG_VALUE && (a->a < 0 || a->a >= r->nvalues)) ||
+        (kind == ARG_CONST && (a->a < 0 || a->a >= r->nconsts)))
         return rd_fail(r, "%s %d out of range", w, (int)a->a);
     if ((kind == ARG_LIST || kind == ARG_TUPLE) && a->n > 0 && (a->a < 0 || (int64_t)a->a + a->n > r->npool))
         return rd_fail(r, "%s items %d,%d run outside the pool", w, (int)a->a, (int)a->n);
@@ -615,8 +624,9 @@ static int rd_const_ref(Rd *r, Graph *g, const char *key, int32_t *out, int may_
              PyUnicode_Check(PyTuple_GET_ITEM(c, 3));
     if (!ok)
         return rd_fail(r, "%s=%d is not %s", key, (int)*out,
-                       want == C_STR ? "a str" : want == C_KWNAMES ? "a tuple of as many strs as keyword arguments"
-                                                                  : "a (file, line, function, text) tuple");
+                       want == C_STR       ? "a str"
+                       : want == C_KWNAMES ? "a tuple of as many strs as keyword arguments"
+                                           : "a (file, line, function, text) tuple");
     return 0;
 }
 
@@ -705,15 +715,15 @@ static int pool_visit(Graph *g, PoolCheck *pc, int32_t i)
         for (int32_t k = 0; k < a->n; k++) {
             int32_t j = a->a + k;
             if (g->pool[j].kind == ARG_ABSENT)
-                return PyErr_Format(PyExc_ValueError, "shapejit graph text: pool list %d holds an absent slot",
-                                    (int)i), -1;
+                return PyErr_Format(PyExc_ValueError, "shapejit graph text: pool list %d holds an absent slot", (int)i),
+                       -1;
             if (pool_visit(g, pc, j) < 0)
                 return -1;
             h = pc->height[j] + 1 > h ? pc->height[j] + 1 : h;
             m = pc->maxdef[j] > m ? pc->maxdef[j] : m;
             if (h > MAX_DEPTH)
-                return PyErr_Format(PyExc_ValueError, "shapejit graph text: pool lists nest deeper than %d",
-                                    MAX_DEPTH), -1;
+                return PyErr_Format(PyExc_ValueError, "shapejit graph text: pool lists nest deeper than %d", MAX_DEPTH),
+                       -1;
         }
     pc->state[i] = 2;
     pc->height[i] = (uint8_t)h;
@@ -725,13 +735,16 @@ static int check_args(Graph *g, PoolCheck *pc, int32_t ni, int32_t first, int32_
 {
     for (int32_t i = first; i < first + n; i++) {
         if (g->pool[i].kind == ARG_ABSENT && !bound)
-            return PyErr_Format(PyExc_ValueError, "shapejit graph text: node %d passes an absent argument",
-                                (int)ni), -1;
+            return PyErr_Format(PyExc_ValueError, "shapejit graph text: node %d passes an absent argument", (int)ni),
+                   -1;
         if (pool_visit(g, pc, i) < 0)
             return -1;
         if (pc->maxdef[i] >= ni)
-            return PyErr_Format(PyExc_ValueError, "shapejit graph text: node %d reads a value of node %d, which "
-                                "does not come before it", (int)ni, (int)pc->maxdef[i]), -1;
+            return PyErr_Format(PyExc_ValueError,
+                                "shapejit graph text: node %d reads a value of node %d, which "
+                                "does not come before it",
+                                (int)ni, (int)pc->maxdef[i]),
+                   -1;
     }
     return 0;
 }
@@ -742,8 +755,9 @@ static int validate(Graph *g)
         const Value *val = &g->values[v];
         const Node *nd = &g->nodes[val->node];
         if (v < nd->first_value || v >= nd->first_value + nd->nout || val->index != v - nd->first_value)
-            return PyErr_Format(PyExc_ValueError, "shapejit graph text: value %d is not output %d of node %d",
-                                (int)v, (int)val->index, (int)val->node), -1;
+            return PyErr_Format(PyExc_ValueError, "shapejit graph text: value %d is not output %d of node %d", (int)v,
+                                (int)val->index, (int)val->node),
+                   -1;
     }
     PoolCheck pc = {PyMem_Calloc((size_t)g->npool + 1, 1), PyMem_Calloc((size_t)g->npool + 1, 1),
                     PyMem_Calloc((size_t)g->npool + 1, sizeof(int32_t))};
@@ -752,12 +766,14 @@ static int validate(Graph *g)
         const Node *nd = &g->nodes[ni];
         for (int32_t k = 0; k < nd->nout && r == 0; k++)
             if (g->values[nd->first_value + k].node != ni)
-                r = (PyErr_Format(PyExc_ValueError, "shapejit graph text: node %d defines value %d, whose "
-                                  "record names node %d", (int)ni, (int)(nd->first_value + k),
-                                  (int)g->values[nd->first_value + k].node), -1);
-        if (r == 0 && (check_args(g, &pc, ni, nd->args, nd->nargs, 0) < 0 ||
-                       check_args(g, &pc, ni, nd->kwargs, nd->nkw, 0) < 0 ||
-                       check_args(g, &pc, ni, nd->bound, nd->nbound, 1) < 0))
+                r = (PyErr_Format(PyExc_ValueError,
+                                  "shapejit graph text: node %d defines value %d, whose "
+                                  "record names node %d",
+                                  (int)ni, (int)(nd->first_value + k), (int)g->values[nd->first_value + k].node),
+                     -1);
+        if (r == 0 &&
+            (check_args(g, &pc, ni, nd->args, nd->nargs, 0) < 0 || check_args(g, &pc, ni, nd->kwargs, nd->nkw, 0) < 0 ||
+             check_args(g, &pc, ni, nd->bound, nd->nbound, 1) < 0))
             r = -1;
     }
     PyMem_Free(pc.state);
@@ -767,8 +783,11 @@ static int validate(Graph *g)
         return -1;
     for (int32_t i = 0; i < g->ninputs; i++)
         if (g->nodes[g->values[g->inputs[i]].node].op != OP_INPUT)
-            return PyErr_Format(PyExc_ValueError, "shapejit graph text: input %d (value %d) is not defined by an "
-                                "input node", (int)i, (int)g->inputs[i]), -1;
+            return PyErr_Format(PyExc_ValueError,
+                                "shapejit graph text: input %d (value %d) is not defined by an "
+                                "input node",
+                                (int)i, (int)g->inputs[i]),
+                   -1;
     return 0;
 }
 

@@ -14,7 +14,9 @@ typedef struct {
     PyObject *fn;          /* strong, cached */
 } TorchFn;
 
-static TorchFn fns[] = {{"is_grad_enabled", NULL}, {"get_default_dtype", NULL}, {"get_num_threads", NULL},
+static TorchFn fns[] = {{"is_grad_enabled", NULL},
+                        {"get_default_dtype", NULL},
+                        {"get_num_threads", NULL},
                         {"_C._is_any_autocast_enabled", NULL}};
 enum { FN_GRAD, FN_DTYPE, FN_THREADS, FN_AUTOCAST, FN_COUNT };
 

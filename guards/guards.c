@@ -12,8 +12,16 @@
 
 /* What differs between a TENSOR_MATCH leaf and a tensor's facts, first difference first. */
 typedef enum {
-    TM_SAME, TM_TYPE, TM_UNSUPPORTED, TM_LIB, TM_DTYPE, TM_RANK, TM_REQUIRES_GRAD, TM_NP_SCALAR,
-    TM_SIZE, TM_STRIDE,
+    TM_SAME,
+    TM_TYPE,
+    TM_UNSUPPORTED,
+    TM_LIB,
+    TM_DTYPE,
+    TM_RANK,
+    TM_REQUIRES_GRAD,
+    TM_NP_SCALAR,
+    TM_SIZE,
+    TM_STRIDE,
 } TensorDiff;
 
 static TensorDiff tensor_diff(const Guard *g, PyObject *v, const TensorFacts *f, int *index)
@@ -74,8 +82,7 @@ static GlobalDiff global_diff(const Guard *g, const GlobalState *now)
 }
 
 /* The facts of a tensor value: through the call's cache when the guard has a source. */
-static const TensorFacts *facts_of(const Guard *g, PyObject *v, GuardCall *call, TensorFacts *tmp,
-                                   const char **why)
+static const TensorFacts *facts_of(const Guard *g, PyObject *v, GuardCall *call, TensorFacts *tmp, const char **why)
 {
     if (call && g->src >= 0)
         return guard_call_facts(call, g->src, v, why);
@@ -209,15 +216,14 @@ static int check_dict_len(const Guard *g, PyObject *v, GuardCall *call)
 
 /* CPython 3.11 keeps a version tag on every dict that changes with every write; it is
  * deprecated from 3.12 on, where this kind would need dict watchers instead. */
-_Pragma("GCC diagnostic push")
-_Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")
-uint64_t guards_dict_version(PyObject *d)
+_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"") uint64_t
+    guards_dict_version(PyObject *d)
 {
     return ((PyDictObject *)d)->ma_version_tag;
 }
 _Pragma("GCC diagnostic pop")
 
-static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
+    static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)call;
     return PyDict_Check(v) && guards_dict_version(v) == g->version;
@@ -326,7 +332,8 @@ static PyObject *with_param_hint(PyObject *reason, PyObject *name)
         return reason;
     PyObject *r = PyUnicode_FromFormat("%U. Parameters are compiled with static shapes "
                                        "(config.force_parameter_static_shapes = True); set it to False to let "
-                                       "their sizes be dynamic instead of recompiling for each", reason);
+                                       "their sizes be dynamic instead of recompiling for each",
+                                       reason);
     Py_DECREF(reason);
     return r;
 }
@@ -367,9 +374,10 @@ static PyObject *explain_tensor(const Guard *g, PyObject *v, PyObject *name, Gua
             return PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d: the strides no longer give the "
                                         "dense layout the entry was compiled for (actual %lld)",
                                         name, i, (long long)f->stride[i]);
-        return with_param_hint(PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d. expected %lld, actual %lld",
-                                                    name, i, (long long)g->stride[i], (long long)f->stride[i]),
-                               name);
+        return with_param_hint(
+            PyUnicode_FromFormat("tensor '%U' stride mismatch at index %d. expected %lld, actual %lld", name, i,
+                                 (long long)g->stride[i], (long long)f->stride[i]),
+            name);
     case TM_SAME:
         break;
     }
@@ -436,8 +444,8 @@ static PyObject *explain_global(const Guard *g, PyObject *v, PyObject *name, Gua
                                     dtype_info[g->gs.default_dtype].name,
                                     now.default_dtype >= 0 ? dtype_info[now.default_dtype].name : "?");
     case GS_THREADS:
-        return PyUnicode_FromFormat("GLOBAL_STATE changed: num_threads (expected %d, actual %d)",
-                                    g->gs.num_threads, now.num_threads);
+        return PyUnicode_FromFormat("GLOBAL_STATE changed: num_threads (expected %d, actual %d)", g->gs.num_threads,
+                                    now.num_threads);
     case GS_AUTOCAST:
         return PyUnicode_FromFormat("GLOBAL_STATE changed: autocast (expected %s, actual %s)",
                                     g->gs.autocast ? "enabled" : "disabled", now.autocast ? "enabled" : "disabled");
@@ -463,8 +471,8 @@ static PyObject *describe_options(PyObject *key)
     }
     PyObject *extra = PyTuple_GET_ITEM(key, 3);   /* ((name, value), ...) */
     PyObject *r = PyTuple_Check(extra) && PyTuple_GET_SIZE(extra)
-                      ? PyUnicode_FromFormat("backend=%R, fullgraph=%R, dynamic=%R, %R", name,
-                                             PyTuple_GET_ITEM(key, 1), PyTuple_GET_ITEM(key, 2), extra)
+                      ? PyUnicode_FromFormat("backend=%R, fullgraph=%R, dynamic=%R, %R", name, PyTuple_GET_ITEM(key, 1),
+                                             PyTuple_GET_ITEM(key, 2), extra)
                       : PyUnicode_FromFormat("backend=%R, fullgraph=%R, dynamic=%R", name, PyTuple_GET_ITEM(key, 1),
                                              PyTuple_GET_ITEM(key, 2));
     Py_DECREF(name);
@@ -477,8 +485,8 @@ static PyObject *explain_backend(const Guard *g, PyObject *v, PyObject *name, Gu
     (void)name;
     PyObject *was = describe_options(g->expected);
     PyObject *now = was ? describe_options(call->options) : NULL;
-    PyObject *r = now ? PyUnicode_FromFormat("BACKEND_MATCH failure: compiled with %U; called with %U", was, now)
-                      : NULL;
+    PyObject *r =
+        now ? PyUnicode_FromFormat("BACKEND_MATCH failure: compiled with %U; called with %U", was, now) : NULL;
     Py_XDECREF(was);
     Py_XDECREF(now);
     return r;
@@ -559,9 +567,10 @@ static PyObject *format_tensor(const Guard *g, PyObject *src, const SourceTable 
         else if (b < sizeof st)
             b += (size_t)snprintf(st + b, sizeof st - b, "%s%lld", i ? ", " : "", (long long)g->stride[i]);
     }
-    return PyUnicode_FromFormat("TENSOR_MATCH: check_tensor(%U, %s, %s%s, device=cpu, requires_grad=%s, size=[%s], stride=[%s])",
-                                src, ((PyTypeObject *)g->expected)->tp_name, dtype_prefix(g),
-                                dtype_info[g->meta.dtype].name, g->meta.requires_grad ? "True" : "False", sz, st);
+    return PyUnicode_FromFormat(
+        "TENSOR_MATCH: check_tensor(%U, %s, %s%s, device=cpu, requires_grad=%s, size=[%s], stride=[%s])", src,
+        ((PyTypeObject *)g->expected)->tp_name, dtype_prefix(g), dtype_info[g->meta.dtype].name,
+        g->meta.requires_grad ? "True" : "False", sz, st);
 }
 
 static PyObject *format_seq_len(const Guard *g, PyObject *src, const SourceTable *t)
@@ -602,7 +611,9 @@ static PyObject *format_global(const Guard *g, PyObject *src, const SourceTable 
                                 "autocast=%s)",
                                 g->gs.grad_enabled ? "True" : "False", g->gs.default_dtype >= 0 ? "torch." : "",
                                 g->gs.default_dtype >= 0 ? dtype_info[g->gs.default_dtype].name : "n/a", threads,
-                                g->gs.autocast < 0 ? "n/a" : g->gs.autocast ? "True" : "False");
+                                g->gs.autocast < 0 ? "n/a"
+                                : g->gs.autocast   ? "True"
+                                                   : "False");
 }
 
 static PyObject *format_backend(const Guard *g, PyObject *src, const SourceTable *t)
@@ -818,8 +829,8 @@ int guards_add(GuardSet *s, const Guard *g)
 
 int guards_same(const Guard *a, const Guard *b)
 {
-    if (a->kind != b->kind || a->src != b->src || a->src2 != b->src2 || a->len != b->len ||
-        a->version != b->version || a->nsrcs != b->nsrcs)
+    if (a->kind != b->kind || a->src != b->src || a->src2 != b->src2 || a->len != b->len || a->version != b->version ||
+        a->nsrcs != b->nsrcs)
         return 0;
     switch ((GuardKind)a->kind) {
     case GK_TYPE_MATCH:

@@ -90,10 +90,18 @@ int shape_guard_eval(const Guard *g, GuardCall *call, int64_t *out, int *bad)
                     goto fail;
                 r = sj_floormod(a, b);
                 break;
-            case SG_EQ: r = a == b; break;
-            case SG_NE: r = a != b; break;
-            case SG_LT: r = a < b; break;
-            case SG_LE: r = a <= b; break;
+            case SG_EQ:
+                r = a == b;
+                break;
+            case SG_NE:
+                r = a != b;
+                break;
+            case SG_LT:
+                r = a < b;
+                break;
+            case SG_LE:
+                r = a <= b;
+                break;
             default:
                 goto fail;
             }

@@ -16,8 +16,8 @@ void sources_clear(SourceTable *t)
     t->n = t->cap = 0;
 }
 
-static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, int32_t index,
-                           PyObject *key, PyObject *obj)
+static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
+                           PyObject *obj)
 {
     PyObject *b = base >= 0 ? t->e[base].repr : NULL;
     switch (kind) {
@@ -74,13 +74,11 @@ int sources_same_key(PyObject *a, PyObject *b)
     return r;
 }
 
-int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
-                    PyObject *obj)
+int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key, PyObject *obj)
 {
     for (int32_t i = 0; i < t->n; i++) {
         SourceEntry *e = &t->e[i];
-        if (e->kind == kind && e->base == base && e->index == index && e->obj == obj &&
-            sources_same_key(e->key, key))
+        if (e->kind == kind && e->base == base && e->index == index && e->obj == obj && sources_same_key(e->key, key))
             return i;
     }
     if (sj_grow((void **)&t->e, &t->cap, t->n + 1, sizeof(SourceEntry), 16) < 0)
@@ -99,8 +97,7 @@ int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index
 }
 
 /* New reference, or NULL with an exception set. */
-static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const FrameView *fv,
-                             PyObject **memo)
+static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const FrameView *fv, PyObject **memo)
 {
     PyObject *base = NULL;
     if (e->base >= 0 && !(base = sources_resolve(t, e->base, fv, memo)))
@@ -253,10 +250,10 @@ void sources_memo_clear(PyObject **memo, int32_t n)
 PyObject *sources_py_eval(PyObject *self, PyObject *args)
 {
     (void)self;
-    static const char *const names[] = {"local", "freevar", "global", "modglobal", "attr", "item",
-                                        "cell", "default", "kwdefault", "size", "stride"};
-    static const SourceKind kinds[] = {SRC_LOCAL, SRC_FREEVAR, SRC_GLOBAL, SRC_MODGLOBAL, SRC_ATTR, SRC_ITEM,
-                                       SRC_CELL, SRC_DEFAULT, SRC_KWDEFAULT, SRC_SIZE, SRC_STRIDE};
+    static const char *const names[] = {"local", "freevar", "global",    "modglobal", "attr",  "item",
+                                        "cell",  "default", "kwdefault", "size",      "stride"};
+    static const SourceKind kinds[] = {SRC_LOCAL, SRC_FREEVAR, SRC_GLOBAL,    SRC_MODGLOBAL, SRC_ATTR,  SRC_ITEM,
+                                       SRC_CELL,  SRC_DEFAULT, SRC_KWDEFAULT, SRC_SIZE,      SRC_STRIDE};
     PyObject *chain, *locals, *globals, *closure;
     if (!PyArg_ParseTuple(args, "O!O!O!O:_eval_source", &PyList_Type, &chain, &PyTuple_Type, &locals, &PyDict_Type,
                           &globals, &closure))
@@ -287,8 +284,7 @@ PyObject *sources_py_eval(PyObject *self, PyObject *args)
         int rooted = sk == SRC_LOCAL || sk == SRC_FREEVAR || sk == SRC_GLOBAL || sk == SRC_MODGLOBAL;
         int keyed = sk != SRC_CELL && sk != SRC_DEFAULT && sk != SRC_SIZE && sk != SRC_STRIDE;
         if (index < 0 || (rooted != (id < 0)) || (keyed && key == Py_None) ||
-            (keyed && sk != SRC_ITEM && !PyUnicode_Check(key)) ||
-            (sk == SRC_MODGLOBAL && !PyDict_Check(obj)) ||
+            (keyed && sk != SRC_ITEM && !PyUnicode_Check(key)) || (sk == SRC_MODGLOBAL && !PyDict_Check(obj)) ||
             (sk == SRC_LOCAL && index >= PyTuple_GET_SIZE(locals))) {
             PyErr_Format(PyExc_ValueError, "bad source chain item %zd: %R", i, PyList_GET_ITEM(chain, i));
             goto done;
@@ -301,8 +297,7 @@ PyObject *sources_py_eval(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "empty source chain");
         goto done;
     }
-    FrameView fv = {&PyTuple_GET_ITEM(locals, 0), closure == Py_None ? NULL : closure, globals,
-                    PyEval_GetBuiltins()};
+    FrameView fv = {&PyTuple_GET_ITEM(locals, 0), closure == Py_None ? NULL : closure, globals, PyEval_GetBuiltins()};
     PyObject **memo = PyMem_Calloc((size_t)t.n, sizeof(PyObject *));
     if (!memo) {
         PyErr_NoMemory();

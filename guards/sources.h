@@ -54,10 +54,12 @@ void sources_clear(SourceTable *t);
 /* 1 when a and b are the same object or equal values of the same type (errors: 0). */
 int sources_same_key(PyObject *a, PyObject *b);
 /* Intern a source; returns its id or -1 with an exception set. key and obj borrowed. */
-int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key,
-                    PyObject *obj);
+int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index, PyObject *key, PyObject *obj);
 /* Borrowed: the printed form. */
-static inline PyObject *sources_repr(const SourceTable *t, int32_t id) { return t->e[id].repr; }
+static inline PyObject *sources_repr(const SourceTable *t, int32_t id)
+{
+    return t->e[id].repr;
+}
 
 /* Resolve every source up to and including id into memo (new references; memo[i] NULL =
  * not yet resolved). Returns a borrowed pointer into memo, or NULL with an exception set

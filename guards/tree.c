@@ -464,8 +464,8 @@ static int append_line(PyObject *list, int level, PyObject *text, PyObject *wher
         pre[k++] = ' ';
     }
     pre[k] = 0;
-    PyObject *line = where ? PyUnicode_FromFormat("%s+- %U  # %U", pre, text, where)
-                           : PyUnicode_FromFormat("%s+- %U", pre, text);
+    PyObject *line =
+        where ? PyUnicode_FromFormat("%s+- %U  # %U", pre, text, where) : PyUnicode_FromFormat("%s+- %U", pre, text);
     if (!line)
         return -1;
     int r = PyList_Append(list, line);
@@ -488,8 +488,8 @@ static int node_lines(PyObject *list, int level, const GuardTree *t, const Guard
                       int32_t id)
 {
     PyObject *acc = accessor_name(&t->src, id);
-    PyObject *text = acc ? PyUnicode_FromFormat("GuardManager: source=%U, accessed_by=%U", t->src.e[id].repr, acc)
-                         : NULL;
+    PyObject *text =
+        acc ? PyUnicode_FromFormat("GuardManager: source=%U, accessed_by=%U", t->src.e[id].repr, acc) : NULL;
     Py_XDECREF(acc);
     if (!text)
         return -1;

@@ -23,10 +23,10 @@ static void warn_failure(PyCodeObject *co)
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
-        PyObject *msg = PyUnicode_FromFormat("shapejit: compiler collective for %U (%U:%d) failed: %R; "
-                                             "this rank compiles with its own sizes only",
-                                             co->co_name, co->co_filename, co->co_firstlineno,
-                                             ev ? ev : (et ? et : Py_None));
+        PyObject *msg =
+            PyUnicode_FromFormat("shapejit: compiler collective for %U (%U:%d) failed: %R; "
+                                 "this rank compiles with its own sizes only",
+                                 co->co_name, co->co_filename, co->co_firstlineno, ev ? ev : (et ? et : Py_None));
         Py_XDECREF(et);
         Py_XDECREF(ev);
         Py_XDECREF(tb);
@@ -42,8 +42,8 @@ void collective_exchange(CodeState *st, PyCodeObject *co, PyObject *const *local
     if (!may_be_active())
         return;
     /* the arguments, *args and **kwargs included (they come last in localsplus) */
-    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
-                !!(co->co_flags & CO_VARKEYWORDS);
+    int nargs =
+        co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) + !!(co->co_flags & CO_VARKEYWORDS);
     PyObject *names = PyTuple_New(nargs), *values = PyTuple_New(nargs);
     PyObject *fn = NULL, *r = NULL;
     if (!names || !values)

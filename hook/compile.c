@@ -230,8 +230,8 @@ static CacheEntry *eager_entry(Capture *c, PyCodeObject *co, const CompileOption
         return NULL;
     if (opts->fullgraph && c->reason != BR_USER_EXCEPTION) {
         PyObject *stack = format_stack(c->user_stack);
-        PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U\n%S", co->co_qualname, reason,
-                     stack ? stack : Py_None);
+        PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U\n%S",
+                     co->co_qualname, reason, stack ? stack : Py_None);
         Py_XDECREF(stack);
         Py_DECREF(reason);
         return NULL;
@@ -388,7 +388,10 @@ static void log_guards(PyCodeObject *co, CodeState *st, CacheEntry *e)
 static void trace_compile_end(PyCodeObject *co, CodeState *st, CacheEntry *e, int32_t nshape_guards, double backend_s,
                               double total_s)
 {
-    const char *status = !e ? "error" : e->action == ENTRY_GRAPH ? "graph" : e->action == ENTRY_BREAK ? "break" : "eager";
+    const char *status = !e                         ? "error"
+                         : e->action == ENTRY_GRAPH ? "graph"
+                         : e->action == ENTRY_BREAK ? "break"
+                                                    : "eager";
     PyObject *et = NULL, *ev = NULL, *tb = NULL;   /* strong: a fullgraph error, put back below */
     if (!e && PyErr_Occurred()) {
         PyErr_Fetch(&et, &ev, &tb);
@@ -457,10 +460,11 @@ static int break_entry(CacheEntry *e, Capture *c, PyCodeObject *co, BreakCode *b
 static void too_many_sources(Capture *c, PyCodeObject *co, const CompileOptions *opts, CodeState *st)
 {
     PyObject *reason = PyUnicode_FromFormat("%s: the frame's guards would read %d values (at most %d); "
-                                            "it runs in the interpreter", break_messages[BR_UNSUPPORTED_VALUE],
-                                            (int)c->src.n, GUARD_MAX_SOURCES);
+                                            "it runs in the interpreter",
+                                            break_messages[BR_UNSUPPORTED_VALUE], (int)c->src.n, GUARD_MAX_SOURCES);
     if (reason && opts->fullgraph) {
-        PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname, reason);
+        PyErr_Format(sj_raise_class(SjUnsupported), "shapejit (fullgraph=True) cannot capture %U: %U", co->co_qualname,
+                     reason);
     } else if (reason) {
         st->skip = 1;
         sj_stats.graph_breaks++;
@@ -606,8 +610,10 @@ CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *c
         compiled = PyObject_CallFunctionObjArgs(opts->backend, gobj, example, NULL);
         backend_s = now_s() - tb0;
         if (compiled && !PyCallable_Check(compiled)) {
-            PyErr_Format(PyExc_TypeError, "the backend returned an object of type %s, which is not callable (a backend "
-                         "returns a callable that runs the graph)", Py_TYPE(compiled)->tp_name);
+            PyErr_Format(PyExc_TypeError,
+                         "the backend returned an object of type %s, which is not callable (a backend "
+                         "returns a callable that runs the graph)",
+                         Py_TYPE(compiled)->tp_name);
             Py_CLEAR(compiled);
         }
         if (!compiled) {

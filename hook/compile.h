@@ -20,9 +20,8 @@ typedef struct {
  * ENTRY_GRAPH, ENTRY_BREAK, or ENTRY_EAGER with the reason), or NULL: with an exception
  * set when the user must see an error (fullgraph=True) or memory ran out, without one
  * when the frame should just run eagerly this time. */
-CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure,
-                          PyObject *globals, PyObject *builtins, const CompileOptions *opts,
-                          CodeState *st);
+CacheEntry *compile_frame(PyCodeObject *co, PyObject *const *locals, PyObject *closure, PyObject *globals,
+                          PyObject *builtins, const CompileOptions *opts, CodeState *st);
 
 /* Rebuild the frame's result from the graph outputs (result.c); sources the plan names are resolved
  * into memo (t->n slots) on demand. New reference, or NULL with an exception. *wrote is

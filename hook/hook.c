@@ -437,7 +437,7 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
     if (tls_run_only)
         compile = 0;   /* called from a frame past its cache limit */
     else if (!is_top && st->role != ROLE_RESUME &&
-        (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
+             (!frame_has_tensors(co, f) || PyUnicode_READ_CHAR(co->co_name, 0) == '<'))
         compile = 0;   /* comprehension bodies reached from eager code iterate live iterators */
     else if (sj_stance == STANCE_EAGER_ON_RECOMPILE)
         compile = 0;   /* as torch: cached entries only, a first compile included */
@@ -445,9 +445,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
         compile = 0;
         if (symb_record_call(st, co, f->localsplus) < 0)
             sj_err_clear();   /* a missing record only costs a static first compile */
-    }
-    else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
-                                  sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit)) {
+    } else if (st->warned_limit && (st->nentries >= sj_config.cache_size_limit ||
+                                    sj_stats.cache_entries >= sj_config.accumulated_cache_size_limit)) {
         guard_call_end(&call);
         goto run_only;   /* past the limit and already said so: no reason to work out */
     }
@@ -485,8 +484,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
                 "To log all recompilation reasons, use TORCH_LOGS=\"recompiles\". New inputs of this "
                 "function run eagerly; its existing compiled entries are still used.",
                 per_code ? "cache_size_limit" : "accumulated_cache_size_limit",
-                per_code ? sj_config.cache_size_limit : sj_config.accumulated_cache_size_limit,
-                co->co_name, co->co_filename, co->co_firstlineno, why ? why : none_yet);
+                per_code ? sj_config.cache_size_limit : sj_config.accumulated_cache_size_limit, co->co_name,
+                co->co_filename, co->co_firstlineno, why ? why : none_yet);
             if (msg) {
                 if (PyErr_WarnEx(PyExc_UserWarning, PyUnicode_AsUTF8(msg), 1) < 0)
                     sj_err_clear();
@@ -519,9 +518,8 @@ static __attribute__((noinline)) PyObject *hook_frame(_PyInterpreterFrame *f, Co
         local.fullgraph = tls_opts->fullgraph && is_top;
         opts = &local;
     }
-    CacheEntry *e = opts ? compile_frame(co, f->localsplus, f->f_func->func_closure, f->f_globals,
-                                         f->f_builtins, opts, st)
-                         : NULL;
+    CacheEntry *e =
+        opts ? compile_frame(co, f->localsplus, f->f_func->func_closure, f->f_globals, f->f_builtins, opts, st) : NULL;
     if (!e) {
         if (PyErr_Occurred() || sj_err_deferred())
             goto out;   /* fullgraph=True failure, out of memory, an interrupt: the user sees it */
@@ -545,8 +543,7 @@ out:
         if (r == RUN_CONTINUATION) {
             Py_CLEAR(k->fn);
             Py_CLEAR(k->args);
-        }
-        else if (r != RUN_EAGER && r != RUN_ONLY)
+        } else if (r != RUN_EAGER && r != RUN_ONLY)
             Py_XDECREF(r);
         r = NULL;
         sj_err_raise_deferred();
@@ -672,8 +669,7 @@ static PyObject *sj_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int th
 /* ------------------------------------------------------- CompiledFunction ---- */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *fn;          /* strong */
+    PyObject_HEAD PyObject *fn;          /* strong */
     PyObject *options;     /* strong */
     PyObject *key;         /* strong: options.key (copts.key borrows it) */
     PyObject *name;        /* strong: options.backend_name (copts.name borrows it) */
@@ -841,8 +837,7 @@ static PyMemberDef cf_members[] = {
 };
 
 static PyTypeObject SjCompiledFunction_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C.CompiledFunction",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C.CompiledFunction",
     .tp_basicsize = sizeof(SjCompiledFunction),
     .tp_dealloc = (destructor)cf_dealloc,
     .tp_vectorcall_offset = offsetof(SjCompiledFunction, vectorcall),

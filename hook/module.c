@@ -35,9 +35,9 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     return Py_BuildValue("{sl,sl,sl,sl,sl,sl,sl,sd}", "frames", sj_stats.frames, "graphs", sj_stats.graphs,
-                         "graph_breaks", sj_stats.graph_breaks, "recompiles", sj_stats.recompiles,
-                         "cache_entries", sj_stats.cache_entries, "unique_graphs", sj_stats.unique_graphs,
-                         "eager_frames", sj_stats.eager_frames, "compile_time_s", sj_stats.compile_time_s);
+                         "graph_breaks", sj_stats.graph_breaks, "recompiles", sj_stats.recompiles, "cache_entries",
+                         sj_stats.cache_entries, "unique_graphs", sj_stats.unique_graphs, "eager_frames",
+                         sj_stats.eager_frames, "compile_time_s", sj_stats.compile_time_s);
 }
 
 static PyObject *py_disable_code(PyObject *self, PyObject *code)
@@ -72,14 +72,22 @@ static PyMethodDef core_methods[] = {
     {"_infer", shapes_py_infer, METH_VARARGS, "Run a shape rule on example values (tests)."},
     {"_callable_rows", shapes_py_callable_rows, METH_NOARGS, "The callables table (tests)."},
     {"_op_rows", ops_py_rows, METH_NOARGS, "The ops table: (name, kind, rule) (tests)."},
-    {"_tensor_reader_info", treader_py_info, METH_NOARGS, "The tensor reader's fast path: on, why not, offsets (tests)."},
+    {"_tensor_reader_info", treader_py_info, METH_NOARGS,
+     "The tensor reader's fast path: on, why not, offsets (tests)."},
     {"_tensor_read", treader_py_read, METH_O, "(dtype, sizes, strides, requires_grad, path) or None (tests)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "shapejit._C", "shapejit's C core: frame hook, capture, guards, graphs.", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "shapejit._C",
+    "shapejit's C core: frame hook, capture, guards, graphs.",
+    -1,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 static int add_methods(PyObject *m, PyMethodDef *defs)
@@ -99,11 +107,11 @@ PyMODINIT_FUNC PyInit__C(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (config_init() < 0 || add_methods(m, core_methods) < 0 ||
-        add_methods(m, sj_config_methods) < 0 || add_methods(m, sj_log_methods) < 0 ||
-        add_methods(m, sj_trace_methods) < 0 || add_methods(m, sj_policy_methods) < 0 ||
-        graph_py_init_types(m) < 0 || hook_init_types(m) < 0 || symb_init_module(m) < 0 || checks_init_module(m) < 0 ||
-        sym_py_init_types(m) < 0 || codegen_init_module(m) < 0 || lower_init_module(m) < 0) {
+    if (config_init() < 0 || add_methods(m, core_methods) < 0 || add_methods(m, sj_config_methods) < 0 ||
+        add_methods(m, sj_log_methods) < 0 || add_methods(m, sj_trace_methods) < 0 ||
+        add_methods(m, sj_policy_methods) < 0 || graph_py_init_types(m) < 0 || hook_init_types(m) < 0 ||
+        symb_init_module(m) < 0 || checks_init_module(m) < 0 || sym_py_init_types(m) < 0 ||
+        codegen_init_module(m) < 0 || lower_init_module(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -52,8 +52,7 @@ static PyObject *plan_for(PlanCtx *p, Var *v)
 {
     int made_here = (v->src < 0 || v->fresh) && v != p->contents_of &&
                     (v->kind == VK_TUPLE || v->kind == VK_LIST || v->kind == VK_DICT || v->kind == VK_USEROBJ ||
-                     v->kind == VK_ITER ||
-                     (v->kind == VK_CONST && is_mutable_builtin(v->obj)));
+                     v->kind == VK_ITER || (v->kind == VK_CONST && is_mutable_builtin(v->obj)));
     if (v->src < 0 && (v->kind == VK_CONST || v->kind == VK_CALLABLE) && PyCFunction_Check(v->obj) &&
         PyCFunction_GET_SELF(v->obj) && is_mutable_builtin(PyCFunction_GET_SELF(v->obj))) {
         /* s.add of a mutable constant: looked up on the copy this run makes */
@@ -368,8 +367,8 @@ static PyObject *plan_result(PlanCtx *p, Var *r)
         if (w->owned)
             continue;
         PyObject *val = plan_for(p, w->value);
-        PyObject *item = val ? Py_BuildValue("(iONi)", (int)w->target->src, w->name, val,
-                                             w->item ? 2 : w->generic) : NULL;
+        PyObject *item =
+            val ? Py_BuildValue("(iONi)", (int)w->target->src, w->name, val, w->item ? 2 : w->generic) : NULL;
         if (!item || PyList_Append(aws, item) < 0)
             Py_CLEAR(aws);
         Py_XDECREF(item);
@@ -500,7 +499,7 @@ static PyObject *build_writes(PyObject *plan, PyObject *outputs, BuildCtx *bc)
         if (i >= n) {
             PyObject *aw = PyTuple_GET_ITEM(aws, i - n), *name = PyTuple_GET_ITEM(aw, 1);
             long how = PyLong_AsLong(PyTuple_GET_ITEM(aw, 3));
-            rc = how == 2 ? PyObject_SetItem(obj, name, val)
+            rc = how == 2   ? PyObject_SetItem(obj, name, val)
                  : how == 1 ? PyObject_GenericSetAttr(obj, name, val)
                             : PyObject_SetAttr(obj, name, val);
         } else if (PyList_CheckExact(obj))
@@ -567,8 +566,7 @@ static PyObject *build_seq(PyObject *plan, PyObject *outputs, BuildCtx *bc, char
     PyObject *d = PyDict_New();
     PyObject *keys = PyTuple_GET_ITEM(plan, 1);
     for (Py_ssize_t i = 0; d && i < n; i++) {
-        PyObject *k = tag == 'D' ? build(PyTuple_GET_ITEM(keys, i), outputs, bc)
-                                    : Py_NewRef(PyTuple_GET_ITEM(keys, i));
+        PyObject *k = tag == 'D' ? build(PyTuple_GET_ITEM(keys, i), outputs, bc) : Py_NewRef(PyTuple_GET_ITEM(keys, i));
         if (!k || PyDict_SetItem(d, k, PyTuple_GET_ITEM(vals, i)) < 0)
             Py_CLEAR(d);
         Py_XDECREF(k);
@@ -650,7 +648,8 @@ static PyObject *build(PyObject *plan, PyObject *outputs, BuildCtx *bc)
     case 'g':
     case 'm': {
         /* a bound method: the function bound to its receiver, or looked up by name */
-        PyObject *fn = tag[0] == 'g' ? Py_NewRef(PyTuple_GET_ITEM(plan, 1)) : build(PyTuple_GET_ITEM(plan, 1), outputs, bc);
+        PyObject *fn =
+            tag[0] == 'g' ? Py_NewRef(PyTuple_GET_ITEM(plan, 1)) : build(PyTuple_GET_ITEM(plan, 1), outputs, bc);
         PyObject *self = fn ? build(PyTuple_GET_ITEM(plan, 2), outputs, bc) : NULL;
         PyObject *m = !self ? NULL : tag[0] == 'g' ? PyObject_GetAttr(self, fn) : PyMethod_New(fn, self);
         Py_XDECREF(fn);

@@ -55,8 +55,16 @@ PyObject *cc_CompileError;
  * scalar; it changes no value (no reassociation, NaN and signed zeros kept);
  * -fvisibility=hidden with CG_EXPORT marking entry points. */
 static const char *const cc_flags[] = {
-    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fno-trapping-math", "-fPIC", "-shared",
-    "-fopenmp", "-fvisibility=hidden", "-DCG_EXPORT=__attribute__((visibility(\"default\")))",
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-ffp-contract=off",
+    "-fno-trapping-math",
+    "-fPIC",
+    "-shared",
+    "-fopenmp",
+    "-fvisibility=hidden",
+    "-DCG_EXPORT=__attribute__((visibility(\"default\")))",
 };
 #define MARCH_FLAG 1   /* cc_flags[MARCH_FLAG] is native's; a cpu_target replaces it */
 static const char *const cc_libs[] = {"-lmvec", "-lm"};   /* after the source */
@@ -286,8 +294,8 @@ static void collect(pid_t pid, int fd, double deadline, RunResult *r)
         ssize_t n = 0;
         pid_t w = 0;
         int e = 0;
-        Py_BEGIN_ALLOW_THREADS
-        if (open_) {
+        Py_BEGIN_ALLOW_THREADS if (open_)
+        {
             struct pollfd p = {.fd = fd, .events = POLLIN};
             rc = poll(&p, 1, slice);
             e = errno;
@@ -295,32 +303,37 @@ static void collect(pid_t pid, int fd, double deadline, RunResult *r)
                 n = read(fd, buf, sizeof buf);
                 e = errno;
             }
-        } else {
+        }
+        else
+        {
             /* output closed: the compiler is exiting */
             w = waitpid(pid, &r->status, WNOHANG);
             e = errno;
             if (w == 0)
                 nanosleep(&(struct timespec){0, 1000000}, NULL);
         }
-        Py_END_ALLOW_THREADS
-        if (open_) {
+        Py_END_ALLOW_THREADS if (open_)
+        {
             if (rc < 0 && e != EINTR)
                 r->err = e, r->what = "poll";
             else if (rc > 0 && n > 0)
                 keep_output(r, buf, (size_t)n);
             else if (rc > 0 && (n == 0 || e != EINTR))
                 open_ = 0;
-        } else if (w == pid) {
+        }
+        else if (w == pid)
+        {
             r->exited = 1;
             return;
-        } else if (w < 0 && e != EINTR) {
+        }
+        else if (w < 0 && e != EINTR)
+        {
             r->err = e, r->what = "waitpid";
         }
         if (must_stop(r))
             break;
     }
-    Py_BEGIN_ALLOW_THREADS
-    kill_group(pid, r);
+    Py_BEGIN_ALLOW_THREADS kill_group(pid, r);
     Py_END_ALLOW_THREADS
 }
 
@@ -392,17 +405,15 @@ static void compile_error(const RunResult *r, const char *source_path, const cha
     va_end(ap);
     if (!head)
         return;
-    out = PyUnicode_DecodeUTF8(r && r->out ? r->out : "", r && r->out ? (Py_ssize_t)r->outlen : 0,
-                               "replace");   /* new */
-    src = source_path ? PyUnicode_DecodeFSDefault(source_path) : Py_NewRef(Py_None);  /* new */
+    out = PyUnicode_DecodeUTF8(r && r->out ? r->out : "", r && r->out ? (Py_ssize_t)r->outlen : 0, "replace"); /* new */
+    src = source_path ? PyUnicode_DecodeFSDefault(source_path) : Py_NewRef(Py_None); /* new */
     if (!out || !src)
         goto done;
     msg = PyUnicode_FromFormat("%U%s%U", head, PyUnicode_GET_LENGTH(out) ? ":\n" : "", out);
     if (!msg)
         goto done;
-    exc = PyObject_CallOneArg(cc_CompileError, msg);   /* new */
-    if (!exc || PyObject_SetAttrString(exc, "output", out) < 0 ||
-        PyObject_SetAttrString(exc, "source_path", src) < 0)
+    exc = PyObject_CallOneArg(cc_CompileError, msg); /* new */
+    if (!exc || PyObject_SetAttrString(exc, "output", out) < 0 || PyObject_SetAttrString(exc, "source_path", src) < 0)
         goto done;
     PyErr_SetObject(cc_CompileError, exc);
 done:
@@ -414,31 +425,32 @@ done:
 }
 
 /* Raises the error for a run that did not exit 0; `doing` says what was run. */
-static void run_failed(const RunResult *r, const char *cc, const char *doing, const char *source_path,
-                       double timeout_s)
+static void run_failed(const RunResult *r, const char *cc, const char *doing, const char *source_path, double timeout_s)
 {
     if (r->interrupted)
-        return;   /* the interrupt's exception stands */
+        return; /* the interrupt's exception stands */
     if (r->err == ENOENT && r->what && !strcmp(r->what, "exec"))
-        compile_error(r, source_path, "shapejit: C compiler '%s' not found on PATH (set $CC to a C "
-                      "compiler, e.g. gcc) while %s", cc, doing);
+        compile_error(r, source_path,
+                      "shapejit: C compiler '%s' not found on PATH (set $CC to a C "
+                      "compiler, e.g. gcc) while %s",
+                      cc, doing);
     else if (r->err)
-        compile_error(r, source_path, "shapejit: could not run the C compiler '%s' while %s: %s: %s",
-                      cc, doing, r->what, strerror(r->err));
+        compile_error(r, source_path, "shapejit: could not run the C compiler '%s' while %s: %s: %s", cc, doing,
+                      r->what, strerror(r->err));
     else if (r->timed_out) {
         char limit[32];
-        snprintf(limit, sizeof limit, "%g", timeout_s);   /* PyUnicode_FromFormat has no %g */
-        compile_error(r, source_path, "shapejit: the C compiler '%s' timed out after %s s while %s "
-                      "(killed; SHAPEJIT_CC_TIMEOUT sets the limit)%s%s", cc, limit, doing,
-                      source_path ? "; source kept at " : "", source_path ? source_path : "");
-    }
-    else if (WIFSIGNALED(r->status))
-        compile_error(r, source_path, "shapejit: the C compiler '%s' was killed by signal %d while %s%s%s",
-                      cc, WTERMSIG(r->status), doing, source_path ? "; source kept at " : "",
+        snprintf(limit, sizeof limit, "%g", timeout_s); /* PyUnicode_FromFormat has no %g */
+        compile_error(r, source_path,
+                      "shapejit: the C compiler '%s' timed out after %s s while %s "
+                      "(killed; SHAPEJIT_CC_TIMEOUT sets the limit)%s%s",
+                      cc, limit, doing, source_path ? "; source kept at " : "", source_path ? source_path : "");
+    } else if (WIFSIGNALED(r->status))
+        compile_error(r, source_path, "shapejit: the C compiler '%s' was killed by signal %d while %s%s%s", cc,
+                      WTERMSIG(r->status), doing, source_path ? "; source kept at " : "",
                       source_path ? source_path : "");
     else
-        compile_error(r, source_path, "shapejit: the C compiler '%s' failed (exit status %d) while %s%s%s",
-                      cc, WEXITSTATUS(r->status), doing, source_path ? "; source kept at " : "",
+        compile_error(r, source_path, "shapejit: the C compiler '%s' failed (exit status %d) while %s%s%s", cc,
+                      WEXITSTATUS(r->status), doing, source_path ? "; source kept at " : "",
                       source_path ? source_path : "");
 }
 
@@ -451,8 +463,10 @@ static int read_timeout(double *out)
     char *end;
     double t = strtod(v, &end);
     if (*end || !(t > 0) || t > 1e6) {
-        PyErr_Format(PyExc_ValueError, "shapejit: SHAPEJIT_CC_TIMEOUT='%s': expected a positive number of "
-                     "seconds (the C compiler's time limit; default %d)", v, (int)CC_TIMEOUT_S);
+        PyErr_Format(PyExc_ValueError,
+                     "shapejit: SHAPEJIT_CC_TIMEOUT='%s': expected a positive number of "
+                     "seconds (the C compiler's time limit; default %d)",
+                     v, (int)CC_TIMEOUT_S);
         return -1;
     }
     *out = t;
@@ -465,11 +479,11 @@ static int read_timeout(double *out)
  * when it is full the oldest goes (callers use an entry's text under the GIL before any
  * release, so no one holds a freed one). */
 typedef struct {
-    char *cc;        /* owned: the $CC text */
-    char *target;    /* owned: the cpu_target text */
-    char *march;     /* owned: "-march=<target>" */
-    char *ident;     /* owned: cc_identity()'s text, or NULL when the target is refused */
-    char *refusal;   /* owned: why this CPU cannot run code built for the target, or NULL */
+    char *cc; /* owned: the $CC text */
+    char *target; /* owned: the cpu_target text */
+    char *march; /* owned: "-march=<target>" */
+    char *ident; /* owned: cc_identity()'s text, or NULL when the target is refused */
+    char *refusal; /* owned: why this CPU cannot run code built for the target, or NULL */
 } Probe;
 
 #define PROBES_MAX 8
@@ -489,7 +503,8 @@ static const char *cc_target(void)
     const char *v = getenv("SHAPEJIT_CPU_TARGET");
     if (v && *v) {
         if (!sj_cpu_target_valid(v)) {
-            PyErr_Format(PyExc_ValueError, "shapejit: SHAPEJIT_CPU_TARGET='%.100s': expected native, x86-64-v2, "
+            PyErr_Format(PyExc_ValueError,
+                         "shapejit: SHAPEJIT_CPU_TARGET='%.100s': expected native, x86-64-v2, "
                          "x86-64-v3, x86-64-v4 or a gcc -march name (1 to %d characters of a-z 0-9 . _ -)",
                          v, SJ_CPU_TARGET_MAX);
             return NULL;
@@ -544,8 +559,8 @@ static int append_line(char **t, size_t *len, const char *text, const char *need
     for (const char *line = text; *line;) {
         const char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
-        const char *hit = anywhere ? memmem(line, n, needle, strlen(needle))
-                                   : (strncmp(line, needle, strlen(needle)) ? NULL : line);
+        const char *hit =
+            anywhere ? memmem(line, n, needle, strlen(needle)) : (strncmp(line, needle, strlen(needle)) ? NULL : line);
         if (hit)
             return append(t, len, line, n) < 0 || append(t, len, "\n", 1) < 0 ? -1 : 0;
         line = end ? end + 1 : line + n;
@@ -746,7 +761,7 @@ static int check_runnable(char *cc_argv[], int ncc, const char *march, double li
     run(run_argv, limit, &r);
     if (r.interrupted)
         goto done;
-    if (r.err) {   /* e.g. $TMPDIR mounted noexec: nothing built for the target can be vouched for */
+    if (r.err) { /* e.g. $TMPDIR mounted noexec: nothing built for the target can be vouched for */
         char text[256];
         snprintf(text, sizeof text, "the probe built for it could not be run (%s: %s; is %s mounted noexec?)",
                  r.what ? r.what : "?", strerror(r.err), tmp);
@@ -769,9 +784,11 @@ done:
 static void refuse(const Probe *p)
 {
     char model[256];
-    compile_error(NULL, NULL, "shapejit: cpu_target '%s' cannot run on this CPU (%s), so its kernels are not "
+    compile_error(NULL, NULL,
+                  "shapejit: cpu_target '%s' cannot run on this CPU (%s), so its kernels are not "
                   "built (set shapejit.config.cpu_target or $SHAPEJIT_CPU_TARGET to native or a target this "
-                  "CPU has): %s", p->target, cpu_model(model, sizeof model), p->refusal);
+                  "CPU has): %s",
+                  p->target, cpu_model(model, sizeof model), p->refusal);
 }
 
 /* The probe entry of the current compiler and target, probing them when new. NULL with
@@ -840,9 +857,9 @@ static Probe *current_probe(void)
     }
     if (!p.refusal) {
         /* native's text is what it was before targets existed, so existing caches stay valid */
-        if (append(&t, &len, "cc: ", 4) < 0 || append(&t, &len, cc, strlen(cc)) < 0 ||
-            append(&t, &len, "\n", 1) < 0 || append_line(&t, &len, r.out, " version ", 1) < 0 ||
-            append_line(&t, &len, r.out, "Target: ", 0) < 0 || append_native(&t, &len, r.out) < 0)
+        if (append(&t, &len, "cc: ", 4) < 0 || append(&t, &len, cc, strlen(cc)) < 0 || append(&t, &len, "\n", 1) < 0 ||
+            append_line(&t, &len, r.out, " version ", 1) < 0 || append_line(&t, &len, r.out, "Target: ", 0) < 0 ||
+            append_native(&t, &len, r.out) < 0)
             goto nomem;
         for (size_t i = 0; i < N_FLAGS; i++) {
             const char *fl = i == MARCH_FLAG ? p.march : cc_flags[i];
@@ -856,7 +873,7 @@ static Probe *current_probe(void)
         t = NULL;
     }
     free(r.out);
-    if (nprobes == PROBES_MAX) {   /* the oldest goes */
+    if (nprobes == PROBES_MAX) { /* the oldest goes */
         probe_free(&probes[0]);
         memmove(probes, probes + 1, (PROBES_MAX - 1) * sizeof *probes);
         nprobes--;
@@ -922,11 +939,11 @@ int cc_compile(const char *src_path, const char *out_path, const char *tag)
 int cc_init_module(PyObject *m)
 {
     if (!cc_CompileError) {
-        cc_CompileError = PyErr_NewExceptionWithDoc(
-            "shapejit._C.CompileError",
-            "The C compiler failed on generated code. Attributes: output (the compiler's "
-            "messages) and source_path (the C file kept for inspection, or None).",
-            PyExc_RuntimeError, NULL);   /* strong, kept for the process */
+        cc_CompileError =
+            PyErr_NewExceptionWithDoc("shapejit._C.CompileError",
+                                      "The C compiler failed on generated code. Attributes: output (the compiler's "
+                                      "messages) and source_path (the C file kept for inspection, or None).",
+                                      PyExc_RuntimeError, NULL); /* strong, kept for the process */
         if (!cc_CompileError)
             return -1;
     }

@@ -168,8 +168,7 @@ static int hash_fd(int fd, uint64_t len, XXH128_canonical_t *out)
 }
 
 /* XXH3-128 of three byte strings in order; 0, or -1 with MemoryError. */
-static int hash3(const void *a, size_t an, const void *b, size_t bn, const void *c, size_t cn,
-                 XXH128_canonical_t *out)
+static int hash3(const void *a, size_t an, const void *b, size_t bn, const void *c, size_t cn, XXH128_canonical_t *out)
 {
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
@@ -260,8 +259,7 @@ static void check_dir(const char *path, mode_t forbidden, char *problem, size_t 
                  (long)geteuid());
     else if (st.st_mode & forbidden)
         snprintf(problem, psize, "has mode 0%o: group/other permission bits 0%o must be off (chmod %s)",
-                 (unsigned)(st.st_mode & 07777), (unsigned)(st.st_mode & forbidden),
-                 forbidden == 077 ? "700" : "go-w");
+                 (unsigned)(st.st_mode & 07777), (unsigned)(st.st_mode & forbidden), forbidden == 077 ? "700" : "go-w");
 }
 
 /* Removes .tmp.* files older than DC_STALE_S from dir (each a dead build's). Best effort. */
@@ -378,10 +376,22 @@ static int max_bytes(long long *out)
     long long x = strtoll(v, &end, 10);
     int shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        break;
     }
     if (shift) {
         end++;
@@ -391,8 +401,10 @@ static int max_bytes(long long *out)
             end++;
     }
     if (end == v || *end || errno || x < 0 || (shift && x > (LLONG_MAX >> shift))) {
-        PyErr_Format(PyExc_ValueError, "shapejit: %s='%s': expected a size in bytes >= 0, optionally with a "
-                     "K, M, G or T suffix (powers of 1024), e.g. 1G; 0 means no cap", var, v);
+        PyErr_Format(PyExc_ValueError,
+                     "shapejit: %s='%s': expected a size in bytes >= 0, optionally with a "
+                     "K, M, G or T suffix (powers of 1024), e.g. 1G; 0 means no cap",
+                     var, v);
         return -1;
     }
     *out = x << shift;
@@ -428,8 +440,9 @@ static int by_key(const void *a, const void *b)
 static int by_use(const void *a, const void *b)
 {
     const struct timespec *x = &((const Entry *)a)->used, *y = &((const Entry *)b)->used;
-    return x->tv_sec != y->tv_sec ? (x->tv_sec < y->tv_sec ? -1 : 1)
-           : x->tv_nsec != y->tv_nsec ? (x->tv_nsec < y->tv_nsec ? -1 : 1) : 0;
+    return x->tv_sec != y->tv_sec     ? (x->tv_sec < y->tv_sec ? -1 : 1)
+           : x->tv_nsec != y->tv_nsec ? (x->tv_nsec < y->tv_nsec ? -1 : 1)
+                                      : 0;
 }
 
 /* Removes least recently used entries of dir until it holds at most 90% of the cap, never
@@ -513,7 +526,8 @@ static int evict(const char *dir, const char *keep)
     }
     dc_stats.evictions += removed;
     if (removed && sj_log_on(LOG_OUTPUT_CODE, SJ_INFO))
-        sj_log(LOG_OUTPUT_CODE, SJ_INFO, "kernel cache %s held %lld bytes, over its cap of %lld "
+        sj_log(LOG_OUTPUT_CODE, SJ_INFO,
+               "kernel cache %s held %lld bytes, over its cap of %lld "
                "(kernel_cache_max_bytes): removed the %d least recently used entries (%lld bytes)",
                dir, total, cap, removed, freed);
 done:
@@ -593,7 +607,8 @@ static int open_verified(const char *path, const char *key, int *out, char *why,
         close(fd);
         return ENTRY_ERROR;
     } else if (memcmp(b.digest, tr + 32, 16) != 0)
-        snprintf(why, wsize, "it was built for another entry or another compiler (a valid kernel file placed "
+        snprintf(why, wsize,
+                 "it was built for another entry or another compiler (a valid kernel file placed "
                  "under this entry's name)");
     if (why[0]) {
         close(fd);
@@ -674,8 +689,7 @@ static int seal(const char *tmp, const char *key)
 }
 
 /* Compiles src into a temp, seals it and renames it onto `path`. */
-static int store(const char *dir, const char *hex, const char *path, const char *src, size_t len,
-                 const char *tag)
+static int store(const char *dir, const char *hex, const char *path, const char *src, size_t len, const char *tag)
 {
     char src_path[PATH_MAX], tmp[PATH_MAX];
     if (write_source(dir, hex, src, len, src_path, sizeof src_path) < 0)
@@ -767,7 +781,8 @@ static void remote_push(const char *hex, const char *path)
     struct stat st;
     if (!sj_config.kernel_remote_cache || !ident || stat(path, &st) < 0 || st.st_size <= DC_TRAILER)
         return;
-    PyObject *r = remote_call(POLICY_KERNEL_REMOTE_PUSH, "(sssL)", hex, ident, path, (long long)(st.st_size - DC_TRAILER));
+    PyObject *r =
+        remote_call(POLICY_KERNEL_REMOTE_PUSH, "(sssL)", hex, ident, path, (long long)(st.st_size - DC_TRAILER));
     Py_XDECREF(r);
 }
 
@@ -812,8 +827,8 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
                 return -1;
             }
             dc_stats.rebuilds++;
-            sj_log(LOG_OUTPUT_CODE, SJ_WARNING, "kernel cache entry %s for %s was bad (%s): removed, rebuilding",
-                   path, tag, why);
+            sj_log(LOG_OUTPUT_CODE, SJ_WARNING, "kernel cache entry %s for %s was bad (%s): removed, rebuilding", path,
+                   tag, why);
         } else if (attempt == 0) {
             dc_stats.misses++;
             if (remote_fetch(dir, hex, path))
@@ -825,8 +840,10 @@ int dc_entry_fd(const char *hex, const char *src, size_t len, const char *tag)
             return -1;
         remote_push(hex, path);
     }
-    PyErr_Format(PyExc_OSError, "shapejit: kernel cache entry %s is bad right after it was written (%s); "
-                 "is the file system of %s faulty?", path, why, dir);
+    PyErr_Format(PyExc_OSError,
+                 "shapejit: kernel cache entry %s is bad right after it was written (%s); "
+                 "is the file system of %s faulty?",
+                 path, why, dir);
     return -1;
 }
 
@@ -837,9 +854,9 @@ PyObject *dc_info(void)
     PyObject *r = NULL;   /* new: the result */
     if (requested && dir)
         r = Py_BuildValue("{sOsOsOslslslslslsl}", "dir", dir, "requested", requested, "private",
-                          dc.is_private ? Py_True : Py_False, "mem_hits", dc_stats.mem_hits, "hits",
-                          dc_stats.hits, "misses", dc_stats.misses, "rebuilds", dc_stats.rebuilds,
-                          "compiles", dc_stats.compiles, "evictions", dc_stats.evictions);
+                          dc.is_private ? Py_True : Py_False, "mem_hits", dc_stats.mem_hits, "hits", dc_stats.hits,
+                          "misses", dc_stats.misses, "rebuilds", dc_stats.rebuilds, "compiles", dc_stats.compiles,
+                          "evictions", dc_stats.evictions);
     Py_XDECREF(requested);
     Py_XDECREF(dir);
     return r;

@@ -54,8 +54,8 @@ static void *load_fd(int fd, const char *path, const char *key)
     char proc[64], link[4096];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
     const char *slash = strrchr(path, '/');
-    int n = slash ? snprintf(link, sizeof link, "%.*s/.tmp.ld.%ld.%lu.%s.so", (int)(slash - path), path,
-                             (long)getpid(), ++loads, key)
+    int n = slash ? snprintf(link, sizeof link, "%.*s/.tmp.ld.%ld.%lu.%s.so", (int)(slash - path), path, (long)getpid(),
+                             ++loads, key)
                   : -1;
     if (n < 0 || (size_t)n >= sizeof link || access("/proc/self/fd", X_OK) != 0 || symlink(proc, link) != 0)
         return dlopen(path, RTLD_NOW | RTLD_LOCAL);   /* no /proc (or no link): the entry's own name */
@@ -127,8 +127,10 @@ void *cg_sym(CgLib *lib, const char *name)
     dlerror();
     void *p = dlsym(lib->handle, name);
     if (!p) {
-        PyErr_Format(PyExc_AttributeError, "shapejit: the kernel library for %s (key %s) exports no symbol "
-                     "'%s' (entry points must be declared CG_EXPORT)", lib->tag, lib->key, name);
+        PyErr_Format(PyExc_AttributeError,
+                     "shapejit: the kernel library for %s (key %s) exports no symbol "
+                     "'%s' (entry points must be declared CG_EXPORT)",
+                     lib->tag, lib->key, name);
         return NULL;
     }
     return p;
@@ -163,7 +165,9 @@ static const char sig_letters[] = {
 static ffi_type *letter_type(char c)
 {
     switch (c) {
-#define X(ch, ft, ctype, doc) case ch: return &ft;
+#define X(ch, ft, ctype, doc) \
+    case ch: \
+        return &ft;
 #include "sig.def"
 #undef X
     default:
@@ -179,20 +183,23 @@ static Sig *sig_get(const char *text)
             return s;
     size_t n = strlen(text);
     if (n == 0) {
-        PyErr_Format(PyExc_ValueError, "shapejit: empty kernel signature (expected a return letter then one "
-                     "letter per argument, from \"%s\")", sig_letters);
+        PyErr_Format(PyExc_ValueError,
+                     "shapejit: empty kernel signature (expected a return letter then one "
+                     "letter per argument, from \"%s\")",
+                     sig_letters);
         return NULL;
     }
     if (n - 1 > CG_MAX_ARGS) {
-        PyErr_Format(PyExc_ValueError, "shapejit: kernel signature has %zu arguments; at most %d",
-                     n - 1, CG_MAX_ARGS);
+        PyErr_Format(PyExc_ValueError, "shapejit: kernel signature has %zu arguments; at most %d", n - 1, CG_MAX_ARGS);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         if (!letter_type(text[i]) || (i > 0 && text[i] == 'v')) {
-            PyErr_Format(PyExc_ValueError, "shapejit: kernel signature '%s': bad letter '%c' at %zu (the "
+            PyErr_Format(PyExc_ValueError,
+                         "shapejit: kernel signature '%s': bad letter '%c' at %zu (the "
                          "first letter is the return type, from \"%s\"; the others are arguments, from "
-                         "\"%s\" without v)", text, text[i], i, sig_letters, sig_letters);
+                         "\"%s\" without v)",
+                         text, text[i], i, sig_letters, sig_letters);
             return NULL;
         }
     }
@@ -221,8 +228,8 @@ int cg_fn_prepare(CgFn *f, void *fn, const char *sig)
         return -1;
     ffi_status st = ffi_prep_cif(&f->cif, FFI_DEFAULT_ABI, (unsigned)s->nargs, s->ret, s->args);
     if (st != FFI_OK) {
-        PyErr_Format(PyExc_RuntimeError, "shapejit: libffi cannot prepare a call of signature '%s' (status %d)",
-                     sig, (int)st);
+        PyErr_Format(PyExc_RuntimeError, "shapejit: libffi cannot prepare a call of signature '%s' (status %d)", sig,
+                     (int)st);
         return -1;
     }
     f->fn = fn;

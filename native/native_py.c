@@ -58,8 +58,8 @@ static int to_value(char c, PyObject *o, CgValue *v, Py_ssize_t pos)
 {
     int is_int = PyLong_Check(o), is_num = is_int || PyFloat_Check(o);
     if ((c == 'p' || c == 'l' || c == 'i') ? !is_int : !is_num) {
-        PyErr_Format(PyExc_TypeError, "_cg_call: argument %zd (signature letter '%c') must be %s, not %s",
-                     pos, c, c == 'p' || c == 'l' || c == 'i' ? "an int" : "a float or int", Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "_cg_call: argument %zd (signature letter '%c') must be %s, not %s", pos, c,
+                     c == 'p' || c == 'l' || c == 'i' ? "an int" : "a float or int", Py_TYPE(o)->tp_name);
         return -1;
     }
     switch (c) {

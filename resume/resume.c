@@ -279,7 +279,8 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, const BcAsm *bo
     for (int32_t i = 0; i < body->n; i++) {
         BcIns *in = &body->ins[i];
         int32_t arg = (sj_op_hasfree[in->op] && in->arg >= n0) ? in->arg + nextra : in->arg;
-        int32_t k = in->target >= 0 ? bc_emit_jump(&r, in->op, in->target + P, in->pos) : bc_emit(&r, in->op, arg, in->pos);
+        int32_t k =
+            in->target >= 0 ? bc_emit_jump(&r, in->op, in->target + P, in->pos) : bc_emit(&r, in->op, arg, in->pos);
         if (k < 0)
             goto done;
     }
@@ -299,9 +300,16 @@ static PyObject *make_resume(PyCodeObject *orig, CodeState *ost, const BcAsm *bo
     PyObject *cellvars = PyCode_GetCellvars(orig);
     PyObject *freevars = PyCode_GetFreevars(orig);
     if (varnames && name && cellvars && freevars) {
-        BcCodeSpec spec = {name, name, varnames, cellvars, freevars,
-                           (int)PyTuple_GET_SIZE(varnames), 0, 0,
-                           orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS), orig->co_firstlineno};
+        BcCodeSpec spec = {name,
+                           name,
+                           varnames,
+                           cellvars,
+                           freevars,
+                           (int)PyTuple_GET_SIZE(varnames),
+                           0,
+                           0,
+                           orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS),
+                           orig->co_firstlineno};
         result = bc_assemble(&r, orig, &spec);
     }
     Py_XDECREF(cellvars);
@@ -346,7 +354,6 @@ static int uses_class_cell(PyCodeObject *co)
     return 0;
 }
 
-
 #define LIVE_WORDS 8   /* frames up to 512 locals (resume_build refuses bigger ones) */
 typedef struct {
     uint64_t w[LIVE_WORDS];
@@ -354,8 +361,8 @@ typedef struct {
 
 static int is_terminal_op(int op)
 {
-    return op == SJOP_RETURN_VALUE || op == SJOP_RAISE_VARARGS || op == SJOP_RERAISE ||
-           op == SJOP_JUMP_FORWARD || op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
+    return op == SJOP_RETURN_VALUE || op == SJOP_RAISE_VARARGS || op == SJOP_RERAISE || op == SJOP_JUMP_FORWARD ||
+           op == SJOP_JUMP_BACKWARD || op == SJOP_JUMP_BACKWARD_NO_INTERRUPT;
 }
 
 /* The instructions control may go to after instruction i of a: the next one (unless i
@@ -669,9 +676,8 @@ static Var *cont_args(Split *s, PyObject *names)
     }
     s->a_cells = (int32_t)PyList_GET_SIZE(names);
     for (int32_t j = 0; j < s->ls.ncells; j++)
-        if (s->ls.cells[j] &&
-            cont_arg(c, args, names, s->ls.cells[j],
-                     PyUnicode_FromFormat("___cell_%U", PyTuple_GET_ITEM(lnames, s->ls.n0 + j))) < 0)
+        if (s->ls.cells[j] && cont_arg(c, args, names, s->ls.cells[j],
+                                       PyUnicode_FromFormat("___cell_%U", PyTuple_GET_ITEM(lnames, s->ls.n0 + j))) < 0)
             return NULL;
     s->a_resume = (int32_t)PyList_GET_SIZE(names);
     for (int e = 0; e < s->shape.nexits; e++)
@@ -743,8 +749,7 @@ static int emit_cont(Split *s, BcAsm *ca, int32_t g0)
             return -1;
         /* the resume function's parameters: locals, deep stack, results, cells */
         int32_t n = (s->a_cells - s->a_locals) + nres + (s->a_resume - s->a_cells);
-        if (load_range(ca, s->a_locals, s->a_cells, pos) < 0 ||
-            load_range(ca, s->a_temp, s->a_temp + nres, pos) < 0 ||
+        if (load_range(ca, s->a_locals, s->a_cells, pos) < 0 || load_range(ca, s->a_temp, s->a_temp + nres, pos) < 0 ||
             load_range(ca, s->a_cells, s->a_resume, pos) < 0)
             return -1;
         if (bc_emit(ca, SJOP_PRECALL, n, pos) < 0 || bc_emit(ca, SJOP_CALL, n, pos) < 0 ||
@@ -762,8 +767,16 @@ static PyObject *assemble_cont(Split *s, BcAsm *ca, PyObject *names)
     PyObject *vn = PyList_AsTuple(names);
     PyObject *empty = PyTuple_New(0);
     if (vn && empty) {
-        BcCodeSpec spec = {s->orig->co_name, s->orig->co_qualname, vn, empty, empty, s->a_temp, 0, 0,
-                           CO_OPTIMIZED | CO_NEWLOCALS, s->orig->co_firstlineno};
+        BcCodeSpec spec = {s->orig->co_name,
+                           s->orig->co_qualname,
+                           vn,
+                           empty,
+                           empty,
+                           s->a_temp,
+                           0,
+                           0,
+                           CO_OPTIMIZED | CO_NEWLOCALS,
+                           s->orig->co_firstlineno};
         cont = bc_assemble(ca, s->co, &spec);
     }
     Py_XDECREF(vn);
@@ -788,8 +801,8 @@ static PyObject *assemble_cont(Split *s, BcAsm *ca, PyObject *names)
  * stack, with one cache entry per remaining trip count. Frames it calls are still
  * compiled. Every compiled resume function's break site is thus unreachable from its own
  * start, so a chain of compiled resumes visits each site at most once. */
-static int exits(Split *s, const int32_t *fmap, int32_t nunits, int32_t shift, const BcAsm *ob,
-                 const int32_t *obmap, BreakCode *out)
+static int exits(Split *s, const int32_t *fmap, int32_t nunits, int32_t shift, const BcAsm *ob, const int32_t *obmap,
+                 BreakCode *out)
 {
     s->exit_unit[0] = start_unit(fmap, nunits, s->k + 1) - shift;
     s->exit_unit[1] = s->shape.nexits > 1 ? start_unit(fmap, nunits, s->I->target) - shift : -1;

@@ -170,11 +170,13 @@ int32_t shape_env_strict_pinned(const ShapeEnv *se, const SymNode *rel, int64_t 
     if (rel->kind != SK_EQ)
         return -1;
     const SymNode *a = rel->args[0], *b = rel->args[1];
-    if (a->kind == SK_SYMBOL && b->kind == SK_CONST && a->slot >= 0 && a->slot < se->nsyms && se->syms[a->slot].strict) {
+    if (a->kind == SK_SYMBOL && b->kind == SK_CONST && a->slot >= 0 && a->slot < se->nsyms &&
+        se->syms[a->slot].strict) {
         *k = b->value;
         return a->slot;
     }
-    if (b->kind == SK_SYMBOL && a->kind == SK_CONST && b->slot >= 0 && b->slot < se->nsyms && se->syms[b->slot].strict) {
+    if (b->kind == SK_SYMBOL && a->kind == SK_CONST && b->slot >= 0 && b->slot < se->nsyms &&
+        se->syms[b->slot].strict) {
         *k = a->value;
         return b->slot;
     }
@@ -230,9 +232,12 @@ static int compile_node(const ShapeEnv *se, Prog *p, SymNode *e)
     default:
         break;
     }
-    static const struct { SymKind k; int op; } map[] = {
+    static const struct {
+        SymKind k;
+        int op;
+    } map[] = {
         {SK_ADD, SG_ADD}, {SK_MUL, SG_MUL}, {SK_MIN, SG_MIN}, {SK_MAX, SG_MAX}, {SK_FLOORDIV, SG_FLOORDIV},
-        {SK_MOD, SG_MOD}, {SK_EQ, SG_EQ}, {SK_NE, SG_NE}, {SK_LT, SG_LT}, {SK_LE, SG_LE},
+        {SK_MOD, SG_MOD}, {SK_EQ, SG_EQ},   {SK_NE, SG_NE},   {SK_LT, SG_LT},   {SK_LE, SG_LE},
     };
     for (size_t m = 0; m < sizeof map / sizeof *map; m++) {
         if (map[m].k != e->kind)
@@ -320,8 +325,9 @@ static int guard_bound(Compiler *cc, int32_t src, int64_t bound, int side)
     PyObject *name = cc->name(cc->ctx, src);
     PyObject *text = side ? PyUnicode_FromFormat("%U <= %lld", name, (long long)bound)
                           : PyUnicode_FromFormat("%lld <= %U", (long long)bound, name);
-    int ok = text && (side ? push_src(&p, src) == 0 && emit(&p, SG_CONST, bound, 1) == 0
-                           : emit(&p, SG_CONST, bound, 1) == 0 && push_src(&p, src) == 0) &&
+    int ok = text &&
+             (side ? push_src(&p, src) == 0 && emit(&p, SG_CONST, bound, 1) == 0
+                   : emit(&p, SG_CONST, bound, 1) == 0 && push_src(&p, src) == 0) &&
              emit(&p, SG_LE, 0, -1) == 0;
     return deliver_built(cc, &p, ok, text);
 }

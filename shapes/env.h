@@ -36,9 +36,12 @@ typedef struct {
 
 typedef struct {
     SymEnv *env;                                      /* borrowed; NULL until shape_env_open */
-    SymInfo *syms; int32_t nsyms, capsyms;           /* PyMem, by slot */
-    SymAlias *aliases; int32_t naliases, capaliases; /* PyMem */
-    SymNode **rels; int32_t nrels, caprels;          /* PyMem: relations the capture relied on */
+    SymInfo *syms;
+    int32_t nsyms, capsyms;           /* PyMem, by slot */
+    SymAlias *aliases;
+    int32_t naliases, capaliases; /* PyMem */
+    SymNode **rels;
+    int32_t nrels, caprels;          /* PyMem: relations the capture relied on */
     PyObject *rel_where;                             /* strong list of str, parallel to rels */
 } ShapeEnv;
 

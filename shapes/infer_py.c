@@ -227,8 +227,8 @@ PyObject *shapes_py_callable_rows(PyObject *self, PyObject *unused)
         return NULL;
     for (int i = 0; i < NROWS; i++) {
         const Row *r = &rows[i];
-        PyObject *t = Py_BuildValue("(ssssss)", r->id, r->kind, r->path, op_info[r->op].name,
-                                    r->schema, r->flags);    /* new */
+        PyObject *t =
+            Py_BuildValue("(ssssss)", r->id, r->kind, r->path, op_info[r->op].name, r->schema, r->flags);    /* new */
         if (!t) {
             Py_DECREF(list);
             return NULL;

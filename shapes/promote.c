@@ -21,7 +21,10 @@
 #define CAT(d) (dtype_info[(d)].category)
 #define SIZE(d) (dtype_info[(d)].itemsize)
 
-static int is_unsigned(DType d) { return dtype_is_unsigned(d); }
+static int is_unsigned(DType d)
+{
+    return dtype_is_unsigned(d);
+}
 
 static DType complex_for_float(DType f)
 {
@@ -40,9 +43,15 @@ DType promote_real_of(DType d)
 static DType np_float_for_int(DType d)
 {
     switch (d) {
-    case DT_BOOL: case DT_U8: case DT_I8: return DT_F16;
-    case DT_I16: case DT_U16: return DT_F32;
-    default: return DT_F64;
+    case DT_BOOL:
+    case DT_U8:
+    case DT_I8:
+        return DT_F16;
+    case DT_I16:
+    case DT_U16:
+        return DT_F32;
+    default:
+        return DT_F64;
     }
 }
 
@@ -80,9 +89,19 @@ int promote_pair(Lib lib, DType a, DType b, DType *out, ShapeErr *err)
         sj_err(err, "numpy has no bfloat16");
         return -1;
     }
-    if (a == b) { *out = a; return 0; }
-    if (CAT(a) < CAT(b)) { DType t = a; a = b; b = t; }    /* a: the higher category */
-    if (CAT(b) == CAT_BOOL) { *out = a; return 0; }
+    if (a == b) {
+        *out = a;
+        return 0;
+    }
+    if (CAT(a) < CAT(b)) {
+        DType t = a;
+        a = b;
+        b = t;
+    }    /* a: the higher category */
+    if (CAT(b) == CAT_BOOL) {
+        *out = a;
+        return 0;
+    }
     switch (CAT(a)) {
     case CAT_INT:
         *out = int_pair(a, b);
@@ -121,10 +140,14 @@ int promote_pair(Lib lib, DType a, DType b, DType *out, ShapeErr *err)
 /* What a Python scalar is: category, or -1 when it is not a bool/int/float/complex. */
 static int scalar_category(PyObject *v)
 {
-    if (PyBool_Check(v)) return CAT_BOOL;
-    if (PyLong_Check(v)) return CAT_INT;
-    if (PyFloat_Check(v)) return CAT_FLOAT;
-    if (PyComplex_Check(v)) return CAT_COMPLEX;
+    if (PyBool_Check(v))
+        return CAT_BOOL;
+    if (PyLong_Check(v))
+        return CAT_INT;
+    if (PyFloat_Check(v))
+        return CAT_FLOAT;
+    if (PyComplex_Check(v))
+        return CAT_COMPLEX;
     return -1;
 }
 
@@ -140,24 +163,41 @@ static int int_fits(PyObject *v, DType d)
     if (overflow)
         return 0;
     switch (d) {
-    case DT_U8: return x >= 0 && x <= 255;
-    case DT_U16: return x >= 0 && x <= 65535;
-    case DT_U32: return x >= 0 && x <= 4294967295LL;
-    case DT_U64: return x >= 0;
-    case DT_I8: return x >= -128 && x <= 127;
-    case DT_I16: return x >= -32768 && x <= 32767;
-    case DT_I32: return x >= -2147483648LL && x <= 2147483647LL;
-    default: return 1;
+    case DT_U8:
+        return x >= 0 && x <= 255;
+    case DT_U16:
+        return x >= 0 && x <= 65535;
+    case DT_U32:
+        return x >= 0 && x <= 4294967295LL;
+    case DT_U64:
+        return x >= 0;
+    case DT_I8:
+        return x >= -128 && x <= 127;
+    case DT_I16:
+        return x >= -32768 && x <= 32767;
+    case DT_I32:
+        return x >= -2147483648LL && x <= 2147483647LL;
+    default:
+        return 1;
     }
 }
 
 /* torch: a lower-priority group's dtype only matters when its category is higher. */
 static int torch_combine(int higher, int lower, DType *out, ShapeErr *err)
 {
-    if (higher < 0) { *out = (DType)lower; return 0; }
-    if (lower < 0) { *out = (DType)higher; return 0; }
+    if (higher < 0) {
+        *out = (DType)lower;
+        return 0;
+    }
+    if (lower < 0) {
+        *out = (DType)higher;
+        return 0;
+    }
     DType h = (DType)higher, l = (DType)lower;
-    if (CAT(h) == CAT_COMPLEX) { *out = h; return 0; }
+    if (CAT(h) == CAT_COMPLEX) {
+        *out = h;
+        return 0;
+    }
     if (CAT(l) == CAT_COMPLEX) {
         if (CAT(h) == CAT_FLOAT) {
             if (h == DT_F16 || h == DT_BF16) {
@@ -170,15 +210,17 @@ static int torch_combine(int higher, int lower, DType *out, ShapeErr *err)
         *out = l;
         return 0;
     }
-    if (CAT(h) == CAT_FLOAT) { *out = h; return 0; }
+    if (CAT(h) == CAT_FLOAT) {
+        *out = h;
+        return 0;
+    }
     if (CAT(h) == CAT_BOOL || CAT(l) == CAT_FLOAT)
         return promote_pair(LIB_TORCH, h, l, out, err);
     *out = h;
     return 0;
 }
 
-int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, DType *out,
-                 int *all_weak, ShapeErr *err)
+int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, DType *out, int *all_weak, ShapeErr *err)
 {
     /* torch groups: dimensioned tensors, 0-d tensors, Python scalars; -1 = none yet.
      * numpy groups: every array (strong), Python scalars (weak). */
@@ -240,15 +282,20 @@ int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, D
 
     int wrapped = -1;    /* the dtype the weak scalars stand for */
     switch (weak_cat) {
-    case CAT_BOOL: wrapped = DT_BOOL; break;
-    case CAT_INT: wrapped = DT_I64; break;
+    case CAT_BOOL:
+        wrapped = DT_BOOL;
+        break;
+    case CAT_INT:
+        wrapped = DT_I64;
+        break;
     case CAT_FLOAT:
         wrapped = lib == LIB_TORCH ? meta_torch_default_float : DT_F64;
         break;
     case CAT_COMPLEX:
         wrapped = (lib == LIB_TORCH && meta_torch_default_float != DT_F64) ? DT_C64 : DT_C128;
         break;
-    default: break;
+    default:
+        break;
     }
 
     if (lib == LIB_TORCH) {
@@ -280,8 +327,7 @@ int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, D
     } else if (check_range && CAT(r) == CAT_INT) {
         for (int i = 0; i < n; i++) {
             const BoundArg *a = args[i];
-            if (a && a->kind == BA_CONST && scalar_category(a->value) == CAT_INT &&
-                !int_fits(a->value, r)) {
+            if (a && a->kind == BA_CONST && scalar_category(a->value) == CAT_INT && !int_fits(a->value, r)) {
                 sj_err(err, "Python integer out of bounds for %s", dtype_info[r].name);
                 return -1;
             }

@@ -14,8 +14,8 @@ int promote_pair(Lib lib, DType a, DType b, DType *out, ShapeErr *err);
  * skipped. check_range: numpy refuses a Python int that does not fit the result integer
  * type (arithmetic raises OverflowError; comparisons do not). *all_weak is set when no
  * operand was a tensor (may be NULL). Returns 0 or -1 with err set. */
-int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, DType *out,
-                 int *all_weak, ShapeErr *err);
+int promote_args(Lib lib, const BoundArg *const *args, int n, int check_range, DType *out, int *all_weak,
+                 ShapeErr *err);
 
 /* The floating dtype an op that needs floats computes integer or bool input in: torch's
  * default float, or numpy's smallest float that holds the input exactly (int8 -> float16,

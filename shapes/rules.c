@@ -19,8 +19,7 @@ static const ShapeRule rule_table[OP_COUNT] = {
 #undef X
 };
 
-int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     if ((int)op < 0 || op >= OP_COUNT)
         return sj_err(err, "bad op id %d", (int)op);
@@ -46,8 +45,8 @@ int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
          * evaluator clears this under no_grad */
         int rg = op_info[op].kind != OPK_FACTORY && op != OP_DETACH && sj_requires_grad(b);
         for (int i = 0; i < *nout; i++)
-            out[i].requires_grad = (unsigned char)(out[i].requires_grad ||
-                (rg && dtype_info[out[i].dtype].category >= CAT_FLOAT));
+            out[i].requires_grad =
+                (unsigned char)(out[i].requires_grad || (rg && dtype_info[out[i].dtype].category >= CAT_FLOAT));
         if (op == OP_DETACH)
             for (int i = 0; i < *nout; i++)
                 out[i].requires_grad = 0;
@@ -176,8 +175,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 }
 
 /* Appends the ints of one constant (an int or a sequence of ints). */
-static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max,
-                         ShapeErr *err)
+static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, int max, ShapeErr *err)
 {
     BoundArg tmp = {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0};
     if (PyTuple_Check(v) || PyList_Check(v)) {
@@ -203,8 +201,7 @@ static int ints_of_const(PyObject *v, const char *what, int64_t *out, int *n, in
 }
 
 /* sj_int_list; pin: specialise symbolic items (sj_int) or only read their hints. */
-static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max, int pin,
-                    ShapeErr *err)
+static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max, int pin, ShapeErr *err)
 {
     *n = 0;
     if (!a)
@@ -226,20 +223,20 @@ static int int_list(const BoundArg *a, const char *what, int64_t *out, int *n, i
             if (*n >= max)
                 return sj_err(err, "%s has too many entries", what);
             if (a->items[i].kind != BA_CONST)
-                return sj_err(err, "%s must be constant ints (data-dependent sizes are "
-                              "not supported)", what);
+                return sj_err(err,
+                              "%s must be constant ints (data-dependent sizes are "
+                              "not supported)",
+                              what);
             if ((pin ? sj_int : int_value)(&a->items[i], what, &out[*n], err))
                 return -1;
             (*n)++;
         }
         return 0;
     }
-    return sj_err(err, "%s must be constant ints (data-dependent sizes are not supported)",
-                  what);
+    return sj_err(err, "%s must be constant ints (data-dependent sizes are not supported)", what);
 }
 
-int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
-                ShapeErr *err)
+int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max, ShapeErr *err)
 {
     return int_list(a, what, out, n, max, 1, err);
 }
@@ -268,10 +265,11 @@ int sj_dim(Lib lib, int64_t d, int ndim, int *out, ShapeErr *err)
     int span = (ndim == 0 && lib == LIB_TORCH) ? 1 : ndim;
     if (d < -span || d >= span) {
         if (lib == LIB_NUMPY)
-            return sj_err(err, "axis %lld is out of bounds for array of dimension %d",
-                          (long long)d, ndim);
-        return sj_err(err, "Dimension out of range (expected to be in range of [%d, %d], "
-                      "but got %lld)", -span, span - 1, (long long)d);
+            return sj_err(err, "axis %lld is out of bounds for array of dimension %d", (long long)d, ndim);
+        return sj_err(err,
+                      "Dimension out of range (expected to be in range of [%d, %d], "
+                      "but got %lld)",
+                      -span, span - 1, (long long)d);
     }
     *out = (int)(d < 0 ? d + span : d);
     return 0;
@@ -329,8 +327,8 @@ static int broadcast_dim(TensorMeta *r, int k, const TensorMeta *m, int j, int d
             r->size[k] = s;
             return 0;
         }
-        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d",
-                      (long long)s, (long long)r->size[k], dim);
+        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d", (long long)s,
+                      (long long)r->size[k], dim);
     }
     if (ss && ss == rs)
         return 0;
@@ -356,8 +354,8 @@ static int broadcast_dim(TensorMeta *r, int k, const TensorMeta *m, int j, int d
         return 0;
     }
     if (s != r->size[k] && !unbacked)
-        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d",
-                      (long long)s, (long long)r->size[k], dim);
+        return sj_err(err, "shapes cannot be broadcast together: size %lld against %lld at dimension %d", (long long)s,
+                      (long long)r->size[k], dim);
     /* equal hints (or a size without one), different expressions: they must stay equal */
     SymNode *a = ss ? ss : sym_const(sj_symctx->env, s), *b = rs ? rs : sym_const(sj_symctx->env, r->size[k]);
     if (sj_require(sym_eq(sj_symctx->env, a, b), err) < 0)
@@ -568,8 +566,7 @@ int sj_index_in_range(const TensorMeta *x, int d, int64_t v, SymNode *isym, Shap
     if (!lo || !zero)
         return sj_sym_error(err);
     int above, below = 0, neg;
-    if (sj_decide(sym_ge(env, i, lo), &above, err) < 0 ||
-        (above && sj_decide(sym_lt(env, i, size), &below, err) < 0))
+    if (sj_decide(sym_ge(env, i, lo), &above, err) < 0 || (above && sj_decide(sym_lt(env, i, size), &below, err) < 0))
         return -1;
     if (!below)
         return 1;
@@ -652,19 +649,87 @@ SymNode *sj_sym_div(SymNode *a, SymNode *b)
 int shapes_rule_is_symbolic(OpId op)
 {
     static const ShapeRule symbolic[] = {
-        rule_same, rule_unary_float, rule_unary_bool, rule_binary, rule_compare, rule_truediv,
-        rule_binary_float, rule_where, rule_masked_fill, rule_lerp, rule_clamp, rule_cast, rule_copy,
-        rule_reduce, rule_softmax, rule_matmul, rule_linear, rule_view, rule_permute, rule_transpose,
-        rule_t, rule_unsqueeze, rule_flatten, rule_cat, rule_stack, rule_gather, rule_embedding, rule_unflatten, rule_sdpa, rule_getitem, rule_expand, rule_expand_as,
-        rule_repeat, rule_factory, rule_factory_like, rule_random_factory, rule_new_factory, rule_arange, rule_norm_like, rule_scan,
-        rule_squeeze, rule_narrow, rule_select, rule_split, rule_chunk, rule_unbind, rule_setitem,
-        rule_conv, rule_pool, rule_adaptive_pool, rule_diff, rule_addmm, rule_eye, rule_max_min, rule_movedim,
+        rule_same,
+        rule_unary_float,
+        rule_unary_bool,
+        rule_binary,
+        rule_compare,
+        rule_truediv,
+        rule_binary_float,
+        rule_where,
+        rule_masked_fill,
+        rule_lerp,
+        rule_clamp,
+        rule_cast,
+        rule_copy,
+        rule_reduce,
+        rule_softmax,
+        rule_matmul,
+        rule_linear,
+        rule_view,
+        rule_permute,
+        rule_transpose,
+        rule_t,
+        rule_unsqueeze,
+        rule_flatten,
+        rule_cat,
+        rule_stack,
+        rule_gather,
+        rule_embedding,
+        rule_unflatten,
+        rule_sdpa,
+        rule_getitem,
+        rule_expand,
+        rule_expand_as,
+        rule_repeat,
+        rule_factory,
+        rule_factory_like,
+        rule_random_factory,
+        rule_new_factory,
+        rule_arange,
+        rule_norm_like,
+        rule_scan,
+        rule_squeeze,
+        rule_narrow,
+        rule_select,
+        rule_split,
+        rule_chunk,
+        rule_unbind,
+        rule_setitem,
+        rule_conv,
+        rule_pool,
+        rule_adaptive_pool,
+        rule_diff,
+        rule_addmm,
+        rule_eye,
+        rule_max_min,
+        rule_movedim,
         rule_sort,
-        rule_np_la_square, rule_np_det, rule_np_eigh, rule_np_solve, rule_np_kron, rule_np_searchsorted,
-        rule_np_interp, rule_np_trapezoid, rule_np_svd, rule_np_qr, rule_np_tensordot, rule_np_cov,
-        rule_np_histogram, rule_np_bincount, rule_np_pinv,
-        rule_pad, rule_conv_transpose, rule_interpolate, rule_addc, rule_tensor_new,
-        rule_random_fill, rule_tensor_data, rule_to_numpy, rule_from_numpy, rule_rnn,
+        rule_np_la_square,
+        rule_np_det,
+        rule_np_eigh,
+        rule_np_solve,
+        rule_np_kron,
+        rule_np_searchsorted,
+        rule_np_interp,
+        rule_np_trapezoid,
+        rule_np_svd,
+        rule_np_qr,
+        rule_np_tensordot,
+        rule_np_cov,
+        rule_np_histogram,
+        rule_np_bincount,
+        rule_np_pinv,
+        rule_pad,
+        rule_conv_transpose,
+        rule_interpolate,
+        rule_addc,
+        rule_tensor_new,
+        rule_random_fill,
+        rule_tensor_data,
+        rule_to_numpy,
+        rule_from_numpy,
+        rule_rnn,
     };
     if ((int)op < 0 || op >= OP_COUNT)
         return 0;
@@ -699,8 +764,7 @@ int shapes_args_symbolic(const BoundArgs *b)
     return any_arg(b->args, b->n, is_symbolic);
 }
 
-int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
-                 ShapeErr *err)
+int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given, ShapeErr *err)
 {
     const BoundArg *a = ba_get(b, name);
     *given = 0;
@@ -714,8 +778,7 @@ int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int 
         return sj_err(err, "could not read %s", name);
     }
     if (r == 1)
-        return sj_err(err, "%s: unsupported or invalid dtype %.60s", name,
-                      Py_TYPE(a->value)->tp_name);
+        return sj_err(err, "%s: unsupported or invalid dtype %.60s", name, Py_TYPE(a->value)->tp_name);
     *given = 1;
     return 0;
 }
@@ -772,21 +835,23 @@ int sj_requires_grad(const BoundArgs *b)
 
 int rule_none(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op; (void)lib; (void)b; (void)out; (void)err;
+    (void)op;
+    (void)lib;
+    (void)b;
+    (void)out;
+    (void)err;
     *nout = 0;
     return 0;
 }
 
-int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
-                   ShapeErr *err)
+int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out, ShapeErr *err)
 {
     if (self->np_scalar || !result) {
         /* numpy scalars are immutable: `s += 1` rebinds s to the plain result */
         *out = *result;
         return 0;
     }
-    if (result->ndim != self->ndim ||
-        memcmp(result->size, self->size, sizeof(int64_t) * self->ndim) != 0) {
+    if (result->ndim != self->ndim || memcmp(result->size, self->size, sizeof(int64_t) * self->ndim) != 0) {
         char a[96], c[96];
         meta_format(self, a, sizeof a);
         meta_format(result, c, sizeof c);
@@ -801,11 +866,10 @@ int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, Te
     if (lib == LIB_TORCH && from == CAT_BOOL)
         ok = 1;
     if (lib == LIB_TORCH && to == CAT_COMPLEX && from != CAT_COMPLEX && from != CAT_BOOL)
-        return sj_err(err, "in-place %s result into a complex tensor is not supported",
-                      dtype_info[result->dtype].name);
+        return sj_err(err, "in-place %s result into a complex tensor is not supported", dtype_info[result->dtype].name);
     if (!ok)
-        return sj_err(err, "result type %s can't be cast to the desired output type %s",
-                      dtype_info[result->dtype].name, dtype_info[self->dtype].name);
+        return sj_err(err, "result type %s can't be cast to the desired output type %s", dtype_info[result->dtype].name,
+                      dtype_info[self->dtype].name);
     *out = *self;
     return 0;
 }

@@ -18,8 +18,7 @@
  * invalid (the user's code would raise in eager: capture then runs the frame eagerly so the
  * user sees the library's own error) or not supported yet. Rules never set a Python
  * exception; if one is raised while reading a constant they clear it and return -1. */
-typedef int (*ShapeRule)(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                         ShapeErr *err);
+typedef int (*ShapeRule)(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);
 
 /* Symbolic sizes. While a rule runs, sj_symctx is the capture's shape
  * environment when some argument is symbolic (a tensor with a symbolic dim, a symbolic
@@ -46,15 +45,13 @@ int shapes_args_symbolic(const BoundArgs *b);
 
 /* Dispatch through the table in ops.def. With symbolic arguments and a rule that does not
  * handle them, returns 1 without running the rule (err unset): the caller specialises. */
-int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err);
+int shapes_infer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err);
 
 /* In-place ops (CF_INPLACE rows: x.add_(y), x += y) write the op's result into their first
  * argument: the result must have self's shape and be castable to self's dtype (torch: no
  * complex -> real, float -> integer or non-bool -> bool; numpy: 'same_kind'). On success
  * *out is self's metadata. Returns 0 or -1 with err set. */
-int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out,
-                   ShapeErr *err);
+int shapes_inplace(Lib lib, const TensorMeta *self, const TensorMeta *result, TensorMeta *out, ShapeErr *err);
 
 /* The named result type numpy gives op's multi-output call with these arguments
  * (numpy.linalg's namedtuples) as "module:qualname", or NULL for a plain tuple.

@@ -64,7 +64,7 @@ static int factory_done(Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
         return -1;
     if (rg && lib == LIB_TORCH && dtype_info[out->dtype].category < CAT_FLOAT)
         return sj_err(err, "Only Tensors of floating point and complex dtype can require "
-                      "gradients");
+                           "gradients");
     out->requires_grad = (unsigned char)(rg && lib == LIB_TORCH);
     *nout = 1;
     return 0;
@@ -86,8 +86,7 @@ static int check_sizes(const int64_t *size, SymNode *const *syms, int n, ShapeEr
     return 0;
 }
 
-int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     int64_t size[SJ_MAX_RANK];
     SymNode *syms[SJ_MAX_RANK];
@@ -118,8 +117,7 @@ int rule_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return factory_done(lib, b, out, nout, err);
 }
 
-int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                      ShapeErr *err)
+int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -147,13 +145,12 @@ int rule_factory_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
 
 /* torch.rand / randn and their _like forms: a factory whose values come from the default
  * generator (the node runs the call itself); torch has them for floating dtypes only. */
-int rule_random_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                        ShapeErr *err)
+int rule_random_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     if (lib != LIB_TORCH)
         return sj_err(err, "random factories are torch functions");
-    int r = op == OP_RAND_LIKE ? rule_factory_like(op, lib, b, out, nout, err)
-                               : rule_factory(op, lib, b, out, nout, err);
+    int r =
+        op == OP_RAND_LIKE ? rule_factory_like(op, lib, b, out, nout, err) : rule_factory(op, lib, b, out, nout, err);
     if (r)
         return r;
     /* torch raises for other dtypes: rand always, randn only when there is something to
@@ -165,14 +162,12 @@ int rule_random_factory(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, i
     for (int i = 0; i < out->ndim; i++)
         empty |= out->size[i] == 0 && !out->sym[i];
     if (dtype_info[out->dtype].category != CAT_FLOAT && !(normal && empty))
-        return sj_err(err, "random values of dtype %s: torch draws floating values only",
-                      dtype_info[out->dtype].name);
+        return sj_err(err, "random values of dtype %s: torch draws floating values only", dtype_info[out->dtype].name);
     return 0;
 }
 
 /* A constant real number; *is_float tells float from int (bools count as ints). */
-static int number(const BoundArg *a, const char *what, double *v, int *is_float,
-                  ShapeErr *err)
+static int number(const BoundArg *a, const char *what, double *v, int *is_float, ShapeErr *err)
 {
     if (!a || a->kind != BA_CONST)
         return sj_err(err, "%s must be a constant number", what);
@@ -207,7 +202,8 @@ static int arange_sym(Lib lib, const BoundArg *const args[3], SymNode **len_sym,
         return -1;
     int ints = lib == LIB_TORCH;
     for (int k = 0; k < 3; k++)
-        ints &= !args[k] || (args[k]->kind == BA_CONST && PyLong_Check(args[k]->value) && !PyBool_Check(args[k]->value));
+        ints &=
+            !args[k] || (args[k]->kind == BA_CONST && PyLong_Check(args[k]->value) && !PyBool_Check(args[k]->value));
     if (!ints) {
         for (int k = 0; k < 3; k++)
             if (args[k] && args[k]->kind == BA_CONST && args[k]->sym && sj_pin(args[k]->sym, &v, err) < 0)
@@ -241,8 +237,7 @@ static int arange_sym(Lib lib, const BoundArg *const args[3], SymNode **len_sym,
     return *len_sym ? 0 : sj_sym_error(err);
 }
 
-int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     double start = 0, end, step = 1;
@@ -284,8 +279,7 @@ int rule_arange(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return factory_done(lib, b, out, nout, err);
 }
 
-int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                  ShapeErr *err)
+int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     double v;
@@ -299,8 +293,7 @@ int rule_linspace(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *no
     if (sj_get_int(b, "steps", lib == LIB_NUMPY ? 50 : -1, &steps, err))
         return -1;
     if (steps < 0)
-        return sj_err(err, lib == LIB_TORCH ? "linspace needs steps >= 0"
-                                            : "Number of samples must be non-negative.");
+        return sj_err(err, lib == LIB_TORCH ? "linspace needs steps >= 0" : "Number of samples must be non-negative.");
     int retstep;
     if (sj_get_bool(b, "retstep", 0, &retstep, err))
         return -1;
@@ -336,8 +329,7 @@ int rule_eye(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
 }
 
 /* Shape and widest scalar category of nested Python lists/tuples of numbers. */
-static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_shape,
-                      int *cat, ShapeErr *err)
+static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_shape, int *cat, ShapeErr *err)
 {
     if (PyRange_Check(v)) {
         /* range(n): a run of ints, a list's shape */
@@ -379,8 +371,7 @@ static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_
             return 0;
         }
         for (Py_ssize_t i = 0; i < n; i++)
-            if (data_shape(lib, PySequence_Fast_GET_ITEM(v, i), depth + 1, m, have_shape, cat,
-                           err))
+            if (data_shape(lib, PySequence_Fast_GET_ITEM(v, i), depth + 1, m, have_shape, cat, err))
                 return -1;
         return 0;
     }
@@ -390,8 +381,11 @@ static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_
         m->ndim = (unsigned char)depth;
         *have_shape = 1;
     }
-    int c = PyBool_Check(v) ? CAT_BOOL : PyLong_Check(v) ? CAT_INT
-          : PyFloat_Check(v) ? CAT_FLOAT : PyComplex_Check(v) ? CAT_COMPLEX : -1;
+    int c = PyBool_Check(v)      ? CAT_BOOL
+            : PyLong_Check(v)    ? CAT_INT
+            : PyFloat_Check(v)   ? CAT_FLOAT
+            : PyComplex_Check(v) ? CAT_COMPLEX
+                                 : -1;
     if (c < 0)
         return sj_err(err, "data of type %.60s is not supported", Py_TYPE(v)->tp_name);
     if (c > *cat)
@@ -399,8 +393,7 @@ static int data_shape(Lib lib, PyObject *v, int depth, TensorMeta *m, int *have_
     return 0;
 }
 
-int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                      ShapeErr *err)
+int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const BoundArg *data = ba_get(b, "data");
     if (!data)
@@ -434,8 +427,12 @@ int rule_tensor_const(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int
             return -1;
         DType dflt;
         switch (cat) {
-        case CAT_BOOL: dflt = DT_BOOL; break;
-        case CAT_INT: dflt = DT_I64; break;
+        case CAT_BOOL:
+            dflt = DT_BOOL;
+            break;
+        case CAT_INT:
+            dflt = DT_I64;
+            break;
         case CAT_COMPLEX:
             dflt = (lib == LIB_TORCH && meta_torch_default_float != DT_F64) ? DT_C64 : DT_C128;
             break;

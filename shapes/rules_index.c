@@ -157,8 +157,8 @@ static int check_int_index(const TensorMeta *x, int src, const IxItem *it, Shape
         return -1;
     int out = sj_index_in_range(x, src, v, it->sym, err);
     if (out > 0)
-        return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld",
-                      (long long)v, src, (long long)x->size[src]);
+        return sj_err(err, "index %lld is out of bounds for dimension %d with size %lld", (long long)v, src,
+                      (long long)x->size[src]);
     return out;
 }
 
@@ -201,8 +201,8 @@ static SymNode *bound_const(Py_ssize_t v)
  * Symbolic (a symbolic dim or bound) with a positive step, it follows torch's slice meta:
  * both bounds through slice_index, then (stop - start + step - 1) // step when
  * stop >= start, else 0. A symbolic step, or numpy's negative steps, are specialised. */
-static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, int64_t *len,
-                     SymNode **lsym, ShapeErr *err)
+static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, int64_t *len, SymNode **lsym,
+                     ShapeErr *err)
 {
     Py_ssize_t start, stop, step;
     *lsym = NULL;
@@ -235,7 +235,11 @@ static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, in
     if (!s)
         return -1;
     const PySliceObject *sl = (const PySliceObject *)it->obj;
-    SymNode *a = slice_index(s, (ss && ss[0]) ? ss[0] : sl->start == Py_None ? sym_const(env, 0) : bound_const(start), err);
+    SymNode *a = slice_index(s,
+                             (ss && ss[0])          ? ss[0]
+                             : sl->start == Py_None ? sym_const(env, 0)
+                                                    : bound_const(start),
+                             err);
     if (!a)
         return -1;
     SymNode *b = s;   /* no stop, or torch's end == sys.maxsize: the size */
@@ -262,8 +266,7 @@ static int slice_len(Lib lib, const TensorMeta *x, int src, const IxItem *it, in
 /* The shape x[index] selects; *scalar tells numpy's "every dim taken by an int" case. With
  * sj_symctx set, dims keep their symbols and slices of symbolic dims or with symbolic
  * bounds get symbolic lengths (slice_len). */
-static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorMeta *out,
-                       int *scalar, ShapeErr *err)
+static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorMeta *out, int *scalar, ShapeErr *err)
 {
     IxItem items[MAX_ITEMS];
     int n;
@@ -387,8 +390,7 @@ static int index_shape(Lib lib, const TensorMeta *x, const BoundArg *ix, TensorM
     return 0;
 }
 
-int rule_getitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_getitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -408,8 +410,7 @@ int rule_getitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 /* x[mask] = v with a boolean mask over x's leading dims: how many elements are selected
  * depends on the data, but the result is x itself, so only a value that broadcasts to any
  * count (a scalar, or one element) is accepted. 1 = handled, 0 = not a mask, -1 = refused. */
-static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg *v,
-                        ShapeErr *err)
+static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg *v, ShapeErr *err)
 {
     if (!ix || ix->kind != BA_TENSOR || ix->meta->dtype != DT_BOOL)
         return 0;
@@ -418,7 +419,8 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
     for (int i = 0; same > 0 && i < m->ndim; i++)
         same = sj_dims_equal(m, i, x, i, err);
     if (same <= 0)
-        return same < 0 ? -1 : sj_err(err, "the shape of the mask does not match the shape of the indexed "
+        return same < 0 ? -1
+                        : sj_err(err, "the shape of the mask does not match the shape of the indexed "
                                       "tensor");
     if (v && v->kind == BA_TENSOR) {
         /* a value of one row per selected element (x[m] = y[m], x[m] *= 2): whether its
@@ -433,15 +435,14 @@ static int mask_setitem(const TensorMeta *x, const BoundArg *ix, const BoundArg 
         /* one element broadcasts to any selection of at least its rank */
         if (!counted && (vm->ndim > 1 + x->ndim - m->ndim || sj_numel(v->meta) != 1))
             return sj_err(err, "assigning a tensor through a boolean mask depends on the "
-                          "number of selected elements");
+                               "number of selected elements");
     } else if (!v || v->kind != BA_CONST || !PyNumber_Check(v->value)) {
         return sj_err(err, "unsupported value for a masked assignment");
     }
     return 1;
 }
 
-int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -469,16 +470,22 @@ int rule_setitem(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         for (int i = 0; i < extra; i++) {
             int one = sj_dim_equals(m, i, 1, err);
             if (one <= 0)
-                return one < 0 ? -1 : sj_err(err, "shape mismatch: value of rank %d cannot be broadcast to "
-                                             "indexing result of rank %d", m->ndim, target.ndim);
+                return one < 0 ? -1
+                               : sj_err(err,
+                                        "shape mismatch: value of rank %d cannot be broadcast to "
+                                        "indexing result of rank %d",
+                                        m->ndim, target.ndim);
         }
         for (int i = extra > 0 ? extra : 0; i < m->ndim; i++) {
             int ok = sj_dims_equal(m, i, &target, i - extra, err);
             if (ok == 0)
                 ok = sj_dim_equals(m, i, 1, err);
             if (ok <= 0)
-                return ok < 0 ? -1 : sj_err(err, "shape mismatch: value of size %lld cannot be broadcast "
-                                            "to size %lld", (long long)m->size[i], (long long)target.size[i - extra]);
+                return ok < 0 ? -1
+                              : sj_err(err,
+                                       "shape mismatch: value of size %lld cannot be broadcast "
+                                       "to size %lld",
+                                       (long long)m->size[i], (long long)target.size[i - extra]);
         }
         if (lib == LIB_TORCH && dtype_info[m->dtype].category == CAT_COMPLEX &&
             dtype_info[x->dtype].category != CAT_COMPLEX)

@@ -8,13 +8,14 @@
 
 /* torch's matrix products do not promote: both operands must share a dtype. numpy
  * promotes. Also refuses bool in torch (no bool BLAS kernels). */
-static int product_dtype(Lib lib, const TensorMeta *a, const TensorMeta *b, DType *out,
-                         ShapeErr *err)
+static int product_dtype(Lib lib, const TensorMeta *a, const TensorMeta *b, DType *out, ShapeErr *err)
 {
     if (lib == LIB_TORCH) {
         if (a->dtype != b->dtype)
-            return sj_err(err, "expected both operands to have the same dtype, but got %s "
-                          "and %s", dtype_info[a->dtype].name, dtype_info[b->dtype].name);
+            return sj_err(err,
+                          "expected both operands to have the same dtype, but got %s "
+                          "and %s",
+                          dtype_info[a->dtype].name, dtype_info[b->dtype].name);
         if (a->dtype == DT_BOOL)
             return sj_err(err, "matrix products are not implemented for bool");
         *out = (DType)a->dtype;
@@ -25,14 +26,12 @@ static int product_dtype(Lib lib, const TensorMeta *a, const TensorMeta *b, DTyp
 
 static int mismatch(ShapeErr *err, int64_t k1, int64_t k2)
 {
-    return sj_err(err, "size mismatch in matrix product: %lld vs %lld", (long long)k1,
-                  (long long)k2);
+    return sj_err(err, "size mismatch in matrix product: %lld vs %lld", (long long)k1, (long long)k2);
 }
 
 /* The general matmul: 1-d operands are promoted to matrices and the added dim removed,
  * batch dims broadcast. */
-static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out,
-                        ShapeErr *err)
+static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out, ShapeErr *err)
 {
     if (a->ndim == 0 || b->ndim == 0)
         return sj_err(err, "both arguments to matmul need to be at least 1D");
@@ -64,8 +63,7 @@ static int matmul_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
 }
 
 /* numpy.dot: sum over the last dim of a and the second-to-last of b, no broadcasting. */
-static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out,
-                        ShapeErr *err)
+static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *out, ShapeErr *err)
 {
     if (a->ndim == 0 || b->ndim == 0) {
         const TensorMeta *ms[2] = {a->ndim ? a : NULL, b->ndim ? b : NULL};
@@ -77,8 +75,7 @@ static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
     if (eq < 0)
         return -1;
     if (!eq)
-        return sj_err(err, "shapes not aligned: %lld (dim %d) != %lld", (long long)k1,
-                      a->ndim - 1, (long long)k2);
+        return sj_err(err, "shapes not aligned: %lld (dim %d) != %lld", (long long)k1, a->ndim - 1, (long long)k2);
     int nd = 0;
     for (int i = 0; i + 1 < a->ndim; i++)
         sj_copy_dim(out, nd++, a, i);
@@ -90,8 +87,7 @@ static int np_dot_shape(const TensorMeta *a, const TensorMeta *b, TensorMeta *ou
     return 0;
 }
 
-int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x, *y;
     if (sj_tensor2(b, "input", &x, "other", &y, err))
@@ -102,8 +98,8 @@ int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         if (op == OP_MV && (x->ndim != 2 || y->ndim != 1))
             return sj_err(err, "mv: expected a 2-D and a 1-D tensor, got %d-D and %d-D", x->ndim, y->ndim);
         if (want && (x->ndim != want || y->ndim != want))
-            return sj_err(err, "%s: expected %d-D tensors, got %d-D and %d-D",
-                          op_info[op].name, want, x->ndim, y->ndim);
+            return sj_err(err, "%s: expected %d-D tensors, got %d-D and %d-D", op_info[op].name, want, x->ndim,
+                          y->ndim);
         if (op == OP_BMM) {
             int eq = sj_dims_equal(x, 0, y, 0, err);
             if (eq <= 0)
@@ -125,8 +121,7 @@ int rule_matmul(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x, *w;
@@ -167,8 +162,7 @@ int rule_linear(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_addmm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_addmm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *c = sj_tensor(b, "input", err);
     const TensorMeta *m1 = c ? sj_tensor(b, "mat1", err) : NULL;
@@ -202,8 +196,7 @@ int rule_addmm(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return 0;
 }
 
-int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_outer(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const BoundArg *ops[2] = {ba_get(b, "input"), ba_get(b, "other")};
@@ -233,8 +226,7 @@ static int einsum_letter(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const BoundArg *eq = ba_get(b, "equation");
@@ -289,8 +281,7 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         }
         int ne = cur->ndim - nlabels;
         if (has_ell ? ne < 0 : ne != 0)
-            return sj_err(err, "einsum: operand %d has %d dims but the equation gives %d",
-                          operand, cur->ndim, nlabels);
+            return sj_err(err, "einsum: operand %d has %d dims but the equation gives %d", operand, cur->ndim, nlabels);
         int axis = 0;
         for (const char *t = c; t < term_end; t++) {
             if (*t == '.') {
@@ -327,8 +318,7 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             if (ops->items[i].meta->dtype != ops->items[0].meta->dtype)
                 return sj_err(err, "einsum(): operands do not all have the same dtype");
         dt = (DType)ops->items[0].meta->dtype;
-    } else if (promote_args(lib, promo, ops->n < SJ_MAX_OUTS ? ops->n : SJ_MAX_OUTS, 0, &dt,
-                            NULL, err)) {
+    } else if (promote_args(lib, promo, ops->n < SJ_MAX_OUTS ? ops->n : SJ_MAX_OUTS, 0, &dt, NULL, err)) {
         return -1;
     }
     if (sj_dtype_or(b, "dtype", lib, &dt, err))
@@ -351,8 +341,10 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 continue;
             }
             if (!einsum_letter(*c) || label_count[(int)*c] == 0)
-                return sj_err(err, "einsum: output subscript '%c' does not appear in the "
-                              "inputs", *c);
+                return sj_err(err,
+                              "einsum: output subscript '%c' does not appear in the "
+                              "inputs",
+                              *c);
             int bit = *c >= 'a' ? *c - 'a' : 26 + *c - 'A';
             if (seen & (1ull << bit))
                 return sj_err(err, "einsum: output subscript '%c' appears more than once", *c);
@@ -364,7 +356,7 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         /* torch sums broadcast dims the output leaves out; numpy refuses them */
         if (nell > 0 && !out_ell && lib == LIB_NUMPY)
             return sj_err(err, "output has more dimensions than subscripts given in einstein sum, "
-                          "but no '...' ellipsis provided to broadcast the extra dimensions.");
+                               "but no '...' ellipsis provided to broadcast the extra dimensions.");
     } else {
         for (int j = 0; j < nell; j++)
             out->size[nd++] = ell[SJ_MAX_RANK - nell + j];

@@ -90,7 +90,7 @@ int rule_repeat_interleave(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out
         return sj_err(err, "repeat_interleave(input) sizes its output by the data: not supported");
     if (r->kind != BA_CONST)
         return sj_err(err, "repeat_interleave with a tensor of repeats sizes its output by the data: "
-                      "not supported");
+                           "not supported");
     int64_t n;
     if (sj_int(r, "repeats", &n, err))
         return -1;
@@ -162,8 +162,7 @@ int rule_glu(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     if (!x)
         return -1;
     if (x->size[d] % 2)
-        return sj_err(err, "Halving dimension must be even, but dimension %d is size %lld", d,
-                      (long long)x->size[d]);
+        return sj_err(err, "Halving dimension must be even, but dimension %d is size %lld", d, (long long)x->size[d]);
     int cat = dtype_info[x->dtype].category;
     if (cat != CAT_FLOAT)
         return sj_err(err, "glu: a floating input is required");

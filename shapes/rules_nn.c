@@ -14,8 +14,8 @@ static int need_float(const TensorMeta *x, const char *name, ShapeErr *err)
 }
 
 /* An optional tensor parameter must share the input's dtype (torch's layers do not promote). */
-static int same_dtype_opt(const BoundArgs *b, const char *name, const TensorMeta *x,
-                          const TensorMeta **out, ShapeErr *err)
+static int same_dtype_opt(const BoundArgs *b, const char *name, const TensorMeta *x, const TensorMeta **out,
+                          ShapeErr *err)
 {
     const BoundArg *a = ba_get(b, name);
     *out = NULL;
@@ -24,8 +24,8 @@ static int same_dtype_opt(const BoundArgs *b, const char *name, const TensorMeta
     if (a->kind != BA_TENSOR)
         return sj_err(err, "%s must be a tensor", name);
     if (a->meta->dtype != x->dtype)
-        return sj_err(err, "expected %s to have dtype %s, got %s", name,
-                      dtype_info[x->dtype].name, dtype_info[a->meta->dtype].name);
+        return sj_err(err, "expected %s to have dtype %s, got %s", name, dtype_info[x->dtype].name,
+                      dtype_info[a->meta->dtype].name);
     *out = a->meta;
     return 0;
 }
@@ -73,8 +73,7 @@ static int values_per_channel_above_1(const TensorMeta *x, int d, int *above, Sh
 
 /* Output: the input's metadata, its symbolic dims kept. The sizes the parameters must
  * match are compared with sj_dims_equal (guarded when symbolic). */
-int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -122,8 +121,7 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         if (x->ndim < 2)
             return sj_err(err, "batch_norm expects at least 2-D input");
         const TensorMeta *rm, *rv;
-        if (same_dtype_opt(b, "running_mean", x, &rm, err) ||
-            same_dtype_opt(b, "running_var", x, &rv, err))
+        if (same_dtype_opt(b, "running_mean", x, &rm, err) || same_dtype_opt(b, "running_var", x, &rv, err))
             return -1;
         if (vec_of(rm, x, 1, "running_mean", err) || vec_of(rv, x, 1, "running_var", err) ||
             vec_of(w, x, 1, "weight", err) || vec_of(bias, x, 1, "bias", err))
@@ -147,7 +145,7 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         int64_t c = x->size[1];
         if (g <= 0 || c % g != 0)
             return sj_err(err, "Expected number of channels in input to be divisible by "
-                          "num_groups");
+                               "num_groups");
         if (sj_symctx && x->sym[1]) {
             /* the channels stay a multiple of the groups */
             SymEnv *env = sj_symctx->env;
@@ -174,8 +172,8 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
  * pooling). conv refuses a padded input shorter than the kernel, pooling an empty output.
  * With a symbolic input size or kernel the extent is an expression, and each of those
  * checks is a decided relation (guarded unless the ranges decide it). */
-static int window_extent(const TensorMeta *x, int i, int64_t k, SymNode *ksym, int64_t p, int64_t s,
-                         int ceil_mode, int conv, TensorMeta *out, ShapeErr *err)
+static int window_extent(const TensorMeta *x, int i, int64_t k, SymNode *ksym, int64_t p, int64_t s, int ceil_mode,
+                         int conv, TensorMeta *out, ShapeErr *err)
 {
     int64_t c = ceil_mode ? s - 1 : 0;
     if (!sj_symctx || (!x->sym[i] && !ksym)) {
@@ -249,8 +247,7 @@ int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return sj_err(err, "input and weight should have the same dtype");
     int batched = x->ndim == sp + 2;
     if (!batched && x->ndim != sp + 1)
-        return sj_err(err, "%s expects %d-D (unbatched) or %d-D (batched) input",
-                      op_info[op].name, sp + 1, sp + 2);
+        return sj_err(err, "%s expects %d-D (unbatched) or %d-D (batched) input", op_info[op].name, sp + 1, sp + 2);
     if (w->ndim != sp + 2)
         return sj_err(err, "%s: weight must be %d-D", op_info[op].name, sp + 2);
     int64_t stride[2], pad[2], dil[2], groups;
@@ -332,14 +329,12 @@ int rule_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     DTypeCategory c = dtype_info[x->dtype].category;
     /* avg_pool1d has int64 and floating kernels */
     if (c == CAT_COMPLEX || c == CAT_BOOL || (op == OP_AVG_POOL1D && c != CAT_FLOAT && x->dtype != DT_I64))
-        return sj_err(err, "%s is not implemented for %s", op_info[op].name,
-                      dtype_info[x->dtype].name);
+        return sj_err(err, "%s is not implemented for %s", op_info[op].name, dtype_info[x->dtype].name);
     int64_t k[2] = {1, 1}, s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
     if (sj_int_tuple(b, "kernel_size", 1, sp, k, err) || sj_int_tuple(b, "padding", 0, sp, p, err))
         return -1;
     const BoundArg *sa = ba_get(b, "stride");
-    if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) &&
-                PySequence_Size(sa->value) == 0)) {
+    if (!sa || (sa->kind == BA_CONST && PySequence_Check(sa->value) && PySequence_Size(sa->value) == 0)) {
         sj_err_clear();
         s[0] = k[0];
         s[1] = k[1];
@@ -408,8 +403,7 @@ static int adaptive_size(const BoundArg *a, TensorMeta *out, int i, ShapeErr *er
     return 0;
 }
 
-int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                       ShapeErr *err)
+int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;
     const char *name = op_info[op].name;
@@ -430,7 +424,8 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     if (!os || (os->kind != BA_CONST && os->kind != BA_LIST))
         return sj_err(err, "output_size must be constant");
     *out = *x;
-    BoundArg items[2] = {{BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}, {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}};
+    BoundArg items[2] = {{BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0},
+                         {BA_CONST, NULL, NULL, 0, NULL, NULL, NULL, 0}};
     const BoundArg *its = items;
     if (os->kind == BA_LIST) {
         if (os->n != sp)
@@ -460,16 +455,16 @@ int rule_adaptive_pool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, in
     return 0;
 }
 
-int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op; (void)lib;
+    (void)op;
+    (void)lib;
     const TensorMeta *ix, *w;
     if (sj_tensor2(b, "input", &ix, "weight", &w, err))
         return -1;
     if (ix->dtype != DT_I64 && ix->dtype != DT_I32)
         return sj_err(err, "Expected tensor for argument #1 'indices' to have one of the "
-                      "following scalar types: Long, Int");
+                           "following scalar types: Long, Int");
     if (w->ndim != 2)
         return sj_err(err, "'weight' must be 2-D");
     if (ix->ndim + 1 > SJ_MAX_RANK)
@@ -485,7 +480,8 @@ int rule_embedding(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 
 int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op; (void)lib;
+    (void)op;
+    (void)lib;
     const TensorMeta *q = sj_tensor(b, "query", err);
     const TensorMeta *k = q ? sj_tensor(b, "key", err) : NULL;
     const TensorMeta *v = k ? sj_tensor(b, "value", err) : NULL;
@@ -544,7 +540,7 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         return -1;
     if (mask && causal)
         return sj_err(err, "_scaled_dot_product_attention: Explicit attn_mask should not be "
-                      "set when is_causal=True");
+                           "set when is_causal=True");
     if (mask && mask->kind == BA_TENSOR) {
         const TensorMeta *m = mask->meta;
         if (m->dtype != DT_BOOL && m->dtype != q->dtype)
@@ -572,8 +568,8 @@ int rule_sdpa(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
  * and of the pads), which must stay >= least. For reflect each pad must be below the size,
  * for circular at most the size (wrapping around once). Relations are decided (guarded)
  * when symbolic. */
-static int pad_dim(const TensorMeta *x, int d, const int64_t *p, SymNode *const *ps, int i,
-                   const char *mode, int64_t least, TensorMeta *out, ShapeErr *err)
+static int pad_dim(const TensorMeta *x, int d, const int64_t *p, SymNode *const *ps, int i, const char *mode,
+                   int64_t least, TensorMeta *out, ShapeErr *err)
 {
     int64_t l = p[2 * i], r = p[2 * i + 1];
     int reflect = !strcmp(mode, "reflect"), circular = !strcmp(mode, "circular");
@@ -690,8 +686,7 @@ int rule_pad(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
         for (int i = 0; i < x->ndim; i++)
             before[i] = after[i] = flat[0];
     } else if ((PyTuple_Check(v) || PyList_Check(v)) && PySequence_Fast_GET_SIZE(v) > 0 &&
-               (PyTuple_Check(PySequence_Fast_GET_ITEM(v, 0)) ||
-                PyList_Check(PySequence_Fast_GET_ITEM(v, 0)))) {
+               (PyTuple_Check(PySequence_Fast_GET_ITEM(v, 0)) || PyList_Check(PySequence_Fast_GET_ITEM(v, 0)))) {
         Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
         if (m != x->ndim && m != 1)
             return sj_err(err, "pad_width does not match the array rank");

@@ -24,13 +24,23 @@ static int la_common(const TensorMeta *const *xs, int n, DType *res, ShapeErr *e
     for (int i = 0; i < n; i++) {
         DType d = (DType)xs[i]->dtype;
         switch (d) {
-        case DT_F32: break;
-        case DT_C64: cplx = 1; break;
-        case DT_F64: dbl = 1; break;
-        case DT_C128: dbl = cplx = 1; break;
-        case DT_F16: case DT_BF16:
+        case DT_F32:
+            break;
+        case DT_C64:
+            cplx = 1;
+            break;
+        case DT_F64:
+            dbl = 1;
+            break;
+        case DT_C128:
+            dbl = cplx = 1;
+            break;
+        case DT_F16:
+        case DT_BF16:
             return sj_err(err, "array type %s is unsupported in linalg", dtype_info[d].name);
-        default: dbl = 1; break;   /* bool and integers */
+        default:
+            dbl = 1;
+            break;   /* bool and integers */
         }
     }
     *res = cplx ? (dbl ? DT_C128 : DT_C64) : (dbl ? DT_F64 : DT_F32);
@@ -77,8 +87,7 @@ static const TensorMeta *la_input(const BoundArgs *b, int square, DType *dt, Sha
 
 /* out = x's first `keep` dims, then the dims listed: a dim of x by index, or LA_K. A
  * symbolic k is min(m, n) as an expression (no guard). 0, or -1 with err set. */
-static int la_shape(TensorMeta *out, const TensorMeta *x, int keep, const int *dims, int ndims,
-                    ShapeErr *err)
+static int la_shape(TensorMeta *out, const TensorMeta *x, int keep, const int *dims, int ndims, ShapeErr *err)
 {
     if (keep + ndims > SJ_MAX_RANK)
         return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
@@ -101,8 +110,7 @@ static int la_shape(TensorMeta *out, const TensorMeta *x, int keep, const int *d
     return 0;
 }
 
-static int const_str(const BoundArgs *b, const char *name, const char *dflt, const char **out,
-                     ShapeErr *err)
+static int const_str(const BoundArgs *b, const char *name, const char *dflt, const char **out, ShapeErr *err)
 {
     const BoundArg *a = ba_get(b, name);
     if (!a) {
@@ -153,8 +161,11 @@ int sj_np_array_like(const BoundArg *a, const char *what, TensorMeta *out, Shape
     int cat = -1;   /* the widest kind seen: 0 bool, 1 int, 2 float, 3 complex */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = items ? PySequence_Fast_GET_ITEM(items, i) : v;
-        int k = PyBool_Check(e) ? 0 : PyLong_CheckExact(e) ? 1 : PyFloat_CheckExact(e) ? 2
-                : PyComplex_CheckExact(e) ? 3 : -1;
+        int k = PyBool_Check(e)           ? 0
+                : PyLong_CheckExact(e)    ? 1
+                : PyFloat_CheckExact(e)   ? 2
+                : PyComplex_CheckExact(e) ? 3
+                                          : -1;
         if (k < 0)
             return sj_err(err, "%s must be an array or a constant sequence of numbers", what);
         if (k == 1) {
@@ -339,8 +350,10 @@ int rule_np_pinv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     if (sj_get_bool(b, "hermitian", 0, &herm, err))
         return -1;
     if (x->ndim < 2)
-        return sj_err(err, op == OP_NP_MATRIX_RANK ? "matrix_rank of a %d-d array is a Python int read from the data"
-                      : "%d-dimensional array given. Array must be at least two-dimensional", x->ndim);
+        return sj_err(err,
+                      op == OP_NP_MATRIX_RANK ? "matrix_rank of a %d-d array is a Python int read from the data"
+                                              : "%d-dimensional array given. Array must be at least two-dimensional",
+                      x->ndim);
     if (herm && la_square(x, err))
         return -1;
     int bd = x->ndim - 2;
@@ -495,9 +508,14 @@ int rule_np_cov(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         /* m and y are stacked as rows: their observations must agree (guarded when
          * symbolic) */
         int eq = xo >= 0 && yo >= 0 ? sj_dims_equal(x, xo, &ym, yo, err)
-                 : xo >= 0 ? sj_dim_equals(x, xo, 1, err) : yo >= 0 ? sj_dim_equals(&ym, yo, 1, err) : 1;
+                 : xo >= 0          ? sj_dim_equals(x, xo, 1, err)
+                 : yo >= 0          ? sj_dim_equals(&ym, yo, 1, err)
+                                    : 1;
         if (eq <= 0)
-            return eq < 0 ? -1 : sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
+            return eq < 0
+                       ? -1
+                       : sj_err(err,
+                                "all the input array dimensions except for the concatenation axis must match exactly");
         if (promote_pair(lib, dt, (DType)ym.dtype, &dt, err))
             return -1;
     }
@@ -942,9 +960,12 @@ int rule_np_bincount(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
 const char *shapes_np_result_type(OpId op, const BoundArgs *b)
 {
     switch (op) {
-    case OP_NP_SLOGDET: return "numpy.linalg._linalg:SlogdetResult";
-    case OP_NP_EIGH: return "numpy.linalg._linalg:EighResult";
-    case OP_NP_SVD: return "numpy.linalg._linalg:SVDResult";
+    case OP_NP_SLOGDET:
+        return "numpy.linalg._linalg:SlogdetResult";
+    case OP_NP_EIGH:
+        return "numpy.linalg._linalg:EighResult";
+    case OP_NP_SVD:
+        return "numpy.linalg._linalg:SVDResult";
     case OP_NP_QR: {
         const BoundArg *m = ba_get(b, "mode");
         if (m && m->kind == BA_CONST && PyUnicode_Check(m->value) &&
@@ -952,7 +973,8 @@ const char *shapes_np_result_type(OpId op, const BoundArgs *b)
             return NULL;
         return "numpy.linalg._linalg:QRResult";
     }
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 

@@ -98,10 +98,8 @@ static int check_dtype(OpId op, Lib lib, DType d, DType *out, ShapeErr *err)
     *out = d;
     if (lib == LIB_TORCH) {
         if ((c == CAT_BOOL && (f & T_NOBOOL)) || (c == CAT_INT && (f & T_NOINT)) ||
-            (c == CAT_FLOAT && (f & T_NOFLOAT)) || (c == CAT_COMPLEX && (f & T_NOCPLX)) ||
-            (d == DT_U8 && (f & T_NOU8)))
-            return sj_err(err, "%s is not implemented for %s tensors", name,
-                          dtype_info[d].name);
+            (c == CAT_FLOAT && (f & T_NOFLOAT)) || (c == CAT_COMPLEX && (f & T_NOCPLX)) || (d == DT_U8 && (f & T_NOU8)))
+            return sj_err(err, "%s is not implemented for %s tensors", name, dtype_info[d].name);
         if (c == CAT_BOOL && (f & T_BOOL_I64))
             *out = DT_I64;
     } else {
@@ -138,8 +136,7 @@ static int np_dtype_override(Lib lib, const BoundArgs *b, TensorMeta *out, Shape
     return 0;
 }
 
-static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err, int to_float)
+static int unary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err, int to_float)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
@@ -205,14 +202,12 @@ int rule_same(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     return unary(op, lib, b, out, nout, err, 0);
 }
 
-int rule_unary_float(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                     ShapeErr *err)
+int rule_unary_float(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     return unary(op, lib, b, out, nout, err, 1);
 }
 
-int rule_unary_bool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                    ShapeErr *err)
+int rule_unary_bool(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
@@ -247,8 +242,8 @@ static int elementwise_shape(const BoundArg *const *ops, int n, TensorMeta *out,
 /* torch and numpy refuse integers to negative integer powers (it fails while computing). */
 static int check_int_pow(Lib lib, DType d, const BoundArg *exp, ShapeErr *err)
 {
-    if (dtype_info[d].category != CAT_INT || !exp || exp->kind != BA_CONST ||
-        !PyLong_Check(exp->value) || PyBool_Check(exp->value))
+    if (dtype_info[d].category != CAT_INT || !exp || exp->kind != BA_CONST || !PyLong_Check(exp->value) ||
+        PyBool_Check(exp->value))
         return 0;
     int overflow = 0, neg;
     long long v = PyLong_AsLongLongAndOverflow(exp->value, &overflow);
@@ -296,8 +291,7 @@ static int binary_operands(OpId op, Lib lib, const BoundArgs *b, int int_range, 
     return promote_args(lib, ops, 2, int_range, d, all_weak, err);
 }
 
-int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const BoundArg *ops[2];
     DType d, r;
@@ -307,9 +301,8 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return -1;
     if (op == OP_POW && lib == LIB_TORCH && d == DT_BOOL && ops[1]->kind == BA_CONST)
         r = DT_BOOL;    /* bool ** True has a scalar kernel */
-    else if (op == OP_POW && lib == LIB_NUMPY && ba_get(b, "square_fast_path") &&
-             ops[0]->kind == BA_TENSOR && ops[0]->meta->dtype == DT_BOOL &&
-             ops[1]->kind == BA_CONST && PyLong_Check(ops[1]->value) &&
+    else if (op == OP_POW && lib == LIB_NUMPY && ba_get(b, "square_fast_path") && ops[0]->kind == BA_TENSOR &&
+             ops[0]->meta->dtype == DT_BOOL && ops[1]->kind == BA_CONST && PyLong_Check(ops[1]->value) &&
              !PyBool_Check(ops[1]->value) && PyLong_AsLong(ops[1]->value) == 2)
         r = DT_I8;      /* the `**` operator computes a ** 2 as np.square: bool -> int8 */
     else if (check_dtype(op, lib, d, &r, err))
@@ -321,12 +314,11 @@ int rule_binary(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             if ((ops[i]->kind == BA_TENSOR && ops[i]->meta->dtype == DT_BOOL) ||
                 (ops[i]->kind == BA_CONST && PyBool_Check(ops[i]->value)))
                 return sj_err(err, "Subtraction, the `-` operator, with a bool tensor is not "
-                              "supported");
+                                   "supported");
     return pointwise_result(op, lib, b, ops, 2, r, all_weak, out, nout, err);
 }
 
-int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const BoundArg *ops[2];
     DType d, r;
@@ -352,8 +344,7 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
             d = DT_F16;
             for (int i = 0; i < 2; i++) {
                 /* a weak int stands for the promoted integer type */
-                DType f = promote_to_float(lib, ops[i]->kind == BA_TENSOR
-                                                    ? (DType)ops[i]->meta->dtype : promoted);
+                DType f = promote_to_float(lib, ops[i]->kind == BA_TENSOR ? (DType)ops[i]->meta->dtype : promoted);
                 if (promote_pair(lib, d, f, &d, err))
                     return -1;
             }
@@ -366,8 +357,7 @@ int rule_truediv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return pointwise_result(op, lib, b, ops, 2, r, all_weak, out, nout, err);
 }
 
-int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const BoundArg *ops[2];
     DType d = DT_C64, r;
@@ -384,8 +374,7 @@ int rule_compare(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return pointwise_result(op, lib, NULL, ops, 2, DT_BOOL, all_weak, out, nout, err);
 }
 
-int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const BoundArg *cond = ba_get(b, "condition");
     const BoundArg *ops[3] = {cond, ba_get(b, "input"), ba_get(b, "other")};
@@ -405,8 +394,7 @@ int rule_where(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return pointwise_result(op, lib, NULL, ops, 3, r, 0, out, nout, err);
 }
 
-int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                     ShapeErr *err)
+int rule_masked_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x, *mask;
     if (sj_tensor2(b, "input", &x, "mask", &mask, err))
@@ -438,8 +426,7 @@ int rule_lerp(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     if (!x || !e || !w || x->kind != BA_TENSOR || e->kind != BA_TENSOR)
         return sj_err(err, "lerp needs input and end tensors and a weight");
     /* lerp does not promote: input and end (and a tensor weight) share one dtype */
-    if (x->meta->dtype != e->meta->dtype ||
-        (w->kind == BA_TENSOR && w->meta->dtype != x->meta->dtype))
+    if (x->meta->dtype != e->meta->dtype || (w->kind == BA_TENSOR && w->meta->dtype != x->meta->dtype))
         return sj_err(err, "lerp expected tensors of the same dtype");
     DType r;
     if (check_dtype(op, lib, (DType)x->meta->dtype, &r, err))
@@ -474,8 +461,7 @@ static int is_device(PyObject *v)
 {
     if (PyUnicode_Check(v))
         return 1;
-    return strcmp(Py_TYPE(v)->tp_name, "torch.device") == 0 ||
-           strcmp(Py_TYPE(v)->tp_name, "device") == 0;
+    return strcmp(Py_TYPE(v)->tp_name, "torch.device") == 0 || strcmp(Py_TYPE(v)->tp_name, "device") == 0;
 }
 
 static int cast_target(const BoundArg *a, Lib lib, DType *d, int *found, ShapeErr *err)

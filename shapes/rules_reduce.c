@@ -67,8 +67,7 @@ static int sum_dtype(Lib lib, DType d, DType *out, ShapeErr *err)
     return 0;
 }
 
-static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
-                        DType *out, ShapeErr *err)
+static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given, DType *out, ShapeErr *err)
 {
     DTypeCategory c = dtype_info[d].category;
     const char *name = op_info[op].name;
@@ -89,7 +88,8 @@ static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
         }
         if (c <= CAT_INT) {
             if (lib == LIB_TORCH)
-                return sj_err(err, "mean(): could not infer output dtype. Input dtype must "
+                return sj_err(err,
+                              "mean(): could not infer output dtype. Input dtype must "
                               "be either a floating point or complex dtype. Got: %s",
                               dtype_info[d].name);
             *out = DT_F64;
@@ -106,7 +106,7 @@ static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
         if (c <= CAT_INT) {
             if (lib == LIB_TORCH)
                 return sj_err(err, "std and var only support floating point and complex "
-                              "dtypes");
+                                   "dtypes");
             *out = DT_F64;
             return 0;
         }
@@ -119,8 +119,10 @@ static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
         }
         if (c <= CAT_INT) {
             if (lib == LIB_TORCH)
-                return sj_err(err, "norm(): input dtype should be either floating point or "
-                              "complex. Got %s instead.", dtype_info[d].name);
+                return sj_err(err,
+                              "norm(): input dtype should be either floating point or "
+                              "complex. Got %s instead.",
+                              dtype_info[d].name);
             *out = DT_F64;
             return 0;
         }
@@ -163,8 +165,8 @@ static int reduce_dtype(OpId op, Lib lib, DType d, int dtype_given, DType given,
 }
 
 /* The common path of every reduction once the dims are known. */
-static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x,
-                       const BoundArg *dim, TensorMeta *out, ShapeErr *err)
+static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x, const BoundArg *dim, TensorMeta *out,
+                       ShapeErr *err)
 {
     int keepdim;
     if (sj_get_bool(b, "keepdim", 0, &keepdim, err))
@@ -182,11 +184,9 @@ static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x
      * tensor (keepdim then keeps every dim as 1) */
     if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && dim->kind != BA_CONST)
         return sj_err(err, "%s: dim must be an int", op_info[op].name);
-    if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && !PyLong_Check(dim->value) &&
-        !PyIndex_Check(dim->value))
+    if ((op == OP_ARGMAX || op == OP_ARGMIN) && dim && !PyLong_Check(dim->value) && !PyIndex_Check(dim->value))
         return sj_err(err, "%s: dim must be an int", op_info[op].name);
-    if (lib == LIB_TORCH && op == OP_PROD && dim &&
-        !(dim->kind == BA_CONST && PyLong_Check(dim->value)))
+    if (lib == LIB_TORCH && op == OP_PROD && dim && !(dim->kind == BA_CONST && PyLong_Check(dim->value)))
         return sj_err(err, "prod(): argument 'dim' must be int");
     if (lib == LIB_TORCH && (op == OP_LOGSUMEXP) && !dim)
         return sj_err(err, "logsumexp() missing required argument 'dim'");
@@ -194,8 +194,7 @@ static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x
     if (op == OP_AMAX || op == OP_AMIN || op == OP_ARGMAX || op == OP_ARGMIN) {
         for (int i = 0; i < x->ndim; i++)
             if ((mask & (1u << i)) && x->size[i] == 0)
-                return sj_err(err, "%s of an empty dimension has no identity",
-                              op_info[op].name);
+                return sj_err(err, "%s of an empty dimension has no identity", op_info[op].name);
         if (sj_numel(x) == 0 && !dim)
             return sj_err(err, "%s of an empty tensor has no identity", op_info[op].name);
     }
@@ -206,23 +205,20 @@ static int reduce_into(OpId op, Lib lib, const BoundArgs *b, const TensorMeta *x
     return 0;
 }
 
-int rule_reduce(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_reduce(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
     const BoundArg *dim = ba_get(b, "dim");
     /* torch.std(x, False) and x.var(True): the old positional `unbiased` */
-    if (dim && dim->kind == BA_CONST && PyBool_Check(dim->value) &&
-        (op == OP_STD || op == OP_VAR))
+    if (dim && dim->kind == BA_CONST && PyBool_Check(dim->value) && (op == OP_STD || op == OP_VAR))
         dim = NULL;
     if (op == OP_NORM) {
         /* torch.norm's and np.linalg.norm's `p`/`ord` strings and numbers do not change
          * the shape; a matrix norm needs 2 dims */
         const BoundArg *p = ba_get(b, "p");
-        if (p && p->kind == BA_CONST && PyUnicode_Check(p->value) && !dim && x->ndim != 2 &&
-            lib == LIB_NUMPY)
+        if (p && p->kind == BA_CONST && PyUnicode_Check(p->value) && !dim && x->ndim != 2 && lib == LIB_NUMPY)
             return sj_err(err, "a matrix norm needs a 2-d input");
     }
     if (reduce_into(op, lib, b, x, dim, out, err))
@@ -231,8 +227,7 @@ int rule_reduce(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
@@ -265,7 +260,7 @@ int rule_max_min(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
             return sj_err(err, "max/min: keepdim needs a dim");
         if (sj_numel(x) == 0)
             return sj_err(err, "max(): Expected reduction dim to be specified for "
-                          "input.numel() == 0");
+                               "input.numel() == 0");
         if (reduce_into(as, lib, b, x, NULL, out, err))
             return -1;
         *nout = 1;
@@ -328,8 +323,7 @@ int rule_scan(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     return 0;
 }
 
-int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
@@ -339,8 +333,7 @@ int rule_softmax(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
         return -1;
     DTypeCategory c = dtype_info[d].category;
     if (c <= CAT_INT)
-        return sj_err(err, "%s is not implemented for %s", op_info[op].name,
-                      dtype_info[d].name);
+        return sj_err(err, "%s is not implemented for %s", op_info[op].name, dtype_info[d].name);
     if (c == CAT_COMPLEX)
         return sj_err(err, "%s is not implemented for complex", op_info[op].name);
     const BoundArg *dim = ba_get(b, "dim");
@@ -429,8 +422,7 @@ int rule_diff(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
         int longer;
         if (!kn || sj_decide(sym_gt(env, slen, kn), &longer, err) < 0)
             return kn ? -1 : sj_sym_error(err);
-        return sj_set_dim(out, d, longer ? sym_sub(env, slen, kn) : sym_const(env, 0), err) < 0 ? -1
-               : (*nout = 1, 0);
+        return sj_set_dim(out, d, longer ? sym_sub(env, slen, kn) : sym_const(env, 0), err) < 0 ? -1 : (*nout = 1, 0);
     }
     out->size[d] = len > n ? len - n : 0;
     *nout = 1;

@@ -17,8 +17,8 @@
 /* Dim i of out = mul * (dim i of x) + add, an expression when x's dim is symbolic; the
  * result must be at least `least` (decided, so guarded, when symbolic): 0 when it is, 1
  * when it is not (out untouched), -1 on error. */
-static int affine_dim(const TensorMeta *x, int i, int64_t mul, int64_t add, int64_t least,
-                      TensorMeta *out, ShapeErr *err)
+static int affine_dim(const TensorMeta *x, int i, int64_t mul, int64_t add, int64_t least, TensorMeta *out,
+                      ShapeErr *err)
 {
     if (!sj_symctx || !x->sym[i]) {
         int64_t o = mul * x->size[i] + add;
@@ -76,8 +76,7 @@ int rule_conv_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, i
         return sj_err(err, "input and weight should have the same dtype");
     int batched = x->ndim == sp + 2;
     if (!batched && x->ndim != sp + 1)
-        return sj_err(err, "%s expects %d-D (unbatched) or %d-D (batched) input", op_info[op].name,
-                      sp + 1, sp + 2);
+        return sj_err(err, "%s expects %d-D (unbatched) or %d-D (batched) input", op_info[op].name, sp + 1, sp + 2);
     if (wa->ndim != sp + 2)
         return sj_err(err, "%s: weight must be %d-D", op_info[op].name, sp + 2);
     TensorMeta w = *wa;
@@ -223,7 +222,8 @@ static int floats_n(const BoundArg *a, int n, double *v, ShapeErr *err)
 
 int rule_interpolate(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op; (void)lib;
+    (void)op;
+    (void)lib;
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
@@ -258,8 +258,7 @@ int rule_interpolate(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
     /* nearest, bilinear and bicubic have uint8 kernels; the others need floats */
     int u8_ok = !strncmp(mode, "nearest", 7) || !strcmp(mode, "bilinear") || !strcmp(mode, "bicubic");
     if (!is_float(x) && !(u8_ok && x->dtype == DT_U8))
-        return sj_err(err, "interpolate(mode='%s') is not implemented for %s", mode,
-                      dtype_info[x->dtype].name);
+        return sj_err(err, "interpolate(mode='%s') is not implemented for %s", mode, dtype_info[x->dtype].name);
     const BoundArg *sa = ba_get(b, "size"), *fa = ba_get(b, "scale_factor");
     if (!sa == !fa)
         return sj_err(err, "only one of size or scale_factor should be defined");
@@ -328,16 +327,18 @@ int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     DTypeCategory c = dtype_info[d].category;
     if (c == CAT_BOOL)
         return sj_err(err, "%s is not implemented for bool", op_info[op].name);
-    if (op == OP_ADDCDIV && dtype_info[t1->dtype].category <= CAT_INT &&
-        dtype_info[t2->dtype].category <= CAT_INT)
+    if (op == OP_ADDCDIV && dtype_info[t1->dtype].category <= CAT_INT && dtype_info[t2->dtype].category <= CAT_INT)
         return sj_err(err, "Integer division with addcdiv is no longer supported");
     const BoundArg *v = ba_get(b, "value");
     if (v) {
         if (v->kind != BA_CONST || v->data)
             return sj_err(err, "%s: value must be a constant number", op_info[op].name);
         PyObject *o = v->value;
-        int vc = PyBool_Check(o) ? CAT_BOOL : PyLong_Check(o) ? CAT_INT : PyFloat_Check(o) ? CAT_FLOAT
-               : PyComplex_Check(o) ? CAT_COMPLEX : -1;
+        int vc = PyBool_Check(o)      ? CAT_BOOL
+                 : PyLong_Check(o)    ? CAT_INT
+                 : PyFloat_Check(o)   ? CAT_FLOAT
+                 : PyComplex_Check(o) ? CAT_COMPLEX
+                                      : -1;
         if (vc < 0)
             return sj_err(err, "%s: value must be a number", op_info[op].name);
         if (vc == CAT_COMPLEX && c != CAT_COMPLEX)
@@ -346,12 +347,23 @@ int rule_addc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
          * (floating results compute in at least float32: no check) */
         double lim;
         switch (d) {
-        case DT_U8: lim = 255; break;
-        case DT_I8: lim = 127; break;
-        case DT_I16: lim = 32767; break;
-        case DT_I32: lim = 2147483647.0; break;
-        case DT_I64: lim = 9.2e18; break;
-        default: lim = HUGE_VAL;
+        case DT_U8:
+            lim = 255;
+            break;
+        case DT_I8:
+            lim = 127;
+            break;
+        case DT_I16:
+            lim = 32767;
+            break;
+        case DT_I32:
+            lim = 2147483647.0;
+            break;
+        case DT_I64:
+            lim = 9.2e18;
+            break;
+        default:
+            lim = HUGE_VAL;
         }
         double dv = vc == CAT_COMPLEX ? 0 : PyFloat_AsDouble(o);
         if (dv == -1.0 && PyErr_Occurred()) {
@@ -538,15 +550,32 @@ int rule_random_fill(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int 
         /* the bounds eager accepts without question: within the dtype's exact integers */
         double lo, hi;
         switch (x->dtype) {
-        case DT_BOOL: lo = 0, hi = 2; break;
-        case DT_U8: lo = 0, hi = 256; break;
-        case DT_I8: lo = -128, hi = 128; break;
-        case DT_I16: lo = -32768, hi = 32768; break;
-        case DT_I32: lo = -2147483648.0, hi = 2147483648.0; break;
-        case DT_F16: lo = -2048, hi = 2048; break;
-        case DT_BF16: lo = -256, hi = 256; break;
-        case DT_F32: lo = -16777216.0, hi = 16777216.0; break;
-        default: lo = -9007199254740992.0, hi = 9007199254740992.0;
+        case DT_BOOL:
+            lo = 0, hi = 2;
+            break;
+        case DT_U8:
+            lo = 0, hi = 256;
+            break;
+        case DT_I8:
+            lo = -128, hi = 128;
+            break;
+        case DT_I16:
+            lo = -32768, hi = 32768;
+            break;
+        case DT_I32:
+            lo = -2147483648.0, hi = 2147483648.0;
+            break;
+        case DT_F16:
+            lo = -2048, hi = 2048;
+            break;
+        case DT_BF16:
+            lo = -256, hi = 256;
+            break;
+        case DT_F32:
+            lo = -16777216.0, hi = 16777216.0;
+            break;
+        default:
+            lo = -9007199254740992.0, hi = 9007199254740992.0;
         }
         if (a != floor(a) || bb != floor(bb))
             return sj_err(err, "random_: from and to must be integers");

@@ -106,8 +106,11 @@ int rule_mask_index(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *
     for (int i = 0; i < m->ndim; i++) {
         int same = sj_dims_equal(m, i, x, i, err);
         if (same <= 0)
-            return same < 0 ? -1 : sj_err(err, "the shape of the mask does not match the shape of the indexed "
-                                          "tensor at dim %d", i);
+            return same < 0 ? -1
+                            : sj_err(err,
+                                     "the shape of the mask does not match the shape of the indexed "
+                                     "tensor at dim %d",
+                                     i);
     }
     sj_meta(out, lib, (DType)x->dtype);
     out->ndim = (unsigned char)(1 + x->ndim - m->ndim);

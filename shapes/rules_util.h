@@ -8,7 +8,6 @@
 
 #include "rules.h"
 
-
 /* An empty output of the given library and dtype. */
 void sj_meta(TensorMeta *out, Lib lib, DType dt);
 
@@ -30,8 +29,7 @@ int sj_get_float(const BoundArgs *b, const char *name, double dflt, double *out,
 /* A list of ints from an int, a tuple/list/torch.Size of ints, or a *varargs BA_LIST (a
  * varargs list holding one sequence is unwrapped: x.view((2, 3)) == x.view(2, 3)).
  * *n receives the count (at most max). An absent argument (a NULL) is refused. */
-int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max,
-                ShapeErr *err);
+int sj_int_list(const BoundArg *a, const char *what, int64_t *out, int *n, int max, ShapeErr *err);
 
 /* An int or a tuple of n ints (one int repeats) from the argument `name` (absent: dflt in
  * every entry): kernel sizes, strides, paddings. Constants only: a symbolic int is
@@ -57,8 +55,7 @@ int sj_broadcast(const TensorMeta *const *ins, int n, TensorMeta *out, ShapeErr 
 
 /* The dtype argument `name` (torch.dtype, numpy dtype-like, or Python type).
  * *given = 0 when absent. */
-int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given,
-                 ShapeErr *err);
+int sj_get_dtype(const BoundArgs *b, const char *name, Lib lib, DType *out, int *given, ShapeErr *err);
 /* sj_get_dtype for a default: *dt becomes the dtype argument `name` when given and stays
  * when it is absent. */
 int sj_dtype_or(const BoundArgs *b, const char *name, Lib lib, DType *dt, ShapeErr *err);

@@ -116,8 +116,7 @@ int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     return 0;
 }
 
-int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -155,8 +154,7 @@ int rule_permute(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
-int rule_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -179,13 +177,13 @@ int rule_transpose(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
 
 int rule_t(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
-    (void)op; (void)lib;
+    (void)op;
+    (void)lib;
     const TensorMeta *x = sj_tensor(b, "input", err);
     if (!x)
         return -1;
     if (x->ndim > 2)
-        return sj_err(err, "t() expects a tensor with <= 2 dimensions, but self is %dD",
-                      x->ndim);
+        return sj_err(err, "t() expects a tensor with <= 2 dimensions, but self is %dD", x->ndim);
     like(x, out);
     if (x->ndim == 2) {
         sj_copy_dim(out, 0, x, 1);
@@ -195,8 +193,7 @@ int rule_t(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, Sha
     return 0;
 }
 
-int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -236,8 +233,7 @@ int rule_unsqueeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
     return 0;
 }
 
-int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -271,7 +267,7 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
                 /* torch leaves a non-1 dim alone; numpy refuses */
                 if (lib == LIB_NUMPY)
                     return sj_err(err, "cannot select an axis to squeeze out which has "
-                                  "size not equal to one");
+                                       "size not equal to one");
                 continue;
             }
             mask |= 1u << k;
@@ -287,8 +283,7 @@ int rule_squeeze(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
     return 0;
 }
 
-int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -338,8 +333,7 @@ int rule_flatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 }
 
 /* unflatten(dim, sizes): one dim becomes several; one size may be -1. */
-int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_unflatten(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     int64_t sizes[SJ_MAX_RANK];
@@ -397,7 +391,8 @@ static int expand_dim_sym(Lib lib, SymNode *want, SymNode *have, int i, SymNode 
     if (sj_decide(sym_ge(env, want, sym_const(env, 0)), &t, err) < 0)
         return -1;
     if (!t)
-        return sj_err(err, "invalid size %lld at dimension %d", want->kind == SK_CONST ? (long long)want->value : -1LL, i);
+        return sj_err(err, "invalid size %lld at dimension %d", want->kind == SK_CONST ? (long long)want->value : -1LL,
+                      i);
     *res = want;
     if (!have)
         return 0;
@@ -411,12 +406,14 @@ static int expand_dim_sym(Lib lib, SymNode *want, SymNode *have, int i, SymNode 
 }
 
 /* x expanded to shape (syms: the symbols of its entries, or NULL). */
-static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n,
-                     TensorMeta *out, ShapeErr *err)
+static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, SymNode *const *syms, int n, TensorMeta *out,
+                     ShapeErr *err)
 {
     if (n < x->ndim)
-        return sj_err(err, "the number of sizes provided (%d) must be greater or equal to "
-                      "the number of dimensions in the tensor (%d)", n, x->ndim);
+        return sj_err(err,
+                      "the number of sizes provided (%d) must be greater or equal to "
+                      "the number of dimensions in the tensor (%d)",
+                      n, x->ndim);
     like(x, out);
     out->ndim = (unsigned char)n;
     int off = n - x->ndim, symbolic = 0;
@@ -442,15 +439,16 @@ static int expand_to(Lib lib, const TensorMeta *x, const int64_t *shape, SymNode
             return sj_err(err, "invalid size %lld", (long long)want);
         }
         if (have >= 0 && have != want && have != 1)
-            return sj_err(err, "the expanded size %lld must match the existing size %lld "
-                          "at non-singleton dimension %d", (long long)want, (long long)have, i);
+            return sj_err(err,
+                          "the expanded size %lld must match the existing size %lld "
+                          "at non-singleton dimension %d",
+                          (long long)want, (long long)have, i);
         out->size[i] = want;
     }
     return 0;
 }
 
-int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -466,8 +464,7 @@ int rule_expand(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                   ShapeErr *err)
+int rule_expand_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x, *o;
@@ -508,14 +505,13 @@ static int narrow_sym(const TensorMeta *x, int d, int64_t start, SymNode *ss, in
     if (sj_decide(sym_le(env, st, sym_sub(env, size, len)), &ok, err) < 0)
         return -1;
     if (!ok)
-        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).",
-                      (long long)start, (long long)length, (long long)x->size[d]);
+        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).", (long long)start,
+                      (long long)length, (long long)x->size[d]);
     like(x, out);
     return sj_set_dim(out, d, len, err);
 }
 
-int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -524,8 +520,7 @@ int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     int64_t d0, start, length;
     SymNode *ss, *ls;
     int d;
-    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) ||
-        sj_int_sym(ba_get(b, "start"), "start", &start, &ss, err) ||
+    if (sj_int(ba_get(b, "dim"), "dim", &d0, err) || sj_int_sym(ba_get(b, "start"), "start", &start, &ss, err) ||
         sj_int_sym(ba_get(b, "length"), "length", &length, &ls, err))
         return -1;
     if (x->ndim == 0)
@@ -541,15 +536,14 @@ int rule_narrow(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (start < 0)
         start += size;
     if (length < 0 || start + length > size)
-        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).",
-                      (long long)start, (long long)length, (long long)size);
+        return sj_err(err, "start (%lld) + length (%lld) exceeds dimension size (%lld).", (long long)start,
+                      (long long)length, (long long)size);
     like(x, out);
     out->size[d] = length;
     return 0;
 }
 
-int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -568,8 +562,8 @@ int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (outside < 0)
         return -1;
     if (outside)
-        return sj_err(err, "select(): index %lld out of range for tensor of size %lld",
-                      (long long)index, (long long)x->size[d]);
+        return sj_err(err, "select(): index %lld out of range for tensor of size %lld", (long long)index,
+                      (long long)x->size[d]);
     like(x, out);
     for (int i = d; i + 1 < x->ndim; i++)
         sj_copy_dim(out, i, x, i + 1);
@@ -578,8 +572,7 @@ int rule_select(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                 ShapeErr *err)
+int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -624,8 +617,8 @@ int rule_movedim(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nou
 
 /* The tensor pieces of dim d with the given lengths: lsym[i] (a node) when lsym and
  * lsym[i] are set, else len[i]. */
-static int pieces(const TensorMeta *x, int d, const int64_t *len, SymNode *const *lsym, int n,
-                  TensorMeta *out, int *nout, ShapeErr *err)
+static int pieces(const TensorMeta *x, int d, const int64_t *len, SymNode *const *lsym, int n, TensorMeta *out,
+                  int *nout, ShapeErr *err)
 {
     if (n > *nout)
         return sj_err(err, "more than %d outputs are not supported", *nout);
@@ -752,8 +745,7 @@ static int split_sections_sym(const TensorMeta *x, int d, int64_t k, TensorMeta 
     return part ? pieces(x, d, NULL, lsym, (int)k, out, nout, err) : sj_sym_error(err);
 }
 
-int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     int d;
@@ -795,8 +787,7 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
             } else {
                 for (int64_t at = 0; at < size || n == 0; at += k) {
                     if (n >= SJ_MAX_OUTS)
-                        return sj_err(err, "more than %d outputs are not supported",
-                                      SJ_MAX_OUTS);
+                        return sj_err(err, "more than %d outputs are not supported", SJ_MAX_OUTS);
                     len[n++] = size - at < k ? size - at : k;
                     if (size == 0)
                         break;
@@ -822,8 +813,10 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
                 sum += v[i];
             }
             if (sum != size)
-                return sj_err(err, "split_with_sizes expects split_sizes to sum exactly to "
-                              "%lld", (long long)size);
+                return sj_err(err,
+                              "split_with_sizes expects split_sizes to sum exactly to "
+                              "%lld",
+                              (long long)size);
         } else {
             /* numpy: split points, clipped to the axis like slices (a symbolic axis or
              * point is specialised) */
@@ -854,8 +847,7 @@ int rule_split(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return pieces(x, d, len, NULL, n, out, nout, err);
 }
 
-int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     int64_t chunks;
@@ -897,13 +889,12 @@ int rule_chunk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return pieces(x, d, len, NULL, n, out, nout, err);
 }
 
-int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     int d;
-    const TensorMeta *x = sj_input_dim(b, lib, "dim", 0, "Dimension specified as 0 but tensor has no dimensions", &d,
-                                       err);
+    const TensorMeta *x =
+        sj_input_dim(b, lib, "dim", 0, "Dimension specified as 0 but tensor has no dimensions", &d, err);
     if (!x)
         return -1;
     /* the number of results is the size: a symbolic one is specialised (as torch); the
@@ -923,8 +914,7 @@ int rule_unbind(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     return 0;
 }
 
-int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-                ShapeErr *err)
+int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *x = sj_tensor(b, "input", err);
@@ -938,7 +928,7 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
     if (n < x->ndim) {
         if (lib == LIB_TORCH)
             return sj_err(err, "Number of dimensions of repeat dims can not be smaller than "
-                          "number of dimensions of tensor");
+                               "number of dimensions of tensor");
         /* np.tile pads the repetitions with leading ones */
         int pad = x->ndim - n;
         memmove(reps + pad, reps, sizeof(int64_t) * (size_t)n);
@@ -974,8 +964,7 @@ int rule_repeat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
 }
 
 /* The tensors of a cat/stack sequence, and their common dtype. */
-static int seq_tensors(Lib lib, const BoundArgs *b, const TensorMeta **ts, int *n,
-                       DType *dt, ShapeErr *err)
+static int seq_tensors(Lib lib, const BoundArgs *b, const TensorMeta **ts, int *n, DType *dt, ShapeErr *err)
 {
     const BoundArg *s = ba_get(b, "tensors");
     if (!s || s->kind != BA_LIST)
@@ -1093,8 +1082,7 @@ int rule_cat(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     return 0;
 }
 
-int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
-               ShapeErr *err)
+int rule_stack(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     const TensorMeta *ts[SJ_MAX_OUTS];
@@ -1237,7 +1225,8 @@ static int join_arrays(Lib lib, const BoundArgs *b, int vertical, TensorMeta *ou
             return sj_err(err, "all the input arrays must have same number of dimensions");
         for (int d = 0; d < m.ndim; d++)
             if (d != axis && m.size[d] != acc.size[d])
-                return sj_err(err, "all the input array dimensions except for the concatenation axis must match exactly");
+                return sj_err(err,
+                              "all the input array dimensions except for the concatenation axis must match exactly");
         acc.size[axis] += m.size[axis];
         if (promote_pair(lib, dt, (DType)m.dtype, &dt, err))
             return -1;

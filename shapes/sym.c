@@ -3,6 +3,7 @@
  * the printing rules: sym.h.
  */
 #include "sym.h"
+#include "sym_int.h"
 #include "../vocab/meta.h"
 #include "../core/pyutil.h"
 #include <assert.h>
@@ -11,26 +12,29 @@
 #include <string.h>
 #include <xxhash.h>
 
-enum { SF_LEAF = 1, SF_BOOL = 2 };                                    /* FLAGS column */
-enum { SP_ATOM, SP_SUM, SP_PRODUCT, SP_PAREN, SP_CALL, SP_INFIX };   /* PRINT column */
-
-typedef int (*FoldFn)(int64_t a, int64_t b, int64_t *out);
-typedef SymRange (*RangeFn)(SymRange a, SymRange b);
-
 /* node_cmp sorts leaves by kind row first (sym_ops.def says the order matters). */
-_Static_assert(SK_CONST == 0 && SK_BOOL == 1 && SK_SYMBOL == 2 && SK_UNBACKED == 3 &&
-               SK_ADD == 4, "sym_ops.def: leaves first, in node_cmp's order");
+_Static_assert(SK_CONST == 0 && SK_BOOL == 1 && SK_SYMBOL == 2 && SK_UNBACKED == 3 && SK_ADD == 4,
+               "sym_ops.def: leaves first, in node_cmp's order");
 
-#define OO SYM_INT_OO
-#define NEG_OO SYM_NEG_INT_OO
 #define INL 16   /* inline capacity of scratch vectors: most expressions are small */
 
-static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline SymRange rng(int64_t lo, int64_t hi) { SymRange r = {lo, hi}; return r; }
-static inline int is_inf(int64_t v) { return v == OO || v == NEG_OO; }
-/* A finite value: INT64_MAX and -INT64_MAX are the infinities, INT64_MIN is unused. */
-static inline int fin(int64_t v) { return v > NEG_OO && v < OO; }
+static inline int64_t imin(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+static inline int64_t imax(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+static inline SymRange rng(int64_t lo, int64_t hi)
+{
+    SymRange r = {lo, hi};
+    return r;
+}
+static inline int is_inf(int64_t v)
+{
+    return v == OO || v == NEG_OO;
+}
 
 /* ------------------------------------------------ folds (Python semantics) ---- */
 
@@ -72,18 +76,45 @@ static int fold_mod(int64_t a, int64_t b, int64_t *o)
     return 0;
 }
 
-static int fold_min(int64_t a, int64_t b, int64_t *o) { *o = imin(a, b); return 0; }
-static int fold_max(int64_t a, int64_t b, int64_t *o) { *o = imax(a, b); return 0; }
-static int fold_eq(int64_t a, int64_t b, int64_t *o) { *o = a == b; return 0; }
-static int fold_ne(int64_t a, int64_t b, int64_t *o) { *o = a != b; return 0; }
-static int fold_lt(int64_t a, int64_t b, int64_t *o) { *o = a < b; return 0; }
-static int fold_le(int64_t a, int64_t b, int64_t *o) { *o = a <= b; return 0; }
+static int fold_min(int64_t a, int64_t b, int64_t *o)
+{
+    *o = imin(a, b);
+    return 0;
+}
+static int fold_max(int64_t a, int64_t b, int64_t *o)
+{
+    *o = imax(a, b);
+    return 0;
+}
+static int fold_eq(int64_t a, int64_t b, int64_t *o)
+{
+    *o = a == b;
+    return 0;
+}
+static int fold_ne(int64_t a, int64_t b, int64_t *o)
+{
+    *o = a != b;
+    return 0;
+}
+static int fold_lt(int64_t a, int64_t b, int64_t *o)
+{
+    *o = a < b;
+    return 0;
+}
+static int fold_le(int64_t a, int64_t b, int64_t *o)
+{
+    *o = a <= b;
+    return 0;
+}
 
 /* ------------------------------------------ interval rules (saturating) ---- */
 
 static const SymRange FULL = {NEG_OO, OO};
 
-static inline int64_t clampv(int64_t v) { return v >= OO ? OO : v <= NEG_OO ? NEG_OO : v; }
+static inline int64_t clampv(int64_t v)
+{
+    return v >= OO ? OO : v <= NEG_OO ? NEG_OO : v;
+}
 
 /* A bound at int_oo stands for "past the int64 range" (which ranges over exact integers
  * must say when a bound overflows), so +int_oo + -int_oo is unknown: mixed is the answer
@@ -115,7 +146,10 @@ static int64_t sat_mul(int64_t a, int64_t b)
 }
 
 /* A range holding one finite value: the expression is that constant. */
-static inline int single(SymRange r) { return r.lo == r.hi && fin(r.lo); }
+static inline int single(SymRange r)
+{
+    return r.lo == r.hi && fin(r.lo);
+}
 
 /* Ranges bound exact integers, so simplifications they justify stay exact even where an
  * int64 evaluation would overflow. A lower bound saturated to +int_oo ("at least the
@@ -130,8 +164,14 @@ static inline SymRange fix(SymRange r)
     return r;
 }
 
-static SymRange rneg(SymRange a) { return rng(-a.hi, -a.lo); }
-static SymRange runion(SymRange a, SymRange b) { return rng(imin(a.lo, b.lo), imax(a.hi, b.hi)); }
+static SymRange rneg(SymRange a)
+{
+    return rng(-a.hi, -a.lo);
+}
+static SymRange runion(SymRange a, SymRange b)
+{
+    return rng(imin(a.lo, b.lo), imax(a.hi, b.hi));
+}
 
 static SymRange range_add(SymRange a, SymRange b)
 {
@@ -163,8 +203,7 @@ static int64_t div_lim(int64_t x, int64_t y)
  * non-decreasing for a < 0, so each end comes from one corner. */
 static SymRange fd_pos(SymRange a, int64_t b1, int64_t b2)
 {
-    return rng(a.lo >= 0 ? div_lim(a.lo, b2) : div_lim(a.lo, b1),
-               a.hi >= 0 ? div_lim(a.hi, b1) : div_lim(a.hi, b2));
+    return rng(a.lo >= 0 ? div_lim(a.lo, b2) : div_lim(a.lo, b1), a.hi >= 0 ? div_lim(a.hi, b1) : div_lim(a.hi, b2));
 }
 
 /* Negative divisors use floor(a / b) == floor(-a / -b); a divisor range holding 0 is the
@@ -218,29 +257,38 @@ static SymRange range_mod(SymRange a, SymRange b)
     return have ? r : FULL;
 }
 
-static SymRange range_min(SymRange a, SymRange b) { return rng(imin(a.lo, b.lo), imin(a.hi, b.hi)); }
-static SymRange range_max(SymRange a, SymRange b) { return rng(imax(a.lo, b.lo), imax(a.hi, b.hi)); }
+static SymRange range_min(SymRange a, SymRange b)
+{
+    return rng(imin(a.lo, b.lo), imin(a.hi, b.hi));
+}
+static SymRange range_max(SymRange a, SymRange b)
+{
+    return rng(imax(a.lo, b.lo), imax(a.hi, b.hi));
+}
 
 /* ------------------------------------------------------ the kind table ---- */
 
 #define fold_none NULL
 #define range_none NULL
 
-static const struct {
-    const char *name;
-    int arity, flags, print;
-    const char *token;
-    FoldFn fold;
-    RangeFn range;
-} kinds[SK_COUNT] = {
+const SymKindInfo sym_kinds[SK_COUNT] = {
 #define X(e, name, arity, flags, print, token, fold, range) {name, arity, flags, print, token, fold, range},
 #include "sym_ops.def"
 #undef X
 };
 
-const char *sym_kind_name(SymKind kind) { return (unsigned)kind < SK_COUNT ? kinds[kind].name : "?"; }
-int sym_is_bool(const SymNode *e) { return (kinds[e->kind].flags & SF_BOOL) != 0; }
-int sym_is_symbol(const SymNode *e) { return e->kind == SK_SYMBOL || e->kind == SK_UNBACKED; }
+const char *sym_kind_name(SymKind kind)
+{
+    return (unsigned)kind < SK_COUNT ? sym_kinds[kind].name : "?";
+}
+int sym_is_bool(const SymNode *e)
+{
+    return (sym_kinds[e->kind].flags & SF_BOOL) != 0;
+}
+int sym_is_symbol(const SymNode *e)
+{
+    return e->kind == SK_SYMBOL || e->kind == SK_UNBACKED;
+}
 
 int sym_has_unbacked(const SymNode *e)
 {
@@ -310,8 +358,7 @@ static uint64_t key_hash(int kind, int64_t value, SymNode *const *args, uint32_t
     return h;
 }
 
-static SymNode *node_new(SymEnv *env, int kind, int64_t value, SymNode *const *args, uint32_t n,
-                         uint64_t hash)
+static SymNode *node_new(SymEnv *env, int kind, int64_t value, SymNode *const *args, uint32_t n, uint64_t hash)
 {
     SymNode *e = arena_alloc(env, sizeof(SymNode) + n * sizeof(SymNode *));
     if (!e)
@@ -354,7 +401,7 @@ static int table_grow(SymEnv *env)
 /* The one node for (kind, value, args): looked up, or made. Args must be canonical. */
 static SymNode *intern(SymEnv *env, int kind, int64_t value, SymNode *const *args, uint32_t n)
 {
-    assert(kinds[kind].arity == SYM_NARY ? n >= 2 : n == (uint32_t)kinds[kind].arity);
+    assert(sym_kinds[kind].arity == SYM_NARY ? n >= 2 : n == (uint32_t)sym_kinds[kind].arity);
     uint64_t h = key_hash(kind, value, args, n);
     for (SymNode *e = env->table[h & (env->tcap - 1)]; e; e = e->next)
         if (e->hash == h && e->kind == kind && e->value == value && e->nargs == n &&
@@ -401,8 +448,14 @@ void sym_env_free(SymEnv *env)
     PyMem_Free(env);
 }
 
-int32_t sym_env_nsymbols(const SymEnv *env) { return env->nsyms; }
-uint32_t sym_env_nnodes(const SymEnv *env) { return env->nnodes; }
+int32_t sym_env_nsymbols(const SymEnv *env)
+{
+    return env->nsyms;
+}
+uint32_t sym_env_nnodes(const SymEnv *env)
+{
+    return env->nnodes;
+}
 
 SymNode *sym_env_symbol_at(const SymEnv *env, int32_t slot)
 {
@@ -411,13 +464,13 @@ SymNode *sym_env_symbol_at(const SymEnv *env, int32_t slot)
 
 /* ------------------------------------------------------------- errors ---- */
 
-static void *overflow(void)
+void *sym_overflow(void)
 {
     PyErr_SetString(PyExc_OverflowError, "symbolic integer overflow: a constant left the int64 range");
     return NULL;
 }
 
-static void *zero_division(void)
+void *sym_zero_division(void)
 {
     PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
     return NULL;
@@ -434,25 +487,33 @@ static int need_int(const SymNode *a, const SymNode *b)
 
 /* ------------------------------------------------------------ leaves ---- */
 
-SymRange sym_range_default_backed(void) { return rng(2, OO); }
-SymRange sym_range_full(void) { return FULL; }
+SymRange sym_range_default_backed(void)
+{
+    return rng(2, OO);
+}
+SymRange sym_range_full(void)
+{
+    return FULL;
+}
 
 SymNode *sym_const(SymEnv *env, int64_t v)
 {
     if (!fin(v))
-        return overflow();
+        return sym_overflow();
     return intern(env, SK_CONST, v, NULL, 0);
 }
 
-SymNode *sym_bool(SymEnv *env, int truth) { return env->truth[truth != 0]; }
+SymNode *sym_bool(SymEnv *env, int truth)
+{
+    return env->truth[truth != 0];
+}
 
 /* INT64_MIN reads as -int_oo; an empty or inverted range is refused. */
 static int check_range(SymRange *r)
 {
     r->lo = imax(r->lo, NEG_OO);
     if (r->lo > r->hi || r->lo == OO || r->hi == NEG_OO) {
-        PyErr_Format(PyExc_ValueError, "invalid symbol range [%lld, %lld]", (long long)r->lo,
-                     (long long)r->hi);
+        PyErr_Format(PyExc_ValueError, "invalid symbol range [%lld, %lld]", (long long)r->lo, (long long)r->hi);
         return -1;
     }
     return 0;
@@ -488,7 +549,10 @@ SymNode *sym_symbol(SymEnv *env, int64_t hint, SymRange range)
     return new_symbol(env, SK_SYMBOL, hint, range);
 }
 
-SymNode *sym_unbacked(SymEnv *env, SymRange range) { return new_symbol(env, SK_UNBACKED, 0, range); }
+SymNode *sym_unbacked(SymEnv *env, SymRange range)
+{
+    return new_symbol(env, SK_UNBACKED, 0, range);
+}
 
 /* ------------------------------------------------------ canonical order ---- */
 
@@ -530,10 +594,23 @@ static void *vec_grow(void *v, const void *inl, uint32_t n, uint32_t *cap, size_
     return p;
 }
 
-typedef struct { SymNode **v; uint32_t n, cap; SymNode *inl[INL]; } Nodes;
+typedef struct {
+    SymNode **v;
+    uint32_t n, cap;
+    SymNode *inl[INL];
+} Nodes;
 
-static void nodes_init(Nodes *s) { s->v = s->inl; s->n = 0; s->cap = INL; }
-static void nodes_free(Nodes *s) { if (s->v != s->inl) PyMem_Free(s->v); }
+static void nodes_init(Nodes *s)
+{
+    s->v = s->inl;
+    s->n = 0;
+    s->cap = INL;
+}
+static void nodes_free(Nodes *s)
+{
+    if (s->v != s->inl)
+        PyMem_Free(s->v);
+}
 
 /* Appends e; NULL e (a failed constructor) passes its error on. */
 static int nodes_push(Nodes *s, SymNode *e)
@@ -548,11 +625,27 @@ static int nodes_push(Nodes *s, SymNode *e)
 
 /* A term of a sum: coef times the factors of node, where node is the term as an Add holds
  * it (a Mul with its own coefficient, or any other non-constant node). */
-typedef struct { int64_t coef; SymNode *node; } Term;
-typedef struct { Term *v; uint32_t n, cap; Term inl[INL]; } Terms;
+typedef struct {
+    int64_t coef;
+    SymNode *node;
+} Term;
+typedef struct {
+    Term *v;
+    uint32_t n, cap;
+    Term inl[INL];
+} Terms;
 
-static void terms_init(Terms *s) { s->v = s->inl; s->n = 0; s->cap = INL; }
-static void terms_free(Terms *s) { if (s->v != s->inl) PyMem_Free(s->v); }
+static void terms_init(Terms *s)
+{
+    s->v = s->inl;
+    s->n = 0;
+    s->cap = INL;
+}
+static void terms_free(Terms *s)
+{
+    if (s->v != s->inl)
+        PyMem_Free(s->v);
+}
 
 static int terms_push(Terms *s, int64_t coef, SymNode *node)
 {
@@ -567,12 +660,8 @@ static int terms_push(Terms *s, int64_t coef, SymNode *node)
 
 /* ------------------------------------------------- sums and products ---- */
 
-static inline int has_coef(const SymNode *e) { return e->kind == SK_MUL && e->args[0]->kind == SK_CONST; }
-static inline int64_t coef_of(const SymNode *e) { return has_coef(e) ? e->args[0]->value : 1; }
-static inline int has_const(const SymNode *e) { return e->kind == SK_ADD && e->args[0]->kind == SK_CONST; }
-
 /* The factors of the term in slot *pe (a Mul's after its coefficient; else the node). */
-static uint32_t factors_of(SymNode *const *pe, SymNode *const **f)
+uint32_t sym_factors_of(SymNode *const *pe, SymNode *const **f)
 {
     const SymNode *e = *pe;
     if (e->kind != SK_MUL) {
@@ -587,8 +676,8 @@ static uint32_t factors_of(SymNode *const *pe, SymNode *const **f)
 static int term_cmp(const void *x, const void *y)
 {
     SymNode *const *fa, *const *fb;
-    uint32_t na = factors_of(&((const Term *)x)->node, &fa);
-    uint32_t nb = factors_of(&((const Term *)y)->node, &fb);
+    uint32_t na = sym_factors_of(&((const Term *)x)->node, &fa);
+    uint32_t nb = sym_factors_of(&((const Term *)y)->node, &fb);
     for (uint32_t i = 0; i < na && i < nb; i++) {
         int c = node_cmp(fa[i], fb[i]);
         if (c)
@@ -606,11 +695,11 @@ static int collect(Terms *ts, int64_t *c, SymNode *e, int64_t k)
         int64_t p;
         if (args[i]->kind == SK_CONST) {
             if (fold_mul(args[i]->value, k, &p) || fold_add(*c, p, c)) {
-                overflow();
+                sym_overflow();
                 return -1;
             }
         } else if (fold_mul(coef_of(args[i]), k, &p)) {
-            overflow();
+            sym_overflow();
             return -1;
         } else if (terms_push(ts, p, args[i]) < 0) {
             return -1;
@@ -627,7 +716,7 @@ static int combine(Terms *ts)
     for (uint32_t i = 0; i < ts->n; i++) {
         if (out && term_cmp(&ts->v[out - 1], &ts->v[i]) == 0) {
             if (fold_add(ts->v[out - 1].coef, ts->v[i].coef, &ts->v[out - 1].coef)) {
-                overflow();
+                sym_overflow();
                 return -1;
             }
         } else {
@@ -666,7 +755,7 @@ static SymNode *term_node(SymEnv *env, Term *t)
     if (t->coef == coef_of(t->node))
         return t->node;
     SymNode *const *f;
-    uint32_t nf = factors_of(&t->node, &f);
+    uint32_t nf = sym_factors_of(&t->node, &f);
     return product(env, t->coef, f, nf);
 }
 
@@ -734,12 +823,12 @@ SymNode *sym_mul(SymEnv *env, SymNode *a, SymNode *b)
         return scale(env, a, b->value);
     int64_t coef;
     if (fold_mul(coef_of(a), coef_of(b), &coef))
-        return overflow();
+        return sym_overflow();
     Nodes f;
     nodes_init(&f);
     SymNode *r = NULL;
     SymNode *const *fa, *const *fb;
-    uint32_t na = factors_of(&a, &fa), nb = factors_of(&b, &fb), i = 0;
+    uint32_t na = sym_factors_of(&a, &fa), nb = sym_factors_of(&b, &fb), i = 0;
     while (i < na + nb && nodes_push(&f, i < na ? fa[i] : fb[i - na]) == 0)
         i++;
     if (i == na + nb) {
@@ -766,13 +855,13 @@ SymRange sym_range(SymEnv *env, SymNode *e)
     default:
         break;
     }
-    if (kinds[e->kind].flags & SF_BOOL) {
+    if (sym_kinds[e->kind].flags & SF_BOOL) {
         SymTruth t = rel_truth(env, e->kind, e->args[0], e->args[1]);
         return t == SYM_UNKNOWN ? rng(0, 1) : rng(t, t);
     }
     if (e->range_epoch == env->epoch)
         return e->range;
-    RangeFn f = kinds[e->kind].range;
+    RangeFn f = sym_kinds[e->kind].range;
     SymRange r = sym_range(env, e->args[0]);
     for (uint32_t i = 1; i < e->nargs; i++)
         r = fix(f(r, sym_range(env, e->args[i])));
@@ -815,7 +904,7 @@ static SymRange diff_range(SymEnv *env, SymNode *a, SymNode *b)
                 return fallback;
         if (coef) {
             SymNode *const *f;
-            uint32_t nf = factors_of(&ts[i].node, &f);
+            uint32_t nf = sym_factors_of(&ts[i].node, &f);
             SymRange t = rng(coef, coef);
             for (uint32_t k = 0; k < nf; k++)
                 t = fix(range_mul(t, sym_range(env, f[k])));
@@ -831,11 +920,16 @@ static SymTruth rel_truth(SymEnv *env, int kind, SymNode *a, SymNode *b)
 {
     SymRange d = diff_range(env, a, b);
     switch (kind) {
-    case SK_LT: return d.hi < 0 ? SYM_TRUE : d.lo >= 0 ? SYM_FALSE : SYM_UNKNOWN;
-    case SK_LE: return d.hi <= 0 ? SYM_TRUE : d.lo > 0 ? SYM_FALSE : SYM_UNKNOWN;
-    case SK_EQ: return d.lo == 0 && d.hi == 0 ? SYM_TRUE : d.lo > 0 || d.hi < 0 ? SYM_FALSE : SYM_UNKNOWN;
-    case SK_NE: return d.lo == 0 && d.hi == 0 ? SYM_FALSE : d.lo > 0 || d.hi < 0 ? SYM_TRUE : SYM_UNKNOWN;
-    default: return SYM_UNKNOWN;
+    case SK_LT:
+        return d.hi < 0 ? SYM_TRUE : d.lo >= 0 ? SYM_FALSE : SYM_UNKNOWN;
+    case SK_LE:
+        return d.hi <= 0 ? SYM_TRUE : d.lo > 0 ? SYM_FALSE : SYM_UNKNOWN;
+    case SK_EQ:
+        return d.lo == 0 && d.hi == 0 ? SYM_TRUE : d.lo > 0 || d.hi < 0 ? SYM_FALSE : SYM_UNKNOWN;
+    case SK_NE:
+        return d.lo == 0 && d.hi == 0 ? SYM_FALSE : d.lo > 0 || d.hi < 0 ? SYM_TRUE : SYM_UNKNOWN;
+    default:
+        return SYM_UNKNOWN;
     }
 }
 
@@ -843,7 +937,7 @@ SymTruth sym_static_truth(SymEnv *env, SymNode *e)
 {
     if (e->kind == SK_BOOL)
         return e->value ? SYM_TRUE : SYM_FALSE;
-    if (kinds[e->kind].flags & SF_BOOL)
+    if (sym_kinds[e->kind].flags & SF_BOOL)
         return rel_truth(env, e->kind, e->args[0], e->args[1]);
     return SYM_UNKNOWN;
 }
@@ -889,9 +983,8 @@ int sym_set_range(SymEnv *env, SymNode *s, SymRange r)
         return -1;
     SymRange n = rng(imax(s->range.lo, r.lo), imin(s->range.hi, r.hi));
     if (n.lo > n.hi || (s->kind == SK_SYMBOL && (s->hint < n.lo || s->hint > n.hi))) {
-        PyErr_Format(PyExc_ValueError, "narrowing %s%lld to [%lld, %lld] leaves %s",
-                     kinds[s->kind].token, (long long)s->value, (long long)r.lo, (long long)r.hi,
-                     n.lo > n.hi ? "no value" : "out its hint");
+        PyErr_Format(PyExc_ValueError, "narrowing %s%lld to [%lld, %lld] leaves %s", sym_kinds[s->kind].token,
+                     (long long)s->value, (long long)r.lo, (long long)r.hi, n.lo > n.hi ? "no value" : "out its hint");
         return -1;
     }
     if (n.lo == s->range.lo && n.hi == s->range.hi)
@@ -907,7 +1000,7 @@ static SymNode *fold_const(SymEnv *env, FoldFn f, int64_t a, int64_t b)
 {
     int64_t v;
     int rc = f(a, b, &v);
-    return rc == SYM_EDIV ? zero_division() : rc ? overflow() : sym_const(env, v);
+    return rc == SYM_EDIV ? sym_zero_division() : rc ? sym_overflow() : sym_const(env, v);
 }
 
 static SymNode *floordiv_const(SymEnv *env, SymNode *a, int64_t k);
@@ -967,7 +1060,7 @@ done:
 static SymNode *floordiv_const(SymEnv *env, SymNode *a, int64_t k)
 {
     if (k == 0)
-        return zero_division();
+        return sym_zero_division();
     if (a->kind == SK_CONST)
         return fold_const(env, fold_floordiv, a->value, k);
     if (k == 1)
@@ -1004,7 +1097,7 @@ SymNode *sym_floordiv(SymEnv *env, SymNode *a, SymNode *b)
 static SymNode *mod_const(SymEnv *env, SymNode *a, int64_t k)
 {
     if (k == 0)
-        return zero_division();
+        return sym_zero_division();
     if (a->kind == SK_CONST)
         return fold_const(env, fold_mod, a->value, k);
     if (k == 1 || k == -1)
@@ -1016,8 +1109,8 @@ static SymNode *mod_const(SymEnv *env, SymNode *a, int64_t k)
         return fold_const(env, fold_mod, args[0]->value, k);
     SymRange ra = sym_range(env, args[0]);
     int64_t q1, q2, qk;
-    if (!is_inf(ra.lo) && !is_inf(ra.hi) && !fold_floordiv(ra.lo, k, &q1) &&
-        !fold_floordiv(ra.hi, k, &q2) && q1 == q2 && !fold_mul(q1, k, &qk)) {
+    if (!is_inf(ra.lo) && !is_inf(ra.hi) && !fold_floordiv(ra.lo, k, &q1) && !fold_floordiv(ra.hi, k, &q2) &&
+        q1 == q2 && !fold_mul(q1, k, &qk)) {
         /* one multiple of k under the ranges: Mod(a, k) = a - q*k */
         SymNode *off = sym_const(env, -qk);
         return off ? sym_add(env, args[0], off) : NULL;
@@ -1100,8 +1193,14 @@ done:
     return r;
 }
 
-SymNode *sym_min_n(SymEnv *env, SymNode *const *args, uint32_t n) { return minmax(env, SK_MIN, args, n); }
-SymNode *sym_max_n(SymEnv *env, SymNode *const *args, uint32_t n) { return minmax(env, SK_MAX, args, n); }
+SymNode *sym_min_n(SymEnv *env, SymNode *const *args, uint32_t n)
+{
+    return minmax(env, SK_MIN, args, n);
+}
+SymNode *sym_max_n(SymEnv *env, SymNode *const *args, uint32_t n)
+{
+    return minmax(env, SK_MAX, args, n);
+}
 
 SymNode *sym_min(SymEnv *env, SymNode *a, SymNode *b)
 {
@@ -1131,7 +1230,7 @@ static SymNode *relation(SymEnv *env, int kind, SymNode *a, SymNode *b)
         return NULL;
     if (a->kind == SK_CONST && b->kind == SK_CONST) {
         int64_t t;
-        (void)kinds[kind].fold(a->value, b->value, &t);
+        (void)sym_kinds[kind].fold(a->value, b->value, &t);
         return sym_bool(env, (int)t);
     }
     if (b->kind == SK_CONST && has_const(a) && move_constant(env, &a, &b) < 0)
@@ -1141,8 +1240,7 @@ static SymNode *relation(SymEnv *env, int kind, SymNode *a, SymNode *b)
     SymTruth t = rel_truth(env, kind, a, b);
     if (t != SYM_UNKNOWN)
         return sym_bool(env, t == SYM_TRUE);
-    if ((kind == SK_EQ || kind == SK_NE) &&
-        (a->kind == SK_CONST || (b->kind != SK_CONST && node_cmp(a, b) > 0))) {
+    if ((kind == SK_EQ || kind == SK_NE) && (a->kind == SK_CONST || (b->kind != SK_CONST && node_cmp(a, b) > 0))) {
         SymNode *tmp = a;
         a = b;
         b = tmp;
@@ -1151,12 +1249,30 @@ static SymNode *relation(SymEnv *env, int kind, SymNode *a, SymNode *b)
     return intern(env, kind, 0, args, 2);
 }
 
-SymNode *sym_eq(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_EQ, a, b); }
-SymNode *sym_ne(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_NE, a, b); }
-SymNode *sym_lt(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LT, a, b); }
-SymNode *sym_le(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LE, a, b); }
-SymNode *sym_gt(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LT, b, a); }
-SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_LE, b, a); }
+SymNode *sym_eq(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_EQ, a, b);
+}
+SymNode *sym_ne(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_NE, a, b);
+}
+SymNode *sym_lt(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_LT, a, b);
+}
+SymNode *sym_le(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_LE, a, b);
+}
+SymNode *sym_gt(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_LT, b, a);
+}
+SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b)
+{
+    return relation(env, SK_LE, b, a);
+}
 
 /* For rebuilding an expression read back from a serialised graph (graph/serial.c): the
  * operands were canonical where it was written, so it is interned as it stands; running it
@@ -1164,8 +1280,8 @@ SymNode *sym_ge(SymEnv *env, SymNode *a, SymNode *b) { return relation(env, SK_L
  * change what the graph prints. */
 SymNode *sym_node_raw(SymEnv *env, SymKind kind, SymNode *const *args, uint32_t n)
 {
-    if ((unsigned)kind >= SK_COUNT || (kinds[kind].flags & SF_LEAF) ||
-        (kinds[kind].arity == SYM_NARY ? n < 2 : n != (uint32_t)kinds[kind].arity)) {
+    if ((unsigned)kind >= SK_COUNT || (sym_kinds[kind].flags & SF_LEAF) ||
+        (sym_kinds[kind].arity == SYM_NARY ? n < 2 : n != (uint32_t)sym_kinds[kind].arity)) {
         PyErr_Format(PyExc_ValueError, "symbolic node %s with %u operands", sym_kind_name(kind), n);
         return NULL;
     }
@@ -1173,315 +1289,4 @@ SymNode *sym_node_raw(SymEnv *env, SymKind kind, SymNode *const *args, uint32_t 
         if (need_int(args[i], NULL) < 0)
             return NULL;
     return intern(env, kind, 0, args, n);
-}
-
-/* ----------------------------------------------------------- evaluation ---- */
-
-PyObject *sym_data_dependent_error;
-
-typedef struct {
-    SymEnv *env;
-    SymNode *root;            /* for messages */
-    int hints;                /* backed symbols at their hints, unbacked ones an error */
-    const int64_t *values;    /* borrowed: by slot (not hints); NULL: nothing given */
-    const uint8_t *known;     /* borrowed: by slot, or NULL (every value given) */
-} Eval;
-
-static int eval_fail(Eval *ev, PyObject *type, const char *fmt, const SymNode *sym)
-{
-    PyObject *text = sym_print(ev->env, ev->root, NULL, NULL);
-    if (!text)
-        return -1;
-    if (sym)
-        PyErr_Format(type, fmt, text, kinds[sym->kind].token, (long long)sym->value);
-    else
-        PyErr_Format(type, fmt, text);
-    Py_DECREF(text);
-    return -1;
-}
-
-static int eval_node(Eval *ev, SymNode *e, int64_t *out)
-{
-    switch (e->kind) {
-    case SK_CONST:
-    case SK_BOOL:
-        *out = e->value;
-        return 0;
-    case SK_SYMBOL:
-    case SK_UNBACKED:
-        if (ev->hints) {
-            if (e->kind == SK_UNBACKED)
-                return eval_fail(ev, sym_data_dependent_error ? sym_data_dependent_error : PyExc_RuntimeError,
-                                 "cannot evaluate %U with hints: it depends on the unbacked symbol "
-                                 "%s%lld, which has no hint (a data-dependent value)", e);
-            *out = e->hint;
-            return 0;
-        }
-        if (!ev->values || (ev->known && !ev->known[e->slot]))
-            return eval_fail(ev, PyExc_ValueError, "cannot evaluate %U: no value given for %s%lld", e);
-        if (!fin(ev->values[e->slot]))
-            return eval_fail(ev, PyExc_OverflowError, "cannot evaluate %U: the value of %s%lld is "
-                             "outside the int64 range of symbolic integers", e);
-        *out = ev->values[e->slot];
-        return 0;
-    default:
-        break;
-    }
-    FoldFn f = kinds[e->kind].fold;
-    int64_t acc, v;
-    if (eval_node(ev, e->args[0], &acc) < 0)
-        return -1;
-    for (uint32_t i = 1; i < e->nargs; i++) {
-        if (eval_node(ev, e->args[i], &v) < 0)
-            return -1;
-        int rc = f(acc, v, &acc);
-        if (rc == SYM_EDIV) {
-            zero_division();
-            return -1;
-        }
-        if (rc)
-            return eval_fail(ev, PyExc_OverflowError, "int64 overflow evaluating %U", NULL);
-    }
-    *out = acc;
-    return 0;
-}
-
-int sym_eval_hint(SymEnv *env, SymNode *e, int64_t *out)
-{
-    Eval ev = {env, e, 1, NULL, NULL};
-    return eval_node(&ev, e, out);
-}
-
-int sym_eval_with(SymEnv *env, SymNode *e, const int64_t *values, const uint8_t *known, int64_t *out)
-{
-    Eval ev = {env, e, 0, values, known};
-    return eval_node(&ev, e, out);
-}
-
-/* meta_format's printer: the expression alone (printing needs no env). */
-static PyObject *meta_print(SymNode *e)
-{
-    return sym_print(NULL, e, NULL, NULL);
-}
-
-int sym_init(PyObject *module)
-{
-    meta_sym_printer = meta_print;
-    if (!sym_data_dependent_error) {
-        sym_data_dependent_error = PyErr_NewExceptionWithDoc(
-            "shapejit._C.DataDependentError",
-            "A symbolic expression needed a concrete value but depends on an unbacked "
-            "(data-dependent) symbol, which has no hint.", PyExc_RuntimeError, NULL);
-        if (!sym_data_dependent_error)
-            return -1;
-    }
-    return PyModule_AddObjectRef(module, "DataDependentError", sym_data_dependent_error);
-}
-
-/* ------------------------------------------------------------- printing ---- */
-
-enum { P_REL = 1, P_ADD, P_MUL, P_POW, P_ATOM };   /* sympy's precedence levels */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-    SymNameFn name;
-    void *ctx;
-    char inl[256];
-} Pr;
-
-static void put(Pr *pr, const char *s, size_t len)
-{
-    if (pr->oom)
-        return;
-    if (pr->n + len > pr->cap) {
-        size_t cap = (pr->n + len) * 2;
-        char *p = PyMem_Malloc(cap);
-        if (!p) {
-            pr->oom = 1;
-            return;
-        }
-        memcpy(p, pr->p, pr->n);
-        if (pr->p != pr->inl)
-            PyMem_Free(pr->p);
-        pr->p = p;
-        pr->cap = cap;
-    }
-    memcpy(pr->p + pr->n, s, len);
-    pr->n += len;
-}
-
-static void puts_(Pr *pr, const char *s) { put(pr, s, strlen(s)); }
-
-static void put_int(Pr *pr, int64_t v)
-{
-    char b[32];
-    int k = snprintf(b, sizeof b, "%lld", (long long)v);
-    put(pr, b, (size_t)k);
-}
-
-static int prec(const SymNode *e)
-{
-    switch (kinds[e->kind].print) {
-    case SP_ATOM: return e->kind == SK_CONST && e->value < 0 ? P_ADD : P_ATOM;
-    case SP_SUM: return P_ADD;
-    case SP_PRODUCT: return coef_of(e) < 0 ? P_ADD : P_MUL;
-    case SP_INFIX: return P_REL;
-    default: return P_ATOM;
-    }
-}
-
-static void pr_expr(Pr *pr, SymNode *e, int minp);
-
-static void pr_product(Pr *pr, int64_t coef, SymNode *const *f, uint32_t nf)
-{
-    if (coef == -1)
-        puts_(pr, "-");
-    else if (coef != 1) {
-        put_int(pr, coef);
-        puts_(pr, "*");
-    }
-    for (uint32_t i = 0, j; i < nf; i = j) {
-        for (j = i + 1; j < nf && f[j] == f[i]; j++)
-            ;
-        if (i)
-            puts_(pr, "*");
-        pr_expr(pr, f[i], j - i > 1 ? P_ATOM : P_POW);
-        if (j - i > 1) {
-            puts_(pr, "**");
-            put_int(pr, j - i);
-        }
-    }
-}
-
-static void pr_sum(Pr *pr, SymNode *e)
-{
-    uint32_t k = (uint32_t)has_const(e);
-    int64_t c = k ? e->args[0]->value : 0;
-    int all_neg = 1;
-    for (uint32_t i = k; i < e->nargs; i++)
-        all_neg &= coef_of(e->args[i]) < 0;
-    int const_first = c > 0 && all_neg, first = 1;
-    if (const_first) {
-        put_int(pr, c);
-        first = 0;
-    }
-    for (uint32_t i = k; i < e->nargs; i++) {
-        SymNode *const *f;
-        uint32_t nf = factors_of(&e->args[i], &f);
-        int64_t coef = coef_of(e->args[i]);
-        if (!first)
-            puts_(pr, coef < 0 ? " - " : " + ");
-        pr_product(pr, first || coef > 0 ? coef : -coef, f, nf);
-        first = 0;
-    }
-    if (c != 0 && !const_first) {
-        puts_(pr, c < 0 ? " - " : " + ");
-        put_int(pr, c < 0 ? -c : c);
-    }
-}
-
-static void pr_expr(Pr *pr, SymNode *e, int minp)
-{
-    int paren = prec(e) < minp;
-    const char *tok = kinds[e->kind].token;
-    if (paren)
-        puts_(pr, "(");
-    switch (kinds[e->kind].print) {
-    case SP_ATOM:
-        if (e->kind == SK_CONST)
-            put_int(pr, e->value);
-        else if (e->kind == SK_BOOL)
-            puts_(pr, e->value ? "True" : "False");
-        else {
-            const char *name = pr->name ? pr->name(pr->ctx, e) : NULL;
-            if (name)
-                puts_(pr, name);
-            else {
-                puts_(pr, tok);
-                put_int(pr, e->value);
-            }
-        }
-        break;
-    case SP_SUM:
-        pr_sum(pr, e);
-        break;
-    case SP_PRODUCT: {
-        SymNode *const *f;
-        uint32_t nf = factors_of(&e, &f);
-        pr_product(pr, coef_of(e), f, nf);
-        break;
-    }
-    case SP_PAREN:
-        puts_(pr, "(");
-        pr_expr(pr, e->args[0], P_ATOM);
-        puts_(pr, tok);
-        pr_expr(pr, e->args[1], P_ATOM);
-        puts_(pr, ")");
-        break;
-    case SP_CALL:
-        puts_(pr, tok);
-        puts_(pr, "(");
-        for (uint32_t i = 0; i < e->nargs; i++) {
-            if (i)
-                puts_(pr, ", ");
-            pr_expr(pr, e->args[i], 0);
-        }
-        puts_(pr, ")");
-        break;
-    case SP_INFIX:
-        pr_expr(pr, e->args[0], P_ADD);
-        puts_(pr, tok);
-        pr_expr(pr, e->args[1], P_ADD);
-        break;
-    }
-    if (paren)
-        puts_(pr, ")");
-}
-
-PyObject *sym_print(SymEnv *env, SymNode *e, SymNameFn name, void *ctx)
-{
-    (void)env;
-    Pr pr;
-    pr.p = pr.inl;
-    pr.n = 0;
-    pr.cap = sizeof pr.inl;
-    pr.oom = 0;
-    pr.name = name;
-    pr.ctx = ctx;
-    pr_expr(&pr, e, 0);
-    PyObject *s = pr.oom ? PyErr_NoMemory() : PyUnicode_DecodeUTF8(pr.p, (Py_ssize_t)pr.n, NULL);
-    if (pr.p != pr.inl)
-        PyMem_Free(pr.p);
-    return s;
-}
-
-PyObject *sym_range_str(SymRange r)
-{
-    char lo[32] = "-int_oo", hi[32] = "int_oo";
-    if (r.lo != NEG_OO)
-        snprintf(lo, sizeof lo, "%lld", (long long)r.lo);
-    if (r.hi != OO)
-        snprintf(hi, sizeof hi, "%lld", (long long)r.hi);
-    return PyUnicode_FromFormat("[%s, %s]", lo, hi);
-}
-
-SymNode *sym_not(SymEnv *env, SymNode *rel)
-{
-    switch ((SymKind)rel->kind) {
-    case SK_BOOL:
-        return sym_bool(env, !rel->value);
-    case SK_EQ:
-        return sym_ne(env, rel->args[0], rel->args[1]);
-    case SK_NE:
-        return sym_eq(env, rel->args[0], rel->args[1]);
-    case SK_LT:
-        return sym_le(env, rel->args[1], rel->args[0]);
-    case SK_LE:
-        return sym_lt(env, rel->args[1], rel->args[0]);
-    default:
-        PyErr_SetString(PyExc_TypeError, "shapejit: sym_not of an integer expression");
-        return NULL;
-    }
 }

@@ -73,7 +73,9 @@ typedef enum {
     SK_COUNT
 } SymKind;
 
-typedef struct { int64_t lo, hi; } SymRange;   /* inclusive; lo < SYM_INT_OO, hi > SYM_NEG_INT_OO */
+typedef struct {
+    int64_t lo, hi;
+} SymRange;   /* inclusive; lo < SYM_INT_OO, hi > SYM_NEG_INT_OO */
 
 typedef struct SymNode {
     uint8_t kind;               /* SymKind */
@@ -167,8 +169,7 @@ int sym_eval_hint(SymEnv *env, SymNode *e, int64_t *out);
 /* With symbol slot i worth values[i] (borrowed array of sym_env_nsymbols(env) entries);
  * known: NULL (all given) or a borrowed array of flags, a 0 flag is "no value"
  * (ValueError if needed). Values outside a symbol's range give unspecified results. */
-int sym_eval_with(SymEnv *env, SymNode *e, const int64_t *values, const uint8_t *known,
-                  int64_t *out);
+int sym_eval_with(SymEnv *env, SymNode *e, const int64_t *values, const uint8_t *known, int64_t *out);
 
 /* ---- printing ---- */
 /* Name of a symbol for the printer: a borrowed UTF-8 string that lives through the call,

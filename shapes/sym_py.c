@@ -17,15 +17,13 @@
 /* ---------------------------------------------------------------- types ---- */
 
 typedef struct {
-    PyObject_HEAD
-    SymEnv *env;            /* owned; freed in dealloc, after the last handle died */
+    PyObject_HEAD SymEnv *env;            /* owned; freed in dealloc, after the last handle died */
     PyObject **handles;     /* owned array of borrowed pointers: the live handle of node id i */
     uint32_t cap;           /* entries in handles */
 } SymEnvObject;
 
 typedef struct {
-    PyObject_HEAD
-    SymEnvObject *owner;    /* strong: keeps the env, and so node, alive */
+    PyObject_HEAD SymEnvObject *owner;    /* strong: keeps the env, and so node, alive */
     SymNode *node;          /* owned by owner->env's arena */
 } SymHandleObject;
 
@@ -146,14 +144,35 @@ static PyObject *binop(PyObject *a, PyObject *b, BinFn fn)
     return wrap(owner, fn(owner->env, x, y));
 }
 
-static PyObject *h_add(PyObject *a, PyObject *b) { return binop(a, b, sym_add); }
-static PyObject *h_sub(PyObject *a, PyObject *b) { return binop(a, b, sym_sub); }
-static PyObject *h_mul(PyObject *a, PyObject *b) { return binop(a, b, sym_mul); }
-static PyObject *h_floordiv(PyObject *a, PyObject *b) { return binop(a, b, sym_floordiv); }
-static PyObject *h_mod(PyObject *a, PyObject *b) { return binop(a, b, sym_mod); }
+static PyObject *h_add(PyObject *a, PyObject *b)
+{
+    return binop(a, b, sym_add);
+}
+static PyObject *h_sub(PyObject *a, PyObject *b)
+{
+    return binop(a, b, sym_sub);
+}
+static PyObject *h_mul(PyObject *a, PyObject *b)
+{
+    return binop(a, b, sym_mul);
+}
+static PyObject *h_floordiv(PyObject *a, PyObject *b)
+{
+    return binop(a, b, sym_floordiv);
+}
+static PyObject *h_mod(PyObject *a, PyObject *b)
+{
+    return binop(a, b, sym_mod);
+}
 
-static PyObject *h_neg(SymHandleObject *h) { return wrap(h->owner, sym_neg(h->owner->env, h->node)); }
-static PyObject *h_pos(PyObject *h) { return Py_NewRef(h); }
+static PyObject *h_neg(SymHandleObject *h)
+{
+    return wrap(h->owner, sym_neg(h->owner->env, h->node));
+}
+static PyObject *h_pos(PyObject *h)
+{
+    return Py_NewRef(h);
+}
 
 /* bool(): a decided relation (or True/False); anything else has no truth value. */
 static int h_bool(SymHandleObject *h)
@@ -174,8 +193,7 @@ static int h_bool(SymHandleObject *h)
 static PyObject *h_richcompare(PyObject *a, PyObject *b, int op)
 {
     static const BinFn fns[] = {
-        [Py_LT] = sym_lt, [Py_LE] = sym_le, [Py_EQ] = sym_eq,
-        [Py_NE] = sym_ne, [Py_GT] = sym_gt, [Py_GE] = sym_ge,
+        [Py_LT] = sym_lt, [Py_LE] = sym_le, [Py_EQ] = sym_eq, [Py_NE] = sym_ne, [Py_GT] = sym_gt, [Py_GE] = sym_ge,
     };
     return binop(a, b, fns[op]);
 }
@@ -186,7 +204,10 @@ static Py_hash_t h_hash(SymHandleObject *h)
     return v == -1 ? -2 : v;
 }
 
-static PyObject *h_str(SymHandleObject *h) { return sym_print(h->owner->env, h->node, NULL, NULL); }
+static PyObject *h_str(SymHandleObject *h)
+{
+    return sym_print(h->owner->env, h->node, NULL, NULL);
+}
 
 static PyNumberMethods handle_number = {
     .nb_add = h_add,
@@ -294,7 +315,10 @@ done:
     return out;
 }
 
-static const char *name_by_slot(void *ctx, const SymNode *sym) { return ((const char **)ctx)[sym->slot]; }
+static const char *name_by_slot(void *ctx, const SymNode *sym)
+{
+    return ((const char **)ctx)[sym->slot];
+}
 
 /* h.print_with({symbol: "L['x'].size()[0]", ...}) -> str; absent symbols print as s<N>. */
 static PyObject *h_print_with(SymHandleObject *h, PyObject *names)
@@ -423,8 +447,14 @@ static PyObject *env_minmax(SymEnvObject *e, PyObject *args, SymNode *(*fn)(SymE
     return out;
 }
 
-static PyObject *env_min(SymEnvObject *e, PyObject *args) { return env_minmax(e, args, sym_min_n); }
-static PyObject *env_max(SymEnvObject *e, PyObject *args) { return env_minmax(e, args, sym_max_n); }
+static PyObject *env_min(SymEnvObject *e, PyObject *args)
+{
+    return env_minmax(e, args, sym_min_n);
+}
+static PyObject *env_max(SymEnvObject *e, PyObject *args)
+{
+    return env_minmax(e, args, sym_max_n);
+}
 
 /* env.narrow(sym, lo=None, hi=None) -> whether the range changed. */
 static PyObject *env_narrow(SymEnvObject *e, PyObject *args, PyObject *kw)
@@ -482,8 +512,7 @@ static PyGetSetDef env_getset[] = {
 };
 
 static PyTypeObject SymHandle_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C._Sym",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C._Sym",
     .tp_basicsize = sizeof(SymHandleObject),
     .tp_dealloc = (destructor)handle_dealloc,
     .tp_repr = (reprfunc)h_str,
@@ -498,8 +527,7 @@ static PyTypeObject SymHandle_Type = {
 };
 
 static PyTypeObject SymEnv_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "shapejit._C._SymEnv",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C._SymEnv",
     .tp_basicsize = sizeof(SymEnvObject),
     .tp_dealloc = (destructor)env_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

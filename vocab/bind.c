@@ -27,8 +27,12 @@ static Schema cache[CACHE_SIZE];
 
 static int copy_name(char *dst, const char *s, size_t len, ShapeErr *err, const char *schema)
 {
-    while (len && isspace((unsigned char)*s)) { s++; len--; }
-    while (len && isspace((unsigned char)s[len - 1])) len--;
+    while (len && isspace((unsigned char)*s)) {
+        s++;
+        len--;
+    }
+    while (len && isspace((unsigned char)s[len - 1]))
+        len--;
     if (len == 0 || len >= (size_t)NAME_MAX_LEN) {
         sj_err(err, "bad schema \"%.180s\"", schema);
         return -1;
@@ -44,11 +48,14 @@ static int copy_name(char *dst, const char *s, size_t len, ShapeErr *err, const 
 }
 
 /* One comma-separated item [s, s+len) of the schema. */
-static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, ShapeErr *err,
-                      const char *schema)
+static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, ShapeErr *err, const char *schema)
 {
-    while (len && isspace((unsigned char)*s)) { s++; len--; }
-    while (len && isspace((unsigned char)s[len - 1])) len--;
+    while (len && isspace((unsigned char)*s)) {
+        s++;
+        len--;
+    }
+    while (len && isspace((unsigned char)s[len - 1]))
+        len--;
     if (len == 1 && s[0] == '/') {
         for (int i = 0; i < sc->n; i++)
             sc->p[i].posonly = 1;
@@ -68,16 +75,20 @@ static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, S
     if (len && s[0] == '*') {
         p->varargs = 1;
         *kwonly_mode = 1;
-        s++; len--;
+        s++;
+        len--;
     } else if (len && s[0] == '@') {
         p->fixed = 1;
-        s++; len--;
+        s++;
+        len--;
     } else if (len && s[0] == '!') {
         p->refused = 1;
-        s++; len--;
+        s++;
+        len--;
     } else if (len && s[0] == '&') {
         p->tensor_only = 1;
-        s++; len--;
+        s++;
+        len--;
     }
     const char *eq = memchr(s, '=', len);
     size_t head = eq ? (size_t)(eq - s) : len;
@@ -105,7 +116,10 @@ static int parse_item(Schema *sc, const char *s, size_t len, int *kwonly_mode, S
         }
         const char *v = eq + 1;
         size_t vlen = len - head - 1;
-        while (vlen && isspace((unsigned char)*v)) { v++; vlen--; }
+        while (vlen && isspace((unsigned char)*v)) {
+            v++;
+            vlen--;
+        }
         p->fixed_value = PyUnicode_FromStringAndSize(v, (Py_ssize_t)vlen);    /* kept forever */
         if (!p->fixed_value) {
             sj_err_clear();
@@ -131,9 +145,14 @@ static int parse_schema(Schema *sc, const char *schema, ShapeErr *err)
                 break;
             continue;
         }
-        if (*c == '\'' || *c == '"') { quote = *c; continue; }
-        if (*c == '(' || *c == '[') depth++;
-        if (*c == ')' || *c == ']') depth--;
+        if (*c == '\'' || *c == '"') {
+            quote = *c;
+            continue;
+        }
+        if (*c == '(' || *c == '[')
+            depth++;
+        if (*c == ')' || *c == ']')
+            depth--;
         if ((*c == ',' && depth == 0) || !*c) {
             size_t len = (size_t)(c - start);
             int blank = 1;
@@ -187,8 +206,8 @@ int bind_schema(const char *schema, const SchemaParam **params, ShapeErr *err)
     return sc->n;
 }
 
-int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
-              const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err)
+int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames, const BoundArg *kw,
+              int nkw, BoundArgs *out, ShapeErr *err)
 {
     const Schema *sc = get_schema(schema, err);
     if (!sc)

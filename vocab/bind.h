@@ -81,7 +81,7 @@ int bind_schema(const char *schema, const SchemaParam **params, ShapeErr *err);
  * out->from / out->nfrom say which argument each parameter was bound from.
  * Returns 0, or -1 with err->msg set (unknown keyword, too many positional, missing
  * required). */
-int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames,
-              const BoundArg *kw, int nkw, BoundArgs *out, ShapeErr *err);
+int bind_args(const char *schema, const BoundArg *pos, int npos, const char *const *kwnames, const BoundArg *kw,
+              int nkw, BoundArgs *out, ShapeErr *err);
 
 #endif

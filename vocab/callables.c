@@ -22,8 +22,9 @@ static int resolve_kind(int want_lib)
     /* want_lib: 0 torch rows, 1 numpy rows, 2 operator rows */
     for (int i = 0; i < callable_nrows; i++) {
         const CallableRow *r = &callable_rows[i];
-        int lib = (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD) ? 0
-                : (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? 1 : 2;
+        int lib = (r->kind == CK_TORCH || r->kind == CK_TENSOR_METHOD)    ? 0
+                  : (r->kind == CK_NUMPY || r->kind == CK_NDARRAY_METHOD) ? 1
+                                                                          : 2;
         if (lib != want_lib)
             continue;
         PyObject *root = NULL;

@@ -16,7 +16,11 @@ typedef struct {
     int flags;       /* CF_* */
 } CallableRow;
 enum { CK_TORCH, CK_TENSOR_METHOD, CK_NUMPY, CK_NDARRAY_METHOD, CK_OPERATOR };
-enum { CF_NONE = 0, CF_INPLACE = 1, CF_RETURNS_NONE = 2 };  /* CF_RETURNS_NONE: in-place, and the call returns None (ndarray.fill) */
+enum {
+    CF_NONE = 0,
+    CF_INPLACE = 1,
+    CF_RETURNS_NONE = 2
+};  /* CF_RETURNS_NONE: in-place, and the call returns None (ndarray.fill) */
 extern const CallableRow callable_rows[];
 extern const int callable_nrows;
 

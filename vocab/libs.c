@@ -72,9 +72,9 @@ static int load_torch(PyObject *torch)
     PyObject *m = libs_get_path(torch, "nn.modules.module");
     if (!m)
         return -1;
-    libs.global_hook_dicts = Py_BuildValue("(sssss)", "_global_forward_hooks", "_global_forward_pre_hooks",
-                                           "_global_backward_hooks", "_global_backward_pre_hooks",
-                                           "_global_forward_hooks_always_called");
+    libs.global_hook_dicts =
+        Py_BuildValue("(sssss)", "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks", "_global_forward_hooks_always_called");
     libs.nn_module_globals = PyObject_GetAttrString(m, "__dict__");
     if (!libs.global_hook_dicts || !libs.nn_module_globals) {
         Py_DECREF(m);
@@ -121,8 +121,7 @@ int libs_refresh(void)
     if (!libs.torch) {
         PyObject *t = PyDict_GetItemString(mods, "torch");
         /* a half-imported torch (during its own import) has no Tensor yet */
-        if (t && PyObject_HasAttrString(t, "Tensor") && PyObject_HasAttrString(t, "nn") &&
-            load_torch(t) < 0)
+        if (t && PyObject_HasAttrString(t, "Tensor") && PyObject_HasAttrString(t, "nn") && load_torch(t) < 0)
             return -1;
     }
     if (!libs.numpy) {

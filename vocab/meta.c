@@ -73,21 +73,36 @@ static PyObject *torch_if_loaded(int *failed)
 static int np_typenum(DType d)
 {
     switch (d) {
-    case DT_BOOL: return NPY_BOOL;
-    case DT_U8: return NPY_UINT8;
-    case DT_U16: return NPY_UINT16;
-    case DT_U32: return NPY_UINT32;
-    case DT_U64: return NPY_UINT64;
-    case DT_I8: return NPY_INT8;
-    case DT_I16: return NPY_INT16;
-    case DT_I32: return NPY_INT32;
-    case DT_I64: return NPY_INT64;
-    case DT_F16: return NPY_FLOAT16;
-    case DT_F32: return NPY_FLOAT32;
-    case DT_F64: return NPY_FLOAT64;
-    case DT_C64: return NPY_COMPLEX64;
-    case DT_C128: return NPY_COMPLEX128;
-    default: return -1;    /* bfloat16: numpy has none */
+    case DT_BOOL:
+        return NPY_BOOL;
+    case DT_U8:
+        return NPY_UINT8;
+    case DT_U16:
+        return NPY_UINT16;
+    case DT_U32:
+        return NPY_UINT32;
+    case DT_U64:
+        return NPY_UINT64;
+    case DT_I8:
+        return NPY_INT8;
+    case DT_I16:
+        return NPY_INT16;
+    case DT_I32:
+        return NPY_INT32;
+    case DT_I64:
+        return NPY_INT64;
+    case DT_F16:
+        return NPY_FLOAT16;
+    case DT_F32:
+        return NPY_FLOAT32;
+    case DT_F64:
+        return NPY_FLOAT64;
+    case DT_C64:
+        return NPY_COMPLEX64;
+    case DT_C128:
+        return NPY_COMPLEX128;
+    default:
+        return -1;    /* bfloat16: numpy has none */
     }
 }
 
@@ -95,10 +110,14 @@ static int np_typenum(DType d)
 static char np_kind(DType d)
 {
     switch (dtype_info[d].category) {
-    case CAT_BOOL: return 'b';
-    case CAT_INT: return dtype_is_unsigned(d) ? 'u' : 'i';
-    case CAT_FLOAT: return 'f';
-    default: return 'c';
+    case CAT_BOOL:
+        return 'b';
+    case CAT_INT:
+        return dtype_is_unsigned(d) ? 'u' : 'i';
+    case CAT_FLOAT:
+        return 'f';
+    default:
+        return 'c';
     }
 }
 
@@ -142,8 +161,7 @@ static int read_ints(PyObject *seq, Py_ssize_t n, int64_t *out)
 static int torch_meta(PyObject *value, TensorMeta *out, int64_t *strides, const char **why)
 {
     int rc = -1;
-    PyObject *dt = NULL, *shape = NULL, *dev = NULL, *devtype = NULL, *layout = NULL,
-             *rg = NULL, *st = NULL;
+    PyObject *dt = NULL, *shape = NULL, *dev = NULL, *devtype = NULL, *layout = NULL, *rg = NULL, *st = NULL;
     if (!(dt = PyObject_GetAttrString(value, "dtype")))
         goto done;
     DType d;
@@ -287,8 +305,7 @@ int meta_matches_value(const TensorMeta *meta, PyObject *value)
         return -1;
     if (r == 1)
         return 0;
-    if (m.lib != meta->lib || m.dtype != meta->dtype || m.ndim != meta->ndim ||
-        m.np_scalar != meta->np_scalar)
+    if (m.lib != meta->lib || m.dtype != meta->dtype || m.ndim != meta->ndim || m.np_scalar != meta->np_scalar)
         return 0;
     for (int i = 0; i < m.ndim; i++)
         if (m.size[i] != meta->size[i])
@@ -300,10 +317,22 @@ int meta_matches_value(const TensorMeta *meta, PyObject *value)
  * int64 (numpy's default int on 64-bit Linux), complex is complex128. */
 static int dtype_from_python_type(PyObject *obj, DType *out)
 {
-    if (obj == (PyObject *)&PyBool_Type) { *out = DT_BOOL; return 0; }
-    if (obj == (PyObject *)&PyLong_Type) { *out = DT_I64; return 0; }
-    if (obj == (PyObject *)&PyFloat_Type) { *out = DT_F64; return 0; }
-    if (obj == (PyObject *)&PyComplex_Type) { *out = DT_C128; return 0; }
+    if (obj == (PyObject *)&PyBool_Type) {
+        *out = DT_BOOL;
+        return 0;
+    }
+    if (obj == (PyObject *)&PyLong_Type) {
+        *out = DT_I64;
+        return 0;
+    }
+    if (obj == (PyObject *)&PyFloat_Type) {
+        *out = DT_F64;
+        return 0;
+    }
+    if (obj == (PyObject *)&PyComplex_Type) {
+        *out = DT_C128;
+        return 0;
+    }
     return 1;
 }
 

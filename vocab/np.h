@@ -21,6 +21,9 @@
 /* Loads the API table when numpy has been imported: 1 loaded, 0 numpy not imported (no
  * numpy object can exist, so there is nothing to look at). vocab/libs.c. */
 int sj_np_load(void);
-static inline int sj_np_ready(void) { return PyArray_API != NULL || sj_np_load(); }
+static inline int sj_np_ready(void)
+{
+    return PyArray_API != NULL || sj_np_load();
+}
 
 #endif

@@ -92,8 +92,8 @@ static inline const char *rdptr(const char *p)
 
 /* 0: *m (and strides) filled from memory; 1: not for the fast path (caller goes slow);
  * -1: the requires_grad getter raised. v is borrowed. */
-__attribute__((optimize("no-tree-loop-distribute-patterns")))
-static int fast_read(PyObject *v, TensorMeta *m, int64_t *strides)
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static int fast_read(PyObject *v, TensorMeta *m,
+                                                                                   int64_t *strides)
 {
     PyTypeObject *tp = Py_TYPE(v);
     int k = 0;
@@ -217,9 +217,8 @@ int treader_read(PyObject *v, TensorMeta *m, int64_t *strides, const char **why)
  * fast path must read exactly as meta_from_value does; `bad` must all be refused by it. */
 /* The probes run outside whatever mode the user's first compiled call is in (inference
  * mode or no_grad would change the key sets and requires_grad of the "good" probes). */
-static const char PROBE_MODES_SRC[] =
-    "with torch.inference_mode(False), torch.enable_grad():\n"
-    "    exec(PROBES, globals())\n";
+static const char PROBE_MODES_SRC[] = "with torch.inference_mode(False), torch.enable_grad():\n"
+                                      "    exec(PROBES, globals())\n";
 
 static const char PROBE_SRC[] =
     "import warnings\n"
@@ -316,8 +315,8 @@ static void off_from_exception(void)
     PyErr_Fetch(&type, &val, &tb);    /* new references, any may be NULL */
     PyObject *s = val ? PyObject_Str(val) : NULL;    /* new */
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
-    off("probing torch failed: %s: %s",
-        type && PyType_Check(type) ? ((PyTypeObject *)type)->tp_name : "error", msg ? msg : "?");
+    off("probing torch failed: %s: %s", type && PyType_Check(type) ? ((PyTypeObject *)type)->tp_name : "error",
+        msg ? msg : "?");
     Py_XDECREF(s);
     Py_XDECREF(type);
     Py_XDECREF(val);
@@ -493,8 +492,7 @@ static int inline_matches(const Probe *p, Py_ssize_t o, Py_ssize_t cap)
     if (rd64(b) != p->m.ndim)
         return 0;
     for (int i = 0; i < p->m.ndim; i++)
-        if ((int64_t)rd64(b + 8 + 8 * i) != p->m.size[i] ||
-            (int64_t)rd64(b + 8 + 8 * (cap + i)) != p->strides[i])
+        if ((int64_t)rd64(b + 8 + 8 * i) != p->m.size[i] || (int64_t)rd64(b + 8 + 8 * (cap + i)) != p->strides[i])
             return 0;
     return 1;
 }
@@ -534,8 +532,7 @@ static int find_sizes(Probe *gp, Py_ssize_t ng)
         if ((uintptr_t)q < TR_MIN_POINTER || (uintptr_t)q % 8)
             return off("probe '%s': no out-of-line sizes pointer", p->name);
         for (int k = 0; k < p->m.ndim; k++)
-            if ((int64_t)rd64(q + 8 * k) != p->m.size[k] ||
-                (int64_t)rd64(q + 8 * (p->m.ndim + k)) != p->strides[k])
+            if ((int64_t)rd64(q + 8 * k) != p->m.size[k] || (int64_t)rd64(q + 8 * (p->m.ndim + k)) != p->strides[k])
                 return off("probe '%s': out-of-line sizes or strides disagree", p->name);
         out_of_line++;
     }
@@ -619,8 +616,7 @@ static int find_requires_grad(void)
     if (!name)
         return -1;
     PyObject *descr = _PyType_Lookup(tr.types[0], name);    /* borrowed */
-    int ok = descr && Py_IS_TYPE(descr, &PyGetSetDescr_Type) &&
-             ((PyGetSetDescrObject *)descr)->d_getset->get;
+    int ok = descr && Py_IS_TYPE(descr, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)descr)->d_getset->get;
     for (int k = 1; k < tr.ntypes && ok; k++)
         ok = _PyType_Lookup(tr.types[k], name) == descr;
     Py_DECREF(name);
@@ -741,9 +737,9 @@ static int probe_all(PyObject *torch)
     }
     /* each step: 1 go on, 0 off (why_not set), -1 error */
     if ((rc = find_cdata(gp, ng, bp, nb)) != 1 || (rc = find_window(gp, ng)) != 1 ||
-        (rc = find_keys(gp, ng, bp, nb)) != 1 || (rc = find_sizes(gp, ng)) != 1 ||
-        (rc = find_dtype(gp, ng)) != 1 || (rc = find_types(torch, gp, ng)) != 1 ||
-        (rc = find_requires_grad()) != 1 || (rc = find_autograd_meta(gp, ng)) != 1)
+        (rc = find_keys(gp, ng, bp, nb)) != 1 || (rc = find_sizes(gp, ng)) != 1 || (rc = find_dtype(gp, ng)) != 1 ||
+        (rc = find_types(torch, gp, ng)) != 1 || (rc = find_requires_grad()) != 1 ||
+        (rc = find_autograd_meta(gp, ng)) != 1)
         goto done;
     rc = validate(gp, ng, bp, nb);
 done:
@@ -801,14 +797,12 @@ PyObject *treader_py_info(PyObject *self, PyObject *unused)
     (void)unused;
     treader_init_torch();
     PyObject *d = NULL, *offs = NULL, *keys = NULL, *idx = NULL, *types = NULL;
-    if (!(offs = PyDict_New()) || !(keys = PyList_New(0)) || !(idx = PyDict_New()) ||
-        !(types = PyList_New(0)))
+    if (!(offs = PyDict_New()) || !(keys = PyList_New(0)) || !(idx = PyDict_New()) || !(types = PyList_New(0)))
         goto done;
     if (tr.fast) {
-        PyObject *o = Py_BuildValue("{snsnsnsnsnsnsn}", "cdata", tr.cdata_off, "window", tr.window,
-                                    "key_set", tr.keys_off, "sizes_strides", tr.sizes_off,
-                                    "inline_rank", tr.inline_rank, "dtype", tr.dtype_off,
-                                    "autograd_meta", tr.agmeta_off);  /* new */
+        PyObject *o = Py_BuildValue("{snsnsnsnsnsnsn}", "cdata", tr.cdata_off, "window", tr.window, "key_set",
+                                    tr.keys_off, "sizes_strides", tr.sizes_off, "inline_rank", tr.inline_rank, "dtype",
+                                    tr.dtype_off, "autograd_meta", tr.agmeta_off);  /* new */
         if (!o)
             goto done;
         Py_SETREF(offs, o);
@@ -834,9 +828,9 @@ PyObject *treader_py_info(PyObject *self, PyObject *unused)
                 goto done;
         }
     }
-    d = Py_BuildValue("{sOszsOslsOsOsO}", "fast", tr.fast ? Py_True : Py_False, "why_not",
-                      tr.fast ? NULL : tr.why_not, "offsets", offs, "validated_tensors", tr.validated,
-                      "key_sets", keys, "dtype_index", idx, "types", types);
+    d = Py_BuildValue("{sOszsOslsOsOsO}", "fast", tr.fast ? Py_True : Py_False, "why_not", tr.fast ? NULL : tr.why_not,
+                      "offsets", offs, "validated_tensors", tr.validated, "key_sets", keys, "dtype_index", idx, "types",
+                      types);
 done:
     Py_XDECREF(offs);
     Py_XDECREF(keys);
@@ -860,8 +854,8 @@ PyObject *treader_py_read(PyObject *self, PyObject *obj)
     PyObject *sizes = sj_int64_tuple(m.size, m.ndim), *strides = sj_int64_tuple(st, m.ndim);    /* new */
     PyObject *res = NULL;
     if (sizes && strides)
-        res = Py_BuildValue("(sOOOs)", dtype_info[m.dtype].name, sizes, strides,
-                            m.requires_grad ? Py_True : Py_False, fast ? "fast" : "slow");
+        res = Py_BuildValue("(sOOOs)", dtype_info[m.dtype].name, sizes, strides, m.requires_grad ? Py_True : Py_False,
+                            fast ? "fast" : "slow");
     Py_XDECREF(sizes);
     Py_XDECREF(strides);
     return res;
