@@ -152,12 +152,31 @@ static void body_prologue_store(Buf *b, Graph *g, const Kernel *k, const char *f
     put(b, "] = v;\n");
 }
 
+/* 1 when a row kernel has no prologue and reads its row straight from an input operand
+ * (a softmax of x): its later passes read that input, so the first pass stores nothing. */
+static int row_reads_input(const Kernel *k)
+{
+    return k->nnodes - 1 - k->red.nepi == 0 && operand_of(k, k->red.src) >= 0;
+}
+
+/* The row's element i as a later pass reads it: the input, or the stored prologue. */
+static void put_row_elem(Buf *b, const Kernel *k, const char *fmt)
+{
+    int j = row_reads_input(k) ? operand_of(k, k->red.src) : 0;
+    if (j)
+        put(b, "in%d[", j - (int)k->nout);
+    else
+        put(b, "out0[");
+    put_off(b, fmt, j);
+    put(b, "]");
+}
+
 static void body_softmax_exp(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     (void)g;
-    put(b, "            const float e = expf(out0[");
-    put_off(b, fmt, 0);
-    put(b, "] - m);\n");
+    put(b, "            const float e = expf(");
+    put_row_elem(b, k, fmt);
+    put(b, " - m);\n");
     if (k->flavour == KF_SOFTMAX) {
         put(b, "            out0[");
         put_off(b, fmt, 0);
@@ -290,16 +309,22 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
         break;
     case KF_SOFTMAX:
     case KF_LOG_SOFTMAX:
-        put_extreme(b, g, k, fmt, 1, 1);
+        put_extreme(b, g, k, fmt, 1, !row_reads_input(k));
         put_sum(b, g, k, fmt, "s", body_softmax_exp, "e", DT_F32);
         if (k->flavour == KF_SOFTMAX)
             put(b, "        const float inv = 1.f / s;\n");
         else
             put(b, "        const float ls = logf(s);\n");
         put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
-        put(b, "            float y = out0[");
-        put_off(b, fmt, 0);
-        put(b, "];\n            y = %s;\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
+        put(b, "            float y = ");
+        if (k->flavour == KF_SOFTMAX) {
+            put(b, "out0[");   /* the stored exp */
+            put_off(b, fmt, 0);
+            put(b, "]");
+        } else {
+            put_row_elem(b, k, fmt);
+        }
+        put(b, ";\n            y = %s;\n", k->flavour == KF_SOFTMAX ? "y * inv" : "(y - m) - ls");
         put_last_pass_end(b, g, k, fmt);
         break;
     case KF_LAYER_NORM: {
@@ -379,6 +404,34 @@ static void put_odometer(Buf *b, const Kernel *k)
 #define COLS 64
 #define BLOCK_ROWS 128
 
+/* Float column sums with unit strides, four rows at a time: the tile's accumulators are
+ * loaded and stored once per four rows (they live in memory across the row loop), and the
+ * rows are added pairwise first, ((r0 + r1) + (r2 + r3)), which rounds no worse than
+ * adding them one by one. Moves iq past the rows it added. */
+static void put_columns_rows4(Buf *b, Graph *g, const Kernel *k, const char *roff, int nops)
+{
+    put(b, "        if (unit)\n        for (; iq + 4 <= i1; iq += 4) {\n");
+    for (int q = 0; q < 4; q++) {
+        put(b, "        int64_t cq%d[%d];\n        { const int64_t i = iq + %d;", q, nops, q);
+        for (int j = 1; j < nops; j++) {
+            put(b, " cq%d[%d] = ", q, j);
+            put(b, roff, j, j);
+            put(b, ";");
+        }
+        put(b, " }\n");
+    }
+    put(b, "#pragma omp simd\n        for (int64_t jj = 0; jj < jn; jj++) {\n");
+    put(b, "            %s v_0, v_1, v_2, v_3;\n", lower_ctype(acc_type(g, k)));
+    for (int q = 0; q < 4; q++) {
+        char fmt[32];
+        snprintf(fmt, sizeof fmt, "cq%d[%%d] + jj", q);
+        put(b, "            {\n");
+        body_prologue(b, g, k, fmt);
+        put(b, "            v_%d = v;\n            }\n", q);
+    }
+    put(b, "            acc[jj] += (v_0 + v_1) + (v_2 + v_3);\n        }\n        }\n");
+}
+
 static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -413,7 +466,10 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
             put(b, "INT%d_%s;\n", t == DT_I32 ? 32 : 64, is_max ? "MIN" : "MAX");
         put(b, "        { const int64_t i0 = 0, i1 = N;\n");
     }
-    put(b, "        for (int64_t i = i0; i < i1; i++) {\n");
+    put(b, "        int64_t iq = i0;\n");
+    if (sum && fl)
+        put_columns_rows4(b, g, k, roff, nops);
+    put(b, "        for (int64_t i = iq; i < i1; i++) {\n");
     put(b, "        int64_t cur[%d];\n", nops);
     for (int j = 1; j < nops; j++) {
         put(b, "        cur[%d] = ", j);
