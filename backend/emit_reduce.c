@@ -122,8 +122,8 @@ static void put_lane_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, Bod
     put(b, "            acc += %s;\n            }\n            }\n", term);
 }
 
-static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body,
-                    const char *term, DType t)
+static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body, const char *term,
+                    DType t)
 {
     const char *ct = lower_ctype(t), *sfx = t == DT_F64 ? "d" : "";
     put(b, "        %s %s;\n        {\n", ct, into);
@@ -274,10 +274,14 @@ static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int 
     put(b, "            nan |= v != v;\n            m = %s(v %s m, v, m);\n        }\n", sel, cmp);
     /* the lanes pairwise (each level a vector op, not a chain of SJ_XLANES blends) */
     put(b, "        for (int w = %d; w >= 1; w /= 2) {\n#pragma omp simd\n", SJ_XLANES / 2);
-    put(b, "        for (int j = 0; j < w; j++) {\n            mv[j] = %s(mv[j + w] %s mv[j], mv[j + w], mv[j]);\n"
-        "        }\n        }\n", sel, cmp);
-    put(b, "#pragma omp simd reduction(|:nan)\n        for (int j = 0; j < %d; j++) {\n            nan |= nv[j];\n"
-        "        }\n", SJ_XLANES);
+    put(b,
+        "        for (int j = 0; j < w; j++) {\n            mv[j] = %s(mv[j + w] %s mv[j], mv[j + w], mv[j]);\n"
+        "        }\n        }\n",
+        sel, cmp);
+    put(b,
+        "#pragma omp simd reduction(|:nan)\n        for (int j = 0; j < %d; j++) {\n            nan |= nv[j];\n"
+        "        }\n",
+        SJ_XLANES);
     put(b, "        m = %s(mv[0] %s m, mv[0], m);\n        }\n", sel, cmp);
     put(b, "        if (nan)\n            m = __builtin_nan(\"\");\n");
 }
@@ -568,8 +572,8 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
 #define SJ_SPLIT_MAX 64      /* threads whose partials the kernel keeps */
 static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
 {
-    if (is_row(k) || k->nout != 1 || !(k->flavour == KF_SUM || k->flavour == KF_MEAN ||
-                                        k->flavour == KF_MAX || k->flavour == KF_MIN))
+    if (is_row(k) || k->nout != 1 ||
+        !(k->flavour == KF_SUM || k->flavour == KF_MEAN || k->flavour == KF_MAX || k->flavour == KF_MIN))
         return;
     DType t = acc_type(g, k);
     const char *ct = lower_ctype(t);
@@ -649,8 +653,8 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
      * read through st inside a loop, GCC reloads them per element (st may alias the
      * outputs) and the strided loops cannot vectorise */
     for (int j = 0; r > 0 && nops <= SJ_KMAX_OPERANDS && j < nops; j++)
-        put(b, "    const int64_t sr%d = st[%d], sl%d = st[%d];\n    (void)sr%d; (void)sl%d;\n", j,
-            j * r + last, j, j * r + r - 1, j, j);
+        put(b, "    const int64_t sr%d = st[%d], sl%d = st[%d];\n    (void)sr%d; (void)sl%d;\n", j, j * r + last, j,
+            j * r + r - 1, j, j);
     if (k->nout == 0 || nops > SJ_KMAX_OPERANDS) {
         put(b, "    return 0;\n}\n");   /* nothing it computes is read: never called */
         return;

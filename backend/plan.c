@@ -61,8 +61,7 @@ static int bind_node(Graph *g, int32_t ni, NodeArgs *na, int lists)
             ba->n = x->n;
             ba->items = &na->items[used];
             for (int32_t k = 0; k < x->n; k++)
-                if (!slot_bound(g, &g->pool[x->a + k], &na->items[used + k]) ||
-                    na->items[used + k].kind == BA_ABSENT)
+                if (!slot_bound(g, &g->pool[x->a + k], &na->items[used + k]) || na->items[used + k].kind == BA_ABSENT)
                     return 0;
             used += x->n;
             continue;
@@ -234,8 +233,9 @@ int lower_plan(Graph *g, LowerPlan *out)
     long unit_ops, graph_ops;
     if (lower_budget(&unit_ops, &graph_ops) < 0)
         return -1;
-    int32_t max_nodes = unit_ops <= 0 ? 0
-                        : unit_ops > 2 * LOWER_KERNEL_OPS ? (int32_t)(unit_ops - LOWER_KERNEL_OPS) : LOWER_KERNEL_OPS;
+    int32_t max_nodes = unit_ops <= 0                     ? 0
+                        : unit_ops > 2 * LOWER_KERNEL_OPS ? (int32_t)(unit_ops - LOWER_KERNEL_OPS)
+                                                          : LOWER_KERNEL_OPS;
     /* last reader of each value (graph outputs read at the end: nnodes) */
     int32_t *last_use = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(int32_t));
     if (!last_use) {

@@ -22,14 +22,24 @@
 static KernelFlavour flavour_of(OpId op)
 {
     switch (op) {
-    case OP_SUM: return KF_SUM;
-    case OP_MEAN: return KF_MEAN;
-    case OP_AMAX: case OP_MAX: return KF_MAX;
-    case OP_AMIN: case OP_MIN: return KF_MIN;
-    case OP_SOFTMAX: return KF_SOFTMAX;
-    case OP_LOG_SOFTMAX: return KF_LOG_SOFTMAX;
-    case OP_LAYER_NORM: return KF_LAYER_NORM;
-    default: return KF_POINTWISE;
+    case OP_SUM:
+        return KF_SUM;
+    case OP_MEAN:
+        return KF_MEAN;
+    case OP_AMAX:
+    case OP_MAX:
+        return KF_MAX;
+    case OP_AMIN:
+    case OP_MIN:
+        return KF_MIN;
+    case OP_SOFTMAX:
+        return KF_SOFTMAX;
+    case OP_LOG_SOFTMAX:
+        return KF_LOG_SOFTMAX;
+    case OP_LAYER_NORM:
+        return KF_LAYER_NORM;
+    default:
+        return KF_POINTWISE;
     }
 }
 
@@ -39,8 +49,8 @@ static KernelFlavour flavour_of(OpId op)
 static int kernel_value(const BoundArg *ba, const Arg *src, Lib lib, int any_dtype)
 {
     return ba->kind == BA_TENSOR && src && src->kind == ARG_VALUE &&
-           (any_dtype ? lower_dtype_ok((DType)ba->meta->dtype) : ba->meta->dtype == DT_F32) &&
-           !ba->meta->symint && !ba->meta->np_scalar && ba->meta->lib == lib && ba->meta->ndim <= SJ_MAX_RANK;
+           (any_dtype ? lower_dtype_ok((DType)ba->meta->dtype) : ba->meta->dtype == DT_F32) && !ba->meta->symint &&
+           !ba->meta->np_scalar && ba->meta->lib == lib && ba->meta->ndim <= SJ_MAX_RANK;
 }
 
 static int is_int(PyObject *v)
@@ -171,8 +181,8 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
      * row kernels are float32 */
     int is_red = fl <= KF_MIN, ocls = lower_class((DType)om->dtype);
     if (nd->nout != 1 || (nd->flags & NODE_INPLACE) || om->symint || om->np_scalar || om->requires_grad ||
-        om->ndim > SJ_MAX_RANK || (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT)
-                                          : om->dtype != DT_F32))
+        om->ndim > SJ_MAX_RANK ||
+        (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT) : om->dtype != DT_F32))
         return 0;
     NodeArgs na;
     /* layer_norm's normalized_shape may be a tuple of run-time sizes: bound item by item */
