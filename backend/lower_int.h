@@ -24,6 +24,10 @@ typedef struct {
  * gathered arguments excepted). */
 int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na);
 
+/* lower_bind_node, but a list or tuple slot (of values and constants) is bound as a BA_LIST
+ * of its items (in na->items), for the readers that take one apart. 0 bound, 1 not. */
+int lower_bind_node_lists(Graph *g, int32_t ni, NodeArgs *na);
+
 /* 0 when node ni is a float32 pointwise op of at most two operands a kernel computes
  * (lower.def): its operand args in *a, *b (NULL when absent) and parameter values in p[2];
  * 1 when not. (oneDNN post-ops ask this; kernels use lower_node_typed.) */

@@ -32,7 +32,8 @@ static int slot_bound(const Graph *g, const Arg *x, BoundArg *ba)
     return 0;
 }
 
-int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
+/* lower_bind_node, and with `lists` a list or tuple slot bound as a BA_LIST of its items. */
+static int bind_node(Graph *g, int32_t ni, NodeArgs *na, int lists)
 {
     const Node *nd = &g->nodes[ni];
     const SchemaParam *ps;
@@ -50,8 +51,9 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
         b->from[i] = -1;
         b->nfrom[i] = 0;
         na->src[i] = x->kind == ARG_VALUE || x->kind == ARG_CONST ? x : NULL;
-        if (ps[i].varargs && x->kind == ARG_TUPLE && x->a >= nd->args && x->a + x->n <= nd->args + nd->nargs) {
-            /* the positional arguments it gathered: a list of their bound forms */
+        if ((ps[i].varargs && x->kind == ARG_TUPLE && x->a >= nd->args && x->a + x->n <= nd->args + nd->nargs) ||
+            (lists && (x->kind == ARG_TUPLE || x->kind == ARG_LIST))) {
+            /* the positional arguments it gathered (or the items): a list of their bound forms */
             if (used + x->n > SJ_MAX_PARAMS)
                 return 1;
             memset(ba, 0, sizeof *ba);
@@ -70,6 +72,16 @@ int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
             na->src[i] = NULL;   /* not an argument of the call */
     }
     return 0;
+}
+
+int lower_bind_node(Graph *g, int32_t ni, NodeArgs *na)
+{
+    return bind_node(g, ni, na, 0);
+}
+
+int lower_bind_node_lists(Graph *g, int32_t ni, NodeArgs *na)
+{
+    return bind_node(g, ni, na, 1);
 }
 
 int lower_node_args(Graph *g, int32_t ni, const Arg **a, const Arg **b, double p[2])

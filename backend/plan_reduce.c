@@ -123,6 +123,48 @@ static int shape_len(const BoundArg *ba)
     return -1;
 }
 
+/* 1 when the items of a layer_norm normalized_shape given as a list (of run-time sizes:
+ * (x.shape[-1],) under dynamic shapes) are the trailing dims of the input x of rank r:
+ * each item is x.size(d) of that very dim (a sym_size node of x), or a constant int equal to
+ * the dim's static size. The kernel reads only how many dims are normalised, so anything
+ * else (a size of another tensor, arithmetic) stays eager, where the library checks it. */
+static int shape_items_ok(Graph *g, const BoundArg *ba, int32_t x, int r)
+{
+    const TensorMeta *xm = &g->values[x].meta;
+    for (int k = 0; k < ba->n; k++) {
+        const BoundArg *it = &ba->items[k];
+        int d = r - ba->n + k;
+        if (it->kind == BA_CONST) {
+            if (!is_int(it->value) || it->sym || it->data || xm->sym[d] ||
+                PyLong_AsLongLong(it->value) != xm->size[d]) {
+                PyErr_Clear();
+                return 0;
+            }
+            continue;
+        }
+        int32_t v = it->kind == BA_TENSOR ? lower_value_of(g, it) : -1;
+        if (v < 0 || !g->values[v].meta.symint || g->values[v].node < 0)
+            return 0;
+        const Node *sn = &g->nodes[g->values[v].node];
+        if (sn->op != OP_SYM_SIZE || sn->nargs != 2)
+            return 0;
+        const Arg *a0 = &g->pool[sn->args], *a1 = &g->pool[sn->args + 1];
+        if (a0->kind != ARG_VALUE || a0->a != x || a1->kind != ARG_CONST)
+            return 0;
+        PyObject *dv = PyList_GET_ITEM(g->consts, a1->a);   /* borrowed */
+        if (!is_int(dv))
+            return 0;
+        long long dd = PyLong_AsLongLong(dv);
+        if (dd == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if ((dd < 0 ? dd + r : dd) != d)
+            return 0;
+    }
+    return 1;
+}
+
 /* Parameters that change nothing when passed as these values. */
 static int ignorable(const char *name, PyObject *v)
 {
@@ -144,13 +186,15 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
         (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT) : om->dtype != DT_F32))
         return 1;
     NodeArgs na;
-    if (lower_bind_node(g, ni, &na))
+    /* layer_norm's normalized_shape may be a tuple of run-time sizes: bound item by item */
+    if (fl == KF_LAYER_NORM ? lower_bind_node_lists(g, ni, &na) : lower_bind_node(g, ni, &na))
         return 1;
     memset(red, 0, sizeof *red);
     red->src = red->weight = red->bias = -1;
     red->eps = 1e-5;
     PyObject *dim = NULL;   /* borrowed */
     int dim_given = 0, nshape = -1;
+    const BoundArg *shape_list = NULL;   /* a normalized_shape bound as a list */
     for (int i = 0; i < na.bound.n; i++) {
         const BoundArg *ba = &na.bound.args[i];
         const char *name = na.bound.names[i];
@@ -170,9 +214,10 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
                 return 1;
             *(name[0] == 'w' ? &red->weight : &red->bias) = na.src[i]->a;
         } else if (ba->kind != BA_CONST || ba->sym || ba->data) {
-            if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM)
+            if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM) {
                 nshape = shape_len(ba);
-            else
+                shape_list = ba->kind == BA_LIST ? ba : NULL;
+            } else
                 return 1;
         } else if (!strcmp(name, "dim") && fl != KF_LAYER_NORM) {
             dim = ba->value;
@@ -216,7 +261,7 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             return 1;
         return 0;
     case KF_LAYER_NORM:
-        if (nshape < 0 || nshape > r)
+        if (nshape < 0 || nshape > r || (shape_list && !shape_items_ok(g, shape_list, red->src, r)))
             return 1;
         red->mask = (uint32_t)(((1ull << r) - 1) & ~((1ull << (r - nshape)) - 1));
         return 0;
