@@ -147,7 +147,10 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
     put(b, "        %s lv[64]; int64_t cnt = 0;\n", ct);
     put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK);
     put(b, "            const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
-    if (is_row(k)) {
+    if (is_row(k) || t != DT_F32) {
+        /* float64 sums keep the one reduction loop: with a fused prologue (numpy's
+         * e.sum(axis=1) of an expression) the lane form's two copies of the body made
+         * bench's numpy_lj 20% slower (605 -> 730 us), where float32 rows gained */
         put(b, "            %s acc = 0;\n", ct);
         put(b, "#pragma omp simd reduction(+:acc)\n");
         put(b, "            for (int64_t i = i0; i < i1; i++) {\n");
@@ -511,7 +514,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, "        { const int64_t i0 = 0, i1 = N;\n");
     }
     put(b, "        int64_t iq = i0;\n");
-    if (sum && fl)
+    if (sum && t == DT_F32)   /* float64 (numpy's moments) was slower with four copies of the body */
         put_columns_rows4(b, g, k, roff, nops);
     put(b, "        for (int64_t i = iq; i < i1; i++) {\n");
     put(b, "        int64_t cur[%d];\n", nops);
