@@ -918,7 +918,8 @@ static int const_equal(PyObject *x, PyObject *y)
     CW wx = {&bx, 0, NULL}, wy = {&by, 0, NULL};
     int rx = write_const(&wx, x, 0);
     int ry = rx < 0 ? -1 : write_const(&wy, y, 0);
-    int eq = rx < 0 || ry < 0 ? -1 : (rx == 0 && ry == 0 && bx.n == by.n && memcmp(bx.p, by.p, bx.n) == 0);
+    int eq =
+        rx < 0 || ry < 0 ? -1 : (rx == 0 && ry == 0 && bx.n == by.n && (bx.n == 0 || memcmp(bx.p, by.p, bx.n) == 0));
     PyMem_Free(bx.p);
     PyMem_Free(by.p);
     return eq;
@@ -975,8 +976,9 @@ int graph_equal(Graph *a, Graph *b)
     if (a->nnodes != b->nnodes || a->nvalues != b->nvalues || a->npool != b->npool || a->ninputs != b->ninputs ||
         a->noutputs != b->noutputs || !a->has_mutation != !b->has_mutation)
         return 0;
-    if (memcmp(a->inputs, b->inputs, (size_t)a->ninputs * sizeof(int32_t)) != 0 ||
-        memcmp(a->outputs, b->outputs, (size_t)a->noutputs * sizeof(int32_t)) != 0)
+    /* the arrays are NULL while empty: memcmp must not see a NULL even for 0 bytes */
+    if ((a->ninputs && memcmp(a->inputs, b->inputs, (size_t)a->ninputs * sizeof(int32_t)) != 0) ||
+        (a->noutputs && memcmp(a->outputs, b->outputs, (size_t)a->noutputs * sizeof(int32_t)) != 0))
         return 0;
     int r = const_index_equal(a, a->grad_query, b, b->grad_query);
     for (int32_t i = 0; i < a->nnodes && r == 1; i++)
