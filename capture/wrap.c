@@ -294,20 +294,47 @@ static PyObject *alias_key(PyObject *obj)
     return key;
 }
 
+/* The var an outside container already has in this capture (c->wrapped, by identity): 1
+ * with *found set, 0 when it has none yet (*key: a new reference, for alias_record; the
+ * caller marks it as being wrapped first), -1 with the capture failed or an exception. A
+ * container reached again while its own items are wrapped holds itself: refused. */
+static int alias_lookup(Capture *c, PyObject *obj, PyObject **key, Var **found)
+{
+    *key = alias_key(obj);
+    if (!*key)
+        return -1;
+    PyObject *hit = PyDict_GetItemWithError(c->wrapped, *key);   /* borrowed */
+    if (!hit && !PyErr_Occurred())
+        return 0;
+    Py_CLEAR(*key);
+    if (hit == Py_None) {
+        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
+        return -1;
+    }
+    if (!hit)
+        return -1;
+    *found = PyLong_AsVoidPtr(hit);
+    return 1;
+}
+
+/* Records v (NULL: wrapping failed) as the var of key's container. Steals key. 0, or -1. */
+static int alias_record(Capture *c, PyObject *key, Var *v)
+{
+    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
+    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
+    Py_XDECREF(ptr);
+    Py_DECREF(key);
+    return r;
+}
+
 static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
 {
-    PyObject *key = alias_key(obj);
-    if (!key)
+    PyObject *key;
+    Var *first;
+    int found = alias_lookup(c, obj, &key, &first);
+    if (found < 0)
         return NULL;
-    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
-    if (hit == Py_None) {   /* reached again while its items are wrapped */
-        Py_DECREF(key);
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
-        return NULL;
-    }
-    if (hit) {
-        Py_DECREF(key);
-        Var *first = PyLong_AsVoidPtr(hit);
+    if (found) {
         if (first->untracked) {   /* its reads at capture were not guarded: a write here would not be seen there */
             cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source",
                      sj_type_a(c, Py_TYPE(obj), NULL));
@@ -327,11 +354,7 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
         if (v && !PyList_CheckExact(obj) && !PyDict_CheckExact(obj) && collections_wrap_extra(c, v, obj, src) < 0)
             v = NULL;
     }
-    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
-    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
-    Py_XDECREF(ptr);
-    Py_DECREF(key);
-    if (r < 0)
+    if (alias_record(c, key, v) < 0)
         return NULL;
     if (c->ndistinct < (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]))
         c->distinct_srcs[c->ndistinct++] = src;
@@ -556,19 +579,11 @@ Var *wrap_untracked(Capture *c, PyObject *obj)
  * (reads then see the frame's writes). */
 static Var *wrap_untracked_container(Capture *c, PyObject *obj)
 {
-    PyObject *key = alias_key(obj);
-    if (!key)
-        return NULL;
-    PyObject *hit = PyDict_GetItemWithError(c->wrapped, key);
-    if (hit == Py_None) {   /* reached again while its items are wrapped */
-        Py_DECREF(key);
-        cap_fail(c, BR_UNSUPPORTED_VALUE, "%s that holds itself", sj_type_a(c, Py_TYPE(obj), NULL));
-        return NULL;
-    }
-    if (hit) {
-        Py_DECREF(key);
-        return PyLong_AsVoidPtr(hit);
-    }
+    PyObject *key;
+    Var *first;
+    int found = alias_lookup(c, obj, &key, &first);
+    if (found)
+        return found < 0 ? NULL : first;
     Var *v = NULL;
     if (!PyErr_Occurred() && cap_keep(c, obj) && PyDict_SetItem(c->wrapped, key, Py_None) == 0)
         v = wrap_any(c, obj, -1);
@@ -576,11 +591,7 @@ static Var *wrap_untracked_container(Capture *c, PyObject *obj)
         v->untracked = 1;
         v->orig = obj;
     }
-    PyObject *ptr = v ? PyLong_FromVoidPtr(v) : NULL;
-    int r = ptr ? PyDict_SetItem(c->wrapped, key, ptr) : -1;
-    Py_XDECREF(ptr);
-    Py_DECREF(key);
-    return r < 0 ? NULL : v;
+    return alias_record(c, key, v) < 0 ? NULL : v;
 }
 
 Var *wrap_value(Capture *c, PyObject *obj, int32_t src)
