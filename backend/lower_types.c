@@ -190,6 +190,24 @@ static int cast_param(const char *name, const BoundArg *ba)
     return 0;
 }
 
+/* F.gelu(x, approximate='tanh') as its formula, per float class: the kernel's form of
+ * the row's erf form, so such a gelu after a matmul whose oneDNN post-op would be slow
+ * (step_matmul.c) is a kernel instead of an eager step. Spelled as torch's CPU kernel
+ * computes it, with kBeta = sqrt(2) * 2 / sqrt(pi) / 2. */
+static const char *const gelu_tanh_expr[LC_COUNT] = {
+    "0.5f * a * (1.f + tanhf(0.7978845608028654f * (a + 0.044715f * (a * a * a))))",
+    "0.5 * a * (1. + tanh(0.7978845608028654 * (a + 0.044715 * (a * a * a))))",
+    "",
+    "",
+};
+
+/* 1 when name/value is gelu's approximate='tanh'. */
+static int gelu_tanh_param(const Node *nd, const char *name, const BoundArg *ba)
+{
+    return nd->op == OP_GELU && !strcmp(name, "approximate") && ba->kind == BA_CONST && PyUnicode_Check(ba->value) &&
+           PyUnicode_CompareWithASCIIString(ba->value, "tanh") == 0;
+}
+
 /* The operand slot a schema name binds: 0 a, 1 b, 2 c, -1 none. */
 static int operand_slot(const char *name, int nin)
 {
@@ -223,7 +241,7 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
     nl->p[0] = row->pdefault[0];
     nl->p[1] = row->pdefault[1];
     const BoundArg *bx[3] = {NULL, NULL, NULL};
-    int pgiven[2] = {0, 0};
+    int pgiven[2] = {0, 0}, tanh_form = 0;
     for (int i = 0; i < na.bound.n; i++) {
         const BoundArg *ba = &na.bound.args[i];
         if (ba->kind == BA_ABSENT)
@@ -259,6 +277,10 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
             }
             continue;
         }
+        if (gelu_tanh_param(nd, name, ba)) {
+            tanh_form = 1;
+            continue;
+        }
         if (nd->op == OP_CAST ? !cast_param(name, ba) : ba->kind != BA_CONST || !harmless(name, ba->value))
             return 1;
     }
@@ -287,7 +309,7 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
     /* a cast to the same dtype may return its input itself: eager keeps that identity */
     if (nd->op == OP_CAST && (bx[0]->kind != BA_TENSOR || bx[0]->meta->dtype == nl->out))
         return 1;
-    nl->expr = row->expr[lower_class(nl->ct)];
+    nl->expr = tanh_form ? gelu_tanh_expr[lower_class(nl->ct)] : row->expr[lower_class(nl->ct)];
     if (!nl->expr[0])
         return 1;
     for (int s = 0; s < 2; s++)

@@ -230,6 +230,7 @@ MIXED_CHAINS = {
     "mean_cols": lambda x, y: (x - y).mean(0) + 1,
     "amax_rows": lambda x, y: (x * 2 - y).amax(-1) - 1,
     "amin_cols": lambda x, y: (x * 2 - y).amin(0) + 1,
+    "gelu_tanh": lambda x, y: F.gelu(x - y, approximate="tanh") * 2,
     "softmax": lambda x, y: torch.softmax(x * 2 + y, dim=-1),
     "log_softmax": lambda x, y: torch.log_softmax(x - y, dim=-1),
     "layer_norm": lambda x, y: F.layer_norm(x * 2, (x.shape[-1],)) * y,
