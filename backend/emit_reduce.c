@@ -13,7 +13,9 @@
  * at base + i and the inner loops vectorise; otherwise the offset of i is decomposed over
  * the R dims (a multiply for a single R dim). A reduction that keeps the last dim and
  * cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
- * (put_columns): rows into a tile of outputs, vectorised across the outputs.
+ * (put_columns): rows into a tile of outputs, vectorised across the outputs; with fewer
+ * tiles than threads the rows are split across the threads too. A whole-tensor reduction
+ * of one long row splits the row (put_split).
  *
  * A reduction's output 0 is the reduced value; outputs 1.. are prologue values read after
  * the kernel, stored as each element is computed (every element is visited once).
@@ -441,13 +443,20 @@ static void put_odometer(Buf *b, const Kernel *k)
     put(b, "\n");
 }
 
+/* Splitting one reduction across the threads (put_split, and put_columns when it has fewer
+ * tiles than threads). */
+#define SJ_SPLIT_MIN 65536   /* elements: below this a second thread costs more than it saves */
+#define SJ_SPLIT_MAX 64      /* threads whose partials the kernel keeps */
+
 /* Column mode: a reduction whose last dim is kept (x.sum(0) of a row-major matrix). The
  * loop order is kept positions -> reduced positions -> a tile of COLS outputs along the
  * last dim, so the innermost loop runs over consecutive elements of a row into COLS
  * accumulators (vectorised across outputs) instead of striding down each column. Float
  * sums add BLOCK_ROWS rows per block into the tile, then cascade the blocks per column as
- * put_sum does; integers add exactly in uint64_t; max/min keep NaN per column. `roff`
- * formats the offset of reduced position i for operand %d (a format of two %d). */
+ * put_sum does; integers add exactly in uint64_t; max/min keep NaN per column. The work
+ * items are the tiles, or runs of a tile's rows when there are fewer tiles than threads
+ * (put_columns_plan). `roff` formats the offset of reduced position i for operand %d (a
+ * format of two %d). */
 #define COLS 64
 #define BLOCK_ROWS 128
 
@@ -479,6 +488,65 @@ static void put_columns_rows4(Buf *b, Graph *g, const Kernel *k, const char *rof
     put(b, "            acc[jj] += (v_0 + v_1) + (v_2 + v_3);\n        }\n        }\n");
 }
 
+/* How a column reduction's rows are split: with fewer tiles (`items`) than threads, a
+ * 64-column matrix would leave all but one thread idle, so each tile's rows are cut into
+ * `nsplit` runs of whole blocks (`chunk` rows each), one work item per run; each item
+ * reduces its rows as the unsplit kernel does (the same blocks) into part[item], and the
+ * runs are combined in row order after the loop. The split depends on the thread count
+ * only, so the result is deterministic for a given thread count. */
+static void put_columns_plan(Buf *b)
+{
+    put(b, "        int64_t nsplit = 1, chunk = N;\n");
+    put(b, "        {\n        const int64_t items = outer2 * ntile;\n");
+    put(b, "        const int64_t nt = omp_get_max_threads() < %d ? omp_get_max_threads() : %d;\n", SJ_SPLIT_MAX,
+        SJ_SPLIT_MAX);
+    put(b, "        if (nt > items && outer * N >= %d) {\n", SJ_SPLIT_MIN);
+    put(b, "            nsplit = nt / items;\n");
+    put(b, "            chunk = ((N + nsplit - 1) / nsplit + %d) / %d * %d;\n", BLOCK_ROWS - 1, BLOCK_ROWS, BLOCK_ROWS);
+    put(b, "            nsplit = (N + chunk - 1) / chunk;\n        }\n        }\n");
+}
+
+/* After a split column reduction: each tile's runs combined in row order into out0 (float
+ * sums add the runs' cascaded sums, integers add in uint64_t, max/min keep a NaN). */
+static void put_columns_combine(Buf *b, Graph *g, const Kernel *k, const char *pt, int nops)
+{
+    int r = k->rank;
+    DType t = acc_type(g, k);
+    const char *ct = lower_ctype(t);
+    int sum = k->flavour == KF_SUM || k->flavour == KF_MEAN, fl = lower_class(t) != LC_INT;
+    const char *cmp = k->flavour == KF_MAX ? ">" : "<";
+    put(b, "        if (nsplit > 1)\n        for (int64_t it = 0; it < outer2 * ntile; it++) {\n");
+    put(b, "        const int64_t j0 = (it %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
+    put(b, "        int64_t base[%d] = {0}, rem = it / ntile;\n        (void)rem;\n", nops);
+    put_bases(b, k, r - 2, 0);
+    put(b, "        base[0] += j0 * st[%d];\n", r - 1);
+    put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
+    put(b, "            %s s = part[it * nsplit][jj];\n", pt);
+    put(b, "            for (int64_t q = 1; q < nsplit; q++) {\n");
+    put(b, "                const %s u = part[it * nsplit + q][jj];\n", pt);
+    if (sum)
+        put(b, "                s += u;\n");
+    else if (fl)
+        put(b, "                s = s != s ? s : u != u || u %s s ? u : s;\n", cmp);
+    else
+        put(b, "                s = u %s s ? u : s;\n", cmp);
+    put(b, "            }\n            out0[base[0] + jj * st[%d]] = (%s)s", r - 1, ct);
+    if (k->flavour == KF_MEAN)
+        put(b, " / (%s)N", ct);
+    put(b, ";\n        }\n        }\n");
+}
+
+/* The result of column item ot for column jj, `val` (of the partials' type): into out0
+ * unsplit, else into part[ot]. */
+static void put_columns_result(Buf *b, Graph *g, const Kernel *k, const char *val)
+{
+    const char *ct = lower_ctype(acc_type(g, k));
+    put(b, "            if (nsplit == 1)\n                out0[base[0] + jj * st[%d]] = (%s)%s", k->rank - 1, ct, val);
+    if (k->flavour == KF_MEAN)
+        put(b, " / (%s)N", ct);
+    put(b, ";\n            else\n                part[ot][jj] = %s;\n", val);
+}
+
 static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -486,24 +554,30 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     const char *ct = lower_ctype(t);
     int sum = k->flavour == KF_SUM || k->flavour == KF_MEAN, fl = lower_class(t) != LC_INT;
     int is_max = k->flavour == KF_MAX;
+    const char *pt = sum && !fl ? "uint64_t" : ct;   /* the partials' type */
     put(b, "        const int64_t M = n[%d], ntile = (M + %d) / %d, outer2 = outer / M;\n", r - 1, COLS - 1, COLS);
     put(b, "        int unit = 1;\n");
     for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
         put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
+    put_columns_plan(b);
+    /* sized by the split (a VLA): the unsplit kernel's stack stays as small as before */
+    put(b, "        %s part[nsplit > 1 ? outer2 * ntile * nsplit : 1][%d];\n", pt, COLS);
     put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
-    put(b, "        for (int64_t ot = 0; ot < outer2 * ntile; ot++) {\n");
-    put(b, "        const int64_t j0 = (ot %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
-    put(b, "        int64_t base[%d] = {0}, rem = ot / ntile;\n        (void)rem;\n", nops);
+    put(b, "        for (int64_t ot = 0; ot < outer2 * ntile * nsplit; ot++) {\n");
+    put(b,
+        "        const int64_t it = ot / nsplit, lo = ot %% nsplit * chunk, hi = lo + chunk < N ? lo + chunk : N;\n");
+    put(b, "        const int64_t j0 = (it %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
+    put(b, "        int64_t base[%d] = {0}, rem = it / ntile;\n        (void)rem;\n", nops);
     put_bases(b, k, r - 2, 0);
     for (int j = 0; j < nops; j++)
         put(b, "        base[%d] += j0 * st[%d];\n", j, j * r + r - 1);
     if (sum && fl) {
         put(b, "        %s acc[%d], lv[48][%d]; int64_t cnt = 0;\n", ct, COLS, COLS);
-        put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK_ROWS);
-        put(b, "        const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK_ROWS, BLOCK_ROWS);
+        put(b, "        for (int64_t i0 = lo; i0 < hi; i0 += %d) {\n", BLOCK_ROWS);
+        put(b, "        const int64_t i1 = i0 + %d < hi ? i0 + %d : hi;\n", BLOCK_ROWS, BLOCK_ROWS);
         put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = 0;\n", COLS);
     } else {
-        put(b, "        %s acc[%d];\n", sum ? "uint64_t" : ct, COLS);
+        put(b, "        %s acc[%d];\n", pt, COLS);
         put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = ", COLS);
         if (sum)
             put(b, "0;\n");
@@ -511,7 +585,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
             put(b, "%sSJ_INF;\n", is_max ? "-" : "");
         else
             put(b, "INT%d_%s;\n", t == DT_I32 ? 32 : 64, is_max ? "MIN" : "MAX");
-        put(b, "        { const int64_t i0 = 0, i1 = N;\n");
+        put(b, "        { const int64_t i0 = lo, i1 = hi;\n");
     }
     put(b, "        int64_t iq = i0;\n");
     if (sum && t == DT_F32)   /* float64 (numpy's moments) was slower with four copies of the body */
@@ -556,23 +630,19 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, "            %s s = 0;\n", ct);
         put(b, "            for (int64_t l = 0, c = cnt; c; l++, c >>= 1)\n");
         put(b, "                if (c & 1)\n                    s += lv[l][jj];\n");
-        put(b, "            out0[base[0] + jj * st[%d]] = s", r - 1);
-        if (k->flavour == KF_MEAN)
-            put(b, " / (%s)N", ct);
-        put(b, ";\n");
+        put_columns_result(b, g, k, "s");
     } else {
         put(b, "        }\n        for (int64_t jj = 0; jj < jn; jj++) {\n");
-        put(b, "            out0[base[0] + jj * st[%d]] = (%s)acc[jj];\n", r - 1, ct);
+        put_columns_result(b, g, k, "acc[jj]");
     }
     put(b, "        }\n        }\n");
+    put_columns_combine(b, g, k, pt, nops);
 }
 
 /* A whole-tensor reduction (one output) over a long contiguous row, split across the
  * threads: each thread reduces a run of whole blocks of the row into part[t], combined in
  * thread order (a sum of partial cascades, as eager's parallel sum adds per-thread
  * partials). The omp-for over outputs below would give the one row to one thread. */
-#define SJ_SPLIT_MIN 65536   /* elements: below this a second thread costs more than it saves */
-#define SJ_SPLIT_MAX 64      /* threads whose partials the kernel keeps */
 static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
 {
     if (is_row(k) || k->nout != 1 ||
