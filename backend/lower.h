@@ -51,6 +51,9 @@ typedef struct {
     int32_t outs[SJ_KMAX_OPERANDS];
     int32_t nout;   /* value ids written (used later) */
     int rank;
+    int32_t space;     /* pointwise: a value whose dims are the iteration space's */
+    int rot;           /* pointwise: rotate_half reads in it (plan_rot.c; not a reduction's
+                          prologue, whose loops have no last-dim index) */
     Lib lib;
     KernelFlavour flavour;              /* KF_POINTWISE, or a reduction with `red` */
     ReduceInfo red;
@@ -106,6 +109,8 @@ typedef struct {
      * entries. */
     int32_t *release;
     int32_t *release_at;
+    int32_t *node_step;   /* PyMem, per graph node: the step that runs it, -1 for inputs and
+                             nodes no step runs (CompiledGraph.step_nodes) */
 } LowerPlan;
 
 /* One row of steps.def: what the planner, the run loop, lower_plan_free and
