@@ -307,21 +307,23 @@ int lower_plan(Graph *g, LowerPlan *out)
     }
     for (int32_t ni = 0; ni < g->nnodes; ni++)
         node_step[ni] = -1;
-    /* rotate_half patterns: their slices and negation wait for their cat (plan_rot.c) */
+    /* rotate_half patterns: their slices and negation wait for their cat (plan_rot.c);
+     * nodes that read no graph input: computed once, by the first step (step_const.c) */
     int32_t *rot_of = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
-    if (!rot_of) {
+    uint8_t *fold = PyMem_Malloc((size_t)(g->nnodes ? g->nnodes : 1));
+    if (!rot_of || !fold) {
         PyErr_NoMemory();
         goto fail;
     }
-    if (plan_rot_mark(g, rot_of, last_use) < 0)
+    if (plan_rot_mark(g, rot_of, last_use) < 0 || step_const_plan(g, out, fold, node_step) < 0)
         goto fail;
     Kernel *open = NULL;
     for (int32_t ni = 0; ni < g->nnodes; ni++) {
         const Node *nd = &g->nodes[ni];
         if (nd->op == OP_INPUT)
             continue;
-        if (rot_of[ni] >= 0 && rot_of[ni] != ni)
-            continue;   /* planned with its cat */
+        if (fold[ni] || (rot_of[ni] >= 0 && rot_of[ni] != ni))
+            continue;   /* computed once, or planned with its cat */
         if (rot_of[ni] == ni) {
             int r = plan_rot_node(g, ni, out, &open, node_step, max_nodes);
             if (r < 0)
@@ -418,10 +420,12 @@ int lower_plan(Graph *g, LowerPlan *out)
     if (plan_releases(g, out, node_step) < 0)
         goto fail;
     out->node_step = node_step;
+    PyMem_Free(fold);
     PyMem_Free(rot_of);
     PyMem_Free(last_use);
     return 0;
 fail:
+    PyMem_Free(fold);
     PyMem_Free(rot_of);
     PyMem_Free(node_step);
     PyMem_Free(last_use);
