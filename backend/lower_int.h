@@ -55,7 +55,8 @@ typedef struct {
 } NodeLower;
 
 /* 0 and *nl filled when node ni is a pointwise op a kernel computes for its dtypes (every
- * tensor operand of library lib, a kernel dtype, no grad); 1 when it runs eagerly. */
+ * tensor operand of library lib, a kernel dtype; its result needs no grad, its operands may: a
+ * parameter read under no_grad); 1 when it runs eagerly. */
 int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl);
 
 /* Appends item x (of `item` bytes) to the PyMem array *arr of *n. 0, or -1 (MemoryError). */
