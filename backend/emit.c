@@ -242,7 +242,54 @@ void emit_value(Buf *b, const Graph *g, const Kernel *k, int32_t v)
     b->failed = 1;
 }
 
-void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
+/* Where a pointwise loop is on the last dim, for rotated reads (plan_rot.c): the C of the
+ * last-dim index, and per operand (a format given j for each %d, at most one) its stride
+ * along the last dim in elements. */
+typedef struct {
+    const char *j;
+    const char *ls_fmt;
+} LastDim;
+
+/* The rotate_half node i of k (cat node ni): x read at the last-dim index j + h, negated,
+ * for j < h, else at j - h. */
+static void put_rot(Buf *b, Graph *g, const Kernel *k, int32_t i, int32_t ni, const char *off_fmt, const LastDim *ld)
+{
+    RotRead rr;
+    int32_t in = -1;
+    for (int32_t q = 0; q < k->nin && !plan_rot_match(g, ni, &rr); q++)
+        if (k->ins[q] == rr.x) {
+            in = q;
+            break;
+        }
+    if (in < 0 || !ld) {
+        b->failed = 1;
+        return;
+    }
+    int j = (int)(k->nout + in);
+    DType dt = (DType)g->values[rr.x].meta.dtype;
+    const char *t = lower_ctype(dt);
+    put(b, "            %s t%d;\n            { const int sj_lo = %s < %lldLL; const %s v = in%d[(", t, (int)i, ld->j,
+        (long long)rr.half, t, (int)in);
+    put(b, off_fmt, j, j);
+    put(b, ") + (sj_lo ? %lldLL : -%lldLL) * (", (long long)rr.half, (long long)rr.half);
+    put(b, ld->ls_fmt, j);
+    put(b, ")]; t%d = sj_sel%s(sj_lo, -v, v); }\n", (int)i, dt == DT_F64 ? "d" : "");
+}
+
+/* 1 when node ni of k is a slice or negation a rotated read of k computes. */
+static int rot_part(Graph *g, const Kernel *k, int32_t ni)
+{
+    for (int32_t i = 0; k->rot && i < k->nnodes; i++) {
+        RotRead rr;
+        if (g->nodes[k->nodes[i]].op == OP_CAT && !plan_rot_match(g, k->nodes[i], &rr))
+            for (int p = 0; p < 3; p++)
+                if (rr.parts[p] == ni)
+                    return 1;
+    }
+    return 0;
+}
+
+static void compute_at(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, const LastDim *ld, int32_t upto)
 {
     for (int32_t i = 0; i < k->nin; i++) {
         put(b, "            const %s x%d = in%d[", lower_ctype((DType)g->values[k->ins[i]].meta.dtype), (int)i, (int)i);
@@ -252,6 +299,12 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
         NodeLower nl;
+        if (k->rot && g->nodes[ni].op == OP_CAT) {
+            put_rot(b, g, k, i, ni, off_fmt, ld);
+            continue;
+        }
+        if (k->rot && rot_part(g, k, ni))
+            continue;   /* read through the rotated load */
         if (lower_node_typed(g, ni, &nl)) {
             b->failed = 1;
             return;
@@ -278,6 +331,11 @@ void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_
         }
         put(b, " t%d = %s; }\n", (int)i, nl.expr);
     }
+}
+
+void emit_compute(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, int32_t upto)
+{
+    compute_at(b, g, k, off_fmt, NULL, upto);
 }
 
 void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
@@ -323,9 +381,9 @@ void emit_kernel_head(Buf *b, Graph *g, const Kernel *k)
 }
 
 /* The loop body: load each input once, compute every node, store the outputs. */
-static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt)
+static void put_body(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, const LastDim *ld)
 {
-    emit_compute(b, g, k, off_fmt, k->nnodes);
+    compute_at(b, g, k, off_fmt, ld, k->nnodes);
     for (int32_t j = 0; j < k->nout; j++) {
         put(b, "            out%d[", (int)j);
         put(b, off_fmt, (int)j, (int)j);
@@ -359,7 +417,8 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "        if (!dense) {\n");
         put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
         put(b, "        for (int64_t i = 0; i < total; i++) {\n");
-        put_body(b, g, k, "i * st[%d]");
+        LastDim l1 = {"i", "st[%d]"};
+        put_body(b, g, k, "i * st[%d]", &l1);
         put(b, "        }\n        return sj_bad;\n        }\n");
     }
     /* blocks of 4096 elements across threads, each a vector loop */
@@ -369,7 +428,10 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "        const int64_t lo = blk * 4096, hi = lo + 4096 < total ? lo + 4096 : total;\n");
     put(b, "#pragma omp simd\n");
     put(b, "        for (int64_t i = lo; i < hi; i++) {\n");
-    put_body(b, g, k, "i");
+    char jd[64];   /* dense: the last-dim index of flat element i (a rotated read's last dim is static) */
+    snprintf(jd, sizeof jd, "(i %% %lldLL)", (long long)(k->rot ? g->values[k->space].meta.size[r - 1] : 1));
+    LastDim ldd = {jd, "1"};
+    put_body(b, g, k, "i", &ldd);
     put(b, "        }\n        }\n        return sj_bad;\n    }\n");
     if (r >= 2) {
         /* strided: the outer dims by index decomposition, the last dim innermost */
@@ -391,7 +453,8 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "        if (unit) {\n");
         put(b, "#pragma omp simd\n");
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
-        put_body(b, g, k, "base[%d] + i * u%d");
+        LastDim lu = {"i", "u%d"};
+        put_body(b, g, k, "base[%d] + i * u%d", &lu);
         put(b, "        }\n        } else {\n");
         /* strides as locals: read through st in the loop, gcc reloads them per element (st
          * may alias an output) and the loop cannot vectorise (with gathers) */
@@ -400,7 +463,8 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "        for (int64_t i = 0; i < inner; i++) {\n");
         char fmt[64];
         snprintf(fmt, sizeof fmt, "base[%%d] + i * v%%d");
-        put_body(b, g, k, fmt);
+        LastDim lv = {"i", "v%d"};
+        put_body(b, g, k, fmt, &lv);
         put(b, "        }\n        }\n    }\n");
     }
     put(b, "    return sj_bad;\n}\n");

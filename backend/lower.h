@@ -51,6 +51,9 @@ typedef struct {
     int32_t outs[SJ_KMAX_OPERANDS];
     int32_t nout;   /* value ids written (used later) */
     int rank;
+    int32_t space;     /* pointwise: a value whose dims are the iteration space's */
+    int rot;           /* pointwise: rotate_half reads in it (plan_rot.c; not a reduction's
+                          prologue, whose loops have no last-dim index) */
     Lib lib;
     KernelFlavour flavour;              /* KF_POINTWISE, or a reduction with `red` */
     ReduceInfo red;
@@ -81,6 +84,7 @@ typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 typedef struct ConvStep ConvStep;       /* step_conv.c */
 typedef struct CatStep CatStep;         /* step_cat.c */
 typedef struct ViewChain ViewChain;     /* step_views.c */
+typedef struct ConstStep ConstStep;     /* step_const.c */
 
 typedef struct {
     Step *steps;
@@ -97,6 +101,8 @@ typedef struct {
     int32_t ncats;
     ViewChain *views;
     int32_t nviews;
+    ConstStep *consts;
+    int32_t nconsts;
     int64_t kernel_calls;        /* kernels called (CompiledGraph.stats) */
     int64_t kernel_eager_runs;   /* kernel calls whose nodes ran eagerly instead */
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
@@ -106,6 +112,8 @@ typedef struct {
      * entries. */
     int32_t *release;
     int32_t *release_at;
+    int32_t *node_step;   /* PyMem, per graph node: the step that runs it, -1 for inputs and
+                             nodes no step runs (CompiledGraph.step_nodes) */
 } LowerPlan;
 
 /* One row of steps.def: what the planner, the run loop, lower_plan_free and
@@ -293,6 +301,17 @@ int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step);
 /* Runs STEP_ALIAS node ni: its result is its input object. 0 or -1 with an exception. */
 int step_alias_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals);
+
+/* Values computed once (step_const.c): fold[ni] (nnodes entries, set here) = 1 for each
+ * node that reads no graph input and folds; when there are any, one STEP_CONST step that
+ * runs them is appended to p (the caller makes it the first) and node_step set for them.
+ * 0, or -1 with MemoryError. */
+int step_const_plan(Graph *g, LowerPlan *p, uint8_t *fold, int32_t *node_step);
+/* Runs const step i: the nodes on the first run, the kept values after. 0 or -1. */
+int step_const_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_const_free(LowerPlan *p);
+/* {"const_nodes", "const_values", "const_calls"} added to d. */
+int step_const_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* An input of a step, read for a kernel or a primitive (runtime.c). */
 typedef struct {

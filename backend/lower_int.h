@@ -55,7 +55,8 @@ typedef struct {
 } NodeLower;
 
 /* 0 and *nl filled when node ni is a pointwise op a kernel computes for its dtypes (every
- * tensor operand of library lib, a kernel dtype, no grad); 1 when it runs eagerly. */
+ * tensor operand of library lib, a kernel dtype; its result needs no grad, its operands may: a
+ * parameter read under no_grad); 1 when it runs eagerly. */
 int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl);
 
 /* Appends item x (of `item` bytes) to the PyMem array *arr of *n. 0, or -1 (MemoryError). */
@@ -64,6 +65,24 @@ int plan_push(void **arr, int32_t *n, size_t item, const void *x);
 int plan_add_input(Kernel *k, int32_t v);
 /* 1 when a node of k makes value v. */
 int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v);
+
+/* ------------------------------------------------------------ plan_rot.c ---- */
+
+/* A rotate_half, cat((-x[..., h:], x[..., :h]), dim=-1) of a float tensor x whose last dim
+ * 2h is static, read by a kernel at rotated offsets of x (plan_rot.c). */
+typedef struct {
+    int32_t x;          /* the value rotated */
+    int64_t half;       /* h */
+    int32_t cat;        /* the cat node */
+    int32_t parts[3];   /* the two slices and the negation, in graph order */
+} RotRead;
+
+/* 0 and *rr when node ni is such a cat (of torch float tensors); 1 when not. */
+int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr);
+/* rot_of[ni] (nnodes entries) = the cat node of the rotate_half node ni is part of (the cat
+ * itself included) when the pattern's slices and negation are read by it alone, else -1;
+ * last_use[x] is moved to the cat. 0, or -1 with MemoryError. */
+int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use);
 
 /* ---------------------------------------------------------------- emit.c ---- */
 

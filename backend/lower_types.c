@@ -101,9 +101,18 @@ const char *lower_ctype(DType d)
     }
 }
 
+/* A tensor a kernel reads. requires_grad is the output's business (checked on the node's
+ * result): under no_grad a node reads parameters that require grad and makes a plain
+ * tensor, which a kernel makes as well. */
+static int kernel_operand(const TensorMeta *m, Lib lib)
+{
+    return lower_dtype_ok((DType)m->dtype) && !m->symint && !m->np_scalar && m->lib == lib;
+}
+
+/* A tensor a kernel makes: no autograd history to record. */
 static int kernel_tensor(const TensorMeta *m, Lib lib)
 {
-    return lower_dtype_ok((DType)m->dtype) && !m->symint && !m->requires_grad && !m->np_scalar && m->lib == lib;
+    return kernel_operand(m, lib) && !m->requires_grad;
 }
 
 /* A Python number usable as an operand (bool and int included, as eager promotes). */
@@ -253,7 +262,7 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl)
             if (!x || bx[slot])
                 return 1;
             if (ba->kind == BA_TENSOR
-                    ? !kernel_tensor(ba->meta, lib) || ba->meta->ndim > om->ndim
+                    ? !kernel_operand(ba->meta, lib) || ba->meta->ndim > om->ndim
                     : ba->kind != BA_CONST || ba->sym || ba->data || !is_number(ba->value) || slot == 2)
                 return 1;
             bx[slot] = ba;

@@ -226,6 +226,56 @@ static int plan_releases(const Graph *g, LowerPlan *p, const int32_t *node_step)
     return 0;
 }
 
+/* Cat node ni, a rotate_half plan_rot_mark chose: joins the open kernel (or opens one) with
+ * its slices and negation before it, all computed as a rotated read of x. 0 planned; 1 when
+ * it cannot be (a slice already taken by another step): the parts not yet planned become
+ * eager steps and the cat is planned as any node; -1 with an exception. */
+static int plan_rot_node(Graph *g, int32_t ni, LowerPlan *out, Kernel **open, int32_t *node_step, int32_t max_nodes)
+{
+    RotRead rr;
+    int free_parts = !plan_rot_match(g, ni, &rr);
+    for (int i = 0; free_parts && i < 3; i++)
+        free_parts = node_step[rr.parts[i]] < 0;
+    if (!free_parts) {
+        for (int i = 0; i < 3; i++)
+            if (node_step[rr.parts[i]] < 0) {
+                Step s = {STEP_EAGER, rr.parts[i]};
+                node_step[rr.parts[i]] = out->nsteps;
+                if (plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+                    return -1;
+            }
+        *open = NULL;
+        return 1;
+    }
+    const TensorMeta *om = &g->values[g->nodes[ni].first_value].meta;
+    Kernel *k = *open;
+    if (k && (k->lib != (Lib)om->lib || !lower_same_dims(om, &g->values[k->space].meta) ||
+              plan_kernel_makes(g, k, rr.x) || (max_nodes > 0 && k->nnodes >= max_nodes) || plan_add_input(k, rr.x)))
+        k = NULL;
+    if (!k) {
+        Kernel nk;
+        memset(&nk, 0, sizeof nk);
+        nk.rank = om->ndim;
+        nk.space = g->nodes[ni].first_value;
+        nk.lib = (Lib)om->lib;
+        snprintf(nk.name, sizeof nk.name, "sj_k%d", (int)out->nkernels);
+        Step s = {STEP_KERNEL, out->nkernels};
+        if (plan_push((void **)&out->kernels, &out->nkernels, sizeof nk, &nk) < 0 ||
+            plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
+            return -1;
+        k = &out->kernels[out->nkernels - 1];
+        plan_add_input(k, rr.x);
+    }
+    for (int i = 0; i < 3; i++)
+        if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &rr.parts[i]) < 0)
+            return -1;
+    if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0)
+        return -1;
+    k->rot++;
+    *open = k;
+    return 0;
+}
+
 int lower_plan(Graph *g, LowerPlan *out)
 {
     memset(out, 0, sizeof *out);
@@ -257,11 +307,30 @@ int lower_plan(Graph *g, LowerPlan *out)
     }
     for (int32_t ni = 0; ni < g->nnodes; ni++)
         node_step[ni] = -1;
+    /* rotate_half patterns: their slices and negation wait for their cat (plan_rot.c);
+     * nodes that read no graph input: computed once, by the first step (step_const.c) */
+    int32_t *rot_of = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
+    uint8_t *fold = PyMem_Malloc((size_t)(g->nnodes ? g->nnodes : 1));
+    if (!rot_of || !fold) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (plan_rot_mark(g, rot_of, last_use) < 0 || step_const_plan(g, out, fold, node_step) < 0)
+        goto fail;
     Kernel *open = NULL;
     for (int32_t ni = 0; ni < g->nnodes; ni++) {
         const Node *nd = &g->nodes[ni];
         if (nd->op == OP_INPUT)
             continue;
+        if (fold[ni] || (rot_of[ni] >= 0 && rot_of[ni] != ni))
+            continue;   /* computed once, or planned with its cat */
+        if (rot_of[ni] == ni) {
+            int r = plan_rot_node(g, ni, out, &open, node_step, max_nodes);
+            if (r < 0)
+                goto fail;
+            if (r == 0)
+                continue;
+        }
         int32_t before = out->nsteps;
         int32_t upto = -1;   /* the kinds planned node by node, in steps.def's order */
         for (int kind = 0; kind < STEP_COUNT && upto == -1; kind++)
@@ -298,8 +367,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             }
         }
         const TensorMeta *om = &g->values[nd->first_value].meta;
-        if (open && !(ok && (Lib)om->lib == open->lib &&
-                      lower_same_dims(om, &g->values[g->nodes[open->nodes[0]].first_value].meta)))
+        if (open && !(ok && (Lib)om->lib == open->lib && lower_same_dims(om, &g->values[open->space].meta)))
             open = NULL;
         if (ok && open && max_nodes > 0 && open->nnodes >= max_nodes)
             open = NULL;   /* a unit's worth of ops: the chain goes on in a new kernel */
@@ -316,6 +384,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             Kernel k;
             memset(&k, 0, sizeof k);
             k.rank = om->ndim;
+            k.space = nd->first_value;
             k.lib = (Lib)om->lib;
             snprintf(k.name, sizeof k.name, "sj_k%d", (int)out->nkernels);
             Step s = {STEP_KERNEL, out->nkernels};
@@ -350,10 +419,14 @@ int lower_plan(Graph *g, LowerPlan *out)
             goto fail;
     if (plan_releases(g, out, node_step) < 0)
         goto fail;
-    PyMem_Free(node_step);
+    out->node_step = node_step;
+    PyMem_Free(fold);
+    PyMem_Free(rot_of);
     PyMem_Free(last_use);
     return 0;
 fail:
+    PyMem_Free(fold);
+    PyMem_Free(rot_of);
     PyMem_Free(node_step);
     PyMem_Free(last_use);
     lower_plan_free(out);
@@ -368,5 +441,6 @@ void lower_plan_free(LowerPlan *p)
     PyMem_Free(p->steps);
     PyMem_Free(p->release);
     PyMem_Free(p->release_at);
+    PyMem_Free(p->node_step);
     memset(p, 0, sizeof *p);
 }

@@ -325,8 +325,8 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
      * only feeds this node: every value it makes is last read here at the latest, and not as
      * weight/bias. A reduction reads each element once, so it also stores the prologue
      * values read later (extra outputs, find_outputs in plan.c). */
-    int fuse = open && open->flavour == KF_POINTWISE && open->lib == lib && plan_kernel_makes(g, open, red.src) &&
-               lower_same_dims(xm, &g->values[g->nodes[open->nodes[0]].first_value].meta);
+    int fuse = open && open->flavour == KF_POINTWISE && !open->rot && open->lib == lib &&
+               plan_kernel_makes(g, open, red.src) && lower_same_dims(xm, &g->values[open->space].meta);
     int stores = 0;
     for (int32_t i = 0; fuse && i < open->nnodes; i++)
         if (last_use[g->nodes[open->nodes[i]].first_value] > ni) {

@@ -25,6 +25,8 @@ typedef struct {
     vectorcallfunc vectorcall;
     int threads;         /* the OpenMP thread count of the last run */
     BufPool pool;        /* dropped intermediates kept for reuse (bufpool.c) */
+    int64_t *step_ns;    /* PyMem, nsteps entries: each step's wall time summed over the runs
+                            since `profile` was set; NULL when not profiling */
 } CompiledGraph;
 
 /* ------------------------------------------------------------- operands ---- */
@@ -184,8 +186,11 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
     (void)mismatch;
     for (int32_t i = 0; i < cg->plan.nsteps; i++) {
         const Step *s = &cg->plan.steps[i];
+        double t0 = cg->step_ns ? omp_get_wtime() : 0.;
         if (step_kinds[s->kind].run(g, &cg->plan, s->index, vals) < 0)
             return -1;
+        if (cg->step_ns)
+            cg->step_ns[i] += (int64_t)((omp_get_wtime() - t0) * 1e9);
         /* drop the values no later step reads (plan.c); intermediates may be kept for reuse */
         for (int32_t j = cg->plan.release_at[i]; j < cg->plan.release_at[i + 1]; j++) {
             int32_t v = cg->plan.release[j];
@@ -238,6 +243,7 @@ static void cg_dealloc(CompiledGraph *cg)
 {
     Py_XDECREF(cg->graph);
     Py_XDECREF(cg->source);
+    PyMem_Free(cg->step_ns);
     bufpool_clear(&cg->pool);
     lower_plan_free(&cg->plan);
     Py_TYPE(cg)->tp_free((PyObject *)cg);
@@ -276,6 +282,72 @@ static PyObject *cg_get_step_kinds(CompiledGraph *cg, void *unused)
     return t;
 }
 
+/* profile: True while each step's time is summed (setting it True starts from zero). */
+static PyObject *cg_get_profile(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(cg->step_ns != NULL);
+}
+
+static int cg_set_profile(CompiledGraph *cg, PyObject *v, void *unused)
+{
+    (void)unused;
+    int on = v ? PyObject_IsTrue(v) : 0;
+    if (on < 0)
+        return -1;
+    PyMem_Free(cg->step_ns);
+    cg->step_ns = NULL;
+    if (on && !(cg->step_ns = PyMem_Calloc((size_t)cg->plan.nsteps + 1, sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* The seconds each step took, summed over the runs since profile was set (zeros when not
+ * profiling). New tuple. */
+static PyObject *cg_get_step_times(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    PyObject *t = PyTuple_New(cg->plan.nsteps);   /* new */
+    for (int32_t i = 0; t && i < cg->plan.nsteps; i++) {
+        PyObject *x = PyFloat_FromDouble(cg->step_ns ? (double)cg->step_ns[i] * 1e-9 : 0.);   /* new: stolen */
+        if (!x)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* Per step, the graph nodes it runs (indices into graph.nodes), in graph order. New tuple. */
+static PyObject *cg_get_step_nodes(CompiledGraph *cg, void *unused)
+{
+    (void)unused;
+    const Graph *g = g_of(cg);
+    PyObject *t = PyTuple_New(cg->plan.nsteps);   /* new */
+    for (int32_t i = 0; t && i < cg->plan.nsteps; i++) {
+        PyObject *l = PyList_New(0);   /* new: stolen */
+        if (!l) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, l);
+        for (int32_t ni = 0; ni < g->nnodes; ni++) {
+            if (cg->plan.node_step[ni] != i)
+                continue;
+            PyObject *x = PyLong_FromLong(ni);   /* new */
+            if (!x || PyList_Append(l, x) < 0) {
+                Py_XDECREF(x);
+                Py_CLEAR(t);
+                break;
+            }
+            Py_DECREF(x);
+        }
+    }
+    return t;
+}
+
 static PyObject *cg_get_source(CompiledGraph *cg, void *unused)
 {
     (void)unused;
@@ -295,6 +367,10 @@ static PyGetSetDef cg_getset[] = {
      NULL},
     {"step_kinds", (getter)cg_get_step_kinds, NULL, "the kind of each step, in run order", NULL},
     {"source", (getter)cg_get_source, NULL, "the generated C source", NULL},
+    {"profile", (getter)cg_get_profile, (setter)cg_set_profile,
+     "True: each run adds each step's wall time to step_times (setting it starts from zero)", NULL},
+    {"step_times", (getter)cg_get_step_times, NULL, "seconds spent in each step while profile was on", NULL},
+    {"step_nodes", (getter)cg_get_step_nodes, NULL, "the graph nodes each step runs", NULL},
     {"graph", (getter)cg_get_graph, NULL, "the graph it runs", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -329,6 +405,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
     cg->source = NULL;
     cg->vectorcall = cg_vectorcall;
     cg->threads = 0;
+    cg->step_ns = NULL;
     memset(&cg->plan, 0, sizeof cg->plan);
     memset(&cg->pool, 0, sizeof cg->pool);
     if (lower_plan(g, &cg->plan) < 0)

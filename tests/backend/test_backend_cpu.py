@@ -261,3 +261,28 @@ def test_many_kernels_compile_as_two_units():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert made[0].stats["kernels"] >= 4
     assert made[0].source.count("#include <math.h>") == 2
+
+
+def test_grad_operands_under_no_grad():
+    # RMSNorm's `self.weight * x` under no_grad: the weight requires grad, the result does
+    # not; the kernel reads the weight. With grad on, the node stays eager and autograd sees it.
+    w = torch.randn(8, requires_grad=True)
+
+    def f(x):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)) + 1.0
+
+    x = torch.randn(3, 5, 8)
+    with torch.no_grad():
+        backend, made = _lowering()
+        got = shapejit.compile(f, backend=backend)(x)
+        _close(got, f(x))
+        assert not got.requires_grad
+        assert not made[0].stats.get("eager_ops"), made[0].stats.get("eager_ops")
+    backend, made = _lowering()
+    got = shapejit.compile(f, backend=backend)(x)
+    assert got.requires_grad
+    got.sum().backward()
+    g1 = w.grad.clone()
+    w.grad = None
+    f(x).sum().backward()
+    torch.testing.assert_close(g1, w.grad, rtol=1e-5, atol=1e-6)

@@ -21,7 +21,7 @@ def _rows():
 def test_table_names():
     rows = _rows()
     assert [k for k, _ in rows] == [n.upper() for _, n in rows]
-    assert {n for _, n in rows} == {"kernel", "matmul", "conv", "cat", "alias", "views", "eager"}
+    assert {n for _, n in rows} == {"kernel", "matmul", "conv", "cat", "alias", "views", "const", "eager"}
     assert {n for _, n, lowers in _C._step_kinds() if lowers} == {"kernel", "matmul", "conv", "cat"}
 
 
@@ -54,3 +54,33 @@ def test_each_kind_runs_and_counts():
     assert st["kernels"] == kinds.count("kernel") and st["kernel_calls"] >= 1
     assert st["eager_steps"] == kinds.count("eager") == sum(st["eager_ops"].values())
     assert "unsqueeze" in st["eager_ops"]
+
+
+def test_profile_step_times_and_nodes():
+    def f(x, w):
+        h = torch.relu(x @ w)
+        return torch.tanh(h.unsqueeze(0) + 1.0)
+
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    backend, made = _lowering()
+    fn = shapejit.compile(f, backend=backend)
+    fn(x, w)
+    cg = made[0]
+    n = len(cg.step_kinds)
+    assert cg.profile is False and cg.step_times == (0.0,) * n
+    # every non-input node is run by exactly one step; step_nodes names them
+    nodes = cg.step_nodes
+    assert len(nodes) == n and all(nodes)
+    ops = [[cg.graph.nodes[i].op for i in s] for s in nodes]
+    assert ["unsqueeze"] in ops
+    ran = sorted(i for s in nodes for i in s)
+    assert ran == [i for i, nd in enumerate(cg.graph.nodes) if nd.op != "input"]
+    cg.profile = True
+    for _ in range(3):
+        torch.testing.assert_close(fn(x, w), f(x, w))
+    t = cg.step_times
+    assert len(t) == n and all(s > 0 for s in t)
+    cg.profile = True   # starts from zero
+    assert cg.step_times == (0.0,) * n
+    cg.profile = False
+    assert cg.profile is False and cg.step_times == (0.0,) * n

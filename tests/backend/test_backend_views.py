@@ -202,3 +202,53 @@ def test_dropout_in_training_still_drops():
         got = c(x)
     assert got[0].shape == (64, 8)
     assert made and any(mm.stats["eager_ops"].get("dropout") for mm in made)
+
+
+def repeat_kv(x, n=3):
+    # transformers' repeat_kv: expand a new dim, then a reshape that copies
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])
+def test_copying_reshape_at_the_end(dtype):
+    # the chain's last node copies: later runs copy the recorded view into a new tensor
+    def f(x):   # with a kernel, so the graph is lowered
+        return repeat_kv(x.view(2, 5, 2, 3).transpose(1, 2)), x == x
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = (torch.randn(2, 5, 6) * 10).to(dtype)
+    for _ in range(3):
+        (got, _), (want, _) = cf(x), f(x)
+        assert got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype
+        assert torch.equal(got, want)
+        assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert _stats(made, "view_chain_copies") == 2
+    # another layout of the input: the nodes again, and a new record
+    xt = (torch.randn(6, 5, 2) * 10).to(dtype).permute(2, 1, 0)
+    for _ in range(2):
+        assert torch.equal(cf(xt)[0], f(xt)[0])
+
+
+def test_copying_reshape_odd_sizes_and_empty():
+    backend, made = _lowering()
+    cf = shapejit.compile(lambda x: repeat_kv(x, 2) * 1.0, backend=backend)
+    for shape in [(1, 3, 7, 5), (2, 1, 1, 1)]:
+        x = torch.randn(*shape)
+        for _ in range(2):
+            torch.testing.assert_close(cf(x), repeat_kv(x, 2), rtol=0, atol=0)
+    x = torch.randn(2, 3, 0, 4)
+    assert cf(x).shape == (2, 6, 0, 4)
+
+
+def test_copy_is_not_shared_with_later_writes():
+    # the copy is a new tensor each call: writing into one result leaves the next alone
+    backend, made = _lowering()
+    cf = shapejit.compile(lambda x: (repeat_kv(x.transpose(1, 2)), x + 1), backend=backend)
+    x = torch.randn(2, 4, 3, 5)
+    a = cf(x)[0]
+    b = cf(x)[0]
+    b.zero_()
+    c = cf(x)[0]
+    assert _stats(made, "view_chain_copies") == 2
+    assert torch.equal(a, repeat_kv(x.transpose(1, 2))) and torch.equal(c, a)

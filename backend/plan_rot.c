@@ -1,0 +1,182 @@
+/* Rotated reads: the rotary embeddings' rotate_half,
+ *
+ *     cat((-x[..., h:], x[..., :h]), dim=-1)       (x's last dim 2h, static)
+ *
+ * computed inside a pointwise kernel as one element of x read at the last-dim index
+ * j + h (negated) for j < h, else j - h, instead of two slicing steps, a negation kernel
+ * and a concatenation step, each a separate allocation and call. The slices and the
+ * negation stay in the kernel's node list (so a kernel that hands its nodes back to eager
+ * runs them all, in graph order); the emitter writes nothing for them and reads x at the
+ * rotated offset for the cat (emit.c).
+ *
+ * Memory: nothing here holds a Python reference (the index constants are borrowed from the
+ * graph's constants). */
+#include <string.h>
+
+#include "lower_int.h"
+
+/* 1 when meta m is a tensor of a floating kernel dtype a rotated read serves. */
+static int rot_meta_ok(const TensorMeta *m)
+{
+    return m->lib == LIB_TORCH && (m->dtype == DT_F32 || m->dtype == DT_F64) && !m->requires_grad && !m->symint &&
+           !m->np_scalar && m->ndim >= 1 && m->ndim <= SJ_MAX_RANK;
+}
+
+/* The node that makes value v when it is a plain single-output node of op `op`, else -1. */
+static int32_t maker(const Graph *g, int32_t v, OpId op)
+{
+    int32_t ni = g->values[v].node;
+    const Node *nd = &g->nodes[ni];
+    if (nd->op != op || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)))
+        return -1;
+    return ni;
+}
+
+/* Node ni is getitem(x, (..., slice(lo, hi))) (or the leading dims as full slices) of a
+ * static last dim d: 0 and *x, [*lo, *hi); 1 when not. */
+static int last_dim_slice(const Graph *g, int32_t ni, int32_t *x, int64_t *lo, int64_t *hi)
+{
+    const Arg *in = graph_node_arg(g, ni, "input"), *ix = graph_node_arg(g, ni, "index");
+    if (!in || !ix || in->kind != ARG_VALUE || ix->kind != ARG_CONST)
+        return 1;
+    const TensorMeta *m = &g->values[in->a].meta;
+    if (!rot_meta_ok(m) || m->sym[m->ndim - 1])
+        return 1;
+    PyObject *t = PyList_GET_ITEM(g->consts, ix->a);   /* borrowed */
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2)
+        return 1;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    PyObject *s = PyTuple_GET_ITEM(t, n - 1);   /* borrowed */
+    if (!PySlice_Check(s))
+        return 1;
+    if (!(n == 2 && PyTuple_GET_ITEM(t, 0) == Py_Ellipsis)) {
+        if (n != m->ndim)
+            return 1;
+        for (Py_ssize_t i = 0; i < n - 1; i++) {
+            PySliceObject *f = (PySliceObject *)PyTuple_GET_ITEM(t, i);
+            if (!PySlice_Check((PyObject *)f) || f->start != Py_None || f->stop != Py_None || f->step != Py_None)
+                return 1;
+        }
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(s, &start, &stop, &step) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    PySlice_AdjustIndices((Py_ssize_t)m->size[m->ndim - 1], &start, &stop, step);
+    if (step != 1)
+        return 1;
+    *x = in->a;
+    *lo = start;
+    *hi = stop;
+    return 0;
+}
+
+int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
+{
+    const Node *nd = &g->nodes[ni];
+    if (nd->op != OP_CAT || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)))
+        return 1;
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    if (!rot_meta_ok(om))
+        return 1;
+    const Arg *list = graph_node_arg(g, ni, "tensors"), *dimv = graph_node_arg(g, ni, "dim");
+    int64_t dim = 0;
+    if (!list || (list->kind != ARG_LIST && list->kind != ARG_TUPLE) || list->n != 2 ||
+        (dimv && (dimv->kind != ARG_CONST || lower_const_int(PyList_GET_ITEM(g->consts, dimv->a), &dim))))
+        return 1;
+    if (dim != -1 && dim != om->ndim - 1)
+        return 1;
+    /* every other parameter absent or None (out=, dtype=) */
+    const SchemaParam *ps;
+    int np = graph_node_params(g, ni, &ps);
+    for (int i = 0; i < np; i++) {
+        const Arg *a = &g->pool[nd->bound + i];
+        if (a->kind != ARG_ABSENT && strcmp(ps[i].name, "tensors") && strcmp(ps[i].name, "dim") &&
+            !(a->kind == ARG_CONST && PyList_GET_ITEM(g->consts, a->a) == Py_None))
+            return 1;
+    }
+    const Arg *a0 = &g->pool[list->a], *a1 = &g->pool[list->a + 1];
+    if (a0->kind != ARG_VALUE || a1->kind != ARG_VALUE)
+        return 1;
+    int32_t neg = maker(g, a0->a, OP_NEG), lo_node = maker(g, a1->a, OP_GETITEM);
+    if (neg < 0 || lo_node < 0)
+        return 1;
+    const Arg *ni_in = graph_node_arg(g, neg, "input");
+    if (!ni_in || ni_in->kind != ARG_VALUE)
+        return 1;
+    int32_t hi_node = maker(g, ni_in->a, OP_GETITEM);
+    int32_t x_hi, x_lo;
+    int64_t h0, h1, l0, l1;
+    if (hi_node < 0 || last_dim_slice(g, hi_node, &x_hi, &h0, &h1) || last_dim_slice(g, lo_node, &x_lo, &l0, &l1) ||
+        x_hi != x_lo)
+        return 1;
+    const TensorMeta *xm = &g->values[x_hi].meta;
+    int64_t d = xm->size[xm->ndim - 1];
+    if (d < 2 || d % 2 || h0 != d / 2 || h1 != d || l0 != 0 || l1 != d / 2 || xm->dtype != om->dtype ||
+        !lower_same_dims(xm, om))
+        return 1;
+    /* the negation, the slices: this dtype, nothing but their graph order around them */
+    int32_t vals[3] = {a0->a, a1->a, ni_in->a};
+    for (int i = 0; i < 3; i++)
+        if (!rot_meta_ok(&g->values[vals[i]].meta) || g->values[vals[i]].meta.dtype != om->dtype)
+            return 1;
+    rr->x = x_hi;
+    rr->half = d / 2;
+    rr->cat = ni;
+    /* graph order: the slices and the negation come before the cat, the negation after its
+     * slice */
+    int32_t p[3] = {hi_node, lo_node, neg};
+    if (p[0] > p[1]) {
+        int32_t t = p[0];
+        p[0] = p[1];
+        p[1] = t;
+    }
+    if (p[2] < p[1]) {
+        int32_t t = p[2];
+        p[2] = p[1];
+        p[1] = t;
+    }
+    memcpy(rr->parts, p, sizeof p);
+    return 0;
+}
+
+static void count_read(void *ctx, int32_t ni, int32_t v)
+{
+    (void)ni;
+    ((int32_t *)ctx)[v]++;
+}
+
+int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use)
+{
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        rot_of[ni] = -1;
+    int32_t *reads = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(int32_t));
+    if (!reads) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        graph_node_reads(g, ni, count_read, reads);
+    for (int32_t i = 0; i < g->noutputs; i++)
+        reads[g->outputs[i]] += 2;   /* returned: must be made */
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        RotRead rr;
+        if (g->nodes[ni].op != OP_CAT || plan_rot_match(g, ni, &rr))
+            continue;
+        /* the slices and the negation are read by the pattern alone, and belong to no other */
+        int alone = 1;
+        for (int i = 0; i < 3 && alone; i++)
+            alone = reads[g->nodes[rr.parts[i]].first_value] == 1 && rot_of[rr.parts[i]] < 0;
+        if (!alone)
+            continue;
+        for (int i = 0; i < 3; i++)
+            rot_of[rr.parts[i]] = ni;
+        rot_of[ni] = ni;
+        /* x is read where the cat runs (the slices no longer read it on their own) */
+        if (last_use[rr.x] < ni)
+            last_use[rr.x] = ni;
+    }
+    PyMem_Free(reads);
+    return 0;
+}

@@ -1,0 +1,151 @@
+"""Values computed once in the cpu backend: nodes that read no graph input (causal masks and
+position ids built from arange, comparisons, cumsum, indexing) run on the first call only,
+and later calls hand the kept tensors on. Compared with eager over several calls; what must
+not fold (outputs, values written in place or shared with an output, random draws, empty(),
+tensor constants the caller can change, symbolic sizes) runs every call."""
+import pytest
+import torch
+
+import shapejit
+from lowering import lowering as _lowering
+
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
+
+
+def _stats(made, key):
+    return sum(getattr(m, "stats", {}).get(key, 0) for m in made)
+
+
+def _check(fn, *args, calls=3, dynamic=False):
+    backend, made = _lowering()
+    cf = shapejit.compile(fn, backend=backend, dynamic=dynamic)
+    for _ in range(calls):
+        got, want = cf(*args), fn(*args)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    return made
+
+
+def causal_scores(x):
+    # a transformers-style causal mask: positions, packed-sequence ids, comparisons
+    b, s = 2, 9
+    pos = torch.arange(s).unsqueeze(0).expand(b, -1)
+    first = pos[:, :1] - 1
+    seq_id = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
+    bi = torch.arange(b)[:, None, None, None]
+    qi = torch.arange(s)[None, None, :, None]
+    ki = torch.arange(s)[None, None, None, :]
+    mask = torch.ones((), dtype=torch.bool) & (seq_id[bi, qi] == seq_id[bi, ki]) & (ki <= qi)
+    return x.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def test_mask_computed_once():
+    x = torch.randn(2, 3, 9, 9)
+    made = _check(causal_scores, x)
+    assert _stats(made, "const_nodes") >= 15
+    assert _stats(made, "const_calls") == 3
+    assert "diff" not in (made[0].stats.get("eager_ops") or {})
+
+
+def test_kept_values_do_not_change():
+    def f(x):
+        return x + torch.arange(6.0) * 2
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.randn(6)
+    a = cf(x)
+    a.add_(100)            # the caller writes into an output
+    b = cf(x)
+    assert torch.equal(b, f(x))
+    assert _stats(made, "const_nodes") == 2
+
+
+def test_outputs_are_not_folded():
+    def f(x):
+        m = torch.arange(5) * 3
+        return x + 1, m
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.randn(5)
+    y, m = cf(x)
+    m.add_(7)
+    y2, m2 = cf(x)
+    assert torch.equal(m2, torch.arange(5) * 3)
+    # the output's own node runs every call; what only it reads may fold
+    assert _stats(made, "const_values") <= 1
+
+
+def test_output_view_of_a_folded_value_folds_nothing():
+    def f(x):
+        m = torch.arange(6.0) * 2
+        return x + m, m.view(2, 3)
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.randn(6)
+    _, v = cf(x)
+    v.mul_(0)
+    got, v2 = cf(x)
+    assert torch.equal(got, f(x)[0]) and torch.equal(v2, f(x)[1])
+    assert _stats(made, "const_nodes") == 0
+
+
+def test_in_place_write_folds_nothing():
+    def f(x):
+        m = torch.zeros(4)
+        m.add_(1)
+        return x * m
+    x = torch.randn(4)
+    made = _check(f, x)
+    assert _stats(made, "const_nodes") == 0
+
+
+def test_random_and_empty_not_folded():
+    def f(x):
+        return x + torch.rand(4) * 0 + torch.ones(4)
+    made = _check(f, torch.randn(4))
+    assert _stats(made, "const_nodes") == 1    # ones only
+
+    torch.manual_seed(0)
+    backend, made = _lowering()
+    cf = shapejit.compile(lambda x: x + torch.rand(4), backend=backend)
+    x = torch.zeros(4)
+    assert not torch.equal(cf(x), cf(x))
+
+
+TABLE = torch.arange(4.0)
+
+
+def test_tensor_constant_not_folded():
+    def f(x):
+        return x + TABLE * 2
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.zeros(4)
+    assert torch.equal(cf(x), f(x))
+    TABLE.add_(1)
+    try:
+        assert torch.equal(cf(x), f(x))
+    finally:
+        TABLE.sub_(1)
+
+
+def test_dynamic_sizes_not_folded():
+    def f(x):
+        return x * torch.arange(x.shape[0]).float()
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend, dynamic=True)
+    for n in (3, 7, 12):
+        x = torch.randn(n)
+        assert torch.equal(cf(x), f(x))
+
+
+def test_grad_inputs_untouched():
+    w = torch.randn(4, requires_grad=True)
+
+    def f(x):
+        return (x * w + torch.arange(4.0)).sum()
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.randn(4)
+    y = cf(x)
+    y.backward()
+    assert torch.equal(w.grad, x)

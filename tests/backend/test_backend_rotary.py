@@ -1,0 +1,148 @@
+"""Rotary embeddings in the cpu backend: rotate_half, cat((-x[..., h:], x[..., :h]), -1), is
+read inside the pointwise kernel around it (x at rotated offsets of its last dim) instead of
+slicing steps, a negation kernel and a concatenation step. Compared with eager over odd
+half widths, float32 and float64, non-contiguous and broadcast inputs, partial rotary (the
+rotated part a slice of the head), dynamic sizes, 1 and 2 threads; forms it does not take
+(the slices read elsewhere, an odd last dim, the wrong sign) keep their steps."""
+import pytest
+import torch
+
+import shapejit
+from lowering import lowering as _lowering
+
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope(q, cos, sin):
+    return q * cos + rotate_half(q) * sin
+
+
+def _run(fn, *args, dynamic=False, threads=None):
+    backend, made = _lowering()
+    if threads:
+        shapejit.config.threads = threads
+    try:
+        got = shapejit.compile(fn, backend=backend, dynamic=dynamic)(*args)
+    finally:
+        shapejit.config.threads = 0
+    want = fn(*args)
+    tol = dict(rtol=1e-5, atol=1e-6) if want.dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
+    return made
+
+
+def _kinds(made):
+    return [k for m in made for k in getattr(m, "step_kinds", ())]
+
+
+def _eager_ops(made):
+    ops = {}
+    for m in made:
+        for k, v in getattr(m, "stats", {}).get("eager_ops", {}).items():
+            ops[k] = ops.get(k, 0) + v
+    return ops
+
+
+@pytest.mark.parametrize("head", [2, 6, 16, 22, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rope_one_kernel(head, dtype, threads):
+    q = torch.randn(2, 3, 5, head, dtype=dtype)
+    cos, sin = torch.randn(5, head, dtype=dtype), torch.randn(5, head, dtype=dtype)
+    made = _run(rope, q, cos, sin, threads=threads)
+    assert _kinds(made) == ["kernel"], _kinds(made)
+
+
+def test_large_parallel_and_nonfinite():
+    # past the kernels' thread threshold (32768 elements), NaN and inf carried through
+    q = torch.randn(4, 8, 128, 64)
+    q[0, 0, 0, 40] = float("nan")
+    q[1, 2, 3, 3] = float("inf")
+    q[2, 1, 0, 0] = -0.0
+    cos, sin = torch.randn(128, 64), torch.randn(128, 64)
+    made = _run(rope, q, cos, sin, threads=2)
+    assert _kinds(made) == ["kernel"]
+
+
+def test_rotate_half_alone_and_signed_zero():
+    x = torch.tensor([[0.0, -0.0, 1.5, float("nan")], [float("inf"), 2.0, -0.0, 0.0]])
+    backend, made = _lowering()
+    got = shapejit.compile(rotate_half, backend=backend)(x)
+    want = rotate_half(x)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert _kinds(made) == ["kernel"]
+
+
+def test_non_contiguous_and_broadcast():
+    # q transposed (as attention heads are), cos/sin broadcast over batch and heads
+    q = torch.randn(2, 7, 3, 10).transpose(1, 2)
+    cos, sin = torch.randn(1, 1, 7, 10), torch.randn(7, 10)
+    made = _run(rope, q, cos, sin)
+    assert _kinds(made) == ["kernel"]
+    # a strided last dim
+    q = torch.randn(2, 3, 5, 20)[..., ::2]
+    _run(rope, q, torch.randn(5, 10), torch.randn(5, 10))
+
+
+def test_partial_rotary():
+    # GPT-NeoX / Phi: the first rot dims of the head rotate, the rest pass through
+    def f(q, cos, sin):
+        rot, pas = q[..., :6], q[..., 6:]
+        return torch.cat((rope(rot, cos, sin), pas), dim=-1)
+    q = torch.randn(2, 4, 9, 14)
+    made = _run(f, q, torch.randn(9, 6), torch.randn(9, 6))
+    assert "neg" not in _eager_ops(made)
+    assert _eager_ops(made).get("cat", 0) == 0
+
+
+def test_index_forms():
+    def f(x):
+        h = x.shape[-1] // 2
+        return torch.cat([-x[:, :, h:], x[:, :, :h]], 2) * 2
+    made = _run(f, torch.randn(3, 4, 8))
+    assert _kinds(made) == ["kernel"]
+
+
+def test_dynamic_sizes():
+    backend, made = _lowering()
+    cf = shapejit.compile(rope, backend=backend, dynamic=True)
+    for b, s in [(1, 3), (2, 17), (3, 1)]:
+        q = torch.randn(b, 4, s, 12)
+        cos, sin = torch.randn(s, 12), torch.randn(s, 12)
+        torch.testing.assert_close(cf(q, cos, sin), rope(q, cos, sin), rtol=1e-5, atol=1e-6)
+
+
+def test_forms_left_alone():
+    # a slice read elsewhere too: the pattern keeps its steps, the values stay right
+    def shared(x):
+        h = x.shape[-1] // 2
+        lo = x[..., :h]
+        return torch.cat((-x[..., h:], lo), -1) * 2, lo + 1
+    backend, made = _lowering()
+    x = torch.randn(3, 8)
+    got = shapejit.compile(shared, backend=backend)(x)
+    for g, w in zip(got, shared(x)):
+        torch.testing.assert_close(g, w)
+    # the other sign, the other order, an odd last dim: not rotate_half
+    for f, x in [(lambda x: torch.cat((x[..., 4:], -x[..., :4]), -1) + 1, torch.randn(3, 8)),
+                 (lambda x: torch.cat((x[..., :4], -x[..., 4:]), -1) + 1, torch.randn(3, 8)),
+                 (lambda x: torch.cat((-x[..., 3:], x[..., :3]), -1) + 1, torch.randn(3, 7))]:
+        backend, made = _lowering()
+        got = shapejit.compile(f, backend=backend)(x)
+        torch.testing.assert_close(got, f(x))
+        assert "cat" in _kinds(made)
+
+
+def test_int_and_grad_left_alone():
+    x = torch.arange(24).reshape(3, 8)
+    backend, made = _lowering()
+    got = shapejit.compile(lambda x: rotate_half(x) + 1, backend=backend)(x)
+    assert torch.equal(got, rotate_half(x) + 1)
+    assert "cat" in _kinds(made)
