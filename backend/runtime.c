@@ -111,54 +111,6 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
     return lower_new_output_dt(lib, DT_F32, n, r);
 }
 
-/* torch._C._dynamo.guards._empty_strided_cpu(sizes, strides, dtype): the allocation
- * torch.compile's own generated code makes, a CPU tensor as torch.empty makes it (an
- * inference tensor under inference_mode, no grad) without the dispatcher or the argument
- * parser: 0.54 against 1.13 us for an (8, 128) float32, most of a small kernel step's
- * cost. Private to torch, so looked up once and only used when it is there (a
- * builtin); else torch.empty. Outputs are always filled by their kernel, so
- * torch.empty's NaN fill under deterministic algorithms changes nothing. */
-static PyObject *empty_strided_cpu;   /* strong, or NULL */
-static int empty_strided_looked;
-
-/* 0 and *res a new tensor; 1 when the fast allocator is not there (use torch.empty); -1
- * error. */
-static int fast_empty(PyObject **res, PyObject *dto, const int64_t *n, int r)
-{
-    if (!empty_strided_looked) {
-        empty_strided_looked = 1;
-        PyObject *m = PyImport_ImportModule("torch._C._dynamo.guards");   /* new */
-        PyObject *f = m ? PyObject_GetAttrString(m, "_empty_strided_cpu") : NULL;   /* new */
-        Py_XDECREF(m);
-        if (f && PyCFunction_Check(f))
-            empty_strided_cpu = f;
-        else
-            Py_XDECREF(f);
-        PyErr_Clear();
-    }
-    if (!empty_strided_cpu)
-        return 1;
-    PyObject *sz = PyTuple_New(r), *st = PyTuple_New(r);   /* new */
-    int64_t e = 1;
-    for (int d = r - 1; sz && st && d >= 0; d--) {
-        PyObject *a = PyLong_FromLongLong(n[d]), *c = PyLong_FromLongLong(e);   /* new: stolen */
-        if (!a || !c) {
-            Py_XDECREF(a);
-            Py_XDECREF(c);
-            Py_CLEAR(sz);
-            break;
-        }
-        PyTuple_SET_ITEM(sz, d, a);
-        PyTuple_SET_ITEM(st, d, c);
-        e *= n[d] > 1 ? n[d] : 1;
-    }
-    PyObject *args[3] = {sz, st, dto};
-    *res = sz && st ? PyObject_Vectorcall(empty_strided_cpu, args, 3, NULL) : NULL;
-    Py_XDECREF(sz);
-    Py_XDECREF(st);
-    return *res ? 0 : -1;
-}
-
 /* A new contiguous array or tensor of dtype dt and the given sizes. */
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
 {
@@ -179,13 +131,11 @@ PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
         return NULL;
     if (!dtypes[lib][dt] && !(dtypes[lib][dt] = dtype_to_py(dt, lib)))
         PyErr_Clear();
-    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt], *res_fast = NULL;
+    PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt];
     if (!empty || !dto) {
         PyErr_SetString(PyExc_RuntimeError, "shapejit: the library's empty() is not available");
         return NULL;
     }
-    if (lib == LIB_TORCH && r <= SJ_MAX_RANK && fast_empty(&res_fast, dto, n, r) <= 0)
-        return res_fast;
     if (lib == LIB_TORCH && r >= 1 && r <= SJ_MAX_RANK) {
         /* torch.empty(n0, n1, ..., dtype=dt): torch's argument parser takes the sizes as
          * separate ints ~0.5 us faster than as one tuple (1.0 vs 1.5 us a call), which is
