@@ -72,6 +72,7 @@ void emit_put(Buf *b, const char *fmt, ...)
 static const char prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
+    "#include <omp.h>\n"
     "#define SJ_INF __builtin_inff()\n"
     "#define SJ_FLOAT_OPS(S, T, U, FMOD, FLOOR, COPYSIGN, POW)\\\n"
     "static inline T sj_sel##S(int c, T x, T y)\\\n"
@@ -369,6 +370,27 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var)
 void emit_kernel_head(Buf *b, Graph *g, const Kernel *k)
 {
     put(b, "\nCG_EXPORT int64_t %s(const int64_t *n, char *const *p, const int64_t *st, int64_t dense)\n{\n", k->name);
+    emit_kernel_locals(b, g, k);
+}
+
+void emit_kernel_part_head(Buf *b, Graph *g, const Kernel *k)
+{
+    put(b,
+        "\nstatic void %s_part(const int64_t *n, char *const *p, const int64_t *st, int64_t dense, int *sj_bad_out)\n"
+        "{\n",
+        k->name);
+    emit_kernel_locals(b, g, k);
+}
+
+void emit_kernel_part_call(Buf *b, const Kernel *k, const char *work)
+{
+    put(b, "    if (%s >= 32768 && omp_get_max_threads() > 1) {\n#pragma omp parallel\n", work);
+    put(b, "        %s_part(n, p, st, dense, &sj_bad);\n    } else {\n", k->name);
+    put(b, "        %s_part(n, p, st, dense, &sj_bad);\n    }\n    return sj_bad;\n}\n", k->name);
+}
+
+void emit_kernel_locals(Buf *b, Graph *g, const Kernel *k)
+{
     put(b, "    int sj_bad = 0;\n    const int sj_np = %d;\n    (void)sj_np;\n", k->lib == LIB_NUMPY);
     for (int32_t j = 0; j < k->nout; j++) {
         const char *t = lower_ctype((DType)g->values[k->outs[j]].meta.dtype);
@@ -407,23 +429,22 @@ static int bcast_last(Graph *g, const Kernel *k, int32_t v)
 static void put_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
-    emit_kernel_head(b, g, k);
+    emit_kernel_part_head(b, g, k);
     put(b, "    (void)st;\n    int64_t total = 1;\n    for (int d = 0; d < %d; d++)\n        total *= n[d];\n", r);
-    put(b, "    if (total == 0)\n        return 0;\n");
     /* dense: one flat loop */
     put(b, "    if (dense || %d <= 1) {\n", r);
     if (r == 1) {
         /* rank 1 with strides: the flat loop over i * stride */
         put(b, "        if (!dense) {\n");
-        put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
+        put(b, "#pragma omp for schedule(static)\n");
         put(b, "        for (int64_t i = 0; i < total; i++) {\n");
         LastDim l1 = {"i", "st[%d]"};
         put_body(b, g, k, "i * st[%d]", &l1);
-        put(b, "        }\n        return sj_bad;\n        }\n");
+        put(b, "        }\n        goto done;\n        }\n");
     }
     /* blocks of 4096 elements across threads, each a vector loop */
     put(b, "        const int64_t nblk = (total + 4095) / 4096;\n");
-    put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
+    put(b, "#pragma omp for schedule(static)\n");
     put(b, "        for (int64_t blk = 0; blk < nblk; blk++) {\n");
     put(b, "        const int64_t lo = blk * 4096, hi = lo + 4096 < total ? lo + 4096 : total;\n");
     put(b, "#pragma omp simd\n");
@@ -432,11 +453,11 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     snprintf(jd, sizeof jd, "(i %% %lldLL)", (long long)(k->rot ? g->values[k->space].meta.size[r - 1] : 1));
     LastDim ldd = {jd, "1"};
     put_body(b, g, k, "i", &ldd);
-    put(b, "        }\n        }\n        return sj_bad;\n    }\n");
+    put(b, "        }\n        }\n        goto done;\n    }\n");
     if (r >= 2) {
         /* strided: the outer dims by index decomposition, the last dim innermost */
         put(b, "    const int64_t inner = n[%d], outer = total / inner;\n", r - 1);
-        put(b, "#pragma omp parallel for if (total >= 32768) schedule(static)\n");
+        put(b, "#pragma omp for schedule(static)\n");
         put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
         put(b, "        int64_t base[%d] = {0}, rem = o;\n", nops);
         put(b, "        for (int d = %d; d >= 0; d--) {\n", r - 2);
@@ -467,7 +488,11 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         put_body(b, g, k, fmt, &lv);
         put(b, "        }\n        }\n    }\n");
     }
-    put(b, "    return sj_bad;\n}\n");
+    put(b, "done:\n    if (sj_bad)\n        __atomic_store_n(sj_bad_out, 1, __ATOMIC_RELAXED);\n}\n");
+    emit_kernel_head(b, g, k);
+    put(b, "    int64_t total = 1;\n    for (int d = 0; d < %d; d++)\n        total *= n[d];\n", r);
+    put(b, "    if (total == 0)\n        return 0;\n");
+    emit_kernel_part_call(b, k, "total");
 }
 
 static void put_any_kernel(Buf *b, Graph *g, const Kernel *k)

@@ -692,6 +692,35 @@ static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
     put(b, "    return sj_bad;\n    }\n");
 }
 
+/* The locals every part of a reduction kernel reads: each operand's stride along the last
+ * reduced dim (sr) and along the last dim (sl), the reduced and kept counts N and outer
+ * (returning `ret` when there is no output element) and `fast`. */
+static void put_locals(Buf *b, const Kernel *k, int nops, int last, const char *ret)
+{
+    int r = k->rank;
+    uint32_t mask = k->red.mask;
+    put(b, "    (void)n; (void)p; (void)st; (void)dense;\n");
+    /* as locals: read through st inside a loop, GCC reloads them per element (st may alias
+     * the outputs) and the strided loops cannot vectorise */
+    for (int j = 0; r > 0 && j < nops; j++)
+        put(b, "    const int64_t sr%d = st[%d], sl%d = st[%d];\n    (void)sr%d; (void)sl%d;\n", j, j * r + last, j,
+            j * r + r - 1, j, j);
+    put(b, "    int64_t N = 1, outer = 1;\n");
+    for (int d = 0; d < r; d++)
+        put(b, "    %s *= n[%d];\n", (mask >> d) & 1 ? "N" : "outer", d);
+    put(b, "    if (outer == 0)\n        return%s;\n", ret);
+    /* fast: every operand read or written per element walks the R dims contiguously */
+    put(b, "    int fast = 1;\n");
+    for (int j = is_row(k) ? 0 : 1; j < nops; j++) {
+        put(b, "    { int64_t e = 1;");
+        for (int d = r - 1; d >= 0; d--)
+            if ((mask >> d) & 1)
+                put(b, " if (n[%d] != 1 && st[%d] != e) fast = 0; e *= n[%d];", d, j * r + d, d);
+        put(b, " (void)e; }\n");
+    }
+    put(b, "    (void)fast;\n");
+}
+
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -720,40 +749,15 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
                 put(b, "    q = i %% n[%d]; i /= n[%d]; o += q * st[j * %d + %d];\n", d, d, r, d);
         put(b, "    return o;\n}\n");
     }
-    emit_kernel_head(b, g, k);
-    put(b, "    (void)n; (void)p; (void)st; (void)dense;\n");
-    /* each operand's stride along the last reduced dim and along the last dim, as locals:
-     * read through st inside a loop, GCC reloads them per element (st may alias the
-     * outputs) and the strided loops cannot vectorise */
-    for (int j = 0; r > 0 && nops <= SJ_KMAX_OPERANDS && j < nops; j++)
-        put(b, "    const int64_t sr%d = st[%d], sl%d = st[%d];\n    (void)sr%d; (void)sl%d;\n", j, j * r + last, j,
-            j * r + r - 1, j, j);
     if (k->nout == 0 || nops > SJ_KMAX_OPERANDS) {
-        put(b, "    return 0;\n}\n");   /* nothing it computes is read: never called */
+        emit_kernel_head(b, g, k);
+        put(b, "    (void)n; (void)p; (void)st; (void)dense;\n    return 0;\n}\n");   /* never called */
         return;
     }
-    put(b, "    int64_t N = 1, outer = 1;\n");
-    for (int d = 0; d < r; d++)
-        put(b, "    %s *= n[%d];\n", (mask >> d) & 1 ? "N" : "outer", d);
-    put(b, "    if (outer == 0)\n        return 0;\n");
-    /* fast: every operand read or written per element walks the R dims contiguously */
-    put(b, "    int fast = 1;\n");
-    for (int j = is_row(k) ? 0 : 1; j < nops; j++) {
-        put(b, "    { int64_t e = 1;");
-        for (int d = r - 1; d >= 0; d--)
-            if ((mask >> d) & 1)
-                put(b, " if (n[%d] != 1 && st[%d] != e) fast = 0; e *= n[%d];", d, j * r + d, d);
-        put(b, " (void)e; }\n");
-    }
-    if (!is_row(k) && r >= 2 && nr >= 1 && !((mask >> (r - 1)) & 1)) {
-        put(b, "    if (!fast && n[%d] > 1) {\n", r - 1);
-        put_columns(b, g, k, slow);
-        put(b, "        return sj_bad;\n    }\n");
-    }
-    put_split(b, g, k, nops);
-    /* each thread walks a run of consecutive outputs: their offsets by an odometer over the
-     * kept dims (divisions only at the start of the run) */
-    put(b, "#pragma omp parallel if (outer * N >= 32768)\n    {\n");
+    /* the rows, each thread a run of consecutive outputs: their offsets by an odometer over
+     * the kept dims (divisions only at the start of the run) */
+    emit_kernel_part_head(b, g, k);
+    put_locals(b, k, nops, last, "");
     put(b, "    int64_t base[%d] = {0}, prev = -2;\n", nops);
     for (int d = 0; d < r; d++)
         if (!((mask >> d) & 1))
@@ -772,5 +776,15 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
     put_row(b, g, k, "base[%d] + i");
     put(b, "        } else {\n");
     put_row(b, g, k, slow);
-    put(b, "        }\n    }\n    }\n    return sj_bad;\n}\n");
+    put(b, "        }\n    }\n    if (sj_bad)\n        __atomic_store_n(sj_bad_out, 1, __ATOMIC_RELAXED);\n}\n");
+    /* the kernel: column order and the split of one long row have loops of their own */
+    emit_kernel_head(b, g, k);
+    put_locals(b, k, nops, last, " 0");
+    if (!is_row(k) && r >= 2 && nr >= 1 && !((mask >> (r - 1)) & 1)) {
+        put(b, "    if (!fast && n[%d] > 1) {\n", r - 1);
+        put_columns(b, g, k, slow);
+        put(b, "        return sj_bad;\n    }\n");
+    }
+    put_split(b, g, k, nops);
+    emit_kernel_part_call(b, k, "outer * N");
 }

@@ -114,6 +114,16 @@ void emit_epilogue(Buf *b, Graph *g, const Kernel *k, const char *var);
 /* The opening of k's function: its signature, `int sj_bad` (returned: 1 hands the nodes
  * back to eager), `sj_np`, and typed pointers outJ / inI to the operands' data. */
 void emit_kernel_head(Buf *b, Graph *g, const Kernel *k);
+/* A kernel's loops live in `static void <name>_part(n, p, st, dense, int *sj_bad_out)`
+ * (emit_kernel_part_head opens it, with the kernel's locals; its worksharing loops are
+ * orphaned `omp for`s) and the exported kernel calls it (emit_kernel_part_call): inside an
+ * `omp parallel` region when `work` (a C expression) reaches 32768 and there is more than
+ * one thread, else directly. A parallel region costs ~0.45 us even with one thread or a
+ * false `if` clause (libgomp starts a team of one and wakes its barrier by a futex
+ * syscall), which is most of a small kernel's call. */
+void emit_kernel_part_head(Buf *b, Graph *g, const Kernel *k);
+void emit_kernel_part_call(Buf *b, const Kernel *k, const char *work);
+void emit_kernel_locals(Buf *b, Graph *g, const Kernel *k);
 
 /* ---------------------------------------------------------- emit_reduce.c ---- */
 

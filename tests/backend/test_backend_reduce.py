@@ -405,7 +405,7 @@ def test_row_epilogue_math_pass(epi):
                 _close(c(xt, w, b), fn(xt, w, b))
             assert made and all(m.stats["eager_fallbacks"] == 0 for m in made)
             src = made[0].source
-            body = src[src.index("CG_EXPORT"):]
+            body = src[src.index("_part("):]   # the kernel, after the prelude
             # two loops per layout read the stored row when the epilogue has its own pass
             assert body.count("float y = out0[") == (4 if split else 2), (fn.__name__, epi)
 

@@ -318,7 +318,7 @@ def _simd_loops(text):
 def test_helpers_in_kernels(kernel_sources):
     """The ops run in generated kernels, not as eager steps (else the chains would test
     eager's code)."""
-    body = "\n".join(t[t.index("CG_EXPORT"):] for t, _, _ in kernel_sources.values() if "CG_EXPORT" in t)
+    body = "\n".join(t[t.index("_part("):] for t, _, _ in kernel_sources.values() if "_part(" in t)
     for helper in ("sj_relu(", "sj_clamp(", "sj_max(", "sj_min(", "sj_maxd(", "sj_clampd(", "sj_sel(", "sj_seld(",
                    "sj_pow(", "sj_powd(", "sj_erff(", "sj_relud("):
         assert helper in body, helper
