@@ -136,6 +136,12 @@ static int node_folds(const Graph *g, int32_t ni, const uint8_t *fold)
     return 1;
 }
 
+/* The kind of node nd's op; -1 for a graph input (OP_INPUT is no row of op_info). */
+static int node_kind(const Node *nd)
+{
+    return nd->op == OP_INPUT ? -1 : (int)op_info[nd->op].kind;
+}
+
 /* 1 when value v is made by a folded node or may share the memory of one's value. */
 static int may_alias_folded(const Graph *g, int32_t v, const uint8_t *fold)
 {
@@ -143,7 +149,7 @@ static int may_alias_folded(const Graph *g, int32_t v, const uint8_t *fold)
         const Node *def = &g->nodes[g->values[v].node];
         if (fold[g->values[v].node])
             return 1;
-        if (!(op_info[def->op].kind == OPK_VIEW || op_info[def->op].kind == OPK_MUTATION || def->op == OP_CAST ||
+        if (!(node_kind(def) == OPK_VIEW || node_kind(def) == OPK_MUTATION || def->op == OP_CAST ||
               def->op == OP_CONTIGUOUS || (def->flags & NODE_INPLACE)) ||
             def->nargs < 1)
             return 0;
@@ -197,7 +203,7 @@ int step_const_plan(Graph *g, LowerPlan *p, uint8_t *fold, int32_t *node_step)
         w.hit |= may_alias_folded(g, g->outputs[i], fold);
     for (int32_t ni = 0; ni < g->nnodes && !w.hit; ni++) {
         const Node *nd = &g->nodes[ni];
-        if (!fold[ni] && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || op_info[nd->op].kind == OPK_MUTATION))
+        if (!fold[ni] && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || node_kind(nd) == OPK_MUTATION))
             lower_node_reads(g, ni, note_write, &w);
     }
     if (w.hit) {
