@@ -257,11 +257,10 @@ static void put_rot(Buf *b, Graph *g, const Kernel *k, int32_t i, int32_t ni, co
 {
     RotRead rr;
     int32_t in = -1;
-    for (int32_t q = 0; q < k->nin && !plan_rot_match(g, ni, &rr); q++)
-        if (k->ins[q] == rr.x) {
-            in = q;
-            break;
-        }
+    if (!plan_rot_match(g, ni, &rr))
+        for (int32_t q = 0; q < k->nin && in < 0; q++)
+            if (k->ins[q] == rr.x)
+                in = q;
     if (in < 0 || !ld) {
         b->failed = 1;
         return;

@@ -244,6 +244,10 @@ int lower_push_step(LowerPlan *p, StepKind kind, void **arr, int32_t *n, size_t 
 int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObject **vals);
 /* d[names[i]] = vals[i] for i < n. 0 or -1 with an exception. */
 int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals);
+/* Copies the elements of src (sizes n, strides ss, in elements of `item` bytes, r >= 1) to
+ * dst (strides ds): the last dim innermost, a memcpy when both walk it contiguously. */
+void lower_copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
+                        size_t item);
 
 /* Which weight tensor a copy kept across calls was made from (step_conv.c's reordered
  * weights, step_matmul.c's row-major weights): valid while the tensor is the same object

@@ -89,40 +89,6 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
     return ni;
 }
 
-/* Copies the elements of src (sizes n, strides ss, in elements of `item` bytes) to dst
- * (strides ds): the last dim innermost, a memcpy when both walk it contiguously. */
-static void copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
-                         size_t item)
-{
-    int64_t idx[SJ_MAX_RANK] = {0};
-    for (int d = 0; d < r; d++)
-        if (n[d] == 0)
-            return;
-    int64_t inner = n[r - 1];
-    int unit = ds[r - 1] == 1 && ss[r - 1] == 1;
-    for (;;) {
-        int64_t so = 0, dof = 0;
-        for (int d = 0; d < r - 1; d++) {
-            so += idx[d] * ss[d];
-            dof += idx[d] * ds[d];
-        }
-        if (unit) {
-            memcpy(dst + dof * (int64_t)item, src + so * (int64_t)item, (size_t)inner * item);
-        } else {
-            for (int64_t i = 0; i < inner; i++)
-                memcpy(dst + (dof + i * ds[r - 1]) * (int64_t)item, src + (so + i * ss[r - 1]) * (int64_t)item, item);
-        }
-        int d = r - 2;
-        for (; d >= 0; d--) {
-            if (++idx[d] < n[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
-}
-
 int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
 {
     CatStep *s = &p->cats[idx];
@@ -166,8 +132,8 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             ost[d] = o.stride[d];
         Py_BEGIN_ALLOW_THREADS for (int32_t i = 0; i < s->nin; i++)
         {
-            copy_strided(o.data + at * ost[s->dim] * (int64_t)item, ost, ops[i].data, ops[i].stride, ops[i].size, r,
-                         item);
+            lower_copy_strided(o.data + at * ost[s->dim] * (int64_t)item, ost, ops[i].data, ops[i].stride, ops[i].size,
+                               r, item);
             at += ops[i].size[s->dim];
         }
         Py_END_ALLOW_THREADS s->calls++;

@@ -1,7 +1,8 @@
-/* What the oneDNN steps (step_matmul.c, step_conv.c) and step_cat.c share: finding the value
- * behind a bound argument, reading a constant int or number argument, appending a step to the plan, running a step's nodes eagerly, adding
- * their counters to CompiledGraph.stats, telling whether a weight copy kept across calls
- * is still the weight's, and whether an operand holds inf or NaN.
+/* What the steps share (step_matmul.c, step_conv.c, step_cat.c, step_views.c): finding the
+ * value behind a bound argument, reading a constant int or number argument, appending a
+ * step to the plan, running a step's nodes eagerly, adding their counters to
+ * CompiledGraph.stats, telling whether a weight copy kept across calls is still the
+ * weight's, whether an operand holds inf or NaN, and a strided copy.
  *
  * Memory: nothing here holds a Python reference beyond a call, except KeptId's weak
  * reference (owned by the KeptId, released by lower_kept_clear). */
@@ -206,4 +207,36 @@ int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o)
     else
         lower_kept_clear(&f->id);
     return finite;
+}
+
+void lower_copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
+                        size_t item)
+{
+    int64_t idx[SJ_MAX_RANK] = {0};
+    for (int d = 0; d < r; d++)
+        if (n[d] == 0)
+            return;
+    int64_t inner = n[r - 1];
+    int unit = ds[r - 1] == 1 && ss[r - 1] == 1;
+    for (;;) {
+        int64_t so = 0, dof = 0;
+        for (int d = 0; d < r - 1; d++) {
+            so += idx[d] * ss[d];
+            dof += idx[d] * ds[d];
+        }
+        if (unit) {
+            memcpy(dst + dof * (int64_t)item, src + so * (int64_t)item, (size_t)inner * item);
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dst + (dof + i * ds[r - 1]) * (int64_t)item, src + (so + i * ss[r - 1]) * (int64_t)item, item);
+        }
+        int d = r - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < n[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
 }

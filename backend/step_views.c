@@ -371,36 +371,6 @@ static int record_copy(ViewChain *c, PyObject *base, const TensorMeta *bm, const
     return 0;
 }
 
-/* Copies the view of `src` (sizes n, strides ss in elements of `item` bytes, r >= 1) in
- * order into the contiguous dst: a row at a time, one memcpy when the last dim is
- * contiguous. */
-static void copy_in_order(char *dst, const char *src, const int64_t *n, const int64_t *ss, int r, size_t item)
-{
-    int64_t idx[SJ_MAX_RANK] = {0}, rows = 1, inner = n[r - 1];
-    for (int d = 0; d < r; d++)
-        if (n[d] == 0)
-            return;
-    for (int d = 0; d < r - 1; d++)
-        rows *= n[d];
-    size_t row_bytes = (size_t)inner * item;
-    for (int64_t k = 0; k < rows; k++, dst += row_bytes) {
-        int64_t off = 0;
-        for (int d = 0; d < r - 1; d++)
-            off += idx[d] * ss[d];
-        const char *s = src + off * (int64_t)item;
-        if (ss[r - 1] == 1)
-            memcpy(dst, s, row_bytes);
-        else
-            for (int64_t e = 0; e < inner; e++)
-                memcpy(dst + e * (int64_t)item, s + e * ss[r - 1] * (int64_t)item, item);
-        for (int d = r - 2; d >= 0; d--) {
-            if (++idx[d] < n[d])
-                break;
-            idx[d] = 0;
-        }
-    }
-}
-
 /* Copy mode's run: the view's elements from base's memory into a new contiguous output. */
 static int run_copy(ViewChain *c, PyObject *base, PyObject **vals)
 {
@@ -427,7 +397,12 @@ static int run_copy(ViewChain *c, PyObject *base, PyObject **vals)
         return r < 0 ? -1 : 1;
     }
     size_t item = (size_t)dtype_info[c->dt].itemsize;
-    copy_in_order(out.data, b.data + c->delta * (long long)item, n, ss, pr, item);
+    int64_t ds[SJ_MAX_RANK], e = 1;   /* the view's elements in order: contiguous strides */
+    for (int d = pr - 1; d >= 0; d--) {
+        ds[d] = e;
+        e *= n[d];
+    }
+    lower_copy_strided(out.data, ds, b.data + c->delta * (long long)item, ss, n, pr, item);
     Py_XSETREF(vals[c->out], o);
     c->copies++;
     return 0;
