@@ -422,6 +422,11 @@ def test_missing_compiler(cache, monkeypatch):
 
 
 def test_compiler_timeout_kills_it(cache, tmp_path, monkeypatch):
+    # the kernel build's own timeout: a cpu_target other than native (the AVX2 set-up's
+    # SHAPEJIT_CPU_TARGET, which wins over the knob) would first run a probe through the
+    # same slow compiler
+    monkeypatch.delenv("SHAPEJIT_CPU_TARGET", raising=False)
+    monkeypatch.setattr(shapejit.config, "cpu_target", "native")
     slow = tmp_path / "slowcc"
     slow.write_text('#!/bin/sh\ncase " $* " in *" -E "*) exec cc "$@";; esac\nsleep 30\n')
     slow.chmod(0o755)
