@@ -104,6 +104,7 @@ typedef struct {
     ConstStep *consts;
     int32_t nconsts;
     int64_t kernel_calls;        /* kernels called (CompiledGraph.stats) */
+    int64_t kernel_copies;       /* nodes a later kernel recomputes (plan_remat.c) */
     int64_t kernel_eager_runs;   /* kernel calls whose nodes ran eagerly instead */
     /* Values nothing reads after step i (not graph outputs): release[release_at[i] ..
      * release_at[i + 1]), dropped from the run's vals[] once step i is done, so a run holds
@@ -138,7 +139,7 @@ PyObject *steps_py_kinds(PyObject *self, PyObject *unused);
 int step_kernel_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_kernel_free(LowerPlan *p);
 /* {"kernels", "kernel_functions", "kernels_over_budget", "kernel_calls",
- * "eager_fallbacks"} added to d. */
+ * "eager_fallbacks", "recomputed_nodes"} added to d. */
 int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 /* step_kernel.c: runs eager step `ni` (the node's original call). 0 or -1. */
 int step_eager_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals);

@@ -84,6 +84,14 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr);
  * last_use[x] is moved to the cat. 0, or -1 with MemoryError. */
 int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use);
 
+/* ---------------------------------------------------------- plan_remat.c ---- */
+
+/* Pointwise values recomputed by the later kernels reading them instead of stored
+ * (plan_remat.c): chains join those kernels' node lists and recomputed[v] (nvalues
+ * entries, zeroed by the caller) marks the values no kernel stores any longer; last_use as
+ * lower_plan's. 0, or -1 with MemoryError. */
+int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recomputed);
+
 /* ---------------------------------------------------------------- emit.c ---- */
 
 typedef struct {

@@ -144,10 +144,12 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
     return 0;
 }
 
-/* Which values made inside k are read after it: its outputs. A reduction's value (its
- * last node: reductions take no epilogue) comes first, then the prologue values it stores
- * (lower_out_layout). */
-static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
+/* Which values made inside k (kernel ki) are read after it: its outputs. A reduction's
+ * value (its last node: reductions take no epilogue) comes first, then the prologue values
+ * it stores (lower_out_layout). A value is stored by the first kernel computing it
+ * (first[node]) unless every later reader recomputes it (recomputed[v], plan_remat.c). */
+static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *last_use, const int32_t *first,
+                         const uint8_t *recomputed)
 {
     int32_t last = k->nodes[k->nnodes - 1];
     int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN;
@@ -156,7 +158,7 @@ static void find_outputs(const Graph *g, Kernel *k, const int32_t *last_use)
         k->outs[k->nout++] = g->nodes[last].first_value;
     for (int32_t i = 0; i < k->nnodes - reduces; i++) {
         int32_t v = g->nodes[k->nodes[i]].first_value;
-        if (last_use[v] > last)
+        if (first[k->nodes[i]] == ki && !recomputed[v] && last_use[v] > last)
             k->outs[k->nout++] = v;
     }
 }
@@ -169,6 +171,52 @@ void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t 
 static void note_use(void *last_use, int32_t ni, int32_t v)
 {
     ((int32_t *)last_use)[v] = ni;
+}
+
+/* Kernels that store nothing (every value they make is recomputed by a later kernel, or
+ * read by no one) leave the plan: neither built nor run. Steps and kernels are renumbered;
+ * node_step (filled for the other steps so far) follows. 0, or -1 with MemoryError. */
+static int drop_dead_kernels(LowerPlan *p, int32_t *node_step, int32_t nnodes)
+{
+    int32_t dead = 0;
+    for (int32_t i = 0; i < p->nkernels; i++)
+        dead += p->kernels[i].nout == 0;
+    if (dead == 0)
+        return 0;
+    int32_t *kmap = PyMem_Malloc(sizeof(int32_t) * (size_t)p->nkernels);
+    int32_t *smap = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
+    if (!kmap || !smap) {
+        PyMem_Free(kmap);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t nk = 0;
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        if (p->kernels[i].nout == 0) {
+            PyMem_Free(p->kernels[i].nodes);
+            kmap[i] = -1;
+            continue;
+        }
+        kmap[i] = nk;
+        p->kernels[nk++] = p->kernels[i];
+    }
+    p->nkernels = nk;
+    int32_t ns = 0;
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        Step s = p->steps[i];
+        if (s.kind == STEP_KERNEL)
+            s.index = kmap[s.index];
+        smap[i] = s.index < 0 ? -1 : ns;
+        if (s.index >= 0)
+            p->steps[ns++] = s;
+    }
+    for (int32_t ni = 0; ni < nnodes; ni++)
+        if (node_step[ni] >= 0)
+            node_step[ni] = smap[node_step[ni]];
+    p->nsteps = ns;
+    PyMem_Free(kmap);
+    PyMem_Free(smap);
+    return 0;
 }
 
 /* ------------------------------------------------------------- releases ---- */
@@ -310,7 +358,7 @@ int lower_plan(Graph *g, LowerPlan *out)
     /* rotate_half patterns: their slices and negation wait for their cat (plan_rot.c);
      * nodes that read no graph input: computed once, by the first step (step_const.c) */
     int32_t *rot_of = PyMem_Malloc(sizeof(int32_t) * (size_t)(g->nnodes ? g->nnodes : 1));
-    uint8_t *fold = PyMem_Malloc((size_t)(g->nnodes ? g->nnodes : 1));
+    uint8_t *fold = PyMem_Malloc((size_t)(g->nnodes ? g->nnodes : 1)), *recomputed = NULL;
     if (!rot_of || !fold) {
         PyErr_NoMemory();
         goto fail;
@@ -406,8 +454,26 @@ int lower_plan(Graph *g, LowerPlan *out)
         if (plan_push((void **)&out->steps, &out->nsteps, sizeof s, &s) < 0)
             goto fail;
     }
+    recomputed = PyMem_Calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+    if (!recomputed) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (plan_remat(g, out, last_use, recomputed) < 0)
+        goto fail;
+    /* the first kernel computing each node (in rot_of's storage, no longer needed) */
+    int32_t *first = (int32_t *)rot_of;
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        first[ni] = -1;
+    for (int32_t i = out->nkernels - 1; i >= 0; i--)
+        for (int32_t j = 0; j < out->kernels[i].nnodes; j++)
+            first[out->kernels[i].nodes[j]] = i;
     for (int32_t i = 0; i < out->nkernels; i++)
-        find_outputs(g, &out->kernels[i], last_use);
+        find_outputs(g, &out->kernels[i], i, last_use, first, recomputed);
+    if (drop_dead_kernels(out, node_step, g->nnodes) < 0)
+        goto fail;
+    /* a node a later kernel recomputes is the last such kernel's (what it reads is held
+     * until then: plan_releases) */
     for (int32_t i = 0; i < out->nsteps; i++)
         if (out->steps[i].kind == STEP_KERNEL) {
             const Kernel *k = &out->kernels[out->steps[i].index];
@@ -420,11 +486,13 @@ int lower_plan(Graph *g, LowerPlan *out)
     if (plan_releases(g, out, node_step) < 0)
         goto fail;
     out->node_step = node_step;
+    PyMem_Free(recomputed);
     PyMem_Free(fold);
     PyMem_Free(rot_of);
     PyMem_Free(last_use);
     return 0;
 fail:
+    PyMem_Free(recomputed);
     PyMem_Free(fold);
     PyMem_Free(rot_of);
     PyMem_Free(node_step);

@@ -150,10 +150,10 @@ int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d)
             first = p->kernels[j].fn != k->fn;
         nfn += first;
     }
-    static const char *const names[5] = {"kernels", "kernel_functions", "kernels_over_budget", "kernel_calls",
-                                         "eager_fallbacks"};
-    long long vals[5] = {p->nkernels, nfn, over, p->kernel_calls, p->kernel_eager_runs};
-    return lower_put_counts(d, 5, names, vals);
+    static const char *const names[6] = {"kernels",      "kernel_functions", "kernels_over_budget",
+                                         "kernel_calls", "eager_fallbacks",  "recomputed_nodes"};
+    long long vals[6] = {p->nkernels, nfn, over, p->kernel_calls, p->kernel_eager_runs, p->kernel_copies};
+    return lower_put_counts(d, 6, names, vals);
 }
 
 /* --------------------------------------------------------------- eager ---- */
