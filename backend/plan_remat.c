@@ -23,7 +23,8 @@
  * node stays last) and v leaves the inputs; A no longer stores v (lower_plan's outputs:
  * only the first kernel making a value stores it, and a recomputed value is not stored).
  * A kernel that hands its nodes back to eager runs them all, the chain included: the same
- * values again. Nodes that write in place or into an out= array are never copied.
+ * values again. Nodes that write in place or into an out= array are never copied, and no
+ * chain spans one (its leaves, read again later, could have changed in between).
  *
  * Memory: PyMem scratch arrays freed before return; nothing here holds a Python
  * reference. */
@@ -37,6 +38,8 @@ typedef struct {
     Graph *g;
     LowerPlan *p;
     const int32_t *last_use;
+    int32_t *writes;      /* per node: how many nodes before it write into memory (in place,
+                             setitem, out=), nnodes + 1 entries */
     int32_t *first;       /* per node: the first kernel computing it, -1 */
     uint8_t *recomputed;  /* per value: no longer stored */
     int32_t *rstart;      /* per value: its readers, rnode[rstart[v] .. rstart[v + 1]) */
@@ -90,6 +93,11 @@ static int stored(const Remat *r, int32_t v)
         if (r->g->outputs[i] == v)
             return 1;
     return r->last_use[v] > k->nodes[k->nnodes - 1];
+}
+
+static int writes_memory(const Node *nd)
+{
+    return op_info[nd->op].kind == OPK_MUTATION || (nd->flags & (NODE_INPLACE | NODE_OUT));
 }
 
 /* A node a chain may copy: one output, pure, lowered by kernels. */
@@ -178,6 +186,13 @@ static int chain_for(const Remat *r, const Kernel *k, int32_t v, Chain *c)
     for (int32_t j = 0; j < k->nin && !full; j++)   /* the inputs k keeps */
         full = k->ins[j] != v && lower_same_dims(&g->values[k->ins[j]].meta, space);
     if (!full || fresh_full > 1)
+        return 1;
+    /* the leaves are read again when k runs: nothing may have written into any memory
+     * (a leaf or what it views) since the chain's nodes read them */
+    int32_t from = c->nodes[0];
+    for (int i = 1; i < c->n; i++)
+        from = c->nodes[i] < from ? c->nodes[i] : from;
+    if (r->writes[k->nodes[k->nnodes - 1] + 1] != r->writes[from])
         return 1;
     /* outputs are not known yet: keep room for as many as the kernel has nodes */
     return k->nin - 1 + fresh + k->nnodes + c->n + 3 >= SJ_KMAX_OPERANDS - 2;
@@ -274,11 +289,21 @@ static void fill_reader(void *ctx, int32_t ni, int32_t v)
 int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recomputed)
 {
     size_t nn = (size_t)(g->nnodes ? g->nnodes : 1), nv = (size_t)g->nvalues + 1;
-    Remat r = {g,    p, last_use, PyMem_Malloc(sizeof(int32_t) * nn), recomputed, PyMem_Calloc(nv + 1, sizeof(int32_t)),
-               NULL, 0};
+    Remat r = {g,
+               p,
+               last_use,
+               PyMem_Malloc(sizeof(int32_t) * (nn + 1)),
+               PyMem_Malloc(sizeof(int32_t) * nn),
+               recomputed,
+               PyMem_Calloc(nv + 1, sizeof(int32_t)),
+               NULL,
+               0};
     int rc = -1;
-    if (!r.first || !r.rstart)
+    if (!r.writes || !r.first || !r.rstart)
         goto nomem;
+    r.writes[0] = 0;
+    for (int32_t ni = 0; ni < g->nnodes; ni++)
+        r.writes[ni + 1] = r.writes[ni] + writes_memory(&g->nodes[ni]);
     for (int32_t ni = 0; ni < g->nnodes; ni++)
         r.first[ni] = -1;
     for (int32_t ki = p->nkernels - 1; ki >= 0; ki--)
@@ -319,6 +344,7 @@ int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recompu
 nomem:
     PyErr_NoMemory();
 done:
+    PyMem_Free(r.writes);
     PyMem_Free(r.first);
     PyMem_Free(r.rstart);
     PyMem_Free(r.rnode);

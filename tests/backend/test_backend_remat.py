@@ -173,3 +173,33 @@ def test_integer_division_by_zero_raises_as_eager():
         f(x, y)
     with pytest.raises(type(want.value)):
         fn(x, y)
+
+
+def test_write_in_place_between_maker_and_reader_keeps_it_stored():
+    def f(x, m):
+        d = x - m
+        s = d.sum(0)
+        x[1:].add_(1.0)            # x (through a view) changes after d was made
+        return s, (d * d).amax(0), x * 1.0
+
+    x, m = torch.randn(12, 5), torch.randn(5)
+    fn, made = _compiled(f)
+    x1 = x.clone()
+    got, want = fn(x1, m), f(x.clone(), m)
+    close(got, want)
+    assert _recomputed(made) == 0
+
+
+def test_numpy_out_between_maker_and_reader_keeps_it_stored():
+    def f(x, m):
+        d = x - m
+        s = d.sum(axis=0)
+        np.multiply(x, 2.0, out=x)  # x changes after d was made
+        return s, (d * d).max(axis=0)
+
+    x = np.random.default_rng(3).standard_normal((12, 5)).astype(np.float32)
+    m = np.random.default_rng(4).standard_normal(5).astype(np.float32)
+    fn, made = _compiled(f)
+    got, want = fn(x.copy(), m), f(x.copy(), m)
+    close(got, want)
+    assert _recomputed(made) == 0
