@@ -305,7 +305,7 @@ int lower_build_full(Graph *g, LowerPlan *p, int32_t i)
     Kernel *k = &p->kernels[i];
     if (k->full)
         return 0;
-    if (k->full_building)
+    if (k->full_building || k->full_failed)
         return 1;
     Kernel c = *k;   /* the full variant, named after its own text */
     c.lean = 0;
@@ -329,7 +329,19 @@ int lower_build_full(Graph *g, LowerPlan *p, int32_t i)
     k->full_building = 0;
     if (!ok) {
         PyMem_Free(f);
-        return -1;
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;   /* an interrupt */
+        /* never wrong without it: the kernel's nodes run eagerly when it would be needed */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        sj_log(LOG_OUTPUT_CODE, SJ_WARNING,
+               "the full variant of kernel %s could not be built (%S): its strided calls run eagerly", k->name,
+               ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        k->full_failed = 1;
+        return 1;
     }
     sj_log(LOG_OUTPUT_CODE, SJ_DEBUG, "built the full variant %s of lean kernel %s (rows not contiguous)", c.name,
            k->name);

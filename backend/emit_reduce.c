@@ -14,10 +14,9 @@
  * the R dims (a multiply for a single R dim). A lean kernel (build.c builds reductions
  * lean) has only the loops its plan most likely runs: the contiguous rows (and the split
  * of one long row when it reduces every dim), or, when it keeps its last dim, the columns
- * only; asked for the rest it returns SJ_KERNEL_WANTS_FULL before any write, and the
- * caller builds and runs the full variant (lower_build_full).
- * A reduction that keeps the last dim and
- * cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
+ * whose operands have unit stride along it only; asked for the rest it returns
+ * SJ_KERNEL_WANTS_FULL before any write, and the caller builds and runs the full variant
+ * (lower_build_full). A reduction that keeps the last dim and cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
  * (put_columns): rows into a tile of outputs, vectorised across the outputs; with fewer
  * tiles than threads the rows are split across the threads too. A whole-tensor reduction
  * of one long row splits the row (put_split).
@@ -564,6 +563,8 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        int unit = 1;\n");
     for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
         put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
+    if (k->lean)   /* nothing written yet: columns of other strides are the full variant's */
+        put(b, "        if (!unit)\n            return %d;\n", SJ_KERNEL_WANTS_FULL);
     put_columns_plan(b);
     /* sized by the split (a VLA): the unsplit kernel's stack stays as small as before */
     put(b, "        %s part[nsplit > 1 ? outer2 * ntile * nsplit : 1][%d];\n", pt, COLS);
@@ -602,12 +603,13 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, roff, j, j);
         put(b, ";\n");
     }
-    /* the same row body twice: unit strides along the last dim (vectorised), or any */
+    /* the same row body twice: unit strides along the last dim (vectorised), or any (not
+     * in a lean kernel) */
     char fmt[96];
-    for (int u = 1; u >= 0; u--) {
+    for (int u = 1; u >= (k->lean ? 1 : 0); u--) {
         if (u) {
             snprintf(fmt, sizeof fmt, "cur[%%d] + jj");
-            put(b, "        if (unit) {\n#pragma omp simd\n");
+            put(b, k->lean ? "        {\n#pragma omp simd\n" : "        if (unit) {\n#pragma omp simd\n");
         } else {
             snprintf(fmt, sizeof fmt, "cur[%%d] + jj * sl%%d");
             put(b, "        } else {\n");
@@ -623,7 +625,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
             put(b, "            acc[jj] = v %s acc[jj] ? v : acc[jj];\n", is_max ? ">" : "<");
         put(b, "        }\n");
     }
-    put(b, "        }\n        }\n");   /* the else, the loop over i */
+    put(b, "        }\n        }\n");   /* the else (the block), the loop over i */
     if (sum && fl) {
         /* the block's column sums join the cascade (sj_cascade_push, per column) */
         put(b, "        { int64_t c = cnt++; int l = 0;\n");

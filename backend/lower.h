@@ -67,6 +67,7 @@ typedef struct {
                                            rest (rows whose reduced dims are not contiguous,
                                            ...), about half the compile time */
     int full_building;                  /* the full variant's build is under way */
+    int full_failed;                    /* it could not be built (logged): eager instead */
     struct KernelFull *full;            /* PyMem, or NULL: the full variant, built on the
                                            first call that needed it (build.c) */
     void *fn;                           /* the compiled function, after the build */
@@ -207,9 +208,9 @@ PyObject *lower_emit_kernel(Graph *g, const Kernel *k);
  * fn and call set; *source gets the C source (new str). 0, or -1 with an exception. */
 int lower_build(Graph *g, LowerPlan *p, PyObject **source);
 /* Builds the full variant of lean kernel i of p (every loop) into its `full`, once. 0
- * (built, or already there), 1 (another thread is building it: run the kernel's nodes
- * eagerly this time), or -1 with an exception. Needs the GIL, which the compiler's run
- * releases. */
+ * (built, or already there), 1 (run the kernel's nodes eagerly: another thread is building
+ * it, or its build failed, logged on output_code), or -1 with an exception (an interrupt).
+ * Needs the GIL, which the compiler's run releases. */
 int lower_build_full(Graph *g, LowerPlan *p, int32_t i);
 
 /* How a pointwise op types its operands (lower.def says which is which). */

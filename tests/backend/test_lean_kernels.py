@@ -110,10 +110,11 @@ def test_knob_off_builds_full_kernels():
         shapejit.config.cpu_lean_reductions = old
 
 
-@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("order", ["C", "F", "every_other_column"])
 def test_columns_then_rows(threads, order):
     """A column reduction (numpy axis 0): C order runs the lean kernel's columns, F order
-    (its reduced dim contiguous) the full variant's rows; both equal numpy."""
+    (its reduced dim contiguous) the full variant's rows, every other column of a C array
+    the full variant's strided columns; all equal numpy."""
     import numpy as np
 
     def f(x):
@@ -123,9 +124,47 @@ def test_columns_then_rows(threads, order):
     c = shapejit.compile(f, backend=backend, dynamic=True)
     rng = np.random.default_rng(3)
     for rows in (100, 1001):
-        x = np.asarray(rng.standard_normal((rows, 33)), dtype=np.float32, order=order)
+        if order == "every_other_column":
+            x = rng.standard_normal((rows, 66)).astype(np.float32)[:, ::2]
+        else:
+            x = np.asarray(rng.standard_normal((rows, 33)), dtype=np.float32, order=order)
         x[rows // 3, 5] = np.nan
         for g, w in zip(c(x), f(x)):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, equal_nan=True)
     assert _stat(made, "eager_fallbacks") == 0
-    assert (_stat(made, "full_variants_built") >= 1) == (order == "F")
+    assert (_stat(made, "full_variants_built") >= 1) == (order != "C")
+
+
+def _in_graph_t(x):
+    y = x.t()   # the kernels read rows of stride x.shape[1]
+    return torch.softmax(y, -1), y.sum(-1)
+
+
+def test_in_graph_transpose_builds_the_full_variant():
+    backend, made = _lowering()
+    c = shapejit.compile(_in_graph_t, backend=backend)
+    x = torch.randn(30, 9)
+    _check(c, _in_graph_t, x)
+    _check(c, _in_graph_t, x)
+    assert _stat(made, "eager_fallbacks") == 0 and _stat(made, "full_variants_built") >= 1
+
+
+def test_full_variant_build_failure_runs_eagerly(tmp_path, monkeypatch):
+    """A compiler that fails on the full variants (and only on them): the calls that need
+    one run the kernel's nodes eagerly, its build is not tried again, and the results
+    still equal eager."""
+    log = tmp_path / "failed"
+    cc = tmp_path / "cc.sh"
+    cc.write_text("#!/bin/sh\n"
+                  "for a; do case $a in *.c) if grep -q 'if (fast) {' \"$a\"; then echo x >> %s; exit 1; fi;; esac; done\n"
+                  "exec \"$@\"\n" % log)
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", "%s gcc" % cc)
+    backend, made = _lowering()
+    c = shapejit.compile(_in_graph_t, backend=backend)
+    x = torch.randn(30, 9)
+    for _ in range(3):
+        _check(c, _in_graph_t, x)
+    assert _stat(made, "full_variants_built") == 0 and _stat(made, "eager_fallbacks") >= 3
+    tries = len(log.read_text().split())
+    assert 1 <= tries <= _stat(made, "kernels")   # once per kernel at most
