@@ -231,6 +231,8 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
 {
     *source = NULL;
     long unit_ops, graph_ops;
+    for (int32_t i = 0; i < p->nkernels; i++)
+        p->kernels[i].lean = sj_config.cpu_lean_reductions && p->kernels[i].flavour != KF_POINTWISE;
     if (lower_budget(&unit_ops, &graph_ops) < 0 || lower_name_kernels(g, p) < 0)
         return -1;
     int32_t n = p->nkernels;
@@ -296,4 +298,53 @@ done:
     PyMem_Free(dup_of);
     PyMem_Free(units);
     return rc;
+}
+
+int lower_build_full(Graph *g, LowerPlan *p, int32_t i)
+{
+    Kernel *k = &p->kernels[i];
+    if (k->full)
+        return 0;
+    if (k->full_building || k->full_failed)
+        return 1;
+    Kernel c = *k;   /* the full variant, named after its own text */
+    c.lean = 0;
+    KernelFull *f = PyMem_Calloc(1, sizeof *f);
+    if (!f) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *src = NULL;   /* new */
+    CgLib *lib = NULL;
+    k->full_building = 1;
+    int ok = lower_name_kernel(g, &c) == 0 && (src = lower_emit_kernel(g, &c)) != NULL && cc_identity() != NULL;
+    if (ok) {
+        Py_ssize_t len;
+        const char *text = PyUnicode_AsUTF8AndSize(src, &len);
+        /* cg_build releases the GIL while the compiler runs: k may be called meanwhile */
+        ok = text && (lib = cg_build(text, (size_t)len, "graph")) && (f->fn = cg_sym(lib, c.name)) &&
+             cg_fn_prepare(&f->call, f->fn, "lpppl") == 0;
+    }
+    Py_XDECREF(src);
+    k->full_building = 0;
+    if (!ok) {
+        PyMem_Free(f);
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;   /* an interrupt */
+        /* never wrong without it: the kernel's nodes run eagerly when it would be needed */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        sj_log(LOG_OUTPUT_CODE, SJ_WARNING,
+               "the full variant of kernel %s could not be built (%S): its strided calls run eagerly", k->name,
+               ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        k->full_failed = 1;
+        return 1;
+    }
+    sj_log(LOG_OUTPUT_CODE, SJ_DEBUG, "built the full variant %s of lean kernel %s (rows not contiguous)", c.name,
+           k->name);
+    k->full = f;
+    return 0;
 }

@@ -502,32 +502,37 @@ static void put_any_kernel(Buf *b, Graph *g, const Kernel *k)
         put_kernel(b, g, k);
 }
 
-int lower_name_kernels(Graph *g, LowerPlan *p)
+int lower_name_kernel(Graph *g, Kernel *k)
 {
-    for (int32_t i = 0; i < p->nkernels; i++) {
-        Kernel *k = &p->kernels[i];
-        Buf b = {NULL, 0, 0, 0};
-        snprintf(k->name, sizeof k->name, "SJ_KNAME");
-        put_any_kernel(&b, g, k);
-        if (b.failed) {
-            PyMem_Free(b.s);
-            PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
-            return -1;
-        }
-        XXH128_hash_t h = XXH3_128bits(b.s, b.n);
+    Buf b = {NULL, 0, 0, 0};
+    snprintf(k->name, sizeof k->name, "SJ_KNAME");
+    put_any_kernel(&b, g, k);
+    if (b.failed) {
         PyMem_Free(b.s);
-        snprintf(k->name, sizeof k->name, "sj_k%016llx%016llx", (unsigned long long)h.high64,
-                 (unsigned long long)h.low64);
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
+        return -1;
     }
+    XXH128_hash_t h = XXH3_128bits(b.s, b.n);
+    PyMem_Free(b.s);
+    snprintf(k->name, sizeof k->name, "sj_k%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
     return 0;
 }
 
-PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
+int lower_name_kernels(Graph *g, LowerPlan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++)
+        if (lower_name_kernel(g, &p->kernels[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* The unit of kernels which[0..n) of p, or of k alone when p is NULL. */
+static PyObject *emit_unit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n, const Kernel *k)
 {
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s%s", prelude, emit_math_prelude);
     for (int32_t i = 0; i < n; i++)
-        put_any_kernel(&b, g, &p->kernels[which[i]]);
+        put_any_kernel(&b, g, p ? &p->kernels[which[i]] : k);
     PyObject *r = NULL;
     if (b.failed)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
@@ -535,4 +540,14 @@ PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
         r = PyUnicode_FromStringAndSize(b.s, (Py_ssize_t)b.n);
     PyMem_Free(b.s);
     return r;
+}
+
+PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
+{
+    return emit_unit(g, p, which, n, NULL);
+}
+
+PyObject *lower_emit_kernel(Graph *g, const Kernel *k)
+{
+    return emit_unit(g, NULL, NULL, 1, k);
 }

@@ -11,8 +11,12 @@
  * operand; inside, a flat index i over the R positions. When every operand walks its R
  * dims contiguously (the common case: the last dims of dense tensors) element i of a row is
  * at base + i and the inner loops vectorise; otherwise the offset of i is decomposed over
- * the R dims (a multiply for a single R dim). A reduction that keeps the last dim and
- * cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
+ * the R dims (a multiply for a single R dim). A lean kernel (build.c builds reductions
+ * lean) has only the loops its plan most likely runs: the contiguous rows (and the split
+ * of one long row when it reduces every dim), or, when it keeps its last dim, the columns
+ * whose operands have unit stride along it only; asked for the rest it returns
+ * SJ_KERNEL_WANTS_FULL before any write, and the caller builds and runs the full variant
+ * (lower_build_full). A reduction that keeps the last dim and cannot walk R contiguously (x.sum(0) of a matrix) runs in column order instead
  * (put_columns): rows into a tile of outputs, vectorised across the outputs; with fewer
  * tiles than threads the rows are split across the threads too. A whole-tensor reduction
  * of one long row splits the row (put_split).
@@ -559,6 +563,8 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     put(b, "        int unit = 1;\n");
     for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
         put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
+    if (k->lean)   /* nothing written yet: columns of other strides are the full variant's */
+        put(b, "        if (!unit)\n            return %d;\n", SJ_KERNEL_WANTS_FULL);
     put_columns_plan(b);
     /* sized by the split (a VLA): the unsplit kernel's stack stays as small as before */
     put(b, "        %s part[nsplit > 1 ? outer2 * ntile * nsplit : 1][%d];\n", pt, COLS);
@@ -597,12 +603,13 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, roff, j, j);
         put(b, ";\n");
     }
-    /* the same row body twice: unit strides along the last dim (vectorised), or any */
+    /* the same row body twice: unit strides along the last dim (vectorised), or any (not
+     * in a lean kernel) */
     char fmt[96];
-    for (int u = 1; u >= 0; u--) {
+    for (int u = 1; u >= (k->lean ? 1 : 0); u--) {
         if (u) {
             snprintf(fmt, sizeof fmt, "cur[%%d] + jj");
-            put(b, "        if (unit) {\n#pragma omp simd\n");
+            put(b, k->lean ? "        {\n#pragma omp simd\n" : "        if (unit) {\n#pragma omp simd\n");
         } else {
             snprintf(fmt, sizeof fmt, "cur[%%d] + jj * sl%%d");
             put(b, "        } else {\n");
@@ -618,7 +625,7 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
             put(b, "            acc[jj] = v %s acc[jj] ? v : acc[jj];\n", is_max ? ">" : "<");
         put(b, "        }\n");
     }
-    put(b, "        }\n        }\n");   /* the else, the loop over i */
+    put(b, "        }\n        }\n");   /* the else (the block), the loop over i */
     if (sum && fl) {
         /* the block's column sums join the cascade (sj_cascade_push, per column) */
         put(b, "        { int64_t c = cnt++; int l = 0;\n");
@@ -652,6 +659,11 @@ static void put_split(Buf *b, Graph *g, const Kernel *k, int nops)
     const char *ct = lower_ctype(t);
     int fl = lower_class(t) != LC_INT, sum = k->flavour == KF_SUM || k->flavour == KF_MEAN;
     put(b, "    if (outer == 1 && fast && N >= %d && omp_get_max_threads() > 1) {\n", SJ_SPLIT_MIN);
+    if (k->lean && k->red.mask != (1u << k->rank) - 1) {
+        /* some dims are kept: one output only when they are all 1, too rare to compile for */
+        put(b, "        return %d;\n    }\n", SJ_KERNEL_WANTS_FULL);
+        return;
+    }
     put(b, "    %s part[%d]; int used = 1;\n", ct, SJ_SPLIT_MAX);
     put(b, "#pragma omp parallel num_threads(omp_get_max_threads() < %d ? omp_get_max_threads() : %d)\n    {\n",
         SJ_SPLIT_MAX, SJ_SPLIT_MAX);
@@ -721,6 +733,41 @@ static void put_locals(Buf *b, const Kernel *k, int nops, int last, const char *
     put(b, "    (void)fast;\n");
 }
 
+/* The rows, each thread a run of consecutive outputs: their offsets by an odometer over
+ * the kept dims (divisions only at the start of the run); `slow` the element offset when
+ * the R walks are not contiguous, which a lean kernel leaves out. */
+static void put_rows_part(Buf *b, Graph *g, const Kernel *k, int last, const char *slow)
+{
+    int r = k->rank, nops = (int)(k->nin + k->nout);
+    uint32_t mask = k->red.mask;
+    emit_kernel_part_head(b, g, k);
+    put_locals(b, k, nops, last, "");
+    put(b, "    int64_t base[%d] = {0}, prev = -2;\n", nops);
+    for (int d = 0; d < r; d++)
+        if (!((mask >> d) & 1))
+            put(b, "    int64_t k%d = 0;\n", d);
+    put(b, "#pragma omp for schedule(static)\n");
+    put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
+    put(b, "        if (o != prev + 1) {\n");
+    put(b, "        int64_t rem = o;\n        (void)rem;\n");
+    for (int j = 0; j < nops; j++)
+        put(b, "        base[%d] = 0;\n", j);
+    put_bases(b, k, r - 1, 1);
+    put(b, "        } else {\n");
+    put_odometer(b, k);
+    put(b, "        }\n        prev = o;\n");
+    if (k->lean) {   /* the kernel calls this part only when fast */
+        put_row(b, g, k, "base[%d] + i");
+    } else {
+        put(b, "        if (fast) {\n");
+        put_row(b, g, k, "base[%d] + i");
+        put(b, "        } else {\n");
+        put_row(b, g, k, slow);
+        put(b, "        }\n");
+    }
+    put(b, "    }\n    if (sj_bad)\n        __atomic_store_n(sj_bad_out, 1, __ATOMIC_RELAXED);\n}\n");
+}
+
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
 {
     int r = k->rank, nops = (int)(k->nin + k->nout);
@@ -754,37 +801,25 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k)
         put(b, "    (void)n; (void)p; (void)st; (void)dense;\n    return 0;\n}\n");   /* never called */
         return;
     }
-    /* the rows, each thread a run of consecutive outputs: their offsets by an odometer over
-     * the kept dims (divisions only at the start of the run) */
-    emit_kernel_part_head(b, g, k);
-    put_locals(b, k, nops, last, "");
-    put(b, "    int64_t base[%d] = {0}, prev = -2;\n", nops);
-    for (int d = 0; d < r; d++)
-        if (!((mask >> d) & 1))
-            put(b, "    int64_t k%d = 0;\n", d);
-    put(b, "#pragma omp for schedule(static)\n");
-    put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
-    put(b, "        if (o != prev + 1) {\n");
-    put(b, "        int64_t rem = o;\n        (void)rem;\n");
-    for (int j = 0; j < nops; j++)
-        put(b, "        base[%d] = 0;\n", j);
-    put_bases(b, k, r - 1, 1);
-    put(b, "        } else {\n");
-    put_odometer(b, k);
-    put(b, "        }\n        prev = o;\n");
-    put(b, "        if (fast) {\n");
-    put_row(b, g, k, "base[%d] + i");
-    put(b, "        } else {\n");
-    put_row(b, g, k, slow);
-    put(b, "        }\n    }\n    if (sj_bad)\n        __atomic_store_n(sj_bad_out, 1, __ATOMIC_RELAXED);\n}\n");
+    /* a lean kernel that keeps its last dim has only its columns (the order of C-contiguous
+     * inputs); rows are the full variant's */
+    int cols = !is_row(k) && r >= 2 && nr >= 1 && !((mask >> (r - 1)) & 1);
+    if (!(k->lean && cols))
+        put_rows_part(b, g, k, last, slow);
     /* the kernel: column order and the split of one long row have loops of their own */
     emit_kernel_head(b, g, k);
     put_locals(b, k, nops, last, " 0");
-    if (!is_row(k) && r >= 2 && nr >= 1 && !((mask >> (r - 1)) & 1)) {
+    if (cols) {
         put(b, "    if (!fast && n[%d] > 1) {\n", r - 1);
         put_columns(b, g, k, slow);
         put(b, "        return sj_bad;\n    }\n");
     }
+    if (k->lean && cols) {
+        put(b, "    return %d;\n}\n", SJ_KERNEL_WANTS_FULL);
+        return;
+    }
     put_split(b, g, k, nops);
+    if (k->lean)   /* before any write: the caller runs the full variant instead */
+        put(b, "    if (!fast)\n        return %d;\n", SJ_KERNEL_WANTS_FULL);
     emit_kernel_part_call(b, k, "outer * N");
 }

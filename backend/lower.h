@@ -61,9 +61,28 @@ typedef struct {
                                            (lower_name_kernels), shared by identical kernels */
     int over_budget;                    /* past the graph's compile budget (build.c): its
                                            nodes run as eager steps, fn stays NULL */
+    int lean;                           /* reductions: built with only the loops the plan
+                                           most likely runs (emit_reduce.c): it returns
+                                           SJ_KERNEL_WANTS_FULL, before any write, for the
+                                           rest (rows whose reduced dims are not contiguous,
+                                           ...), about half the compile time */
+    int full_building;                  /* the full variant's build is under way */
+    int full_failed;                    /* it could not be built (logged): eager instead */
+    struct KernelFull *full;            /* PyMem, or NULL: the full variant, built on the
+                                           first call that needed it (build.c) */
     void *fn;                           /* the compiled function, after the build */
     CgFn call;                          /* its libffi call description */
 } Kernel;
+
+/* A lean kernel's full variant: the same kernel with every loop. */
+typedef struct KernelFull {
+    void *fn;
+    CgFn call;
+} KernelFull;
+
+/* What a lean kernel returns for work it was built without (1 is an element eager must
+ * handle, 0 done). */
+#define SJ_KERNEL_WANTS_FULL 2
 
 /* The step kinds (steps.def): STEP_KERNEL, STEP_MATMUL, ..., STEP_EAGER. */
 typedef enum {
@@ -139,7 +158,7 @@ PyObject *steps_py_kinds(PyObject *self, PyObject *unused);
 int step_kernel_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_kernel_free(LowerPlan *p);
 /* {"kernels", "kernel_functions", "kernels_over_budget", "kernel_calls",
- * "eager_fallbacks", "recomputed_nodes"} added to d. */
+ * "eager_fallbacks", "full_variants_built", "recomputed_nodes"} added to d. */
 int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 /* step_kernel.c: runs eager step `ni` (the node's original call). 0 or -1. */
 int step_eager_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals);
@@ -179,12 +198,21 @@ int lower_budget(long *unit_ops, long *graph_ops);
  * the same kind of operands (an unrolled loop's iterations) get the same name, and one
  * function serves them all. 0, or -1 with an exception. */
 int lower_name_kernels(Graph *g, LowerPlan *p);
+/* Names one kernel the same way. 0, or -1 with an exception. */
+int lower_name_kernel(Graph *g, Kernel *k);
 /* C source (new str) of kernels which[0..n) of p (distinct names), one translation unit
  * (emit.c). NULL with an exception. */
 PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n);
+/* The same for kernel k alone. */
+PyObject *lower_emit_kernel(Graph *g, const Kernel *k);
 /* Builds p's kernels (build.c): compiled or found in the disk cache, loaded, each kernel's
  * fn and call set; *source gets the C source (new str). 0, or -1 with an exception. */
 int lower_build(Graph *g, LowerPlan *p, PyObject **source);
+/* Builds the full variant of lean kernel i of p (every loop) into its `full`, once. 0
+ * (built, or already there), 1 (run the kernel's nodes eagerly: another thread is building
+ * it, or its build failed, logged on output_code), or -1 with an exception (an interrupt).
+ * Needs the GIL, which the compiler's run releases. */
+int lower_build_full(Graph *g, LowerPlan *p, int32_t i);
 
 /* How a pointwise op types its operands (lower.def says which is which). */
 typedef enum { LK_SAME, LK_SELECT, LK_CMP, LK_LOGIC } LowerKind;

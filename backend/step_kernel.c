@@ -5,7 +5,9 @@
  * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
  * allocate the outputs (lower_new_output_dt: from the graph's buffer pool or the library's
  * empty(), contiguous, of each value's meta dtype) and call the kernel; a kernel that
- * returns nonzero (an integer division by zero) has its nodes rerun eagerly. Anything
+ * returns 1 (an integer division by zero) has its nodes rerun eagerly; a lean reduction
+ * that returns SJ_KERNEL_WANTS_FULL (rows it was built without, nothing written) gets
+ * its full variant built (lower_build_full) and called instead, from then on. Anything
  * unexpected about an input (a dtype or a shape the plan did not foresee) runs that
  * kernel's nodes eagerly instead: never wrong, only slower.
  *
@@ -28,7 +30,7 @@ static int run_eagerly(LowerPlan *p, Graph *g, const Kernel *k, PyObject **vals)
 
 int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
 {
-    const Kernel *k = &p->kernels[idx];
+    const Kernel *k = &p->kernels[idx];   /* lower_build_full may set its `full` */
     if (k->nout == 0)
         return 0;   /* nothing it computes is read */
     if (k->over_budget) {   /* never compiled (build.c's budget): its nodes one by one */
@@ -112,9 +114,22 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         args[1] = &pp;
         args[2] = &pst;
         args[3] = &dense;
-        Py_BEGIN_ALLOW_THREADS cg_fn_call((CgFn *)&k->call, &bad, args);
+        CgFn *call = k->full ? &k->full->call : (CgFn *)&k->call;
+        Py_BEGIN_ALLOW_THREADS cg_fn_call(call, &bad, args);
         Py_END_ALLOW_THREADS p->kernel_calls++;
-        rc = bad != 0;   /* an element eager must handle (integer division by zero) */
+        if (bad == SJ_KERNEL_WANTS_FULL && k->lean) {   /* it wrote nothing */
+            int b = lower_build_full(g, p, idx);
+            bad = b != 0;   /* another thread's build under way: eagerly this time */
+            if (b < 0)
+                rc = -1;
+            else if (b == 0) {
+                call = &k->full->call;
+                Py_BEGIN_ALLOW_THREADS cg_fn_call(call, &bad, args);
+                Py_END_ALLOW_THREADS
+            }
+        }
+        if (rc == 0)
+            rc = bad != 0;   /* an element eager must handle (integer division by zero) */
     }
     for (int i = 0; i < nread; i++)
         if (ops[k->nout + i].has_view)
@@ -131,8 +146,10 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
 
 void step_kernel_free(LowerPlan *p)
 {
-    for (int32_t i = 0; i < p->nkernels; i++)
+    for (int32_t i = 0; i < p->nkernels; i++) {
         PyMem_Free(p->kernels[i].nodes);
+        PyMem_Free(p->kernels[i].full);
+    }
     PyMem_Free(p->kernels);
     p->kernels = NULL;
     p->nkernels = 0;
@@ -141,7 +158,7 @@ void step_kernel_free(LowerPlan *p)
 int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
     (void)g;
-    long long over = 0, nfn = 0;
+    long long over = 0, nfn = 0, full = 0;
     for (int32_t i = 0; i < p->nkernels; i++) {
         const Kernel *k = &p->kernels[i];
         over += k->over_budget;
@@ -149,11 +166,13 @@ int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d)
         for (int32_t j = 0; j < i && first; j++)
             first = p->kernels[j].fn != k->fn;
         nfn += first;
+        full += k->full != NULL;
     }
-    static const char *const names[6] = {"kernels",      "kernel_functions", "kernels_over_budget",
-                                         "kernel_calls", "eager_fallbacks",  "recomputed_nodes"};
-    long long vals[6] = {p->nkernels, nfn, over, p->kernel_calls, p->kernel_eager_runs, p->kernel_copies};
-    return lower_put_counts(d, 6, names, vals);
+    static const char *const names[7] = {"kernels",         "kernel_functions", "kernels_over_budget",
+                                         "kernel_calls",    "eager_fallbacks",  "full_variants_built",
+                                         "recomputed_nodes"};
+    long long vals[7] = {p->nkernels, nfn, over, p->kernel_calls, p->kernel_eager_runs, full, p->kernel_copies};
+    return lower_put_counts(d, 7, names, vals);
 }
 
 /* --------------------------------------------------------------- eager ---- */
