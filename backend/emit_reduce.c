@@ -219,7 +219,7 @@ static void put_row_elem(Buf *b, const Kernel *k, const char *fmt)
 static void body_softmax_exp(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     (void)g;
-    put(b, "            const float e = expf(");
+    put(b, "            const float e = sj_expf_neg(");   /* x - max <= 0 (emit_math.c) */
     put_row_elem(b, k, fmt);
     put(b, " - m);\n");
     if (k->flavour == KF_SOFTMAX) {
