@@ -174,7 +174,7 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
  * reduction also stores the prologue values read after it (its outputs 1..). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
-    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi);
+    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi - k->red.nsum);
     for (int j = 1; !is_row(k) && j < (int)k->nout; j++) {
         put(b, "            out%d[", j);
         put_off(b, fmt, j);
@@ -201,7 +201,7 @@ static void body_prologue_store(Buf *b, Graph *g, const Kernel *k, const char *f
  * (a softmax of x): its later passes read that input, so the first pass stores nothing. */
 static int row_reads_input(const Kernel *k)
 {
-    return k->nnodes - 1 - k->red.nepi == 0 && operand_of(k, k->red.src) >= 0;
+    return k->nnodes - 1 - k->red.nepi - k->red.nsum == 0 && operand_of(k, k->red.src) >= 0;
 }
 
 /* The row's element i as a later pass reads it: the input, or the stored prologue. */
@@ -248,8 +248,20 @@ static void body_centred_square(Buf *b, Graph *g, const Kernel *k, const char *f
  * for twice the lanes, 173 vs 155 us at (8, 128, 256)). Ints keep the plain reduction,
  * which GCC turns into vector max. */
 #define SJ_XLANES 32
+
+/* A fused sum's block (put_extreme): the lane sums sv[] of up to BLOCK elements, added
+ * pairwise and pushed on the cascade slv/scnt. Each block declares its own sv: pushing from
+ * inside the max loop kept the lanes in memory (the fused kernel 25% slower than two). */
+static void put_lanes_push(Buf *b)
+{
+    put(b, "        for (int w = %d; w >= 1; w /= 2) {\n#pragma omp simd\n", SJ_XLANES / 2);
+    put(b, "        for (int j = 0; j < w; j++)\n            sv[j] += sv[j + w];\n        }\n");
+    put(b, "        sj_cascade_push(slv, &scnt, sv[0]);\n        }\n");
+}
+
 static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int is_max, int store)
 {
+    int sum = is_row(k) && k->red.nsum;
     DType t = acc_type(g, k);
     int fl = lower_class(t) != LC_INT, w = t == DT_I32 ? 32 : 64;
     void (*body)(Buf *, Graph *, const Kernel *, const char *) = store ? body_prologue_store : body_prologue;
@@ -263,20 +275,36 @@ static void put_extreme(Buf *b, Graph *g, const Kernel *k, const char *fmt, int 
     }
     const char *ct = lower_ctype(t), *sel = t == DT_F64 ? "sj_seld" : "sj_sel", *cmp = is_max ? ">" : "<";
     put(b, "        %s m = %sSJ_INF; int nan = 0;\n", ct, is_max ? "-" : "");
+    if (sum)
+        put(b, "        float rs, slv[64]; int64_t scnt = 0;\n");
     put(b, "        {\n        %s mv[%d]; int nv[%d];\n", ct, SJ_XLANES, SJ_XLANES);
     put(b, "        for (int j = 0; j < %d; j++) { mv[j] = m; nv[j] = 0; }\n", SJ_XLANES);
     put(b, "        int64_t i0 = 0;\n");
+    if (sum) {
+        put(b, "        float sacc = 0;\n        while (i0 + %d <= N) {\n", SJ_XLANES);
+        put(b, "        const int64_t ie = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
+        put(b, "        float sv[%d];\n        for (int j = 0; j < %d; j++)\n            sv[j] = 0;\n", SJ_XLANES,
+            SJ_XLANES);
+    }
     for (int lanes = SJ_XLANES; lanes >= 8; lanes /= 8) {   /* 64, then 8 (short rows) */
-        put(b, "        for (; i0 + %d <= N; i0 += %d) {\n", lanes, lanes);
+        put(b, "        for (; i0 + %d <= %s; i0 += %d) {\n", lanes, sum ? "ie" : "N", lanes);
         put(b, "#pragma omp simd\n        for (int j = 0; j < %d; j++) {\n", lanes);
         put(b, "            const int64_t i = i0 + j;\n");
         body(b, g, k, fmt);
+        if (sum)
+            put(b, "            sv[j] += v;\n");
         put(b, "            nv[j] |= v != v;\n            mv[j] = %s(v %s mv[j], v, mv[j]);\n        }\n        }\n",
             sel, cmp);
     }
+    if (sum)
+        put_lanes_push(b);
     put(b, "        for (int64_t i = i0; i < N; i++) {\n");
     body(b, g, k, fmt);
+    if (sum)
+        put(b, "            sacc += v;\n");
     put(b, "            nan |= v != v;\n            m = %s(v %s m, v, m);\n        }\n", sel, cmp);
+    if (sum)
+        put(b, "        rs = sj_cascade_sum(slv, scnt) + sacc;\n");
     /* the lanes pairwise (each level a vector op, not a chain of SJ_XLANES blends) */
     put(b, "        for (int w = %d; w >= 1; w /= 2) {\n#pragma omp simd\n", SJ_XLANES / 2);
     put(b,
@@ -359,6 +387,8 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     case KF_SOFTMAX:
     case KF_LOG_SOFTMAX:
         put_extreme(b, g, k, fmt, 1, !row_reads_input(k));
+        if (k->red.nsum)
+            put(b, "        out1[base[1]] = %s;\n", k->red.sum_mean ? "rs / (float)N" : "rs");
         put_sum(b, g, k, fmt, "s", body_softmax_exp, "e", DT_F32);
         if (k->flavour == KF_SOFTMAX)
             put(b, "        const float inv = 1.f / s;\n");
@@ -712,6 +742,8 @@ static void put_locals(Buf *b, const Kernel *k, int nops, int last, const char *
     /* fast: every operand read or written per element walks the R dims contiguously */
     put(b, "    int fast = 1;\n");
     for (int j = is_row(k) ? 0 : 1; j < nops; j++) {
+        if (is_row(k) && k->red.nsum && j == 1)
+            continue;   /* the fused sum: one element per row */
         put(b, "    { int64_t e = 1;");
         for (int d = r - 1; d >= 0; d--)
             if ((mask >> d) & 1)
