@@ -1,5 +1,6 @@
 """softmax/log_softmax row kernels: exp(x - max) by the kernels' own exp of t <= 0
-(sj_expf_neg), and a float32 sum or mean of the same input over the same dim computed in
+(sj_expf_neg), contiguous rows two at a time (an odd row count leaves one alone), and a
+float32 sum or mean of the same input over the same dim computed in
 the row kernel's max pass (one kernel, two outputs: the reductions workload's x.sum(-1)
 and softmax(x, -1)). Compiled vs eager for row lengths around the 32-lane blocks and the
 1024-element sum blocks, -inf/NaN/inf in rows, 1 and 2 threads, strided inputs, dynamic
@@ -109,6 +110,7 @@ def test_rows_with_inf_and_nan(n, threads):
     x[7] = -torch.arange(n, dtype=torch.float32) * 2.0
     x[8] = -torch.arange(n, dtype=torch.float32) * 0.35
     _run(f, [x])
+    _run(lambda x: (torch.log_softmax(x, -1), torch.softmax(x.flip(0), -1)), [x, x[1:]], fused=False)
 
 
 def test_exp_range_against_eager():
