@@ -32,13 +32,18 @@ typedef enum {
 
 typedef struct {
     uint32_t mask;      /* the reduced (or row) dims of the iteration space */
-    int keepdim;        /* reductions: reduced dims stay as 1 in the output */
+    int keepdim;        /* reductions (and a row op's fused sum): reduced dims stay as 1 in
+                           the output */
     double eps;         /* layer_norm */
     int32_t src;        /* the value reduced: made by the prologue or a kernel input */
     int32_t weight, bias;   /* layer_norm: input values, or -1 */
     int nepi;           /* row ops: the last nepi nodes of the kernel are an epilogue, float
                            pointwise ops of the row's result and constants, applied as each
                            result is stored (layer_norm then GELU: one pass) */
+    int nsum;           /* softmax/log_softmax: 1 when the kernel's first node is a sum (or,
+                           sum_mean, a mean) of the row op's input over the same dims, with
+                           no prologue: computed in the max pass into output 1 */
+    int sum_mean;
 } ReduceInfo;
 
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over

@@ -146,14 +146,21 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
 
 /* Which values made inside k (kernel ki) are read after it: its outputs. A reduction's
  * value (its last node: reductions take no epilogue) comes first, then the prologue values
- * it stores (lower_out_layout). A value is stored by the first kernel computing it
- * (first[node]) unless every later reader recomputes it (recomputed[v], plan_remat.c). */
+ * it stores (lower_out_layout); a row kernel with a fused sum has its result and the sum.
+ * A value is stored by the first kernel computing it (first[node]) unless every later
+ * reader recomputes it (recomputed[v], plan_remat.c). */
 static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *last_use, const int32_t *first,
                          const uint8_t *recomputed)
 {
     int32_t last = k->nodes[k->nnodes - 1];
     int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN;
     k->nout = 0;
+    if (k->red.nsum) {
+        /* the row's result, then the fused sum (read after the kernel wherever it was) */
+        k->outs[k->nout++] = g->nodes[last].first_value;
+        k->outs[k->nout++] = g->nodes[k->nodes[0]].first_value;
+        return;
+    }
     if (reduces)
         k->outs[k->nout++] = g->nodes[last].first_value;
     for (int32_t i = 0; i < k->nnodes - reduces; i++) {

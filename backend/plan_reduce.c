@@ -310,6 +310,29 @@ static int take_epilogue(Graph *g, int32_t ni, Kernel *k, const int32_t *last_us
     return 0;
 }
 
+/* For a softmax/log_softmax node ni that reads its input x from outside (red, rank, lib):
+ * an earlier kernel that is nothing but a float32 sum or mean of x over the same dims, when
+ * no node between them writes into any tensor (so x is the same), else NULL. The row op
+ * then joins it: one read pass computes the max and the sum (the reductions workload's
+ * x.sum(-1) and softmax(x, -1)), and the softmax runs at that kernel's step. */
+static Kernel *sum_partner(Graph *g, int32_t ni, LowerPlan *out, const ReduceInfo *red, int rank, Lib lib)
+{
+    for (int32_t i = out->nkernels - 1; i >= 0; i--) {
+        Kernel *k = &out->kernels[i];
+        if ((k->flavour != KF_SUM && k->flavour != KF_MEAN) || k->nnodes != 1 || k->nin != 1 || k->ins[0] != red->src ||
+            k->red.mask != red->mask || k->rank != rank || k->lib != lib ||
+            g->values[g->nodes[k->nodes[0]].first_value].meta.dtype != DT_F32)
+            continue;
+        for (int32_t nj = k->nodes[0] + 1; nj < ni; nj++) {
+            const Node *nd = &g->nodes[nj];
+            if (nd->op != OP_INPUT && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || op_info[nd->op].kind == OPK_MUTATION))
+                return NULL;
+        }
+        return k;
+    }
+    return NULL;
+}
+
 int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, int32_t *last)
 {
     const Node *nd = &g->nodes[ni];
@@ -337,7 +360,14 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     for (int e = 0; fuse && e < 2; e++)
         fuse = extra[e] < 0 || !plan_kernel_makes(g, open, extra[e]);
     Kernel *k = open;
-    if (!fuse) {
+    Kernel *partner =
+        !fuse && (fl == KF_SOFTMAX || fl == KF_LOG_SOFTMAX) ? sum_partner(g, ni, out, &red, rank, lib) : NULL;
+    if (partner) {
+        k = partner;
+        red.nsum = 1;
+        red.sum_mean = k->flavour == KF_MEAN;
+        red.keepdim = k->red.keepdim;
+    } else if (!fuse) {
         Kernel nk;
         memset(&nk, 0, sizeof nk);
         nk.rank = rank;
@@ -366,7 +396,8 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
 
 int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost)
 {
-    int r = k->rank, reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN && j == 0, o = 0;
+    int r = k->rank, o = 0;
+    int reduces = (k->flavour >= KF_SUM && k->flavour <= KF_MIN && j == 0) || (k->red.nsum && j == 1);
     uint32_t mask = reduces ? k->red.mask : 0;
     int64_t expect = 1;
     for (int d = r - 1; d >= 0; d--) {

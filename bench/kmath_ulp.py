@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Max error in ulp of the generated kernels' float32 erf (sj_erff) over every float32.
+"""Max error in ulp of the generated kernels' float32 erf (sj_erff) over every float32,
+and of their exp of t <= 0 (sj_expf_neg, softmax's) over every non-positive float32.
 
 Compiles backend/emit_math.c's prelude text (the function exactly as kernels get it)
 with the kernels' flags into a small C program that runs it vectorised over all 2^32
-inputs (or every --step-th) and compares with glibc's double erf.
+inputs (or every --step-th) and compares with glibc's double erf and exp.
 Prints the max error in ulp of the correctly rounded result, where it occurs, and the
 count of inputs whose class differs (NaN, inf, zero and its sign). Takes ~30 s.
 
@@ -27,6 +28,9 @@ HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* emit.c's select, which the prelude uses */
+static inline float sj_sel(int c, float x, float y)
+{ union { float f; uint32_t u; } X = {x}, Y = {y}, R; const uint32_t m = 0u - (uint32_t)c; R.u = (X.u & m) | (Y.u & ~m); return R.f; }
 #include "kmath.h"
 #define NB 65536
 static double ulpf(double t)   /* ulp of float32 at |t| */
@@ -39,44 +43,52 @@ static int same_class(float y, double t)
     if (r == 0 && y == 0) return signbit(r) == signbit(y);
     return 1;
 }
+/* FN against double REF over the float32 bit patterns [LO, LO + COUNT), every step-th */
+#define CHECK(NAME, FN, REF, LO, COUNT) do { \
+    double maxu = 0, maxx = 0; \
+    uint64_t n = 0, bad = 0; \
+    _Pragma("omp parallel reduction(+:n, bad)") \
+    { \
+        float *in = malloc(NB * 4), *out = malloc(NB * 4); \
+        double lmaxu = 0, lmaxx = 0; \
+        _Pragma("omp for schedule(dynamic)") \
+        for (uint64_t base = 0; base < (COUNT) / step; base += NB) { \
+            int m = 0; \
+            for (; m < NB && base + m < (COUNT) / step; m++) { \
+                uint32_t b = (uint32_t)((LO) + (base + m) * step); \
+                memcpy(&in[m], &b, 4); \
+            } \
+            _Pragma("omp simd") \
+            for (int j = 0; j < m; j++) out[j] = FN(in[j]); \
+            for (int j = 0; j < m; j++) { \
+                double x = in[j], t = REF(x); \
+                n++; \
+                if (!same_class(out[j], t)) { \
+                    if (bad++ < 5) printf("  class differs: %a -> %a (want %a)\n", x, out[j], (float)t); \
+                    continue; \
+                } \
+                if (isnan(t) || isinf((float)t)) continue; \
+                double u = fabs(out[j] - t) / ulpf(t); \
+                if (u > lmaxu) lmaxu = u, lmaxx = x; \
+            } \
+        } \
+        _Pragma("omp critical") \
+        if (lmaxu > maxu) maxu = lmaxu, maxx = lmaxx; \
+        free(in); free(out); \
+    } \
+    printf("%s: %llu inputs: max error %.3f ulp at x = %a (%.9g); class differs: %llu\n", NAME, \
+           (unsigned long long)n, maxu, maxx, maxx, (unsigned long long)bad); \
+    fails += bad != 0; \
+} while (0)
 int main(int argc, char **argv)
 {
     (void)argc;
     const uint64_t step = strtoull(argv[1], NULL, 10);
-    double maxu = 0, maxx = 0;
-    uint64_t n = 0, bad = 0;
-    #pragma omp parallel reduction(+:n, bad)
-    {
-        float *in = malloc(NB * 4), *out = malloc(NB * 4);
-        double lmaxu = 0, lmaxx = 0;
-        #pragma omp for schedule(dynamic)
-        for (uint64_t base = 0; base < (1ull << 32) / step; base += NB) {
-            int m = 0;
-            for (; m < NB && base + m < (1ull << 32) / step; m++) {
-                uint32_t b = (uint32_t)((base + m) * step);
-                memcpy(&in[m], &b, 4);
-            }
-            #pragma omp simd
-            for (int j = 0; j < m; j++) out[j] = sj_erff(in[j]);
-            for (int j = 0; j < m; j++) {
-                double x = in[j], t = erf(x);
-                n++;
-                if (!same_class(out[j], t)) {
-                    if (bad++ < 5) printf("  class differs: %a -> %a (want %a)\n", x, out[j], (float)t);
-                    continue;
-                }
-                if (isnan(t) || isinf((float)t)) continue;
-                double u = fabs(out[j] - t) / ulpf(t);
-                if (u > lmaxu) lmaxu = u, lmaxx = x;
-            }
-        }
-        #pragma omp critical
-        if (lmaxu > maxu) maxu = lmaxu, maxx = lmaxx;
-        free(in); free(out);
-    }
-    printf("erf: %llu inputs: max error %.3f ulp at x = %a (%.9g); class differs: %llu\n",
-           (unsigned long long)n, maxu, maxx, maxx, (unsigned long long)bad);
-    return bad != 0;
+    int fails = 0;
+    CHECK("erf", sj_erff, erf, 0, 1ull << 32);
+    /* exp of t <= 0 (softmax's x - max): the sign bit set, -0.0 up to -inf and the NaNs */
+    CHECK("exp of t <= 0", sj_expf_neg, exp, 0x80000000ull, 1ull << 31);
+    return fails != 0;
 }
 """
 
