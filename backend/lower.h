@@ -100,13 +100,15 @@ typedef enum {
 typedef struct {
     StepKind kind;
     int32_t index;     /* EAGER: node index; KERNEL: kernel index; MATMUL: matmul index;
-                          CONV: conv index; CAT: cat index; VIEWS: view chain index;
+                          CONV: conv index; CAT: cat index; EMBED: embedding index;
+                          VIEWS: view chain index;
                           ALIAS: node index (step_views.c) */
 } Step;
 
 typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 typedef struct ConvStep ConvStep;       /* step_conv.c */
 typedef struct CatStep CatStep;         /* step_cat.c */
+typedef struct EmbedStep EmbedStep;     /* step_embed.c */
 typedef struct ViewChain ViewChain;     /* step_views.c */
 typedef struct ConstStep ConstStep;     /* step_const.c */
 
@@ -123,6 +125,8 @@ typedef struct {
                                       convolution in oneDNN's blocked layout (PyMem) */
     CatStep *cats;
     int32_t ncats;
+    EmbedStep *embeds;
+    int32_t nembeds;
     ViewChain *views;
     int32_t nviews;
     ConstStep *consts;
@@ -324,6 +328,16 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_cat_free(LowerPlan *p);
 /* {"cat_steps", "cat_calls", "cat_fallbacks"} added to d. */
 int step_cat_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+
+/* An embedding lookup step for node ni (step_embed.c): returns ni when planned, -1 when
+ * the node is not one, -2 with an exception. */
+int32_t step_embed_plan(Graph *g, int32_t ni, LowerPlan *p);
+/* Runs embedding step i of p: 0 or -1 with an exception; an index out of range or an
+ * operand it cannot take runs the node eagerly. */
+int step_embed_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_embed_free(LowerPlan *p);
+/* {"embed_steps", "embed_calls", "embed_fallbacks"} added to d. */
+int step_embed_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 
 /* View chains (step_views.c): rewrites p's eager steps so that each chain of view ops whose
  * intermediates nothing else reads is one STEP_VIEWS step where its first node ran;

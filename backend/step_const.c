@@ -8,10 +8,11 @@
  * them, in graph order, on the first call and keeps the values later steps read; later
  * calls hand the kept tensors on.
  *
- * What must not change a kept tensor: no node writes into one or into a value that may
- * share its memory (a view, a cast or contiguous() that returns its argument), and no graph
- * output may share its memory (the caller could write into it); in either case nothing is
- * folded. Random draws, empty() (undefined contents), Python-number results and numpy are
+ * What must not change a kept tensor: no node that runs every call writes into one or into
+ * a value that may share its memory (a view, a cast or contiguous() that returns its
+ * argument), and no graph output may share its memory (the caller could write into it); in
+ * either case nothing is folded. A folded node may write in place into a folded value when
+ * nothing that runs every call reads a folded value before it. Random draws, empty() (undefined contents), Python-number results and numpy are
  * never folded.
  *
  * Memory: the step array and its node/value lists are PyMem of the plan; each kept value is
@@ -115,8 +116,8 @@ static int library_callable(PyObject *f)
 static int node_folds(const Graph *g, int32_t ni, const uint8_t *fold)
 {
     const Node *nd = &g->nodes[ni];
-    if (nd->op == OP_INPUT || nd->row < 0 || nd->nout < 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)) ||
-        !foldable_op((OpId)nd->op) || nd->target < 0 || !library_callable(PyList_GET_ITEM(g->consts, nd->target)))
+    if (nd->op == OP_INPUT || nd->row < 0 || nd->nout < 1 || (nd->flags & NODE_OUT) || !foldable_op((OpId)nd->op) ||
+        nd->target < 0 || !library_callable(PyList_GET_ITEM(g->consts, nd->target)))
         return 0;
     for (int32_t j = 0; j < nd->nout; j++) {
         const TensorMeta *m = &g->values[nd->first_value + j].meta;
@@ -164,7 +165,58 @@ struct writes {
     const Graph *g;
     const uint8_t *fold;
     int hit;
+    int32_t *inplace;   /* PyMem: pairs (folded node writing in place, the base it writes) */
+    int32_t ninplace;
+    int32_t reader;     /* the node whose reads note_early_read is given */
 };
+
+/* The node whose value v is, or shares the memory of, through views, casts, contiguous()
+ * and in-place writes (the chain may_alias_folded follows). */
+static int32_t alias_base(const Graph *g, int32_t v)
+{
+    for (;;) {
+        const Node *def = &g->nodes[g->values[v].node];
+        if (!(node_kind(def) == OPK_VIEW || node_kind(def) == OPK_MUTATION || def->op == OP_CAST ||
+              def->op == OP_CONTIGUOUS || (def->flags & NODE_INPLACE)) ||
+            def->nargs < 1 || g->pool[def->args].kind != ARG_VALUE)
+            return g->values[v].node;
+        v = g->pool[def->args].a;
+    }
+}
+
+/* w->inplace: each folded node that writes in place and the base of what it writes (its
+ * first argument). 0, or -1 with MemoryError. */
+static int note_inplace(const Graph *g, const uint8_t *fold, struct writes *w)
+{
+    for (int32_t ni = 0; ni < g->nnodes; ni++) {
+        const Node *nd = &g->nodes[ni];
+        if (!fold[ni] || !(nd->flags & NODE_INPLACE))
+            continue;
+        if (nd->nargs < 1 || g->pool[nd->args].kind != ARG_VALUE) {
+            w->hit = 1;   /* what it writes is not known here: fold nothing */
+            return 0;
+        }
+        if (!w->inplace && !(w->inplace = PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)g->nnodes))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->inplace[2 * w->ninplace] = ni;
+        w->inplace[2 * w->ninplace + 1] = alias_base(g, g->pool[nd->args].a);
+        w->ninplace++;
+    }
+    return 0;
+}
+
+/* a node that runs every call reads memory a later folded node writes in place */
+static void note_early_read(void *ctx, int32_t ni, int32_t v)
+{
+    struct writes *w = ctx;
+    (void)ni;
+    int32_t base = alias_base(w->g, v);
+    for (int32_t k = 0; k < w->ninplace; k++)
+        if (w->inplace[2 * k] > w->reader && w->inplace[2 * k + 1] == base)
+            w->hit = 1;
+}
 
 static void note_write(void *ctx, int32_t ni, int32_t v)
 {
@@ -197,8 +249,11 @@ int step_const_plan(Graph *g, LowerPlan *p, uint8_t *fold, int32_t *node_step)
     }
     if (nfold == 0)
         return 0;
-    /* ... nor shares memory with one; and no node writes into one */
-    struct writes w = {g, fold, 0};
+    /* ... nor shares memory with one; and no node that runs every call writes into one. A
+     * folded node may write in place (T5's `buckets += torch.where(...)`): its operands are
+     * all folded, so it runs in order inside the step, but a node that runs every call and
+     * reads that memory before the write would see the kept value after it */
+    struct writes w = {g, fold, 0, NULL, 0, 0};
     for (int32_t i = 0; i < g->noutputs && !w.hit; i++)
         w.hit |= may_alias_folded(g, g->outputs[i], fold);
     for (int32_t ni = 0; ni < g->nnodes && !w.hit; ni++) {
@@ -206,6 +261,14 @@ int step_const_plan(Graph *g, LowerPlan *p, uint8_t *fold, int32_t *node_step)
         if (!fold[ni] && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || node_kind(nd) == OPK_MUTATION))
             lower_node_reads(g, ni, note_write, &w);
     }
+    if (!w.hit && note_inplace(g, fold, &w) < 0)
+        return -1;
+    for (int32_t ni = 0; ni < g->nnodes && !w.hit && w.ninplace; ni++)
+        if (!fold[ni]) {
+            w.reader = ni;
+            lower_node_reads(g, ni, note_early_read, &w);
+        }
+    PyMem_Free(w.inplace);
     if (w.hit) {
         memset(fold, 0, (size_t)g->nnodes);
         return 0;

@@ -13,9 +13,12 @@
  * shares the input's storage (a reshape that copied is no view) and torch.as_strided from
  * the input gives a tensor of the same type, sizes, strides and offset. Later runs whose
  * input has the recorded sizes and strides make the result with one as_strided call.
- * When the last node is a reshape or flatten that copied (the layout before it has no view
- * of the new shape: transformers' repeat_kv, expand then reshape) and the value before it
- * is such a view, the record is that view's layout and later runs copy its elements in
+ * contiguous() is a chain op too, and ends its chain: it returns its input when that is
+ * contiguous (attention's `out.transpose(1, 2).contiguous()` after torch's SDPA, whose
+ * result is laid out (B, L, H, D)), else copies (Swin's window partition, a permute then
+ * contiguous()). When the last node is a reshape,
+ * flatten or contiguous() that copied (the layout before it has no view of the new shape:
+ * transformers' repeat_kv, expand then reshape) and the value before it is such a view, the record is that view's layout and later runs copy its elements in
  * order into a new contiguous tensor (from the graph's pool), as the reshape did, instead of
  * running the nodes (~5-9 us for repeat_kv's chains, ~2 us as a copy).
  *
@@ -51,6 +54,10 @@ struct ViewChain {
      * expand then reshape) copied; the record is then the layout of the value before it
      * and the result a contiguous tensor of res_size filled from that view in order */
     int copy;
+    /* no record for the input layout base_*: a run found none (a copy in the middle of the
+     * chain, such as a contiguous() of a permuted view before a view of it); later runs of
+     * that layout run the nodes without trying again */
+    int norec;
     DType dt;
     int res_ndim;
     int64_t res_size[SJ_MAX_RANK];
@@ -77,6 +84,7 @@ static int chain_op(OpId op)
     case OP_DIAGONAL:
     case OP_SELECT:
     case OP_MOVEDIM:
+    case OP_CONTIGUOUS:   /* returns its input when contiguous, else copies (copy mode) */
         return 1;
     default:
         return 0;
@@ -167,7 +175,9 @@ int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
         c.base = base;
         c.nodes[c.n++] = first;
         int32_t cur = g->nodes[first].first_value;
-        while (c.n < VC_MAX_NODES && reads[cur] == 1) {
+        /* a contiguous() ends a chain: when it copies, the copy is the chain's result (copy
+         * mode), and views of the copy are a chain of their own */
+        while (c.n < VC_MAX_NODES && reads[cur] == 1 && g->nodes[c.nodes[c.n - 1]].op != OP_CONTIGUOUS) {
             /* the one reader of cur: the next node whose chain input it is */
             int32_t next = -1;
             for (int32_t nj = c.nodes[c.n - 1] + 1; nj < g->nnodes && next < 0; nj++)
@@ -421,9 +431,10 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
     int r = base ? treader_read(base, &bm, bst, &why) : 1;
     if (r < 0)
         return -1;
-    if (r == 0 && c->sizes && Py_TYPE(base) == c->base_type && bm.ndim == c->base_ndim &&
-        !memcmp(bm.size, c->base_size, sizeof(int64_t) * (size_t)bm.ndim) &&
-        !memcmp(bst, c->base_stride, sizeof(int64_t) * (size_t)bm.ndim)) {
+    int same = r == 0 && (c->sizes || c->norec) && Py_TYPE(base) == c->base_type && bm.ndim == c->base_ndim &&
+               !memcmp(bm.size, c->base_size, sizeof(int64_t) * (size_t)bm.ndim) &&
+               !memcmp(bst, c->base_stride, sizeof(int64_t) * (size_t)bm.ndim);
+    if (same && c->sizes) {
         if (c->copy) {
             int cr = run_copy(c, base, vals);
             if (cr <= 0)
@@ -457,12 +468,21 @@ eager:
         }
     }
     int rc = 0;
-    if (r == 0) {
+    if (r == 0 && !same) {
         c->copy = 0;
+        c->norec = 0;
         rc = record(c, base, &bm, bst, vals[c->out]);
         OpId last = (OpId)g->nodes[c->nodes[c->n - 1]].op;
-        if (rc == 0 && !c->sizes && pen && vals[c->out] && (last == OP_RESHAPE || last == OP_FLATTEN))
+        if (rc == 0 && !c->sizes && pen && vals[c->out] &&
+            (last == OP_RESHAPE || last == OP_FLATTEN || last == OP_CONTIGUOUS))
             rc = record_copy(c, base, &bm, bst, pen, vals[c->out]);
+        if (rc == 0 && !c->sizes) {
+            c->norec = 1;
+            c->base_ndim = bm.ndim;
+            memcpy(c->base_size, bm.size, sizeof(int64_t) * (size_t)bm.ndim);
+            memcpy(c->base_stride, bst, sizeof(int64_t) * (size_t)bm.ndim);
+            c->base_type = Py_TYPE(base);
+        }
     }
     Py_XDECREF(pen);
     return rc;

@@ -5,6 +5,7 @@ not fold (outputs, values written in place or shared with an output, random draw
 tensor constants the caller can change, symbolic sizes) runs every call."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import shapejit
 from lowering import lowering as _lowering
@@ -88,14 +89,77 @@ def test_output_view_of_a_folded_value_folds_nothing():
     assert _stats(made, "const_nodes") == 0
 
 
-def test_in_place_write_folds_nothing():
+def test_in_place_write_of_a_folded_value_folds():
     def f(x):
         m = torch.zeros(4)
         m.add_(1)
         return x * m
     x = torch.randn(4)
     made = _check(f, x)
+    assert _stats(made, "const_nodes") == 2
+
+
+def t5_buckets(x, table):
+    # T5's relative position buckets: an in-place `+=` into a value computed once, then an
+    # embedding of a parameter-like input, read by nodes that run every call
+    q = torch.arange(7)[:, None]
+    k = torch.arange(7)[None, :]
+    rel = k - q
+    buckets = 0
+    buckets += (rel > 0).to(torch.long) * 4
+    rel = torch.abs(rel)
+    large = 2 + (torch.log(rel.float() / 2) / 1.2 * 2).to(torch.long)
+    large = torch.min(large, torch.full_like(large, 3))
+    buckets += torch.where(rel < 2, rel, large)
+    return x + F.embedding(buckets, table).permute(2, 0, 1)
+
+
+def test_in_place_t5_buckets_fold():
+    x, table = torch.randn(3, 7, 7), torch.randn(8, 3)
+    made = _check(t5_buckets, x, table)
+    assert _stats(made, "const_nodes") >= 10
+    ops = made[0].stats.get("eager_ops") or {}
+    assert "arange" not in ops and "where" not in ops and "full_like" not in ops
+
+
+def test_in_place_write_reading_an_input_folds_nothing():
+    def f(x):
+        m = torch.zeros(4)
+        m.add_(x)
+        return x * m
+    made = _check(f, torch.randn(4))
     assert _stats(made, "const_nodes") == 0
+
+
+def test_read_before_a_folded_in_place_write_folds_nothing():
+    # y reads m before the write: a kept m (after the write) would give y a wrong value
+    def f(x):
+        m = torch.arange(4.0)
+        y = x * m
+        m.add_(1)
+        return y + x * m
+    made = _check(f, torch.randn(4))
+    assert _stats(made, "const_nodes") == 0
+
+    def g(x):   # the same through a view of m
+        m = torch.arange(4.0)
+        y = x * m.view(2, 2).reshape(4)
+        m.mul_(3)
+        return y + x * m
+    made = _check(g, torch.randn(4))
+    assert _stats(made, "const_nodes") == 0
+
+
+def test_read_before_an_unrelated_in_place_write_folds():
+    # y reads a (computed once) before b is written in place: a is not b, both fold
+    def f(x):
+        a = torch.arange(4.0) * 2
+        y = x * a
+        b = torch.ones(4)
+        b += a
+        return y + x * b
+    made = _check(f, torch.randn(4))
+    assert _stats(made, "const_nodes") >= 4
 
 
 def test_random_and_empty_not_folded():

@@ -252,3 +252,42 @@ def test_copy_is_not_shared_with_later_writes():
     c = cf(x)[0]
     assert _stats(made, "view_chain_copies") == 2
     assert torch.equal(a, repeat_kv(x.transpose(1, 2))) and torch.equal(c, a)
+
+
+def test_contiguous_of_a_contiguous_view_is_in_the_chain():
+    # attention's output after torch's SDPA is laid out (B, L, H, D): transpose(1, 2) is
+    # contiguous, contiguous() returns it, and the chain is views only
+    def f(x):
+        return x.transpose(1, 2).contiguous().reshape(2, 5, -1).contiguous(), x.sum()
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = torch.randn(2, 5, 3, 4).transpose(1, 2)
+    for _ in range(3):
+        got, want = cf(x)[0], f(x)[0]
+        _same_view(got, want, x)
+    assert "contiguous" not in made[0].stats["eager_ops"]
+    assert _stats(made, "view_chain_calls") == 6 and _stats(made, "view_chain_eager_runs") == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 1), (4, 1, 3)])
+def test_contiguous_that_copies_ends_the_chain(dtype, shape):
+    # Swin's window partition: a permute then contiguous() copies (copy mode), and views of
+    # the copy are a chain of their own
+    def f(x):
+        return x.view(*shape).permute(2, 0, 1).contiguous().view(-1, shape[1]).unsqueeze(0), x == x
+    backend, made = _lowering()
+    cf = shapejit.compile(f, backend=backend)
+    x = (torch.randn(shape[0] * shape[1] * shape[2]) * 10).to(dtype)
+    for _ in range(3):
+        got, want = cf(x)[0], f(x)[0]
+        assert got.shape == want.shape and got.stride() == want.stride() and torch.equal(got, want)
+        ptr = x.untyped_storage().data_ptr()
+        assert (got.untyped_storage().data_ptr() == ptr) == (want.untyped_storage().data_ptr() == ptr)
+    copies = not x.view(*shape).permute(2, 0, 1).is_contiguous()
+    assert _stats(made, "view_chain_copies") == (2 if copies else 0), made[0].stats
+    assert _stats(made, "view_chains") == 2
+    got, want = cf(x)[0], f(x)[0]
+    x.logical_not_() if dtype == torch.bool else x.add_(1)   # a copy shares nothing with x
+    assert torch.equal(got, want)
+    assert "contiguous" not in made[0].stats["eager_ops"]
