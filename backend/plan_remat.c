@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "lower_int.h"
+#include "../core/config.h"
 
 #define REMAT_MAX_NODES 8
 
@@ -288,6 +289,9 @@ static void fill_reader(void *ctx, int32_t ni, int32_t v)
 
 int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recomputed)
 {
+    p->kernel_copies = 0;
+    if (!sj_config.cpu_recompute)
+        return 0;
     size_t nn = (size_t)(g->nnodes ? g->nnodes : 1), nv = (size_t)g->nvalues + 1;
     Remat r = {g,
                p,
