@@ -226,6 +226,9 @@ int lower_build_full(Graph *g, LowerPlan *p, int32_t i);
 /* How a pointwise op types its operands (lower.def says which is which). */
 typedef enum { LK_SAME, LK_SELECT, LK_CMP, LK_LOGIC } LowerKind;
 
+/* What recomputing an op costs (lower.def's COST column). */
+typedef enum { LR_CHEAP, LR_COSTLY } LowerCost;
+
 /* The expression columns of lower.def: the class of the type a node computes in. */
 typedef enum { LC_F32 = 0, LC_F64, LC_INT, LC_BOOL, LC_COUNT } LowerClass;
 
@@ -233,6 +236,7 @@ typedef enum { LC_F32 = 0, LC_F64, LC_INT, LC_BOOL, LC_COUNT } LowerClass;
 typedef struct {
     int nin;
     LowerKind kind;
+    LowerCost cost;
     const char *expr[LC_COUNT];   /* "" where the class stays eager */
     const char *pname[2];
     double pdefault[2];

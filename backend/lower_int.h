@@ -63,6 +63,9 @@ int lower_node_typed(Graph *g, int32_t ni, NodeLower *nl);
 int plan_push(void **arr, int32_t *n, size_t item, const void *x);
 /* Adds value v as an input of k (once). 0, or 1 when k has no room left. */
 int plan_add_input(Kernel *k, int32_t v);
+/* 1 when node nd writes into memory it did not allocate: in place, setitem-like, out=
+ * (a graph input's node writes nothing). */
+int lower_node_writes(const Node *nd);
 /* 1 when a node of k makes value v. */
 int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v);
 

@@ -136,6 +136,11 @@ int plan_add_input(Kernel *k, int32_t v)
     return 0;
 }
 
+int lower_node_writes(const Node *nd)
+{
+    return (nd->flags & (NODE_INPLACE | NODE_OUT)) || (nd->op != OP_INPUT && op_info[nd->op].kind == OPK_MUTATION);
+}
+
 int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < k->nnodes; i++)

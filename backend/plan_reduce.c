@@ -325,7 +325,7 @@ static Kernel *sum_partner(Graph *g, int32_t ni, LowerPlan *out, const ReduceInf
             continue;
         for (int32_t nj = k->nodes[0] + 1; nj < ni; nj++) {
             const Node *nd = &g->nodes[nj];
-            if (nd->op != OP_INPUT && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || op_info[nd->op].kind == OPK_MUTATION))
+            if (lower_node_writes(nd))
                 return NULL;
         }
         return k;

@@ -14,7 +14,8 @@
  * a later kernel K of the same kind (not rotated reads, not a row op) where:
  *   - its chain (v's node and, back from it, every pointwise node whose value is not
  *     stored: made inside its kernel only, or already recomputed) has at most
- *     REMAT_MAX_NODES nodes, each of the library and the iteration space of K;
+ *     REMAT_MAX_NODES nodes, each cheap (lower.def's COST) and of the library and the
+ *     iteration space of K;
  *   - the chain's leaves (stored values and graph inputs) add at most one full-size input
  *     to K (the one that replaces reading v), and K still reads one afterwards, so its
  *     iteration space (the broadcast of its inputs) is unchanged;
@@ -96,17 +97,17 @@ static int stored(const Remat *r, int32_t v)
     return r->last_use[v] > k->nodes[k->nnodes - 1];
 }
 
-static int writes_memory(const Node *nd)
-{
-    return op_info[nd->op].kind == OPK_MUTATION || (nd->flags & (NODE_INPLACE | NODE_OUT));
-}
-
-/* A node a chain may copy: one output, pure, lowered by kernels. */
+/* A node a chain may copy: one output, pure, lowered by kernels, cheap to compute again
+ * (lower.def's COST: a libm call per element costs more than storing the value once and
+ * reading it back; a division does not: numpy_moments' (x - mu) / sd recomputed by two
+ * reductions, about 50 us each, against 80 us for the one storing it and 22 us for the
+ * one reading it back, (8192, 64) float32, AVX-512, 1 thread). */
 static int copyable(Graph *g, int32_t ni)
 {
     NodeLower nl;
     const Node *nd = &g->nodes[ni];
-    return nd->nout == 1 && !(nd->flags & (NODE_INPLACE | NODE_OUT)) && !lower_node_typed(g, ni, &nl);
+    return nd->nout == 1 && !(nd->flags & (NODE_INPLACE | NODE_OUT)) && !lower_node_typed(g, ni, &nl) &&
+           nl.row->cost == LR_CHEAP;
 }
 
 typedef struct {
@@ -307,7 +308,7 @@ int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recompu
         goto nomem;
     r.writes[0] = 0;
     for (int32_t ni = 0; ni < g->nnodes; ni++)
-        r.writes[ni + 1] = r.writes[ni] + writes_memory(&g->nodes[ni]);
+        r.writes[ni + 1] = r.writes[ni] + lower_node_writes(&g->nodes[ni]);
     for (int32_t ni = 0; ni < g->nnodes; ni++)
         r.first[ni] = -1;
     for (int32_t ki = p->nkernels - 1; ki >= 0; ki--)

@@ -258,7 +258,7 @@ int step_const_plan(Graph *g, LowerPlan *p, uint8_t *fold, int32_t *node_step)
         w.hit |= may_alias_folded(g, g->outputs[i], fold);
     for (int32_t ni = 0; ni < g->nnodes && !w.hit; ni++) {
         const Node *nd = &g->nodes[ni];
-        if (!fold[ni] && ((nd->flags & (NODE_INPLACE | NODE_OUT)) || node_kind(nd) == OPK_MUTATION))
+        if (!fold[ni] && lower_node_writes(nd))
             lower_node_reads(g, ni, note_write, &w);
     }
     if (!w.hit && note_inplace(g, fold, &w) < 0)

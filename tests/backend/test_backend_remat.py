@@ -92,14 +92,26 @@ def test_dynamic_sizes_share_one_graph():
 
 def test_chain_of_recomputed_values_equals_eager():
     def f(x, m):
-        a = x - m                  # recomputed by the later reductions
-        b = torch.tanh(a) * 0.5    # recomputed by both, with a
+        a = x - m                              # recomputed by the later reductions
+        b = torch.clamp(a * 0.5, -1.0, 1.0)    # recomputed by both, with a
         return a.sum(0), (b * b).sum(0), (b * a).amax(0)
 
     x, m = torch.randn(50, 12), torch.randn(12)
     fn, made = _compiled(f)
     close(fn(x, m), f(x, m))
     assert _recomputed(made) >= 4   # a, and b (with a) in both later kernels
+
+
+def test_costly_values_stay_stored():
+    def f(x, m):
+        a = torch.tanh(x - m)      # a libm call per element: stored once, read back
+        q = torch.exp(x) * m       # the same, below a cheap op
+        return a.sum(0), (a * a).amax(0), q.sum(0), (q + 1.0).amax(0)
+
+    x, m = torch.randn(50, 12), torch.randn(12) + 3.0
+    fn, made = _compiled(f)
+    close(fn(x, m), f(x, m))
+    assert _recomputed(made) == 0
 
 
 def test_two_new_full_size_reads_keep_a_chain_stored():
