@@ -118,12 +118,20 @@ static int usable_cpus(void)
     return CPU_COUNT(&set);
 }
 
+/* Looks up kernel function `name` in lib into *fn and prepares its libffi call (the
+ * kernels' signature: an int64 result of sizes, data pointers, strides and the dense flag).
+ * 0, or -1 with an exception. */
+static int bind_fn(CgLib *lib, const char *name, void **fn, CgFn *call)
+{
+    return (*fn = cg_sym(lib, name)) && cg_fn_prepare(call, *fn, "lpppl") == 0 ? 0 : -1;
+}
+
 /* Looks up kernels which[from, to) in lib. 0, or -1 with an exception. */
 static int bind(LowerPlan *p, CgLib *lib, const int32_t *which, int32_t from, int32_t to)
 {
     for (int32_t i = from; i < to; i++) {
         Kernel *k = &p->kernels[which[i]];
-        if (!(k->fn = cg_sym(lib, k->name)) || cg_fn_prepare(&k->call, k->fn, "lpppl") < 0)
+        if (bind_fn(lib, k->name, &k->fn, &k->call) < 0)
             return -1;
     }
     return 0;
@@ -322,8 +330,7 @@ int lower_build_full(Graph *g, LowerPlan *p, int32_t i)
         Py_ssize_t len;
         const char *text = PyUnicode_AsUTF8AndSize(src, &len);
         /* cg_build releases the GIL while the compiler runs: k may be called meanwhile */
-        ok = text && (lib = cg_build(text, (size_t)len, "graph")) && (f->fn = cg_sym(lib, c.name)) &&
-             cg_fn_prepare(&f->call, f->fn, "lpppl") == 0;
+        ok = text && (lib = cg_build(text, (size_t)len, "graph")) && bind_fn(lib, c.name, &f->fn, &f->call) == 0;
     }
     Py_XDECREF(src);
     k->full_building = 0;

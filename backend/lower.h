@@ -284,6 +284,10 @@ int lower_const_number(PyObject *v, double *out);
 int lower_push_step(LowerPlan *p, StepKind kind, void **arr, int32_t *n, size_t item, const void *x);
 /* Runs node first and nodes more[0..n) the original way. 0 or -1 with an exception. */
 int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObject **vals);
+/* The end of a step that makes one value, vals[out]: rc 0 stores res there (stolen); rc 1
+ * (an operand the step does not take) drops res and runs node the original way, counted
+ * in *fallbacks; rc -1 drops res (an exception is set). 0 or -1 with an exception. */
+int lower_step_done(Graph *g, int32_t node, int32_t out, int rc, PyObject *res, long long *fallbacks, PyObject **vals);
 /* d[names[i]] = vals[i] for i < n. 0 or -1 with an exception. */
 int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals);
 /* Copies the elements of src (sizes n, strides ss, in elements of `item` bytes, r >= 1) to

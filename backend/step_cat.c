@@ -145,15 +145,7 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             PyBuffer_Release(&ops[i].view);
     if (ops != stack_ops)
         PyMem_Free(ops);
-    if (rc == 0) {
-        Py_XSETREF(vals[s->out], res);   /* steals res */
-        return 0;
-    }
-    Py_XDECREF(res);
-    if (rc < 0)
-        return -1;
-    s->fallbacks++;
-    return lower_exec_nodes(g, s->node, NULL, 0, vals);
+    return lower_step_done(g, s->node, s->out, rc, res, &s->fallbacks, vals);   /* steals res */
 }
 
 void step_cat_free(LowerPlan *p)

@@ -1,6 +1,7 @@
-/* What the steps share (step_matmul.c, step_conv.c, step_cat.c, step_views.c): finding the
- * value behind a bound argument, reading a constant int or number argument, appending a
- * step to the plan, running a step's nodes eagerly, adding their counters to
+/* What the steps share (step_matmul.c, step_conv.c, step_cat.c, step_embed.c,
+ * step_views.c): finding the value behind a bound argument, reading a constant int or
+ * number argument, appending a step to the plan, running a step's nodes eagerly, storing a
+ * step's value or handing its node back to eager, adding their counters to
  * CompiledGraph.stats, telling whether a weight copy kept across calls is still the
  * weight's, whether an operand holds inf or NaN, and a strided copy.
  *
@@ -37,6 +38,19 @@ int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObje
         if (graph_exec_node(g, more[i], vals, NULL) < 0)
             return -1;
     return 0;
+}
+
+int lower_step_done(Graph *g, int32_t node, int32_t out, int rc, PyObject *res, long long *fallbacks, PyObject **vals)
+{
+    if (rc == 0) {
+        Py_XSETREF(vals[out], res);   /* steals res */
+        return 0;
+    }
+    Py_XDECREF(res);
+    if (rc < 0)
+        return -1;
+    (*fallbacks)++;
+    return lower_exec_nodes(g, node, NULL, 0, vals);
 }
 
 int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals)

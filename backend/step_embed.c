@@ -137,16 +137,8 @@ int step_embed_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
         PyBuffer_Release(&io.view);
     if (nread > 1 && wo.has_view)
         PyBuffer_Release(&wo.view);
-    if (rc == 0) {
-        s->calls++;
-        Py_XSETREF(vals[s->out], res);   /* steals res */
-        return 0;
-    }
-    Py_XDECREF(res);
-    if (rc < 0)
-        return -1;
-    s->fallbacks++;
-    return lower_exec_nodes(g, s->node, NULL, 0, vals);
+    s->calls += rc == 0;
+    return lower_step_done(g, s->node, s->out, rc, res, &s->fallbacks, vals);   /* steals res */
 }
 
 void step_embed_free(LowerPlan *p)

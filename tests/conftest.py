@@ -32,3 +32,11 @@ def fresh_compilers():
     yield
     torch._dynamo.reset()
     shapejit.reset()
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    """The cpu backend's thread count (shapejit.config.threads), 1 and 2."""
+    import shapejit
+    with shapejit.config.patch(threads=request.param):
+        yield request.param

@@ -39,14 +39,6 @@ def _close(got, want):
         torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    old = shapejit.config.threads
-    shapejit.config.threads = request.param
-    yield request.param
-    shapejit.config.threads = old
-
-
 def _run(f, inputs, dynamic=False, fused=True):
     backend, made = _lowering()
     fn = shapejit.compile(f, backend=backend, dynamic=dynamic)

@@ -19,14 +19,6 @@ def _stat(made, key):
     return sum(m.stats[key] for m in made)
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    old = shapejit.config.threads
-    shapejit.config.threads = request.param
-    yield request.param
-    shapejit.config.threads = old
-
-
 def _rows(x):
     return (x.sum(-1), x.mean(-1), x.amax(-1), torch.softmax(x, -1), torch.log_softmax(x, -1),
             F.layer_norm(x, (x.shape[-1],)))
