@@ -45,7 +45,7 @@ int guard_add_dict_version(Capture *c, int32_t src, PyObject *d)
     g.kind = GK_DICT_VERSION;
     g.src = src;
     g.src2 = -1;
-    g.version = guards_dict_version(d);
+    g.version = readcache_dict_tag(d);
     g.where = where_str(c);
     int r = guards_add(&c->guards, &g);
     Py_XDECREF(g.where);

@@ -214,19 +214,10 @@ static int check_dict_len(const Guard *g, PyObject *v, GuardCall *call)
     return PyDict_Check(v) && PyDict_GET_SIZE(v) == g->len;
 }
 
-/* CPython 3.11 keeps a version tag on every dict that changes with every write; it is
- * deprecated from 3.12 on, where this kind would need dict watchers instead. */
-_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"") uint64_t
-    guards_dict_version(PyObject *d)
-{
-    return ((PyDictObject *)d)->ma_version_tag;
-}
-_Pragma("GCC diagnostic pop")
-
-    static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
+static int check_dict_ver(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)call;
-    return PyDict_Check(v) && guards_dict_version(v) == g->version;
+    return PyDict_Check(v) && readcache_dict_tag(v) == g->version;
 }
 
 static int check_global(const Guard *g, PyObject *v, GuardCall *call)
@@ -254,13 +245,18 @@ static int check_backend(const Guard *g, PyObject *v, GuardCall *call)
 }
 
 /* HASATTR: the guard's source is base.name; v is base (leaf_value). len: 1 when base had
- * the attribute at capture, 0 when it did not. */
+ * the attribute at capture, 0 when it did not. The attribute is read as its source (the
+ * value hasattr computes and drops): a present one is then memoized for the leaves under
+ * it, and reads through the source's read cache. */
 static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
 {
-    PyObject *res = NULL;
-    int r = _PyObject_LookupAttr(v, call->t->src.e[g->src].key, &res);
-    Py_XDECREF(res);
-    return r < 0 ? -1 : (r == 1) == (g->len == 1);
+    (void)v;
+    if (sources_resolve(&call->t->src, g->src, call->fv, call->memo))
+        return g->len == 1;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+        return -1;
+    PyErr_Clear();
+    return g->len == 0;
 }
 
 static int check_same(const Guard *g, PyObject *v, GuardCall *call)

@@ -73,8 +73,6 @@ int guards_check_one(const Guard *g, const SourceTable *t, GuardCall *call);
 PyObject *guards_explain_one(const Guard *g, const SourceTable *t, GuardCall *call);
 /* New str: the leaf as the guards log prints it (without its user line). */
 PyObject *guards_format_one(const Guard *g, const SourceTable *t);
-/* The version tag CPython 3.11 keeps on a dict (changes with every write). */
-uint64_t guards_dict_version(PyObject *d);
 
 /* Evaluate a SHAPE_ENV program (shape_guard.c; the format: shapes/env.h); 0 with *out, or -1 (a source could not be read: exception set; or
  * the arithmetic failed: *bad set, no exception). */

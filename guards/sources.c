@@ -93,11 +93,12 @@ int32_t sources_add(SourceTable *t, SourceKind kind, int32_t base, int32_t index
     e->key = Py_XNewRef(key);
     e->obj = Py_XNewRef(obj);
     e->repr = repr;
+    e->rc = (ReadCache){0};
     return t->n++;
 }
 
-/* New reference, or NULL with an exception set. */
-static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const FrameView *fv, PyObject **memo)
+/* New reference, or NULL with an exception set. e's read cache is written. */
+static PyObject *resolve_one(const SourceTable *t, SourceEntry *e, const FrameView *fv, PyObject **memo)
 {
     PyObject *base = NULL;
     if (e->base >= 0 && !(base = sources_resolve(t, e->base, fv, memo)))
@@ -124,7 +125,7 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
         return Py_NewRef(v);
     }
     case SRC_GLOBAL: {
-        PyObject *v = PyDict_GetItemWithError(fv->globals, e->key);
+        PyObject *v = readcache_dict_read(&e->rc, fv->globals, e->key);
         if (!v && !PyErr_Occurred() && fv->builtins && PyDict_Check(fv->builtins))
             v = PyDict_GetItemWithError(fv->builtins, e->key);
         if (!v) {
@@ -135,7 +136,7 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
         return Py_NewRef(v);
     }
     case SRC_MODGLOBAL: {
-        PyObject *v = PyDict_GetItemWithError(e->obj, e->key);
+        PyObject *v = readcache_dict_read(&e->rc, e->obj, e->key);
         if (!v && !PyErr_Occurred()) {
             /* a builtin read from another module's code: that module's __builtins__ */
             PyObject *b = PyDict_GetItemString(e->obj, "__builtins__");   /* borrowed */
@@ -151,11 +152,17 @@ static PyObject *resolve_one(const SourceTable *t, const SourceEntry *e, const F
         }
         return Py_NewRef(v);
     }
-    case SRC_ATTR:
-        return PyObject_GetAttr(base, e->key);
+    case SRC_ATTR: {
+        PyObject *v = readcache_attr_get(&e->rc, base);
+        if (v)
+            return Py_NewRef(v);
+        if ((v = PyObject_GetAttr(base, e->key)))
+            readcache_attr_fill(&e->rc, base, e->key, v);
+        return v;
+    }
     case SRC_ITEM:
         if (PyDict_CheckExact(base)) {
-            PyObject *v = PyDict_GetItemWithError(base, e->key);
+            PyObject *v = readcache_dict_read(&e->rc, base, e->key);
             if (!v && !PyErr_Occurred())
                 PyErr_SetObject(PyExc_KeyError, e->key);
             return Py_XNewRef(v);
@@ -230,7 +237,8 @@ PyObject *sources_resolve(const SourceTable *t, int32_t id, const FrameView *fv,
 {
     if (memo[id])
         return memo[id];
-    PyObject *v = resolve_one(t, &t->e[id], fv, memo);
+    /* the table is const to its readers except for the entries' read caches */
+    PyObject *v = resolve_one(t, (SourceEntry *)&t->e[id], fv, memo);
     memo[id] = v;
     return v;
 }

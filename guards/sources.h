@@ -9,6 +9,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "readcache.h"
+
 typedef enum {
     SRC_LOCAL,      /* frame local: index = localsplus slot, key = name */
     SRC_FREEVAR,    /* closure variable of the frame's function: index = cell number, key = name */
@@ -35,6 +37,8 @@ typedef struct {
     PyObject *key;      /* strong: name or item key, or NULL */
     PyObject *obj;      /* strong: SRC_MODGLOBAL's dict, SRC_CALL's callable, SRC_HELD's object, else NULL */
     PyObject *repr;     /* strong: "L['self']._modules['fc']" */
+    ReadCache rc;       /* the last value read (SRC_ATTR, SRC_ITEM of a dict, SRC_GLOBAL,
+                           SRC_MODGLOBAL): the one field resolution writes, under the GIL */
 } SourceEntry;
 
 typedef struct {
