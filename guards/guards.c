@@ -250,12 +250,15 @@ static int check_backend(const Guard *g, PyObject *v, GuardCall *call)
  * it, and reads through the source's read cache. */
 static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
 {
-    (void)v;
+    SourceEntry *e = &call->t->src.e[g->src];
+    if (g->len == 0 && readcache_attr_absent(&e->rc, v))
+        return 1;
     if (sources_resolve(&call->t->src, g->src, call->fv, call->memo))
         return g->len == 1;
     if (!PyErr_ExceptionMatches(PyExc_AttributeError))
         return -1;
     PyErr_Clear();
+    readcache_absent_fill(&e->rc, v, e->key);
     return g->len == 0;
 }
 

@@ -42,13 +42,44 @@ static int generic_getattr(PyTypeObject *tp)
     return ga && _PyType_Lookup(tp, name) == ga;
 }
 
-PyObject *readcache_attr_get(const ReadCache *c, PyObject *base)
+/* 1 when c's tags all still hold for base: same type at the same version, the instance
+ * dict and every dependency unwritten. */
+static int still_valid(const ReadCache *c, PyObject *base)
 {
     PyTypeObject *tp = Py_TYPE(base);
     if (!c->tag || tp != c->type || tp->tp_version_tag != c->tver || !(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
-        return NULL;
+        return 0;
     PyObject **dp = _PyObject_GetDictPtr(base);
-    return dp && *dp && readcache_dict_tag(*dp) == c->tag ? c->val : NULL;
+    if (!dp || !*dp || readcache_dict_tag(*dp) != c->tag)
+        return 0;
+    for (int i = 0; i < c->ndeps; i++)
+        if (readcache_dict_tag(c->deps[i]) != c->dep_tags[i])
+            return 0;
+    return 1;
+}
+
+PyObject *readcache_attr_get(const ReadCache *c, PyObject *base)
+{
+    return !c->absent && still_valid(c, base) ? c->val : NULL;
+}
+
+int readcache_attr_absent(const ReadCache *c, PyObject *base)
+{
+    return c->absent && still_valid(c, base);
+}
+
+/* The instance dict of base (materialized, see below) and the type's version, or NULL
+ * when the type has no valid version tag or the instance no dict. */
+static PyObject *tagged_dict(PyObject *base, unsigned int *tver)
+{
+    PyTypeObject *tp = Py_TYPE(base);
+    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || tp->tp_version_tag == 0)
+        return NULL;
+    *tver = tp->tp_version_tag;
+    /* materializes a 3.11 instance's inline values into its __dict__ (what reading
+     * obj.__dict__ does), after which every write to the instance bumps the dict's tag */
+    PyObject **dp = _PyObject_GetDictPtr(base);
+    return dp && *dp && PyDict_Check(*dp) ? *dp : NULL;
 }
 
 void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject *val)
@@ -61,15 +92,10 @@ void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject 
     PyObject *descr = _PyType_Lookup(tp, name);
     if (descr && Py_TYPE(descr)->tp_descr_set)
         return;
-    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || tp->tp_version_tag == 0)
+    unsigned int tver;
+    PyObject *d = tagged_dict(base, &tver);
+    if (!d)
         return;
-    unsigned int tver = tp->tp_version_tag;
-    /* materializes a 3.11 instance's inline values into its __dict__ (what reading
-     * obj.__dict__ does), after which every write to the instance bumps the dict's tag */
-    PyObject **dp = _PyObject_GetDictPtr(base);
-    if (!dp || !*dp || !PyDict_Check(*dp))
-        return;
-    PyObject *d = *dp;
     uint64_t tag0 = readcache_dict_tag(d);
     PyObject *dv = PyDict_GetItemWithError(d, name);
     if (!dv) {
@@ -78,8 +104,76 @@ void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject 
     }
     if (dv != val || readcache_dict_tag(d) != tag0 || tp->tp_version_tag != tver)
         return;
-    c->tag = tag0;
-    c->type = tp;
-    c->tver = tver;
-    c->val = val;
+    *c = (ReadCache){.tag = tag0, .type = tp, .tver = tver, .val = val};
+}
+
+/* ------------------------------------------------------------- misses ---- */
+
+/* The dicts torch.nn.Module.__getattr__ looks in, in its order, after the generic lookup
+ * missed. */
+static const char *const module_dicts[READCACHE_MAX_DEPS] = {"_parameters", "_buffers", "_modules"};
+
+/* 1 when fn is torch.nn.Module.__getattr__ as this cache models it: looks name up in the
+ * instance dict's _parameters, _buffers and _modules, else raises AttributeError. The
+ * names its code uses are checked, so a torch whose __getattr__ reads anything else is
+ * not modelled (its misses are read every time). */
+static int is_module_getattr(PyObject *fn)
+{
+    static PyObject *known;   /* strong: the function once recognized */
+    if (fn == known)
+        return 1;
+    if (known || !PyFunction_Check(fn))
+        return 0;
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    PyObject *mod = PyFunction_GET_MODULE(fn);
+    if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "torch.nn.modules.module") != 0 ||
+        PyUnicode_CompareWithASCIIString(co->co_qualname, "Module.__getattr__") != 0)
+        return 0;
+    static const char *const names[] = {"__dict__", "AttributeError", "type", "__name__"};
+    if (PyTuple_GET_SIZE(co->co_names) != 4)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_names, i), names[i]) != 0)
+            return 0;
+    int k = 0;   /* the first str constants: the three dicts, in order */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_consts) && k < READCACHE_MAX_DEPS; i++) {
+        PyObject *x = PyTuple_GET_ITEM(co->co_consts, i);
+        if (PyUnicode_Check(x) && PyUnicode_CompareWithASCIIString(x, module_dicts[k++]) != 0)
+            return 0;
+    }
+    if (k != READCACHE_MAX_DEPS)
+        return 0;
+    known = Py_NewRef(fn);
+    return 1;
+}
+
+void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
+{
+    static PyObject *getattr_name;
+    if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
+        return (void)PyErr_Clear();
+    PyTypeObject *tp = Py_TYPE(base);
+    if (!PyUnicode_CheckExact(name) || !generic_getattr(tp) || PyModule_Check(base))
+        return;
+    PyObject *hook = _PyType_Lookup(tp, getattr_name);
+    int module_hook = hook && is_module_getattr(hook);
+    if ((hook && !module_hook) || _PyType_Lookup(tp, name))
+        return;   /* an unknown __getattr__, or a class attribute whose read raised */
+    unsigned int tver;
+    PyObject *d = tagged_dict(base, &tver);
+    if (!d || PyDict_Contains(d, name) != 0)
+        return (void)PyErr_Clear();
+    ReadCache n = {.tag = readcache_dict_tag(d), .type = tp, .tver = tver, .absent = 1};
+    for (int i = 0; module_hook && i < READCACHE_MAX_DEPS; i++) {
+        PyObject *sub = PyDict_GetItemString(d, module_dicts[i]);   /* borrowed */
+        if (!sub)
+            continue;
+        uint64_t sub_tag = PyDict_CheckExact(sub) ? readcache_dict_tag(sub) : 0;
+        if (!sub_tag || PyDict_Contains(sub, name) != 0 || readcache_dict_tag(sub) != sub_tag)
+            return (void)PyErr_Clear();
+        n.deps[n.ndeps] = sub;
+        n.dep_tags[n.ndeps++] = sub_tag;
+    }
+    if (readcache_dict_tag(d) == n.tag && tp->tp_version_tag == tver)
+        *c = n;
 }

@@ -21,11 +21,18 @@
 #include <Python.h>
 #include <stdint.h>
 
+#define READCACHE_MAX_DEPS 3
+
 typedef struct {
     uint64_t tag;         /* version tag of the dict val was read from; 0: nothing cached */
     PyTypeObject *type;   /* borrowed, only compared: the instance's type (attribute reads) */
     unsigned int tver;    /* that type's tp_version_tag when filled */
+    uint8_t absent;       /* attribute reads: 1 = the attribute was missing (val NULL) */
+    uint8_t ndeps;
     PyObject *val;        /* borrowed: held by the dict while its tag is unchanged */
+    PyObject *deps[READCACHE_MAX_DEPS];   /* borrowed: more dicts a miss looked in, held by
+                                             the instance dict while its tag is unchanged */
+    uint64_t dep_tags[READCACHE_MAX_DEPS];
 } ReadCache;
 
 /* The version tag of a dict (PyDict_Check(d)). */
@@ -37,6 +44,15 @@ PyObject *readcache_attr_get(const ReadCache *c, PyObject *base);
 /* After val = getattr(base, name) succeeded: fill the cache when the read went through the
  * generic lookup to base's __dict__. Never raises. */
 void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject *val);
+
+/* 1 when the cache still knows base.name to be missing (getattr would raise
+ * AttributeError), else 0. */
+int readcache_attr_absent(const ReadCache *c, PyObject *base);
+/* After getattr(base, name) raised AttributeError: remember the miss when it came from the
+ * generic lookup (no attribute on the type, none in the instance dict, and no __getattr__,
+ * or torch.nn.Module's, which looks in three more dicts of the instance). Never raises;
+ * the caller's exception is kept. */
+void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name);
 
 /* d[key] for a dict d, through the cache: borrowed, or NULL (a missing key: no exception;
  * an error while comparing keys: exception set). */
@@ -50,6 +66,8 @@ static inline PyObject *readcache_dict_read(ReadCache *c, PyObject *d, PyObject 
         c->tag = tag0;
         c->type = NULL;
         c->tver = 0;
+        c->absent = 0;
+        c->ndeps = 0;
         c->val = v;
     }
     return v;

@@ -209,3 +209,75 @@ def test_hasattr_through_a_getattr_that_raises_something_else():
         f(x, o)
     with pytest.raises(RuntimeError, match="broken extra"):
         cf(x, o)
+
+
+def _has_extra(x, o):
+    if hasattr(o, "extra"):
+        return x + 1.0
+    return x - 1.0
+
+
+@pytest.mark.parametrize("how", ["instance", "class", "property", "parameter", "buffer", "module",
+                                 "parameters_dict"])
+def test_a_missing_attribute_that_appears(how):
+    """hasattr(o, name) was False: every way of making name appear on a module is seen."""
+    m = nn.Linear(2, 2)
+    x = torch.randn(3)
+    cf = shapejit.compile(_has_extra)
+    for _ in range(3):
+        _same(cf, _has_extra, x, m)
+    if how == "instance":
+        m.extra = 1.0
+    elif how == "class":
+        type(m).extra = 1.0
+    elif how == "property":
+        type(m).extra = property(lambda self: 1.0)
+    elif how == "parameter":
+        m.register_parameter("extra", nn.Parameter(torch.zeros(1)))
+    elif how == "buffer":
+        m.register_buffer("extra", torch.zeros(1))
+    elif how == "module":
+        m.add_module("extra", nn.Identity())
+    else:
+        m._parameters["extra"] = None    # present with None: __getattr__ returns None
+    try:
+        assert hasattr(m, "extra")
+        _same(cf, _has_extra, x, m)
+        _same(cf, _has_extra, x, nn.Linear(2, 2) if how not in ("class", "property") else m)
+    finally:
+        if how in ("class", "property"):
+            del type(m).extra
+
+
+def test_a_missing_attribute_on_a_plain_object_and_a_custom_getattr():
+    x = torch.randn(3)
+    cf = shapejit.compile(_has_extra)
+    o = Plain(1.0, None)
+    for _ in range(3):
+        _same(cf, _has_extra, x, o)
+    o.extra = 0
+    _same(cf, _has_extra, x, o)
+    del o.extra
+    _same(cf, _has_extra, x, o)
+    Plain.extra = 0
+    try:
+        _same(cf, _has_extra, x, o)
+    finally:
+        del Plain.extra
+    _same(cf, _has_extra, x, o)
+
+    on = [False]
+
+    class Switch(nn.Module):
+        """A module whose own __getattr__ answers from state no version tag covers."""
+
+        def __getattr__(self, name):
+            if name == "extra" and on[0]:
+                return 1
+            return super().__getattr__(name)
+
+    s = Switch()
+    for _ in range(3):
+        _same(cf, _has_extra, x, s)
+    on[0] = True
+    _same(cf, _has_extra, x, s)
