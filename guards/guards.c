@@ -257,7 +257,7 @@ static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
         return g->len == 1;
     if (!PyErr_ExceptionMatches(PyExc_AttributeError))
         return -1;
-    PyErr_Clear();
+    sj_err_clear();
     readcache_absent_fill(&e->rc, v, e->key);
     return g->len == 0;
 }

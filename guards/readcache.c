@@ -1,5 +1,6 @@
 /* Read caches (readcache.h): the tag checks, and which attribute reads qualify. */
 #include "readcache.h"
+#include "../core/errors.h"
 
 /* PEP 509's tag is deprecated from 3.12 on (dict watchers replace it); 3.11 keeps it on
  * every write. */
@@ -99,7 +100,7 @@ void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject 
     uint64_t tag0 = readcache_dict_tag(d);
     PyObject *dv = PyDict_GetItemWithError(d, name);
     if (!dv) {
-        PyErr_Clear();
+        sj_err_clear();
         return;
     }
     if (dv != val || readcache_dict_tag(d) != tag0 || tp->tp_version_tag != tver)
@@ -151,7 +152,7 @@ void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
 {
     static PyObject *getattr_name;
     if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
-        return (void)PyErr_Clear();
+        return (void)sj_err_clear();
     PyTypeObject *tp = Py_TYPE(base);
     if (!PyUnicode_CheckExact(name) || !generic_getattr(tp) || PyModule_Check(base))
         return;
@@ -162,7 +163,7 @@ void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
     unsigned int tver;
     PyObject *d = tagged_dict(base, &tver);
     if (!d || PyDict_Contains(d, name) != 0)
-        return (void)PyErr_Clear();
+        return (void)sj_err_clear();
     ReadCache n = {.tag = readcache_dict_tag(d), .type = tp, .tver = tver, .absent = 1};
     for (int i = 0; module_hook && i < READCACHE_MAX_DEPS; i++) {
         PyObject *sub = PyDict_GetItemString(d, module_dicts[i]);   /* borrowed */
@@ -170,7 +171,7 @@ void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
             continue;
         uint64_t sub_tag = PyDict_CheckExact(sub) ? readcache_dict_tag(sub) : 0;
         if (!sub_tag || PyDict_Contains(sub, name) != 0 || readcache_dict_tag(sub) != sub_tag)
-            return (void)PyErr_Clear();
+            return (void)sj_err_clear();
         n.deps[n.ndeps] = sub;
         n.dep_tags[n.ndeps++] = sub_tag;
     }
