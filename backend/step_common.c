@@ -241,8 +241,27 @@ void lower_copy_strided(char *dst, const int64_t *ds, const char *src, const int
         if (unit) {
             memcpy(dst + dof * (int64_t)item, src + so * (int64_t)item, (size_t)inner * item);
         } else {
-            for (int64_t i = 0; i < inner; i++)
-                memcpy(dst + (dof + i * ds[r - 1]) * (int64_t)item, src + (so + i * ss[r - 1]) * (int64_t)item, item);
+            char *d0 = dst + dof * (int64_t)item;
+            const char *s0 = src + so * (int64_t)item;
+            int64_t dstep = ds[r - 1], sstep = ss[r - 1];
+            /* typed element moves: a memcpy call per element costs ten times more */
+            switch (item) {
+            case 4:
+                for (int64_t i = 0; i < inner; i++)
+                    ((uint32_t *)d0)[i * dstep] = ((const uint32_t *)s0)[i * sstep];
+                break;
+            case 8:
+                for (int64_t i = 0; i < inner; i++)
+                    ((uint64_t *)d0)[i * dstep] = ((const uint64_t *)s0)[i * sstep];
+                break;
+            case 1:
+                for (int64_t i = 0; i < inner; i++)
+                    d0[i * dstep] = s0[i * sstep];
+                break;
+            default:
+                for (int64_t i = 0; i < inner; i++)
+                    memcpy(d0 + i * dstep * (int64_t)item, s0 + i * sstep * (int64_t)item, item);
+            }
         }
         int d = r - 2;
         for (; d >= 0; d--) {

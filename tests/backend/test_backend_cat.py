@@ -90,3 +90,15 @@ def test_dynamic_sizes_one_plan():
         a, b = torch.randn(n, m), torch.randn(n, m + 2)
         assert torch.equal(fn(a, b), f(a, b))
     assert len(made) == 1 and _stats(made)["cat_calls"] == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool])
+def test_transposed_inputs_every_item_size(dtype):
+    # inputs whose last dim is strided are copied element by element (typed moves of 1, 4
+    # or 8 bytes); a permuted 3-d input as well
+    a = (torch.randn(9, 7) * 10).to(dtype).t()
+    b = (torch.randn(3, 7) * 10).to(dtype).t()
+    c = (torch.randn(5, 3, 4) * 10).to(dtype).permute(2, 1, 0)
+    d = (torch.randn(2, 3, 4) * 10).to(dtype).permute(2, 1, 0)
+    _check(lambda a, b: torch.cat([a, b], 1), a, b)
+    _check(lambda c, d: torch.cat([c, d], -1), c, d)
