@@ -2,6 +2,10 @@
 #include "readcache.h"
 #include "../core/errors.h"
 
+/* strong, once recognized: torch.nn.Module.__getattr__'s code and globals (see
+ * is_module_getattr) */
+static PyObject *module_getattr_code, *module_getattr_globals;
+
 /* PEP 509's tag is deprecated from 3.12 on (dict watchers replace it); 3.11 keeps it on
  * every write. */
 _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"") uint64_t
@@ -66,7 +70,8 @@ PyObject *readcache_attr_get(const ReadCache *c, PyObject *base)
 
 int readcache_attr_absent(const ReadCache *c, PyObject *base)
 {
-    return c->absent && still_valid(c, base);
+    /* c->hook is held by the class, whose tag still_valid checks first */
+    return c->absent && still_valid(c, base) && (!c->hook || PyFunction_GET_CODE(c->hook) == module_getattr_code);
 }
 
 /* The instance dict of base (materialized, see below) and the type's version, or NULL
@@ -89,9 +94,11 @@ void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject 
     if (!PyUnicode_CheckExact(name) || !generic_getattr(tp))
         return;
     /* A data descriptor on the type (a property, a slot, __dict__ itself) wins over the
-     * instance dict: such reads run every time. */
+     * instance dict: such reads run every time. So do reads shadowing a class attribute of
+     * a mutable class: that class could gain __set__ (or the attribute its __class__), and
+     * become a data descriptor, with neither tp nor the instance dict changing its tag. */
     PyObject *descr = _PyType_Lookup(tp, name);
-    if (descr && Py_TYPE(descr)->tp_descr_set)
+    if (descr && (Py_TYPE(descr)->tp_descr_set || !PyType_HasFeature(Py_TYPE(descr), Py_TPFLAGS_IMMUTABLETYPE)))
         return;
     unsigned int tver;
     PyObject *d = tagged_dict(base, &tver);
@@ -114,18 +121,22 @@ void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject 
  * missed. */
 static const char *const module_dicts[READCACHE_MAX_DEPS] = {"_parameters", "_buffers", "_modules"};
 
-/* 1 when fn is torch.nn.Module.__getattr__ as this cache models it: looks name up in the
- * instance dict's _parameters, _buffers and _modules, else raises AttributeError. The
- * names its code uses are checked, so a torch whose __getattr__ reads anything else is
- * not modelled (its misses are read every time). */
+/* The code of torch.nn.Module.__getattr__ as this cache models it (strong, once
+ * recognized), and the globals it runs in (strong): the function looks name up in the
+ * instance dict's _parameters, _buffers and _modules, else raises AttributeError. The names
+ * its code uses are checked, so a torch whose __getattr__ reads anything else is not
+ * modelled (its misses are read every time). A cached miss keeps the function and checks
+ * that it still runs this code (readcache_attr_absent): assigning its __code__ changes
+ * neither the class nor any dict. */
+
 static int is_module_getattr(PyObject *fn)
 {
-    static PyObject *known;   /* strong: the function once recognized */
-    if (fn == known)
-        return 1;
-    if (known || !PyFunction_Check(fn))
+    if (!PyFunction_Check(fn))
         return 0;
-    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    PyObject *code = PyFunction_GET_CODE(fn);
+    if (module_getattr_code)
+        return code == module_getattr_code && PyFunction_GET_GLOBALS(fn) == module_getattr_globals;
+    PyCodeObject *co = (PyCodeObject *)code;
     PyObject *mod = PyFunction_GET_MODULE(fn);
     if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "torch.nn.modules.module") != 0 ||
         PyUnicode_CompareWithASCIIString(co->co_qualname, "Module.__getattr__") != 0)
@@ -144,7 +155,8 @@ static int is_module_getattr(PyObject *fn)
     }
     if (k != READCACHE_MAX_DEPS)
         return 0;
-    known = Py_NewRef(fn);
+    module_getattr_code = Py_NewRef(code);
+    module_getattr_globals = Py_NewRef(PyFunction_GET_GLOBALS(fn));
     return 1;
 }
 
@@ -164,7 +176,8 @@ void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
     PyObject *d = tagged_dict(base, &tver);
     if (!d || PyDict_Contains(d, name) != 0)
         return (void)sj_err_clear();
-    ReadCache n = {.tag = readcache_dict_tag(d), .type = tp, .tver = tver, .absent = 1};
+    ReadCache n = {
+        .tag = readcache_dict_tag(d), .type = tp, .tver = tver, .absent = 1, .hook = module_hook ? hook : NULL};
     for (int i = 0; module_hook && i < READCACHE_MAX_DEPS; i++) {
         PyObject *sub = PyDict_GetItemString(d, module_dicts[i]);   /* borrowed */
         if (!sub)

@@ -33,6 +33,8 @@ typedef struct {
     PyObject *deps[READCACHE_MAX_DEPS];   /* borrowed: more dicts a miss looked in, held by
                                              the instance dict while its tag is unchanged */
     uint64_t dep_tags[READCACHE_MAX_DEPS];
+    PyObject *hook;       /* borrowed (held by the class): the modelled __getattr__ a miss
+                             went through, or NULL */
 } ReadCache;
 
 /* The version tag of a dict (PyDict_Check(d)). */

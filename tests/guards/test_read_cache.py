@@ -281,3 +281,58 @@ def test_a_missing_attribute_on_a_plain_object_and_a_custom_getattr():
         _same(cf, _has_extra, x, s)
     on[0] = True
     _same(cf, _has_extra, x, s)
+
+
+def test_a_class_attribute_that_becomes_a_data_descriptor():
+    """The instance dict shadows a non-data descriptor; the descriptor's class then gains
+    __set__ (or the descriptor another class), and wins: neither the instance's class nor
+    its dict changed."""
+    class Getter:
+        def __get__(self, obj, owner):
+            return torch.full((3,), 100.0)
+
+    class Other:
+        def __get__(self, obj, owner):
+            return -7.0
+
+        def __set__(self, obj, value):
+            pass
+
+    class C:
+        w = Getter()
+        k = Getter()
+
+    o = C()
+    o.__dict__["w"] = torch.ones(3)
+    o.__dict__["k"] = 2.0
+    x = torch.zeros(3)
+    cf = shapejit.compile(_f)
+    for _ in range(3):
+        _same(cf, _f, x, o)
+    C.__dict__["k"].__class__ = Other            # k: a data descriptor now
+    _same(cf, _f, x, o)
+    Getter.__set__ = lambda self, obj, value: None   # w too
+    _same(cf, _f, x, o)
+
+
+def test_module_getattr_code_replaced():
+    """A cached miss through nn.Module's __getattr__ is not reused once that function runs
+    other code."""
+    m = nn.Linear(2, 2)
+    x = torch.randn(3)
+    cf = shapejit.compile(_has_extra)
+    for _ in range(3):
+        _same(cf, _has_extra, x, m)
+    original = nn.Module.__getattr__.__code__
+
+    def answers(self, name):
+        if name == "extra":
+            return 1
+        raise AttributeError(name)
+
+    nn.Module.__getattr__.__code__ = answers.__code__
+    try:
+        _same(cf, _has_extra, x, m)
+    finally:
+        nn.Module.__getattr__.__code__ = original
+    _same(cf, _has_extra, x, m)
