@@ -202,12 +202,18 @@ static Var *kid_modules(Capture *c, Var *o)
     return d;
 }
 
+static int is_config_type(PyTypeObject *t);
+
 static Var *obj_attr(Capture *c, Var *o, PyObject *name)
 {
     PyObject *obj = o->obj;
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject *descr = _PyType_Lookup(tp, name);   /* borrowed */
     int is_module = o->kind == VK_MODULE;
+    /* a class's own __getattribute__ decides every read (a transformers config's is
+     * modelled: it maps attribute_map's names, then reads as object's): read it live */
+    if (!readcache_generic_getattr(tp) && !is_config_type(tp))
+        goto live;
     /* data descriptors first: properties run their getter inline */
     if (descr && Py_TYPE(descr) == &PyProperty_Type) {
         PyObject *fget = PyObject_GetAttrString(descr, "fget");
@@ -268,6 +274,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
                 return NULL;
         }
     }
+live:;
     /* anything else: read it live (class constants, slots, __getattr__) */
     PyObject *v = PyObject_GetAttr(obj, name);
     if (!v) {

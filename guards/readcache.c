@@ -36,7 +36,7 @@ _Pragma("GCC diagnostic pop")
  * __getattr__), or a class whose __getattribute__ is object's (CPython then installs
  * slot_tp_getattr_hook, which calls the generic lookup first). A class with its own
  * __getattribute__, in Python or C, owns its wrapper in its dict and fails the last test. */
-static int generic_getattr(PyTypeObject *tp)
+int readcache_generic_getattr(PyTypeObject *tp)
 {
     if (tp->tp_getattro == PyObject_GenericGetAttr || tp->tp_getattro == PyModule_Type.tp_getattro)
         return 1;
@@ -91,7 +91,7 @@ static PyObject *tagged_dict(PyObject *base, unsigned int *tver)
 void readcache_attr_fill(ReadCache *c, PyObject *base, PyObject *name, PyObject *val)
 {
     PyTypeObject *tp = Py_TYPE(base);
-    if (!PyUnicode_CheckExact(name) || !generic_getattr(tp))
+    if (!PyUnicode_CheckExact(name) || !readcache_generic_getattr(tp))
         return;
     /* A data descriptor on the type (a property, a slot, __dict__ itself) wins over the
      * instance dict: such reads run every time. So do reads shadowing a class attribute of
@@ -166,7 +166,7 @@ void readcache_absent_fill(ReadCache *c, PyObject *base, PyObject *name)
     if (!getattr_name && !(getattr_name = PyUnicode_InternFromString("__getattr__")))
         return (void)sj_err_clear();
     PyTypeObject *tp = Py_TYPE(base);
-    if (!PyUnicode_CheckExact(name) || !generic_getattr(tp) || PyModule_Check(base))
+    if (!PyUnicode_CheckExact(name) || !readcache_generic_getattr(tp) || PyModule_Check(base))
         return;
     PyObject *hook = _PyType_Lookup(tp, getattr_name);
     int module_hook = hook && is_module_getattr(hook);

@@ -40,6 +40,11 @@ typedef struct {
 /* The version tag of a dict (PyDict_Check(d)). */
 uint64_t readcache_dict_tag(PyObject *d);
 
+/* 1 when getattr on instances of tp is the generic lookup (PyObject_GenericGetAttr, a
+ * module's, or a class whose __getattribute__ is object's, with or without a __getattr__
+ * for misses); 0 for a class with a __getattribute__ of its own. */
+int readcache_generic_getattr(PyTypeObject *tp);
+
 /* base.name (an exact str name) when the cache still answers for it: borrowed, or NULL
  * (no exception) when the caller must read it. */
 PyObject *readcache_attr_get(const ReadCache *c, PyObject *base);

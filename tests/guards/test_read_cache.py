@@ -336,3 +336,37 @@ def test_module_getattr_code_replaced():
     finally:
         nn.Module.__getattr__.__code__ = original
     _same(cf, _has_extra, x, m)
+
+
+class Scaled:
+    """A class whose own __getattribute__ changes what the instance dict holds."""
+
+    def __init__(self, k, w):
+        self.k = k
+        self.w = w
+
+    def __getattribute__(self, name):
+        v = object.__getattribute__(self, name)
+        return v * 10 if name in ("k", "w") else v
+
+
+def test_a_class_with_its_own_getattribute_is_read_through_it():
+    x = torch.ones(3)
+    o = Scaled(2.0, torch.ones(3))
+    cf = shapejit.compile(_f)
+    for _ in range(3):
+        _same(cf, _f, x, o)
+    o.w = torch.full((3,), 2.0)
+    _same(cf, _f, x, o)
+
+    class Late:
+        def __init__(self):
+            self.k, self.w = 2.0, torch.ones(3)
+
+    q = Late()
+    for _ in range(3):
+        _same(cf, _f, x, q)
+    Late.__getattribute__ = lambda s, n: 6.0 if n == "k" else object.__getattribute__(s, n)
+    _same(cf, _f, x, q)
+    shapejit.reset()
+    _same(shapejit.compile(_f), _f, x, q)
