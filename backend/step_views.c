@@ -383,6 +383,16 @@ static int record_copy(ViewChain *c, PyObject *base, const TensorMeta *bm, const
     return 0;
 }
 
+/* The recorded view of base: torch.as_strided with the record, offset from base's own.
+ * New reference or NULL. */
+static PyObject *recorded_view(const ViewChain *c, PyObject *base)
+{
+    long long boff;
+    if (call_ll(base, str_storage_offset, &boff) < 0)
+        return NULL;
+    return make_view(base, c->sizes, c->strides, boff + c->delta);
+}
+
 /* Copy mode's run when the view's last dim is not contiguous in memory (a transpose:
  * patch embeddings' flatten(2).transpose(1, 2) before a reshape): torch's own copy
  * (vectorized, tiled, and threaded like the rest of eager) of the view made with
@@ -390,10 +400,7 @@ static int record_copy(ViewChain *c, PyObject *base, const TensorMeta *bm, const
  * ten times slower (120 us against 12 us for 64K floats). New reference or NULL. */
 static PyObject *copy_by_torch(ViewChain *c, PyObject *base)
 {
-    long long boff;
-    if (call_ll(base, str_storage_offset, &boff) < 0)
-        return NULL;
-    PyObject *v = make_view(base, c->sizes, c->strides, boff + c->delta);   /* new */
+    PyObject *v = recorded_view(c, base);   /* new */
     if (!v)
         return NULL;
     PyObject *shape = sj_int64_tuple(c->res_size, c->res_ndim);   /* new */
@@ -471,10 +478,7 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
                 return cr;
             goto eager;   /* not a tensor the copy reads: the nodes */
         }
-        long long boff;
-        if (call_ll(base, str_storage_offset, &boff) < 0)
-            return -1;
-        PyObject *v = make_view(base, c->sizes, c->strides, boff + c->delta);   /* new */
+        PyObject *v = recorded_view(c, base);   /* new */
         if (!v)
             return -1;
         vals[c->out] = v;

@@ -681,9 +681,8 @@ static int module_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
  * naming why not. */
 static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int generic, PyObject **fset)
 {
-    static PyObject *s_setattr, *s_getattribute;   /* strong, interned, never released */
-    if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
-        (!s_getattribute && !(s_getattribute = PyUnicode_InternFromString("__getattribute__"))))
+    static PyObject *s_setattr;   /* strong, interned, never released */
+    if (!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__")))
         return cap_fail_exc(c, BR_INTERNAL);
     PyObject *obj = o->obj;
     PyTypeObject *t = Py_TYPE(obj);
@@ -691,10 +690,9 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
     if (o->src < 0)
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s reached without a source", name, tn);
     int config = 0;
-    PyObject *get = _PyType_Lookup(t, s_getattribute);
-    /* object's, or the slot wrapper of a builtin base (dict) that is object's function */
-    int plain_get = get && Py_TYPE(get) == &PyWrapperDescr_Type &&
-                    ((PyWrapperDescrObject *)get)->d_wrapped == (void *)PyObject_GenericGetAttr;
+    /* object's __getattribute__, or a builtin base's (dict) that is the same function; a
+     * module's getattro is generic too, but module writes are not replayed here */
+    int plain_get = readcache_generic_getattr(t) && !PyModule_Check(obj);
     if (!plain_get && !(config = is_config_type(t)))
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__", name,
                         tn);

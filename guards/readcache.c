@@ -8,43 +8,31 @@ static PyObject *module_getattr_code, *module_getattr_globals;
 
 /* PEP 509's tag is deprecated from 3.12 on (dict watchers replace it); 3.11 keeps it on
  * every write. */
-_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"") uint64_t
-    readcache_dict_tag(PyObject *d)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+uint64_t readcache_dict_tag(PyObject *d)
 {
     return ((PyDictObject *)d)->ma_version_tag;
 }
-_Pragma("GCC diagnostic pop")
+#pragma GCC diagnostic pop
 
-    /* object.__getattribute__, the slot wrapper every class inherits unless it defines its own.
- * Borrowed from object's dict, which never loses it. */
-    static PyObject *object_getattribute(void)
-{
-    static PyObject *cached;
-    if (!cached) {
-        PyObject *name = PyUnicode_InternFromString("__getattribute__");
-        if (!name)
-            return NULL;
-        cached = _PyType_Lookup(&PyBaseObject_Type, name);
-        Py_DECREF(name);
-    }
-    return cached;
-}
-
-/* 1 when getattr on instances of tp is the generic lookup, possibly followed by a
- * __getattr__ fallback (which a value found in the instance dict never reaches):
- * PyObject_GenericGetAttr itself, a module's getattro (generic, then the module's
- * __getattr__), or a class whose __getattribute__ is object's (CPython then installs
- * slot_tp_getattr_hook, which calls the generic lookup first). A class with its own
- * __getattribute__, in Python or C, owns its wrapper in its dict and fails the last test. */
+/* PyObject_GenericGetAttr itself, a module's getattro (generic, then the module's
+ * __getattr__), or a class whose __getattribute__ is the slot wrapper of the generic lookup
+ * (object's, or a builtin base's such as dict's): CPython then installs
+ * slot_tp_getattr_hook, which makes the same test and calls the generic lookup first. A
+ * class with its own __getattribute__, in Python or C, fails the last test. */
 int readcache_generic_getattr(PyTypeObject *tp)
 {
     if (tp->tp_getattro == PyObject_GenericGetAttr || tp->tp_getattro == PyModule_Type.tp_getattro)
         return 1;
-    static PyObject *name;
-    if (!name && !(name = PyUnicode_InternFromString("__getattribute__")))
+    static PyObject *name;   /* strong, interned, never released */
+    if (!name && !(name = PyUnicode_InternFromString("__getattribute__"))) {
+        sj_err_clear();
         return 0;
-    PyObject *ga = object_getattribute();
-    return ga && _PyType_Lookup(tp, name) == ga;
+    }
+    PyObject *ga = _PyType_Lookup(tp, name);   /* borrowed */
+    return ga && Py_TYPE(ga) == &PyWrapperDescr_Type &&
+           ((PyWrapperDescrObject *)ga)->d_wrapped == (void *)PyObject_GenericGetAttr;
 }
 
 /* 1 when c's tags all still hold for base: same type at the same version, the instance
@@ -128,7 +116,6 @@ static const char *const module_dicts[READCACHE_MAX_DEPS] = {"_parameters", "_bu
  * modelled (its misses are read every time). A cached miss keeps the function and checks
  * that it still runs this code (readcache_attr_absent): assigning its __code__ changes
  * neither the class nor any dict. */
-
 static int is_module_getattr(PyObject *fn)
 {
     if (!PyFunction_Check(fn))

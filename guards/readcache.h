@@ -41,8 +41,8 @@ typedef struct {
 uint64_t readcache_dict_tag(PyObject *d);
 
 /* 1 when getattr on instances of tp is the generic lookup (PyObject_GenericGetAttr, a
- * module's, or a class whose __getattribute__ is object's, with or without a __getattr__
- * for misses); 0 for a class with a __getattribute__ of its own. */
+ * module's, or a class whose __getattribute__ is the generic lookup's slot wrapper, with
+ * or without a __getattr__ for misses); 0 for a class with a __getattribute__ of its own. */
 int readcache_generic_getattr(PyTypeObject *tp);
 
 /* base.name (an exact str name) when the cache still answers for it: borrowed, or NULL
@@ -69,14 +69,8 @@ static inline PyObject *readcache_dict_read(ReadCache *c, PyObject *d, PyObject 
         return c->val;
     uint64_t tag0 = readcache_dict_tag(d);
     PyObject *v = PyDict_GetItemWithError(d, key);
-    if (v && readcache_dict_tag(d) == tag0) {   /* no write while the keys compared */
-        c->tag = tag0;
-        c->type = NULL;
-        c->tver = 0;
-        c->absent = 0;
-        c->ndeps = 0;
-        c->val = v;
-    }
+    if (v && readcache_dict_tag(d) == tag0)   /* no write while the keys compared */
+        *c = (ReadCache){.tag = tag0, .val = v};
     return v;
 }
 
