@@ -71,13 +71,15 @@ int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op)
     if (lib == LIB_TORCH) {
         TensorMeta m;
         const char *why = NULL;
-        int r = treader_read(obj, &m, op->stride, &why);
-        if (r != 0)
+        int r = treader_read_data(obj, &m, op->stride, &op->data, &why);
+        if (r == 1 || r < 0)
             return r;
         if (m.dtype != dt || m.lib != LIB_TORCH || m.ndim > SJ_MAX_RANK)
             return 1;
         op->ndim = m.ndim;
         memcpy(op->size, m.size, sizeof(int64_t) * (size_t)m.ndim);
+        if (r == 0)
+            return 0;   /* the data pointer read from memory */
         if (!str_data_ptr && !(str_data_ptr = PyUnicode_InternFromString("data_ptr")))
             return -1;
         PyObject *p = PyObject_CallMethodNoArgs(obj, str_data_ptr);   /* new */

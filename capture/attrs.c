@@ -69,6 +69,20 @@ static Var *tensor_attr(Capture *c, Var *t, PyObject *name)
     const char *n = PyUnicode_AsUTF8(name);
     if (!n)
         return NULL;
+    /* an attribute of the tensor's own (x.scale = 2.0) read from the frame's tensor: through
+     * its source, so its value is guarded like any other input's */
+    PyObject **dictp = t->src >= 0 && t->obj ? _PyObject_GetDictPtr(t->obj) : NULL;
+    if (dictp && *dictp) {
+        PyObject *v = PyDict_GetItemWithError(*dictp, name);   /* borrowed */
+        if (v) {
+            int32_t s = attr_source(c, t, name);
+            return s < 0 ? NULL : wrap_value(c, v, s);
+        }
+        if (PyErr_Occurred()) {
+            cap_fail_exc(c, BR_USER_EXCEPTION);
+            return NULL;
+        }
+    }
     if (!strcmp(n, "shape"))
         return shape_var(c, m);
     if (!strcmp(n, "dtype"))
@@ -315,9 +329,23 @@ int attr_written(Capture *c, PyObject *obj, PyObject *name)
     return c->writes && find_write(c, obj, name) != NULL;
 }
 
+/* Whether an object read through a source can gain or lose attributes after compiling: user
+ * objects and modules always; anything else (a function, a class, a Python module) when it has
+ * an instance dict or is a type that is not immutable. Builtins and their types cannot. */
+static int attrs_can_change(const Var *o)
+{
+    if (o->kind == VK_OBJECT || o->kind == VK_MODULE)
+        return 1;
+    if (!o->obj)
+        return 0;
+    if (PyType_Check(o->obj))
+        return !(((PyTypeObject *)o->obj)->tp_flags & Py_TPFLAGS_IMMUTABLETYPE);
+    return Py_TYPE(o->obj)->tp_dictoffset != 0;
+}
+
 int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has)
 {
-    if (o->src < 0 || !(o->kind == VK_OBJECT || o->kind == VK_MODULE))
+    if (o->src < 0 || !attrs_can_change(o))
         return 0;
     Guard g;
     memset(&g, 0, sizeof g);

@@ -409,7 +409,9 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
         }
         return const_bool(c, 0);
     }
-    if (o->kind == VK_TENSOR)
+    /* A tensor read from the frame may carry attributes of its own (x.tag = 1): probe it, and
+     * attr_guard_hasattr guards the answer. A tensor made here has only its type's. */
+    if (o->kind == VK_TENSOR && !(o->src >= 0 && o->obj && Py_TYPE(o->obj)->tp_dictoffset != 0))
         probe = o->u.t.meta.lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
     if (!probe || o->kind == VK_TUPLE || o->kind == VK_LIST || o->kind == VK_DICT) {
         PyObject *t = var_type(c, o);

@@ -75,6 +75,7 @@ static PyMethodDef core_methods[] = {
     {"_tensor_reader_info", treader_py_info, METH_NOARGS,
      "The tensor reader's fast path: on, why not, offsets (tests)."},
     {"_tensor_read", treader_py_read, METH_O, "(dtype, sizes, strides, requires_grad, path) or None (tests)."},
+    {"_tensor_data", treader_py_data, METH_O, "(data pointer, 'fast'), (None, 'slow') or None (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

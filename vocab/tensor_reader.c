@@ -21,7 +21,15 @@
  * and fake tensors away: their key sets differ, so they go to meta_from_value. requires_grad
  * is not a memory fact we can validate cheaply (it lives behind autograd_meta_), so it is
  * read by calling the C getter of TensorBase's `requires_grad` getset descriptor: torch's
- * official API, without a Python-level call. */
+ * official API, without a Python-level call.
+ *
+ * The data pointer (treader_read_data) is found the same way: the TensorImpl holds its
+ * StorageImpl* (what `t.untyped_storage()._cdata` returns) and its storage offset; the
+ * StorageImpl holds the data pointer (`untyped_storage().data_ptr()`) and a flag byte that is
+ * set when the data pointer must not be read plainly: a copy-on-write storage (data_ptr()
+ * copies it first), or one set to throw or warn. Probes of each kind find that byte; the
+ * fast path reads no storage whose byte is set, so data_ptr() runs for those as in eager.
+ * Any step of this not found turns off the data pointer alone (the metadata path stays). */
 #include "tensor_reader.h"
 #include "np.h"
 
@@ -38,6 +46,7 @@
 #define TR_MAX_TYPES 3      /* Tensor, Parameter, Buffer */
 #define TR_MAX_KEYSETS 8    /* distinct whitelisted raw key sets */
 #define TR_MIN_POINTER 4096 /* an out-of-line sizes pointer below this is not one */
+#define TR_STORAGE_WINDOW 256 /* at most this many bytes of a StorageImpl are ever scanned */
 
 typedef enum { TR_UNTRIED = 0, TR_PROBING, TR_DONE } TrState;
 
@@ -63,6 +72,14 @@ static struct {
     Py_ssize_t agmeta_off;                 /* autograd_meta_ pointer, or -1: when it is NULL
                                               the tensor cannot require grad */
     void *rg_closure;
+    /* the data pointer: data_fast 1 when every offset below was found and validated */
+    int data_fast;
+    char data_why_not[200];
+    Py_ssize_t storage_off;                /* StorageImpl* in the TensorImpl */
+    Py_ssize_t soffset_off;                /* int64 storage offset in the TensorImpl */
+    Py_ssize_t swindow;                    /* bytes of a StorageImpl that were scanned */
+    Py_ssize_t sdata_off;                  /* the data pointer in the StorageImpl */
+    Py_ssize_t scheck_off;                 /* the byte set on storages data_ptr() must see */
 } tr;
 
 /* ------------------------------------------------------------- raw reads ---- */
@@ -154,6 +171,30 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) static int fast_re
     return 0;
 }
 
+/* 0 and *data: v's data pointer as v.data_ptr() gives it (NULL when it has no element);
+ * 1 when it is not read here. Only for a v fast_read has just accepted (m: its answer). */
+static int fast_data(PyObject *v, const TensorMeta *m, char **data)
+{
+    if (!tr.data_fast)
+        return 1;
+    const char *impl = rdptr((const char *)v + tr.cdata_off);
+    const char *storage = rdptr(impl + tr.storage_off);
+    if (!storage || storage[tr.scheck_off])
+        return 1;
+    int64_t numel = 1;
+    for (int i = 0; i < m->ndim; i++)
+        numel *= m->size[i];
+    if (numel == 0) {
+        *data = NULL;
+        return 0;
+    }
+    const char *d = rdptr(storage + tr.sdata_off);
+    if (!d)
+        return 1;   /* no memory yet: data_ptr() says what eager says */
+    *data = (char *)d + (int64_t)rd64(impl + tr.soffset_off) * dtype_info[m->dtype].itemsize;
+    return 0;
+}
+
 /* Borrowed torch module once its import has finished, else NULL (no exception). */
 static PyObject *torch_if_ready(void)
 {
@@ -208,6 +249,16 @@ int treader_read(PyObject *v, TensorMeta *m, int64_t *strides, const char **why)
 {
     int fast;
     return read_impl(v, m, strides, why, &fast);
+}
+
+int treader_read_data(PyObject *v, TensorMeta *m, int64_t *strides, char **data, const char **why)
+{
+    int fast;
+    int r = read_impl(v, m, strides, why, &fast);
+    *data = NULL;
+    if (r == 0 && fast && fast_data(v, m, data) == 0)
+        return 0;
+    return r == 0 ? 2 : r;
 }
 
 /* --------------------------------------------------------------- probes ---- */
@@ -287,7 +338,32 @@ static const char PROBE_SRC[] =
     "        try:\n"
     "            bad.append((name, eval(src)))\n"
     "        except Exception:\n"
-    "            pass\n";
+    "            pass\n"
+    /* the data pointer: storage offsets, memory not from torch's allocator (its context
+     * word is not the data pointer), and the storages whose data_ptr() does more than read */
+    "flat = torch.arange(5000.0)\n"
+    "good.append(('offset 3', flat[3:]))\n"
+    "good.append(('offset 1001 2-d', flat[1001:1041].view(8, 5)))\n"
+    "good.append(('offset 4093 step', flat[4093::7]))\n"
+    "good.append(('empty at an offset', torch.zeros(2, 3)[:, 3:]))\n"
+    "good.append(('int64 at an offset', torch.arange(40)[11:]))\n"
+    "good.append(('frombuffer', torch.frombuffer(bytearray(96), dtype=torch.float32)))\n"
+    "good.append(('frombuffer at an offset', torch.frombuffer(bytearray(96), dtype=torch.float32)[5:]))\n"
+    "gdata = []\n"
+    "for name, t in good:\n"
+    "    s = t.untyped_storage()\n"
+    "    gdata.append((s._cdata, s.data_ptr(), t.storage_offset(), t.data_ptr()))\n"
+    "checked = []\n"
+    "for name, src in (('copy-on-write', 'c = torch._lazy_clone(torch.ones(4))'),\n"
+    "                  ('copy-on-write source', 'c = torch.ones(4); torch._lazy_clone(c)'),\n"
+    "                  ('throws on data_ptr', 'c = torch.ones(4); torch._C._set_throw_on_mutable_data_ptr(c)'),\n"
+    "                  ('warns on data_ptr',\n"
+    "                   'c = torch.ones(4); torch._C._set_warn_deprecated_on_mutable_data_ptr(c)')):\n"
+    "    try:\n"
+    "        exec(src)\n"
+    "        checked.append((name, c, c.untyped_storage()._cdata))\n"
+    "    except Exception:\n"
+    "        pass\n";
 
 typedef struct {
     PyObject *t;                  /* borrowed from the probe list, alive during init */
@@ -702,6 +778,188 @@ static int validate(Probe *gp, Py_ssize_t ng, Probe *bp, Py_ssize_t nb)
     return 1;
 }
 
+/* ----------------------------------------------------------- data pointer ---- */
+
+typedef struct {
+    const char *storage;   /* StorageImpl* (untyped_storage()._cdata) */
+    const char *sdata;     /* untyped_storage().data_ptr() */
+    int64_t soffset;       /* storage_offset() */
+    const char *data;      /* data_ptr() */
+} ProbeData;
+
+/* Records why the data pointer is not read from memory; returns 0. */
+static int data_off(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tr.data_why_not, sizeof tr.data_why_not, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int pointer_item(PyObject *tuple, Py_ssize_t i, const char **out)
+{
+    *out = PyLong_AsVoidPtr(PyTuple_GET_ITEM(tuple, i));
+    return *out || !PyErr_Occurred() ? 0 : -1;
+}
+
+/* The bytes of a StorageImpl that may be read: the smallest allocation among the probes'. */
+static Py_ssize_t storage_window(const ProbeData *gd, Py_ssize_t ng, const char *const *cs, Py_ssize_t nc)
+{
+#if defined(__GLIBC__)
+    size_t w = TR_STORAGE_WINDOW;
+    for (Py_ssize_t i = 0; i < ng + nc; i++) {
+        size_t u = malloc_usable_size((void *)(i < ng ? gd[i].storage : cs[i - ng]));
+        if (u < w)
+            w = u;
+    }
+    return (Py_ssize_t)(w & ~(size_t)7);
+#else
+    (void)gd;
+    (void)ng;
+    (void)cs;
+    (void)nc;
+    return 0;
+#endif
+}
+
+/* The offsets of the data pointer (tr.storage_off ... tr.scheck_off), then every good
+ * probe's data pointer read through fast_data against data_ptr(), and every checked probe
+ * refused. 1 on (tr.data_fast), 0 off (data_why_not), -1 a Python error. gdata and checked
+ * are the probe source's lists (borrowed); gdata's rows follow gp. */
+static int find_data(Probe *gp, Py_ssize_t ng, PyObject *gdata, PyObject *checked)
+{
+    int rc = -1;
+    ProbeData *gd = PyMem_Calloc((size_t)ng, sizeof *gd);
+    Py_ssize_t nc = PyList_GET_SIZE(checked);
+    const char **cs = PyMem_Calloc((size_t)nc + 1, sizeof *cs);
+    PyObject **ct = PyMem_Calloc((size_t)nc + 1, sizeof *ct);
+    if (!gd || !cs || !ct) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyList_GET_SIZE(gdata) != ng) {
+        rc = data_off("the probe source gave %zd data rows for %zd probes", PyList_GET_SIZE(gdata), ng);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        PyObject *row = PyList_GET_ITEM(gdata, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+            rc = data_off("malformed data row");
+            goto done;
+        }
+        if (pointer_item(row, 0, &gd[i].storage) < 0 || pointer_item(row, 1, &gd[i].sdata) < 0 ||
+            pointer_item(row, 3, &gd[i].data) < 0)
+            goto done;
+        gd[i].soffset = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
+        if (gd[i].soffset == -1 && PyErr_Occurred())
+            goto done;
+        if (!gd[i].storage) {
+            rc = data_off("probe '%s' has no storage", gp[i].name);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        PyObject *row = PyList_GET_ITEM(checked, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
+            rc = data_off("malformed checked row");
+            goto done;
+        }
+        ct[i] = PyTuple_GET_ITEM(row, 1);
+        if (pointer_item(row, 2, &cs[i]) < 0)
+            goto done;
+    }
+    if (nc < 3) {
+        rc = data_off("only %zd of the copy-on-write, throwing and warning probes could be made", nc);
+        goto done;
+    }
+    /* in the TensorImpl: the StorageImpl* and the storage offset, one word each */
+    int nstorage = 0, noffset = 0;
+    for (Py_ssize_t o = 0; o + 8 <= tr.window; o += 8) {
+        Py_ssize_t i = 0;
+        while (i < ng && rdptr(gp[i].impl + o) == gd[i].storage)
+            i++;
+        if (i == ng) {
+            tr.storage_off = o;
+            nstorage++;
+        }
+        i = 0;
+        while (i < ng && (int64_t)rd64(gp[i].impl + o) == gd[i].soffset)
+            i++;
+        if (i == ng) {
+            tr.soffset_off = o;
+            noffset++;
+        }
+    }
+    if (nstorage != 1 || noffset != 1) {
+        rc = data_off("%d TensorImpl words hold the storage and %d its offset on every probe (want 1 each)", nstorage,
+                      noffset);
+        goto done;
+    }
+    tr.swindow = storage_window(gd, ng, cs, nc);
+    if (tr.swindow < 16) {
+        rc = data_off("no bound on the StorageImpl scan (%zd bytes)", tr.swindow);
+        goto done;
+    }
+    /* in the StorageImpl: the data pointer (the probes from a bytearray tell it from
+     * the allocator's context word, which is the same pointer for torch's own memory) */
+    int ndata = 0, ncheck = 0;
+    for (Py_ssize_t o = 0; o + 8 <= tr.swindow; o += 8) {
+        Py_ssize_t i = 0;
+        while (i < ng && rdptr(gd[i].storage + o) == gd[i].sdata)
+            i++;
+        if (i == ng) {
+            tr.sdata_off = o;
+            ndata++;
+        }
+    }
+    /* the flag: zero on every plain storage, set on every checked one */
+    for (Py_ssize_t o = 0; o < tr.swindow; o++) {
+        Py_ssize_t i = 0;
+        while (i < ng && gd[i].storage[o] == 0)
+            i++;
+        Py_ssize_t j = 0;
+        while (i == ng && j < nc && cs[j][o] != 0)
+            j++;
+        if (i == ng && j == nc) {
+            tr.scheck_off = o;
+            ncheck++;
+        }
+    }
+    if (ndata != 1 || ncheck != 1) {
+        rc = data_off("%d StorageImpl words hold the data pointer and %d bytes the check flag (want 1 each)", ndata,
+                      ncheck);
+        goto done;
+    }
+    tr.data_fast = 1;
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        TensorMeta m;
+        char *d;
+        if (fast_read(gp[i].t, &m, NULL) != 0 || fast_data(gp[i].t, &m, &d) != 0 || d != gd[i].data) {
+            tr.data_fast = 0;
+            rc = PyErr_Occurred() ? -1
+                                  : data_off("probe '%s': the data pointer read disagrees with data_ptr()", gp[i].name);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        TensorMeta m;
+        char *d;
+        int r = fast_read(ct[i], &m, NULL);
+        if (r < 0 || (r == 0 && fast_data(ct[i], &m, &d) == 0)) {
+            tr.data_fast = 0;
+            rc = r < 0 ? -1 : data_off("a checked probe's data pointer is read plainly");
+            goto done;
+        }
+    }
+    rc = 1;
+done:
+    PyMem_Free(gd);
+    PyMem_Free(cs);
+    PyMem_Free(ct);
+    return rc;
+}
+
 /* 1: fast path on; 0: off with why_not; -1: a Python error. */
 static int probe_all(PyObject *torch)
 {
@@ -742,6 +1000,31 @@ static int probe_all(PyObject *torch)
         (rc = find_autograd_meta(gp, ng)) != 1)
         goto done;
     rc = validate(gp, ng, bp, nb);
+    if (rc == 1) {
+        /* the data pointer is a part of its own: it turns off without the metadata */
+        PyObject *gdata = PyDict_GetItemString(ns, "gdata"), *checked = PyDict_GetItemString(ns, "checked");
+        int d = gdata && checked && PyList_Check(gdata) && PyList_Check(checked)
+                    ? find_data(gp, ng, gdata, checked)
+                    : data_off("the probe source made no data lists");
+        if (d < 0) {
+            if (sj_err_is_interrupt()) {
+                rc = -1;
+                goto done;
+            }
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);    /* new references, any may be NULL */
+            PyObject *msg = ev ? PyObject_Str(ev) : NULL;    /* new */
+            const char *u = msg ? PyUnicode_AsUTF8(msg) : NULL;
+            data_off("probing the data pointer failed: %s", u ? u : "?");
+            Py_XDECREF(msg);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(etb);
+            sj_err_clear();
+        }
+        if (d != 1)
+            tr.data_fast = 0;
+    }
 done:
     PyMem_Free(gp);
     PyMem_Free(bp);
@@ -777,6 +1060,7 @@ int treader_init_torch(void)
     if (r != 1) {
         /* off: drop what was learned so nothing half-validated is ever used */
         tr.fast = 0;
+        tr.data_fast = 0;
         for (int k = 0; k < tr.ntypes; k++)
             Py_CLEAR(tr.types[k]);
         tr.ntypes = 0;
@@ -828,9 +1112,21 @@ PyObject *treader_py_info(PyObject *self, PyObject *unused)
                 goto done;
         }
     }
-    d = Py_BuildValue("{sOszsOslsOsOsO}", "fast", tr.fast ? Py_True : Py_False, "why_not", tr.fast ? NULL : tr.why_not,
-                      "offsets", offs, "validated_tensors", tr.validated, "key_sets", keys, "dtype_index", idx, "types",
-                      types);
+    if (tr.data_fast) {
+        PyObject *o =
+            Py_BuildValue("{snsnsnsnsn}", "storage", tr.storage_off, "storage_offset", tr.soffset_off, "storage_window",
+                          tr.swindow, "storage_data", tr.sdata_off, "storage_check", tr.scheck_off);   /* new */
+        if (!o || PyDict_Update(offs, o) < 0) {
+            Py_XDECREF(o);
+            goto done;
+        }
+        Py_DECREF(o);
+    }
+    const char *data_why = tr.data_fast ? NULL : !tr.fast ? "the metadata path is off" : tr.data_why_not;
+    d = Py_BuildValue("{sOszsOslsOsOsOsOsz}", "fast", tr.fast ? Py_True : Py_False, "why_not",
+                      tr.fast ? NULL : tr.why_not, "offsets", offs, "validated_tensors", tr.validated, "key_sets", keys,
+                      "dtype_index", idx, "types", types, "data_fast", tr.data_fast ? Py_True : Py_False,
+                      "data_why_not", data_why);
 done:
     Py_XDECREF(offs);
     Py_XDECREF(keys);
@@ -859,4 +1155,20 @@ PyObject *treader_py_read(PyObject *self, PyObject *obj)
     Py_XDECREF(sizes);
     Py_XDECREF(strides);
     return res;
+}
+
+PyObject *treader_py_data(PyObject *self, PyObject *obj)
+{
+    (void)self;
+    TensorMeta m;
+    const char *why;
+    char *data;
+    int r = treader_read_data(obj, &m, NULL, &data, &why);
+    if (r < 0)
+        return NULL;
+    if (r == 1)
+        Py_RETURN_NONE;
+    if (r == 2)
+        return Py_BuildValue("(Os)", Py_None, "slow");
+    return Py_BuildValue("(ns)", (Py_ssize_t)(uintptr_t)data, "fast");
 }

@@ -20,6 +20,13 @@
  * v is borrowed. Runs treader_init_torch() lazily the first time torch is seen imported. */
 int treader_read(PyObject *v, TensorMeta *m, int64_t *strides, const char **why);
 
+/* treader_read, and the data pointer as v.data_ptr() gives it: 0 with *data read from
+ * memory (NULL for a tensor of no element); 2 when the metadata was read but the data
+ * pointer is for data_ptr() to give (*data NULL): the fast path is off, or the storage is
+ * copy-on-write or set to throw or warn on access, where data_ptr() does more than read; 1 and
+ * -1 as treader_read. */
+int treader_read_data(PyObject *v, TensorMeta *m, int64_t *strides, char **data, const char **why);
+
 /* Probes torch's layout (once; later calls return the recorded answer). Returns 1 when the
  * fast path is on, 0 when it is off (the reason is recorded for treader_py_info). Never
  * raises: any Python error during the probes is cleared and becomes the reason; an
@@ -35,5 +42,10 @@ PyObject *treader_py_info(PyObject *self, PyObject *unused);
 /* _C._tensor_read(obj) for tests: (dtype_name, sizes, strides, requires_grad, path) with
  * path "fast" or "slow", or None when the value is unsupported. New reference. */
 PyObject *treader_py_read(PyObject *self, PyObject *obj);
+
+/* _C._tensor_data(obj) for tests: (data pointer, "fast") read from memory (0 for a tensor of
+ * no element), (None, "slow") when data_ptr() would be called, or None when the value is
+ * unsupported. New reference. */
+PyObject *treader_py_data(PyObject *self, PyObject *obj);
 
 #endif

@@ -249,6 +249,70 @@ def test_a_missing_attribute_that_appears(how):
             del type(m).extra
 
 
+@pytest.mark.parametrize("kind", ["module", "module_getattr", "function", "class"])
+def test_hasattr_on_modules_functions_and_classes(kind):
+    """hasattr on a Python module, a function or a class reads attributes that can appear
+    and vanish after compiling (a module-level __getattr__ answers every name)."""
+    if kind.startswith("module"):
+        o = types.ModuleType("sj_hasattr_target")
+    elif kind == "function":
+        o = lambda: None                 # noqa: E731
+    else:
+        o = type("Target", (), {})
+    x = torch.randn(3)
+    cf = shapejit.compile(_has_extra)
+    for _ in range(3):
+        _same(cf, _has_extra, x, o)
+    if kind == "module_getattr":
+        o.__getattr__ = lambda name: 1.0
+    else:
+        o.extra = 1.0
+    assert hasattr(o, "extra")
+    _same(cf, _has_extra, x, o)
+    _same(cf, _has_extra, x, o)
+    delattr(o, "__getattr__" if kind == "module_getattr" else "extra")
+    _same(cf, _has_extra, x, o)
+
+
+def test_hasattr_on_a_tensor_with_attributes_of_its_own():
+    def f(x):
+        return x + 1.0 if hasattr(x, "tag") else x - 1.0
+
+    cf = shapejit.compile(f)
+    x = torch.randn(3)
+    x.tag = 1                            # set before the first call
+    for _ in range(2):
+        _same(cf, f, x)
+    y = torch.randn(3)
+    _same(cf, f, y)
+    y.tag = 2                            # set after compiling
+    _same(cf, f, y)
+    del x.tag
+    _same(cf, f, x)
+
+
+def test_a_tensors_own_attributes_are_read_and_guarded():
+    def f(x):
+        return x * x.scale + getattr(x, "bias", 3.0)
+
+    cf = shapejit.compile(f)
+    x = torch.randn(4)
+    x.scale = 2.0
+    for _ in range(2):
+        _same(cf, f, x)
+    x.scale = 5.0
+    _same(cf, f, x)
+    x.bias = torch.randn(4)              # a tensor attribute appears
+    _same(cf, f, x)
+    x.bias = torch.randn(4)              # a new tensor in its place
+    _same(cf, f, x)
+    del x.bias
+    _same(cf, f, x)
+    del x.scale
+    with pytest.raises(AttributeError):
+        cf(x)
+
+
 def test_a_missing_attribute_on_a_plain_object_and_a_custom_getattr():
     x = torch.randn(3)
     cf = shapejit.compile(_has_extra)

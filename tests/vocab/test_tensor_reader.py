@@ -198,3 +198,81 @@ def test_probes_do_not_depend_on_the_callers_mode(mode):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "fast"
+
+
+# ---- the data pointer ----
+
+def data(t):
+    r = _C._tensor_data(t)
+    assert r is not None, "unsupported: %r" % (t,)
+    return r
+
+
+def test_data_pointer_path_is_on():
+    info = _C._tensor_reader_info()
+    assert info["data_fast"] is True, info["data_why_not"]
+    assert {"storage", "storage_offset", "storage_data", "storage_check"} <= set(info["offsets"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(tensors(), st.integers(0, 7))
+def test_random_data_pointers_match_data_ptr(t, offset):
+    if offset and t.dim():
+        t = t.flatten()[offset:] if t.is_contiguous() else t[..., offset % max(t.shape[-1], 1):]
+    assert data(t) == (t.data_ptr(), "fast")          # 0 for a tensor of no element
+
+
+def test_data_pointer_follows_the_storage():
+    t = torch.arange(10.0)
+    v = t[3:]
+    assert data(v) == (v.data_ptr(), "fast")
+    before = v.data_ptr()
+    v.set_(torch.arange(100.0)[50:], 0, (4,))       # another storage, another offset
+    assert data(v) == (v.data_ptr(), "fast") and v.data_ptr() != before
+    t.resize_(10000)                                   # reallocated in place
+    assert data(t) == (t.data_ptr(), "fast")
+    t.data = torch.ones(3, 3)                          # the tensor's data swapped
+    assert data(t) == (t.data_ptr(), "fast")
+    u = torch.empty(0)
+    assert data(u) == (0, "fast")
+
+
+def test_memory_not_from_torch():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = torch.from_numpy(a)[1:, 1:]
+    assert data(t) == (t.data_ptr(), "fast")
+    b = torch.frombuffer(bytearray(64), dtype=torch.int32)[3:]
+    assert data(b) == (b.data_ptr(), "fast")
+
+
+def test_storages_whose_data_ptr_does_more_take_the_slow_path():
+    src = torch.ones(4)
+    clone = torch._lazy_clone(src)                     # copy-on-write: data_ptr() copies
+    assert data(clone) == (None, "slow")
+    assert data(src) == (None, "slow")
+    thrower = torch.ones(4)
+    torch._C._set_throw_on_mutable_data_ptr(thrower)
+    assert data(thrower) == (None, "slow")
+
+
+def test_in_place_ops_on_a_copy_on_write_input_leave_its_twin_alone():
+    """Eager copies a copy-on-write tensor on its first write; a compiled in-place op must
+    not write into the memory it still shares."""
+    import shapejit
+
+    def f(x, y):
+        x.mul_(2.0)
+        return x + y
+
+    shapejit.reset()
+    cf = shapejit.compile(f)
+    try:
+        for _ in range(3):
+            src = torch.arange(8.0)
+            x = torch._lazy_clone(src)
+            out = cf(x, torch.ones(8))
+            torch.testing.assert_close(src, torch.arange(8.0))
+            torch.testing.assert_close(x, torch.arange(8.0) * 2)
+            torch.testing.assert_close(out, torch.arange(8.0) * 2 + 1)
+    finally:
+        shapejit.reset()
