@@ -95,6 +95,15 @@ static void put_off(Buf *b, const char *fmt, int j)
  * Integers add in uint64_t (wrapping as eager does), in one loop: their sum is exact. */
 typedef void (*BodyFn)(Buf *b, Graph *g, const Kernel *k, const char *fmt);
 
+/* The suffix of sum s's variables (acc, av, lv, cnt, v_0, ...): a sibling's end in 1. */
+#define SFX(s) ((s) ? "1" : "")
+
+/* acc, or acc and its sibling's acc1: an omp reduction list. */
+static const char *acc_list(int nt)
+{
+    return nt == 2 ? "acc,acc1" : "acc";
+}
+
 /* A float block [i0, i1) of a reduction into `acc`: 64 bytes of running partial sums (16
  * floats, 8 doubles: one AVX-512 vector, two AVX2 vectors) that GCC keeps in registers,
  * added pairwise down to one at the end with vector adds; then the rest of the block.
@@ -104,83 +113,128 @@ typedef void (*BodyFn)(Buf *b, Graph *g, const Kernel *k, const char *fmt);
  * SJ_SUM_PAIRS below). On AVX-512 one vector is one chain of dependent adds, so each add
  * takes the pair (x[i], x[i + lanes]) added first (SJ_SUM_PAIRS 2); two AVX2 vectors are
  * two chains already. */
-static void put_lane_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, BodyFn body, const char *term, DType t)
+static void put_lane_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, BodyFn body, const char *const *term,
+                         int nt, DType t)
 {
     const char *ct = lower_ctype(t);
     int lanes = t == DT_F64 ? 8 : 16;
-    put(b, "            %s acc, av[%d];\n            int64_t ib = i0;\n", ct, lanes);
-    put(b, "            for (int j = 0; j < %d; j++)\n                av[j] = 0;\n", lanes);
+    for (int s = 0; s < nt; s++)
+        put(b, "            %s acc%s, av%s[%d];\n", ct, SFX(s), SFX(s), lanes);
+    put(b, "            int64_t ib = i0;\n");
+    for (int s = 0; s < nt; s++)
+        put(b, "            for (int j = 0; j < %d; j++)\n                av%s[j] = 0;\n", lanes, SFX(s));
     put(b, "            for (; ib + %d * SJ_SUM_PAIRS <= i1; ib += %d * SJ_SUM_PAIRS) {\n", lanes, lanes);
     put(b, "#pragma omp simd\n            for (int j = 0; j < %d; j++) {\n", lanes);
-    put(b, "            %s v_0, v_1 = 0;\n            {\n            const int64_t i = ib + j;\n", ct);
+    for (int s = 0; s < nt; s++)
+        put(b, "            %s v_0%s, v_1%s = 0;\n", ct, SFX(s), SFX(s));
+    put(b, "            {\n            const int64_t i = ib + j;\n");
     body(b, g, k, fmt);
-    put(b, "            v_0 = %s;\n            }\n", term);
+    for (int s = 0; s < nt; s++)
+        put(b, "            v_0%s = %s;\n", SFX(s), term[s]);
+    put(b, "            }\n");
     put(b, "            if (SJ_SUM_PAIRS == 2) {\n            const int64_t i = ib + %d + j;\n", lanes);
     body(b, g, k, fmt);
-    put(b, "            v_1 = %s;\n            }\n", term);
-    put(b, "            av[j] += SJ_SUM_PAIRS == 2 ? v_0 + v_1 : v_0;\n            }\n            }\n");
+    for (int s = 0; s < nt; s++)
+        put(b, "            v_1%s = %s;\n", SFX(s), term[s]);
+    put(b, "            }\n");
+    for (int s = 0; s < nt; s++)
+        put(b, "            av%s[j] += SJ_SUM_PAIRS == 2 ? v_0%s + v_1%s : v_0%s;\n", SFX(s), SFX(s), SFX(s), SFX(s));
+    put(b, "            }\n            }\n");
     for (int w = lanes / 2; w >= 4; w /= 2)
-        put(b, "            for (int j = 0; j < %d; j++)\n                av[j] += av[j + %d];\n", w, w);
-    put(b, "            acc = (av[0] + av[2]) + (av[1] + av[3]);\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "            for (int j = 0; j < %d; j++)\n                av%s[j] += av%s[j + %d];\n", w, SFX(s),
+                SFX(s), w);
+    for (int s = 0; s < nt; s++)
+        put(b, "            acc%s = (av%s[0] + av%s[2]) + (av%s[1] + av%s[3]);\n", SFX(s), SFX(s), SFX(s), SFX(s),
+            SFX(s));
     /* the rest (under one vector, or under two with pairs) */
     put(b, "            if (ib < i1) {\n");   /* else no lane combine (a scalar chain) */
-    put(b, "#pragma omp simd reduction(+:acc)\n            for (int64_t i = ib; i < i1; i++) {\n");
+    put(b, "#pragma omp simd reduction(+:%s)\n            for (int64_t i = ib; i < i1; i++) {\n", acc_list(nt));
     body(b, g, k, fmt);
-    put(b, "            acc += %s;\n            }\n            }\n", term);
+    for (int s = 0; s < nt; s++)
+        put(b, "            acc%s += %s;\n", SFX(s), term[s]);
+    put(b, "            }\n            }\n");
 }
 
-static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body, const char *term,
-                    DType t)
+/* nt sums (1, or 2 with a sibling's) of the same elements, one loop: sum s into into[s] of
+ * term[s], each as put_sum's. */
+static void put_sums(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *const *into, BodyFn body,
+                     const char *const *term, int nt, DType t)
 {
     const char *ct = lower_ctype(t), *sfx = t == DT_F64 ? "d" : "";
-    put(b, "        %s %s;\n        {\n", ct, into);
+    for (int s = 0; s < nt; s++)
+        put(b, "        %s %s;\n", ct, into[s]);
+    put(b, "        {\n");
     if (lower_class(t) == LC_INT) {
-        put(b, "        uint64_t acc = 0;\n");
-        put(b, "#pragma omp simd reduction(+:acc)\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "        uint64_t acc%s = 0;\n", SFX(s));
+        put(b, "#pragma omp simd reduction(+:%s)\n", acc_list(nt));
         put(b, "        for (int64_t i = 0; i < N; i++) {\n");
         body(b, g, k, fmt);
-        put(b, "            acc += (uint64_t)(%s);\n", term);
+        for (int s = 0; s < nt; s++)
+            put(b, "            acc%s += (uint64_t)(%s);\n", SFX(s), term[s]);
         put(b, "        }\n");
-        put(b, "        %s = (%s)acc;\n        }\n", into, ct);
+        for (int s = 0; s < nt; s++)
+            put(b, "        %s = (%s)acc%s;\n", into[s], ct, SFX(s));
+        put(b, "        }\n");
         return;
     }
     if (!is_row(k)) {
         /* a short row (a sum over a last dim of 3): one plain loop, no blocks */
-        put(b, "        if (N <= 16) {\n        %s acc = 0;\n", ct);
+        put(b, "        if (N <= 16) {\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "        %s acc%s = 0;\n", ct, SFX(s));
         put(b, "        for (int64_t i = 0; i < N; i++) {\n");
         body(b, g, k, fmt);
-        put(b, "            acc += %s;\n        }\n        %s = acc;\n        } else {\n", term, into);
+        for (int s = 0; s < nt; s++)
+            put(b, "            acc%s += %s;\n", SFX(s), term[s]);
+        put(b, "        }\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "        %s = acc%s;\n", into[s], SFX(s));
+        put(b, "        } else {\n");
     }
-    put(b, "        %s lv[64]; int64_t cnt = 0;\n", ct);
+    for (int s = 0; s < nt; s++)
+        put(b, "        %s lv%s[64]; int64_t cnt%s = 0;\n", ct, SFX(s), SFX(s));
     put(b, "        for (int64_t i0 = 0; i0 < N; i0 += %d) {\n", BLOCK);
     put(b, "            const int64_t i1 = i0 + %d < N ? i0 + %d : N;\n", BLOCK, BLOCK);
     if (is_row(k) || t != DT_F32) {
         /* float64 sums keep the one reduction loop: with a fused prologue (numpy's
          * e.sum(axis=1) of an expression) the lane form's two copies of the body made
          * bench's numpy_lj 20% slower (605 -> 730 us), where float32 rows gained */
-        put(b, "            %s acc = 0;\n", ct);
-        put(b, "#pragma omp simd reduction(+:acc)\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "            %s acc%s = 0;\n", ct, SFX(s));
+        put(b, "#pragma omp simd reduction(+:%s)\n", acc_list(nt));
         put(b, "            for (int64_t i = i0; i < i1; i++) {\n");
         body(b, g, k, fmt);
-        put(b, "            acc += %s;\n", term);
+        for (int s = 0; s < nt; s++)
+            put(b, "            acc%s += %s;\n", SFX(s), term[s]);
         put(b, "            }\n");
     } else {
-        put_lane_sum(b, g, k, fmt, body, term, t);
+        put_lane_sum(b, g, k, fmt, body, term, nt, t);
     }
-    put(b, "            sj_cascade_push%s(lv, &cnt, acc);\n", sfx);
+    for (int s = 0; s < nt; s++)
+        put(b, "            sj_cascade_push%s(lv%s, &cnt%s, acc%s);\n", sfx, SFX(s), SFX(s), SFX(s));
     put(b, "        }\n");
-    put(b, "        %s = sj_cascade_sum%s(lv, cnt);\n", into, sfx);
+    for (int s = 0; s < nt; s++)
+        put(b, "        %s = sj_cascade_sum%s(lv%s, cnt%s);\n", into[s], sfx, SFX(s), SFX(s));
     if (!is_row(k))
         put(b, "        }\n");
     put(b, "        }\n");
 }
 
-/* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type). A
- * reduction also stores the prologue values read after it (its outputs 1..). */
+static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const char *into, BodyFn body, const char *term,
+                    DType t)
+{
+    put_sums(b, g, k, fmt, &into, body, &term, 1, t);
+}
+
+/* The prologue at element i, leaving the reduced value in `const A v` (A: acc_type) and a
+ * sibling's in `v1`. A reduction also stores the prologue values read after it (its
+ * outputs after the results). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
-    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi - k->red.nsum);
-    for (int j = 1; !is_row(k) && j < (int)k->nout; j++) {
+    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi - k->red.nsum - k->red.nsib);
+    for (int j = 1 + k->red.nsib; !is_row(k) && j < (int)k->nout; j++) {
         put(b, "            out%d[", j);
         put_off(b, fmt, j);
         put(b, "] = ");
@@ -191,6 +245,11 @@ static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
     put(b, "            const %s v = (%s)", at, at);
     emit_value(b, g, k, k->red.src);
     put(b, ";\n");
+    if (k->red.nsib) {
+        put(b, "            const %s v1 = (%s)", at, at);
+        emit_value(b, g, k, k->red.sib_src);
+        put(b, ";\n");
+    }
 }
 
 /* The prologue, stored into the (row kernel's) output as the later passes read it. */
@@ -377,13 +436,18 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     switch (k->flavour) {
     case KF_SUM:
-    case KF_MEAN:
-        put_sum(b, g, k, fmt, "s", body_prologue, "v", acc_type(g, k));
-        if (k->flavour == KF_MEAN)
-            put(b, "        out0[base[0]] = s / (%s)N;\n", lower_ctype(acc_type(g, k)));
-        else
-            put(b, "        out0[base[0]] = s;\n");
+    case KF_MEAN: {
+        static const char *const into[2] = {"s", "s1"}, *const term[2] = {"v", "v1"};
+        int nt = 1 + k->red.nsib;
+        put_sums(b, g, k, fmt, into, body_prologue, term, nt, acc_type(g, k));
+        for (int j = 0; j < nt; j++) {
+            if (k->flavour == KF_MEAN)
+                put(b, "        out%d[base[%d]] = %s / (%s)N;\n", j, j, into[j], lower_ctype(acc_type(g, k)));
+            else
+                put(b, "        out%d[base[%d]] = %s;\n", j, j, into[j]);
+        }
         break;
+    }
     case KF_MAX:
     case KF_MIN:
         put_extreme(b, g, k, fmt, k->flavour == KF_MAX, 0);
@@ -501,6 +565,7 @@ static void put_odometer(Buf *b, const Kernel *k)
  * adding them one by one. Moves iq past the rows it added. */
 static void put_columns_rows4(Buf *b, Graph *g, const Kernel *k, const char *roff, int nops)
 {
+    int nt = 1 + k->red.nsib;
     put(b, "        if (unit)\n        for (; iq + 4 <= i1; iq += 4) {\n");
     for (int q = 0; q < 4; q++) {
         put(b, "        int64_t cq%d[%d];\n        { const int64_t i = iq + %d;", q, nops, q);
@@ -512,15 +577,21 @@ static void put_columns_rows4(Buf *b, Graph *g, const Kernel *k, const char *rof
         put(b, " }\n");
     }
     put(b, "#pragma omp simd\n        for (int64_t jj = 0; jj < jn; jj++) {\n");
-    put(b, "            %s v_0, v_1, v_2, v_3;\n", lower_ctype(acc_type(g, k)));
+    for (int s = 0; s < nt; s++)
+        put(b, "            %s v_0%s, v_1%s, v_2%s, v_3%s;\n", lower_ctype(acc_type(g, k)), SFX(s), SFX(s), SFX(s),
+            SFX(s));
     for (int q = 0; q < 4; q++) {
         char fmt[32];
         snprintf(fmt, sizeof fmt, "cq%d[%%d] + jj", q);
         put(b, "            {\n");
         body_prologue(b, g, k, fmt);
-        put(b, "            v_%d = v;\n            }\n", q);
+        for (int s = 0; s < nt; s++)
+            put(b, "            v_%d%s = v%s;\n", q, SFX(s), SFX(s));
+        put(b, "            }\n");
     }
-    put(b, "            acc[jj] += (v_0 + v_1) + (v_2 + v_3);\n        }\n        }\n");
+    for (int s = 0; s < nt; s++)
+        put(b, "            acc%s[jj] += (v_0%s + v_1%s) + (v_2%s + v_3%s);\n", SFX(s), SFX(s), SFX(s), SFX(s), SFX(s));
+    put(b, "        }\n        }\n");
 }
 
 /* How a column reduction's rows are split: with fewer tiles (`items`) than threads, a
@@ -543,7 +614,7 @@ static void put_columns_plan(Buf *b)
 
 /* After a split column reduction: each tile's runs combined in row order into out0 (float
  * sums add the runs' cascaded sums, integers add in uint64_t, max/min keep a NaN). */
-static void put_columns_combine(Buf *b, Graph *g, const Kernel *k, const char *pt, int nops)
+static void put_columns_combine_one(Buf *b, Graph *g, const Kernel *k, const char *pt, int nops, int o)
 {
     int r = k->rank;
     DType t = acc_type(g, k);
@@ -554,32 +625,39 @@ static void put_columns_combine(Buf *b, Graph *g, const Kernel *k, const char *p
     put(b, "        const int64_t j0 = (it %% ntile) * %d, jn = M - j0 < %d ? M - j0 : %d;\n", COLS, COLS, COLS);
     put(b, "        int64_t base[%d] = {0}, rem = it / ntile;\n        (void)rem;\n", nops);
     put_bases(b, k, r - 2, 0);
-    put(b, "        base[0] += j0 * st[%d];\n", r - 1);
+    put(b, "        base[%d] += j0 * st[%d];\n", o, o * r + r - 1);
     put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
-    put(b, "            %s s = part[it * nsplit][jj];\n", pt);
+    put(b, "            %s s = part%s[it * nsplit][jj];\n", pt, SFX(o));
     put(b, "            for (int64_t q = 1; q < nsplit; q++) {\n");
-    put(b, "                const %s u = part[it * nsplit + q][jj];\n", pt);
+    put(b, "                const %s u = part%s[it * nsplit + q][jj];\n", pt, SFX(o));
     if (sum)
         put(b, "                s += u;\n");
     else if (fl)
         put(b, "                s = s != s ? s : u != u || u %s s ? u : s;\n", cmp);
     else
         put(b, "                s = u %s s ? u : s;\n", cmp);
-    put(b, "            }\n            out0[base[0] + jj * st[%d]] = (%s)s", r - 1, ct);
+    put(b, "            }\n            out%d[base[%d] + jj * st[%d]] = (%s)s", o, o, o * r + r - 1, ct);
     if (k->flavour == KF_MEAN)
         put(b, " / (%s)N", ct);
     put(b, ";\n        }\n        }\n");
 }
 
+static void put_columns_combine(Buf *b, Graph *g, const Kernel *k, const char *pt, int nops)
+{
+    for (int j = 0; j <= k->red.nsib; j++)
+        put_columns_combine_one(b, g, k, pt, nops, j);
+}
+
 /* The result of column item ot for column jj, `val` (of the partials' type): into out0
  * unsplit, else into part[ot]. */
-static void put_columns_result(Buf *b, Graph *g, const Kernel *k, const char *val)
+static void put_columns_result(Buf *b, Graph *g, const Kernel *k, const char *val, int o)
 {
     const char *ct = lower_ctype(acc_type(g, k));
-    put(b, "            if (nsplit == 1)\n                out0[base[0] + jj * st[%d]] = (%s)%s", k->rank - 1, ct, val);
+    put(b, "            if (nsplit == 1)\n                out%d[base[%d] + jj * st[%d]] = (%s)%s", o, o,
+        o * k->rank + k->rank - 1, ct, val);
     if (k->flavour == KF_MEAN)
         put(b, " / (%s)N", ct);
-    put(b, ";\n            else\n                part[ot][jj] = %s;\n", val);
+    put(b, ";\n            else\n                part%s[ot][jj] = %s;\n", SFX(o), val);
 }
 
 static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
@@ -590,15 +668,17 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     int sum = k->flavour == KF_SUM || k->flavour == KF_MEAN, fl = lower_class(t) != LC_INT;
     int is_max = k->flavour == KF_MAX;
     const char *pt = sum && !fl ? "uint64_t" : ct;   /* the partials' type */
+    int nt = 1 + k->red.nsib;                          /* results: a sibling's is float */
     put(b, "        const int64_t M = n[%d], ntile = (M + %d) / %d, outer2 = outer / M;\n", r - 1, COLS - 1, COLS);
     put(b, "        int unit = 1;\n");
-    for (int j = 1; j < nops; j++)   /* every operand but the reduced output */
+    for (int j = nt; j < nops; j++)   /* every operand but the reduced outputs */
         put(b, "        unit &= st[%d] == 1;\n", j * r + r - 1);
     if (k->lean)   /* nothing written yet: columns of other strides are the full variant's */
         put(b, "        if (!unit)\n            return %d;\n", SJ_KERNEL_WANTS_FULL);
     put_columns_plan(b);
     /* sized by the split (a VLA): the unsplit kernel's stack stays as small as before */
-    put(b, "        %s part[nsplit > 1 ? outer2 * ntile * nsplit : 1][%d];\n", pt, COLS);
+    for (int s = 0; s < nt; s++)
+        put(b, "        %s part%s[nsplit > 1 ? outer2 * ntile * nsplit : 1][%d];\n", pt, SFX(s), COLS);
     put(b, "#pragma omp parallel for if (outer * N >= 32768) schedule(static)\n");
     put(b, "        for (int64_t ot = 0; ot < outer2 * ntile * nsplit; ot++) {\n");
     put(b,
@@ -609,10 +689,13 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     for (int j = 0; j < nops; j++)
         put(b, "        base[%d] += j0 * st[%d];\n", j, j * r + r - 1);
     if (sum && fl) {
-        put(b, "        %s acc[%d], lv[48][%d]; int64_t cnt = 0;\n", ct, COLS, COLS);
+        for (int s = 0; s < nt; s++)
+            put(b, "        %s acc%s[%d], lv%s[48][%d];\n", ct, SFX(s), COLS, SFX(s), COLS);
+        put(b, "        int64_t cnt = 0;\n");
         put(b, "        for (int64_t i0 = lo; i0 < hi; i0 += %d) {\n", BLOCK_ROWS);
         put(b, "        const int64_t i1 = i0 + %d < hi ? i0 + %d : hi;\n", BLOCK_ROWS, BLOCK_ROWS);
-        put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = 0;\n", COLS);
+        for (int s = 0; s < nt; s++)
+            put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc%s[jj] = 0;\n", COLS, SFX(s));
     } else {
         put(b, "        %s acc[%d];\n", pt, COLS);
         put(b, "        for (int64_t jj = 0; jj < %d; jj++)\n            acc[jj] = ", COLS);
@@ -648,7 +731,8 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
         put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
         body_prologue(b, g, k, fmt);
         if (sum)
-            put(b, "            acc[jj] += %sv;\n", fl ? "" : "(uint64_t)");
+            for (int s = 0; s < nt; s++)
+                put(b, "            acc%s[jj] += %sv%s;\n", SFX(s), fl ? "" : "(uint64_t)", SFX(s));
         else if (fl)
             put(b, "            acc[jj] = sj_sel%s(v %s acc[jj] || v != v, v, acc[jj]);\n", t == DT_F64 ? "d" : "",
                 is_max ? ">" : "<");
@@ -660,18 +744,25 @@ static void put_columns(Buf *b, Graph *g, const Kernel *k, const char *roff)
     if (sum && fl) {
         /* the block's column sums join the cascade (sj_cascade_push, per column) */
         put(b, "        { int64_t c = cnt++; int l = 0;\n");
-        put(b, "          while (c & 1) { for (int64_t jj = 0; jj < %d; jj++) acc[jj] += lv[l][jj]; l++; c >>= 1; }\n",
-            COLS);
-        put(b, "          for (int64_t jj = 0; jj < %d; jj++) lv[l][jj] = acc[jj]; }\n", COLS);
-        put(b, "        }\n");
+        put(b, "          while (c & 1) {\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "            for (int64_t jj = 0; jj < %d; jj++) acc%s[jj] += lv%s[l][jj];\n", COLS, SFX(s), SFX(s));
+        put(b, "            l++; c >>= 1;\n          }\n");
+        for (int s = 0; s < nt; s++)
+            put(b, "          for (int64_t jj = 0; jj < %d; jj++) lv%s[l][jj] = acc%s[jj];\n", COLS, SFX(s), SFX(s));
+        put(b, "        }\n        }\n");
         put(b, "        for (int64_t jj = 0; jj < jn; jj++) {\n");
-        put(b, "            %s s = 0;\n", ct);
-        put(b, "            for (int64_t l = 0, c = cnt; c; l++, c >>= 1)\n");
-        put(b, "                if (c & 1)\n                    s += lv[l][jj];\n");
-        put_columns_result(b, g, k, "s");
+        for (int s = 0; s < nt; s++) {
+            char val[8];
+            snprintf(val, sizeof val, "s%s", SFX(s));
+            put(b, "            %s %s = 0;\n", ct, val);
+            put(b, "            for (int64_t l = 0, c = cnt; c; l++, c >>= 1)\n");
+            put(b, "                if (c & 1)\n                    %s += lv%s[l][jj];\n", val, SFX(s));
+            put_columns_result(b, g, k, val, s);
+        }
     } else {
         put(b, "        }\n        for (int64_t jj = 0; jj < jn; jj++) {\n");
-        put_columns_result(b, g, k, "acc[jj]");
+        put_columns_result(b, g, k, "acc[jj]", 0);
     }
     put(b, "        }\n        }\n");
     put_columns_combine(b, g, k, pt, nops);

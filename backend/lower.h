@@ -44,6 +44,11 @@ typedef struct {
                            sum_mean, a mean) of the row op's input over the same dims, with
                            no prologue: computed in the max pass into output 1 */
     int sum_mean;
+    int nsib;           /* sums and means: 1 when the kernel's last node is a second reduction
+                           of the same flavour, dims and dtype over the same space (a sibling,
+                           plan_sibling.c), its result output 1; the node before it is the
+                           first reduction */
+    int32_t sib_src;    /* with nsib: the value the sibling reduces */
 } ReduceInfo;
 
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over

@@ -95,6 +95,13 @@ int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use);
  * lower_plan's. 0, or -1 with MemoryError. */
 int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recomputed);
 
+/* -------------------------------------------------------- plan_sibling.c ---- */
+
+/* Sibling float sums and means over the same space merged into one kernel of two results
+ * (plan_sibling.c); node_step as lower_plan's (kernels' nodes not yet filled in). Runs
+ * after plan_remat, before the outputs are chosen. 0, or -1 with MemoryError. */
+int plan_siblings(Graph *g, LowerPlan *p, const int32_t *node_step);
+
 /* ---------------------------------------------------------------- emit.c ---- */
 
 typedef struct {

@@ -154,12 +154,45 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
  * it stores (lower_out_layout); a row kernel with a fused sum has its result and the sum.
  * A value is stored by the first kernel computing it (first[node]) unless every later
  * reader recomputes it (recomputed[v], plan_remat.c). */
+/* 1 when a node outside k reads v (a merged kernel's nodes are not one run of the graph's
+ * order, so "read after its last node" does not say it). */
+struct outside {
+    const Kernel *k;
+    int32_t v;
+    int hit;
+};
+
+static void note_outside(void *ctx, int32_t ni, int32_t v)
+{
+    (void)ni;
+    struct outside *o = ctx;
+    o->hit |= v == o->v;
+}
+
+static int read_outside(const Graph *g, const Kernel *k, int32_t v)
+{
+    for (int32_t i = 0; i < g->noutputs; i++)
+        if (g->outputs[i] == v)
+            return 1;
+    struct outside o = {k, v, 0};
+    for (int32_t ni = g->values[v].node + 1; ni < g->nnodes && !o.hit; ni++) {
+        int in = 0;
+        for (int32_t i = 0; i < k->nnodes && !in; i++)
+            in = k->nodes[i] == ni;
+        if (!in)
+            graph_node_reads(g, ni, note_outside, &o);
+    }
+    return o.hit;
+}
+
 static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *last_use, const int32_t *first,
                          const uint8_t *recomputed)
 {
-    int32_t last = k->nodes[k->nnodes - 1];
-    int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN;
     k->nout = 0;
+    if (k->nnodes == 0)
+        return;   /* merged into its sibling (plan_sibling.c) */
+    int32_t last = k->nodes[k->nnodes - 1];
+    int reduces = k->flavour >= KF_SUM && k->flavour <= KF_MIN, sib = k->red.nsib;
     if (k->red.nsum) {
         /* the row's result, then the fused sum (read after the kernel wherever it was) */
         k->outs[k->nout++] = g->nodes[last].first_value;
@@ -167,10 +200,12 @@ static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *l
         return;
     }
     if (reduces)
+        k->outs[k->nout++] = g->nodes[k->nodes[k->nnodes - 1 - sib]].first_value;
+    if (sib)
         k->outs[k->nout++] = g->nodes[last].first_value;
-    for (int32_t i = 0; i < k->nnodes - reduces; i++) {
+    for (int32_t i = 0; i < k->nnodes - reduces - sib; i++) {
         int32_t v = g->nodes[k->nodes[i]].first_value;
-        if (first[k->nodes[i]] == ki && !recomputed[v] && last_use[v] > last)
+        if (first[k->nodes[i]] == ki && !recomputed[v] && (sib ? read_outside(g, k, v) : last_use[v] > last))
             k->outs[k->nout++] = v;
     }
 }
@@ -471,7 +506,7 @@ int lower_plan(Graph *g, LowerPlan *out)
         PyErr_NoMemory();
         goto fail;
     }
-    if (plan_remat(g, out, last_use, recomputed) < 0)
+    if (plan_remat(g, out, last_use, recomputed) < 0 || plan_siblings(g, out, node_step) < 0)
         goto fail;
     /* the first kernel computing each node (in rot_of's storage, no longer needed) */
     int32_t *first = (int32_t *)rot_of;

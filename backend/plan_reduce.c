@@ -397,7 +397,7 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
 int lower_out_layout(const Kernel *k, int j, const int64_t *n, int64_t *osize, int64_t *ost)
 {
     int r = k->rank, o = 0;
-    int reduces = (k->flavour >= KF_SUM && k->flavour <= KF_MIN && j == 0) || (k->red.nsum && j == 1);
+    int reduces = (k->flavour >= KF_SUM && k->flavour <= KF_MIN && j == 0) || ((k->red.nsum || k->red.nsib) && j == 1);
     uint32_t mask = reduces ? k->red.mask : 0;
     int64_t expect = 1;
     for (int d = r - 1; d >= 0; d--) {

@@ -509,7 +509,8 @@ def test_column_sum_accuracy():
 
 def test_numpy_column_moments():
     """Column mean / std / skewness / kurtosis (the suite's numpy_moments workload): each
-    reduction stores the prologue values read later, so no large temporary is made twice."""
+    reduction stores the prologue values read later, so no large temporary is made twice,
+    and the third and fourth power sums are one kernel (plan_sibling.c)."""
     moments = bench("workloads").column_moments
     x = np.random.default_rng(3).standard_normal((2049, 67)).astype(np.float32)
     backend, made = _lowering()
@@ -517,7 +518,7 @@ def test_numpy_column_moments():
     for g, w in zip(got, moments(x)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     st = _stats(made)
-    assert st["kernels"] == 8 and st["eager_fallbacks"] == 0, st
+    assert st["kernels"] == 7 and st["eager_fallbacks"] == 0, st
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
