@@ -218,6 +218,29 @@ static Var *kid_modules(Capture *c, Var *o)
 
 static int is_config_type(PyTypeObject *t);
 
+/* A leaf of kind `kind` about o.name (its source o's source .name), expected and len as the
+ * kind reads them (borrowed; the guard takes its own reference). 0, or -1 with the capture
+ * failed. o has a source. */
+static int guard_attr_leaf(Capture *c, Var *o, PyObject *name, GuardKind kind, PyObject *expected, int len)
+{
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = (uint8_t)kind;
+    g.src = sources_add(&c->src, SRC_ATTR, o->src, 0, name, NULL);
+    g.src2 = -1;
+    g.expected = expected;
+    g.len = len;
+    return g.src < 0 || guards_add(&c->guards, &g) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
+}
+
+/* o.name was found on o's class (descr: a function, property, static or class method):
+ * guarded to stay the class's, and with `shadow` (not a data descriptor) not to gain an
+ * instance attribute of that name. */
+static int guard_class_attr(Capture *c, Var *o, PyObject *name, PyObject *descr, int shadow)
+{
+    return o->src < 0 ? 0 : guard_attr_leaf(c, o, name, GK_CLASS_ATTR, descr, shadow);
+}
+
 static Var *obj_attr(Capture *c, Var *o, PyObject *name)
 {
     PyObject *obj = o->obj;
@@ -230,6 +253,8 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         goto live;
     /* data descriptors first: properties run their getter inline */
     if (descr && Py_TYPE(descr) == &PyProperty_Type) {
+        if (guard_class_attr(c, o, name, descr, 0) < 0)
+            return NULL;
         PyObject *fget = PyObject_GetAttrString(descr, "fget");
         if (!fget) {
             cap_fail_exc(c, BR_INTERNAL);
@@ -261,10 +286,14 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     }
     /* functions on the type become methods bound to this var */
     if (descr && PyFunction_Check(descr)) {
+        if (guard_class_attr(c, o, name, descr, 1) < 0)
+            return NULL;
         Var *fn = wrap_untracked(c, descr);
         return var_method(c, o, fn);
     }
     if (descr && (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type)) {
+        if (guard_class_attr(c, o, name, descr, 1) < 0)
+            return NULL;
         return wrap_untracked_attr(c, obj, name);
     }
     /* nn.Module: parameters, buffers, submodules */
@@ -347,13 +376,7 @@ int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has)
 {
     if (o->src < 0 || !attrs_can_change(o))
         return 0;
-    Guard g;
-    memset(&g, 0, sizeof g);
-    g.kind = GK_HASATTR;
-    g.src = sources_add(&c->src, SRC_ATTR, o->src, 0, name, NULL);
-    g.src2 = -1;
-    g.len = has;
-    return g.src < 0 || guards_add(&c->guards, &g) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
+    return guard_attr_leaf(c, o, name, GK_HASATTR, NULL, has);
 }
 
 /* The methods of set that only read it. */

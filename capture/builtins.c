@@ -442,6 +442,43 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
     return const_bool(c, has);
 }
 
+/* isinstance(x, cls) for a torch tensor x and torch's legacy classes (torch.FloatTensor,
+ * torch.LongTensor, ...): their metaclass answers by the instance's dtype and device, not
+ * its type. Asked of an empty CPU tensor of x's dtype (capture models CPU tensors only);
+ * 0 for any other cls. 1, 0 or -1 with an exception. */
+static int legacy_tensor_class(Capture *c, const TensorMeta *m, PyObject *cls)
+{
+    (void)c;
+    static PyObject *meta;   /* strong: the legacy classes' metaclass */
+    if (!meta && libs.torch) {
+        PyObject *ft = libs_get_path(libs.torch, "FloatTensor");   /* new */
+        if (ft && Py_TYPE(ft) != &PyType_Type)
+            meta = Py_NewRef((PyObject *)Py_TYPE(ft));
+        Py_XDECREF(ft);
+        sj_err_clear();
+    }
+    int legacy = meta && Py_IS_TYPE(cls, (PyTypeObject *)meta);
+    for (Py_ssize_t i = 0; meta && !legacy && PyTuple_Check(cls) && i < PyTuple_GET_SIZE(cls); i++)
+        legacy = Py_IS_TYPE(PyTuple_GET_ITEM(cls, i), (PyTypeObject *)meta);
+    if (!legacy)
+        return 0;
+    PyObject *dt = dtype_to_py((DType)m->dtype, LIB_TORCH);   /* new */
+    PyObject *empty = dt ? libs_get_path(libs.torch, "empty") : NULL;
+    PyObject *probe = NULL;
+    if (empty) {
+        PyObject *kw = Py_BuildValue("{sO}", "dtype", dt);
+        PyObject *a = Py_BuildValue("(i)", 0);
+        probe = kw && a ? PyObject_Call(empty, a, kw) : NULL;
+        Py_XDECREF(kw);
+        Py_XDECREF(a);
+    }
+    int r = probe ? PyObject_IsInstance(probe, cls) : -1;
+    Py_XDECREF(probe);
+    Py_XDECREF(empty);
+    Py_XDECREF(dt);
+    return r;
+}
+
 static Var *builtin_sum(Capture *c, Var **args, int32_t nargs)
 {
     Var **items;
@@ -512,6 +549,8 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             return NULL;
         int r = PyObject_IsSubclass(t, cls);
         Py_DECREF(t);
+        if (r == 0 && id == B_ISINSTANCE && args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH)
+            r = legacy_tensor_class(c, &args[0]->u.t.meta, cls);
         if (r < 0) {
             cap_fail_exc(c, BR_USER_EXCEPTION);
             return NULL;

@@ -300,6 +300,28 @@ static int run_hooks(Capture *c, Var *m, const char *name, Var **args_tuple, Var
 
 static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject *kwnames)
 {
+    /* a class that overrides nn.Module.__call__ runs its own (which may call forward) */
+    static PyObject *s_call;   /* strong, interned */
+    if (!s_call && !(s_call = PyUnicode_InternFromString("__call__"))) {
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *own = _PyType_Lookup(Py_TYPE(m->obj), s_call);   /* borrowed */
+    if (libs.module_type && PyType_Check(libs.module_type) &&
+        own != _PyType_Lookup((PyTypeObject *)libs.module_type, s_call)) {
+        if (!own || !PyFunction_Check(own)) {
+            cap_fail(c, BR_UNSUPPORTED_CALL, "%s.__call__ is not a Python function", Py_TYPE(m->obj)->tp_name);
+            return NULL;
+        }
+        Var *fn = wrap_untracked(c, own);
+        Var **all = fn ? cap_alloc(c, sizeof(Var *) * (size_t)(nargs + 1)) : NULL;
+        if (!all)
+            return NULL;
+        all[0] = m;
+        if (nargs)
+            memcpy(all + 1, args, sizeof(Var *) * (size_t)nargs);
+        return inline_function(c, fn, all, nargs + 1, kwnames);
+    }
     if (guard_hooks(c, m) < 0)
         return NULL;
     PyObject *fwd = PyObject_GetAttrString((PyObject *)Py_TYPE(m->obj), "forward");

@@ -420,11 +420,20 @@ int op_truth(Capture *c, Var *v, int *truth)
             *truth = 1;
             return 0;
         }
-        int r = PyObject_IsTrue(v->obj);
-        if (r < 0)
-            return cap_fail_exc(c, BR_USER_EXCEPTION);
-        *truth = r;
-        return 0;
+        /* the answer can change with the object: its Python __bool__ or __len__ is inlined
+         * (what it reads is guarded), a length read through op_len (guarded) */
+        static PyObject *s_bool;   /* strong, interned */
+        if (!s_bool && !(s_bool = PyUnicode_InternFromString("__bool__")))
+            return cap_fail_exc(c, BR_INTERNAL);
+        PyObject *f = has_bool ? _PyType_Lookup(t, s_bool) : NULL;   /* borrowed */
+        Var *r;
+        if (f && PyFunction_Check(f))
+            r = call_dunder(c, v, "__bool__", NULL, 0);
+        else if (!has_bool)
+            r = op_len(c, v);
+        else
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of %s (a __bool__ in C)", sj_type_a(c, t, NULL));
+        return r ? op_truth(c, r, truth) : -1;
     }
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of %s", var_a(c, v));
@@ -777,7 +786,37 @@ int op_list_slice_write(Capture *c, Var *list, PyObject *slice, Var *val)
 
 /* ---------------------------------------------------------------- iteration ---- */
 
-static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
+/* How module m's class iterates or measures itself, by the __iter__ or __len__ that iter()
+ * and len() call: 'v' the values of _modules (ModuleList's and Sequential's methods, in
+ * those classes or subclasses that keep them), 'k' its keys (ModuleDict's), 'f' a Python
+ * method of another class (ParameterList, ParameterDict, a user's: inlined), 0 none. */
+static int module_protocol(PyObject *m, int len)
+{
+    static PyObject *names[2];       /* strong, interned "__iter__" and "__len__" */
+    static PyObject *known[3][2];    /* strong: the containers' methods, or NULL */
+    static const char *const cls[3] = {"nn.ModuleList", "nn.Sequential", "nn.ModuleDict"};
+    if (!names[len] && !(names[len] = PyUnicode_InternFromString(len ? "__len__" : "__iter__"))) {
+        sj_err_clear();
+        return 0;
+    }
+    PyObject *f = _PyType_Lookup(Py_TYPE(m), names[len]);   /* borrowed */
+    if (!f)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (!known[i][len] && libs.torch) {
+            PyObject *t = libs_get_path(libs.torch, cls[i]);   /* new */
+            if (t && PyType_Check(t))
+                known[i][len] = Py_XNewRef(_PyType_Lookup((PyTypeObject *)t, names[len]));
+            Py_XDECREF(t);
+            sj_err_clear();
+        }
+        if (f == known[i][len])
+            return i == 2 ? 'k' : 'v';
+    }
+    return PyFunction_Check(f) ? 'f' : 0;
+}
+
+static int module_items(Capture *c, Var *m, Var ***items, int32_t *n, int keys_only)
 {
     PyObject *mods = PyObject_GetAttrString(m->obj, "_modules");
     if (!mods || !PyDict_Check(mods)) {
@@ -785,8 +824,6 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n)
         sj_err_clear();
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iterating over %s", sj_type_a(c, Py_TYPE(m->obj), "module"));
     }
-    const char *tn = Py_TYPE(m->obj)->tp_name;
-    int keys_only = strcmp(tn, "ModuleDict") == 0;
     int32_t msrc = modules_source(c, m, mods);
     if (msrc == -2) {
         Py_DECREF(mods);
@@ -875,8 +912,15 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         *n = (int32_t)cnt;
         return *items ? 0 : -1;
     }
-    case VK_MODULE:
-        return module_items(c, v, items, n);
+    case VK_MODULE: {
+        int how = module_protocol(v->obj, 0);
+        if (how == 'v' || how == 'k')
+            return module_items(c, v, items, n, how == 'k');
+        if (how == 0)
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over %s", sj_type_a(c, Py_TYPE(v->obj), "module"));
+        Var *r = call_dunder(c, v, "__iter__", NULL, 0);   /* the class's own */
+        return r ? op_iterate(c, r, items, n) : -1;
+    }
     case VK_USEROBJ:
         if (v->u.uobj.record) {   /* iterating a ModelOutput yields its keys */
             Var *a = v->u.uobj.attrs;
@@ -928,8 +972,25 @@ Var *op_len(Capture *c, Var *v)
             return symb_var(c, v->u.t.meta.sym[0]);
         n = (Py_ssize_t)v->u.t.meta.size[0];
         break;
+    case VK_MODULE: {
+        /* read live and guarded: the container's _modules keys, or the class's own
+         * __len__ inlined (ParameterList's reads its _size) */
+        int how = module_protocol(v->obj, 1);
+        if (how == 'f')
+            return call_dunder(c, v, "__len__", NULL, 0);
+        PyObject *mods = how ? PyObject_GetAttrString(v->obj, "_modules") : NULL;   /* new */
+        int32_t msrc = mods && PyDict_Check(mods) ? modules_source(c, v, mods) : -3;
+        n = msrc > -2 ? PyDict_GET_SIZE(mods) : -1;
+        Py_XDECREF(mods);
+        if (msrc == -3) {
+            sj_err_clear();
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "len() of %s", sj_type_a(c, Py_TYPE(v->obj), "module"));
+        }
+        if (n < 0)
+            return NULL;
+        break;
+    }
     case VK_CONST:
-    case VK_MODULE:
         n = PyObject_Length(v->obj);
         if (n < 0) {
             cap_fail_exc(c, BR_USER_EXCEPTION);

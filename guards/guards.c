@@ -4,6 +4,7 @@
  * check failed. */
 #include "tree.h"
 #include "../vocab/tensor_reader.h"
+#include <math.h>
 #include <string.h>
 #include "../core/errors.h"
 #include "../core/pyutil.h"
@@ -141,6 +142,14 @@ static int check_id(const Guard *g, PyObject *v, GuardCall *call)
     return v == g->expected;
 }
 
+/* Two floats as values the code was specialised on: -0.0 is not 0.0 (copysign, 1 / x and
+ * str tell them apart) and a NaN is any NaN (else a NaN argument recompiles every call). */
+static int same_float(PyObject *a, PyObject *b)
+{
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    return x == y ? signbit(x) == signbit(y) : (x != x && y != y);
+}
+
 static int check_equals(const Guard *g, PyObject *v, GuardCall *call)
 {
     (void)call;
@@ -148,6 +157,8 @@ static int check_equals(const Guard *g, PyObject *v, GuardCall *call)
         return 1;
     if (Py_TYPE(v) != Py_TYPE(g->expected))
         return 0;
+    if (PyFloat_CheckExact(v))
+        return same_float(v, g->expected);
     return PyObject_RichCompareBool(v, g->expected, Py_EQ);
 }
 
@@ -260,6 +271,26 @@ static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
     sj_err_clear();
     readcache_absent_fill(&e->rc, v, e->key);
     return g->len == 0;
+}
+
+/* CLASS_ATTR: the source base.name names an attribute read from base's class (a method, a
+ * property, a static or class method); v is base. The class (and its bases) must still give
+ * the same object, and with len 1 (not a data descriptor) the instance must not have an
+ * attribute of that name of its own, which would win. */
+static int check_class_attr(const Guard *g, PyObject *v, GuardCall *call)
+{
+    PyObject *name = call->t->src.e[g->src].key;
+    if (_PyType_Lookup(Py_TYPE(v), name) != g->expected)
+        return 0;
+    if (g->len) {
+        PyObject **dp = _PyObject_GetDictPtr(v);
+        PyObject *own = dp && *dp && PyDict_Check(*dp) ? PyDict_GetItemWithError(*dp, name) : NULL;
+        if (own)
+            return 0;
+        if (PyErr_Occurred())
+            return -1;
+    }
+    return 1;
 }
 
 static int check_same(const Guard *g, PyObject *v, GuardCall *call)
@@ -500,6 +531,16 @@ static PyObject *explain_hasattr(const Guard *g, PyObject *v, PyObject *name, Gu
                                 g->len == 1 ? "False" : "True");
 }
 
+static PyObject *explain_class_attr(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)name;
+    const SourceEntry *e = &call->t->src.e[g->src];
+    PyObject *base = call->t->src.e[e->base].repr;
+    if (_PyType_Lookup(Py_TYPE(v), e->key) != g->expected)
+        return PyUnicode_FromFormat("type(%U).%U is a different object now", base, e->key);
+    return PyUnicode_FromFormat("%U.%U is now an attribute of the instance", base, e->key);
+}
+
 static PyObject *explain_same(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
     (void)g;
@@ -631,6 +672,14 @@ static PyObject *format_hasattr(const Guard *g, PyObject *src, const SourceTable
     const SourceEntry *e = &t->e[g->src];
     return PyUnicode_FromFormat("HASATTR: hasattr(%U, %R) == %s", t->e[e->base].repr, e->key,
                                 g->len == 1 ? "True" : "False");
+}
+
+static PyObject *format_class_attr(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    const SourceEntry *e = &t->e[g->src];
+    return PyUnicode_FromFormat("CLASS_ATTR: type(%U).%U is %.80R%s", t->e[e->base].repr, e->key, g->expected,
+                                g->len ? ", not shadowed by the instance" : "");
 }
 
 static PyObject *format_same(const Guard *g, PyObject *src, const SourceTable *t)
@@ -837,6 +886,9 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_SEQ_LENGTH:
         return a->expected == b->expected;
     case GK_EQUALS_MATCH:
+        if (a->expected && b->expected && PyFloat_CheckExact(a->expected) && PyFloat_CheckExact(b->expected))
+            return same_float(a->expected, b->expected);   /* as check_equals compares */
+        return sources_same_key(a->expected, b->expected);
     case GK_DICT_KEYS:
         return sources_same_key(a->expected, b->expected);
     case GK_TENSOR_MATCH:
@@ -869,6 +921,8 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_SAME_OBJECT:
     case GK_HASATTR:   /* the source names the attribute; len says whether it was there */
         return 1;
+    case GK_CLASS_ATTR:
+        return a->expected == b->expected && a->len == b->len;
     case GK_COUNT:
         break;
     }
@@ -886,7 +940,7 @@ static PyObject *leaf_value(const Guard *g, const SourceTable *t, GuardCall *cal
     }
     if (g->kind == GK_SAME_OBJECT && !sources_resolve(t, g->src2, call->fv, call->memo))
         return NULL;
-    if (g->kind == GK_HASATTR)   /* its source base.name may not resolve: it looks at base */
+    if (g->kind == GK_HASATTR || g->kind == GK_CLASS_ATTR)   /* they look at base, not base.name */
         return sources_resolve(t, t->e[g->src].base, call->fv, call->memo);
     if (g->src < 0)
         return Py_None;

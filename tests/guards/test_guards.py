@@ -167,6 +167,29 @@ def test_equals_match(capfd):
     assert got[2][-1] == "n == 3.0 (type float), expected 3 (type int)"
 
 
+def test_float_equals_tells_signed_zeros_apart_and_keeps_nan():
+    """A float guarded by value: -0.0 is not 0.0 (copysign, str and 1 / x tell them apart),
+    and a NaN argument matches the entry made for a NaN instead of recompiling each call."""
+    import math
+
+    def f(x, v):
+        return x * math.copysign(1.0, v), str(v), x * v if v == v else x - 1
+
+    cf = shapejit.compile(f)
+    x = torch.ones(2)
+    for v in (0.0, -0.0, 0.0, -0.0):
+        got, want = cf(x, v), f(x, v)
+        assert got[1] == want[1]
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[2], want[2])
+    before = shapejit.stats()["recompiles"]
+    for _ in range(4):
+        got = cf(x, float("nan"))
+        assert got[1] == "nan"
+        torch.testing.assert_close(got[2], x - 1)
+    assert shapejit.stats()["recompiles"] - before <= 1
+
+
 def test_sequence_length(capfd):
     shapejit.set_logs(recompiles=True)
 
