@@ -84,6 +84,12 @@ static int is_row(const Kernel *k)
     return k->flavour >= KF_SOFTMAX;
 }
 
+/* The nodes before the reduction or row op: the prologue computed at each element. */
+static int32_t prologue_len(const Kernel *k)
+{
+    return k->nnodes - 1 - k->red.nextra - k->red.nepi - k->red.nsum - k->red.nsib;
+}
+
 /* The offset of operand j at row element i, by format fmt (see emit_compute). */
 static void put_off(Buf *b, const char *fmt, int j)
 {
@@ -233,8 +239,8 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
  * outputs after the results). */
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
-    emit_compute(b, g, k, fmt, k->nnodes - 1 - k->red.nepi - k->red.nsum - k->red.nsib);
-    for (int j = 1 + k->red.nsib; !is_row(k) && j < (int)k->nout; j++) {
+    emit_compute(b, g, k, fmt, prologue_len(k));
+    for (int j = 1 + k->red.nsib; (!is_row(k) || k->flavour == KF_RMS_NORM) && j < (int)k->nout; j++) {
         put(b, "            out%d[", j);
         put_off(b, fmt, j);
         put(b, "] = ");
@@ -265,7 +271,7 @@ static void body_prologue_store(Buf *b, Graph *g, const Kernel *k, const char *f
  * (a softmax of x): its later passes read that input, so the first pass stores nothing. */
 static int row_reads_input(const Kernel *k)
 {
-    return k->nnodes - 1 - k->red.nepi - k->red.nsum == 0 && operand_of(k, k->red.src) >= 0;
+    return prologue_len(k) == 0 && operand_of(k, k->red.src) >= 0;
 }
 
 /* The row's element i as a later pass reads it: the input, or the stored prologue. */
@@ -493,6 +499,23 @@ static void put_row(Buf *b, Graph *g, const Kernel *k, const char *fmt)
         if (k->red.bias >= 0) {
             put(b, "            y = y + in%d[", bb - (int)k->nout);
             put_off(b, fmt, bb);
+            put(b, "];\n");
+        }
+        put_last_pass_end(b, g, k, fmt);
+        break;
+    }
+    case KF_RMS_NORM: {
+        /* eager's order: the mean of the squares, + eps, 1 / sqrt, then x * rstd * w */
+        put_sum(b, g, k, fmt, "q", row_reads_input(k) ? body_prologue : body_prologue_store, "v * v", DT_F32);
+        put(b, "        const float rstd = 1.f / sqrtf(q / (float)N + (float)%.17g);\n", k->red.eps);
+        put(b, "#pragma omp simd\n        for (int64_t i = 0; i < N; i++) {\n");
+        put(b, "            float y = ");
+        put_row_elem(b, k, fmt);
+        put(b, " * rstd;\n");
+        if (k->red.weight >= 0) {
+            int w = operand_of(k, k->red.weight);
+            put(b, "            y = y * in%d[", w - (int)k->nout);
+            put_off(b, fmt, w);
             put(b, "];\n");
         }
         put_last_pass_end(b, g, k, fmt);

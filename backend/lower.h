@@ -27,16 +27,17 @@ typedef enum {
     KF_MIN,
     KF_SOFTMAX,
     KF_LOG_SOFTMAX,
-    KF_LAYER_NORM
+    KF_LAYER_NORM,
+    KF_RMS_NORM   /* x * rsqrt(mean(x * x) + eps) (* w) over the last dim (plan_rms.c) */
 } KernelFlavour;
 
 typedef struct {
     uint32_t mask;      /* the reduced (or row) dims of the iteration space */
     int keepdim;        /* reductions (and a row op's fused sum): reduced dims stay as 1 in
                            the output */
-    double eps;         /* layer_norm */
+    double eps;         /* layer_norm, RMS norm */
     int32_t src;        /* the value reduced: made by the prologue or a kernel input */
-    int32_t weight, bias;   /* layer_norm: input values, or -1 */
+    int32_t weight, bias;   /* layer_norm (RMS norm: weight): input values, or -1 */
     int nepi;           /* row ops: the last nepi nodes of the kernel are an epilogue, float
                            pointwise ops of the row's result and constants, applied as each
                            result is stored (layer_norm then GELU: one pass) */
@@ -49,6 +50,8 @@ typedef struct {
                            plan_sibling.c), its result output 1; the node before it is the
                            first reduction */
     int32_t sib_src;    /* with nsib: the value the sibling reduces */
+    int nextra;         /* row ops: graph nodes of the row op after its first (an RMS norm
+                           spans x * x, the mean, + eps, rsqrt, * x and * w) */
 } ReduceInfo;
 
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over

@@ -95,6 +95,14 @@ int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use);
  * lower_plan's. 0, or -1 with MemoryError. */
 int plan_remat(Graph *g, LowerPlan *p, const int32_t *last_use, uint8_t *recomputed);
 
+/* ------------------------------------------------------------ plan_rms.c ---- */
+
+/* Mean node ni (red, rank as read_node gave them) as the heart of an RMS norm: 0 and the
+ * KF_RMS_NORM kernel planned (*last its last node; the square leaves `open`), 1 when the
+ * nodes around it are not one, -1 with MemoryError. */
+int plan_rms_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int32_t *last_use, const ReduceInfo *red,
+                  int rank, int32_t *last);
+
 /* -------------------------------------------------------- plan_sibling.c ---- */
 
 /* Sibling float sums and means over the same space merged into one kernel of two results

@@ -199,14 +199,22 @@ static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *l
         k->outs[k->nout++] = g->nodes[k->nodes[0]].first_value;
         return;
     }
-    if (reduces)
+    /* an RMS norm with a prologue: its result is output 0 whatever else it stores */
+    int row = k->flavour == KF_RMS_NORM && k->red.nextra + 1 + k->red.nepi < k->nnodes;
+    if (reduces || row)
         k->outs[k->nout++] = g->nodes[k->nodes[k->nnodes - 1 - sib]].first_value;
     if (sib)
         k->outs[k->nout++] = g->nodes[last].first_value;
-    for (int32_t i = 0; i < k->nnodes - reduces - sib; i++) {
+    for (int32_t i = 0; i < k->nnodes - reduces - sib - row; i++) {
         int32_t v = g->nodes[k->nodes[i]].first_value;
         if (first[k->nodes[i]] == ki && !recomputed[v] && (sib ? read_outside(g, k, v) : last_use[v] > last))
             k->outs[k->nout++] = v;
+    }
+    if (row && k->nout == 1 && last_use[k->outs[0]] <= last) {
+        int graph_out = 0;
+        for (int32_t i = 0; i < g->noutputs; i++)
+            graph_out |= g->outputs[i] == k->outs[0];
+        k->nout = graph_out;   /* nothing it makes is read: it leaves the plan */
     }
 }
 

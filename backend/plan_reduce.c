@@ -341,6 +341,12 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     int rank = 0;
     if (fl == KF_POINTWISE || read_node(g, ni, fl, &red, &rank))
         return 1;
+    if (fl == KF_MEAN) {
+        int r = plan_rms_node(g, ni, out, open, last_use, &red, rank, last);
+        if (r <= 0)   /* the row kernel is the last step's */
+            return r < 0 ? -1
+                         : take_epilogue(g, *last, &out->kernels[out->steps[out->nsteps - 1].index], last_use, last);
+    }
     Lib lib = (Lib)g->values[nd->first_value].meta.lib;
     const TensorMeta *xm = &g->values[red.src].meta;
     int32_t extra[2] = {red.weight, red.bias};

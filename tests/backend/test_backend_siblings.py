@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import shapejit
-from shapejit import _C
-from lowering import lowering as _lowering
+from lowering import kernel_ops, lowering as _lowering
 from repo import bench
 
 pytestmark = pytest.mark.usefixtures("fresh_shapejit")
@@ -20,16 +19,7 @@ RTOL, ATOL = 1e-4, 1e-4   # float32 sums of up to 33000 terms in another order t
 
 def _merged(made):
     """Per compiled graph, the number of kernel steps that compute two reductions."""
-    counts = []
-    for cg in made:
-        if not isinstance(cg, _C.CompiledGraph):
-            continue
-        n = 0
-        for kind, nodes in zip(cg.step_kinds, cg.step_nodes):
-            ops = [cg.graph.nodes[i].op for i in nodes]
-            n += kind == "kernel" and sum(op in ("sum", "mean") for op in ops) == 2
-        counts.append(n)
-    return counts
+    return [sum(sum(op in ("sum", "mean") for op in ops) == 2 for ops in kernels) for kernels in kernel_ops(made)]
 
 
 def _close(got, want):

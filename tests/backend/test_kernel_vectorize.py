@@ -218,6 +218,11 @@ def _chain10(x, y):
 
 
 # Chains from the benchmarks and the value tests above, torch and numpy.
+def _rms_norm(h, w):
+    """An RMS norm with its residual sum before it (one row kernel in float32)."""
+    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
 MIXED_CHAINS = {
     "arith10": _arith10,
     "chain10": _chain10,
@@ -235,6 +240,8 @@ MIXED_CHAINS = {
     "log_softmax": lambda x, y: torch.log_softmax(x - y, dim=-1),
     "layer_norm": lambda x, y: F.layer_norm(x * 2, (x.shape[-1],)) * y,
     "var_rows": lambda x, y: (x + y).var(-1),
+    "rms_norm": lambda x, y: _rms_norm(x + y, y[0]),
+    "sibling_cols": lambda x, y: (x * y).sum(0) + (x - y).sum(0),
     "np_sum_max": lambda x, y: (x * y).sum(axis=1) + (x - y).max(axis=0).sum(),
     "np_max_clip": lambda x, y: np.clip(np.maximum(x, y) * 2 - 1, -1.0, 1.0) * x,
     "np_where_chain": lambda x, y: np.where(x > y, np.sqrt(x) + 1, y * y) - x,
@@ -242,6 +249,7 @@ MIXED_CHAINS = {
 
 
 REDUCING = {"sum_rows", "mean_cols", "amax_rows", "amin_cols", "softmax", "log_softmax", "layer_norm", "var_rows",
+            "rms_norm", "sibling_cols",
             "np_sum_max"}
 
 

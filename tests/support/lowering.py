@@ -34,3 +34,14 @@ def close(got, want):
         return
     assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def kernel_ops(made):
+    """Per compiled graph in made, the ops of each kernel step as a list of op names (in
+    node order): what the tests count fused kernels by."""
+    out = []
+    for cg in made:
+        if isinstance(cg, _C.CompiledGraph):
+            out.append([[cg.graph.nodes[i].op for i in nodes]
+                        for kind, nodes in zip(cg.step_kinds, cg.step_nodes) if kind == "kernel"])
+    return out
