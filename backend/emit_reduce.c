@@ -240,7 +240,8 @@ static void put_sum(Buf *b, Graph *g, const Kernel *k, const char *fmt, const ch
 static void body_prologue(Buf *b, Graph *g, const Kernel *k, const char *fmt)
 {
     emit_compute(b, g, k, fmt, prologue_len(k));
-    for (int j = 1 + k->red.nsib; (!is_row(k) || k->flavour == KF_RMS_NORM) && j < (int)k->nout; j++) {
+    int stores = !is_row(k) || k->flavour == KF_RMS_NORM || k->flavour == KF_LAYER_NORM;   /* prologue values */
+    for (int j = 1 + k->red.nsib; stores && j < (int)k->nout; j++) {
         put(b, "            out%d[", j);
         put_off(b, fmt, j);
         put(b, "] = ");

@@ -199,8 +199,8 @@ static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *l
         k->outs[k->nout++] = g->nodes[k->nodes[0]].first_value;
         return;
     }
-    /* an RMS norm with a prologue: its result is output 0 whatever else it stores */
-    int row = k->flavour == KF_RMS_NORM && k->red.nextra + 1 + k->red.nepi < k->nnodes;
+    /* a layer or RMS norm with a prologue: its result is output 0 whatever else it stores */
+    int row = (k->flavour == KF_RMS_NORM || k->flavour == KF_LAYER_NORM) && k->red.nextra + 1 + k->red.nepi < k->nnodes;
     if (reduces || row)
         k->outs[k->nout++] = g->nodes[k->nodes[k->nnodes - 1 - sib]].first_value;
     if (sib)

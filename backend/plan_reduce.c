@@ -8,9 +8,10 @@
  *
  * A kernel's iteration space is the reduced tensor's shape; `mask` marks the dims reduced
  * (or the row dims). When the pointwise kernel planned just before the node makes the
- * reduced value, has the same iteration space, and nothing after the node reads any value
- * it makes, the node joins it: the pointwise nodes become a prologue computed inside the
- * reduction loop and never written.
+ * reduced value and has the same iteration space, the node joins it: the pointwise nodes
+ * become a prologue computed inside the reduction loop. A reduction or a layer_norm also
+ * stores the prologue values read after it (in its one pass over each element); a softmax
+ * joins only a prologue nothing else reads.
  *
  * Memory: kernels and steps are PyMem arrays of the plan; nothing here holds a Python
  * reference. */
@@ -350,16 +351,17 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     Lib lib = (Lib)g->values[nd->first_value].meta.lib;
     const TensorMeta *xm = &g->values[red.src].meta;
     int32_t extra[2] = {red.weight, red.bias};
-    /* fuse: the open kernel makes the reduced value over the same space, and (for a row op)
+    /* fuse: the open kernel makes the reduced value over the same space, and (for a softmax)
      * only feeds this node: every value it makes is last read here at the latest, and not as
-     * weight/bias. A reduction reads each element once, so it also stores the prologue
-     * values read later (extra outputs, find_outputs in plan.c). */
+     * weight/bias. A reduction reads each element once, and a layer norm's first pass does,
+     * so they also store the prologue values read later (extra outputs, find_outputs in
+     * plan.c: a pre-LN block's residual sum). */
     int fuse = open && open->flavour == KF_POINTWISE && !open->rot && open->lib == lib &&
                plan_kernel_makes(g, open, red.src) && lower_same_dims(xm, &g->values[open->space].meta);
     int stores = 0;
     for (int32_t i = 0; fuse && i < open->nnodes; i++)
         if (last_use[g->nodes[open->nodes[i]].first_value] > ni) {
-            fuse = fl <= KF_MIN;
+            fuse = fl <= KF_MIN || fl == KF_LAYER_NORM;
             stores++;
         }
     fuse = fuse && open->nin + stores + 3 < SJ_KMAX_OPERANDS - 2;

@@ -99,6 +99,28 @@ def test_column_sum_stores_prologue():
         torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("n", [8, 33, 768])
+def test_layer_norm_stores_the_residual_sum_it_reads(n, threads):
+    """A pre-LN block: h = x + attn is normalised and read again by the next residual sum.
+    One row kernel computes h in its first pass and stores it (output 1) beside the norm
+    (output 0), with an epilogue after the norm; both equal eager's."""
+    def f(x, a, w, b):
+        h = x + a
+        y = F.gelu(F.layer_norm(h, (n,), w, b))
+        return y * 2.0, h + y
+
+    gen = torch.Generator().manual_seed(n)
+    x, a = torch.randn(3, 5, n, generator=gen), torch.randn(3, 5, n, generator=gen)
+    w, b = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    backend, made = _lowering()
+    got = shapejit.compile(f, backend=backend)(x, a, w, b)
+    for g, want in zip(got, f(x, a, w, b)):
+        torch.testing.assert_close(g, want, rtol=RTOL, atol=ATOL)
+    fused = [[cg.graph.nodes[i].op for i in nodes] for cg in _graphs(made)
+             for kind, nodes in zip(cg.step_kinds, cg.step_nodes) if kind == "kernel"]
+    assert any(ops[:2] == ["add", "layer_norm"] for ops in fused), fused
+
+
 @pytest.mark.parametrize("op", [torch.softmax, torch.log_softmax])
 @pytest.mark.parametrize("shape", [(3, 1), (4, 7), (5, 256), (2, 3, 1000)])
 def test_softmax_direct_and_prologue(op, shape):
