@@ -155,9 +155,9 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
  * A value is stored by the first kernel computing it (first[node]) unless every later
  * reader recomputes it (recomputed[v], plan_remat.c). */
 /* 1 when a node outside k reads v (a merged kernel's nodes are not one run of the graph's
- * order, so "read after its last node" does not say it). */
+ * order, so "read after its last node" does not say it), or a node of k that another kernel
+ * computes again (plan_remat's copies read v from memory there). */
 struct outside {
-    const Kernel *k;
     int32_t v;
     int hit;
 };
@@ -169,24 +169,35 @@ static void note_outside(void *ctx, int32_t ni, int32_t v)
     o->hit |= v == o->v;
 }
 
-static int read_outside(const Graph *g, const Kernel *k, int32_t v)
+static int kernel_has(const Kernel *k, int32_t ni)
+{
+    for (int32_t i = 0; i < k->nnodes; i++)
+        if (k->nodes[i] == ni)
+            return 1;
+    return 0;
+}
+
+static int read_outside(const Graph *g, const LowerPlan *p, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < g->noutputs; i++)
         if (g->outputs[i] == v)
             return 1;
-    struct outside o = {k, v, 0};
-    for (int32_t ni = g->values[v].node + 1; ni < g->nnodes && !o.hit; ni++) {
-        int in = 0;
-        for (int32_t i = 0; i < k->nnodes && !in; i++)
-            in = k->nodes[i] == ni;
-        if (!in)
-            graph_node_reads(g, ni, note_outside, &o);
+    for (int32_t ni = g->values[v].node + 1; ni < g->nnodes; ni++) {
+        struct outside o = {v, 0};
+        graph_node_reads(g, ni, note_outside, &o);
+        if (!o.hit)
+            continue;
+        if (!kernel_has(k, ni))
+            return 1;
+        for (int32_t j = 0; j < p->nkernels; j++)
+            if (&p->kernels[j] != k && kernel_has(&p->kernels[j], ni))
+                return 1;
     }
-    return o.hit;
+    return 0;
 }
 
-static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *last_use, const int32_t *first,
-                         const uint8_t *recomputed)
+static void find_outputs(const Graph *g, const LowerPlan *p, Kernel *k, int32_t ki, const int32_t *last_use,
+                         const int32_t *first, const uint8_t *recomputed)
 {
     k->nout = 0;
     if (k->nnodes == 0)
@@ -207,7 +218,7 @@ static void find_outputs(const Graph *g, Kernel *k, int32_t ki, const int32_t *l
         k->outs[k->nout++] = g->nodes[last].first_value;
     for (int32_t i = 0; i < k->nnodes - reduces - sib - row; i++) {
         int32_t v = g->nodes[k->nodes[i]].first_value;
-        if (first[k->nodes[i]] == ki && !recomputed[v] && (sib ? read_outside(g, k, v) : last_use[v] > last))
+        if (first[k->nodes[i]] == ki && !recomputed[v] && (sib ? read_outside(g, p, k, v) : last_use[v] > last))
             k->outs[k->nout++] = v;
     }
     if (row && k->nout == 1 && last_use[k->outs[0]] <= last) {
@@ -524,7 +535,7 @@ int lower_plan(Graph *g, LowerPlan *out)
         for (int32_t j = 0; j < out->kernels[i].nnodes; j++)
             first[out->kernels[i].nodes[j]] = i;
     for (int32_t i = 0; i < out->nkernels; i++)
-        find_outputs(g, &out->kernels[i], i, last_use, first, recomputed);
+        find_outputs(g, out, &out->kernels[i], i, last_use, first, recomputed);
     if (drop_dead_kernels(out, node_step, g->nnodes) < 0)
         goto fail;
     /* a node a later kernel recomputes is the last such kernel's (what it reads is held

@@ -144,14 +144,15 @@ int plan_rms_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const int3
             nodes[n++] = nw;
         }
     }
-    /* the open kernel becomes the row kernel when it makes x and is the last step (so
-     * nothing planned after it reads what it makes): its other nodes are the prologue,
+    /* the open kernel becomes the row kernel when it makes x (not the weight, which the
+     * kernel reads whole from memory) and is the last step (so nothing planned after it
+     * reads what it makes): its other nodes are the prologue,
      * computed in the first pass, and the values read later are stored from there (a
      * residual sum) */
-    int absorb = open->nnodes > 1 && plan_kernel_makes(g, open, x) && out->nsteps > 0 &&
-                 out->steps[out->nsteps - 1].kind == STEP_KERNEL &&
-                 &out->kernels[out->steps[out->nsteps - 1].index] == open &&
-                 lower_same_dims(xm, &g->values[open->space].meta);
+    int absorb =
+        open->nnodes > 1 && plan_kernel_makes(g, open, x) && (weight < 0 || !plan_kernel_makes(g, open, weight)) &&
+        out->nsteps > 0 && out->steps[out->nsteps - 1].kind == STEP_KERNEL &&
+        &out->kernels[out->steps[out->nsteps - 1].index] == open && lower_same_dims(xm, &g->values[open->space].meta);
     int stores = 0;
     for (int32_t i = 0; absorb && i < open->nnodes - 1; i++)
         stores += last_use[g->nodes[open->nodes[i]].first_value] > nodes[n - 1];

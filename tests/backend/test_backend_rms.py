@@ -116,3 +116,15 @@ def test_near_misses_stay_apart():
     for f, fused in ((no_keepdim, 0), (other_dim, 0), (mean_read_twice, 0), (cube, 0), (weight_of_rows, 1)):
         shapejit.reset()
         _run(f, [(x, w)], fused=fused)
+
+
+def test_weight_made_beside_the_residual_sum():
+    """A weight computed in the pointwise kernel the norm takes as prologue (possible for a
+    rank-1 x): the norm reads it whole, so that kernel stays apart and stores it."""
+    def f(a, b, c):
+        x = a + b
+        w = c * 2
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+    gen = torch.Generator().manual_seed(11)
+    _run(f, [tuple(torch.randn(64, generator=gen) for _ in range(3))], fused=1)

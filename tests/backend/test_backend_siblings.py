@@ -137,3 +137,15 @@ def test_other_dims_or_flavours_stay_apart():
 
     gen = torch.Generator().manual_seed(9)
     _run(f, [(torch.randn(30, 30, generator=gen),)], merged=0)
+
+
+def test_a_value_a_later_kernel_recomputes_from_is_still_stored():
+    """v feeds both siblings' prologues and a third kernel that recomputes d = v * 2 from v
+    (plan_remat): merging the siblings must not stop storing v."""
+    def f(x):
+        v = torch.exp(x)
+        d = v * 2
+        return d.sum(0), (d * v).sum(0), (d + 1).sum(1)
+
+    gen = torch.Generator().manual_seed(10)
+    _run(f, [(torch.randn(64, 32, generator=gen),)], merged=1)
