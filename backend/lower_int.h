@@ -68,6 +68,10 @@ int plan_add_input(Kernel *k, int32_t v);
 int lower_node_writes(const Node *nd);
 /* 1 when a node of k makes value v. */
 int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v);
+/* 1 when node ni is one of k's nodes. */
+int plan_kernel_has(const Kernel *k, int32_t ni);
+/* How many times node ni reads value v (graph_node_reads). */
+int plan_node_reads_value(const Graph *g, int32_t ni, int32_t v);
 
 /* ------------------------------------------------------------ plan_rot.c ---- */
 

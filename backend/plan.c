@@ -149,27 +149,26 @@ int plan_kernel_makes(const Graph *g, const Kernel *k, int32_t v)
     return 0;
 }
 
-/* Which values made inside k (kernel ki) are read after it: its outputs. A reduction's
- * value (its last node: reductions take no epilogue) comes first, then the prologue values
- * it stores (lower_out_layout); a row kernel with a fused sum has its result and the sum.
- * A value is stored by the first kernel computing it (first[node]) unless every later
- * reader recomputes it (recomputed[v], plan_remat.c). */
-/* 1 when a node outside k reads v (a merged kernel's nodes are not one run of the graph's
- * order, so "read after its last node" does not say it), or a node of k that another kernel
- * computes again (plan_remat's copies read v from memory there). */
-struct outside {
+struct value_reads {
     int32_t v;
-    int hit;
+    int n;
 };
 
-static void note_outside(void *ctx, int32_t ni, int32_t v)
+static void count_read(void *ctx, int32_t ni, int32_t v)
 {
     (void)ni;
-    struct outside *o = ctx;
-    o->hit |= v == o->v;
+    struct value_reads *r = ctx;
+    r->n += v == r->v;
 }
 
-static int kernel_has(const Kernel *k, int32_t ni)
+int plan_node_reads_value(const Graph *g, int32_t ni, int32_t v)
+{
+    struct value_reads r = {v, 0};
+    graph_node_reads(g, ni, count_read, &r);
+    return r.n;
+}
+
+int plan_kernel_has(const Kernel *k, int32_t ni)
 {
     for (int32_t i = 0; i < k->nnodes; i++)
         if (k->nodes[i] == ni)
@@ -177,25 +176,31 @@ static int kernel_has(const Kernel *k, int32_t ni)
     return 0;
 }
 
+/* 1 when a node outside k reads v (a merged kernel's nodes are not one run of the graph's
+ * order, so "read after its last node" does not say it), or a node of k that another kernel
+ * computes again (plan_remat's copies read v from memory there). */
 static int read_outside(const Graph *g, const LowerPlan *p, const Kernel *k, int32_t v)
 {
     for (int32_t i = 0; i < g->noutputs; i++)
         if (g->outputs[i] == v)
             return 1;
     for (int32_t ni = g->values[v].node + 1; ni < g->nnodes; ni++) {
-        struct outside o = {v, 0};
-        graph_node_reads(g, ni, note_outside, &o);
-        if (!o.hit)
+        if (!plan_node_reads_value(g, ni, v))
             continue;
-        if (!kernel_has(k, ni))
+        if (!plan_kernel_has(k, ni))
             return 1;
         for (int32_t j = 0; j < p->nkernels; j++)
-            if (&p->kernels[j] != k && kernel_has(&p->kernels[j], ni))
+            if (&p->kernels[j] != k && plan_kernel_has(&p->kernels[j], ni))
                 return 1;
     }
     return 0;
 }
 
+/* Which values made inside k (kernel ki) are read after it: its outputs. A reduction's
+ * value (its last node: reductions take no epilogue) comes first, then the prologue values
+ * it stores (lower_out_layout); a row kernel with a fused sum has its result and the sum.
+ * A value is stored by the first kernel computing it (first[node]) unless every later
+ * reader recomputes it (recomputed[v], plan_remat.c). */
 static void find_outputs(const Graph *g, const LowerPlan *p, Kernel *k, int32_t ki, const int32_t *last_use,
                          const int32_t *first, const uint8_t *recomputed)
 {
@@ -221,12 +226,8 @@ static void find_outputs(const Graph *g, const LowerPlan *p, Kernel *k, int32_t 
         if (first[k->nodes[i]] == ki && !recomputed[v] && (sib ? read_outside(g, p, k, v) : last_use[v] > last))
             k->outs[k->nout++] = v;
     }
-    if (row && k->nout == 1 && last_use[k->outs[0]] <= last) {
-        int graph_out = 0;
-        for (int32_t i = 0; i < g->noutputs; i++)
-            graph_out |= g->outputs[i] == k->outs[0];
-        k->nout = graph_out;   /* nothing it makes is read: it leaves the plan */
-    }
+    if (row && k->nout == 1 && last_use[k->outs[0]] <= last)
+        k->nout = 0;   /* nothing it makes is read (a graph output's last use is nnodes) */
 }
 
 void lower_node_reads(const Graph *g, int32_t ni, void (*fn)(void *ctx, int32_t ni, int32_t v), void *ctx)

@@ -66,14 +66,6 @@ static int32_t space_of(const Kernel *k)
     return reduces(k) ? k->red.src : k->space;
 }
 
-static int kernel_has_node(const Kernel *k, int32_t ni)
-{
-    for (int32_t i = 0; i < k->nnodes; i++)
-        if (k->nodes[i] == ni)
-            return 1;
-    return 0;
-}
-
 /* 1 when node ni of kernel k is in its pointwise part (not a reduction's own node). */
 static int pointwise_part(const Kernel *k, int32_t ni)
 {
@@ -245,9 +237,9 @@ static int try_value(Remat *r, int32_t a, int32_t v)
     for (int32_t i = r->rstart[v]; i < r->rstart[v + 1]; i++) {
         /* every kernel after a computing the reader (its own or a chain's copy of it) */
         int32_t rn = r->rnode[i];
-        int found = kernel_has_node(&p->kernels[a], rn);
+        int found = plan_kernel_has(&p->kernels[a], rn);
         for (int32_t ki = a + 1; ki < p->nkernels; ki++) {
-            if (!kernel_has_node(&p->kernels[ki], rn))
+            if (!plan_kernel_has(&p->kernels[ki], rn))
                 continue;
             found = 1;
             int dup = 0;

@@ -20,18 +20,6 @@
 #include "lower_int.h"
 
 /* Node nj is v's only reader: last_use says nj and no node between v's and nj reads it. */
-struct reads {
-    int32_t v;
-    int n;
-};
-
-static void count_read(void *ctx, int32_t ni, int32_t v)
-{
-    (void)ni;
-    struct reads *r = ctx;
-    r->n += v == r->v;
-}
-
 static int only_reader(const Graph *g, int32_t v, int32_t nj, const int32_t *last_use)
 {
     if (last_use[v] != nj)
@@ -39,10 +27,10 @@ static int only_reader(const Graph *g, int32_t v, int32_t nj, const int32_t *las
     for (int32_t i = 0; i < g->noutputs; i++)
         if (g->outputs[i] == v)
             return 0;
-    struct reads r = {v, 0};
+    int n = 0;
     for (int32_t ni = g->values[v].node + 1; ni <= nj; ni++)
-        graph_node_reads(g, ni, count_read, &r);
-    return r.n == 1;
+        n += plan_node_reads_value(g, ni, v);
+    return n == 1;
 }
 
 /* The next node after ni that is not a graph input, or -1. */

@@ -446,9 +446,8 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
  * torch.LongTensor, ...): their metaclass answers by the instance's dtype and device, not
  * its type. Asked of an empty CPU tensor of x's dtype (capture models CPU tensors only);
  * 0 for any other cls. 1, 0 or -1 with an exception. */
-static int legacy_tensor_class(Capture *c, const TensorMeta *m, PyObject *cls)
+static int legacy_tensor_class(const TensorMeta *m, PyObject *cls)
 {
-    (void)c;
     static PyObject *meta;   /* strong: the legacy classes' metaclass */
     if (!meta && libs.torch) {
         PyObject *ft = libs_get_path(libs.torch, "FloatTensor");   /* new */
@@ -550,7 +549,7 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         int r = PyObject_IsSubclass(t, cls);
         Py_DECREF(t);
         if (r == 0 && id == B_ISINSTANCE && args[0]->kind == VK_TENSOR && args[0]->u.t.meta.lib == LIB_TORCH)
-            r = legacy_tensor_class(c, &args[0]->u.t.meta, cls);
+            r = legacy_tensor_class(&args[0]->u.t.meta, cls);
         if (r < 0) {
             cap_fail_exc(c, BR_USER_EXCEPTION);
             return NULL;
