@@ -248,6 +248,7 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
     int32_t *dup_of = PyMem_Calloc((size_t)n + 1, sizeof *dup_of);
     Unit *units = PyMem_Calloc((size_t)n + 2, sizeof *units);
     PyObject *srcs = NULL;   /* new: the units' sources */
+    PyObject *attn = NULL;   /* new: the attention kernels' source, or NULL */
     int rc = -1;
     if (!uniq || !dup_of || !units) {
         PyErr_NoMemory();
@@ -277,10 +278,17 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
     }
     int32_t nunits =
         kept ? cut_units(p, uniq, kept, unit_ops, kept >= SPLIT_MIN_KERNELS && usable_cpus() >= 2, units) : 0;
+    /* the attention steps' row kernels go into the first unit (one of their own when the
+     * plan has no kernels) */
+    if (p->nattns && !(attn = step_attn_source(p)))
+        goto done;
+    if (attn && nunits == 0)
+        units[nunits++] = (Unit){0, 0, NULL, NULL};
     if (!(srcs = PyList_New(nunits)))
         goto done;
     for (int32_t u = 0; u < nunits; u++) {
-        if (!(units[u].src = lower_emit(g, p, uniq + units[u].from, units[u].to - units[u].from)))
+        if (!(units[u].src =
+                  lower_emit_with(g, p, uniq + units[u].from, units[u].to - units[u].from, u == 0 ? attn : NULL)))
             goto done;
         PyList_SET_ITEM(srcs, u, Py_NewRef(units[u].src));
     }
@@ -290,6 +298,8 @@ int lower_build(Graph *g, LowerPlan *p, PyObject **source)
     for (int32_t u = 0; u < nunits; u++)
         if (bind(p, units[u].lib, uniq, units[u].from, units[u].to) < 0)
             goto done;
+    if (attn && step_attn_bind(p, units[0].lib) < 0)
+        goto done;
     for (int32_t i = 0; i < n; i++)   /* a duplicate calls its name's function */
         if (dup_of[i] >= 0 && !p->kernels[i].over_budget) {
             p->kernels[i].fn = p->kernels[dup_of[i]].fn;
@@ -302,6 +312,7 @@ done:
     for (int32_t u = 0; units && u < n + 2; u++)
         Py_XDECREF(units[u].src);
     Py_XDECREF(srcs);
+    Py_XDECREF(attn);
     PyMem_Free(uniq);
     PyMem_Free(dup_of);
     PyMem_Free(units);

@@ -106,6 +106,11 @@ static dnnl_format_tag_t tag_of(const uint8_t *perm, int rank)
     return dnnl_format_tag_undef;
 }
 
+int dnnl_api_has_tag(const uint8_t *perm, int r)
+{
+    return tag_of(perm, r) != dnnl_format_tag_undef;
+}
+
 static dnnl_format_tag_t plain(int rank)
 {
     return rank == 2 ? dnnl_ab : rank == 3 ? dnnl_abc : dnnl_abcd;
@@ -162,7 +167,8 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
         return NULL;
     }
     dnnl_format_tag_t ts = tag_of(key->perm[0], r), tw = tag_of(key->perm[1], r);
-    if (ts == dnnl_format_tag_undef || tw == dnnl_format_tag_undef) {
+    dnnl_format_tag_t td = key->has_dperm ? tag_of(key->dperm, r) : plain(r);
+    if (ts == dnnl_format_tag_undef || tw == dnnl_format_tag_undef || td == dnnl_format_tag_undef) {
         snprintf(err, errlen, "oneDNN matmul: no layout tag for the operands' stride order");
         return NULL;
     }
@@ -182,7 +188,7 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
     } while (0)
     TRY(dnnl_memory_desc_init_by_tag(&src, r, rt, dnnl_f32, ts), "src");
     TRY(dnnl_memory_desc_init_by_tag(&wei, r, rtn, dnnl_f32, tw), "weights");
-    TRY(dnnl_memory_desc_init_by_tag(&dst, r, rtn, dnnl_f32, plain(r)), "dst");
+    TRY(dnnl_memory_desc_init_by_tag(&dst, r, rtn, dnnl_f32, td), "dst");
     if (key->has_bias)
         TRY(dnnl_memory_desc_init_by_tag(&bias, r, rowd, dnnl_f32, plain(r)), "bias");
     dnnl_matmul_desc_t md;

@@ -46,9 +46,12 @@ typedef struct {
     uint8_t rank;                     /* 2..MM_MAX_RANK: the rank of all operands */
     uint8_t has_bias;                 /* a [1, N] bias (rank 2 only) */
     uint8_t perm[2][MM_MAX_RANK];     /* src and weights: dims from outermost to innermost
-                                         stride (the layout tag); dst is row-major */
+                                         stride (the layout tag); dst: dperm below */
     uint8_t npost;
-    uint8_t pad[3];
+    uint8_t has_dperm;                /* dst is laid out by dperm (else row-major) */
+    uint8_t pad[2];
+    uint8_t dperm[MM_MAX_RANK];       /* dst's dims from outermost to innermost stride
+                                         (attention writes torch's query layout) */
     MmPost post[MM_MAX_POST];
     int32_t threads;                  /* omp_get_max_threads() when created */
     int32_t pad2;
@@ -74,6 +77,10 @@ void *dnnl_api_matmul_create(const MmKey *key, int *ref_avoided, char *err, size
  * it refused the operands (the caller runs the op another way). Needs no GIL. */
 int dnnl_api_matmul_exec(void *prim, const MmKey *key, const MmTensor *src, const MmTensor *wei, const MmTensor *bias,
                          const MmTensor *dst, const MmTensor *post);
+
+/* 1 when a matmul operand of rank r can be laid out by perm (dims outermost first): oneDNN
+ * has a format tag for that order. */
+int dnnl_api_has_tag(const uint8_t *perm, int r);
 
 /* The implementation oneDNN chose ("gemm:jit"), for tests and logs; static string. */
 const char *dnnl_api_impl(void *prim);

@@ -526,13 +526,19 @@ int lower_name_kernels(Graph *g, LowerPlan *p)
     return 0;
 }
 
-/* The unit of kernels which[0..n) of p, or of k alone when p is NULL. */
-static PyObject *emit_unit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n, const Kernel *k)
+/* The unit of kernels which[0..n) of p, or of k alone when p is NULL, then extra (or
+ * NULL). */
+static PyObject *emit_unit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n, const Kernel *k, PyObject *extra)
 {
     Buf b = {NULL, 0, 0, 0};
     put(&b, "%s%s", prelude, emit_math_prelude);
     for (int32_t i = 0; i < n; i++)
         put_any_kernel(&b, g, p ? &p->kernels[which[i]] : k);
+    const char *x = extra ? PyUnicode_AsUTF8(extra) : "";
+    if (!x)
+        b.failed = 1;
+    else
+        put(&b, "%s", x);
     PyObject *r = NULL;
     if (b.failed)
         PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
@@ -544,10 +550,15 @@ static PyObject *emit_unit(Graph *g, LowerPlan *p, const int32_t *which, int32_t
 
 PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n)
 {
-    return emit_unit(g, p, which, n, NULL);
+    return emit_unit(g, p, which, n, NULL, NULL);
+}
+
+PyObject *lower_emit_with(Graph *g, LowerPlan *p, const int32_t *which, int32_t n, PyObject *extra)
+{
+    return emit_unit(g, p, which, n, NULL, extra);
 }
 
 PyObject *lower_emit_kernel(Graph *g, const Kernel *k)
 {
-    return emit_unit(g, NULL, NULL, 1, k);
+    return emit_unit(g, NULL, NULL, 1, k, NULL);
 }

@@ -117,6 +117,7 @@ typedef struct MatmulStep MatmulStep;   /* step_matmul.c */
 typedef struct ConvStep ConvStep;       /* step_conv.c */
 typedef struct CatStep CatStep;         /* step_cat.c */
 typedef struct EmbedStep EmbedStep;     /* step_embed.c */
+typedef struct AttnStep AttnStep;       /* step_attn.c */
 typedef struct ViewChain ViewChain;     /* step_views.c */
 typedef struct ConstStep ConstStep;     /* step_const.c */
 
@@ -135,6 +136,8 @@ typedef struct {
     int32_t ncats;
     EmbedStep *embeds;
     int32_t nembeds;
+    AttnStep *attns;
+    int32_t nattns;
     ViewChain *views;
     int32_t nviews;
     ConstStep *consts;
@@ -222,6 +225,8 @@ int lower_name_kernel(Graph *g, Kernel *k);
 PyObject *lower_emit(Graph *g, LowerPlan *p, const int32_t *which, int32_t n);
 /* The same for kernel k alone. */
 PyObject *lower_emit_kernel(Graph *g, const Kernel *k);
+/* lower_emit's unit with `extra` (C text, may be NULL) after its kernels. */
+PyObject *lower_emit_with(Graph *g, LowerPlan *p, const int32_t *which, int32_t n, PyObject *extra);
 /* Builds p's kernels (build.c): compiled or found in the disk cache, loaded, each kernel's
  * fn and call set; *source gets the C source (new str). 0, or -1 with an exception. */
 int lower_build(Graph *g, LowerPlan *p, PyObject **source);
@@ -354,6 +359,22 @@ int step_embed_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_embed_free(LowerPlan *p);
 /* {"embed_steps", "embed_calls", "embed_fallbacks"} added to d. */
 int step_embed_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+
+/* An attention step for scaled_dot_product_attention node ni (step_attn.c): returns ni
+ * when planned, -1 when the node is not one, -2 with an exception. */
+int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p);
+/* Runs attention step i of p: 0 or -1 with an exception; what it cannot take runs the
+ * node eagerly. */
+int step_attn_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
+void step_attn_free(LowerPlan *p);
+/* {"attention_steps", "attention_calls", "attention_fallbacks", "attention_nonfinite"}
+ * added to d. */
+int step_attn_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+/* The C source of p's attention row kernels, each distinct one once (new str, "" when p
+ * has none), and after the build, each step's function looked up in lib (0, or -1 with
+ * an exception). */
+PyObject *step_attn_source(const LowerPlan *p);
+int step_attn_bind(LowerPlan *p, CgLib *lib);
 
 /* View chains (step_views.c): rewrites p's eager steps so that each chain of view ops whose
  * intermediates nothing else reads is one STEP_VIEWS step where its first node ran;

@@ -5,6 +5,7 @@
 #define SJ_LOWER_INT_H
 
 #include "lower.h"
+#include "dnnl_api.h"
 #include "../shapes/rules.h"
 
 /* ---------------------------------------------------------------- plan.c ---- */
@@ -154,6 +155,21 @@ void emit_kernel_head(Buf *b, Graph *g, const Kernel *k);
 void emit_kernel_part_head(Buf *b, Graph *g, const Kernel *k);
 void emit_kernel_part_call(Buf *b, const Kernel *k, const char *work);
 void emit_kernel_locals(Buf *b, Graph *g, const Kernel *k);
+
+/* ------------------------------------------------------------ emit_attn.c ---- */
+
+/* The attention step's softmax row kernel `name` (emit_attn.c says its contract):
+ * mask_kind 0 none, 1 float32 added, 2 bool; causal: keys past the query row masked. */
+void emit_attn_softmax(Buf *b, const char *name, int mask_kind, int causal);
+
+/* ---------------------------------------------------------- step_matmul.c ---- */
+
+/* The stride order of t (rank r) for its layout tag: dims from outermost to innermost.
+ * Size-1 dims take the stride they would have in place (their own is meaningless), or
+ * when that order has no oneDNN tag, size-1 batch dims go outermost. 0 and perm filled
+ * when the innermost dim is one of the last two with unit stride and no dims overlap; 1
+ * otherwise (the operand is copied). */
+int lower_mm_layout(MmTensor *t, int r, uint8_t *perm);
 
 /* ---------------------------------------------------------- emit_reduce.c ---- */
 

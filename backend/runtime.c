@@ -419,7 +419,7 @@ static PyObject *compile_graph(PyObject *self, PyObject *arg)
         Py_DECREF(cg);
         return Py_NewRef(arg);
     }
-    if (cg->plan.nkernels == 0)
+    if (cg->plan.nkernels == 0 && cg->plan.nattns == 0)
         return (PyObject *)cg;   /* oneDNN steps only: no C to compile */
     if (lower_build(g, &cg->plan, &cg->source) < 0)
         goto fail;

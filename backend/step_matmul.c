@@ -444,17 +444,22 @@ int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 
 /* ------------------------------------------------------------------ run ---- */
 
-/* The stride order of t (rank r) for its layout tag: dims from outermost to innermost.
- * Size-1 dims take the stride they would have in place (their own is meaningless). 0 and
- * perm filled when the innermost dim is one of the last two with unit stride and no dims
- * overlap; 1 otherwise (the operand is copied). */
-static int layout(MmTensor *t, int r, uint8_t *perm)
+/* lower_mm_layout with size-1 dims' strides chosen by `outer`: 0, each takes the stride
+ * it would have in place (index order); 1, a size-1 batch dim (not one of the last two)
+ * takes the largest extent, so it sorts outermost (a column-major matrix under size-1
+ * batch dims, or a batch laid out inside the rows, which index order misplaces). */
+static int layout_with(MmTensor *t, int r, uint8_t *perm, int outer)
 {
-    int64_t st[MM_MAX_RANK], next = 1;
+    int64_t st[MM_MAX_RANK], next = 1, extent = 1;
     for (int i = r - 1; i >= 0; i--) {
         st[i] = t->dims[i] == 1 ? next : t->strides[i];
         next = st[i] * (t->dims[i] ? t->dims[i] : 1);
+        if (t->dims[i] != 1 && next > extent)
+            extent = next;
     }
+    for (int i = 0; outer && i < r - 2; i++)
+        if (t->dims[i] == 1)
+            st[i] = extent;
     for (int i = 0; i < r; i++)
         perm[i] = (uint8_t)i;
     for (int i = 1; i < r; i++)   /* stable insertion sort, larger strides first */
@@ -471,6 +476,15 @@ static int layout(MmTensor *t, int r, uint8_t *perm)
     for (int i = 0; i < r; i++)
         t->strides[i] = st[i];
     return 0;
+}
+
+int lower_mm_layout(MmTensor *t, int r, uint8_t *perm)
+{
+    MmTensor keep = *t;
+    if (!layout_with(t, r, perm, 0) && dnnl_api_has_tag(perm, r))
+        return 0;
+    *t = keep;
+    return layout_with(t, r, perm, 1);
 }
 
 typedef struct {
@@ -743,7 +757,7 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     key.dtype = DT_F32;
     key.rank = (uint8_t)rank;
     for (;;) {
-        int bad = layout(&ta, rank, key.perm[0]) ? 0 : layout(&tb, rank, key.perm[1]) ? 1 : -1;
+        int bad = lower_mm_layout(&ta, rank, key.perm[0]) ? 0 : lower_mm_layout(&tb, rank, key.perm[1]) ? 1 : -1;
         if (bad < 0)
             break;
         /* neither row- nor column-major: a contiguous copy (of the weight as stored), once */

@@ -21,8 +21,10 @@ def _rows():
 def test_table_names():
     rows = _rows()
     assert [k for k, _ in rows] == [n.upper() for _, n in rows]
-    assert {n for _, n in rows} == {"kernel", "matmul", "conv", "cat", "embed", "alias", "views", "const", "eager"}
-    assert {n for _, n, lowers in _C._step_kinds() if lowers} == {"kernel", "matmul", "conv", "cat", "embed"}
+    assert {n for _, n in rows} == {"kernel", "matmul", "conv", "cat", "embed", "attention", "alias", "views", "const",
+                                     "eager"}
+    assert {n for _, n, lowers in _C._step_kinds() if lowers} == {"kernel", "matmul", "conv", "cat", "embed",
+                                                                  "attention"}
 
 
 def test_each_kind_runs_and_counts():

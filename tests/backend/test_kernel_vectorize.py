@@ -243,6 +243,10 @@ MIXED_CHAINS = {
     "rms_norm": lambda x, y: _rms_norm(x + y, y[0]),
     "sibling_cols": lambda x, y: (x * y).sum(0) + (x - y).sum(0),
     "np_sum_max": lambda x, y: (x * y).sum(axis=1) + (x - y).max(axis=0).sum(),
+    "sdpa": lambda x, y: F.scaled_dot_product_attention(x, y, x - y),
+    "sdpa_causal": lambda x, y: F.scaled_dot_product_attention(x, y, x - y, is_causal=True),
+    "sdpa_float_mask": lambda x, y: F.scaled_dot_product_attention(x, y, x - y, attn_mask=x[0] @ y[0].T),
+    "sdpa_bool_mask": lambda x, y: F.scaled_dot_product_attention(x, y, x - y, attn_mask=x[0] @ y[0].T > 5),
     "np_max_clip": lambda x, y: np.clip(np.maximum(x, y) * 2 - 1, -1.0, 1.0) * x,
     "np_where_chain": lambda x, y: np.where(x > y, np.sqrt(x) + 1, y * y) - x,
 }
@@ -289,7 +293,8 @@ def kernel_sources(tmp_path_factory):
             before = set(kdir.glob("*.c")) if kdir.is_dir() else set()
             for dt in (np.float32, np.float64):
                 rng = np.random.default_rng(zlib.crc32(name.encode()))
-                shape = (13, 79) if name in REDUCING else (1027,)
+                # attention: (batch, queries, embedding), enough scores for the attention step
+                shape = (4, 40, 16) if name.startswith("sdpa") else (13, 79) if name in REDUCING else (1027,)
                 x, y = (rng.random(shape) * 4 + 0.5).astype(dt), (rng.random(shape) * 4 + 0.5).astype(dt)
                 if not numpy_chain:
                     x, y = torch.from_numpy(x), torch.from_numpy(y)
