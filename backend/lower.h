@@ -440,6 +440,23 @@ PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
 /* lib's empty(n, dtype=dt), never from the pool. New reference. */
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r);
 
+/* ----------------------------------------------------------- lazyview.c ---- */
+
+/* A view chain's result held as its input tensor and the recorded layout (lazyview.c):
+ * made by step_views.c when only kernel, matmul and attention steps read it. */
+int lazyview_init_type(void);
+int lazyview_check(PyObject *o);
+/* New reference, or NULL with an exception: base and the record (sizes and strides
+ * tuples, the element offset from base's data). */
+PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);
+/* The view as an Operand of dtype dt (lower_read_input_dt's contract). */
+int lazyview_read(PyObject *o, DType dt, Operand *op);
+/* The view as a tensor (torch.as_strided of the input): new reference, or NULL. */
+PyObject *lazyview_tensor(PyObject *o);
+/* graph_exec_node for the backend: first makes tensors of the lazy values node ni reads
+ * (in vals[], replacing them). 0, or -1 with an exception. */
+int lower_exec_node(Graph *g, int32_t ni, PyObject **vals);
+
 /* ------------------------------------------------------------ bufpool.c ---- */
 
 #define SJ_POOL_SIZE 32

@@ -67,6 +67,8 @@ int lower_read_input(PyObject *obj, Lib lib, Operand *op)
 /* 0 and op filled; 1 when obj is not what the kernel expects (run eagerly); -1 error. */
 int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op)
 {
+    if (lib == LIB_TORCH && lazyview_check(obj))
+        return lazyview_read(obj, dt, op);
     memset(op, 0, sizeof *op);
     if (lib == LIB_TORCH) {
         TensorMeta m;
@@ -439,7 +441,7 @@ static PyMethodDef lower_methods[] = {
 
 int lower_init_module(PyObject *m)
 {
-    if (primcache_init_module(m) < 0 || PyType_Ready(&SjCompiledGraph_Type) < 0 ||
+    if (primcache_init_module(m) < 0 || lazyview_init_type() < 0 || PyType_Ready(&SjCompiledGraph_Type) < 0 ||
         PyModule_AddObjectRef(m, "CompiledGraph", (PyObject *)&SjCompiledGraph_Type) < 0)
         return -1;
     return PyModule_AddFunctions(m, lower_methods);

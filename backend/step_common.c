@@ -32,10 +32,10 @@ int lower_push_step(LowerPlan *p, StepKind kind, void **arr, int32_t *n, size_t 
 
 int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObject **vals)
 {
-    if (graph_exec_node(g, first, vals, NULL) < 0)
+    if (lower_exec_node(g, first, vals) < 0)
         return -1;
     for (int i = 0; i < n; i++)
-        if (graph_exec_node(g, more[i], vals, NULL) < 0)
+        if (lower_exec_node(g, more[i], vals) < 0)
             return -1;
     return 0;
 }

@@ -342,7 +342,7 @@ int step_const_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
         return 0;
     }
     for (int32_t j = 0; j < s->nnodes; j++)
-        if (graph_exec_node(g, s->nodes[j], vals, NULL) < 0)
+        if (lower_exec_node(g, s->nodes[j], vals) < 0)
             return -1;
     for (int32_t j = 0; j < s->nkeep; j++)
         if (!vals[s->keep[j]]) {

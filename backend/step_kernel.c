@@ -23,7 +23,7 @@ static int run_eagerly(LowerPlan *p, Graph *g, const Kernel *k, PyObject **vals)
 {
     p->kernel_eager_runs++;
     for (int32_t i = 0; i < k->nnodes; i++)
-        if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+        if (lower_exec_node(g, k->nodes[i], vals) < 0)
             return -1;
     return 0;
 }
@@ -35,7 +35,7 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         return 0;   /* nothing it computes is read */
     if (k->over_budget) {   /* never compiled (build.c's budget): its nodes one by one */
         for (int32_t i = 0; i < k->nnodes; i++)
-            if (graph_exec_node(g, k->nodes[i], vals, NULL) < 0)
+            if (lower_exec_node(g, k->nodes[i], vals) < 0)
                 return -1;
         return 0;
     }
@@ -180,7 +180,7 @@ int step_kernel_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 int step_eager_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals)
 {
     (void)p;
-    return graph_exec_node(g, ni, vals, NULL);
+    return lower_exec_node(g, ni, vals);
 }
 
 int step_eager_stats(const Graph *g, const LowerPlan *p, PyObject *d)

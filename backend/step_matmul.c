@@ -519,7 +519,9 @@ static int recopy(Held *h, int i, PyObject *obj, Lib lib)
     if (o->has_view)
         PyBuffer_Release(&o->view);
     o->has_view = 0;
-    PyObject *c = PyObject_CallMethod(obj, lib == LIB_TORCH ? "contiguous" : "copy", NULL);   /* new */
+    PyObject *src = lazyview_check(obj) ? lazyview_tensor(obj) : Py_NewRef(obj);   /* new */
+    PyObject *c = src ? PyObject_CallMethod(src, lib == LIB_TORCH ? "contiguous" : "copy", NULL) : NULL;   /* new */
+    Py_XDECREF(src);
     if (!c)
         return -1;
     Py_XSETREF(h->copies[i], c);
@@ -655,7 +657,7 @@ static int finish(Graph *g, const MatmulStep *s, PyObject **vals, PyObject *res)
     int32_t pv = g->nodes[s->node].first_value, vv = g->nodes[s->view].first_value;
     Py_XSETREF(vals[pv], res);
     Py_CLEAR(vals[vv]);
-    int rc = graph_exec_node(g, s->view, vals, NULL);
+    int rc = lower_exec_node(g, s->view, vals);
     Py_CLEAR(vals[pv]);
     if (rc < 0)
         return -1;

@@ -59,9 +59,13 @@ struct ViewChain {
      * that layout run the nodes without trying again */
     int norec;
     DType dt;
+    /* lazy: every reader of the result is a kernel, matmul or attention step (which read it
+     * as an Operand), no node between writes in place, and it is not returned: the result
+     * is a LazyView (lazyview.c), not a tensor */
+    int lazy;
     int res_ndim;
     int64_t res_size[SJ_MAX_RANK];
-    long long calls, eager_runs, copies;
+    long long calls, eager_runs, copies, lazies;
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -142,6 +146,32 @@ static void count_read(void *ctx, int32_t ni, int32_t v)
     ((int32_t *)ctx)[v]++;
 }
 
+/* 1 when chain c's result may be a LazyView: each of its `nread` readers runs in a kernel,
+ * matmul or attention step, and no node from the chain's first to the last reader writes
+ * in place (a resize_ or set_ of the input would move the memory the record points into). */
+static int lazy_readers(const Graph *g, const LowerPlan *p, const int32_t *node_step, const ViewChain *c, int32_t nread)
+{
+    int32_t last = -1, seen = 0;
+    for (int32_t ni = c->nodes[c->n - 1] + 1; ni < g->nnodes && seen < nread; ni++) {
+        if (!plan_node_reads_value(g, ni, c->out))
+            continue;
+        int32_t si = node_step[ni];
+        if (si < 0)
+            return 0;
+        StepKind k = p->steps[si].kind;
+        if (k != STEP_KERNEL && k != STEP_MATMUL && k != STEP_ATTENTION)
+            return 0;
+        seen += plan_node_reads_value(g, ni, c->out);
+        last = ni;
+    }
+    if (seen != nread || last < 0)
+        return 0;
+    for (int32_t ni = c->nodes[0]; ni <= last; ni++)
+        if (g->nodes[ni].flags & (NODE_INPLACE | NODE_OUT))
+            return 0;
+    return 1;
+}
+
 int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
 {
     int32_t nv = g->nvalues ? g->nvalues : 1;
@@ -191,6 +221,7 @@ int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
         if (c.n < 2)
             continue;
         c.out = cur;
+        c.lazy = lazy_readers(g, p, node_step, &c, reads[cur]);
         if (plan_push((void **)&p->views, &p->nviews, sizeof c, &c) < 0)
             goto done;
         p->steps[i].kind = STEP_VIEWS;
@@ -458,9 +489,15 @@ static int run_copy(ViewChain *c, PyObject *base, PyObject **vals)
 int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
 {
     ViewChain *c = &p->views[i];
-    PyObject *base = vals[c->base];   /* borrowed */
     if (init_names() < 0)
         return -1;
+    if (lazyview_check(vals[c->base])) {   /* (planned never to happen: a chain is no lazy reader) */
+        PyObject *t = lazyview_tensor(vals[c->base]);   /* new */
+        if (!t)
+            return -1;
+        Py_SETREF(vals[c->base], t);
+    }
+    PyObject *base = vals[c->base];   /* borrowed */
     c->calls++;
     TensorMeta bm;
     int64_t bst[SJ_MAX_RANK];
@@ -478,9 +515,10 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
                 return cr;
             goto eager;   /* not a tensor the copy reads: the nodes */
         }
-        PyObject *v = recorded_view(c, base);   /* new */
+        PyObject *v = c->lazy ? lazyview_new(base, c->sizes, c->strides, c->delta) : recorded_view(c, base); /* new */
         if (!v)
             return -1;
+        c->lazies += c->lazy;
         vals[c->out] = v;
         return 0;
     }
@@ -488,9 +526,9 @@ eager:
     /* the nodes as eager steps; their intermediates are dropped as the chain goes (the one
      * before the last kept until the record is made) */
     c->eager_runs++;
-    PyObject *pen = NULL;   /* strong: the value before the last node */
+    PyObject *pen = NULL; /* strong: the value before the last node */
     for (int k = 0; k < c->n; k++) {
-        if (graph_exec_node(g, c->nodes[k], vals, NULL) < 0) {
+        if (lower_exec_node(g, c->nodes[k], vals) < 0) {
             Py_XDECREF(pen);
             return -1;
         }
@@ -536,17 +574,18 @@ void step_views_free(LowerPlan *p)
 int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
     (void)g;
-    long long calls = 0, eager = 0, nodes = 0, copies = 0;
+    long long calls = 0, eager = 0, nodes = 0, copies = 0, lazies = 0;
     for (int32_t i = 0; i < p->nviews; i++) {
         calls += p->views[i].calls;
         eager += p->views[i].eager_runs;
         nodes += p->views[i].n;
         copies += p->views[i].copies;
+        lazies += p->views[i].lazies;
     }
-    static const char *const names[5] = {"view_chains", "view_chain_nodes", "view_chain_calls", "view_chain_eager_runs",
-                                         "view_chain_copies"};
-    long long vals[5] = {p->nviews, nodes, calls, eager, copies};
-    return lower_put_counts(d, 5, names, vals);
+    static const char *const names[6] = {"view_chains",           "view_chain_nodes",  "view_chain_calls",
+                                         "view_chain_eager_runs", "view_chain_copies", "view_chain_lazy"};
+    long long vals[6] = {p->nviews, nodes, calls, eager, copies, lazies};
+    return lower_put_counts(d, 6, names, vals);
 }
 
 /* ---------------------------------------------------------- pass-through ---- */
@@ -585,11 +624,11 @@ int step_alias_run(Graph *g, LowerPlan *p, int32_t ni, PyObject **vals)
 {
     (void)p;
     const Node *nd = &g->nodes[ni];
-    const Arg *in = graph_node_arg(g, ni, "input");   /* a value: step_alias_plan checked */
-    PyObject *x = vals[in->a];   /* borrowed from vals */
+    const Arg *in = graph_node_arg(g, ni, "input"); /* a value: step_alias_plan checked */
+    PyObject *x = vals[in->a]; /* borrowed from vals */
     /* a Tensor subclass may override dropout (__torch_function__): its own call */
     if (!x || !libs_is_tensor(x))
-        return graph_exec_node(g, ni, vals, NULL);
+        return lower_exec_node(g, ni, vals);
     Py_XSETREF(vals[nd->first_value], Py_NewRef(x));
     return 0;
 }

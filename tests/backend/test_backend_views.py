@@ -309,3 +309,93 @@ def test_copy_of_a_transpose_goes_through_torch(dtype):
     assert _stats(made, "view_chain_copies") == 2, made[0].stats
     x.logical_not_() if dtype == torch.bool else x.add_(1)
     assert torch.equal(cf(x)[0], f(x)[0])
+
+
+def _lazy_run(f, make, calls=3):
+    """f compiled vs eager on fresh inputs from make(), calls times; the compiled graphs."""
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend)
+    for _ in range(calls):
+        args = make()
+        want = f(*[a.clone() for a in args])
+        got = c(*args)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    return made
+
+
+def test_chain_read_by_kernels_and_products_is_never_a_tensor():
+    """A chain whose readers are kernels, a matmul and the attention step is handed to them
+    as the input and its recorded layout (a LazyView): the recorded runs make no tensor."""
+    def f(x, w):
+        q = x.view(4, 40, 4, 16).transpose(1, 2)        # read by the attention step
+        h = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        m = x.view(160, 64).t().reshape(64, 160)         # read by a matmul
+        return h.sum() + (m.t() @ w).tanh().sum() + (x.view(4, 40, 64).transpose(1, 2) * 2.0).sum()
+
+    made = _lazy_run(f, lambda: (torch.randn(4, 40, 64), torch.randn(64, 8)))
+    assert _stats(made, "view_chain_lazy") >= 2 * 2, [m.stats for m in made]
+    # every call ran the compiled steps (an error in one would run the frame eagerly)
+    assert _stats(made, "attention_calls") == 3 and _stats(made, "matmul_calls") == 3
+
+
+def test_lazy_chain_fallbacks_make_the_tensor():
+    """Readers that hand their nodes back to eager get the tensor made: an integer floor
+    division by zero in the kernel, and a product whose operand has no row- or
+    column-major layout (copied contiguous first)."""
+    def kern(x, d):
+        v = x.view(6, 10).t().unsqueeze(0)
+        return v // d + 1
+
+    backend, made = _lowering()
+    c = shapejit.compile(kern, backend=backend)
+    x = torch.arange(60).reshape(10, 6)
+    for _ in range(3):
+        torch.testing.assert_close(c(x, torch.tensor(3)), kern(x, torch.tensor(3)))
+    assert _stats(made, "view_chain_lazy") >= 1
+    # the graph itself (the frame would rerun eagerly after any error): eager's error
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        made[0](x, torch.tensor(0))
+    torch.testing.assert_close(c(x, torch.tensor(2)), kern(x, torch.tensor(2)))
+    assert _stats(made, "kernel_calls") == 5 and _stats(made, "eager_fallbacks") == 1
+
+    def attn(x):   # q, k, v views; a NaN hands the call to torch's kernel
+        q = x.view(4, 40, 4, 16).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q) * 2.0
+
+    backend, made = _lowering()
+    c = shapejit.compile(attn, backend=backend)
+    x = torch.randn(4, 40, 64)
+    for _ in range(2):
+        torch.testing.assert_close(c(x), attn(x))
+    x[1, 3, 5] = float("nan")
+    torch.testing.assert_close(made[0](x)[0], attn(x), equal_nan=True)
+    assert _stats(made, "attention_nonfinite") == 1 and _stats(made, "view_chain_lazy") == 2
+
+    def prod(x, w):
+        a = x.view(3, 4, 5).permute(1, 0, 2).unsqueeze(0)   # (1, 4, 3, 5): rows strided
+        return a.squeeze(0).reshape(4, 3, 5)[:, :, :5] @ w
+
+    made = _lazy_run(prod, lambda: (torch.randn(60), torch.randn(5, 7)))
+    assert _stats(made, "view_chain_lazy") == 2 and _stats(made, "matmul_calls") == 3
+
+
+def test_chain_read_eagerly_returned_or_written_is_a_tensor():
+    """A reader that is an eager step, a returned result, or an in-place write after the
+    chain keeps the tensor (the recorded as_strided)."""
+    def eager_reader(x):
+        v = x.view(8, 8).t().unsqueeze(0)
+        return torch.cumprod(v, 2) + x.sum()
+
+    def returned(x):
+        v = x.view(8, 8).t().unsqueeze(0)
+        return v, v * 2.0
+
+    def written(x):
+        v = x.view(8, 8).t().unsqueeze(0)
+        x.add_(1.0)
+        return v * 2.0
+
+    for f in (eager_reader, returned, written):
+        shapejit.reset()
+        made = _lazy_run(f, lambda: (torch.randn(64),))
+        assert _stats(made, "view_chain_lazy") == 0, f.__name__

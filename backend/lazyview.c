@@ -1,0 +1,145 @@
+/* A view chain's result that is never made into a tensor when only the backend's own steps
+ * read it (step_views.c decides): the chain's input tensor and the recorded layout (sizes,
+ * strides, the element offset from the input's data). Kernels, oneDNN products and the
+ * attention step read it as an Operand (lower_read_input_dt) at no cost; anything that
+ * needs the tensor itself (a step's eager fallback, through lower_exec_node) gets it made
+ * then, with the same torch.as_strided the chain would have called. This saves that call
+ * (about a microsecond) for each chain between two lowered steps: a transformer layer's
+ * q, k and v views and the heads merged back.
+ *
+ * Memory: a LazyView holds a strong reference to its input tensor and to the record's
+ * sizes and strides tuples; it lives in a run's vals[] like any value and is released with
+ * it. It is never a graph output and never offered to the buffer pool (which keeps only
+ * what the run allocated). */
+#include "lower_int.h"
+#include "../vocab/libs.h"
+#include "../vocab/tensor_reader.h"
+
+typedef struct {
+    PyObject_HEAD PyObject *base;   /* strong: the chain's input tensor */
+    PyObject *sizes, *strides;      /* strong: the record's tuples (as_strided's arguments) */
+    int ndim;
+    int64_t size[SJ_MAX_RANK], stride[SJ_MAX_RANK];
+    long long delta;                /* elements from base's first element to the view's */
+} LazyView;
+
+static void lazyview_dealloc(PyObject *self)
+{
+    LazyView *v = (LazyView *)self;
+    Py_XDECREF(v->base);
+    Py_XDECREF(v->sizes);
+    Py_XDECREF(v->strides);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject LazyView_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shapejit._C._LazyView",
+    .tp_basicsize = sizeof(LazyView),
+    .tp_dealloc = lazyview_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A view chain's result the backend's steps read without a tensor (internal).",
+};
+
+int lazyview_init_type(void)
+{
+    return PyType_Ready(&LazyView_Type);
+}
+
+int lazyview_check(PyObject *o)
+{
+    return o && Py_TYPE(o) == &LazyView_Type;
+}
+
+PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long long delta)
+{
+    int n = (int)PyTuple_GET_SIZE(sizes);
+    if (n > SJ_MAX_RANK || PyTuple_GET_SIZE(strides) != n) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: a view record of an unexpected rank");
+        return NULL;
+    }
+    LazyView *v = PyObject_New(LazyView, &LazyView_Type);
+    if (!v)
+        return NULL;
+    v->base = Py_NewRef(base);
+    v->sizes = Py_NewRef(sizes);
+    v->strides = Py_NewRef(strides);
+    v->ndim = n;
+    v->delta = delta;
+    for (int d = 0; d < n; d++) {
+        v->size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, d));
+        v->stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d));
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return (PyObject *)v;
+}
+
+int lazyview_read(PyObject *o, DType dt, Operand *op)
+{
+    const LazyView *v = (const LazyView *)o;
+    Operand b;
+    int r = lower_read_input_dt(v->base, LIB_TORCH, dt, &b);
+    if (r != 0)
+        return r;
+    memset(op, 0, sizeof *op);
+    op->ndim = v->ndim;
+    memcpy(op->size, v->size, sizeof(int64_t) * (size_t)v->ndim);
+    memcpy(op->stride, v->stride, sizeof(int64_t) * (size_t)v->ndim);
+    op->data = b.data + v->delta * (long long)dtype_info[dt].itemsize;
+    return 0;
+}
+
+PyObject *lazyview_tensor(PyObject *o)
+{
+    const LazyView *v = (const LazyView *)o;
+    static PyObject *as_strided, *str_storage_offset;   /* strong, once */
+    if (!as_strided) {
+        if (!libs.torch) {
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: torch is not imported");
+            return NULL;
+        }
+        if (!(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
+            !(as_strided = PyObject_GetAttrString(libs.torch, "as_strided")))
+            return NULL;
+    }
+    PyObject *boff = PyObject_CallMethodNoArgs(v->base, str_storage_offset);   /* new */
+    long long off = boff ? PyLong_AsLongLong(boff) : -1;
+    Py_XDECREF(boff);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *po = PyLong_FromLongLong(off + v->delta);   /* new */
+    if (!po)
+        return NULL;
+    PyObject *args[4] = {v->base, v->sizes, v->strides, po};
+    PyObject *r = PyObject_Vectorcall(as_strided, args, 4, NULL);
+    Py_DECREF(po);
+    return r;
+}
+
+/* Replaces a lazy value read by node ni with its tensor. */
+static void make_real(void *ctx, int32_t ni, int32_t v)
+{
+    (void)ni;
+    PyObject **vals = ((PyObject ***)ctx)[0];
+    int *failed = ((int **)ctx)[1];
+    if (*failed || !lazyview_check(vals[v]))
+        return;
+    PyObject *t = lazyview_tensor(vals[v]);   /* new */
+    if (!t) {
+        *failed = 1;
+        return;
+    }
+    Py_SETREF(vals[v], t);
+}
+
+int lower_exec_node(Graph *g, int32_t ni, PyObject **vals)
+{
+    int failed = 0;
+    void *ctx[2] = {vals, &failed};
+    graph_node_reads(g, ni, make_real, ctx);
+    if (failed)
+        return -1;
+    return graph_exec_node(g, ni, vals, NULL);
+}
