@@ -11,7 +11,8 @@
  * torch's CPU attention computes it, softmax(s * scale + mask) with a boolean mask's false
  * entries (and, causal, the keys past the row) at -inf. A row with every key masked is
  * zeros, as eager gives. A score that is inf or NaN before the mask (an inf or NaN in q or
- * k, or an overflowing product), or a NaN or +inf after it, makes the kernel return 1:
+ * k, or an overflowing product; past a causal row's diagonal too), or a NaN or +inf after
+ * it, makes the kernel return 1:
  * eager's own kernel then decides what such a row is (its online softmax has its own
  * answers there).
  *
@@ -94,6 +95,13 @@ void emit_attn_softmax(Buf *b, const char *name, int mask_kind, int causal)
     put(b, "            }\n        }\n        for (; j < L; j++) {\n            {\n");
     put_elem(b, elem, "j", "0");
     put(b, "            }\n        }\n        const int64_t E = j;\n");
+    if (causal) {
+        /* the keys past the diagonal were never read: an inf or NaN among them still hands
+         * the call back (eager's math path adds -inf to it and makes NaN) */
+        put(b, "        int past = 0;\n#pragma omp simd reduction(| : past)\n        for (int64_t jj = E; jj < N; "
+               "jj++) {\n");
+        put(b, "            past |= !(fabsf(x[jj] * scale) <= 3.40282347e38f);\n        }\n        nv[0] |= past;\n");
+    }
     /* the lanes halved in vector steps of fixed width (a scalar pass over the lanes, or a
      * loop over the widths, cost more than a short row's work); the last two are scalar */
     for (int w = SJ_ALANES / 2; w >= 1; w /= 2)

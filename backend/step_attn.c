@@ -12,9 +12,10 @@
  * per head through memory.
  *
  * Plan: float32 torch query, key and value of rank 3 or 4 (the value of the same rank),
- * dropout_p 0, enable_gqa False, is_causal and scale constants, and attn_mask None or a
- * float32 or bool tensor of rank <= 4. Run: the batch and head dims of q, k and v equal,
- * the mask broadcasting to (batch, heads, queries, keys) with its keys contiguous, every
+ * dropout_p 0, enable_gqa False, is_causal constant, scale a constant or a number the graph
+ * computes, and attn_mask None or a float32 or bool tensor of rank 2 to 4. Run: the batch
+ * and head dims of q, k and v equal or 1 (broadcast), the mask broadcasting to the scores
+ * with its keys contiguous, every
  * dim nonzero, at least SJ_ATTN_MIN_SCORES scores, and oneDNN taking the layouts; anything
  * else runs the node eagerly, as does a call whose scores hold inf or NaN (emit_attn.c).
  * The output has the layout torch's gives it (new_result).
@@ -49,6 +50,9 @@ struct AttnStep {
     int causal;
     int has_scale;
     float scale;
+    int32_t scale_value; /* a scale computed in the graph (a size's 1 / sqrt): its value id, or -1 */
+    int mask_rank;
+    int mask_grad;      /* the mask requires grad: torch takes its math path (result layout) */
     int rank;           /* 3 or 4 */
     char name[48];      /* the softmax kernel's function */
     AttnFn fn;          /* after the build; NULL: the node runs eagerly */
@@ -57,6 +61,21 @@ struct AttnStep {
     int busy;           /* a run on another thread uses scratch */
     long long calls, fallbacks, nonfinite, small;
 };
+
+typedef struct {
+    int64_t d[4], s[4];   /* (batch, heads, rows, cols) */
+    char *data;
+} View4;
+
+typedef struct {
+    View4 q, kt, v, o, m;   /* kt: k with its last two dims swapped; m: the mask, cols = keys */
+    int64_t B, H, Sq, Sk, cb, ch, cq;
+    int64_t Hm;             /* heads before (batch, heads) merged: the mask's index */
+    float scale;
+    int has_mask;
+    int pack_v;             /* v's blocks are copied contiguous first (see step_attn_run) */
+    int same_batch;         /* q, k and v have the same batch and head dims (no broadcast) */
+} Problem;
 
 /* ----------------------------------------------------------------- plan ---- */
 
@@ -99,7 +118,7 @@ int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p)
     memset(&s, 0, sizeof s);
     s.node = ni;
     s.out = nd->first_value;
-    s.q = s.k = s.v = s.mask = -1;
+    s.q = s.k = s.v = s.mask = s.scale_value = -1;
     s.rank = om->ndim;
     const SchemaParam *ps;
     int n = graph_node_params(g, ni, &ps);
@@ -117,9 +136,13 @@ int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p)
         } else if (!strcmp(pn, "attn_mask")) {
             if (x->kind == ARG_VALUE) {
                 const TensorMeta *m = &g->values[x->a].meta;
-                if (m->lib != LIB_TORCH || (m->dtype != DT_F32 && m->dtype != DT_BOOL) || m->ndim > 4 || m->np_scalar)
+                /* (a mask of rank below 2 is an error in eager: its node raises it) */
+                if (m->lib != LIB_TORCH || (m->dtype != DT_F32 && m->dtype != DT_BOOL) || m->ndim > 4 || m->ndim < 2 ||
+                    m->np_scalar)
                     return -1;
                 s.mask = x->a;
+                s.mask_rank = m->ndim;
+                s.mask_grad = m->requires_grad;
                 s.mask_kind = m->dtype == DT_BOOL ? 2 : 1;
             } else if (!const_is(g, x, Py_None)) {
                 return -1;
@@ -138,6 +161,8 @@ int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p)
                     return -1;
                 s.has_scale = 1;
                 s.scale = (float)d;
+            } else if (x->kind == ARG_VALUE && g->values[x->a].meta.symint && g->values[x->a].meta.dtype != DT_BOOL) {
+                s.scale_value = x->a;   /* a number the graph computes (dynamic sizes) */
             } else if (x->kind != ARG_ABSENT && !const_is(g, x, Py_None)) {
                 return -1;
             }
@@ -292,14 +317,46 @@ static int merges(const int64_t *dims, const int64_t *st)
 static PyObject *empty_strided, *f32_kw;   /* strong, on first use: torch.empty_strided,
                                                {"dtype": torch.float32} */
 
-/* The result as eager lays it out. torch's CPU flash attention (rank 4, one embedding size
- * for q, k and v, each with unit stride in it) makes it like empty_like(q): q's strides
- * when q is dense, else dense ones in q's order; its math path (any other call) makes it
- * contiguous. New reference, NULL with an exception. */
-static PyObject *new_result(const Operand *qo, const Operand *ko, const Operand *vo, const int64_t *odims, int r)
+/* 1 when torch's flash attention is enabled (torch.backends.cuda.enable_flash_sdp, and the
+ * sdpa_kernel context, switch it for the CPU too), 0 when not, -1 with an exception. */
+static int flash_enabled(void)
+{
+    static PyObject *get;   /* strong, once: torch._C._get_flash_sdp_enabled */
+    if (!get) {
+        PyObject *c = PyImport_ImportModule("torch._C");   /* new */
+        get = c ? PyObject_GetAttrString(c, "_get_flash_sdp_enabled") : NULL;
+        Py_XDECREF(c);
+        if (!get)
+            return -1;
+    }
+    PyObject *r = PyObject_CallNoArgs(get);   /* new */
+    if (!r)
+        return -1;
+    int on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return on;
+}
+
+/* 1 when eager would run torch's CPU flash attention kernel on this call (which decides
+ * the result's layout), 0 for its math path, -1 with an exception: rank 4, one embedding
+ * size and unit last strides for q, k and v, the same batch and head dims (no broadcast),
+ * no mask or one of rank 2 or 4 that does not require grad, and flash enabled. */
+static int takes_flash(const struct AttnStep *s, const Operand *op, const Problem *pb)
+{
+    if (s->rank != 4 || op[0].size[3] != op[2].size[3] || op[0].stride[3] != 1 || op[1].stride[3] != 1 ||
+        op[2].stride[3] != 1 || !pb->same_batch)
+        return 0;
+    if (s->mask >= 0 && ((s->mask_rank != 2 && s->mask_rank != 4) || s->mask_grad))
+        return 0;
+    return flash_enabled();
+}
+
+/* The result as eager lays it out. torch's CPU flash attention (takes_flash) makes it like
+ * empty_like(q): q's strides when q is dense, else dense ones in q's order; its math path
+ * makes it contiguous. New reference, NULL with an exception. */
+static PyObject *new_result(const Operand *qo, int flash, const int64_t *odims, int r)
 {
     int64_t st[4], want = 1;
-    int flash = r == 4 && qo->size[3] == vo->size[3] && qo->stride[3] == 1 && ko->stride[3] == 1 && vo->stride[3] == 1;
     if (flash && dense(qo->size, qo->stride, r))
         memcpy(st, qo->stride, sizeof st);
     else if (flash)
@@ -308,7 +365,7 @@ static PyObject *new_result(const Operand *qo, const Operand *ko, const Operand 
     for (int i = r - 1; i >= 0; i--) {
         if (!flash)
             st[i] = want;
-        contiguous &= st[i] == want || odims[i] == 1;
+        contiguous &= st[i] == want;   /* (size-1 dims too: torch keeps q's strides there) */
         want *= odims[i];
     }
     if (contiguous)
@@ -351,11 +408,6 @@ static PyObject *new_result(const Operand *qo, const Operand *ko, const Operand 
     return res;
 }
 
-typedef struct {
-    int64_t d[4], s[4];   /* (batch, heads, rows, cols) */
-    char *data;
-} View4;
-
 /* The block [b0, b0 + nb) x [h0, h0 + nh) x [i0, i0 + nq) of x (rows; all columns). */
 static void block(const View4 *x, int64_t b0, int64_t nb, int64_t h0, int64_t nh, int64_t i0, int64_t nq, MmTensor *t)
 {
@@ -393,15 +445,6 @@ static void *product(MmTensor *a, MmTensor *b, MmTensor *d, MmKey *key, PcEntry 
         return NULL;
     return primcache_prim(*e);
 }
-
-typedef struct {
-    View4 q, kt, v, o, m;   /* kt: k with its last two dims swapped; m: the mask, cols = keys */
-    int64_t B, H, Sq, Sk, cb, ch, cq;
-    int64_t Hm;             /* heads before (batch, heads) merged: the mask's index */
-    float scale;
-    int has_mask;
-    int pack_v;             /* v's blocks are copied contiguous first (see step_attn_run) */
-} Problem;
 
 /* Runs p's blocks. 0, 1 (a block was refused or held inf / NaN: run eagerly), 2 (a
  * layout of several batches has no oneDNN tag: run blocks of one), -1. */
@@ -489,7 +532,7 @@ static void block_sizes(Problem *pb)
 }
 
 /* Reads the operands into pb. 0, 1 (not ours: run eagerly), -1. */
-static int setup(struct AttnStep *s, Operand *op, Problem *pb)
+static int setup(struct AttnStep *s, Operand *op, PyObject **vals, Problem *pb)
 {
     int r = s->rank;
     if (op[0].ndim != r || op[1].ndim != r || op[2].ndim != r)
@@ -500,9 +543,24 @@ static int setup(struct AttnStep *s, Operand *op, Problem *pb)
     as4(&op[2], r, pb->v.d, pb->v.s);
     pb->q.data = op[0].data;
     pb->v.data = op[2].data;
-    for (int i = 0; i < 2; i++)
-        if (k.d[i] != pb->q.d[i] || pb->v.d[i] != pb->q.d[i])
-            return 1;
+    /* batch and head dims broadcast (a size-1 one by stride 0: one key/value head for all
+     * query heads, as Falcon's multi-query attention passes them) */
+    pb->same_batch = 1;
+    for (int i = 0; i < 2; i++) {
+        View4 *ops[3] = {&pb->q, &k, &pb->v};
+        int64_t full = 1;
+        for (int j = 0; j < 3; j++)
+            full = ops[j]->d[i] > full ? ops[j]->d[i] : full;
+        for (int j = 0; j < 3; j++) {
+            if (ops[j]->d[i] == full)
+                continue;
+            if (ops[j]->d[i] != 1)
+                return 1;
+            ops[j]->d[i] = full;
+            ops[j]->s[i] = 0;
+            pb->same_batch = 0;
+        }
+    }
     if (k.d[3] != pb->q.d[3] || k.d[2] != pb->v.d[2])
         return 1;
     for (int i = 0; i < 4; i++)
@@ -519,22 +577,42 @@ static int setup(struct AttnStep *s, Operand *op, Problem *pb)
     pb->kt.s[2] = k.s[3];
     pb->kt.s[3] = k.s[2];
     pb->kt.data = op[1].data;
-    pb->scale = s->has_scale ? s->scale : (float)(1.0 / sqrt((double)pb->q.d[3]));
+    if (s->scale_value >= 0) {   /* torch computes the scale in double, applies it in float */
+        double d = vals[s->scale_value] ? PyFloat_AsDouble(vals[s->scale_value]) : -1.0;
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        if (!vals[s->scale_value])
+            return 1;
+        pb->scale = (float)d;
+    } else {
+        pb->scale = s->has_scale ? s->scale : (float)(1.0 / sqrt((double)pb->q.d[3]));
+    }
     pb->Hm = pb->H;
     pb->has_mask = s->mask >= 0;
     memset(&pb->m, 0, sizeof pb->m);
     if (pb->has_mask) {
+        /* right-aligned against the scores, (batch, heads, queries, keys) or, rank 3,
+         * (batch, queries, keys); broadcast by stride 0 */
         const Operand *m = &op[3];
         int mr = m->ndim;
-        const int64_t full[4] = {pb->B, pb->H, pb->Sq, pb->Sk};
-        for (int i = 0; i < 4; i++) {   /* right-aligned, broadcast by stride 0 */
-            int j = i - (4 - mr);
+        const int64_t full4[4] = {pb->B, pb->H, pb->Sq, pb->Sk}, full3[3] = {pb->B, pb->Sq, pb->Sk};
+        const int64_t *full = r == 4 ? full4 : full3;
+        int64_t md[4], ms[4];
+        for (int i = 0; i < r; i++) {
+            int j = i - (r - mr);
             int64_t d = j >= 0 ? m->size[j] : 1;
             if (d != full[i] && d != 1)
                 return 1;
-            pb->m.d[i] = full[i];
-            pb->m.s[i] = j >= 0 && d != 1 ? m->stride[j] : 0;
+            md[i] = full[i];
+            ms[i] = j >= 0 && d != 1 ? m->stride[j] : 0;
         }
+        if (r == 3) {   /* one head */
+            md[3] = md[2], ms[3] = ms[2];
+            md[2] = md[1], ms[2] = ms[1];
+            md[1] = 1, ms[1] = 0;
+        }
+        memcpy(pb->m.d, md, sizeof md);
+        memcpy(pb->m.s, ms, sizeof ms);
         if (pb->Sk > 1 && pb->m.s[3] != 1)
             return 1;
         pb->m.data = m->data;
@@ -563,7 +641,7 @@ int step_attn_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         }
         nread++;
     }
-    if ((rc = setup(s, op, &pb)))
+    if ((rc = setup(s, op, vals, &pb)))
         goto done;
     if (pb.B * pb.H * pb.Sq * pb.Sk < SJ_ATTN_MIN_SCORES) {
         s->small++;
@@ -575,7 +653,8 @@ int step_attn_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         odims[1] = pb.Sq;
         odims[2] = pb.v.d[3];
     }
-    if (!(res = new_result(&op[0], &op[1], &op[2], odims, s->rank))) {
+    int flash = takes_flash(s, op, &pb);
+    if (flash < 0 || !(res = new_result(&op[0], flash, odims, s->rank))) {
         rc = -1;
         goto done;
     }

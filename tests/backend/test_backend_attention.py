@@ -257,3 +257,78 @@ def test_value_rows_4096_bytes_apart(causal, threads):
         f = sdpa_causal if causal else sdpa
         _run(f, q, k, v)
         _run(f, q, k, v[:1].expand(8, 4, s, 32))
+
+
+@pytest.mark.parametrize("shape, dv", [((8, 64, 16), 16), ((2, 4, 64, 16), 8)])
+def test_causal_nonfinite_past_the_diagonal(shape, dv):
+    """An inf key that no causal row reads still hands the call to torch's kernel (eager's
+    math path adds -inf to it and gives NaN)."""
+    gen = torch.Generator().manual_seed(31)
+    q = torch.randn(*shape, generator=gen)
+    k = torch.randn(*shape[:-2], 128, shape[-1], generator=gen)
+    v = torch.randn(*shape[:-2], 128, dv, generator=gen)
+    k[..., 100, :] = float("inf")
+    st = _run(sdpa_causal, q, k, v, calls=False)
+    assert st["attention_nonfinite"] == 2 and st["attention_calls"] == 0, st
+
+
+def test_math_path_layouts():
+    """Where eager runs its math path the result is contiguous: a rank-3 mask, a mask that
+    requires grad, broadcast batch or head dims, and flash switched off by the user."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v = [t.view(2, 64, 4, 16).transpose(1, 2) for t in _qkv((2, 64, 64), 32)]
+    _run(sdpa_mask, q, k, v, torch.randn(1, 64, 64))
+    with torch.no_grad():
+        _run(sdpa_mask, q, k, v, torch.nn.Parameter(torch.randn(1, 1, 64, 64)))
+    _run(sdpa, q, k[:, :1], v[:, :1])
+    with sdpa_kernel([SDPBackend.MATH]):
+        _run(sdpa, q, k, v)
+    _run(sdpa, q, k, v)   # flash again
+
+
+def test_size_one_dims_keep_the_query_strides():
+    """A decode step (one query row) and a single head: eager keeps q's strides on the
+    size-1 dim."""
+    gen = torch.Generator().manual_seed(33)
+    q = torch.randn(4, 1, 8, 16, generator=gen).transpose(1, 2)
+    k, v = [torch.randn(4, 600, 8, 16, generator=gen).transpose(1, 2) for _ in range(2)]
+    _run(sdpa, q, k, v)
+    q, k, v = [torch.randn(4, 64, 1, 16, generator=gen).transpose(1, 2) for _ in range(3)]
+    _run(sdpa, q, k, v)
+
+
+def test_rank_one_mask_raises_as_eager():
+    q, k, v = _qkv((2, 4, 64, 16), 34)
+    m = torch.randn(64)
+    with pytest.raises(IndexError):
+        sdpa_mask(q, k, v, m)
+    with pytest.raises(IndexError):
+        shapejit.compile(sdpa_mask)(q, k, v, m)
+
+
+def test_rank_three_masks_and_shared_key_heads():
+    """Rank-3 q, k, v with rank-3 masks (batch, queries, keys); one key/value head for
+    every query head (Falcon's multi-query attention broadcasts it)."""
+    q, k, v = _qkv((8, 64, 16), 35)
+    gen = torch.Generator().manual_seed(35)
+    _run(sdpa_mask, q, k, v, torch.randn(8, 64, 64, generator=gen))
+    _run(sdpa_mask, q, k, v, torch.rand(8, 1, 64, generator=gen) > 0.2)
+    q, = _qkv((2, 4, 64, 16), 36, 1)
+    k, v = _qkv((2, 1, 64, 16), 37, 2)
+    _run(sdpa_mask, q, k, v, torch.zeros(2, 1, 64, 64))
+    _run(sdpa_causal, q, k, v)
+
+
+def test_scale_from_dynamic_sizes():
+    """scale = 1 / sqrt(q.size(-1)) under dynamic shapes is a number the graph computes."""
+    import math
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(q.size(-1)), is_causal=True)
+
+    backend, made = lowering()
+    cf = shapejit.compile(f, backend=backend, dynamic=True)
+    for s, d in ((40, 16), (57, 16), (90, 32)):
+        q, k, v = _qkv((2, 4, s, d), s)
+        torch.testing.assert_close(cf(q, k, v), f(q, k, v), rtol=RTOL, atol=ATOL)
+    assert _stats(made)["attention_calls"] == 3, _stats(made)
