@@ -502,20 +502,25 @@ static void put_any_kernel(Buf *b, Graph *g, const Kernel *k)
         put_kernel(b, g, k);
 }
 
+int emit_name_text(Buf *b, const char *prefix, char *name, size_t len)
+{
+    if (b->failed) {
+        PyMem_Free(b->s);
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
+        return -1;
+    }
+    XXH128_hash_t h = XXH3_128bits(b->s, b->n);
+    PyMem_Free(b->s);
+    snprintf(name, len, "%s%016llx%016llx", prefix, (unsigned long long)h.high64, (unsigned long long)h.low64);
+    return 0;
+}
+
 int lower_name_kernel(Graph *g, Kernel *k)
 {
     Buf b = {NULL, 0, 0, 0};
     snprintf(k->name, sizeof k->name, "SJ_KNAME");
     put_any_kernel(&b, g, k);
-    if (b.failed) {
-        PyMem_Free(b.s);
-        PyErr_SetString(PyExc_RuntimeError, "shapejit: could not write a kernel's C source");
-        return -1;
-    }
-    XXH128_hash_t h = XXH3_128bits(b.s, b.n);
-    PyMem_Free(b.s);
-    snprintf(k->name, sizeof k->name, "sj_k%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
-    return 0;
+    return emit_name_text(&b, "sj_k", k->name, sizeof k->name);
 }
 
 int lower_name_kernels(Graph *g, LowerPlan *p)

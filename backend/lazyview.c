@@ -12,8 +12,6 @@
  * it. It is never a graph output and never offered to the buffer pool (which keeps only
  * what the run allocated). */
 #include "lower_int.h"
-#include "../vocab/libs.h"
-#include "../vocab/tensor_reader.h"
 
 typedef struct {
     PyObject_HEAD PyObject *base;   /* strong: the chain's input tensor */
@@ -94,28 +92,7 @@ int lazyview_read(PyObject *o, DType dt, Operand *op)
 PyObject *lazyview_tensor(PyObject *o)
 {
     const LazyView *v = (const LazyView *)o;
-    static PyObject *as_strided, *str_storage_offset;   /* strong, once */
-    if (!as_strided) {
-        if (!libs.torch) {
-            PyErr_SetString(PyExc_RuntimeError, "shapejit: torch is not imported");
-            return NULL;
-        }
-        if (!(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
-            !(as_strided = PyObject_GetAttrString(libs.torch, "as_strided")))
-            return NULL;
-    }
-    PyObject *boff = PyObject_CallMethodNoArgs(v->base, str_storage_offset);   /* new */
-    long long off = boff ? PyLong_AsLongLong(boff) : -1;
-    Py_XDECREF(boff);
-    if (off == -1 && PyErr_Occurred())
-        return NULL;
-    PyObject *po = PyLong_FromLongLong(off + v->delta);   /* new */
-    if (!po)
-        return NULL;
-    PyObject *args[4] = {v->base, v->sizes, v->strides, po};
-    PyObject *r = PyObject_Vectorcall(as_strided, args, 4, NULL);
-    Py_DECREF(po);
-    return r;
+    return lower_view_of(v->base, v->sizes, v->strides, v->delta);
 }
 
 /* Replaces a lazy value read by node ni with its tensor. */

@@ -451,8 +451,11 @@ int lazyview_check(PyObject *o);
 PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);
 /* The view as an Operand of dtype dt (lower_read_input_dt's contract). */
 int lazyview_read(PyObject *o, DType dt, Operand *op);
-/* The view as a tensor (torch.as_strided of the input): new reference, or NULL. */
+/* The view as a tensor (lower_view_of its input and record): new reference, or NULL. */
 PyObject *lazyview_tensor(PyObject *o);
+/* step_views.c: torch.as_strided(base, sizes, strides, base's storage offset + delta), a
+ * view chain's recorded result. New reference, or NULL with an exception. */
+PyObject *lower_view_of(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);
 /* graph_exec_node for the backend: first makes tensors of the lazy values node ni reads
  * (in vals[], replacing them). 0, or -1 with an exception. */
 int lower_exec_node(Graph *g, int32_t ni, PyObject **vals);

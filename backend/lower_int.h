@@ -124,6 +124,10 @@ typedef struct {
 } Buf;
 
 void emit_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* name = prefix + a hash of b's text (a generated function named after its text, so
+ * identical ones share one); b's memory is released. 0, or -1 with RuntimeError when b
+ * failed. */
+int emit_name_text(Buf *b, const char *prefix, char *name, size_t len);
 
 /* emit_math.c: the kernels' own vectorisable float32 exp/tanh/erf (C source text). */
 extern const char emit_math_prelude[];

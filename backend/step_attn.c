@@ -27,7 +27,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "lower_int.h"
 #include "dnnl_api.h"
@@ -89,20 +88,12 @@ static int const_is(Graph *g, const Arg *x, PyObject *want)
     return x->kind == ARG_ABSENT || (x->kind == ARG_CONST && PyList_GET_ITEM(g->consts, x->a) == want);
 }
 
-/* The kernel's name: sj_a and a hash of its text. 0, or -1 with MemoryError. */
+/* The kernel's name: sj_a and a hash of its text. 0, or -1 with an exception. */
 static int name_kernel(struct AttnStep *s)
 {
     Buf b = {NULL, 0, 0, 0};
     emit_attn_softmax(&b, "SJ_ANAME", s->mask_kind, s->causal);
-    if (b.failed) {
-        PyMem_Free(b.s);
-        PyErr_NoMemory();
-        return -1;
-    }
-    XXH128_hash_t h = XXH3_128bits(b.s, b.n);
-    PyMem_Free(b.s);
-    snprintf(s->name, sizeof s->name, "sj_a%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
-    return 0;
+    return emit_name_text(&b, "sj_a", s->name, sizeof s->name);
 }
 
 int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p)
@@ -337,25 +328,26 @@ static int flash_enabled(void)
     return on;
 }
 
-/* 1 when eager would run torch's CPU flash attention kernel on this call (which decides
- * the result's layout), 0 for its math path, -1 with an exception: rank 4, one embedding
- * size and unit last strides for q, k and v, the same batch and head dims (no broadcast),
- * no mask or one of rank 2 or 4 that does not require grad, and flash enabled. */
-static int takes_flash(const struct AttnStep *s, const Operand *op, const Problem *pb)
+/* 1 when eager could run torch's CPU flash attention kernel on this call (which decides
+ * the result's layout) rather than its math path: rank 4, one embedding size and unit last
+ * strides for q, k and v, the same batch and head dims (no broadcast), no mask or one of
+ * rank 2 or 4 that does not require grad; flash_enabled() says whether it does. */
+static int flash_shaped(const struct AttnStep *s, const Operand *op, const Problem *pb)
 {
     if (s->rank != 4 || op[0].size[3] != op[2].size[3] || op[0].stride[3] != 1 || op[1].stride[3] != 1 ||
         op[2].stride[3] != 1 || !pb->same_batch)
         return 0;
-    if (s->mask >= 0 && ((s->mask_rank != 2 && s->mask_rank != 4) || s->mask_grad))
-        return 0;
-    return flash_enabled();
+    return s->mask < 0 || ((s->mask_rank == 2 || s->mask_rank == 4) && !s->mask_grad);
 }
 
-/* The result as eager lays it out. torch's CPU flash attention (takes_flash) makes it like
+/* The result as eager lays it out. torch's CPU flash attention makes it like
  * empty_like(q): q's strides when q is dense, else dense ones in q's order; its math path
- * makes it contiguous. New reference, NULL with an exception. */
-static PyObject *new_result(const Operand *qo, int flash, const int64_t *odims, int r)
+ * makes it contiguous. Whether flash is switched on is asked only when the two differ.
+ * New reference, NULL with an exception. */
+static PyObject *new_result(const struct AttnStep *s, const Operand *op, const Problem *pb, const int64_t *odims)
 {
+    const Operand *qo = &op[0];
+    int r = s->rank, flash = flash_shaped(s, op, pb);
     int64_t st[4], want = 1;
     if (flash && dense(qo->size, qo->stride, r))
         memcpy(st, qo->stride, sizeof st);
@@ -368,7 +360,9 @@ static PyObject *new_result(const Operand *qo, int flash, const int64_t *odims, 
         contiguous &= st[i] == want;   /* (size-1 dims too: torch keeps q's strides there) */
         want *= odims[i];
     }
-    if (contiguous)
+    if (!contiguous && (flash = flash_enabled()) < 0)
+        return NULL;
+    if (contiguous || !flash)
         return lower_new_output(LIB_TORCH, odims, r);
     if (!f32_kw) {
         PyObject *torch = PyImport_ImportModule("torch");                          /* new */
@@ -653,8 +647,7 @@ int step_attn_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         odims[1] = pb.Sq;
         odims[2] = pb.v.d[3];
     }
-    int flash = takes_flash(s, op, &pb);
-    if (flash < 0 || !(res = new_result(&op[0], flash, odims, s->rank))) {
+    if (!(res = new_result(s, op, &pb, odims))) {
         rc = -1;
         goto done;
     }

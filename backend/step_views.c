@@ -414,14 +414,18 @@ static int record_copy(ViewChain *c, PyObject *base, const TensorMeta *bm, const
     return 0;
 }
 
-/* The recorded view of base: torch.as_strided with the record, offset from base's own.
- * New reference or NULL. */
-static PyObject *recorded_view(const ViewChain *c, PyObject *base)
+PyObject *lower_view_of(PyObject *base, PyObject *sizes, PyObject *strides, long long delta)
 {
     long long boff;
-    if (call_ll(base, str_storage_offset, &boff) < 0)
+    if (init_names() < 0 || call_ll(base, str_storage_offset, &boff) < 0)
         return NULL;
-    return make_view(base, c->sizes, c->strides, boff + c->delta);
+    return make_view(base, sizes, strides, boff + delta);
+}
+
+/* The recorded view of base. New reference or NULL. */
+static PyObject *recorded_view(const ViewChain *c, PyObject *base)
+{
+    return lower_view_of(base, c->sizes, c->strides, c->delta);
 }
 
 /* Copy mode's run when the view's last dim is not contiguous in memory (a transpose:
