@@ -351,6 +351,17 @@ static dnnl_status_t plain_desc(dnnl_memory_desc_t *d, int r, const int64_t *dim
     return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, by_rank[r]);
 }
 
+/* The caller's desc of an activation of rank r: plain, or NHWC when cl (rank 4). */
+static dnnl_status_t act_desc(dnnl_memory_desc_t *d, int r, const int64_t *dims, int cl)
+{
+    if (!cl)
+        return plain_desc(d, r, dims);
+    if (r != 4)
+        return dnnl_invalid_arguments;
+    dnnl_dims_t dd = {dims[0], dims[1], dims[2], dims[3]};
+    return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, dnnl_nhwc);
+}
+
 /* A reorder from *from to *to, or NULL when they are the same layout. dnnl_unimplemented
  * (and its name in *ref) when oneDNN has only a reference reorder for the pair. */
 static dnnl_status_t reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
@@ -543,8 +554,8 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
         if ((s = (call)) != dnnl_success) \
             goto done; \
     } while (0)
-    TRY(plain_desc(&o->psrc, r, sd), "src");
-    TRY(plain_desc(&o->pdst, r, dd), "dst");
+    TRY(act_desc(&o->psrc, r, sd, key->src_cl), "src");
+    TRY(act_desc(&o->pdst, r, dd, key->dst_cl), "dst");
     TRY(plain_desc(&o->chan, r, cd), "channel operand");
     TRY(plain_desc(&o->vec, 1, &dd[1]), "vector");
     src = o->psrc;
@@ -664,49 +675,62 @@ static dnnl_status_t run_reorder(dnnl_primitive_t p, const dnnl_memory_desc_t *f
     return s;
 }
 
+/* One post-op over len floats at p: the per-channel operand chan read at chan[j * cstep]
+ * (cstep 0: one channel's value, 1: a pixel's channels in a row), the residual at res.
+ * Inlined with a constant cstep, so each loop vectorises. */
+static inline __attribute__((always_inline)) void post_one(int kind, float *p, int64_t len, const float *chan,
+                                                           int64_t cstep, const float *res)
+{
+    switch (kind) {
+    case CVPO_MUL_C:
+        for (int64_t j = 0; j < len; j++)
+            p[j] *= chan[j * cstep];
+        break;
+    case CVPO_ADD_C:
+        for (int64_t j = 0; j < len; j++)
+            p[j] += chan[j * cstep];
+        break;
+    case CVPO_SUM:
+        for (int64_t j = 0; j < len; j++)
+            p[j] += res[j];
+        break;
+    case CVPO_RELU:   /* as oneDNN's: x < 0 ? 0 : x keeps NaN and -0 */
+        for (int64_t j = 0; j < len; j++)
+            p[j] = p[j] < 0.f ? 0.f : p[j];
+        break;
+    case CVPO_RELU6:
+        for (int64_t j = 0; j < len; j++)
+            p[j] = p[j] < 0.f ? 0.f : p[j] > 6.f ? 6.f : p[j];
+        break;
+    }
+}
+
 /* The post-ops from..npost of key on the plain result dst, in order, as the primitive
- * would have applied them: one pass per post-op over each [N, C] plane, which is in cache
- * while the plane's list runs. The loops need the vectoriser's "cheap" cost model (-O2's
- * "very cheap" one leaves a loop with a remainder scalar). */
+ * would have applied them: the list over each [N, C] plane (row-major) or each pixel's
+ * channels (channels-last), which stay in cache while the list runs. The loops need the
+ * vectoriser's "cheap" cost model (-O2's "very cheap" one leaves a loop with a remainder
+ * scalar). */
 __attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=cheap"))) static void post_after(const CvKey *key,
                                                                                                       int from,
                                                                                                       const CvArgs *a,
                                                                                                       float *dst)
 {
-    int64_t plane = 1;
+    int64_t plane = 1, oc = key->oc;
     for (int i = 0; i < key->sp; i++)
         plane *= key->out[i];
     const float *res = a->residual;
+    if (key->dst_cl) {
+        for (int64_t px = 0; px < key->n * plane; px++)
+            for (int i = from; i < key->npost; i++)
+                post_one(key->post[i], dst + px * oc, oc, a->chan[i], 1, res ? res + px * oc : NULL);
+        return;
+    }
     for (int64_t n = 0; n < key->n; n++)
-        for (int64_t c = 0; c < key->oc; c++) {
-            int64_t at = (n * key->oc + c) * plane;
-            float *p = dst + at;
+        for (int64_t c = 0; c < oc; c++) {
+            int64_t at = (n * oc + c) * plane;
             for (int i = from; i < key->npost; i++) {
-                float v = 0.f;
-                switch (key->post[i]) {
-                case CVPO_MUL_C:
-                    v = ((const float *)a->chan[i])[c];
-                    for (int64_t j = 0; j < plane; j++)
-                        p[j] *= v;
-                    break;
-                case CVPO_ADD_C:
-                    v = ((const float *)a->chan[i])[c];
-                    for (int64_t j = 0; j < plane; j++)
-                        p[j] += v;
-                    break;
-                case CVPO_SUM:
-                    for (int64_t j = 0; j < plane; j++)
-                        p[j] += res[at + j];
-                    break;
-                case CVPO_RELU:   /* as oneDNN's: x < 0 ? 0 : x keeps NaN and -0 */
-                    for (int64_t j = 0; j < plane; j++)
-                        p[j] = p[j] < 0.f ? 0.f : p[j];
-                    break;
-                case CVPO_RELU6:
-                    for (int64_t j = 0; j < plane; j++)
-                        p[j] = p[j] < 0.f ? 0.f : p[j] > 6.f ? 6.f : p[j];
-                    break;
-                }
+                const float *ch = a->chan[i];
+                post_one(key->post[i], dst + at, plane, ch ? ch + c : NULL, 0, res ? res + at : NULL);
             }
         }
 }

@@ -94,7 +94,9 @@ int dnnl_api_threads(void);
 
 /* Concrete-dims primitives (oneDNN has no fast runtime-dims path for these): one per
  * shape, made on first use of that shape and kept by primcache.c. Callers pass plain
- * (row-major) NCHW / NCW operands and get a plain result; a convolution reorders its
+ * (row-major) NCHW / NCW operands, or channels-last NHWC ones (CvKey.src_cl, dst_cl), and
+ * get the result in the key's layout (the caller's layouts are called "plain" below:
+ * they are what torch tensors hold); a convolution reorders its
  * source, weights and result through the blocked layouts oneDNN picks, which is
  * 1.2-15x faster than its plain-layout (im2col + gemm) path even with the three reorders
  * (measured, docs/internals/backend_measurements.md, section 7). */
@@ -122,7 +124,9 @@ typedef struct {
     uint8_t alg;                      /* pooling: CV_POOL_*; batch norm: CV_BN_* bits */
     uint8_t npost;
     uint8_t post[CV_MAX_POST];        /* CvPostKind, in order */
-    uint8_t pad[5];
+    uint8_t src_cl, dst_cl;           /* 2-D: the caller's source / result is channels-last
+                                         (NHWC in memory) instead of plain NCHW */
+    uint8_t pad[3];
     int32_t threads;                  /* omp_get_max_threads() when created */
     float eps;                        /* batch norm */
     int64_t n, c, oc, groups;         /* batch, input and output channels, groups */

@@ -81,6 +81,8 @@ typedef struct {
                                            ...), about half the compile time */
     int full_building;                  /* the full variant's build is under way */
     int full_failed;                    /* it could not be built (logged): eager instead */
+    struct KernelLayout *layout;        /* PyMem, or NULL until the first call: how eager
+                                           lays out each node's result (step_kernel.c) */
     struct KernelFull *full;            /* PyMem, or NULL: the full variant, built on the
                                            first call that needed it (build.c) */
     void *fn;                           /* the compiled function, after the build */

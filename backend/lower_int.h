@@ -180,4 +180,26 @@ int lower_mm_layout(MmTensor *t, int r, uint8_t *perm);
 /* The function of a reduction or row kernel (k->flavour != KF_POINTWISE). */
 void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k);
 
+/* ------------------------------------------------------------- layout.c ---- */
+
+/* 1 when torch counts a 4-D layout (sizes, strides) as channels-last (its
+ * suggest_memory_format): a convolution, pooling or batch norm then gives a channels-last
+ * result. */
+int lower_strides_like_cl(const int64_t *size, const int64_t *stride);
+/* 1 when (size, stride) of rank r is dense in the dim order perm (outermost first; NULL:
+ * row-major), size-1 dims ignored. */
+int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, int r);
+/* The dense strides of sizes in dim order perm (NULL: row-major), as torch makes them
+ * (a size-1 dim takes the stride of the dims inside it). */
+void lower_strides_in(const int64_t *size, const int *perm, int r, int64_t *stride);
+/* NHWC as a dim order of an NCHW tensor: {0, 2, 3, 1}. Returns 4. */
+int lower_nhwc_perm(int *perm);
+/* TensorIterator's order of a pointwise result over the space n[0..r) read by nops
+ * operands with element strides st[i] (0 on broadcast dims): perm outermost first. 1 when
+ * it is not row-major. */
+int lower_ti_perm(const int64_t *n, int r, const int64_t *const *st, int nops, int *perm);
+/* A new tensor of sizes n and strides st (a torch empty_strided; row-major ones come from
+ * the buffer pool as lower_new_output_dt's; numpy results are row-major). New reference. */
+PyObject *lower_new_output_strided(Lib lib, DType dt, const int64_t *n, const int64_t *st, int r);
+
 #endif

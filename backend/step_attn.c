@@ -305,9 +305,6 @@ static int merges(const int64_t *dims, const int64_t *st)
     return dims[0] == 1 || dims[1] == 1 || st[0] == st[1] * dims[1];
 }
 
-static PyObject *empty_strided, *f32_kw;   /* strong, on first use: torch.empty_strided,
-                                               {"dtype": torch.float32} */
-
 /* 1 when torch's flash attention is enabled (torch.backends.cuda.enable_flash_sdp, and the
  * sdpa_kernel context, switch it for the CPU too), 0 when not, -1 with an exception. */
 static int flash_enabled(void)
@@ -364,42 +361,7 @@ static PyObject *new_result(const struct AttnStep *s, const Operand *op, const P
         return NULL;
     if (contiguous || !flash)
         return lower_new_output(LIB_TORCH, odims, r);
-    if (!f32_kw) {
-        PyObject *torch = PyImport_ImportModule("torch");                          /* new */
-        PyObject *es = torch ? PyObject_GetAttrString(torch, "empty_strided") : NULL;   /* new */
-        PyObject *f32 = es ? PyObject_GetAttrString(torch, "float32") : NULL;     /* new */
-        PyObject *kw = f32 ? PyDict_New() : NULL;                                 /* new */
-        int ok = kw && PyDict_SetItemString(kw, "dtype", f32) == 0;
-        Py_XDECREF(torch);
-        Py_XDECREF(f32);
-        if (!ok) {
-            Py_XDECREF(es);
-            Py_XDECREF(kw);
-            return NULL;
-        }
-        empty_strided = es;
-        f32_kw = kw;
-    }
-    PyObject *sz = PyTuple_New(r), *sd = PyTuple_New(r);   /* new */
-    PyObject *res = NULL;
-    if (sz && sd) {
-        int ok = 1;
-        for (int i = 0; i < r && ok; i++) {
-            PyObject *a = PyLong_FromLongLong(odims[i]), *b = PyLong_FromLongLong(st[i]);   /* new, stolen below */
-            ok = a && b;
-            if (a)
-                PyTuple_SET_ITEM(sz, i, a);
-            if (b)
-                PyTuple_SET_ITEM(sd, i, b);
-        }
-        PyObject *args = ok ? PyTuple_Pack(2, sz, sd) : NULL;   /* new */
-        if (args)
-            res = PyObject_Call(empty_strided, args, f32_kw);
-        Py_XDECREF(args);
-    }
-    Py_XDECREF(sz);
-    Py_XDECREF(sd);
-    return res;
+    return lower_new_output_strided(LIB_TORCH, DT_F32, odims, st, r);
 }
 
 /* The block [b0, b0 + nb) x [h0, h0 + nh) x [i0, i0 + nq) of x (rows; all columns). */

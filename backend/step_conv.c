@@ -1,6 +1,9 @@
 /* Convolution, pooling and batch norm (inference) as oneDNN steps: conv1d / conv2d,
  * max_pool2d / avg_pool2d / adaptive_avg_pool2d and batch_norm on float32 torch tensors
- * in plain (contiguous NCHW / NCL) layout, through concrete-dims primitives (dnnl_api.c)
+ * in plain (contiguous NCHW / NCL) or channels-last (NHWC in memory) layout, with the
+ * result in the layout eager gives it (channels-last when torch counts the source's
+ * strides, or a convolution's weights', as channels-last: layout.c), through
+ * concrete-dims primitives (dnnl_api.c)
  * made on the first call with each shape and kept by primcache.c: a new size creates
  * primitives, never a new graph.
  *
@@ -24,7 +27,9 @@
  *
  * A zero F.pad read only by the convolution folds into its padding (pad_then_conv).
  *
- * Run: an input that is not a contiguous float32 tensor (channels_last, a slice), a size
+ * Run: an input that is not a dense float32 tensor in one of those layouts (a slice, a
+ * channels-last weight that is not also row-major), a residual not laid out as the
+ * result, a size
  * the formulas refuse, an avg pooling whose ceil_mode windows run past the padding with
  * count_include_pad (oneDNN divides those by the full window, torch by the part inside the
  * padded input), or a primitive oneDNN refuses, runs the step's nodes eagerly.
@@ -709,9 +714,9 @@ static int run_eagerly(Graph *g, ConvStep *s, PyObject **vals)
     return lower_exec_nodes(g, s->pad_node >= 0 ? s->pad_node : s->node, nodes, n, vals);
 }
 
-/* Reads value v as a contiguous float32 tensor of rank r (r < 0: any). 0, 1 (run
+/* Reads value v as a float32 torch tensor of rank r (r < 0: any), any layout. 0, 1 (run
  * eagerly), -1 error. */
-static int read_dense(PyObject **vals, int32_t v, int r, Operand *o)
+static int read_raw(PyObject **vals, int32_t v, int r, Operand *o)
 {
     if (!vals[v])
         return 1;
@@ -721,15 +726,40 @@ static int read_dense(PyObject **vals, int32_t v, int r, Operand *o)
         o->has_view = 0;
         rc = rc < 0 ? rc : 1;
     }
-    if (rc || (r >= 0 && o->ndim != r))
-        return rc ? rc : 1;
-    int64_t expect = 1;
-    for (int d = o->ndim - 1; d >= 0; d--) {
-        if (o->size[d] != 1 && o->stride[d] != expect)
-            return 1;
-        expect *= o->size[d];
-    }
-    return 0;
+    return rc ? rc : r >= 0 && o->ndim != r;
+}
+
+/* 1 when o is dense row-major, or dense channels-last (NHWC in memory, rank 4) when cl. */
+static int dense_as(const Operand *o, int cl)
+{
+    int perm[4];
+    if (cl && o->ndim != 4)
+        return 0;
+    return lower_dense_in(o->size, o->stride, cl ? (lower_nhwc_perm(perm), perm) : NULL, o->ndim);
+}
+
+/* Reads value v as a float32 tensor of rank r, dense in the layout cl says (dense_as). */
+static int read_in(PyObject **vals, int32_t v, int r, int cl, Operand *o)
+{
+    int rc = read_raw(vals, v, r, o);
+    return rc ? rc : !dense_as(o, cl);
+}
+
+static int read_dense(PyObject **vals, int32_t v, int r, Operand *o)
+{
+    return read_in(vals, v, r, 0, o);
+}
+
+/* Reads an activation (a source) of rank r in the layout torch sees in it: *cl is 1 when
+ * its strides count as channels-last (4-D; it must then be dense NHWC), else it must be
+ * dense row-major. */
+static int read_act(PyObject **vals, int32_t v, int r, Operand *o, int *cl)
+{
+    int rc = read_raw(vals, v, r, o);
+    if (rc)
+        return rc;
+    *cl = o->ndim == 4 && lower_strides_like_cl(o->size, o->stride);
+    return !dense_as(o, *cl);
 }
 
 /* A [n] vector operand (contiguous). */
@@ -1024,7 +1054,7 @@ static int fold_posts(ConvStep *s, PyObject **vals, const int64_t *out_dims, int
             cp->relu = 1;
         } else if (f->kind == FOLD_SUM) {
             Operand r;
-            if ((rc = read_dense(vals, f->v[0], out_r, &r)))
+            if ((rc = read_in(vals, f->v[0], out_r, key->dst_cl, &r)))   /* in the result's layout */
                 return rc;
             for (int d = 0; d < out_r; d++)
                 if (r.size[d] != out_dims[d])
@@ -1089,12 +1119,21 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     memset(&key, 0, sizeof key);
     memset(&args, 0, sizeof args);
     memset(&w, 0, sizeof w);
-    if ((rc = read_dense(vals, s->x, s->rank, &x)))
+    int xcl;
+    if ((rc = read_act(vals, s->x, s->rank, &x, &xcl)))
         goto done;
     if (s->w >= 0 && (rc = read_dense(vals, s->w, s->sp + 2, &w)))
         goto done;
     if ((rc = fill_key(s, &x, &w, &key)))
         goto done;
+    /* torch's layout rule: a channels-last source, or weights laid out channels-last (read
+     * here only when also row-major: 1x1 kernels), give a channels-last result */
+    key.src_cl = (uint8_t)xcl;
+    key.dst_cl = (uint8_t)(xcl || (s->w >= 0 && w.ndim == 4 && lower_strides_like_cl(w.size, w.stride)));
+    if (key.dst_cl && s->rank != 4) {   /* an unbatched source: eager's strides there are its own */
+        rc = 1;
+        goto done;
+    }
     args.src = x.data;
     args.wei = w.data;
     int64_t ch = key.op_class == CV_CLASS_CONV ? key.oc : key.c;
@@ -1132,11 +1171,16 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         rc = 1;
         goto done;
     }
-    if (!(res = lower_new_output(LIB_TORCH, out_dims, out_r))) {
-        rc = -1;
-        goto done;
+    {
+        int64_t ost[5];
+        int perm[4];
+        lower_strides_in(out_dims, key.dst_cl ? (lower_nhwc_perm(perm), perm) : NULL, out_r, ost);
+        if (!(res = lower_new_output_strided(LIB_TORCH, DT_F32, out_dims, ost, out_r))) {
+            rc = -1;
+            goto done;
+        }
     }
-    if ((rc = read_dense(&res, 0, out_r, &o)))
+    if ((rc = read_in(&res, 0, out_r, key.dst_cl, &o)))
         goto done;
     args.dst = o.data;
     key.threads = dnnl_api_threads();

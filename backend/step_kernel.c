@@ -3,8 +3,9 @@
  *
  * Per kernel call: read each input's sizes, strides and data pointer (the tensor reader
  * for torch, the buffer protocol for numpy), broadcast them into the iteration space,
- * allocate the outputs (lower_new_output_dt: from the graph's buffer pool or the library's
- * empty(), contiguous, of each value's meta dtype) and call the kernel; a kernel that
+ * allocate the outputs (of each value's meta dtype, laid out as eager lays them out:
+ * row-major from the graph's buffer pool or the library's empty(), or a pointwise
+ * result in its inputs' memory order, result_layout) and call the kernel; a kernel that
  * returns 1 (an integer division by zero) has its nodes rerun eagerly; a lean reduction
  * that returns SJ_KERNEL_WANTS_FULL (rows it was built without, nothing written) gets
  * its full variant built (lower_build_full) and called instead, from then on. Anything
@@ -17,6 +18,280 @@
 #include <string.h>
 
 #include "lower_int.h"
+
+/* ------------------------------------------------------- result layout ---- */
+
+/* Eager lays out each pointwise op's result by TensorIterator's rule (the inputs' memory
+ * order: a transposed input gives a transposed result, channels-last gives channels-last,
+ * the first input decides where inputs differ), except masked_fill (a row-major clone)
+ * and clone / to(dtype) (the input's own layout kept when it is dense). A fused kernel
+ * gives each result the layout eager's chain of ops would: the first call reads its
+ * nodes into a small program (KernelLayout), and each call runs it over the inputs'
+ * sizes and strides (a few loops over at most SJ_MAX_RANK dims per node). The loops then
+ * walk the first full-size result's memory order: a pointwise element does not depend on
+ * where it sits. Not for a kernel reading rotate_half (its last dim is an index) or for
+ * numpy's (row-major results: numpy's order 'K' is not followed). */
+
+#define LAYOUT_MAX_SLOTS \
+    96   /* inputs + nodes a program tracks; a bigger kernel's results
+                                 take the inputs' rule at once (result_layout) */
+
+enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL };
+
+typedef struct {
+    uint8_t rule;      /* LR_* */
+    uint8_t scalar;    /* a Python number among its operands: TensorIterator's general path */
+    uint8_t nops;
+    int16_t ops[3];    /* slots of its tensor operands, in TensorIterator's order */
+} NodeLayout;
+
+typedef struct KernelLayout {
+    int ok;                              /* 0: no program (the inputs' rule at once) */
+    int16_t out_slot[SJ_KMAX_OPERANDS];  /* each output's slot */
+    NodeLayout node[];                   /* node j's result is slot nin + j */
+} KernelLayout;
+
+typedef struct {
+    int nd;                              /* its rank (dims right-aligned in the space) */
+    int64_t size[SJ_MAX_RANK + 1], st[SJ_MAX_RANK + 1];
+} SlotLayout;
+
+static int slot_of(const Graph *g, const Kernel *k, int32_t upto, int32_t v)
+{
+    for (int32_t i = 0; i < k->nin; i++)
+        if (k->ins[i] == v)
+            return i;
+    for (int32_t j = 0; j < upto; j++)
+        if (g->nodes[k->nodes[j]].first_value == v)
+            return k->nin + j;
+    return -1;
+}
+
+/* The memory_format a clone or a cast asks for: LR_PRESERVE (none, or preserve_format),
+ * LR_ROW (contiguous_format) or LR_CL (channels_last); -1 another one. */
+static int asked_format(const Graph *g, int32_t ni)
+{
+    const Arg *mf = graph_node_arg(g, ni, "memory_format");
+    if (!mf || mf->kind == ARG_ABSENT || (mf->kind == ARG_CONST && PyList_GET_ITEM(g->consts, mf->a) == Py_None))
+        return LR_PRESERVE;
+    if (mf->kind != ARG_CONST)
+        return -1;
+    PyObject *o = PyObject_Str(PyList_GET_ITEM(g->consts, mf->a));   /* new: "torch.contiguous_format" */
+    const char *t = o ? PyUnicode_AsUTF8(o) : NULL;
+    int rule = !t                                      ? -1
+               : !strcmp(t, "torch.preserve_format")   ? LR_PRESERVE
+               : !strcmp(t, "torch.contiguous_format") ? LR_ROW
+               : !strcmp(t, "torch.channels_last")     ? LR_CL
+                                                       : -1;
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return rule;
+}
+
+/* k's program, or one with ok = 0. NULL only out of memory (an exception set). */
+static KernelLayout *layout_build(Graph *g, const Kernel *k)
+{
+    KernelLayout *L = PyMem_Calloc(1, sizeof *L + sizeof(NodeLayout) * (size_t)(k->nnodes ? k->nnodes : 1));
+    if (!L) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (k->nin + k->nnodes > LAYOUT_MAX_SLOTS)
+        return L;
+    for (int32_t j = 0; j < k->nnodes; j++) {
+        int32_t ni = k->nodes[j];
+        NodeLayout *x = &L->node[j];
+        NodeLower nl;
+        if (lower_node_typed(g, ni, &nl)) {
+            PyErr_Clear();
+            return L;
+        }
+        int op = g->nodes[ni].op;
+        int rule = op == OP_MASKED_FILL ? LR_ROW : op == OP_CLONE || op == OP_CAST ? asked_format(g, ni) : LR_TI;
+        if (rule < 0)
+            return L;
+        x->rule = (uint8_t)rule;
+        static const int plain[3] = {0, 1, 2}, where[3] = {2, 0, 1};   /* where(cond, a, b) */
+        const int *order = op == OP_WHERE ? where : plain;
+        for (int s = 0; s < 3; s++) {
+            const Arg *a = nl.x[order[s]];
+            if (!a)
+                continue;
+            if (a->kind == ARG_VALUE) {
+                int sl = slot_of(g, k, j, a->a);
+                if (sl < 0)
+                    return L;
+                x->ops[x->nops++] = (int16_t)sl;
+            } else if (op != OP_POW) {   /* pow's number exponent is no operand of its loop */
+                x->scalar = 1;
+            }
+        }
+    }
+    for (int32_t o = 0; o < k->nout; o++) {
+        int sl = slot_of(g, k, k->nnodes, k->outs[o]);
+        if (sl < k->nin)
+            return L;
+        L->out_slot[o] = (int16_t)sl;
+    }
+    L->ok = 1;
+    return L;
+}
+
+/* The order of dims [0, nd) by stride, largest first (size-1 dims outermost: their
+ * strides place nothing). */
+static void stride_order(const int64_t *size, const int64_t *st, int nd, int *perm)
+{
+    for (int i = 0; i < nd; i++)
+        perm[i] = i;
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0; j--) {
+            int a = perm[j - 1], b = perm[j];
+            int64_t ka = size[a] == 1 ? INT64_MAX : st[a], kb = size[b] == 1 ? INT64_MAX : st[b];
+            if (ka >= kb)
+                break;
+            perm[j - 1] = b;
+            perm[j] = a;
+        }
+}
+
+/* 1 when (size, st) of rank nd is dense in some dim order (torch's non-overlapping and
+ * dense). */
+static int dense_any(const int64_t *size, const int64_t *st, int nd)
+{
+    int perm[SJ_MAX_RANK + 1];
+    stride_order(size, st, nd, perm);
+    return lower_dense_in(size, st, perm, nd);
+}
+
+/* The result of one node from its operands' layouts (the rules above). */
+static void node_result(const NodeLayout *x, const SlotLayout *sl, int r, SlotLayout *res)
+{
+    int nd = 0;
+    for (int d = 0; d < r; d++)
+        res->size[d] = 1;
+    for (int i = 0; i < x->nops; i++) {
+        const SlotLayout *o = &sl[x->ops[i]];
+        nd = o->nd > nd ? o->nd : nd;
+        for (int d = 0; d < r; d++)
+            if (o->size[d] != 1)
+                res->size[d] = o->size[d];
+    }
+    res->nd = nd;
+    int off = r - nd, nhwc[4], rule = x->rule, scalar = x->scalar;
+    const int64_t *size = res->size + off;
+    int64_t *st = res->st + off;
+    for (int d = 0; d < off; d++)
+        res->st[d] = 0;
+    lower_nhwc_perm(nhwc);
+    if (x->nops == 0 || nd < 2) {
+        lower_strides_in(size, NULL, nd, st);
+        return;
+    }
+    const SlotLayout *a = &sl[x->ops[0]];
+    if (rule == LR_CL || rule == LR_ROW) {
+        lower_strides_in(size, rule == LR_CL && nd == 4 ? nhwc : NULL, nd, st);
+        return;
+    }
+    if (rule == LR_PRESERVE) {   /* empty_like(preserve_format) */
+        if (dense_any(size, a->st + off, nd))
+            memcpy(st, a->st + off, sizeof(int64_t) * (size_t)nd);
+        else
+            lower_strides_in(size, nd == 4 && lower_strides_like_cl(size, a->st + off) ? nhwc : NULL, nd, st);
+        return;
+    }
+    /* TensorIterator: its fast cases when every operand has the result's shape and no
+     * number is among them */
+    int same = !scalar, row = 1, cl = nd == 4, one = 1, dense = 1;
+    for (int i = 0; i < x->nops && same; i++) {
+        const SlotLayout *o = &sl[x->ops[i]];
+        if (o->nd != nd || memcmp(o->size + off, size, sizeof(int64_t) * (size_t)nd)) {
+            same = 0;
+            break;
+        }
+        row &= lower_dense_in(size, o->st + off, NULL, nd);
+        cl = cl && lower_dense_in(size, o->st + off, nhwc, nd);
+        one &= !memcmp(o->st + off, a->st + off, sizeof(int64_t) * (size_t)nd);
+        dense &= dense_any(size, o->st + off, nd);
+    }
+    if (same && (row || cl)) {
+        lower_strides_in(size, row ? NULL : nhwc, nd, st);
+        return;
+    }
+    if (same && one && dense) {
+        memcpy(st, a->st + off, sizeof(int64_t) * (size_t)nd);
+        return;
+    }
+    /* its general case: operands' strides over the result's dims (0 where broadcast) */
+    int64_t rows[3][SJ_MAX_RANK + 1];
+    const int64_t *rp[3];
+    for (int i = 0; i < x->nops; i++) {
+        const SlotLayout *o = &sl[x->ops[i]];
+        for (int d = 0; d < nd; d++) {
+            int sd = off + d;
+            rows[i][d] = r - sd > o->nd || (o->size[sd] == 1 && size[d] != 1) ? 0 : o->st[sd];
+        }
+        rp[i] = rows[i];
+    }
+    int perm[SJ_MAX_RANK + 1];
+    if (!lower_ti_perm(size, nd, rp, x->nops, perm)) {
+        lower_strides_in(size, NULL, nd, st);
+        return;
+    }
+    int64_t at = 1;   /* TensorIterator's strides in its order: a size-0 dim multiplies too */
+    for (int i = nd - 1; i >= 0; i--) {
+        st[perm[i]] = at;
+        at *= size[perm[i]];
+    }
+}
+
+/* The layout eager gives the kernel's results when one is not row-major: 1, with each
+ * output's strides in ost[j * r ...] and perm the order the loops walk (the first
+ * full-size output's memory order). 0: every result row-major (the plan's default). */
+static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t *n, int *perm, int64_t *ost)
+{
+    int r = k->rank;
+    if (k->flavour != KF_POINTWISE || k->rot || k->lib != LIB_TORCH || r < 2 || k->nin < 1)
+        return 0;
+    for (int d = 0; d < r; d++)
+        if (n[d] == 0)
+            return 0;   /* no element to place (eager's strides there follow no one rule) */
+    if (!k->layout && !(k->layout = layout_build(g, k))) {
+        PyErr_Clear();   /* out of memory: row-major, as before the program */
+        return 0;
+    }
+    const KernelLayout *L = k->layout;
+    SlotLayout sl[LAYOUT_MAX_SLOTS];
+    if (!L->ok)
+        return 0;
+    for (int32_t i = 0; i < k->nin; i++) {
+        const Operand *o = &ins[i];
+        SlotLayout *s = &sl[i];
+        s->nd = o->ndim;
+        for (int d = 0; d < r; d++) {
+            int od = d - (r - o->ndim);
+            s->size[d] = od >= 0 ? o->size[od] : 1;
+            s->st[d] = od >= 0 ? o->stride[od] : 0;
+        }
+    }
+    for (int32_t j = 0; j < k->nnodes; j++)
+        node_result(&L->node[j], sl, r, &sl[k->nin + j]);
+    int any = 0, walk = -1;
+    for (int32_t o = 0; o < k->nout; o++) {
+        const SlotLayout *s = &sl[L->out_slot[o]];
+        if (s->nd != r || memcmp(s->size, n, sizeof(int64_t) * (size_t)r))
+            return 0;   /* a result smaller than the space: the plan's row-major layout */
+        int64_t rm[SJ_MAX_RANK + 1];
+        lower_strides_in(n, NULL, r, rm);
+        any |= memcmp(rm, s->st, sizeof(int64_t) * (size_t)r) != 0;
+        memcpy(&ost[o * r], s->st, sizeof(int64_t) * (size_t)r);
+        if (walk < 0)
+            walk = (int)o;
+    }
+    if (!any)
+        return 0;
+    stride_order(n, &ost[walk * r], r, perm);
+    return 1;
+}
 
 /* The kernel's nodes, run the original way (an input the plan did not foresee). */
 static int run_eagerly(LowerPlan *p, Graph *g, const Kernel *k, PyObject **vals)
@@ -63,6 +338,8 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
     char *ptrs[SJ_KMAX_OPERANDS];
     int64_t dense = 1;
+    int permuted = 0, perm[SJ_MAX_RANK + 1];
+    int64_t ost[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
     if (rc == 0) {
         for (int32_t i = 0; i < k->nin; i++) {
             Operand *op = &ops[k->nout + i];
@@ -77,6 +354,7 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             }
             ptrs[k->nout + i] = op->data;
         }
+        permuted = result_layout(g, (Kernel *)k, &ops[k->nout], n, perm, ost);
         for (int32_t j = 0; j < k->nout && rc == 0; j++) {
             int64_t osize[SJ_MAX_RANK + 1];
             int orank = lower_out_layout(k, (int)j, n, osize, &st[j * r]);
@@ -85,7 +363,10 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 break;
             }
             DType odt = (DType)g->values[k->outs[j]].meta.dtype;
-            PyObject *o = lower_new_output_dt(k->lib, odt, osize, orank);
+            if (permuted)
+                memcpy(&st[j * r], &ost[j * r], sizeof(int64_t) * (size_t)r);
+            PyObject *o = permuted ? lower_new_output_strided(k->lib, odt, n, &ost[j * r], r)
+                                   : lower_new_output_dt(k->lib, odt, osize, orank);
             if (!o) {
                 rc = -1;
                 break;
@@ -104,12 +385,28 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 PyBuffer_Release(&op->view);
         }
     }
+    int64_t qn[SJ_MAX_RANK + 1], qst[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
+    if (rc == 0 && permuted) {
+        /* the kernel walks the space in the results' memory order: its dims permuted (a
+         * pointwise kernel's element does not depend on where it sits), dense when every
+         * input is laid out as the results */
+        dense = 1;
+        for (int i = 0; i < r; i++) {
+            qn[i] = n[perm[i]];
+            for (int j = 0; j < nops; j++)
+                qst[j * r + i] = st[j * r + perm[i]];
+        }
+        for (int j = 0; j < nops; j++)   /* (the outputs' rows hold their strides now) */
+            for (int d = 0; d < r; d++)
+                if (n[d] != 1 && st[j * r + d] != st[d])
+                    dense = 0;
+    }
     if (rc == 0) {
         void *args[4];
         int64_t bad = 0;
-        const int64_t *pn = n;
+        const int64_t *pn = permuted ? qn : n;
         char *const *pp = ptrs;
-        const int64_t *pst = st;
+        const int64_t *pst = permuted ? qst : st;
         args[0] = &pn;
         args[1] = &pp;
         args[2] = &pst;
@@ -148,6 +445,7 @@ void step_kernel_free(LowerPlan *p)
 {
     for (int32_t i = 0; i < p->nkernels; i++) {
         PyMem_Free(p->kernels[i].nodes);
+        PyMem_Free(p->kernels[i].layout);
         PyMem_Free(p->kernels[i].full);
     }
     PyMem_Free(p->kernels);

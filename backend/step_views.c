@@ -22,7 +22,8 @@
  * order into a new contiguous tensor (from the graph's pool), as the reshape did, instead of
  * running the nodes (~5-9 us for repeat_kv's chains, ~2 us as a copy).
  *
- * Plan: a chain is planned over eager steps when every node is a whitelisted view op of one
+ * Plan: a chain (of two or more nodes, or of one whose result is lazy, below) is planned
+ * over eager steps when every node is a whitelisted view op of one
  * torch output with static sizes and no grad, reading the previous node's result as its
  * first argument (the first node: any torch value) and only constants besides, and every
  * intermediate result is read by the next node alone (not a graph output). The chain runs
@@ -218,10 +219,12 @@ int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
             c.nodes[c.n++] = next;
             cur = g->nodes[next].first_value;
         }
-        if (c.n < 2)
-            continue;
         c.out = cur;
         c.lazy = lazy_readers(g, p, node_step, &c, reads[cur]);
+        /* one view op alone: an as_strided costs what the op does, so it is a chain only
+         * when lazy (no tensor made at all) */
+        if (c.n < 2 && !c.lazy)
+            continue;
         if (plan_push((void **)&p->views, &p->nviews, sizeof c, &c) < 0)
             goto done;
         p->steps[i].kind = STEP_VIEWS;

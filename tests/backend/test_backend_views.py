@@ -399,3 +399,26 @@ def test_chain_read_eagerly_returned_or_written_is_a_tensor():
         shapejit.reset()
         made = _lazy_run(f, lambda: (torch.randn(64),))
         assert _stats(made, "view_chain_lazy") == 0, f.__name__
+
+
+def test_single_view_between_lowered_steps_is_lazy():
+    """One view op whose readers are all lowered steps (ConvNeXt's permutes around its layer
+    norm and residual, a transpose before a product) is a lazy view too; one an eager step
+    or the caller reads stays an eager step (an as_strided would cost what the op does)."""
+    def f(x, y, w):
+        a = (x * 2.0).permute(0, 2, 3, 1)            # read by a layer norm kernel
+        h = torch.nn.functional.layer_norm(a, (8,))
+        b = (h @ w).permute(0, 3, 1, 2)              # read by the residual add
+        return x + b, (y * 3.0).t() @ w.t()          # transposes read by a matmul
+
+    made = _lazy_run(f, lambda: (torch.randn(2, 8, 5, 6), torch.randn(8, 4), torch.randn(8, 8)))
+    assert _stats(made, "view_chains") == 4 and _stats(made, "view_chain_nodes") == 4
+    assert _stats(made, "view_chain_lazy") == 4 * 2   # the first call records
+    assert _stats(made, "eager_steps") == 0
+
+    def g(x):
+        v = (x * 2.0).t()
+        return torch.cumprod(v, 1), v.unsqueeze(0)    # an eager reader; a returned view
+
+    made = _lazy_run(g, lambda: (torch.randn(6, 5),))
+    assert _stats(made, "view_chains") == 0 and _stats(made, "view_chain_lazy") == 0

@@ -1,0 +1,150 @@
+/* The layouts torch gives results, for the steps that make results themselves: which
+ * strides an operand's layout counts as channels-last (convolutions, pooling and batch
+ * norm give a channels-last result then), the order TensorIterator lays a pointwise
+ * result out in (the inputs' memory order, not always row-major), and a new tensor with
+ * given strides.
+ *
+ * Why: a step that returns row-major where eager returns channels-last or a transposed
+ * layout gives the same values but not the same tensor (strides are observable, and the
+ * next op's speed depends on them: a channels-last model whose residual adds came back
+ * row-major ran every later convolution on a layout it then reordered).
+ *
+ * Memory: empty_strided and its keyword dict are strong references taken on first use and
+ * kept for the process. */
+#include <string.h>
+
+#include "lower_int.h"
+
+int lower_strides_like_cl(const int64_t *size, const int64_t *stride)
+{
+    /* c10's rule for 4-D: dims in the order C, W, H, N must have strides that do not
+     * decrease, each at least the extent the dims before it span; N after C with the same
+     * stride is the ambiguous N,C,1,1-like case torch calls row-major */
+    static const int order[4] = {1, 3, 2, 0};
+    int64_t min = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = order[i];
+        if (size[d] == 0 || stride[d] < min)
+            return 0;
+        if (d == 0 && min == stride[1])
+            return 0;
+        min = stride[d];
+        if (size[d] > 1)
+            min *= size[d];
+    }
+    return 1;
+}
+
+int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, int r)
+{
+    int64_t expect = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int d = perm ? perm[i] : i;
+        if (size[d] != 1 && stride[d] != expect)
+            return 0;
+        expect *= size[d];
+    }
+    return 1;
+}
+
+void lower_strides_in(const int64_t *size, const int *perm, int r, int64_t *stride)
+{
+    int64_t at = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int d = perm ? perm[i] : i;
+        stride[d] = at;
+        at *= size[d] > 1 ? size[d] : 1;
+    }
+}
+
+int lower_nhwc_perm(int *perm)
+{
+    perm[0] = 0;
+    perm[1] = 2;
+    perm[2] = 3;
+    perm[3] = 1;
+    return 4;
+}
+
+/* TensorIterator's comparison of dims a and b (outermost-first positions swapped when it
+ * is > 0): the first operand whose strides on the two differ (neither broadcast) decides,
+ * larger stride outermost; on equal strides the larger dim goes outer. */
+static int should_swap(const int64_t *n, const int64_t *const *st, int nops, int a, int b)
+{
+    for (int i = 0; i < nops; i++) {
+        int64_t s0 = st[i][a], s1 = st[i][b];
+        if (s0 == 0 || s1 == 0)
+            continue;
+        if (s0 < s1)
+            return -1;
+        if (s0 > s1)
+            return 1;
+        if (n[a] > n[b])
+            return 1;
+    }
+    return 0;
+}
+
+int lower_ti_perm(const int64_t *n, int r, const int64_t *const *st, int nops, int *perm)
+{
+    /* TensorIterator sorts dims fastest-first; fast[] is that order, perm[] its reverse */
+    int fast[SJ_MAX_RANK + 1];
+    for (int i = 0; i < r; i++)
+        fast[i] = r - 1 - i;
+    for (int i = 1; i < r; i++) {
+        int d1 = i;
+        for (int d0 = i - 1; d0 >= 0; d0--) {
+            int c = should_swap(n, st, nops, fast[d0], fast[d1]);
+            if (c > 0) {
+                int t = fast[d0];
+                fast[d0] = fast[d1];
+                fast[d1] = t;
+                d1 = d0;
+            } else if (c < 0) {
+                break;
+            }
+        }
+    }
+    int ident = 1;
+    for (int i = 0; i < r; i++) {
+        perm[i] = fast[r - 1 - i];
+        ident &= perm[i] == i;
+    }
+    return !ident;
+}
+
+static PyObject *empty_strided, *kw_dtype_only;   /* strong, on first use */
+
+PyObject *lower_new_output_strided(Lib lib, DType dt, const int64_t *n, const int64_t *st, int r)
+{
+    int64_t want[SJ_MAX_RANK];
+    lower_strides_in(n, NULL, r, want);
+    int rowmajor = 1;   /* (size-1 dims too: eager's strides there are observable) */
+    for (int d = 0; d < r; d++)
+        rowmajor &= st[d] == want[d];
+    if (rowmajor || lib != LIB_TORCH)
+        return lower_new_output_dt(lib, dt, n, r);
+    if (!empty_strided) {
+        PyObject *torch = PyImport_ImportModule("torch");   /* new */
+        PyObject *es = torch ? PyObject_GetAttrString(torch, "empty_strided") : NULL;   /* new */
+        Py_XDECREF(torch);
+        if (!es)
+            return NULL;
+        if (!(kw_dtype_only = Py_BuildValue("(s)", "dtype"))) {
+            Py_DECREF(es);
+            return NULL;
+        }
+        empty_strided = es;
+    }
+    PyObject *dto = dtype_to_py(dt, LIB_TORCH);   /* new */
+    PyObject *sz = dto ? sj_int64_tuple(n, r) : NULL, *sd = sz ? sj_int64_tuple(st, r) : NULL;   /* new */
+    PyObject *res = NULL;
+    if (sd) {
+        PyObject *args[3] = {sz, sd, dto};
+        res = PyObject_Vectorcall(empty_strided, args, 2, kw_dtype_only);
+    }
+    Py_XDECREF(dto);
+    Py_XDECREF(sz);
+    Py_XDECREF(sd);
+    return res;
+}
