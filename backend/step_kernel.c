@@ -255,6 +255,16 @@ static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t 
     for (int d = 0; d < r; d++)
         if (n[d] == 0)
             return 0;   /* no element to place (eager's strides there follow no one rule) */
+    /* inputs with torch's row-major strides (the common case) give row-major results
+     * under every rule: no program run */
+    int rowmajor = 1;
+    for (int32_t i = 0; i < k->nin && rowmajor; i++) {
+        int64_t want[SJ_MAX_RANK + 1];
+        lower_strides_in(ins[i].size, NULL, ins[i].ndim, want);
+        rowmajor = !memcmp(want, ins[i].stride, sizeof(int64_t) * (size_t)ins[i].ndim);
+    }
+    if (rowmajor)
+        return 0;
     if (!k->layout && !(k->layout = layout_build(g, k))) {
         PyErr_Clear();   /* out of memory: row-major, as before the program */
         return 0;

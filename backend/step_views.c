@@ -258,8 +258,8 @@ done:
 
 /* ------------------------------------------------------------------ run ---- */
 
-static PyObject *as_strided_fn, *str_storage_offset, *str_untyped_storage, *str_data_ptr_v,
-    *str_reshape;   /* strong, once */
+static PyObject *as_strided_fn, *str_storage_offset, *str_untyped_storage, *str_data_ptr_v, *str_reshape,
+    *str_contiguous;   /* strong, once */
 
 static int init_names(void)
 {
@@ -272,7 +272,8 @@ static int init_names(void)
     if (!(str_storage_offset = PyUnicode_InternFromString("storage_offset")) ||
         !(str_untyped_storage = PyUnicode_InternFromString("untyped_storage")) ||
         !(str_data_ptr_v = PyUnicode_InternFromString("data_ptr")) ||
-        !(str_reshape = PyUnicode_InternFromString("reshape")))
+        !(str_reshape = PyUnicode_InternFromString("reshape")) ||
+        !(str_contiguous = PyUnicode_InternFromString("contiguous")))
         return -1;
     as_strided_fn = PyObject_GetAttrString(libs.torch, "as_strided");
     return as_strided_fn ? 0 : -1;
@@ -434,16 +435,31 @@ static PyObject *recorded_view(const ViewChain *c, PyObject *base)
 /* Copy mode's run when the view's last dim is not contiguous in memory (a transpose:
  * patch embeddings' flatten(2).transpose(1, 2) before a reshape): torch's own copy
  * (vectorized, tiled, and threaded like the rest of eager) of the view made with
- * as_strided, then reshaped as the last node did. An element-at-a-time copy here measured
- * ten times slower (120 us against 12 us for 64K floats). New reference or NULL. */
+ * as_strided, then reshaped as the last node did; a view of the result's own shape (the
+ * chain ends in contiguous(): Speech2Text's transpose(1, 2).contiguous()) is copied by
+ * contiguous(), since reshape to the same shape would return the view itself. An
+ * element-at-a-time copy here measured ten times slower (120 us against 12 us for 64K
+ * floats). New reference or NULL. */
 static PyObject *copy_by_torch(ViewChain *c, PyObject *base)
 {
     PyObject *v = recorded_view(c, base);   /* new */
     if (!v)
         return NULL;
-    PyObject *shape = sj_int64_tuple(c->res_size, c->res_ndim);   /* new */
-    PyObject *r = shape ? PyObject_CallMethodOneArg(v, str_reshape, shape) : NULL;
-    Py_XDECREF(shape);
+    int same = (int)PyTuple_GET_SIZE(c->sizes) == c->res_ndim;
+    for (int d = 0; same && d < c->res_ndim; d++)
+        same = PyLong_AsLongLong(PyTuple_GET_ITEM(c->sizes, d)) == c->res_size[d];
+    if (PyErr_Occurred()) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    PyObject *r;
+    if (same) {
+        r = PyObject_CallMethodNoArgs(v, str_contiguous);
+    } else {
+        PyObject *shape = sj_int64_tuple(c->res_size, c->res_ndim);   /* new */
+        r = shape ? PyObject_CallMethodOneArg(v, str_reshape, shape) : NULL;
+        Py_XDECREF(shape);
+    }
     Py_DECREF(v);
     return r;
 }

@@ -422,3 +422,24 @@ def test_single_view_between_lowered_steps_is_lazy():
 
     made = _lazy_run(g, lambda: (torch.randn(6, 5),))
     assert _stats(made, "view_chains") == 0 and _stats(made, "view_chain_lazy") == 0
+
+
+def test_contiguous_of_a_transpose_is_contiguous_every_call():
+    """A chain ending in contiguous() whose view has its last dim strided is copied by torch
+    on the recorded calls: the copy is contiguous as eager's (Speech2Text's subsampler, whose
+    convolution then reads it as a plain source)."""
+    w = torch.randn(16, 8, 3) * 0.3
+
+    def f(x):
+        h = x.transpose(1, 2).contiguous()
+        return torch.nn.functional.conv1d(h, w, padding=1), x.transpose(1, 2).contiguous()
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend)
+    x = torch.randn(2, 20, 8)
+    for _ in range(3):
+        got, want = c(x), f(x)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+            assert g.is_contiguous() and g.stride() == e.stride()
+    assert _stats(made, "view_chain_copies") == 4 and _stats(made, "conv_fallbacks") == 0
