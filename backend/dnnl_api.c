@@ -351,15 +351,22 @@ static dnnl_status_t plain_desc(dnnl_memory_desc_t *d, int r, const int64_t *dim
     return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, by_rank[r]);
 }
 
-/* The caller's desc of an activation of rank r: plain, or NHWC when cl (rank 4). */
-static dnnl_status_t act_desc(dnnl_memory_desc_t *d, int r, const int64_t *dims, int cl)
+/* The caller's desc of rank r (an activation, or weights with grouped = 0 / 1): plain,
+ * or channels-last when cl: NWC, NHWC; OHWI weights, GOHWI grouped. */
+static dnnl_status_t cl_desc(dnnl_memory_desc_t *d, int r, const int64_t *dims, int cl, int weights)
 {
     if (!cl)
         return plain_desc(d, r, dims);
-    if (r != 4)
+    dnnl_format_tag_t tag = r == 3 && !weights  ? dnnl_acb
+                            : r == 4            ? dnnl_acdb
+                            : r == 5 && weights ? dnnl_abdec
+                                                : dnnl_format_tag_undef;
+    if (tag == dnnl_format_tag_undef)
         return dnnl_invalid_arguments;
-    dnnl_dims_t dd = {dims[0], dims[1], dims[2], dims[3]};
-    return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, dnnl_nhwc);
+    dnnl_dims_t dd;
+    for (int i = 0; i < r; i++)
+        dd[i] = dims[i];
+    return dnnl_memory_desc_init_by_tag(d, r, dd, dnnl_f32, tag);
 }
 
 /* A reorder from *from to *to, or NULL when they are the same layout. dnnl_unimplemented
@@ -554,8 +561,8 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
         if ((s = (call)) != dnnl_success) \
             goto done; \
     } while (0)
-    TRY(act_desc(&o->psrc, r, sd, key->src_cl), "src");
-    TRY(act_desc(&o->pdst, r, dd, key->dst_cl), "dst");
+    TRY(cl_desc(&o->psrc, r, sd, key->src_cl, 0), "src");
+    TRY(cl_desc(&o->pdst, r, dd, key->dst_cl, 0), "dst");
     TRY(plain_desc(&o->chan, r, cd), "channel operand");
     TRY(plain_desc(&o->vec, 1, &dd[1]), "vector");
     src = o->psrc;
@@ -564,7 +571,7 @@ void *dnnl_api_conv_create(const CvKey *key, int *ref_avoided, char *err, size_t
         dnnl_dims_t wdd;
         for (int i = 0; i < wr; i++)
             wdd[i] = wd[i];
-        TRY(plain_desc(&o->pwei, wr, wd), "plain weights");
+        TRY(cl_desc(&o->pwei, wr, wd, key->wei_cl, 1), "plain weights");
         /* oneDNN picks the layouts: its blocked kernels beat the plain-layout path */
         TRY(dnnl_memory_desc_init_by_tag(&src, r, o->psrc.dims, dnnl_f32, dnnl_format_tag_any), "src any");
         TRY(dnnl_memory_desc_init_by_tag(&dst, r, o->pdst.dims, dnnl_f32, dnnl_format_tag_any), "dst any");

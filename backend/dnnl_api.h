@@ -124,9 +124,10 @@ typedef struct {
     uint8_t alg;                      /* pooling: CV_POOL_*; batch norm: CV_BN_* bits */
     uint8_t npost;
     uint8_t post[CV_MAX_POST];        /* CvPostKind, in order */
-    uint8_t src_cl, dst_cl;           /* 2-D: the caller's source / result is channels-last
-                                         (NHWC in memory) instead of plain NCHW */
-    uint8_t pad[3];
+    uint8_t src_cl, dst_cl;           /* the caller's source / result is channels-last
+                                         (NHWC, or NWC for a 1-D source) instead of plain */
+    uint8_t wei_cl;                   /* 2-D convolution: the weights are OHWI in memory */
+    uint8_t pad[2];
     int32_t threads;                  /* omp_get_max_threads() when created */
     float eps;                        /* batch norm */
     int64_t n, c, oc, groups;         /* batch, input and output channels, groups */

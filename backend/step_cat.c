@@ -1,7 +1,8 @@
 /* Concatenation steps of the cpu backend: torch.cat / concat / concatenate and
  * numpy.concatenate of tensors of one kernel dtype (float32, float64, int64, int32, bool)
- * along one dim, written by a strided copy per input into its slice of a new contiguous
- * output (from the graph's buffer pool). Sizes are read at run time, so one plan serves
+ * along one dim, written by a strided copy per input into its slice of a new output:
+ * contiguous (from the graph's buffer pool), or channels-last when every input is (as
+ * eager's: a network's channels-last branches joined). Sizes are read at run time, so one plan serves
  * every size. Anything the plan or the run cannot take (mixed dtypes or ranks, numpy's
  * axis=None, out=, dtype=, sizes that do not match) runs the node eagerly, which gives
  * the library's own result or error.
@@ -121,8 +122,20 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     PyObject *res = NULL;   /* strong */
     Operand o;
     memset(&o, 0, sizeof o);
-    if (rc == 0 && !(res = lower_new_output_dt(s->lib, s->dt, osize, r)))
+    /* eager's result is channels-last when every input's strides count as channels-last
+     * (4-D torch tensors), else row-major; the copies then walk NHWC order */
+    int cl = rc == 0 && s->lib == LIB_TORCH && r == 4, perm[4];
+    for (int32_t i = 0; cl && i < s->nin; i++)
+        cl = lower_strides_like_cl(ops[i].size, ops[i].stride);
+    if (cl) {
+        int64_t st[4];
+        lower_nhwc_perm(perm);
+        lower_strides_in(osize, perm, 4, st);
+        if (!(res = lower_new_output_strided(LIB_TORCH, s->dt, osize, st, 4)))
+            rc = -1;
+    } else if (rc == 0 && !(res = lower_new_output_dt(s->lib, s->dt, osize, r))) {
         rc = -1;
+    }
     if (rc == 0)
         rc = lower_read_input_dt(res, s->lib, s->dt, &o);
     if (rc == 0) {
@@ -132,8 +145,18 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             ost[d] = o.stride[d];
         Py_BEGIN_ALLOW_THREADS for (int32_t i = 0; i < s->nin; i++)
         {
-            lower_copy_strided(o.data + at * ost[s->dim] * (int64_t)item, ost, ops[i].data, ops[i].stride, ops[i].size,
-                               r, item);
+            char *to = o.data + at * ost[s->dim] * (int64_t)item;
+            if (cl) {   /* the dims in memory order: each pixel's channels one memcpy */
+                int64_t pd[4], ps[4], pn[4];
+                for (int d = 0; d < 4; d++) {
+                    pd[d] = ost[perm[d]];
+                    ps[d] = ops[i].stride[perm[d]];
+                    pn[d] = ops[i].size[perm[d]];
+                }
+                lower_copy_strided(to, pd, ops[i].data, ps, pn, 4, item);
+            } else {
+                lower_copy_strided(to, ost, ops[i].data, ops[i].stride, ops[i].size, r, item);
+            }
             at += ops[i].size[s->dim];
         }
         Py_END_ALLOW_THREADS s->calls++;

@@ -301,6 +301,10 @@ static int plan_node(Graph *g, int32_t ni, ConvStep *s)
             const_bool(b, "ceil_mode", 0, &s->ceil_mode) || const_bool(b, "return_indices", 0, &ret_idx) || ret_idx ||
             const_bool(b, "count_include_pad", 1, &s->include_pad))
             return 1;
+        /* a divisor_override is not oneDNN's: those poolings run eagerly */
+        const BoundArg *dv = ba_get(b, "divisor_override");
+        if (dv && dv->kind != BA_ABSENT && !(dv->kind == BA_CONST && dv->value == Py_None))
+            return 1;
         const BoundArg *sa = ba_get(b, "stride");
         if (!sa || (sa->kind == BA_CONST && (PyTuple_Check(sa->value) || PyList_Check(sa->value)) &&
                     PySequence_Fast_GET_SIZE(sa->value) == 0)) {
@@ -729,13 +733,17 @@ static int read_raw(PyObject **vals, int32_t v, int r, Operand *o)
     return rc ? rc : r >= 0 && o->ndim != r;
 }
 
-/* 1 when o is dense row-major, or dense channels-last (NHWC in memory, rank 4) when cl. */
+/* 1 when o is dense row-major, or dense channels-last when cl: NHWC (rank 4) or NWC
+ * (rank 3). */
 static int dense_as(const Operand *o, int cl)
 {
+    static const int nwc[3] = {0, 2, 1};
     int perm[4];
-    if (cl && o->ndim != 4)
-        return 0;
-    return lower_dense_in(o->size, o->stride, cl ? (lower_nhwc_perm(perm), perm) : NULL, o->ndim);
+    if (!cl)
+        return lower_dense_in(o->size, o->stride, NULL, o->ndim);
+    if (o->ndim == 4)
+        return lower_nhwc_perm(perm), lower_dense_in(o->size, o->stride, perm, 4);
+    return o->ndim == 3 && lower_dense_in(o->size, o->stride, nwc, 3);
 }
 
 /* Reads value v as a float32 tensor of rank r, dense in the layout cl says (dense_as). */
@@ -750,16 +758,17 @@ static int read_dense(PyObject **vals, int32_t v, int r, Operand *o)
     return read_in(vals, v, r, 0, o);
 }
 
-/* Reads an activation (a source) of rank r in the layout torch sees in it: *cl is 1 when
- * its strides count as channels-last (4-D; it must then be dense NHWC), else it must be
- * dense row-major. */
-static int read_act(PyObject **vals, int32_t v, int r, Operand *o, int *cl)
+/* Reads a source or weights of rank r in the dense layout its memory has: *cl 0 row-major
+ * (also when channels-last describes the same memory), 1 channels-last (NHWC or OHWI at
+ * rank 4, NWC at rank 3 when nwc). Which layout the result takes is torch's rule, apart
+ * from this (step_conv_run). */
+static int read_any(PyObject **vals, int32_t v, int r, int nwc, Operand *o, int *cl)
 {
     int rc = read_raw(vals, v, r, o);
     if (rc)
         return rc;
-    *cl = o->ndim == 4 && lower_strides_like_cl(o->size, o->stride);
-    return !dense_as(o, *cl);
+    *cl = !dense_as(o, 0);
+    return *cl && !((o->ndim == 4 || (o->ndim == 3 && nwc)) && dense_as(o, 1));
 }
 
 /* A [n] vector operand (contiguous). */
@@ -1119,18 +1128,24 @@ int step_conv_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     memset(&key, 0, sizeof key);
     memset(&args, 0, sizeof args);
     memset(&w, 0, sizeof w);
-    int xcl;
-    if ((rc = read_act(vals, s->x, s->rank, &x, &xcl)))
+    int xcl, wcl = 0;
+    if ((rc = read_any(vals, s->x, s->rank, s->sp == 1, &x, &xcl)))
         goto done;
-    if (s->w >= 0 && (rc = read_dense(vals, s->w, s->sp + 2, &w)))
+    if (s->w >= 0 && (rc = read_any(vals, s->w, s->sp + 2, 0, &w, &wcl)))
         goto done;
     if ((rc = fill_key(s, &x, &w, &key)))
         goto done;
-    /* torch's layout rule: a channels-last source, or weights laid out channels-last (read
-     * here only when also row-major: 1x1 kernels), give a channels-last result */
+    /* the result's layout is eager's: a convolution's or a pooling's is channels-last when
+     * torch counts the source's strides, or the weights', as channels-last; a batch norm's
+     * whenever its source is not row-major (batch_norm_cpu) */
     key.src_cl = (uint8_t)xcl;
-    key.dst_cl = (uint8_t)(xcl || (s->w >= 0 && w.ndim == 4 && lower_strides_like_cl(w.size, w.stride)));
-    if (key.dst_cl && s->rank != 4) {   /* an unbatched source: eager's strides there are its own */
+    key.wei_cl = (uint8_t)wcl;
+    if (s->op == OP_BATCH_NORM)
+        key.dst_cl = (uint8_t)xcl;
+    else
+        key.dst_cl = (uint8_t)((x.ndim == 4 && lower_strides_like_cl(x.size, x.stride)) ||
+                               (s->w >= 0 && w.ndim == 4 && lower_strides_like_cl(w.size, w.stride)));
+    if (key.dst_cl && s->rank != 4) {   /* an unbatched source, a 1-D batch norm: eager's own strides */
         rc = 1;
         goto done;
     }

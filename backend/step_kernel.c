@@ -23,8 +23,10 @@
 
 /* Eager lays out each pointwise op's result by TensorIterator's rule (the inputs' memory
  * order: a transposed input gives a transposed result, channels-last gives channels-last,
- * the first input decides where inputs differ), except masked_fill (a row-major clone)
- * and clone / to(dtype) (the input's own layout kept when it is dense). A fused kernel
+ * the first input decides where inputs differ), except masked_fill (a row-major clone),
+ * a number to a tensor's power (row-major), and clone, to(dtype), hardtanh and relu6
+ * (empty_like: the input's own layout when dense, else dense in its order); inputs of
+ * another dtype count as their converted copies. A fused kernel
  * gives each result the layout eager's chain of ops would: the first call reads its
  * nodes into a small program (KernelLayout), and each call runs it over the inputs'
  * sizes and strides (a few loops over at most SJ_MAX_RANK dims per node). The loops then
@@ -32,16 +34,14 @@
  * where it sits. Not for a kernel reading rotate_half (its last dim is an index) or for
  * numpy's (row-major results: numpy's order 'K' is not followed). */
 
-#define LAYOUT_MAX_SLOTS \
-    96   /* inputs + nodes a program tracks; a bigger kernel's results
-                                 take the inputs' rule at once (result_layout) */
-
 enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL };
 
 typedef struct {
     uint8_t rule;      /* LR_* */
     uint8_t scalar;    /* a Python number among its operands: TensorIterator's general path */
     uint8_t nops;
+    uint8_t cast;      /* bit i: operand i is converted to the op's dtype first (a dense copy,
+                          laid out as a clone: TensorIterator casts CPU inputs) */
     int16_t ops[3];    /* slots of its tensor operands, in TensorIterator's order */
 } NodeLayout;
 
@@ -96,8 +96,6 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
         PyErr_NoMemory();
         return NULL;
     }
-    if (k->nin + k->nnodes > LAYOUT_MAX_SLOTS)
-        return L;
     for (int32_t j = 0; j < k->nnodes; j++) {
         int32_t ni = k->nodes[j];
         NodeLayout *x = &L->node[j];
@@ -107,7 +105,12 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
             return L;
         }
         int op = g->nodes[ni].op;
-        int rule = op == OP_MASKED_FILL ? LR_ROW : op == OP_CLONE || op == OP_CAST ? asked_format(g, ni) : LR_TI;
+        /* masked_fill clones row-major; a number raised to a tensor's power (pow.Scalar) is
+         * made row-major; clone, casts, hardtanh and relu6 are empty_like(input) */
+        int rule = op == OP_MASKED_FILL || (op == OP_POW && nl.x[0] && nl.x[0]->kind != ARG_VALUE) ? LR_ROW
+                   : op == OP_CLONE || op == OP_CAST                                               ? asked_format(g, ni)
+                   : op == OP_HARDTANH || op == OP_RELU6                                           ? LR_PRESERVE
+                                                                                                   : LR_TI;
         if (rule < 0)
             return L;
         x->rule = (uint8_t)rule;
@@ -121,6 +124,9 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
                 int sl = slot_of(g, k, j, a->a);
                 if (sl < 0)
                     return L;
+                DType want = op == OP_WHERE && order[s] == 2 ? DT_BOOL : nl.ct;
+                if (rule == LR_TI && (DType)g->values[a->a].meta.dtype != want)
+                    x->cast |= (uint8_t)(1u << x->nops);
                 x->ops[x->nops++] = (int16_t)sl;
             } else if (op != OP_POW) {   /* pow's number exponent is no operand of its loop */
                 x->scalar = 1;
@@ -163,14 +169,45 @@ static int dense_any(const int64_t *size, const int64_t *st, int nd)
     return lower_dense_in(size, st, perm, nd);
 }
 
-/* The result of one node from its operands' layouts (the rules above). */
-static void node_result(const NodeLayout *x, const SlotLayout *sl, int r, SlotLayout *res)
+/* The strides empty_like(preserve_format) gives a tensor of (size, st), rank nd: its own
+ * when it is dense, else dense ones in its dims' order (TensorIterator's comparison over
+ * it alone). */
+static void preserved(const int64_t *size, const int64_t *st, int nd, int64_t *out)
 {
+    if (dense_any(size, st, nd)) {
+        memcpy(out, st, sizeof(int64_t) * (size_t)nd);
+        return;
+    }
+    int perm[SJ_MAX_RANK + 1];
+    const int64_t *one[1] = {st};
+    lower_ti_perm(size, nd, one, 1, perm);
+    int64_t at = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        out[perm[i]] = at;
+        at *= size[perm[i]];
+    }
+}
+
+/* The result of one node from its operands' layouts (the rules above). */
+static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLayout *res)
+{
+    /* operands a cast converts first: laid out as their clones */
+    SlotLayout conv[3];
+    const SlotLayout *opl[3];
+    for (int i = 0; i < x->nops; i++) {
+        opl[i] = &in[x->ops[i]];
+        if (x->cast >> i & 1) {
+            conv[i] = *opl[i];
+            int off = r - conv[i].nd;
+            preserved(conv[i].size + off, opl[i]->st + off, conv[i].nd, conv[i].st + off);
+            opl[i] = &conv[i];
+        }
+    }
     int nd = 0;
     for (int d = 0; d < r; d++)
         res->size[d] = 1;
     for (int i = 0; i < x->nops; i++) {
-        const SlotLayout *o = &sl[x->ops[i]];
+        const SlotLayout *o = opl[i];
         nd = o->nd > nd ? o->nd : nd;
         for (int d = 0; d < r; d++)
             if (o->size[d] != 1)
@@ -187,23 +224,20 @@ static void node_result(const NodeLayout *x, const SlotLayout *sl, int r, SlotLa
         lower_strides_in(size, NULL, nd, st);
         return;
     }
-    const SlotLayout *a = &sl[x->ops[0]];
+    const SlotLayout *a = opl[0];
     if (rule == LR_CL || rule == LR_ROW) {
         lower_strides_in(size, rule == LR_CL && nd == 4 ? nhwc : NULL, nd, st);
         return;
     }
     if (rule == LR_PRESERVE) {   /* empty_like(preserve_format) */
-        if (dense_any(size, a->st + off, nd))
-            memcpy(st, a->st + off, sizeof(int64_t) * (size_t)nd);
-        else
-            lower_strides_in(size, nd == 4 && lower_strides_like_cl(size, a->st + off) ? nhwc : NULL, nd, st);
+        preserved(size, a->st + off, nd, st);
         return;
     }
     /* TensorIterator: its fast cases when every operand has the result's shape and no
      * number is among them */
     int same = !scalar, row = 1, cl = nd == 4, one = 1, dense = 1;
     for (int i = 0; i < x->nops && same; i++) {
-        const SlotLayout *o = &sl[x->ops[i]];
+        const SlotLayout *o = opl[i];
         if (o->nd != nd || memcmp(o->size + off, size, sizeof(int64_t) * (size_t)nd)) {
             same = 0;
             break;
@@ -225,7 +259,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *sl, int r, SlotLa
     int64_t rows[3][SJ_MAX_RANK + 1];
     const int64_t *rp[3];
     for (int i = 0; i < x->nops; i++) {
-        const SlotLayout *o = &sl[x->ops[i]];
+        const SlotLayout *o = opl[i];
         for (int d = 0; d < nd; d++) {
             int sd = off + d;
             rows[i][d] = r - sd > o->nd || (o->size[sd] == 1 && size[d] != 1) ? 0 : o->st[sd];
@@ -270,9 +304,13 @@ static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t 
         return 0;
     }
     const KernelLayout *L = k->layout;
-    SlotLayout sl[LAYOUT_MAX_SLOTS];
     if (!L->ok)
         return 0;
+    SlotLayout stack[32], *sl = stack;   /* inputs, then each node's result */
+    if (k->nin + k->nnodes > 32 && !(sl = PyMem_Malloc(sizeof *sl * (size_t)(k->nin + k->nnodes)))) {
+        PyErr_Clear();
+        return 0;
+    }
     for (int32_t i = 0; i < k->nin; i++) {
         const Operand *o = &ins[i];
         SlotLayout *s = &sl[i];
@@ -285,21 +323,23 @@ static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t 
     }
     for (int32_t j = 0; j < k->nnodes; j++)
         node_result(&L->node[j], sl, r, &sl[k->nin + j]);
-    int any = 0, walk = -1;
-    for (int32_t o = 0; o < k->nout; o++) {
-        const SlotLayout *s = &sl[L->out_slot[o]];
-        if (s->nd != r || memcmp(s->size, n, sizeof(int64_t) * (size_t)r))
-            return 0;   /* a result smaller than the space: the plan's row-major layout */
+    int any = 0, full = 1;
+    for (int32_t o = 0; o < k->nout && full; o++) {
+        const SlotLayout *sr = &sl[L->out_slot[o]];
+        if (sr->nd != r || memcmp(sr->size, n, sizeof(int64_t) * (size_t)r)) {
+            full = 0;   /* a result smaller than the space: the plan's row-major layout */
+            break;
+        }
         int64_t rm[SJ_MAX_RANK + 1];
         lower_strides_in(n, NULL, r, rm);
-        any |= memcmp(rm, s->st, sizeof(int64_t) * (size_t)r) != 0;
-        memcpy(&ost[o * r], s->st, sizeof(int64_t) * (size_t)r);
-        if (walk < 0)
-            walk = (int)o;
+        any |= memcmp(rm, sr->st, sizeof(int64_t) * (size_t)r) != 0;
+        memcpy(&ost[o * r], sr->st, sizeof(int64_t) * (size_t)r);
     }
-    if (!any)
+    if (sl != stack)
+        PyMem_Free(sl);
+    if (!full || !any)
         return 0;
-    stride_order(n, &ost[walk * r], r, perm);
+    stride_order(n, ost, r, perm);   /* the first result's memory order */
     return 1;
 }
 

@@ -96,14 +96,62 @@ def test_ambiguous_layouts_follow_torch(shape):
         _run(lambda x, wt: F.conv2d(x, wt), x, wt)
 
 
-def test_channels_last_weights():
-    x = torch.randn(2, 4, 9, 9)
-    w1 = torch.randn(6, 4, 1, 1).to(memory_format=CL)   # also row-major: read as it is
-    made = _run(lambda x, wt: F.conv2d(x, wt), x, w1)
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("k", [1, 3])
+def test_channels_last_weights(groups, k):
+    """`model.to(memory_format=torch.channels_last)` lays the weights out OHWI: read as
+    they are (GOHWI grouped), and the result is channels-last whatever the source."""
+    w = (torch.randn(8, 8 // groups, k, k) * 0.3).to(memory_format=CL)
+    for x in (torch.randn(2, 8, 9, 9), torch.randn(2, 8, 9, 9).to(memory_format=CL)):
+        made = _run(lambda x, wt: F.conv2d(x, wt, padding=k // 2, groups=groups), x, w)
+        assert _stats(made, "conv_fallbacks") == 0
+
+
+def test_channels_last_module_with_folds():
+    """A whole block converted with .to(memory_format=torch.channels_last): weights and
+    batch-norm folds in OHWI."""
+    conv = nn.Conv2d(6, 12, 3, padding=1, bias=False).to(memory_format=CL)
+    bn = _bn(12, 5)
+    x = torch.randn(2, 6, 10, 10).to(memory_format=CL)
+    with torch.no_grad():
+        made = _run(lambda x: torch.relu(bn(conv(x))), x)
+    assert _stats(made, "conv_fallbacks") == 0 and _stats(made, "conv_fused") >= 2
+
+
+def test_sources_dense_in_another_order_than_torch_names():
+    """A batch-1 source whose memory is NHWC but whose batch stride makes torch call it
+    row-major (Segformer's (1, HW, C).transpose(1, 2).reshape(1, C, H, W)): read as NHWC,
+    the result row-major as eager's; conv1d over (B, L, C).transpose(1, 2): read as NWC."""
+    torch.manual_seed(0)
+    xb = torch.randn(1, 80, 8).transpose(1, 2).reshape(1, 8, 8, 10)
+    made = _run(lambda x, wt: F.conv2d(x, wt, padding=1), xb, torch.randn(4, 8, 3, 3) * 0.3)
     assert _stats(made, "conv_fallbacks") == 0
-    w3 = torch.randn(6, 4, 3, 3).to(memory_format=CL)   # not row-major: eager
-    made = _run(lambda x, wt: F.conv2d(x, wt), x, w3)
-    assert _stats(made, "conv_fallbacks") == 2
+    xt = torch.randn(2, 20, 8).transpose(1, 2)
+    made = _run(lambda x, wt, b: F.conv1d(x, wt, b, padding=1, stride=2), xt, torch.randn(6, 8, 3) * 0.3,
+                torch.randn(6))
+    assert _stats(made, "conv_fallbacks") == 0
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 4, 4), (2, 8, 1, 1), (3, 8, 1, 1), (2, 8, 4, 4)])
+def test_batch_norm_layout_is_batch_norms(shape):
+    """Eager's batch norm is row-major whenever its source is (even when channels-last
+    describes the same memory), else channels-last."""
+    bn = _bn(shape[1], 6)
+    with torch.no_grad():
+        for x in (torch.randn(shape), torch.randn(shape).to(memory_format=CL),
+                  torch.randn(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)):
+            made = _run(bn, x)
+            assert _stats(made, "conv_fallbacks") == 0
+
+
+def test_avg_pool_divisor_override_runs_eagerly():
+    x = torch.randn(2, 3, 6, 6)
+    for fn in (lambda x: F.avg_pool2d(x, 2, divisor_override=3), lambda x: F.avg_pool2d(x, 3, 1, 1, divisor_override=2)):
+        backend, made = _lowering()
+        compiled = shapejit.compile(fn, backend=backend)
+        for _ in range(2):
+            _same(compiled(x), fn(x))
+        assert _stats(made, "conv_steps") == 0
 
 
 def test_not_dense_runs_eagerly():
@@ -213,3 +261,15 @@ def test_post_ops_after_the_primitive_channels_last():
     calls, fallbacks, after = (int(v) for v in line.split()[1:])
     assert calls == 2 and fallbacks == 0
     assert after == 2, "the list was fused: this test no longer reaches the after-primitive path"
+
+
+def test_cat_of_channels_last_results():
+    """Branches joined by torch.cat: channels-last when every input is (eager's rule), else
+    row-major; values as eager's either way."""
+    c1, c2 = nn.Conv2d(8, 4, 3, padding=1), nn.Conv2d(8, 4, 1)
+    x = torch.randn(2, 8, 6, 6).to(memory_format=CL)
+    with torch.no_grad():
+        made = _run(lambda x: torch.cat([c1(x), c2(x)], 1), x)
+        assert _stats(made, "cat_calls") == 2 and _stats(made, "conv_fallbacks") == 0
+        _run(lambda x: torch.cat([c1(x), c2(x)], 2), x)
+        _run(lambda x, y: torch.cat([c1(x), y], 1), x, torch.randn(2, 3, 6, 6))   # mixed: row-major

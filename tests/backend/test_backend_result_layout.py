@@ -145,3 +145,39 @@ def test_numpy_transposed_input_values():
     backend, made = _lowering()
     got = shapejit.compile(lambda a: a * 2.0 + 1.0, backend=backend)(a)
     np.testing.assert_allclose(got, a * 2.0 + 1.0, rtol=1e-6)
+
+
+def test_ops_with_their_own_layout_rule():
+    """Ops eager does not lay out by TensorIterator's rule alone: clone and casts of a
+    non-dense input (dense in its order), operands of another dtype (converted first, so
+    an expanded one counts as dense), a number to a tensor's power (row-major), relu6 and
+    hardtanh (empty_like of the input), and a kernel of more than a few dozen nodes."""
+    strided = torch.randn(6, 4)[::2].t()
+    _check(lambda x: (x.to(torch.float64) * 2, x.clone() + 1), strided)
+    _check(lambda b, x: b * x + 1, torch.randn(2).expand(5, 2), torch.randn(2, 5, dtype=torch.float64).t())
+    _check(lambda i, x: i / x, torch.randint(0, 5, (3,)).expand(4, 3), torch.randn(3, 4).t())
+    cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    _check(lambda x: 2 ** (x * 1), torch.randn(4, 3).t())
+    _check(lambda x: 2 ** (x * 1), cl)
+    _check(lambda x: torch.nn.functional.relu6(x * 1), torch.randn(3, 1, 4).as_strided((3, 1, 4), (4, 1, 1)))
+    _check(lambda x: torch.nn.functional.hardtanh(x.t() + 0), torch.randn(4, 6))
+
+    def long_chain(x):
+        for _ in range(60):
+            x = x * 1.001 + 0.001
+        return x
+    _check(long_chain, cl)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mixed_dtypes_and_expanded_random(seed):
+    rng = random.Random(3000 + seed)
+    shape = _random_shape(rng, rng.randint(2, 4))
+    a = _random_layout(rng, shape)
+    b = _random_layout(rng, [s if rng.random() < 0.5 else 1 for s in shape]).expand(*shape)
+    if rng.random() < 0.5:
+        b = b.to(torch.float64)
+    c = _random_layout(rng, shape).to(rng.choice([torch.float64, torch.int64, torch.float32]))
+    fn = rng.choice([lambda a, b, c: a * b + c, lambda a, b, c: (c - b) * a, lambda a, b, c: torch.where(a > 0, b, c),
+                     lambda a, b, c: (a.to(torch.float64) + b.clone(), c.clone() * 2)])
+    _check(fn, a, b, c)
