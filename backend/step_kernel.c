@@ -26,13 +26,15 @@
  * the first input decides where inputs differ), except masked_fill (a row-major clone),
  * a number to a tensor's power (row-major), and clone, to(dtype), hardtanh and relu6
  * (empty_like: the input's own layout when dense, else dense in its order); inputs of
- * another dtype count as their converted copies. A fused kernel
- * gives each result the layout eager's chain of ops would: the first call reads its
- * nodes into a small program (KernelLayout), and each call runs it over the inputs'
- * sizes and strides (a few loops over at most SJ_MAX_RANK dims per node). The loops then
- * walk the first full-size result's memory order: a pointwise element does not depend on
- * where it sits. Not for a kernel reading rotate_half (its last dim is an index) or for
- * numpy's (row-major results: numpy's order 'K' is not followed). */
+ * another dtype count as their converted copies. A fused kernel gives each result the
+ * layout eager's chain of ops would: the first call that has an input not row-major reads
+ * its nodes into a small program (KernelLayout), and such calls run it over the inputs'
+ * sizes and strides (a few loops over at most SJ_MAX_RANK dims per node; row-major inputs
+ * give row-major results under every rule, so the common call runs nothing). The loops
+ * then walk the first result's memory order: a pointwise element does not depend on
+ * where it sits. Not for a kernel reading rotate_half (its last dim is an index), one
+ * whose results are smaller than its space (a reduction's), or numpy's (row-major
+ * results: numpy's order 'K' is not followed). */
 
 enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL };
 
@@ -46,7 +48,7 @@ typedef struct {
 } NodeLayout;
 
 typedef struct KernelLayout {
-    int ok;                              /* 0: no program (the inputs' rule at once) */
+    int ok;                              /* 0: no program (a node it cannot read): row-major */
     int16_t out_slot[SJ_KMAX_OPERANDS];  /* each output's slot */
     NodeLayout node[];                   /* node j's result is slot nin + j */
 } KernelLayout;

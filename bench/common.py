@@ -42,7 +42,14 @@ THREAD_ENV_VARS = (
 RECORDED_ENV_VARS = THREAD_ENV_VARS + (
     "OPENBLAS_CORETYPE", "XLA_FLAGS", "TORCHINDUCTOR_CACHE_DIR", "TORCH_LOGS",
     "KMP_AFFINITY", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "PYTHONHASHSEED", "SHAPEJIT_CPU_TARGET",
+    *"ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS ATEN_CPU_CAPABILITY".split(),   # ISA caps
 )
+
+# The ISA caps that make an AVX-512 machine measure like an AVX2 one: each library that
+# dispatches on the CPU is held to AVX2 (MKL, eager's matmuls on Intel CPUs, would
+# otherwise keep its AVX-512 kernels while the rest drops to AVX2).
+ISA_CAP_VARS = ("SHAPEJIT_CPU_TARGET", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY",
+                "OPENBLAS_CORETYPE")
 
 
 # --------------------------------------------------------------------------- set-up
@@ -250,6 +257,7 @@ def facts_lines(facts: dict) -> list[str]:
         f"isa: avx2={facts['avx2']} avx512={facts['avx512']} ({' '.join(facts['avx512_flags']) or '-'}) "
         f"amx={facts['amx']} torch_cpu_capability={facts.get('torch_cpu_capability', '?')}",
         f"OPENBLAS_CORETYPE={facts['OPENBLAS_CORETYPE']}  numpy_blas={facts.get('numpy_blas', '?')}",
+        "isa caps: " + (" ".join(f"{k}={facts['env'][k]}" for k in ISA_CAP_VARS if k in facts["env"]) or "(none)"),
         "versions: " + " ".join(f"{k}={val}" for k, val in v.items()),
         f"platform: {facts['platform']}  load average (1/5/15 min) at start: {facts.get('loadavg', '?')}",
     ]
