@@ -47,6 +47,27 @@ int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, 
     return 1;
 }
 
+int lower_dense_any(const int64_t *size, const int64_t *stride, int r)
+{
+    int perm[SJ_MAX_RANK + 1], n = 0;
+    for (int i = 0; i < r; i++)   /* size-1 (and empty) dims place nothing */
+        if (size[i] >= 2)
+            perm[n++] = i;
+    for (int i = 1; i < n; i++)   /* by stride, innermost first */
+        for (int k = i; k > 0 && stride[perm[k - 1]] > stride[perm[k]]; k--) {
+            int t = perm[k];
+            perm[k] = perm[k - 1];
+            perm[k - 1] = t;
+        }
+    int64_t want = 1;
+    for (int i = 0; i < n; i++) {
+        if (stride[perm[i]] != want)
+            return 0;
+        want *= size[perm[i]];
+    }
+    return 1;
+}
+
 void lower_strides_in(const int64_t *size, const int *perm, int r, int64_t *stride)
 {
     int64_t at = 1;
@@ -111,6 +132,19 @@ int lower_ti_perm(const int64_t *n, int r, const int64_t *const *st, int nops, i
         ident &= perm[i] == i;
     }
     return !ident;
+}
+
+void lower_preserved_strides(const int64_t *size, const int64_t *stride, int r, int64_t *out)
+{
+    if (lower_dense_any(size, stride, r)) {
+        memcpy(out, stride, sizeof(int64_t) * (size_t)r);
+        return;
+    }
+    /* infer_dense_strides: TensorIterator's order over this tensor alone */
+    int perm[SJ_MAX_RANK + 1];
+    const int64_t *one[1] = {stride};
+    lower_ti_perm(size, r, one, 1, perm);
+    lower_strides_in(size, perm, r, out);
 }
 
 static PyObject *empty_strided, *kw_dtype_only;   /* strong, on first use */

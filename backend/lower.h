@@ -244,6 +244,9 @@ typedef enum { LK_SAME, LK_SELECT, LK_CMP, LK_LOGIC } LowerKind;
 /* What recomputing an op costs (lower.def's COST column). */
 typedef enum { LR_CHEAP, LR_COSTLY } LowerCost;
 
+/* How eager lays out an op's torch result (lower.def's LAYOUT column). */
+typedef enum { LL_TI, LL_ROW, LL_LIKE, LL_TI_NUMBASE } LowerLayout;
+
 /* The expression columns of lower.def: the class of the type a node computes in. */
 typedef enum { LC_F32 = 0, LC_F64, LC_INT, LC_BOOL, LC_COUNT } LowerClass;
 
@@ -252,6 +255,7 @@ typedef struct {
     int nin;
     LowerKind kind;
     LowerCost cost;
+    LowerLayout layout;
     const char *expr[LC_COUNT];   /* "" where the class stays eager */
     const char *pname[2];
     double pdefault[2];

@@ -189,6 +189,13 @@ int lower_strides_like_cl(const int64_t *size, const int64_t *stride);
 /* 1 when (size, stride) of rank r is dense in the dim order perm (outermost first; NULL:
  * row-major), size-1 dims ignored. */
 int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, int r);
+/* 1 when (size, stride) of rank r is dense in some dim order, without overlap (torch's
+ * is_non_overlapping_and_dense; size-1 dims do not count). */
+int lower_dense_any(const int64_t *size, const int64_t *stride, int r);
+/* The strides empty_like(preserve_format) gives a tensor of (size, stride), rank r: its
+ * own when it is dense in some order, else dense ones in its dims' order (torch's
+ * infer_dense_strides). */
+void lower_preserved_strides(const int64_t *size, const int64_t *stride, int r, int64_t *out);
 /* The dense strides of sizes in dim order perm (NULL: row-major), as torch makes them
  * (a size-1 dim takes the stride of the dims inside it). */
 void lower_strides_in(const int64_t *size, const int *perm, int r, int64_t *stride);

@@ -17,8 +17,8 @@
 
 static const LowerRow rows[OP_COUNT] = {
 #define SJ_INF __builtin_inf()
-#define X(op, nin, kind, cost, f32, f64, i, b, p0, d0, p1, d1) \
-    [op] = {nin, kind, cost, {f32, f64, i, b}, {p0, p1}, {d0, d1}},
+#define X(op, nin, kind, cost, layout, f32, f64, i, b, p0, d0, p1, d1) \
+    [op] = {nin, kind, cost, layout, {f32, f64, i, b}, {p0, p1}, {d0, d1}},
 #include "lower.def"
 #undef X
 #undef SJ_INF
@@ -31,7 +31,7 @@ static const LowerRow *lower_row(OpId op)
 
 /* The kind column as lower.def spells it ("LK_SAME"), for _C._lower_rows only. */
 static const char *const kind_spelling[OP_COUNT] = {
-#define X(op, nin, kind, cost, f32, f64, i, b, p0, d0, p1, d1) [op] = #kind,
+#define X(op, nin, kind, cost, layout, f32, f64, i, b, p0, d0, p1, d1) [op] = #kind,
 #include "lower.def"
 #undef X
 };

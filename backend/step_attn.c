@@ -244,60 +244,6 @@ static void as4(const Operand *o, int rank, int64_t *dims, int64_t *st)
     }
 }
 
-/* 1 when dims/st (rank r) are dense and without overlap in some order (torch's
- * is_non_overlapping_and_dense: size-1 dims do not count). */
-static int dense(const int64_t *dims, const int64_t *st, int r)
-{
-    int perm[4], n = 0;
-    for (int i = 0; i < r; i++)
-        if (dims[i] >= 2)
-            perm[n++] = i;
-    for (int i = 1; i < n; i++)
-        for (int k = i; k > 0 && st[perm[k - 1]] > st[perm[k]]; k--) {
-            int t = perm[k];
-            perm[k] = perm[k - 1];
-            perm[k - 1] = t;
-        }
-    int64_t want = 1;
-    for (int i = 0; i < n; i++) {
-        if (st[perm[i]] != want)
-            return 0;
-        want *= dims[perm[i]];
-    }
-    return 1;
-}
-
-/* Dense strides in the order of st (torch's infer_dense_strides, which empty_like uses for
- * a tensor that is not dense): dims sorted innermost first by stride, a stride-0 dim
- * ambiguous (it keeps its place), equal strides put the smaller size inside. */
-static void dense_like(const int64_t *dims, const int64_t *st, int r, int64_t *out)
-{
-    int perm[4];
-    for (int i = 0; i < r; i++)
-        perm[i] = r - 1 - i;
-    for (int i = 1; i < r; i++) {
-        int d1 = i;
-        for (int d0 = i - 1; d0 >= 0; d0--) {
-            int64_t s0 = st[perm[d0]], s1 = st[perm[d1]];
-            int cmp = s0 == 0 || s1 == 0 ? 0 : s0 < s1 ? -1 : s0 > s1 ? 1 : dims[perm[d0]] > dims[perm[d1]];
-            if (cmp > 0) {
-                int t = perm[d0];
-                perm[d0] = perm[d1];
-                perm[d1] = t;
-                d1 = d0;
-            } else if (cmp < 0) {
-                break;
-            }
-        }
-    }
-    int64_t cur = 1;
-    for (int i = 0; i < r; i++) {
-        out[perm[i]] = cur;
-        if (dims[perm[i]] > 1)
-            cur *= dims[perm[i]];
-    }
-}
-
 /* A (batch, heads) pair of dims that one stride walks (heads stride h, batch stride h * nh,
  * or a single batch): the two can be one dim of nb * nh. */
 static int merges(const int64_t *dims, const int64_t *st)
@@ -346,10 +292,8 @@ static PyObject *new_result(const struct AttnStep *s, const Operand *op, const P
     const Operand *qo = &op[0];
     int r = s->rank, flash = flash_shaped(s, op, pb);
     int64_t st[4], want = 1;
-    if (flash && dense(qo->size, qo->stride, r))
-        memcpy(st, qo->stride, sizeof st);
-    else if (flash)
-        dense_like(qo->size, qo->stride, r, st);
+    if (flash)   /* empty_like(q) */
+        lower_preserved_strides(qo->size, qo->stride, r, st);
     int contiguous = 1;
     for (int i = r - 1; i >= 0; i--) {
         if (!flash)

@@ -21,21 +21,22 @@
 
 /* ------------------------------------------------------- result layout ---- */
 
-/* Eager lays out each pointwise op's result by TensorIterator's rule (the inputs' memory
- * order: a transposed input gives a transposed result, channels-last gives channels-last,
- * the first input decides where inputs differ), except masked_fill (a row-major clone),
- * a number to a tensor's power (row-major), and clone, to(dtype), hardtanh and relu6
- * (empty_like: the input's own layout when dense, else dense in its order); inputs of
- * another dtype count as their converted copies. A fused kernel gives each result the
- * layout eager's chain of ops would: the first call that has an input not row-major reads
- * its nodes into a small program (KernelLayout), and such calls run it over the inputs'
- * sizes and strides (a few loops over at most SJ_MAX_RANK dims per node; row-major inputs
- * give row-major results under every rule, so the common call runs nothing). The loops
- * then walk the first result's memory order: a pointwise element does not depend on
- * where it sits. Not for a kernel reading rotate_half (its last dim is an index), one
- * whose results are smaller than its space (a reduction's), or numpy's (row-major
- * results: numpy's order 'K' is not followed). */
+/* Eager lays out each pointwise op's result by the rule lower.def's LAYOUT column names for
+ * it: mostly TensorIterator's (the inputs' memory order: a transposed input gives a
+ * transposed result, channels-last gives channels-last, the first input decides where
+ * inputs differ; inputs of another dtype count as their converted copies), else
+ * row-major or empty_like's. A fused kernel gives each result the layout eager's chain of
+ * ops would: the first call that has an input not row-major reads its nodes into a small
+ * program (KernelLayout), and such calls run it over the inputs' sizes and strides (a few
+ * loops over at most SJ_MAX_RANK dims per node; row-major inputs give row-major results
+ * under every rule, so the common call runs nothing). The loops then walk the first
+ * result's memory order: a pointwise element does not depend on where it sits. Not for a
+ * kernel reading rotate_half (its last dim is an index), one whose results are smaller
+ * than its space (a reduction's), or numpy's (row-major results: numpy's order 'K' is
+ * not followed). */
 
+/* A node's rule in the program: LR_PRESERVE and LR_CL come from LL_LIKE and the
+ * memory_format the node asks for. */
 enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL };
 
 typedef struct {
@@ -106,13 +107,10 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
             PyErr_Clear();
             return L;
         }
-        int op = g->nodes[ni].op;
-        /* masked_fill clones row-major; a number raised to a tensor's power (pow.Scalar) is
-         * made row-major; clone, casts, hardtanh and relu6 are empty_like(input) */
-        int rule = op == OP_MASKED_FILL || (op == OP_POW && nl.x[0] && nl.x[0]->kind != ARG_VALUE) ? LR_ROW
-                   : op == OP_CLONE || op == OP_CAST                                               ? asked_format(g, ni)
-                   : op == OP_HARDTANH || op == OP_RELU6                                           ? LR_PRESERVE
-                                                                                                   : LR_TI;
+        int op = g->nodes[ni].op, ll = (int)nl.row->layout;   /* lower.def's LAYOUT */
+        int rule = ll == LL_ROW || (ll == LL_TI_NUMBASE && nl.x[0] && nl.x[0]->kind != ARG_VALUE) ? LR_ROW
+                   : ll == LL_LIKE                                                                ? asked_format(g, ni)
+                                                                                                  : LR_TI;
         if (rule < 0)
             return L;
         x->rule = (uint8_t)rule;
@@ -130,7 +128,7 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
                 if (rule == LR_TI && (DType)g->values[a->a].meta.dtype != want)
                     x->cast |= (uint8_t)(1u << x->nops);
                 x->ops[x->nops++] = (int16_t)sl;
-            } else if (op != OP_POW) {   /* pow's number exponent is no operand of its loop */
+            } else if (ll != LL_TI_NUMBASE) {   /* pow's number exponent is no operand of its loop */
                 x->scalar = 1;
             }
         }
@@ -162,34 +160,6 @@ static void stride_order(const int64_t *size, const int64_t *st, int nd, int *pe
         }
 }
 
-/* 1 when (size, st) of rank nd is dense in some dim order (torch's non-overlapping and
- * dense). */
-static int dense_any(const int64_t *size, const int64_t *st, int nd)
-{
-    int perm[SJ_MAX_RANK + 1];
-    stride_order(size, st, nd, perm);
-    return lower_dense_in(size, st, perm, nd);
-}
-
-/* The strides empty_like(preserve_format) gives a tensor of (size, st), rank nd: its own
- * when it is dense, else dense ones in its dims' order (TensorIterator's comparison over
- * it alone). */
-static void preserved(const int64_t *size, const int64_t *st, int nd, int64_t *out)
-{
-    if (dense_any(size, st, nd)) {
-        memcpy(out, st, sizeof(int64_t) * (size_t)nd);
-        return;
-    }
-    int perm[SJ_MAX_RANK + 1];
-    const int64_t *one[1] = {st};
-    lower_ti_perm(size, nd, one, 1, perm);
-    int64_t at = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        out[perm[i]] = at;
-        at *= size[perm[i]];
-    }
-}
-
 /* The result of one node from its operands' layouts (the rules above). */
 static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLayout *res)
 {
@@ -201,7 +171,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLa
         if (x->cast >> i & 1) {
             conv[i] = *opl[i];
             int off = r - conv[i].nd;
-            preserved(conv[i].size + off, opl[i]->st + off, conv[i].nd, conv[i].st + off);
+            lower_preserved_strides(conv[i].size + off, opl[i]->st + off, conv[i].nd, conv[i].st + off);
             opl[i] = &conv[i];
         }
     }
@@ -232,7 +202,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLa
         return;
     }
     if (rule == LR_PRESERVE) {   /* empty_like(preserve_format) */
-        preserved(size, a->st + off, nd, st);
+        lower_preserved_strides(size, a->st + off, nd, st);
         return;
     }
     /* TensorIterator: its fast cases when every operand has the result's shape and no
@@ -247,7 +217,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLa
         row &= lower_dense_in(size, o->st + off, NULL, nd);
         cl = cl && lower_dense_in(size, o->st + off, nhwc, nd);
         one &= !memcmp(o->st + off, a->st + off, sizeof(int64_t) * (size_t)nd);
-        dense &= dense_any(size, o->st + off, nd);
+        dense &= lower_dense_any(size, o->st + off, nd);
     }
     if (same && (row || cl)) {
         lower_strides_in(size, row ? NULL : nhwc, nd, st);
