@@ -52,7 +52,8 @@ const char emit_math_prelude[] =
     "    q = fmaf(q, x2, 0x1.ce2cf8p-4f);\n"
     "    q = fmaf(q, x2, -0x1.81273ep-2f);\n"
     "    q = fmaf(q, x2, 0x1.06eba8p-3f);\n"
-    "    const float small = fmaf(q, ax, ax), t = ax - 0x1.3ae148p+1f;\n"
+    "    const float small = fmaf(q, ax, ax);\n"
+    "    const float t = sj_sel(ax < 3.9193f, ax, 3.9193f) - 0x1.3ae148p+1f;\n"
     "    float c = 0x1.322c78p-17f;\n"
     "    c = fmaf(c, t, -0x1.aa7c3ap-16f);\n"
     "    c = fmaf(c, t, -0x1.b168f4p-15f);\n"
@@ -66,7 +67,7 @@ const char emit_math_prelude[] =
     "    c = fmaf(c, t, 0x1.ac53e4p-8f);\n"
     "    c = fmaf(c, t, -0x1.5c270cp-9f);\n"
     "    c = fmaf(c, t, 0x1.07e35cp-11f);\n"
-    "    const float large = sj_sel(ax < 3.9193f, 1.f - c, 1.f);\n"
+    "    const float large = 1.f - c;\n"
     "    return copysignf(sj_sel(ax >= 1.f, large, small), x);\n" /* NaN: small */
     "}\n"
     "static inline __attribute__((always_inline)) float sj_expf_neg(float t)\n"

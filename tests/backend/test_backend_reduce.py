@@ -408,8 +408,44 @@ def test_row_epilogue_math_pass(epi):
             assert sum(m.stats["full_variants_built"] for m in made) >= 1
             src = made[0].source   # the lean kernel: the contiguous layout only
             body = src[src.index("_part("):]   # the kernel, after the prelude
-            # two loops read the stored row when the epilogue has its own pass
-            assert body.count("float y = out0[") == (2 if split else 1), (fn.__name__, epi)
+            # the epilogue's own pass reads the stored rows (queued, and the thread's last
+            # ones after its loop); a cheap epilogue stays in the last pass
+            assert body.count("float y = out0[") == (3 if split else 1), (fn.__name__, epi)
+            assert ("pend[npend++]" in body) == split, (fn.__name__, epi)
+
+
+@pytest.mark.parametrize("n", [7, 256])
+def test_row_epilogue_queued_rows(n, threads):
+    """Contiguous rows queue for a math epilogue and it runs over several rows at a time:
+    row counts below, at and past the queue's length and not a multiple of it, split over
+    the threads, and rows not adjacent in memory (a permuted batch) all equal eager, for
+    layer_norm, RMS norm, softmax and log_softmax rows."""
+    def ln(x, w):
+        return F.gelu(F.layer_norm(x, (x.shape[-1],), w, w * 0.5))
+
+    def rms(x, w):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return torch.tanh(y) * 3.0
+
+    def sm(x, w):
+        return torch.erf(torch.softmax(x * w, -1) * 4.0)
+
+    def lsm(x, w):
+        return torch.exp(torch.log_softmax(x, -1) * 0.5)
+
+    for fn in (ln, rms, sm, lsm):
+        shapejit.reset()
+        backend, made = _lowering()
+        c = shapejit.compile(fn, backend=backend, dynamic=True)
+        w = torch.randn(n)
+        for rows in (1, 7, 8, 9, 16, 17, 203):
+            x = torch.randn(rows, n) * 2
+            _close(c(x, w), fn(x, w))
+        for a, b in ((3, 5), (9, 7), (16, 16)):
+            x = torch.randn(a, b, n).transpose(0, 1)   # rows contiguous, batches swapped
+            _close(c(x, w), fn(x, w))
+        assert made and all(m.stats["eager_fallbacks"] == 0 for m in made), fn.__name__
+        assert any("pend[npend++]" in m.source for m in made), fn.__name__
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 31, 32, 33, 40, 71, 1000])
