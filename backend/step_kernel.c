@@ -30,14 +30,21 @@
  * program (KernelLayout), and such calls run it over the inputs' sizes and strides (a few
  * loops over at most SJ_MAX_RANK dims per node; row-major inputs give row-major results
  * under every rule, so the common call runs nothing). The loops then walk the first
- * result's memory order: a pointwise element does not depend on where it sits. Not for a
- * kernel reading rotate_half (its last dim is an index), one whose results are smaller
- * than its space (a reduction's), or numpy's (row-major results: numpy's order 'K' is
- * not followed). */
+ * result's memory order: a pointwise element does not depend on where it sits. A
+ * reduction or row kernel runs the same program over its prologue, its row op and its
+ * epilogue, and lays out the full-size values it stores (a residual sum a later op reads
+ * again, an RMS norm's result) as eager would, its loops in their own order; its reduced
+ * results and softmax/layer_norm rows are row-major, as torch allocates them. Not for a
+ * kernel reading rotate_half (its last dim is an index), or numpy's (row-major results:
+ * numpy's order 'K' is not followed). */
 
 /* A node's rule in the program: LR_PRESERVE and LR_CL come from LL_LIKE and the
- * memory_format the node asks for. */
-enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL };
+ * memory_format the node asks for. In a reduction or row kernel: LR_RED for the kernel's
+ * reduction with keepdim (row-major, as torch's reductions allocate their result, sized 1
+ * over the reduced dims), LR_ROW for softmax, log_softmax and layer_norm (row-major: they
+ * run on their input made contiguous) and LR_UNKNOWN for a reduction dropping its dims,
+ * whose result (the kernel's reduced output) keeps the plan's layout. */
+enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN };
 
 typedef struct {
     uint8_t rule;      /* LR_* */
@@ -55,7 +62,8 @@ typedef struct KernelLayout {
 } KernelLayout;
 
 typedef struct {
-    int nd;                              /* its rank (dims right-aligned in the space) */
+    int nd;                              /* its rank (dims right-aligned in the space); -1
+                                            when not known (LR_UNKNOWN and what reads it) */
     int64_t size[SJ_MAX_RANK + 1], st[SJ_MAX_RANK + 1];
 } SlotLayout;
 
@@ -91,6 +99,31 @@ static int asked_format(const Graph *g, int32_t ni)
     return rule;
 }
 
+/* The rule of node ni when it is the reduction or row op of reduction or row kernel k,
+ * else -1. */
+static int reduce_rule(const Graph *g, const Kernel *k, int32_t ni)
+{
+    if (k->flavour == KF_POINTWISE)
+        return -1;
+    switch (g->nodes[ni].op) {
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX:
+    case OP_LAYER_NORM:
+        return LR_ROW;
+    case OP_SUM:
+    case OP_MEAN:
+    case OP_AMAX:
+    case OP_AMIN:
+    case OP_MAX:
+    case OP_MIN: {
+        const Arg *kd = graph_node_arg(g, ni, "keepdim");   /* absent: False */
+        return kd && kd->kind == ARG_CONST && PyList_GET_ITEM(g->consts, kd->a) == Py_True ? LR_RED : LR_UNKNOWN;
+    }
+    default:
+        return -1;
+    }
+}
+
 /* k's program, or one with ok = 0. NULL only out of memory (an exception set). */
 static KernelLayout *layout_build(Graph *g, const Kernel *k)
 {
@@ -102,6 +135,16 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
     for (int32_t j = 0; j < k->nnodes; j++) {
         int32_t ni = k->nodes[j];
         NodeLayout *x = &L->node[j];
+        int rr = reduce_rule(g, k, ni);
+        if (rr >= 0) {   /* its input is its only operand */
+            const Arg *in = graph_node_arg(g, ni, "input");
+            int sl = in && in->kind == ARG_VALUE ? slot_of(g, k, j, in->a) : -1;
+            if (sl < 0)
+                return L;
+            x->rule = (uint8_t)rr;
+            x->ops[x->nops++] = (int16_t)sl;
+            continue;
+        }
         NodeLower nl;
         if (lower_node_typed(g, ni, &nl)) {
             PyErr_Clear();
@@ -160,9 +203,24 @@ static void stride_order(const int64_t *size, const int64_t *st, int nd, int *pe
         }
 }
 
-/* The result of one node from its operands' layouts (the rules above). */
-static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLayout *res)
+/* The result of one node from its operands' layouts (the rules above); `mask` the
+ * kernel's reduced dims (LR_RED). */
+static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32_t mask, SlotLayout *res)
 {
+    int unknown = x->rule == LR_UNKNOWN;
+    for (int i = 0; i < x->nops; i++)
+        unknown |= in[x->ops[i]].nd < 0;
+    if (unknown || (x->rule == LR_RED && in[x->ops[0]].nd != r)) {
+        res->nd = -1;
+        return;
+    }
+    if (x->rule == LR_RED) {
+        res->nd = r;
+        for (int d = 0; d < r; d++)
+            res->size[d] = (mask >> d) & 1 ? 1 : in[x->ops[0]].size[d];
+        lower_strides_in(res->size, NULL, r, res->st);
+        return;
+    }
     /* operands a cast converts first: laid out as their clones */
     SlotLayout conv[3];
     const SlotLayout *opl[3];
@@ -250,13 +308,16 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, SlotLa
     }
 }
 
-/* The layout eager gives the kernel's results when one is not row-major: 1, with each
- * output's strides in ost[j * r ...] and perm the order the loops walk (the first
- * full-size output's memory order). 0: every result row-major (the plan's default). */
-static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t *n, int *perm, int64_t *ost)
+/* The layout eager gives the kernel's results when one is not row-major: the outputs
+ * whose strides are in ost[j * r ...] as a bit mask (0: every result row-major, the
+ * plan's default). A pointwise kernel has them all or none, and perm is the order its
+ * loops walk (the first result's memory order). A reduction or row kernel keeps its loop
+ * order (its reduced dims are its own) and lays out only its full-size results this way:
+ * the values its prologue stores, an RMS norm's result. */
+static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t *n, int *perm, int64_t *ost)
 {
-    int r = k->rank;
-    if (k->flavour != KF_POINTWISE || k->rot || k->lib != LIB_TORCH || r < 2 || k->nin < 1)
+    int r = k->rank, pw = k->flavour == KF_POINTWISE;
+    if (k->rot || k->lib != LIB_TORCH || r < 2 || k->nin < 1 || k->nout > 32)
         return 0;
     for (int d = 0; d < r; d++)
         if (n[d] == 0)
@@ -294,25 +355,29 @@ static int result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t 
         }
     }
     for (int32_t j = 0; j < k->nnodes; j++)
-        node_result(&L->node[j], sl, r, &sl[k->nin + j]);
-    int any = 0, full = 1;
-    for (int32_t o = 0; o < k->nout && full; o++) {
+        node_result(&L->node[j], sl, r, k->red.mask, &sl[k->nin + j]);
+    uint32_t own = 0;
+    int full = 1;
+    for (int32_t o = 0; o < k->nout; o++) {
         const SlotLayout *sr = &sl[L->out_slot[o]];
         if (sr->nd != r || memcmp(sr->size, n, sizeof(int64_t) * (size_t)r)) {
             full = 0;   /* a result smaller than the space: the plan's row-major layout */
-            break;
+            continue;
         }
         int64_t rm[SJ_MAX_RANK + 1];
         lower_strides_in(n, NULL, r, rm);
-        any |= memcmp(rm, sr->st, sizeof(int64_t) * (size_t)r) != 0;
+        if (memcmp(rm, sr->st, sizeof(int64_t) * (size_t)r))
+            own |= 1u << o;
         memcpy(&ost[o * r], sr->st, sizeof(int64_t) * (size_t)r);
     }
     if (sl != stack)
         PyMem_Free(sl);
-    if (!full || !any)
+    if (!pw)
+        return own;
+    if (!full || !own)
         return 0;
     stride_order(n, ost, r, perm);   /* the first result's memory order */
-    return 1;
+    return k->nout == 32 ? UINT32_MAX : (1u << k->nout) - 1;
 }
 
 /* The kernel's nodes, run the original way (an input the plan did not foresee). */
@@ -376,7 +441,8 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             }
             ptrs[k->nout + i] = op->data;
         }
-        permuted = result_layout(g, (Kernel *)k, &ops[k->nout], n, perm, ost);
+        uint32_t laid = result_layout(g, (Kernel *)k, &ops[k->nout], n, perm, ost);
+        permuted = laid && k->flavour == KF_POINTWISE;
         for (int32_t j = 0; j < k->nout && rc == 0; j++) {
             int64_t osize[SJ_MAX_RANK + 1];
             int orank = lower_out_layout(k, (int)j, n, osize, &st[j * r]);
@@ -385,10 +451,11 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 break;
             }
             DType odt = (DType)g->values[k->outs[j]].meta.dtype;
-            if (permuted)
+            int own = (laid >> j) & 1;
+            if (own)
                 memcpy(&st[j * r], &ost[j * r], sizeof(int64_t) * (size_t)r);
-            PyObject *o = permuted ? lower_new_output_strided(k->lib, odt, n, &ost[j * r], r)
-                                   : lower_new_output_dt(k->lib, odt, osize, orank);
+            PyObject *o = own ? lower_new_output_strided(k->lib, odt, n, &ost[j * r], r)
+                              : lower_new_output_dt(k->lib, odt, osize, orank);
             if (!o) {
                 rc = -1;
                 break;

@@ -181,3 +181,37 @@ def test_mixed_dtypes_and_expanded_random(seed):
     fn = rng.choice([lambda a, b, c: a * b + c, lambda a, b, c: (c - b) * a, lambda a, b, c: torch.where(a > 0, b, c),
                      lambda a, b, c: (a.to(torch.float64) + b.clone(), c.clone() * 2)])
     _check(fn, a, b, c)
+
+
+def _rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+ROW_FORMS = {
+    # an RMS norm's result is pointwise arithmetic on x: x's order, as TensorIterator's
+    "rms": lambda x, w: _rms(x, w),
+    "rms_epilogue": lambda x, w: torch.tanh(_rms(x, w)) * 2.0,
+    # values a row or reduction kernel's prologue stores beside its row-major result
+    "residual_layer_norm": lambda x, w: (lambda h: (torch.nn.functional.layer_norm(h, (h.shape[-1],), w), h * 2.0))(
+        x + w),
+    "residual_softmax": lambda x, w: (lambda h: (torch.softmax(h, -1), h - 1.0))(x * w),
+    "sum_prologue": lambda x, w: (lambda h: (h.sum(-1), h + 1.0))(x * w),
+    "sum_keepdim_prologue": lambda x, w: (lambda h: (h.sum(-1, keepdim=True), h + 1.0))(x * w),
+    "mean_first_dim_prologue": lambda x, w: (lambda h: (h.mean(0), torch.exp(h)))(x - w),
+    "amax_prologue": lambda x, w: (lambda h: (h.amax(1, keepdim=True), h * 0.5))(x + w),
+}
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("form", sorted(ROW_FORMS))
+def test_row_and_reduction_kernels_store_in_eager_layout(form, seed):
+    """Reduction and row kernels: a full-size value they store (the pointwise prologue a
+    later op reads again, an RMS norm's result and its epilogue) has eager's layout for
+    inputs of random layout, while reduced results and softmax/layer_norm rows stay
+    row-major as torch allocates them; every stride and value equals eager's."""
+    rng = random.Random(seed * 31 + len(form))
+    shape = [rng.choice([2, 3, 5]) for _ in range(rng.choice([2, 3, 4]))]
+    x = _random_layout(rng, shape)
+    w = torch.randn(shape[-1])
+    made = _check(ROW_FORMS[form], x, w)
+    assert any(m.stats["kernels"] for m in made if isinstance(m, _C.CompiledGraph))
