@@ -15,14 +15,13 @@
 
 #include "lower_int.h"
 
-int lower_strides_like_cl(const int64_t *size, const int64_t *stride)
+/* c10's rule: the dims in `order` (C, then the spatial dims from the last, then N) must
+ * have strides that do not decrease, each at least the extent the dims before it span; N
+ * after C with the same stride is the ambiguous N,C,1,1-like case torch calls row-major. */
+static int like_cl_in(const int64_t *size, const int64_t *stride, const int *order, int r)
 {
-    /* c10's rule for 4-D: dims in the order C, W, H, N must have strides that do not
-     * decrease, each at least the extent the dims before it span; N after C with the same
-     * stride is the ambiguous N,C,1,1-like case torch calls row-major */
-    static const int order[4] = {1, 3, 2, 0};
     int64_t min = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < r; i++) {
         int d = order[i];
         if (size[d] == 0 || stride[d] < min)
             return 0;
@@ -33,6 +32,19 @@ int lower_strides_like_cl(const int64_t *size, const int64_t *stride)
             min *= size[d];
     }
     return 1;
+}
+
+static const int cl_order4[4] = {1, 3, 2, 0}, cl_order5[5] = {1, 4, 3, 2, 0};
+
+int lower_strides_like_cl(const int64_t *size, const int64_t *stride)
+{
+    return like_cl_in(size, stride, cl_order4, 4);
+}
+
+int lower_suggests_cl(const int64_t *size, const int64_t *stride, int r)
+{
+    /* c10 also calls a broadcast C dim (stride 0) row-major */
+    return (r == 4 || r == 5) && stride[1] != 0 && like_cl_in(size, stride, r == 4 ? cl_order4 : cl_order5, r);
 }
 
 int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, int r)

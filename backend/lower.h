@@ -28,7 +28,9 @@ typedef enum {
     KF_SOFTMAX,
     KF_LOG_SOFTMAX,
     KF_LAYER_NORM,
-    KF_RMS_NORM   /* x * rsqrt(mean(x * x) + eps) (* w) over the last dim (plan_rms.c) */
+    KF_RMS_NORM   /* x * rsqrt(mean(x * x) + eps) (* w): the rms_norm op over its trailing
+                     normalized_shape (plan_reduce.c), or that pattern spelled out over the
+                     last dim (plan_rms.c) */
 } KernelFlavour;
 
 typedef struct {
@@ -51,7 +53,8 @@ typedef struct {
                            first reduction */
     int32_t sib_src;    /* with nsib: the value the sibling reduces */
     int nextra;         /* row ops: graph nodes of the row op after its first (an RMS norm
-                           spans x * x, the mean, + eps, rsqrt, * x and * w) */
+                           spelled out spans x * x, the mean, + eps, rsqrt, * x and * w; the
+                           rms_norm op is one node) */
 } ReduceInfo;
 
 /* One fused pointwise loop: nodes [nodes, nodes + nnodes) of the graph (in order), over

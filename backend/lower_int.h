@@ -186,6 +186,9 @@ void emit_reduce_kernel(Buf *b, Graph *g, const Kernel *k);
  * suggest_memory_format): a convolution, pooling or batch norm then gives a channels-last
  * result. */
 int lower_strides_like_cl(const int64_t *size, const int64_t *stride);
+/* 1 when torch's suggest_memory_format of a rank-r layout is channels-last: the 4-D rule
+ * above, or channels_last_3d for 5-D. */
+int lower_suggests_cl(const int64_t *size, const int64_t *stride, int r);
 /* 1 when (size, stride) of rank r is dense in the dim order perm (outermost first; NULL:
  * row-major), size-1 dims ignored. */
 int lower_dense_in(const int64_t *size, const int64_t *stride, const int *perm, int r);

@@ -1,20 +1,21 @@
 /* Planning reductions and row operations: sum, mean, amax/amin (and numpy's max/min,
  * torch's max/min without a dim) over any set of dims, softmax and log_softmax over one
- * dim, layer_norm over the trailing normalized_shape. Reductions take float32, float64,
- * int64 and int32 (and bool for sum) and compute in their output's dtype; row kernels are
- * float32 only; either library. Any other argument form (a dtype= the meta does not
- * have, numpy's initial=/where=, a reduction to a numpy scalar, torch's max(x, dim) with
- * its indices) stays an eager step.
+ * dim, layer_norm and rms_norm over the trailing normalized_shape. Reductions take
+ * float32, float64, int64 and int32 (and bool for sum) and compute in their output's
+ * dtype; row kernels are float32 only; either library. Any other argument form (a dtype=
+ * the meta does not have, numpy's initial=/where=, a reduction to a numpy scalar, torch's
+ * max(x, dim) with its indices) stays an eager step.
  *
  * A kernel's iteration space is the reduced tensor's shape; `mask` marks the dims reduced
  * (or the row dims). When the pointwise kernel planned just before the node makes the
  * reduced value and has the same iteration space, the node joins it: the pointwise nodes
- * become a prologue computed inside the reduction loop. A reduction or a layer_norm also
+ * become a prologue computed inside the reduction loop. A reduction or a norm also
  * stores the prologue values read after it (in its one pass over each element); a softmax
  * joins only a prologue nothing else reads.
  *
  * Memory: kernels and steps are PyMem arrays of the plan; nothing here holds a Python
  * reference. */
+#include <float.h>
 #include <string.h>
 
 #include "lower_int.h"
@@ -39,6 +40,8 @@ static KernelFlavour flavour_of(OpId op)
         return KF_LOG_SOFTMAX;
     case OP_LAYER_NORM:
         return KF_LAYER_NORM;
+    case OP_RMS_NORM:
+        return KF_RMS_NORM;
     default:
         return KF_POINTWISE;
     }
@@ -109,22 +112,27 @@ static int dims_mask(PyObject *dim, Lib lib, int r, uint32_t *mask)
     return 0;
 }
 
-/* The length of a layer_norm normalized_shape (an int, a sequence, or a list holding
- * symbolic sizes), or -1. */
+/* The row ops that take a normalized_shape, a weight and an eps: layer_norm (and a bias),
+ * and rms_norm as the op itself (plan_rms.c plans its hand-written form). */
+static int is_norm(KernelFlavour fl)
+{
+    return fl == KF_LAYER_NORM || fl == KF_RMS_NORM;
+}
+
+/* The length of a normalized_shape (a sequence, or a list holding symbolic sizes), or -1
+ * (torch raises on an int: eager keeps it). */
 static int shape_len(const BoundArg *ba)
 {
     if (ba->kind == BA_LIST)
         return ba->n;
     if (ba->kind != BA_CONST)
         return -1;
-    if (is_int(ba->value))
-        return 1;
     if (PyTuple_Check(ba->value) || PyList_Check(ba->value))
         return (int)PySequence_Fast_GET_SIZE(ba->value);
     return -1;
 }
 
-/* 1 when the items of a layer_norm normalized_shape given as a list (of run-time sizes:
+/* 1 when the items of a normalized_shape given as a list (of run-time sizes:
  * (x.shape[-1],) under dynamic shapes) are the trailing dims of the input x of rank r:
  * each item is x.size(d) of that very dim (a sym_size node of x), or a constant int equal to
  * the dim's static size. The kernel reads only how many dims are normalised, so anything
@@ -187,12 +195,14 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
         (is_red ? ocls < 0 || ocls == LC_BOOL || (fl == KF_MEAN && ocls == LC_INT) : om->dtype != DT_F32))
         return 1;
     NodeArgs na;
-    /* layer_norm's normalized_shape may be a tuple of run-time sizes: bound item by item */
-    if (fl == KF_LAYER_NORM ? lower_bind_node_lists(g, ni, &na) : lower_bind_node(g, ni, &na))
+    /* a norm's normalized_shape may be a tuple of run-time sizes: bound item by item */
+    if (is_norm(fl) ? lower_bind_node_lists(g, ni, &na) : lower_bind_node(g, ni, &na))
         return 1;
     memset(red, 0, sizeof *red);
     red->src = red->weight = red->bias = -1;
-    red->eps = 1e-5;
+    /* the library defaults: rms_norm's eps=None is finfo(input.dtype).eps, float32's here
+     * (row kernels are float32 only) */
+    red->eps = fl == KF_RMS_NORM ? FLT_EPSILON : 1e-5;
     PyObject *dim = NULL;   /* borrowed */
     int dim_given = 0, nshape = -1;
     const BoundArg *shape_list = NULL;   /* a normalized_shape bound as a list */
@@ -209,18 +219,18 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             red->src = na.src[i]->a;
             *rank = ba->meta->ndim;
         } else if (!strcmp(name, "weight") || !strcmp(name, "bias")) {
-            if (fl != KF_LAYER_NORM || (ba->kind == BA_CONST && ba->value == Py_None))
+            if (!is_norm(fl) || (ba->kind == BA_CONST && ba->value == Py_None))
                 continue;
             if (!kernel_value(ba, na.src[i], lib, 0))
                 return 1;
             *(name[0] == 'w' ? &red->weight : &red->bias) = na.src[i]->a;
         } else if (ba->kind != BA_CONST || ba->sym || ba->data) {
-            if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM) {
+            if (!strcmp(name, "normalized_shape") && is_norm(fl)) {
                 nshape = shape_len(ba);
                 shape_list = ba->kind == BA_LIST ? ba : NULL;
             } else
                 return 1;
-        } else if (!strcmp(name, "dim") && fl != KF_LAYER_NORM) {
+        } else if (!strcmp(name, "dim") && !is_norm(fl)) {
             dim = ba->value;
             dim_given = ba->value != Py_None;
         } else if (!strcmp(name, "keepdim")) {
@@ -237,7 +247,9 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             /* the output meta holds it: elements are converted to it, as eager does */
             if (sj_get_dtype(&one, "dtype", lib, &dt, &given, &err) < 0 || (given && dt != om->dtype))
                 return 1;
-        } else if (!strcmp(name, "eps") && fl == KF_LAYER_NORM) {
+        } else if (!strcmp(name, "eps") && is_norm(fl)) {
+            if (fl == KF_RMS_NORM && ba->value == Py_None)
+                continue;   /* the default above */
             if (!PyFloat_Check(ba->value) && !is_int(ba->value))
                 return 1;
             red->eps = PyFloat_AsDouble(ba->value);
@@ -245,7 +257,7 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
                 PyErr_Clear();
                 return 1;
             }
-        } else if (!strcmp(name, "normalized_shape") && fl == KF_LAYER_NORM) {
+        } else if (!strcmp(name, "normalized_shape") && is_norm(fl)) {
             nshape = shape_len(ba);
         } else if (!ignorable(name, ba->value)) {
             return 1;   /* numpy's initial=, torch.max's other=, ... */
@@ -262,7 +274,8 @@ static int read_node(Graph *g, int32_t ni, KernelFlavour fl, ReduceInfo *red, in
             return 1;
         return 0;
     case KF_LAYER_NORM:
-        if (nshape < 0 || nshape > r || (shape_list && !shape_items_ok(g, shape_list, red->src, r)))
+    case KF_RMS_NORM:
+        if (nshape < 1 || nshape > r || (shape_list && !shape_items_ok(g, shape_list, red->src, r)))
             return 1;
         red->mask = (uint32_t)(((1ull << r) - 1) & ~((1ull << (r - nshape)) - 1));
         return 0;
@@ -361,7 +374,7 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     int stores = 0;
     for (int32_t i = 0; fuse && i < open->nnodes; i++)
         if (last_use[g->nodes[open->nodes[i]].first_value] > ni) {
-            fuse = fl <= KF_MIN || fl == KF_LAYER_NORM;
+            fuse = fl <= KF_MIN || is_norm(fl);
             stores++;
         }
     fuse = fuse && open->nin + stores + 3 < SJ_KMAX_OPERANDS - 2;
@@ -396,8 +409,7 @@ int plan_reduce_node(Graph *g, int32_t ni, LowerPlan *out, Kernel *open, const i
     k->red.nepi = 0;
     if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0)
         return -1;
-    if ((fl == KF_SOFTMAX || fl == KF_LOG_SOFTMAX || fl == KF_LAYER_NORM) &&
-        take_epilogue(g, ni, k, last_use, last) < 0)
+    if ((fl == KF_SOFTMAX || fl == KF_LOG_SOFTMAX || is_norm(fl)) && take_epilogue(g, ni, k, last_use, last) < 0)
         return -1;
     return 0;
 }

@@ -8,7 +8,9 @@
  * alone, become a KF_RMS_NORM kernel over x's rows: one pass sums x * x, then
  * rstd = 1 / sqrt(sum / N + eps) and one pass stores x * rstd (* w), with the float
  * epilogue that follows (take_epilogue). Without it they were three kernels: the mean of
- * squares, the (rows, 1) rsqrt, and the product, reading x twice.
+ * squares, the (rows, 1) rsqrt, and the product, reading x twice. (The rms_norm op itself,
+ * F.rms_norm / torch.rms_norm / nn.RMSNorm, is one node that plan_reduce.c plans into the
+ * same flavour.)
  *
  * The kernel's nodes are the pattern's, in graph order (the row op spans all of them:
  * red.nextra counts those after the first), after the nodes of the pointwise kernel planned

@@ -422,6 +422,11 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 *t = s;
         }
     }
+    /* an RMS norm of a channels-last input: eager's result is channels-last too (torch's
+     * rms_norm keeps that layout, as x * rsqrt(...) does), the kernel's row-major */
+    for (int32_t i = 0; rc == 0 && k->flavour == KF_RMS_NORM && i < k->nin; i++)
+        if (lower_suggests_cl(ops[k->nout + i].size, ops[k->nout + i].stride, ops[k->nout + i].ndim))
+            rc = 1;
     int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
     char *ptrs[SJ_KMAX_OPERANDS];
     int64_t dense = 1;

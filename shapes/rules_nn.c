@@ -76,13 +76,23 @@ static int values_per_channel_above_1(const TensorMeta *x, int d, int *above, Sh
 int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;
+    const char *name = op_info[op].name;
     const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x || need_float(x, op_info[op].name, err))
+    if (!x || need_float(x, name, err))
         return -1;
     const TensorMeta *w, *bias;
-    if (same_dtype_opt(b, "weight", x, &w, err) || same_dtype_opt(b, "bias", x, &bias, err))
+    if (op == OP_RMS_NORM) {
+        /* rms_norm takes a weight of any dtype (eager's composite form multiplies by it and
+         * casts the product back to the input's dtype); it has no bias */
+        const BoundArg *wa = ba_get(b, "weight");
+        if (wa && wa->kind != BA_TENSOR)
+            return sj_err(err, "weight must be a tensor");
+        w = wa ? wa->meta : NULL;
+        bias = NULL;
+    } else if (same_dtype_opt(b, "weight", x, &w, err) || same_dtype_opt(b, "bias", x, &bias, err)) {
         return -1;
-    if (op == OP_LAYER_NORM) {
+    }
+    if (op == OP_LAYER_NORM || op == OP_RMS_NORM) {
         TensorMeta ns;   /* normalized_shape as a meta, to compare dims with their symbols */
         SymNode *syms[SJ_MAX_RANK];
         int n;
@@ -90,10 +100,15 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
         memset(&ns, 0, sizeof ns);
         if (!nsa)
             return sj_err(err, "normalized_shape is required");
+        /* torch takes a sequence only (an int raises), and not an empty one */
+        if (nsa->kind == BA_CONST && PyLong_Check(nsa->value))
+            return sj_err(err, "%s: normalized_shape must be a tuple of ints, not int", name);
         if (sj_int_list_sym(nsa, "normalized_shape", ns.size, syms, &n, SJ_MAX_RANK, err))
             return -1;
+        if (n == 0)
+            return sj_err(err, "%s: normalized_shape must have at least one element", name);
         if (n > x->ndim)
-            return sj_err(err, "layer_norm: normalized_shape is longer than the input rank");
+            return sj_err(err, "%s: normalized_shape is longer than the input rank", name);
         ns.ndim = (unsigned char)n;
         memcpy(ns.sym, syms, sizeof(SymNode *) * (size_t)n);
         for (int i = 0; i < n; i++) {
@@ -101,20 +116,20 @@ int rule_norm_like(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *n
             if (eq < 0)
                 return -1;
             if (!eq)
-                return sj_err(err, "layer_norm: input shape does not end with normalized_shape");
+                return sj_err(err, "%s: input shape does not end with normalized_shape", name);
         }
         for (int k = 0; k < 2; k++) {
             const TensorMeta *m = k ? bias : w;
             if (!m)
                 continue;
             if (m->ndim != n)
-                return sj_err(err, "layer_norm: weight/bias must have normalized_shape");
+                return sj_err(err, "%s: weight/bias must have normalized_shape", name);
             for (int i = 0; i < n; i++) {
                 int eq = sj_dims_equal(m, i, &ns, i, err);
                 if (eq < 0)
                     return -1;
                 if (!eq)
-                    return sj_err(err, "layer_norm: weight/bias must have normalized_shape");
+                    return sj_err(err, "%s: weight/bias must have normalized_shape", name);
             }
         }
     } else if (op == OP_BATCH_NORM) {

@@ -297,6 +297,20 @@ def test_layer_norm_module_no_grad():
         assert _stats(made)["kernel_calls"] >= 1
 
 
+def test_layer_norm_of_an_int_shape_raises_as_eager():
+    """torch takes a normalized_shape sequence only: F.layer_norm(x, 8) raises a TypeError.
+    Its rule refuses the call, so the compiled function raises too instead of a kernel
+    returning a norm."""
+    def fn(x):
+        return F.layer_norm(x, 8) * 2
+
+    x = torch.randn(3, 8)
+    with pytest.raises(TypeError):
+        fn(x)
+    with pytest.raises(TypeError, match="normalized_shape"):
+        shapejit.compile(fn)(x)
+
+
 # --------------------------------------------------------------- dynamic ----
 
 def test_dynamic_one_build():

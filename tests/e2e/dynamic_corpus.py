@@ -219,6 +219,11 @@ def layernorm_seq(x):
     return F.layer_norm(x, (8,)) + F.log_softmax(x, dim=1)
 
 
+@case(each([(2, 3, 8), (2, 5, 8), (3, 9, 16), (4, 6, 24)]), mark=((0, 1), (0, 2)), sources="L['x']")
+def rmsnorm_seq_hidden(x):
+    return F.rms_norm(x, (x.shape[-1],)) * torch.rms_norm(x, x.shape[-2:], eps=1e-6)
+
+
 _W = torch.Generator().manual_seed(1)
 _MATMUL_W = torch.randn(4, 5, generator=_W)
 

@@ -583,7 +583,16 @@ def norm_cases(lib, row):
     if op == "layer_norm":
         return [Case([x, (3,)]), Case([x, (3, 3), mk(lib, "float32", (3, 3)), mk(lib, "float32", (3, 3))]),
                 Case([x, (4,)]), Case([mk(lib, "float64", (2, 3)), [3]]),
-                Case([mk(lib, "int64", (2, 3)), [3]])]
+                Case([mk(lib, "int64", (2, 3)), [3]]), Case([x, 3]), Case([x, []])]
+    if op == "rms_norm":
+        # eager raises on an int normalized_shape, an empty one, one the input does not end
+        # with, a weight of another shape, an int input; a weight of another dtype is
+        # multiplied in and the result cast back to the input's dtype
+        return [Case([x, (3,)]), Case([x, (3, 3), mk(lib, "float32", (3, 3))]), Case([x, [3]], {"eps": 1e-6}),
+                Case([x, (4, 3, 3)], {"weight": None, "eps": None}), Case([x, (3,), mk(lib, "float64", (3,))]),
+                Case([mk(lib, "float64", (2, 3)), [3]]), Case([mk(lib, "float16", (2, 3)), (3,)]),
+                Case([x, (4,)]), Case([x, 3]), Case([x, []]), Case([x, (3, 3), mk(lib, "float32", (3,))]),
+                Case([x, (2, 4, 3, 3, 3)]), Case([mk(lib, "int64", (2, 3)), [3]])]
     if op == "batch_norm":
         rm, rv = mk(lib, "float32", (4,)), mk(lib, "float32", (4,))
         return [Case([x, rm, rv]), Case([x, rm, rv, rm, rv]), Case([x, None, None], {"training": True}),

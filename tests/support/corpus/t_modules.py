@@ -19,7 +19,10 @@ def _build():
             bn[1].running_mean.uniform_(-0.5, 0.5)
             bn[1].running_var.uniform_(0.5, 1.5)
             block.fc.bias.uniform_(-1, 1)
-    return seq, lst, dct, norms, block, bn
+        rms = nn.Sequential(nn.RMSNorm(8), nn.SiLU(), nn.RMSNorm([2, 8], eps=1e-6, elementwise_affine=False))
+        with torch.no_grad():
+            rms[0].weight.uniform_(0.5, 1.5)
+    return seq, lst, dct, norms, block, bn, rms
 
 
 class _Block(nn.Module):
@@ -34,7 +37,7 @@ class _Block(nn.Module):
         return self.norm(self.fc(x) * self.scale + x) * self.gain
 
 
-_SEQ, _LIST, _DICT, _NORMS, _BLOCK, _BN = _build()
+_SEQ, _LIST, _DICT, _NORMS, _BLOCK, _BN, _RMS = _build()
 
 
 @torch_case(lambda: (T(3, 8),), atol=1e-5)
@@ -70,6 +73,13 @@ def t_moduledict_iterate(x):
 @torch_case(lambda: (T(2, 8),), atol=1e-5)
 def t_layernorm_gelu_dropout_modules(x):
     return _NORMS(x)
+
+
+@torch_case(lambda: (T(3, 2, 8),), atol=1e-5)
+def t_rmsnorm_silu_modules(x):
+    """nn.RMSNorm's forward calls F.rms_norm with its normalized_shape tuple, its weight (a
+    parameter, or None without elementwise_affine) and its eps (None: finfo's)."""
+    return _RMS(x)
 
 
 @torch_case(lambda: (T(2, 6),), atol=1e-5)

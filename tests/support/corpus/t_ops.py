@@ -1,5 +1,5 @@
 """torch: common operators (pointwise, reductions, matmul/linear, softmax, layer_norm,
-views, cat/stack, where/masked_fill, type conversions, factories, activations)."""
+rms_norm, views, cat/stack, where/masked_fill, type conversions, factories, activations)."""
 import torch
 import torch.nn.functional as F
 
@@ -47,6 +47,14 @@ def t_softmax_variants(x):
 @torch_case(lambda: (T(2, 3, 8), T(8), T(8)), atol=1e-5)
 def t_layer_norm(x, w, b):
     return F.layer_norm(x, (8,), w, b, eps=1e-5), F.layer_norm(x, x.shape[-1:])
+
+
+@torch_case(lambda: (T(2, 3, 8), T(8), T(3, 8)), atol=1e-5)
+def t_rms_norm(x, w, w2):
+    """F.rms_norm and torch.rms_norm: eps given or None (finfo's), a weight or none, one or
+    two trailing dims, the sizes read from the input."""
+    return (F.rms_norm(x, (8,), w, eps=1e-6), torch.rms_norm(x, x.shape[-1:]),
+            F.rms_norm(x, [3, 8], weight=w2), torch.rms_norm(x.transpose(0, 1), (8,), w, 1e-5))
 
 
 @torch_case(lambda: (T(2, 3, 4),))
