@@ -22,10 +22,14 @@
  * same object on the same storage, which resize_ never shrinks, so the entry's memory is
  * its storage's bytes, and a later call at the larger size takes it back without an
  * allocation). The tensor stays its storage's only owner, so it is offered back under
- * the same rules; no view of a pooled buffer is ever made (a view would keep the buffer's
- * memory reachable, and the pool could never take it again). numpy arrays are reused at
- * exactly their sizes only (ndarray.resize reallocates). shapejit.config.
- * pool_larger_buffers = False keeps exact sizes only (A/B).
+ * the same rules; no view of a pooled torch buffer is ever made (a view would keep the
+ * buffer's memory reachable, and the pool could never take it again). A numpy output of
+ * other sizes takes a kept array the same way (ndarray.resize would reallocate) as a new
+ * array over its memory, `numpy.ndarray(sizes, dtype, buffer=owner)`, whose base is the
+ * owner: when that array is offered back, holds the only reference to the owner (numpy
+ * makes every view of it a view of the owner, so a view anywhere else would show in the
+ * owner's reference count) and has no reference but ours, the owner goes back into the
+ * pool. shapejit.config.pool_larger_buffers = False keeps exact sizes only (A/B).
  *
  * Graph outputs are never offered (the caller owns them). But for a large torch output
  * (1 MB or more) the pool keeps its storage after the run (bufpool_keep_outputs): once the
@@ -54,6 +58,8 @@ static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /
 static PyObject *storage_use_count; /* strong: torch._C._storage_Use_Count */
 static PyObject *str_set; /* strong: interned "set_" */
 static PyObject *str_is_shared, *str_nbytes, *str_resize; /* strong, interned */
+static PyObject *np_ndarray, *kw_dtype_buffer;              /* strong: numpy.ndarray, ("dtype", "buffer") */
+static PyObject *np_dtypes[DT_COUNT];                       /* strong, each on first use */
 
 BufPool *bufpool_enter(BufPool *p)
 {
@@ -196,6 +202,27 @@ static int numpy_exclusive(PyObject *a)
     return none;
 }
 
+/* The owner of numpy array a when a is an array bufpool_take made over a pooled owner
+ * and nothing else reaches the owner (its references: a's and, while we ask, ours): a new
+ * reference, or NULL (no error set). */
+static PyObject *numpy_lent_owner(PyObject *a)
+{
+    if (!np_ndarray || interned(&str_base, "base") < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *b = PyObject_GetAttr(a, str_base); /* new */
+    if (!b) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (Py_TYPE(b) != (PyTypeObject *)np_ndarray || Py_REFCNT(b) != 2 || !numpy_exclusive(b)) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
 /* 0 and op's sizes and strides filled when obj is an array of lib and dt (torch: through
  * the tensor reader, no data pointer needed; numpy: its buffer, released at once); 1 when
  * it is not, or could not be read. Never raises. */
@@ -227,7 +254,13 @@ void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt)
         return;
     Operand op;
     memset(&op, 0, sizeof op);
-    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1 && !read_layout(obj, lib, dt, &op);
+    int ok = take_ours(p, obj) && Py_REFCNT(obj) == 1;
+    PyObject *owner = ok && lib == LIB_NUMPY ? numpy_lent_owner(obj) : NULL; /* new */
+    if (owner) {   /* the array goes (and its reference to the owner): the owner is offered */
+        Py_DECREF(obj);
+        obj = owner;
+    }
+    ok = ok && !read_layout(obj, lib, dt, &op);
     int64_t elems = 1;
     for (int d = op.ndim - 1; ok && d >= 0; d--) {
         if (op.size[d] != 1 && op.stride[d] != elems)
@@ -380,14 +413,40 @@ static PyObject *resized(PyObject *t, const int64_t *n, int r)
     return res;
 }
 
+/* A new numpy array of dt and sizes n over the memory of owner (a pooled array: the
+ * reference is stolen, the new array holds it as its base), or NULL (owner released). */
+static PyObject *numpy_over(PyObject *owner, DType dt, const int64_t *n, int r)
+{
+    if (!np_ndarray) {
+        PyObject *np = PyImport_ImportModule("numpy"); /* new */
+        np_ndarray = np ? PyObject_GetAttrString(np, "ndarray") : NULL;
+        Py_XDECREF(np);
+    }
+    if (!kw_dtype_buffer)
+        kw_dtype_buffer = Py_BuildValue("(ss)", "dtype", "buffer");
+    if (np_ndarray && !np_dtypes[dt])
+        np_dtypes[dt] = dtype_to_py(dt, LIB_NUMPY);
+    PyObject *shape = np_ndarray && kw_dtype_buffer && np_dtypes[dt] ? sj_int64_tuple(n, r) : NULL; /* new */
+    PyObject *res = NULL;
+    if (shape) {
+        PyObject *args[3] = {shape, np_dtypes[dt], owner};
+        res = PyObject_Vectorcall(np_ndarray, args, 1, kw_dtype_buffer);
+        Py_DECREF(shape);
+    }
+    if (!res)
+        PyErr_Clear();
+    Py_DECREF(owner); /* res, when made, holds it */
+    return res;
+}
+
 PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r)
 {
     int64_t need = dtype_info[dt].itemsize;
     for (int d = 0; d < r; d++)
         need *= n[d];
-    /* exactly these sizes, the newest first; else (torch) the smallest that fits within
-     * twice the bytes, so a pool of a dynamic graph's larger sizes serves its smaller ones
-     * without holding more than twice what the run needs at once */
+    /* exactly these sizes, the newest first; else the smallest that fits within twice the
+     * bytes, so a pool of a dynamic graph's larger sizes serves its smaller ones without
+     * holding more than twice what the run needs at once */
     int fit = -1;
     for (int i = p->n - 1; i >= 0; i--) {
         PoolEntry *e = &p->e[i];
@@ -397,12 +456,11 @@ PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r)
             p->reused++;
             return take_entry(p, i);
         }
-        if (lib == LIB_TORCH && r > 0 && e->bytes >= need && e->bytes <= 2 * need &&
-            (fit < 0 || e->bytes < p->e[fit].bytes))
+        if (r > 0 && e->bytes >= need && e->bytes <= 2 * need && (fit < 0 || e->bytes < p->e[fit].bytes))
             fit = i;
     }
     if (fit >= 0 && sj_config.pool_larger_buffers) {
-        PyObject *t = resized(take_entry(p, fit), n, r);
+        PyObject *t = lib == LIB_TORCH ? resized(take_entry(p, fit), n, r) : numpy_over(take_entry(p, fit), dt, n, r);
         if (t) {
             p->reused++;
             p->resized++;

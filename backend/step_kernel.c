@@ -41,8 +41,8 @@
 /* A node's rule in the program: LR_PRESERVE and LR_CL come from LL_LIKE and the
  * memory_format the node asks for. In a reduction or row kernel: LR_RED for the kernel's
  * reduction with keepdim (row-major, as torch's reductions allocate their result, sized 1
- * over the reduced dims), LR_ROW for softmax, log_softmax and layer_norm (row-major: they
- * run on their input made contiguous) and LR_UNKNOWN for a reduction dropping its dims,
+ * over the reduced dims), LR_ROW for softmax, log_softmax, layer_norm and rms_norm
+ * (row-major: they run on their input made contiguous) and LR_UNKNOWN for a reduction dropping its dims,
  * whose result (the kernel's reduced output) keeps the plan's layout. */
 enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN };
 
@@ -109,6 +109,7 @@ static int reduce_rule(const Graph *g, const Kernel *k, int32_t ni)
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX:
     case OP_LAYER_NORM:
+    case OP_RMS_NORM:   /* (of a channels-last input it runs eagerly: step_kernel_run) */
         return LR_ROW;
     case OP_SUM:
     case OP_MEAN:
@@ -380,6 +381,15 @@ static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int
     return k->nout == 32 ? UINT32_MAX : (1u << k->nout) - 1;
 }
 
+/* 1 when k holds torch's rms_norm op (not the spelled-out pattern). */
+static int has_rms_norm_op(const Graph *g, const Kernel *k)
+{
+    for (int32_t j = 0; j < k->nnodes; j++)
+        if (g->nodes[k->nodes[j]].op == OP_RMS_NORM)
+            return 1;
+    return 0;
+}
+
 /* The kernel's nodes, run the original way (an input the plan did not foresee). */
 static int run_eagerly(LowerPlan *p, Graph *g, const Kernel *k, PyObject **vals)
 {
@@ -422,10 +432,13 @@ int step_kernel_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
                 *t = s;
         }
     }
-    /* an RMS norm of a channels-last input: eager's result is channels-last too (torch's
-     * rms_norm keeps that layout, as x * rsqrt(...) does), the kernel's row-major */
+    /* torch's rms_norm op of a channels-last input: eager's result is channels-last (the
+     * op lays its result out by suggest_memory_format, row-major otherwise), the kernel's
+     * row-major. (The spelled-out x * rsqrt(...) gets TensorIterator's layout from
+     * result_layout.) */
     for (int32_t i = 0; rc == 0 && k->flavour == KF_RMS_NORM && i < k->nin; i++)
-        if (lower_suggests_cl(ops[k->nout + i].size, ops[k->nout + i].stride, ops[k->nout + i].ndim))
+        if (lower_suggests_cl(ops[k->nout + i].size, ops[k->nout + i].stride, ops[k->nout + i].ndim) &&
+            has_rms_norm_op(g, k))
             rc = 1;
     int64_t st[SJ_KMAX_OPERANDS * SJ_MAX_RANK];
     char *ptrs[SJ_KMAX_OPERANDS];
