@@ -7,6 +7,15 @@
  * (about a microsecond) for each chain between two lowered steps: a transformer layer's
  * q, k and v views and the heads merged back.
  *
+ * A lazy copy is the result of a view chain ending in a copy (contiguous() or a reshape
+ * of a layout no view has) that only other view chains read: the copy's source view and
+ * the copy's sizes. A chain reading it composes its own record with the source view
+ * (step_views.c) and reads the chain's input directly, so the copy is never made:
+ * nn.MultiheadAttention's packed projection, `proj.unflatten(-1, (3, E)).unsqueeze(0)
+ * .transpose(0, -2).squeeze(-2).contiguous()`, then q, k and v as views of it, which the
+ * attention step reads with the projection's strides. Read as an Operand it refuses (1:
+ * the step reads the tensor instead); made a tensor, it is the copy.
+ *
  * Memory: a LazyView holds a strong reference to its input tensor and to the record's
  * sizes and strides tuples; it lives in a run's vals[] like any value and is released with
  * it. It is never a graph output and never offered to the buffer pool (which keeps only
@@ -19,6 +28,9 @@ typedef struct {
     int ndim;
     int64_t size[SJ_MAX_RANK], stride[SJ_MAX_RANK];
     long long delta;                /* elements from base's first element to the view's */
+    int copy;                       /* a lazy copy: the view's elements in order, sizes res_size */
+    int res_ndim;
+    int64_t res_size[SJ_MAX_RANK];
 } LazyView;
 
 static void lazyview_dealloc(PyObject *self)
@@ -63,6 +75,8 @@ PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long 
     v->strides = Py_NewRef(strides);
     v->ndim = n;
     v->delta = delta;
+    v->copy = 0;
+    v->res_ndim = 0;
     for (int d = 0; d < n; d++) {
         v->size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, d));
         v->stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d));
@@ -74,9 +88,43 @@ PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long 
     return (PyObject *)v;
 }
 
+PyObject *lazyview_new_copy(PyObject *base, PyObject *sizes, PyObject *strides, long long delta,
+                            const int64_t *res_size, int res_ndim)
+{
+    if (res_ndim > SJ_MAX_RANK) {
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: a view record of an unexpected rank");
+        return NULL;
+    }
+    LazyView *v = (LazyView *)lazyview_new(base, sizes, strides, delta);
+    if (!v)
+        return NULL;
+    v->copy = 1;
+    v->res_ndim = res_ndim;
+    memcpy(v->res_size, res_size, sizeof(int64_t) * (size_t)res_ndim);
+    return (PyObject *)v;
+}
+
+int lazyview_copy_source(PyObject *o, PyObject **base, int *ndim, const int64_t **size, const int64_t **stride,
+                         long long *delta, int *res_ndim, const int64_t **res_size)
+{
+    LazyView *v = (LazyView *)o;
+    if (!v->copy)
+        return 0;
+    *base = v->base;
+    *ndim = v->ndim;
+    *size = v->size;
+    *stride = v->stride;
+    *delta = v->delta;
+    *res_ndim = v->res_ndim;
+    *res_size = v->res_size;
+    return 1;
+}
+
 int lazyview_read(PyObject *o, DType dt, Operand *op)
 {
     const LazyView *v = (const LazyView *)o;
+    if (v->copy)
+        return 1;   /* (planned never to happen: only view chains read a lazy copy) */
     Operand b;
     int r = lower_read_input_dt(v->base, LIB_TORCH, dt, &b);
     if (r != 0)
@@ -92,7 +140,12 @@ int lazyview_read(PyObject *o, DType dt, Operand *op)
 PyObject *lazyview_tensor(PyObject *o)
 {
     const LazyView *v = (const LazyView *)o;
-    return lower_view_of(v->base, v->sizes, v->strides, v->delta);
+    PyObject *t = lower_view_of(v->base, v->sizes, v->strides, v->delta); /* new */
+    if (!t || !v->copy)
+        return t;
+    PyObject *r = lower_copy_view(t, v->res_size, v->res_ndim);
+    Py_DECREF(t);
+    return r;
 }
 
 /* Replaces a lazy value read by node ni with its tensor. */

@@ -458,10 +458,24 @@ int lazyview_check(PyObject *o);
 /* New reference, or NULL with an exception: base and the record (sizes and strides
  * tuples, the element offset from base's data). */
 PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);
-/* The view as an Operand of dtype dt (lower_read_input_dt's contract). */
+/* A lazy copy: a contiguous tensor of sizes res_size holding the elements of that view
+ * in order, not made. New reference, or NULL with an exception. */
+PyObject *lazyview_new_copy(PyObject *base, PyObject *sizes, PyObject *strides, long long delta,
+                            const int64_t *res_size, int res_ndim);
+/* 1 and the parts of lazy copy o (borrowed: live as long as o), or 0 when o is a plain
+ * lazy view. */
+int lazyview_copy_source(PyObject *o, PyObject **base, int *ndim, const int64_t **size, const int64_t **stride,
+                         long long *delta, int *res_ndim, const int64_t **res_size);
+/* The view as an Operand of dtype dt (lower_read_input_dt's contract); a lazy copy
+ * refuses (1). */
 int lazyview_read(PyObject *o, DType dt, Operand *op);
-/* The view as a tensor (lower_view_of its input and record): new reference, or NULL. */
+/* The view as a tensor (lower_view_of its input and record; a lazy copy's copy made):
+ * new reference, or NULL. */
 PyObject *lazyview_tensor(PyObject *o);
+/* step_views.c: view t's elements in order as a new contiguous tensor of sizes res_size
+ * (t.contiguous() when they are t's sizes, else t.reshape(res_size) of a layout no view
+ * has). New reference, or NULL with an exception. */
+PyObject *lower_copy_view(PyObject *t, const int64_t *res_size, int res_ndim);
 /* step_views.c: torch.as_strided(base, sizes, strides, base's storage offset + delta), a
  * view chain's recorded result. New reference, or NULL with an exception. */
 PyObject *lower_view_of(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);

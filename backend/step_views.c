@@ -66,7 +66,10 @@ struct ViewChain {
     int lazy;
     int res_ndim;
     int64_t res_size[SJ_MAX_RANK];
-    long long calls, eager_runs, copies, lazies;
+    /* defer: in copy mode, its result a lazy copy (lazyview.c): every reader is the first
+     * node of a lazy chain, which composes its record with the copy's source view */
+    int defer;
+    long long calls, eager_runs, copies, lazies, deferred;
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -173,6 +176,39 @@ static int lazy_readers(const Graph *g, const LowerPlan *p, const int32_t *node_
     return 1;
 }
 
+/* Marks the chains whose copy may stay lazy (ViewChain.defer): the chain may end in a copy
+ * (contiguous, reshape or flatten), every one of its `reads` readers is the first node of
+ * another chain whose result is lazy and whose input is this result (so the copy is read
+ * only through their records), and nothing from this chain's first node to those chains
+ * writes in place (the lazy chains check the rest up to their readers). */
+static void mark_deferred_copies(const Graph *g, LowerPlan *p, const int32_t *reads)
+{
+    for (int32_t ci = 0; ci < p->nviews; ci++) {
+        ViewChain *c = &p->views[ci];
+        OpId last = (OpId)g->nodes[c->nodes[c->n - 1]].op;
+        if (c->lazy || (last != OP_CONTIGUOUS && last != OP_RESHAPE && last != OP_FLATTEN))
+            continue;
+        int32_t found = 0, upto = -1;
+        for (int32_t cj = 0; cj < p->nviews; cj++) {
+            const ViewChain *d = &p->views[cj];
+            if (d->base != c->out)
+                continue;
+            if (!d->lazy || d->n < 1) {
+                found = -1;
+                break;
+            }
+            found++;
+            upto = d->nodes[0] > upto ? d->nodes[0] : upto;
+        }
+        if (found <= 0 || found != reads[c->out])
+            continue;
+        int clean = 1;
+        for (int32_t ni = c->nodes[0]; ni <= upto && clean; ni++)
+            clean = !(g->nodes[ni].flags & (NODE_INPLACE | NODE_OUT));
+        c->defer = clean;
+    }
+}
+
 int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
 {
     int32_t nv = g->nvalues ? g->nvalues : 1;
@@ -234,6 +270,7 @@ int step_views_plan(Graph *g, LowerPlan *p, int32_t *node_step)
         for (int k = 0; k < c.n; k++)
             node_step[c.nodes[k]] = i;
     }
+    mark_deferred_copies(g, p, reads);
     /* drop the steps the chains took; node_step follows the renumbering */
     int32_t n = 0;
     for (int32_t i = 0; i < p->nsteps; i++) {
@@ -440,26 +477,28 @@ static PyObject *recorded_view(const ViewChain *c, PyObject *base)
  * contiguous(), since reshape to the same shape would return the view itself. An
  * element-at-a-time copy here measured ten times slower (120 us against 12 us for 64K
  * floats). New reference or NULL. */
+PyObject *lower_copy_view(PyObject *t, const int64_t *res_size, int res_ndim)
+{
+    TensorMeta m;
+    const char *why = NULL;
+    int r = init_names() < 0 ? -1 : treader_read(t, &m, NULL, &why);
+    if (r < 0)
+        return NULL;
+    int same = r == 0 && m.ndim == res_ndim && !memcmp(m.size, res_size, sizeof(int64_t) * (size_t)res_ndim);
+    if (same)
+        return PyObject_CallMethodNoArgs(t, str_contiguous);
+    PyObject *shape = sj_int64_tuple(res_size, res_ndim);   /* new */
+    PyObject *res = shape ? PyObject_CallMethodOneArg(t, str_reshape, shape) : NULL;
+    Py_XDECREF(shape);
+    return res;
+}
+
 static PyObject *copy_by_torch(ViewChain *c, PyObject *base)
 {
     PyObject *v = recorded_view(c, base);   /* new */
     if (!v)
         return NULL;
-    int same = (int)PyTuple_GET_SIZE(c->sizes) == c->res_ndim;
-    for (int d = 0; same && d < c->res_ndim; d++)
-        same = PyLong_AsLongLong(PyTuple_GET_ITEM(c->sizes, d)) == c->res_size[d];
-    if (PyErr_Occurred()) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    PyObject *r;
-    if (same) {
-        r = PyObject_CallMethodNoArgs(v, str_contiguous);
-    } else {
-        PyObject *shape = sj_int64_tuple(c->res_size, c->res_ndim);   /* new */
-        r = shape ? PyObject_CallMethodOneArg(v, str_reshape, shape) : NULL;
-        Py_XDECREF(shape);
-    }
+    PyObject *r = lower_copy_view(v, c->res_size, c->res_ndim);
     Py_DECREF(v);
     return r;
 }
@@ -509,15 +548,93 @@ static int run_copy(ViewChain *c, PyObject *base, PyObject **vals)
     return 0;
 }
 
+/* Chain c's record composed with the lazy copy it reads (vals[c->base]): 1 with c's
+ * result a lazy view of the copy's source tensor, 0 when the record does not compose
+ * (then the copy is made), -1 with an exception.
+ *
+ * The copy holds the source view's elements in row-major order over its sizes vs, so an
+ * offset o into the copy is the view's index unravel(o, vs). c's record steps each of its
+ * dims by a stride into the copy; it composes when each such stride is a whole number of
+ * one dim j of vs (cs[j] <= stride < cs[j] * vs[j], cs the row-major strides over vs),
+ * and the record's start coordinate in j plus every step into j stays below vs[j]: then no
+ * step carries into another dim, and a dim of c steps m * (the source's stride of j). */
+static int through_copy(ViewChain *c, PyObject **vals)
+{
+    PyObject *src;
+    int vn, rn;
+    const int64_t *vs, *vst, *rs;
+    long long vd;
+    if (!c->sizes || !lazyview_copy_source(vals[c->base], &src, &vn, &vs, &vst, &vd, &rn, &rs))
+        return 0;
+    /* the record must be of the copy's layout: contiguous over its sizes */
+    int64_t e = 1;
+    if (c->base_ndim != rn || c->base_type != (PyTypeObject *)libs.tensor_type ||
+        memcmp(c->base_size, rs, sizeof(int64_t) * (size_t)rn))
+        return 0;
+    for (int d = rn - 1; d >= 0; d--) {
+        if (rs[d] != 1 && c->base_stride[d] != e)
+            return 0;
+        e *= rs[d];
+    }
+    int64_t cs[SJ_MAX_RANK], span[SJ_MAX_RANK], q[SJ_MAX_RANK], total = 1;
+    for (int j = vn - 1; j >= 0; j--) {
+        cs[j] = total;
+        total *= vs[j];
+        span[j] = 0;
+    }
+    if (c->delta < 0 || c->delta >= total)
+        return 0;
+    for (int j = 0; j < vn; j++)
+        q[j] = (c->delta / cs[j]) % vs[j];
+    int n = (int)PyTuple_GET_SIZE(c->sizes);
+    int64_t st[SJ_MAX_RANK];
+    for (int k = 0; k < n; k++) {
+        int64_t sz = PyLong_AsLongLong(PyTuple_GET_ITEM(c->sizes, k)),
+                s = PyLong_AsLongLong(PyTuple_GET_ITEM(c->strides, k));
+        if (PyErr_Occurred())
+            return -1;
+        if (sz == 1 || s == 0) {
+            st[k] = 0;
+            continue;
+        }
+        int j = vn - 1;
+        while (j >= 0 && !(vs[j] > 1 && cs[j] <= s && s < cs[j] * vs[j]))
+            j--;
+        if (s < 0 || j < 0 || s % cs[j])
+            return 0;
+        span[j] += s / cs[j] * (sz - 1);
+        st[k] = s / cs[j] * vst[j];
+    }
+    long long delta = vd;
+    for (int j = 0; j < vn; j++) {
+        if (q[j] + span[j] >= vs[j])
+            return 0;
+        delta += q[j] * vst[j];
+    }
+    PyObject *strides = sj_int64_tuple(st, n); /* new */
+    PyObject *v = strides ? lazyview_new(src, c->sizes, strides, delta) : NULL; /* new */
+    Py_XDECREF(strides);
+    if (!v)
+        return -1;
+    c->calls++;
+    c->lazies++;
+    vals[c->out] = v;
+    return 1;
+}
+
 int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
 {
     ViewChain *c = &p->views[i];
     if (init_names() < 0)
         return -1;
-    if (lazyview_check(vals[c->base])) {   /* (planned never to happen: a chain is no lazy reader) */
-        PyObject *t = lazyview_tensor(vals[c->base]);   /* new */
+    if (lazyview_check(vals[c->base])) {   /* a lazy copy (a plain lazy view has no chain reading it) */
+        int r = c->lazy ? through_copy(c, vals) : 0;
+        if (r != 0)
+            return r < 0 ? -1 : 0;
+        PyObject *t = lazyview_tensor(vals[c->base]);   /* new: the copy made */
         if (!t)
             return -1;
+        c->copies++;
         Py_SETREF(vals[c->base], t);
     }
     PyObject *base = vals[c->base];   /* borrowed */
@@ -532,6 +649,14 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals)
                !memcmp(bm.size, c->base_size, sizeof(int64_t) * (size_t)bm.ndim) &&
                !memcmp(bst, c->base_stride, sizeof(int64_t) * (size_t)bm.ndim);
     if (same && c->sizes) {
+        if (c->copy && c->defer) {
+            PyObject *v = lazyview_new_copy(base, c->sizes, c->strides, c->delta, c->res_size, c->res_ndim); /* new */
+            if (!v)
+                return -1;
+            c->deferred++;
+            vals[c->out] = v;
+            return 0;
+        }
         if (c->copy) {
             int cr = run_copy(c, base, vals);
             if (cr <= 0)
@@ -597,18 +722,20 @@ void step_views_free(LowerPlan *p)
 int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
     (void)g;
-    long long calls = 0, eager = 0, nodes = 0, copies = 0, lazies = 0;
+    long long calls = 0, eager = 0, nodes = 0, copies = 0, lazies = 0, deferred = 0;
     for (int32_t i = 0; i < p->nviews; i++) {
         calls += p->views[i].calls;
         eager += p->views[i].eager_runs;
         nodes += p->views[i].n;
         copies += p->views[i].copies;
         lazies += p->views[i].lazies;
+        deferred += p->views[i].deferred;
     }
-    static const char *const names[6] = {"view_chains",           "view_chain_nodes",  "view_chain_calls",
-                                         "view_chain_eager_runs", "view_chain_copies", "view_chain_lazy"};
-    long long vals[6] = {p->nviews, nodes, calls, eager, copies, lazies};
-    return lower_put_counts(d, 6, names, vals);
+    static const char *const names[7] = {
+        "view_chains",       "view_chain_nodes", "view_chain_calls",          "view_chain_eager_runs",
+        "view_chain_copies", "view_chain_lazy",  "view_chain_copies_deferred"};
+    long long vals[7] = {p->nviews, nodes, calls, eager, copies, lazies, deferred};
+    return lower_put_counts(d, 7, names, vals);
 }
 
 /* ---------------------------------------------------------- pass-through ---- */

@@ -443,3 +443,116 @@ def test_contiguous_of_a_transpose_is_contiguous_every_call():
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
             assert g.is_contiguous() and g.stride() == e.stride()
     assert _stats(made, "view_chain_copies") == 4 and _stats(made, "conv_fallbacks") == 0
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_packed_projection_copy_is_never_made(batch_first):
+    """nn.MultiheadAttention's packed q/k/v projection ends in a contiguous() copy that only
+    the q, k and v view chains read: from the second call the copy stays lazy and those
+    chains read the projection itself with composed strides (no copy step at all), for
+    nn.MultiheadAttention either way round and nn.TransformerEncoderLayer; values equal
+    eager's on every call."""
+    torch.manual_seed(1)
+    mha = nn.MultiheadAttention(64, 4, batch_first=batch_first).eval()
+    enc = nn.TransformerEncoderLayer(64, 4, 128, batch_first=batch_first).eval()
+    for f in (lambda x: mha(x, x, x, need_weights=False)[0], lambda x: enc(x)):
+        shapejit.reset()
+        backend, made = _lowering()
+        c = shapejit.compile(f, backend=backend)
+        with torch.no_grad():
+            for _ in range(3):
+                x = torch.randn(2, 24, 64) if batch_first else torch.randn(24, 2, 64)
+                torch.testing.assert_close(c(x), f(x), rtol=1e-4, atol=1e-5)
+        assert _stats(made, "view_chain_copies_deferred") == 2, [m.stats for m in made]
+        assert _stats(made, "view_chain_copies") == 0
+
+
+def _copy_then_views(perm, views):
+    def f(x):
+        c = x.permute(*perm).contiguous()
+        outs = []
+        for v in views:
+            outs.append(v(c) * 2.0)   # a kernel reads each chain
+        return tuple(outs)
+    return f
+
+
+COPY_READERS = {   # permute of the input, the readers' chains, how many compose
+    "split_heads": ((1, 0, 2), [lambda c: c[0].view(6, 2, 4).transpose(0, 1),
+                                lambda c: c[2].view(6, 2, 4).transpose(0, 1)], 2),
+    "flatten_copy": ((1, 0, 2), [lambda c: c.view(-1)], 0),       # merges across the permute
+    "slice_rows": ((2, 0, 1), [lambda c: c[1:3, ::2], lambda c: c[:, 1].t()], 2),
+    "reshape_then_view": ((0, 2, 1), [lambda c: c.reshape(5, 8, 3)[:, :, 1],   # splits a dim
+                                      lambda c: c.view(5, 4, 2, 3).permute(3, 0, 2, 1)], 2),
+    "narrow_merge": ((1, 0, 2), [lambda c: c.narrow(0, 1, 2).reshape(2, 48)], 0),
+}
+
+
+@pytest.mark.parametrize("form", sorted(COPY_READERS))
+def test_lazy_copy_composes_or_is_made(form):
+    """A copy read only by view chains: each reader either composes with the copy's source
+    (no tensor) or, when its record crosses a dim of the copy's source (a flatten or a
+    merge of two dims the permute separated), gets the copy made; either way values and
+    the kernels' results equal eager's on every call."""
+    perm, views, compose = COPY_READERS[form]
+    shape = {"split_heads": (6, 3, 8), "flatten_copy": (6, 3, 8), "slice_rows": (4, 3, 6),
+             "reshape_then_view": (5, 3, 8), "narrow_merge": (6, 4, 8)}[form]
+    f = _copy_then_views(perm, views)
+    made = _lazy_run(f, lambda: (torch.randn(*shape),), calls=4)
+    assert _stats(made, "view_chain_copies_deferred") == 3
+    # the first call records; the three after it make the copy once for each reader that
+    # does not compose (a reader after the first finds it made)
+    assert _stats(made, "view_chain_copies") == (3 if compose < len(views) else 0), [m.stats for m in made]
+
+
+def _random_reader(rng, c):
+    """A random chain of view ops on tensor c (each kept only when torch takes it as a view)."""
+    ops = []
+    t = c
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(["slice", "select", "transpose", "split", "merge"])
+        d = rng.randrange(t.dim())
+        if kind == "slice" and t.shape[d] > 1:
+            a, st = rng.randrange(t.shape[d] - 1), rng.choice([1, 2])
+            op = (lambda d, a, st: lambda u: u.narrow(d, a, u.shape[d] - a)[(slice(None),) * d + (slice(None, None, st),)])(
+                d, a, st)
+        elif kind == "select" and t.dim() > 1:
+            i = rng.randrange(t.shape[d])
+            op = (lambda d, i: lambda u: u.select(d, i))(d, i)
+        elif kind == "transpose" and t.dim() > 1:
+            e = rng.randrange(t.dim())
+            op = (lambda d, e: lambda u: u.transpose(d, e))(d, e)
+        elif kind == "split" and t.shape[d] % 2 == 0 and t.shape[d] > 2:
+            op = (lambda d: lambda u: u.unflatten(d, (2, u.shape[d] // 2)))(d)
+        elif kind == "merge" and d + 1 < t.dim():
+            op = (lambda d: lambda u: u.view(*u.shape[:d], u.shape[d] * u.shape[d + 1], *u.shape[d + 2:]))(d)
+        else:
+            continue
+        try:
+            u = op(t)
+        except RuntimeError:
+            continue   # not a view of this layout
+        ops.append(op)
+        t = u
+
+    def reader(u):
+        for op in ops:
+            u = op(u)
+        return u
+    return reader
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lazy_copy_random_readers(seed):
+    """Random readers (slices with steps, selects, transposes, splits and merges) of a
+    permuted copy: composed or made, every call equals eager."""
+    import random
+    rng = random.Random(seed)
+    shape = [rng.randint(2, 6) for _ in range(3)]
+    perm = list(range(3))
+    rng.shuffle(perm)
+    probe = torch.randn(*shape).permute(*perm).contiguous()
+    readers = [_random_reader(rng, probe) for _ in range(rng.randint(1, 3))]
+    f = _copy_then_views(perm, readers)
+    made = _lazy_run(f, lambda: (torch.randn(*shape),), calls=3)
+    assert _stats(made, "view_chain_eager_runs") >= 1
