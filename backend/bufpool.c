@@ -29,7 +29,10 @@
  * owner: when that array is offered back, holds the only reference to the owner (numpy
  * makes every view of it a view of the owner, so a view anywhere else would show in the
  * owner's reference count) and has no reference but ours, the owner goes back into the
- * pool. shapejit.config.pool_larger_buffers = False keeps exact sizes only (A/B).
+ * pool. Not for a step that makes a graph output (bufpool_lend, set per step by the run):
+ * a returned array owns its memory, as eager's does (`resize`, `base is None`), and holds
+ * no more than it needs. shapejit.config.pool_larger_buffers = False keeps exact sizes
+ * only (A/B).
  *
  * Graph outputs are never offered (the caller owns them). But for a large torch output
  * (1 MB or more) the pool keeps its storage after the run (bufpool_keep_outputs): once the
@@ -53,6 +56,7 @@
 #define SJ_CARRY_MIN_BYTES (1 << 20)
 
 static _Thread_local BufPool *current;   /* the pool of the run on this thread, or NULL */
+static _Thread_local int lend_ok;        /* bufpool_lend */
 
 static PyObject *str_use_count, *str_untyped_storage, *str_cdata, *str_base;   /* strong, interned */
 static PyObject *storage_use_count; /* strong: torch._C._storage_Use_Count */
@@ -106,6 +110,11 @@ static int take_ours(BufPool *p, PyObject *obj)
 BufPool *bufpool_current(void)
 {
     return current;
+}
+
+void bufpool_lend(int ok)
+{
+    lend_ok = ok;
 }
 
 static int interned(PyObject **slot, const char *s)
@@ -456,7 +465,8 @@ PyObject *bufpool_take(BufPool *p, Lib lib, DType dt, const int64_t *n, int r)
             p->reused++;
             return take_entry(p, i);
         }
-        if (r > 0 && e->bytes >= need && e->bytes <= 2 * need && (fit < 0 || e->bytes < p->e[fit].bytes))
+        if (r > 0 && (lib == LIB_TORCH || lend_ok) && e->bytes >= need && e->bytes <= 2 * need &&
+            (fit < 0 || e->bytes < p->e[fit].bytes))
             fit = i;
     }
     if (fit >= 0 && sj_config.pool_larger_buffers) {

@@ -31,6 +31,11 @@ typedef struct {
     int copy;                       /* a lazy copy: the view's elements in order, sizes res_size */
     int res_ndim;
     int64_t res_size[SJ_MAX_RANK];
+    /* a view read through a lazy copy: eager's tensor is the view (sizes, lay_strides,
+     * lay_delta) of the copy `via` (strong), laid out by lay */
+    PyObject *via, *lay_strides;
+    long long lay_delta;
+    int64_t lay[SJ_MAX_RANK];
 } LazyView;
 
 static void lazyview_dealloc(PyObject *self)
@@ -39,6 +44,8 @@ static void lazyview_dealloc(PyObject *self)
     Py_XDECREF(v->base);
     Py_XDECREF(v->sizes);
     Py_XDECREF(v->strides);
+    Py_XDECREF(v->via);
+    Py_XDECREF(v->lay_strides);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -77,6 +84,8 @@ PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long 
     v->delta = delta;
     v->copy = 0;
     v->res_ndim = 0;
+    v->via = v->lay_strides = NULL;
+    v->lay_delta = 0;
     for (int d = 0; d < n; d++) {
         v->size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, d));
         v->stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d));
@@ -101,6 +110,29 @@ PyObject *lazyview_new_copy(PyObject *base, PyObject *sizes, PyObject *strides, 
     v->copy = 1;
     v->res_ndim = res_ndim;
     memcpy(v->res_size, res_size, sizeof(int64_t) * (size_t)res_ndim);
+    return (PyObject *)v;
+}
+
+PyObject *lazyview_new_through(PyObject *base, PyObject *sizes, PyObject *strides, long long delta, PyObject *via,
+                               PyObject *lay_strides, long long lay_delta)
+{
+    LazyView *v = (LazyView *)lazyview_new(base, sizes, strides, delta);
+    if (!v)
+        return NULL;
+    if (PyTuple_GET_SIZE(lay_strides) != v->ndim) {
+        Py_DECREF(v);
+        PyErr_SetString(PyExc_RuntimeError, "shapejit: a view record of an unexpected rank");
+        return NULL;
+    }
+    for (int d = 0; d < v->ndim; d++)
+        v->lay[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(lay_strides, d));
+    if (PyErr_Occurred()) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    v->via = Py_NewRef(via);
+    v->lay_strides = Py_NewRef(lay_strides);
+    v->lay_delta = lay_delta;
     return (PyObject *)v;
 }
 
@@ -134,12 +166,19 @@ int lazyview_read(PyObject *o, DType dt, Operand *op)
     memcpy(op->size, v->size, sizeof(int64_t) * (size_t)v->ndim);
     memcpy(op->stride, v->stride, sizeof(int64_t) * (size_t)v->ndim);
     op->data = b.data + v->delta * (long long)dtype_info[dt].itemsize;
+    op->lay = v->via ? v->lay : NULL;
     return 0;
 }
 
 PyObject *lazyview_tensor(PyObject *o)
 {
     const LazyView *v = (const LazyView *)o;
+    if (v->via) {   /* eager's tensor: the view of the copy, made */
+        PyObject *c = lazyview_tensor(v->via); /* new */
+        PyObject *t = c ? lower_view_of(c, v->sizes, v->lay_strides, v->lay_delta) : NULL;
+        Py_XDECREF(c);
+        return t;
+    }
     PyObject *t = lower_view_of(v->base, v->sizes, v->strides, v->delta); /* new */
     if (!t || !v->copy)
         return t;

@@ -157,6 +157,8 @@ typedef struct {
      * entries. */
     int32_t *release;
     int32_t *release_at;
+    uint8_t *step_out;    /* PyMem, per step: 1 when it makes a graph output (whose numpy
+                             array must own its memory: bufpool_lend) */
     int32_t *node_step;   /* PyMem, per graph node: the step that runs it, -1 for inputs and
                              nodes no step runs (CompiledGraph.step_nodes) */
 } LowerPlan;
@@ -418,7 +420,18 @@ typedef struct {
     char *data;
     Py_buffer view;     /* numpy: held while the step runs */
     int has_view;
+    /* the strides eager's tensor has, where they differ from those read through (a view
+     * composed with a lazy copy's source reads that source, where eager reads the copy):
+     * what a result's layout follows (lower_layout_strides). NULL: `stride`. Borrowed
+     * from the value read, live while it is. */
+    const int64_t *lay;
 } Operand;
+
+/* The strides eager sees for o (its layout, which results follow). */
+static inline const int64_t *lower_layout_strides(const Operand *o)
+{
+    return o->lay ? o->lay : o->stride;
+}
 
 /* Non-finite operands of a oneDNN step whose primitive carries an eltwise post-op
  * (step_common.c). oneDNN 2.6's jit eltwise kernels reduce their input's range with
@@ -458,6 +471,12 @@ int lazyview_check(PyObject *o);
 /* New reference, or NULL with an exception: base and the record (sizes and strides
  * tuples, the element offset from base's data). */
 PyObject *lazyview_new(PyObject *base, PyObject *sizes, PyObject *strides, long long delta);
+/* A lazy view of base that eager sees as view (sizes, lay_strides, lay_delta) of lazy copy
+ * `via` (its record composed with the copy's source, step_views.c): read through base,
+ * laid out by lay_strides, made a tensor as that view of the copy. New reference, or NULL
+ * with an exception. */
+PyObject *lazyview_new_through(PyObject *base, PyObject *sizes, PyObject *strides, long long delta, PyObject *via,
+                               PyObject *lay_strides, long long lay_delta);
 /* A lazy copy: a contiguous tensor of sizes res_size holding the elements of that view
  * in order, not made. New reference, or NULL with an exception. */
 PyObject *lazyview_new_copy(PyObject *base, PyObject *sizes, PyObject *strides, long long delta,
@@ -527,6 +546,9 @@ void bufpool_leave(BufPool *p, BufPool *prev);
 void bufpool_note(BufPool *p, PyObject *obj);
 /* The pool of the run on this thread, or NULL. */
 BufPool *bufpool_current(void);
+/* Whether numpy outputs allocated next on this thread may be arrays over a larger kept
+ * array (bufpool_take): not for a step that makes a graph output. */
+void bufpool_lend(int ok);
 /* Steals obj (value of lib and dtype dt, just dropped by the run): kept in p when the run
  * allocated it and nothing else reaches its memory, else released. Never raises. */
 void bufpool_offer(BufPool *p, PyObject *obj, Lib lib, DType dt);

@@ -318,8 +318,18 @@ static int plan_releases(const Graph *g, LowerPlan *p, const int32_t *node_step)
     struct late l = {g, node_step, at};
     for (int32_t ni = 0; ni < g->nnodes; ni++)
         lower_node_reads(g, ni, note_step, &l);
-    for (int32_t i = 0; i < g->noutputs; i++)
-        at[g->outputs[i]] = -1;   /* returned: kept to the end */
+    p->step_out = PyMem_Calloc((size_t)(p->nsteps ? p->nsteps : 1), 1);
+    if (!p->step_out) {
+        PyMem_Free(at);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t i = 0; i < g->noutputs; i++) {
+        int32_t v = g->outputs[i], s = g->values[v].node >= 0 ? node_step[g->values[v].node] : -1;
+        if (s >= 0)
+            p->step_out[s] = 1;
+        at[v] = -1;   /* returned: kept to the end */
+    }
     /* counting sort by step */
     for (int32_t v = 0; v < g->nvalues; v++)
         if (at[v] >= 0)
@@ -576,6 +586,7 @@ void lower_plan_free(LowerPlan *p)
     PyMem_Free(p->steps);
     PyMem_Free(p->release);
     PyMem_Free(p->release_at);
+    PyMem_Free(p->step_out);
     PyMem_Free(p->node_step);
     memset(p, 0, sizeof *p);
 }

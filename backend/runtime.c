@@ -191,6 +191,7 @@ static int exec_steps(void *ctx, Graph *g, PyObject **vals, PyObject **mismatch)
     for (int32_t i = 0; i < cg->plan.nsteps; i++) {
         const Step *s = &cg->plan.steps[i];
         double t0 = cg->step_ns ? omp_get_wtime() : 0.;
+        bufpool_lend(!cg->plan.step_out[i]);
         if (step_kinds[s->kind].run(g, &cg->plan, s->index, vals) < 0)
             return -1;
         if (cg->step_ns)

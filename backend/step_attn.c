@@ -277,8 +277,8 @@ static int flash_enabled(void)
  * rank 2 or 4 that does not require grad; flash_enabled() says whether it does. */
 static int flash_shaped(const struct AttnStep *s, const Operand *op, const Problem *pb)
 {
-    if (s->rank != 4 || op[0].size[3] != op[2].size[3] || op[0].stride[3] != 1 || op[1].stride[3] != 1 ||
-        op[2].stride[3] != 1 || !pb->same_batch)
+    if (s->rank != 4 || op[0].size[3] != op[2].size[3] || lower_layout_strides(&op[0])[3] != 1 ||
+        lower_layout_strides(&op[1])[3] != 1 || lower_layout_strides(&op[2])[3] != 1 || !pb->same_batch)
         return 0;
     return s->mask < 0 || ((s->mask_rank == 2 || s->mask_rank == 4) && !s->mask_grad);
 }
@@ -293,7 +293,7 @@ static PyObject *new_result(const struct AttnStep *s, const Operand *op, const P
     int r = s->rank, flash = flash_shaped(s, op, pb);
     int64_t st[4], want = 1;
     if (flash)   /* empty_like(q) */
-        lower_preserved_strides(qo->size, qo->stride, r, st);
+        lower_preserved_strides(qo->size, lower_layout_strides(qo), r, st);
     int contiguous = 1;
     for (int i = r - 1; i >= 0; i--) {
         if (!flash)

@@ -329,7 +329,7 @@ static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int
     for (int32_t i = 0; i < k->nin && rowmajor; i++) {
         int64_t want[SJ_MAX_RANK + 1];
         lower_strides_in(ins[i].size, NULL, ins[i].ndim, want);
-        rowmajor = !memcmp(want, ins[i].stride, sizeof(int64_t) * (size_t)ins[i].ndim);
+        rowmajor = !memcmp(want, lower_layout_strides(&ins[i]), sizeof(int64_t) * (size_t)ins[i].ndim);
     }
     if (rowmajor)
         return 0;
@@ -352,7 +352,7 @@ static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int
         for (int d = 0; d < r; d++) {
             int od = d - (r - o->ndim);
             s->size[d] = od >= 0 ? o->size[od] : 1;
-            s->st[d] = od >= 0 ? o->stride[od] : 0;
+            s->st[d] = od >= 0 ? lower_layout_strides(o)[od] : 0;
         }
     }
     for (int32_t j = 0; j < k->nnodes; j++)

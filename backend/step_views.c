@@ -564,7 +564,9 @@ static int through_copy(ViewChain *c, PyObject **vals)
     int vn, rn;
     const int64_t *vs, *vst, *rs;
     long long vd;
-    if (!c->sizes || !lazyview_copy_source(vals[c->base], &src, &vn, &vs, &vst, &vd, &rn, &rs))
+    /* (a chain that copies in turn, a merge the copy's layout has no view of, copies from
+     * the copy made) */
+    if (!c->sizes || c->copy || !lazyview_copy_source(vals[c->base], &src, &vn, &vs, &vst, &vd, &rn, &rs))
         return 0;
     /* the record must be of the copy's layout: contiguous over its sizes */
     int64_t e = 1;
@@ -612,7 +614,8 @@ static int through_copy(ViewChain *c, PyObject **vals)
         delta += q[j] * vst[j];
     }
     PyObject *strides = sj_int64_tuple(st, n); /* new */
-    PyObject *v = strides ? lazyview_new(src, c->sizes, strides, delta) : NULL; /* new */
+    PyObject *v = strides ? lazyview_new_through(src, c->sizes, strides, delta, vals[c->base], c->strides, c->delta)
+                          : NULL; /* new */
     Py_XDECREF(strides);
     if (!v)
         return -1;

@@ -362,3 +362,24 @@ def test_numpy_arrays_held_across_sizes_are_never_handed_out():
     spans.sort()
     assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:]))   # no two held arrays overlap
     assert _stat(made, "buffers_resized") > 0
+
+
+def test_numpy_outputs_own_their_memory():
+    """A returned numpy array owns its memory as eager's does (`base is None`, `resize`
+    works) even when a larger kept array could have served it; intermediates still reuse
+    kept arrays across sizes."""
+    def g(x, w):
+        a = np.tanh(x @ w)
+        b = np.exp(a * 0.5) @ w
+        return np.sin(b) * 3.0
+
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((256, 256)) * 0.05).astype(np.float32)
+    fn, made = _compiled(g, dynamic=True)
+    for n in (256, 200, 150, 256, 140):
+        x = rng.standard_normal((n, 256)).astype(np.float32)
+        out = fn(x, w)
+        np.testing.assert_allclose(out, g(x, w), rtol=1e-4, atol=1e-4)
+        assert out.flags.owndata and out.base is None
+        out.resize((10, 256))
+    assert _stat(made, "buffers_resized") > 0
