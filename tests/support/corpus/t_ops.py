@@ -57,6 +57,18 @@ def t_rms_norm(x, w, w2):
             F.rms_norm(x, [3, 8], weight=w2), torch.rms_norm(x.transpose(0, 1), (8,), w, 1e-5))
 
 
+@torch_case(lambda: (T(4, 3, 5), T(3, 5)))
+def t_broadcast_to_clamp_min_max(x, y):
+    """torch.broadcast_to and Tensor.broadcast_to (a tuple, varargs, size=), clamp_min and
+    clamp_max as functions and methods, and their in-place forms."""
+    a = torch.broadcast_to(y, (4, 3, 5)) + x.broadcast_to(2, 4, 3, 5).sum(0)
+    b = torch.clamp_min(a, 0.1) + x.clamp_max(0.2) + torch.clamp_max(x, -0.1) + x.clamp_min(-0.3)
+    d = x.clone()
+    d.clamp_min_(0.0)
+    d.clamp_max_(0.5)
+    return b * y.broadcast_to((4, 3, 5)) + d + torch.broadcast_to(y, size=(4, 3, 5))
+
+
 @torch_case(lambda: (T(2, 3, 4),))
 def t_views(x):
     return (x.view(6, 4), x.view(-1), x.reshape(2, 12), x.permute(2, 0, 1),
