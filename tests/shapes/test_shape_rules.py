@@ -194,6 +194,9 @@ def clamp_cases(lib, row):
         cases.append(Case([x, 0.5, 2.5]))
         cases.append(Case([x], {"max": 2}))
         cases.append(Case([x, mk(lib, "float32", (3,)), None]))
+        if lib == "torch":   # one bound: clamp's min, or clamp_min's / clamp_max's own
+            cases.append(Case([x, 0.5]))
+            cases.append(Case([x, mk(lib, "float32", (3,))]))
     if lib == "torch":
         cases.append(Case([mk(lib, "float32", (2,))]))
     if row[1] == "CK_NUMPY":
