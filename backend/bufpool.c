@@ -63,7 +63,6 @@ static PyObject *storage_use_count; /* strong: torch._C._storage_Use_Count */
 static PyObject *str_set; /* strong: interned "set_" */
 static PyObject *str_is_shared, *str_nbytes, *str_resize; /* strong, interned */
 static PyObject *np_ndarray, *kw_dtype_buffer;              /* strong: numpy.ndarray, ("dtype", "buffer") */
-static PyObject *np_dtypes[DT_COUNT];                       /* strong, each on first use */
 
 BufPool *bufpool_enter(BufPool *p)
 {
@@ -433,12 +432,11 @@ static PyObject *numpy_over(PyObject *owner, DType dt, const int64_t *n, int r)
     }
     if (!kw_dtype_buffer)
         kw_dtype_buffer = Py_BuildValue("(ss)", "dtype", "buffer");
-    if (np_ndarray && !np_dtypes[dt])
-        np_dtypes[dt] = dtype_to_py(dt, LIB_NUMPY);
-    PyObject *shape = np_ndarray && kw_dtype_buffer && np_dtypes[dt] ? sj_int64_tuple(n, r) : NULL; /* new */
+    PyObject *dto = np_ndarray ? lower_dtype_object(LIB_NUMPY, dt) : NULL; /* borrowed */
+    PyObject *shape = dto && kw_dtype_buffer ? sj_int64_tuple(n, r) : NULL; /* new */
     PyObject *res = NULL;
     if (shape) {
-        PyObject *args[3] = {shape, np_dtypes[dt], owner};
+        PyObject *args[3] = {shape, dto, owner};
         res = PyObject_Vectorcall(np_ndarray, args, 1, kw_dtype_buffer);
         Py_DECREF(shape);
     }

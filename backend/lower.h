@@ -459,6 +459,9 @@ int lower_read_input_dt(PyObject *obj, Lib lib, DType dt, Operand *op);
 PyObject *lower_new_output(Lib lib, const int64_t *n, int r);
 /* The same of dtype dt (from the run's buffer pool when it has one). New reference. */
 PyObject *lower_new_output_dt(Lib lib, DType dt, const int64_t *n, int r);
+/* lib's dtype object for dt, made once per process (borrowed: kept for the process), or
+ * NULL with an exception. */
+PyObject *lower_dtype_object(Lib lib, DType dt);
 /* lib's empty(n, dtype=dt), never from the pool. New reference. */
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r);
 

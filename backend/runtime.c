@@ -117,6 +117,13 @@ PyObject *lower_new_output(Lib lib, const int64_t *n, int r)
     return lower_new_output_dt(lib, DT_F32, n, r);
 }
 
+PyObject *lower_dtype_object(Lib lib, DType dt)
+{
+    if (!dtypes[lib][dt])
+        dtypes[lib][dt] = dtype_to_py(dt, lib);
+    return dtypes[lib][dt];
+}
+
 /* A new contiguous array or tensor of dtype dt and the given sizes. */
 PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
 {
@@ -135,7 +142,7 @@ PyObject *lower_empty(Lib lib, DType dt, const int64_t *n, int r)
     }
     if (!kw_dtype && !(kw_dtype = Py_BuildValue("(s)", "dtype")))
         return NULL;
-    if (!dtypes[lib][dt] && !(dtypes[lib][dt] = dtype_to_py(dt, lib)))
+    if (!lower_dtype_object(lib, dt))
         PyErr_Clear();
     PyObject *empty = lib == LIB_TORCH ? torch_empty : np_empty, *dto = dtypes[lib][dt];
     if (!empty || !dto) {
