@@ -276,19 +276,6 @@ static void put_rot(Buf *b, Graph *g, const Kernel *k, int32_t i, int32_t ni, co
     put(b, ")]; t%d = sj_sel%s(sj_lo, -v, v); }\n", (int)i, dt == DT_F64 ? "d" : "");
 }
 
-/* 1 when node ni of k is a slice or negation a rotated read of k computes. */
-static int rot_part(Graph *g, const Kernel *k, int32_t ni)
-{
-    for (int32_t i = 0; k->rot && i < k->nnodes; i++) {
-        RotRead rr;
-        if (g->nodes[k->nodes[i]].op == OP_CAT && !plan_rot_match(g, k->nodes[i], &rr))
-            for (int p = 0; p < 3; p++)
-                if (rr.parts[p] == ni)
-                    return 1;
-    }
-    return 0;
-}
-
 static void compute_at(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, const LastDim *ld, int32_t upto)
 {
     for (int32_t i = 0; i < k->nin; i++) {
@@ -303,7 +290,7 @@ static void compute_at(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, c
             put_rot(b, g, k, i, ni, off_fmt, ld);
             continue;
         }
-        if (k->rot && rot_part(g, k, ni))
+        if (k->rot && plan_rot_role(g, k, ni) == 1)
             continue;   /* read through the rotated load */
         if (lower_node_typed(g, ni, &nl)) {
             b->failed = 1;

@@ -91,6 +91,10 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr);
  * itself included) when the pattern's slices and negation are read by it alone, else -1;
  * last_use[x] is moved to the cat. 0, or -1 with MemoryError. */
 int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use);
+/* In kernel k (its rot flag set): 2 when node ni is a rotate_half cat the kernel reads
+ * through, 1 when ni is one of such a cat's slices or its negation (the kernel computes
+ * nothing for them), else 0. */
+int plan_rot_role(const Graph *g, const Kernel *k, int32_t ni);
 
 /* ---------------------------------------------------------- plan_remat.c ---- */
 

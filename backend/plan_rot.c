@@ -141,6 +141,22 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
     return 0;
 }
 
+int plan_rot_role(const Graph *g, const Kernel *k, int32_t ni)
+{
+    for (int32_t j = 0; k->rot && j < k->nnodes; j++) {
+        RotRead rr;
+        int32_t c = k->nodes[j];
+        if (g->nodes[c].op != OP_CAT || plan_rot_match(g, c, &rr))
+            continue;
+        if (c == ni)
+            return 2;
+        for (int i = 0; i < 3; i++)
+            if (rr.parts[i] == ni)
+                return 1;
+    }
+    return 0;
+}
+
 static void count_read(void *ctx, int32_t ni, int32_t v)
 {
     (void)ni;

@@ -34,17 +34,22 @@
  * reduction or row kernel runs the same program over its prologue, its row op and its
  * epilogue, and lays out the full-size values it stores (a residual sum a later op reads
  * again, an RMS norm's result) as eager would, its loops in their own order; its reduced
- * results and softmax/layer_norm rows are row-major, as torch allocates them. Not for a
- * kernel reading rotate_half (its last dim is an index), or numpy's (row-major results:
- * numpy's order 'K' is not followed). */
+ * results and softmax/layer_norm rows are row-major, as torch allocates them. A pointwise
+ * kernel reading rotate_half follows it while its loops keep the last dim innermost (the
+ * rotated read indexes that dim): rotate_half's cat is row-major (torch.cat's layout for
+ * halves that do not suggest channels-last), and a transposed q or k times cos keeps its
+ * order. Not for numpy's kernels (row-major results: numpy's order 'K' is not followed). */
 
 /* A node's rule in the program: LR_PRESERVE and LR_CL come from LL_LIKE and the
  * memory_format the node asks for. In a reduction or row kernel: LR_RED for the kernel's
  * reduction with keepdim (row-major, as torch's reductions allocate their result, sized 1
  * over the reduced dims), LR_ROW for softmax, log_softmax, layer_norm and rms_norm
  * (row-major: they run on their input made contiguous) and LR_UNKNOWN for a reduction dropping its dims,
- * whose result (the kernel's reduced output) keeps the plan's layout. */
-enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN };
+ * whose result (the kernel's reduced output) keeps the plan's layout. LR_ROTCAT is
+ * rotate_half's cat, its operand x (the tensor both halves slice): x's size, row-major; the
+ * slices and the negation it reads are LR_UNKNOWN with no operand (nothing else reads
+ * them: plan_rot_mark). */
+enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN, LR_ROTCAT };
 
 typedef struct {
     uint8_t rule;      /* LR_* */
@@ -136,6 +141,23 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
     for (int32_t j = 0; j < k->nnodes; j++) {
         int32_t ni = k->nodes[j];
         NodeLayout *x = &L->node[j];
+        if (k->rot) {
+            int part = plan_rot_role(g, k, ni);
+            if (part == 1) {
+                x->rule = LR_UNKNOWN;
+                continue;
+            }
+            if (part == 2) {
+                RotRead rot;
+                plan_rot_match(g, ni, &rot);
+                int sl = slot_of(g, k, j, rot.x);
+                if (sl < 0)
+                    return L;
+                x->rule = LR_ROTCAT;
+                x->ops[x->nops++] = (int16_t)sl;
+                continue;
+            }
+        }
         int rr = reduce_rule(g, k, ni);
         if (rr >= 0) {   /* its input is its only operand */
             const Arg *in = graph_node_arg(g, ni, "input");
@@ -213,6 +235,27 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
         unknown |= in[x->ops[i]].nd < 0;
     if (unknown || (x->rule == LR_RED && in[x->ops[0]].nd != r)) {
         res->nd = -1;
+        return;
+    }
+    if (x->rule == LR_ROTCAT) {
+        /* torch.cat's result is row-major as soon as one input suggests row-major; only
+         * when x's halves suggest channels-last does the negated half's layout matter,
+         * and then it is left unknown (the plan's row-major layout) */
+        const SlotLayout *xs = &in[x->ops[0]];
+        int nd = xs->nd, off = r - nd;
+        *res = *xs;
+        if (nd == 4 || nd == 5) {
+            int64_t half[SJ_MAX_RANK + 1];
+            memcpy(half, xs->size + off, sizeof(int64_t) * (size_t)nd);
+            half[nd - 1] /= 2;
+            if (lower_suggests_cl(half, xs->st + off, nd)) {
+                res->nd = -1;
+                return;
+            }
+        }
+        for (int d = 0; d < off; d++)
+            res->st[d] = 0;
+        lower_strides_in(res->size + off, NULL, nd, res->st + off);
         return;
     }
     if (x->rule == LR_RED) {
@@ -318,7 +361,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
 static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t *n, int *perm, int64_t *ost)
 {
     int r = k->rank, pw = k->flavour == KF_POINTWISE;
-    if (k->rot || k->lib != LIB_TORCH || r < 2 || k->nin < 1 || k->nout > 32)
+    if ((k->rot && !pw) || k->lib != LIB_TORCH || r < 2 || k->nin < 1 || k->nout > 32)
         return 0;
     for (int d = 0; d < r; d++)
         if (n[d] == 0)
@@ -378,6 +421,8 @@ static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int
     if (!full || !own)
         return 0;
     stride_order(n, ost, r, perm);   /* the first result's memory order */
+    if (k->rot && perm[r - 1] != r - 1)
+        return 0;   /* the rotated read needs the last dim innermost: row-major, as before */
     return k->nout == 32 ? UINT32_MAX : (1u << k->nout) - 1;
 }
 

@@ -3,7 +3,11 @@ read inside the pointwise kernel around it (x at rotated offsets of its last dim
 slicing steps, a negation kernel and a concatenation step. Compared with eager over odd
 half widths, float32 and float64, non-contiguous and broadcast inputs, partial rotary (the
 rotated part a slice of the head), dynamic sizes, 1 and 2 threads; forms it does not take
-(the slices read elsewhere, an odd last dim, the wrong sign) keep their steps."""
+(the slices read elsewhere, an odd last dim, the wrong sign) keep their steps. The results
+have eager's strides when the head dim is innermost in memory (q and k transposed out of
+[batch, seq, heads, head_dim], as attention code makes them)."""
+import random
+
 import pytest
 import torch
 
@@ -146,3 +150,52 @@ def test_int_and_grad_left_alone():
     got = shapejit.compile(lambda x: rotate_half(x) + 1, backend=backend)(x)
     assert torch.equal(got, rotate_half(x) + 1)
     assert "cat" in _kinds(made)
+
+
+def _rope_forms():
+    return {
+        "q_cos_first": lambda q, cos, sin: q * cos + rotate_half(q) * sin,
+        "rot_first": lambda q, cos, sin: rotate_half(q) * sin + q * cos,
+        "cos_first": lambda q, cos, sin: cos * q + sin * rotate_half(q),
+        "two_outputs": lambda q, cos, sin: (q * cos + rotate_half(q) * sin, rotate_half(q) * 2),
+    }
+
+
+@pytest.mark.parametrize("form", sorted(_rope_forms()))
+@pytest.mark.parametrize("seed", range(10))
+def test_eager_strides_with_head_dim_innermost(form, seed):
+    """q's leading dims in a random memory order (maybe with a gap), its last dim innermost;
+    cos/sin broadcast over some leading dims: every result stride equals eager's."""
+    fn = _rope_forms()[form]
+    rng = random.Random(seed * 31 + len(form))
+    r = rng.choice([3, 4, 4, 5])
+    shape = [rng.choice([1, 2, 3, 5]) for _ in range(r - 1)] + [rng.choice([2, 4, 6, 8])]
+    order = list(range(r - 1))
+    rng.shuffle(order)
+    gap = rng.random() < 0.3
+    phys = [shape[d] for d in order] + [shape[-1] + (2 if gap else 0)]
+    base = torch.randn(*phys)
+    if gap:
+        base = base[..., :shape[-1]]
+    inv = [order.index(d) for d in range(r - 1)] + [r - 1]
+    q = base.permute(*inv)
+    cshape = [s if rng.random() < 0.5 else 1 for s in shape[:-1]] + [shape[-1]]
+    cshape = cshape[rng.randrange(0, r - 1):]
+    cos, sin = torch.randn(*cshape), torch.randn(*cshape)
+    backend, made = _lowering()
+    compiled = shapejit.compile(fn, backend=backend, dynamic=False)
+    for _ in range(2):
+        got, want = compiled(q, cos, sin), fn(q, cos, sin)
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+            assert g.stride() == w.stride(), (form, q.shape, q.stride(), cshape, g.stride(), w.stride())
+    assert "cat" not in _kinds(made) and _kinds(made).count("kernel") >= 1
+
+
+def test_channels_last_rotation_values():
+    # the rotated dim not innermost in memory: the kernel keeps row-major loops, values equal
+    q = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last)
+    made = _run(rope, q, torch.randn(3, 4), torch.randn(3, 4))
+    assert "cat" not in _kinds(made)
