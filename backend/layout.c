@@ -1,8 +1,9 @@
 /* The layouts torch gives results, for the steps that make results themselves: which
  * strides an operand's layout counts as channels-last (convolutions, pooling and batch
  * norm give a channels-last result then), the order TensorIterator lays a pointwise
- * result out in (the inputs' memory order, not always row-major), and a new tensor with
- * given strides.
+ * result out in (the inputs' memory order, not always row-major), numpy's order 'K'
+ * (its iterator's axis order, and the order of a copy or astype), and a new tensor or array
+ * with given strides.
  *
  * Why: a step that returns row-major where eager returns channels-last or a transposed
  * layout gives the same values but not the same tensor (strides are observable, and the
@@ -11,9 +12,11 @@
  *
  * Memory: empty_strided and its keyword dict are strong references taken on first use and
  * kept for the process. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lower_int.h"
+#include "../vocab/np.h"
 
 /* c10's rule: the dims in `order` (C, then the spatial dims from the last, then N) must
  * have strides that do not decrease, each at least the extent the dims before it span; N
@@ -146,6 +149,75 @@ int lower_ti_perm(const int64_t *n, int r, const int64_t *const *st, int nops, i
     return !ident;
 }
 
+int lower_np_iter_perm(const int64_t *n, int r, const int64_t *const *st, int nops, int *perm)
+{
+    /* numpy's iterator (order 'K') sorts its axes innermost first, its axis 0 being the
+     * array's last dim: a stable insertion sort where each operand with both strides
+     * nonzero (broadcast and size-1 axes count as 0) votes by |stride|; a vote for the
+     * current order beats one for a swap (C order wins conflicts), and only the first
+     * vote can ask for a swap */
+    int it[SJ_MAX_RANK + 1];
+    for (int i = 0; i < r; i++)
+        it[i] = r - 1 - i;
+    for (int i0 = 1; i0 < r; i0++) {
+        int j0 = it[i0], ipos = i0;
+        for (int i1 = i0 - 1; i1 >= 0; i1--) {
+            int j1 = it[i1], ambiguous = 1, swap = 0;
+            for (int o = 0; o < nops; o++) {
+                int64_t s0 = n[j0] == 1 ? 0 : llabs(st[o][j0]), s1 = n[j1] == 1 ? 0 : llabs(st[o][j1]);
+                if (s0 == 0 || s1 == 0)
+                    continue;
+                if (s1 <= s0)
+                    swap = 0;
+                else if (ambiguous)
+                    swap = 1;
+                ambiguous = 0;
+            }
+            if (ambiguous)
+                continue;
+            if (!swap)
+                break;
+            ipos = i1;
+        }
+        if (ipos != i0) {
+            memmove(&it[ipos + 1], &it[ipos], sizeof(int) * (size_t)(i0 - ipos));
+            it[ipos] = j0;
+        }
+    }
+    int ident = 1;
+    for (int i = 0; i < r; i++) {
+        perm[i] = it[r - 1 - i];
+        ident &= perm[i] == i;
+    }
+    return !ident;
+}
+
+void lower_np_like_strides(const int64_t *size, const int64_t *stride, int r, int64_t *out)
+{
+    int perm[SJ_MAX_RANK + 1], rev[SJ_MAX_RANK + 1];
+    for (int i = 0; i < r; i++) {
+        perm[i] = i;
+        rev[i] = r - 1 - i;
+    }
+    if (r <= 1 || lower_dense_in(size, stride, NULL, r)) {   /* C-contiguous (size-1 dims ignored) */
+        lower_strides_in(size, NULL, r, out);
+        return;
+    }
+    if (lower_dense_in(size, stride, rev, r)) {   /* F-contiguous */
+        lower_strides_in(size, rev, r, out);
+        return;
+    }
+    /* numpy's sorted stride permutation: |stride| descending, ties in dim order (size-1
+     * dims keep their own strides here) */
+    for (int i = 1; i < r; i++)
+        for (int j = i; j > 0 && llabs(stride[perm[j - 1]]) < llabs(stride[perm[j]]); j--) {
+            int t = perm[j];
+            perm[j] = perm[j - 1];
+            perm[j - 1] = t;
+        }
+    lower_strides_in(size, perm, r, out);
+}
+
 void lower_preserved_strides(const int64_t *size, const int64_t *stride, int r, int64_t *out)
 {
     if (lower_dense_any(size, stride, r)) {
@@ -168,8 +240,24 @@ PyObject *lower_new_output_strided(Lib lib, DType dt, const int64_t *n, const in
     int rowmajor = 1;   /* (size-1 dims too: eager's strides there are observable) */
     for (int d = 0; d < r; d++)
         rowmajor &= st[d] == want[d];
-    if (rowmajor || lib != LIB_TORCH)
+    if (rowmajor)
         return lower_new_output_dt(lib, dt, n, r);
+    if (lib != LIB_TORCH) {
+        /* a numpy array owning its memory, laid out as numpy's order 'K' lays it out */
+        PyArray_Descr *d = (PyArray_Descr *)lower_dtype_object(lib, dt);   /* borrowed */
+        if (!d || !sj_np_ready()) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "shapejit: numpy is not loaded");
+            return NULL;
+        }
+        npy_intp dims[SJ_MAX_RANK + 1], bst[SJ_MAX_RANK + 1];
+        for (int i = 0; i < r; i++) {
+            dims[i] = (npy_intp)n[i];
+            bst[i] = (npy_intp)(st[i] * (int64_t)PyDataType_ELSIZE(d));
+        }
+        Py_INCREF(d);   /* PyArray_NewFromDescr steals it */
+        return PyArray_NewFromDescr(&PyArray_Type, d, r, dims, bst, NULL, 0, NULL);
+    }
     if (!empty_strided) {
         PyObject *torch = PyImport_ImportModule("torch");   /* new */
         PyObject *es = torch ? PyObject_GetAttrString(torch, "empty_strided") : NULL;   /* new */

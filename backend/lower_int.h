@@ -212,8 +212,17 @@ int lower_nhwc_perm(int *perm);
  * operands with element strides st[i] (0 on broadcast dims): perm outermost first. 1 when
  * it is not row-major. */
 int lower_ti_perm(const int64_t *n, int r, const int64_t *const *st, int nops, int *perm);
-/* A new tensor of sizes n and strides st (a torch empty_strided; row-major ones come from
- * the buffer pool as lower_new_output_dt's; numpy results are row-major). New reference. */
+/* numpy's order 'K' for a ufunc or np.where result over the space n[0..r) read by nops
+ * operands with element strides st[i] (0 on broadcast dims): its iterator's axis order,
+ * perm outermost first. 1 when it is not row-major. */
+int lower_np_iter_perm(const int64_t *n, int r, const int64_t *const *st, int nops, int *perm);
+/* The strides numpy gives a copy or astype of (size, stride) with order 'K' (its
+ * empty_like): C or F order when the array is C- or F-contiguous, else dense in the order
+ * of |stride|, largest first. */
+void lower_np_like_strides(const int64_t *size, const int64_t *stride, int r, int64_t *out);
+/* A new tensor of sizes n and strides st (a torch empty_strided, a numpy array owning its
+ * memory; row-major ones come from the buffer pool as lower_new_output_dt's). New
+ * reference. */
 PyObject *lower_new_output_strided(Lib lib, DType dt, const int64_t *n, const int64_t *st, int r);
 
 #endif

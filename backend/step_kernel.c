@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "lower_int.h"
+#include "../vocab/callables.h"
 
 /* ------------------------------------------------------- result layout ---- */
 
@@ -38,7 +39,10 @@
  * kernel reading rotate_half follows it while its loops keep the last dim innermost (the
  * rotated read indexes that dim): rotate_half's cat is row-major (torch.cat's layout for
  * halves that do not suggest channels-last), and a transposed q or k times cos keeps its
- * order. Not for numpy's kernels (row-major results: numpy's order 'K' is not followed). */
+ * order. A pointwise numpy kernel follows numpy's order 'K' the same way (its results are
+ * arrays owning memory in that layout, not pooled): a transposed or Fortran-ordered input
+ * gives a result in its order, walked in memory order instead of across it. numpy's
+ * reduction kernels keep row-major results. */
 
 /* A node's rule in the program: LR_PRESERVE and LR_CL come from LL_LIKE and the
  * memory_format the node asks for. In a reduction or row kernel: LR_RED for the kernel's
@@ -48,8 +52,11 @@
  * whose result (the kernel's reduced output) keeps the plan's layout. LR_ROTCAT is
  * rotate_half's cat, its operand x (the tensor both halves slice): x's size, row-major; the
  * slices and the negation it reads are LR_UNKNOWN with no operand (nothing else reads
- * them: plan_rot_mark). */
-enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN, LR_ROTCAT };
+ * them: plan_rot_mark). numpy's kernels: LR_NPK for a ufunc or np.where (numpy's order
+ * 'K': its trivial loop's C or F order when every operand has the result's shape and one
+ * contiguous order, else its iterator's axis order), LR_NPLIKE for a copy or astype with
+ * order 'K', LR_ROW with order 'C'. */
+enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN, LR_ROTCAT, LR_NPK, LR_NPLIKE };
 
 typedef struct {
     uint8_t rule;      /* LR_* */
@@ -102,6 +109,27 @@ static int asked_format(const Graph *g, int32_t ni)
     Py_XDECREF(o);
     PyErr_Clear();
     return rule;
+}
+
+/* The rule of numpy node ni (a ufunc, np.where, a copy or astype): LR_NPK, LR_NPLIKE,
+ * LR_ROW, or -1 for an order it does not follow ('F', 'A'). */
+static int np_rule(const Graph *g, int32_t ni)
+{
+    const Node *nd = &g->nodes[ni];
+    const Arg *o = graph_node_arg(g, ni, "order");
+    int like = nd->op == OP_CLONE || nd->op == OP_CAST;
+    if (!o || o->kind == ARG_ABSENT) {   /* the row's default: 'K', but ndarray.copy's 'C' */
+        int c = nd->row >= 0 && !strcmp(callable_rows[nd->row].path, "ndarray.copy");
+        return c ? LR_ROW : like ? LR_NPLIKE : LR_NPK;
+    }
+    PyObject *v = o->kind == ARG_CONST ? PyList_GET_ITEM(g->consts, o->a) : NULL;   /* borrowed */
+    if (!v || !PyUnicode_Check(v))
+        return -1;
+    if (PyUnicode_CompareWithASCIIString(v, "C") == 0)
+        return LR_ROW;
+    if (PyUnicode_CompareWithASCIIString(v, "K") == 0)
+        return like ? LR_NPLIKE : LR_NPK;
+    return -1;
 }
 
 /* The rule of node ni when it is the reduction or row op of reduction or row kernel k,
@@ -174,9 +202,10 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
             return L;
         }
         int op = g->nodes[ni].op, ll = (int)nl.row->layout;   /* lower.def's LAYOUT */
-        int rule = ll == LL_ROW || (ll == LL_TI_NUMBASE && nl.x[0] && nl.x[0]->kind != ARG_VALUE) ? LR_ROW
-                   : ll == LL_LIKE                                                                ? asked_format(g, ni)
-                                                                                                  : LR_TI;
+        int rule = k->lib != LIB_TORCH                                                              ? np_rule(g, ni)
+                   : ll == LL_ROW || (ll == LL_TI_NUMBASE && nl.x[0] && nl.x[0]->kind != ARG_VALUE) ? LR_ROW
+                   : ll == LL_LIKE ? asked_format(g, ni)
+                                   : LR_TI;
         if (rule < 0)
             return L;
         x->rule = (uint8_t)rule;
@@ -191,7 +220,7 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
                 if (sl < 0)
                     return L;
                 DType want = op == OP_WHERE && order[s] == 2 ? DT_BOOL : nl.ct;
-                if (rule == LR_TI && (DType)g->values[a->a].meta.dtype != want)
+                if (rule == LR_TI && (DType)g->values[a->a].meta.dtype != want)   /* (numpy casts in its loop) */
                     x->cast |= (uint8_t)(1u << x->nops);
                 x->ops[x->nops++] = (int16_t)sl;
             } else if (ll != LL_TI_NUMBASE) {   /* pow's number exponent is no operand of its loop */
@@ -224,6 +253,60 @@ static void stride_order(const int64_t *size, const int64_t *st, int nd, int *pe
             perm[j - 1] = b;
             perm[j] = a;
         }
+}
+
+/* Each operand's strides over a result of size[0..nd) (right-aligned in the kernel's dims
+ * from off): 0 on the dims it broadcasts along or lacks. */
+static void operand_rows(const SlotLayout *const *opl, int nops, const int64_t *size, int nd, int off,
+                         int64_t rows[][SJ_MAX_RANK + 1], const int64_t **rp)
+{
+    for (int i = 0; i < nops; i++) {
+        const SlotLayout *o = opl[i];
+        for (int d = 0; d < nd; d++) {
+            int sd = off + d;
+            rows[i][d] = nd - d > o->nd || (o->size[sd] == 1 && size[d] != 1) ? 0 : o->st[sd];
+        }
+        rp[i] = rows[i];
+    }
+}
+
+/* numpy's order 'K' for a ufunc or np.where over operands opl[0..nops) (right-aligned in
+ * the kernel's dims from off; rank-0 operands are numbers): the strides of its result of
+ * size[0..nd) into st. */
+static void np_result(const SlotLayout *const *opl, int nops, const int64_t *size, int nd, int off, int64_t *st)
+{
+    /* the trivial loop: every array operand of the result's shape, all C- or all
+     * F-contiguous alike (numpy's contiguity flags; an array both counts as both) */
+    int trivial = 1, order = 0, rev[SJ_MAX_RANK + 1];
+    for (int d = 0; d < nd; d++)
+        rev[d] = nd - 1 - d;
+    for (int i = 0; i < nops && trivial; i++) {
+        const SlotLayout *o = opl[i];
+        if (o->nd == 0)
+            continue;
+        if (o->nd != nd || memcmp(o->size + off, size, sizeof(int64_t) * (size_t)nd)) {
+            trivial = 0;
+            break;
+        }
+        int empty = 0;
+        for (int d = 0; d < nd; d++)
+            empty |= size[d] == 0;
+        int f = (empty || lower_dense_in(size, o->st + off, NULL, nd) ? 1 : 0) |
+                (empty || lower_dense_in(size, o->st + off, rev, nd) ? 2 : 0);
+        if (f == 0 || (order && order != f))
+            trivial = 0;
+        order = f;
+    }
+    if (trivial) {
+        lower_strides_in(size, order == 2 ? rev : NULL, nd, st);
+        return;
+    }
+    int64_t rows[3][SJ_MAX_RANK + 1];
+    const int64_t *rp[3];
+    operand_rows(opl, nops, size, nd, off, rows, rp);
+    int perm[SJ_MAX_RANK + 1];
+    lower_np_iter_perm(size, nd, rp, nops, perm);
+    lower_strides_in(size, perm, nd, st);
 }
 
 /* The result of one node from its operands' layouts (the rules above); `mask` the
@@ -299,6 +382,17 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
         return;
     }
     const SlotLayout *a = opl[0];
+    if (rule == LR_NPLIKE) {
+        if (a->nd != nd)
+            lower_strides_in(size, NULL, nd, st);   /* (not reached: a copy has its input's shape) */
+        else
+            lower_np_like_strides(size, a->st + off, nd, st);
+        return;
+    }
+    if (rule == LR_NPK) {
+        np_result(opl, x->nops, size, nd, off, st);
+        return;
+    }
     if (rule == LR_CL || rule == LR_ROW) {
         lower_strides_in(size, rule == LR_CL && nd == 4 ? nhwc : NULL, nd, st);
         return;
@@ -332,14 +426,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
     /* its general case: operands' strides over the result's dims (0 where broadcast) */
     int64_t rows[3][SJ_MAX_RANK + 1];
     const int64_t *rp[3];
-    for (int i = 0; i < x->nops; i++) {
-        const SlotLayout *o = opl[i];
-        for (int d = 0; d < nd; d++) {
-            int sd = off + d;
-            rows[i][d] = r - sd > o->nd || (o->size[sd] == 1 && size[d] != 1) ? 0 : o->st[sd];
-        }
-        rp[i] = rows[i];
-    }
+    operand_rows(opl, x->nops, size, nd, off, rows, rp);
     int perm[SJ_MAX_RANK + 1];
     if (!lower_ti_perm(size, nd, rp, x->nops, perm)) {
         lower_strides_in(size, NULL, nd, st);
@@ -361,7 +448,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
 static uint32_t result_layout(Graph *g, Kernel *k, const Operand *ins, const int64_t *n, int *perm, int64_t *ost)
 {
     int r = k->rank, pw = k->flavour == KF_POINTWISE;
-    if ((k->rot && !pw) || k->lib != LIB_TORCH || r < 2 || k->nin < 1 || k->nout > 32)
+    if ((k->rot && !pw) || (k->lib != LIB_TORCH && !pw) || r < 2 || k->nin < 1 || k->nout > 32)
         return 0;
     for (int d = 0; d < r; d++)
         if (n[d] == 0)

@@ -40,17 +40,23 @@ def _check(fn, *args):
     return made
 
 
-def _random_layout(rng, shape):
-    """A tensor of `shape` laid out in a random dim order, maybe with a gap (a slice)."""
+def _random_order(rng, shape):
+    """A random memory order for `shape`, maybe with a gap (a slice) in the innermost dim:
+    the physical shape to allocate, whether to cut the gap, and the permutation back."""
     r = len(shape)
     order = list(range(r))
     rng.shuffle(order)
     gap = rng.random() < 0.3
     phys = [shape[d] + (1 if gap and i == r - 1 else 0) for i, d in enumerate(order)]
+    return phys, (shape[order[-1]] if gap else None), [order.index(d) for d in range(r)]
+
+
+def _random_layout(rng, shape):
+    """A tensor of `shape` laid out in a random dim order, maybe with a gap (a slice)."""
+    phys, cut, inv = _random_order(rng, shape)
     t = torch.randn(*phys)
-    if gap:
-        t = t[..., :shape[order[-1]]]
-    inv = [order.index(d) for d in range(r)]
+    if cut is not None:
+        t = t[..., :cut]
     return t.permute(*inv)
 
 
@@ -137,14 +143,82 @@ def test_ambiguous_size_one_dims():
     _check(lambda x, y: x + y, x, torch.randn(2, 4, 1, 1))
 
 
-def test_numpy_transposed_input_values():
-    """numpy kernels keep row-major results (numpy's order='K' would follow the input's
-    order: docs/status.md lists the difference); the values must still be eager's."""
+def _np_random_layout(rng, shape):
+    """An array of `shape` in a random axis order, maybe with a gap or a reversed axis."""
     import numpy as np
-    a = np.random.rand(4, 6).astype(np.float32).T
+    phys, cut, inv = _random_order(rng, shape)
+    t = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(phys)
+    if cut is not None:
+        t = t[..., :cut]
+    t = t.transpose(inv)
+    if rng.random() < 0.15:
+        flip = [slice(None)] * len(shape)
+        flip[rng.randrange(len(shape))] = slice(None, None, -1)
+        t = t[tuple(flip)]
+    return t
+
+
+def _np_forms():
+    import numpy as np
+    return {
+        "add": lambda a, b: a + b,
+        "sin_scale_add": lambda a, b: np.sin(a) * 2.0 + b,
+        "where": lambda a, b: np.where(a > 0, a, b),
+        "astype": lambda a, b: (a * 2).astype(np.float32) + 1,
+        "copy_K": lambda a, b: np.copy(a * 2) - b,
+        "copy_method_C": lambda a, b: (a * 2).copy() - b,
+        "other_first": lambda a, b: (b - a) * a,
+        "unary": lambda a, b: np.exp(a) + 1.0,
+        "two_outputs": lambda a, b: (a + b, np.abs(a)),
+    }
+
+
+@pytest.mark.parametrize("form", sorted(_np_forms()))
+@pytest.mark.parametrize("seed", range(12))
+def test_numpy_order_k_random_layouts(form, seed):
+    """numpy's order 'K': a ufunc's or np.where's result follows its inputs' memory order
+    (the trivial loop's C or F order, else the iterator's axis order, size-1 axes
+    included), astype and np.copy keep the input's order, ndarray.copy is C; every stride
+    equals numpy's and each result owns its memory."""
+    import numpy as np
+    fn = _np_forms()[form]
+    rng = random.Random(seed * 7 + len(form))
+    r = rng.choice([2, 3, 4])
+    shape = [rng.choice([1, 2, 3, 5]) for _ in range(r)]
+    a = _np_random_layout(rng, shape)
+    bshape = [1 if rng.random() < 0.25 else s for s in shape][rng.randrange(0, 2):]
+    b = _np_random_layout(rng, bshape)
     backend, made = _lowering()
-    got = shapejit.compile(lambda a: a * 2.0 + 1.0, backend=backend)(a)
-    np.testing.assert_allclose(got, a * 2.0 + 1.0, rtol=1e-6)
+    compiled = shapejit.compile(fn, backend=backend, dynamic=False)
+    for _ in range(2):
+        got, want = compiled(a, b), fn(a, b)
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+            assert g.strides == w.strides, (form, a.shape, a.strides, b.shape, b.strides, g.strides, w.strides)
+            assert g.flags.owndata
+    assert _stats(made, "kernel_calls") >= 2 and _stats(made, "eager_fallbacks") == 0
+
+
+def test_numpy_fortran_inputs_keep_their_order():
+    import numpy as np
+    a = np.asfortranarray(np.random.rand(64, 48))
+    b = np.random.rand(48, 64).T
+    got = _check_np(lambda a, b: np.tanh(a) * b + 1.0, a, b)
+    assert got.flags.f_contiguous and not got.flags.c_contiguous
+
+
+def _check_np(fn, *args):
+    import numpy as np
+    backend, made = _lowering()
+    got = shapejit.compile(fn, backend=backend)(*args)
+    want = fn(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got.strides == want.strides
+    assert _stats(made, "kernel_calls") >= 1
+    return got
 
 
 def test_ops_with_their_own_layout_rule():
