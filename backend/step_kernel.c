@@ -52,11 +52,13 @@
  * whose result (the kernel's reduced output) keeps the plan's layout. LR_ROTCAT is
  * rotate_half's cat, its operand x (the tensor both halves slice): x's size, row-major; the
  * slices and the negation it reads are LR_UNKNOWN with no operand (nothing else reads
- * them: plan_rot_mark). numpy's kernels: LR_NPK for a ufunc or np.where (numpy's order
- * 'K': its trivial loop's C or F order when every operand has the result's shape and one
- * contiguous order, else its iterator's axis order), LR_NPLIKE for a copy or astype with
- * order 'K', LR_ROW with order 'C'. */
-enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN, LR_ROTCAT, LR_NPK, LR_NPLIKE };
+ * them: plan_rot_mark). numpy's kernels: LR_NPK for a ufunc (numpy's order 'K': its
+ * trivial loop's C or F order when every array operand has the result's shape, one
+ * contiguous order and the loop's dtype, else its iterator's axis order), LR_NPITER for
+ * np.where (the iterator's order always), LR_NPLIKE for a copy or astype with order 'K',
+ * LR_ROW with order 'C'. Their cast bits only rule out the trivial loop: numpy converts
+ * inside its loops, with no copy laid out on its own. */
+enum { LR_TI, LR_ROW, LR_PRESERVE, LR_CL, LR_RED, LR_UNKNOWN, LR_ROTCAT, LR_NPK, LR_NPITER, LR_NPLIKE };
 
 typedef struct {
     uint8_t rule;      /* LR_* */
@@ -111,13 +113,15 @@ static int asked_format(const Graph *g, int32_t ni)
     return rule;
 }
 
-/* The rule of numpy node ni (a ufunc, np.where, a copy or astype): LR_NPK, LR_NPLIKE,
- * LR_ROW, or -1 for an order it does not follow ('F', 'A'). */
+/* The rule of numpy node ni (a ufunc, np.where, a copy or astype): LR_NPK, LR_NPITER,
+ * LR_NPLIKE, LR_ROW, or -1 for an order it does not follow ('F', 'A'). */
 static int np_rule(const Graph *g, int32_t ni)
 {
     const Node *nd = &g->nodes[ni];
     const Arg *o = graph_node_arg(g, ni, "order");
     int like = nd->op == OP_CLONE || nd->op == OP_CAST;
+    if (nd->op == OP_WHERE)
+        return LR_NPITER;
     if (!o || o->kind == ARG_ABSENT) {   /* the row's default: 'K', but ndarray.copy's 'C' */
         int c = nd->row >= 0 && !strcmp(callable_rows[nd->row].path, "ndarray.copy");
         return c ? LR_ROW : like ? LR_NPLIKE : LR_NPK;
@@ -220,7 +224,7 @@ static KernelLayout *layout_build(Graph *g, const Kernel *k)
                 if (sl < 0)
                     return L;
                 DType want = op == OP_WHERE && order[s] == 2 ? DT_BOOL : nl.ct;
-                if (rule == LR_TI && (DType)g->values[a->a].meta.dtype != want)   /* (numpy casts in its loop) */
+                if ((rule == LR_TI || rule == LR_NPK) && (DType)g->values[a->a].meta.dtype != want)
                     x->cast |= (uint8_t)(1u << x->nops);
                 x->ops[x->nops++] = (int16_t)sl;
             } else if (ll != LL_TI_NUMBASE) {   /* pow's number exponent is no operand of its loop */
@@ -272,19 +276,22 @@ static void operand_rows(const SlotLayout *const *opl, int nops, const int64_t *
 
 /* numpy's order 'K' for a ufunc or np.where over operands opl[0..nops) (right-aligned in
  * the kernel's dims from off; rank-0 operands are numbers): the strides of its result of
- * size[0..nd) into st. */
-static void np_result(const SlotLayout *const *opl, int nops, const int64_t *size, int nd, int off, int64_t *st)
+ * size[0..nd) into st. `cast`: the operands (bit i) a ufunc's loop converts, -1 for
+ * np.where (which has no trivial loop). */
+static void np_result(const SlotLayout *const *opl, int nops, int cast, const int64_t *size, int nd, int off,
+                      int64_t *st)
 {
-    /* the trivial loop: every array operand of the result's shape, all C- or all
-     * F-contiguous alike (numpy's contiguity flags; an array both counts as both) */
-    int trivial = 1, order = 0, rev[SJ_MAX_RANK + 1];
+    /* the trivial loop: every array operand of the result's shape and of the loop's dtype
+     * (numpy copies only 0-d operands to convert them), all C- or all F-contiguous alike
+     * (numpy's contiguity flags; an array both counts as both) */
+    int trivial = cast >= 0, order = 0, rev[SJ_MAX_RANK + 1];
     for (int d = 0; d < nd; d++)
         rev[d] = nd - 1 - d;
     for (int i = 0; i < nops && trivial; i++) {
         const SlotLayout *o = opl[i];
         if (o->nd == 0)
             continue;
-        if (o->nd != nd || memcmp(o->size + off, size, sizeof(int64_t) * (size_t)nd)) {
+        if (o->nd != nd || memcmp(o->size + off, size, sizeof(int64_t) * (size_t)nd) || (cast >> i & 1)) {
             trivial = 0;
             break;
         }
@@ -353,7 +360,7 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
     const SlotLayout *opl[3];
     for (int i = 0; i < x->nops; i++) {
         opl[i] = &in[x->ops[i]];
-        if (x->cast >> i & 1) {
+        if (x->cast >> i & 1 && x->rule == LR_TI) {
             conv[i] = *opl[i];
             int off = r - conv[i].nd;
             lower_preserved_strides(conv[i].size + off, opl[i]->st + off, conv[i].nd, conv[i].st + off);
@@ -389,8 +396,8 @@ static void node_result(const NodeLayout *x, const SlotLayout *in, int r, uint32
             lower_np_like_strides(size, a->st + off, nd, st);
         return;
     }
-    if (rule == LR_NPK) {
-        np_result(opl, x->nops, size, nd, off, st);
+    if (rule == LR_NPK || rule == LR_NPITER) {
+        np_result(opl, x->nops, rule == LR_NPK ? x->cast : -1, size, nd, off, st);
         return;
     }
     if (rule == LR_CL || rule == LR_ROW) {

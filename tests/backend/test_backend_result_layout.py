@@ -170,6 +170,13 @@ def _np_forms():
         "other_first": lambda a, b: (b - a) * a,
         "unary": lambda a, b: np.exp(a) + 1.0,
         "two_outputs": lambda a, b: (a + b, np.abs(a)),
+        "compare": lambda a, b: a > b,
+        "int_cast_mixed": lambda a, b: (a * 3).astype(np.int32) + b,
+        "where_number": lambda a, b: np.where(b > 0.5, a, 0.0),
+        "float32_float64": lambda a, b: a.astype(np.float32) * b,
+        "maximum_np_scalar": lambda a, b: np.maximum(a, b) * np.float32(2),
+        "clip": lambda a, b: np.clip(a, -0.5, 0.5) + b,
+        "logical": lambda a, b: np.logical_and(a > 0, b < 0),
     }
 
 
@@ -179,11 +186,13 @@ def test_numpy_order_k_random_layouts(form, seed):
     """numpy's order 'K': a ufunc's or np.where's result follows its inputs' memory order
     (the trivial loop's C or F order, else the iterator's axis order, size-1 axes
     included), astype and np.copy keep the input's order, ndarray.copy is C; every stride
-    equals numpy's and each result owns its memory."""
+    equals numpy's and each result owns its memory. An operand the loop converts (int32 +
+    float64) rules out numpy's trivial loop, and np.where always runs numpy's iterator: both
+    differ from the trivial loop in the strides of size-1 axes."""
     import numpy as np
     fn = _np_forms()[form]
     rng = random.Random(seed * 7 + len(form))
-    r = rng.choice([2, 3, 4])
+    r = rng.choice([2, 3, 4, 5])
     shape = [rng.choice([1, 2, 3, 5]) for _ in range(r)]
     a = _np_random_layout(rng, shape)
     bshape = [1 if rng.random() < 0.25 else s for s in shape][rng.randrange(0, 2):]
@@ -208,6 +217,18 @@ def test_numpy_fortran_inputs_keep_their_order():
     b = np.random.rand(48, 64).T
     got = _check_np(lambda a, b: np.tanh(a) * b + 1.0, a, b)
     assert got.flags.f_contiguous and not got.flags.c_contiguous
+
+
+def test_numpy_converted_operand_takes_the_iterator():
+    # (2, 5, 1) Fortran-ordered: numpy's trivial loop would give the size-1 axis stride 80,
+    # but an int32 operand converted to float64 sends the ufunc through its iterator (8)
+    import numpy as np
+    a = np.zeros((1, 5, 2)).transpose(2, 1, 0) + np.arange(10.0).reshape(2, 5, 1)
+    a = np.asfortranarray(a)
+    got = _check_np(lambda a: (a * 3).astype(np.int32) + a, a)
+    assert got.strides == (8, 16, 8)
+    got = _check_np(lambda a: a * 3 + a, a)   # no conversion: the trivial loop's F order
+    assert got.strides == (8, 16, 80)
 
 
 def _check_np(fn, *args):
