@@ -446,8 +446,20 @@ Var *attr_load(Capture *c, Var *o, PyObject *name)
     case VK_TENSOR:
         return tensor_attr(c, o, name);
     case VK_MODULE:
-    case VK_OBJECT:
-        return obj_attr(c, o, name);
+    case VK_OBJECT: {
+        Var *r = obj_attr(c, o, name);
+        PyObject **dp = r && r->kind == VK_DICT ? _PyObject_GetDictPtr(o->obj) : NULL;
+        if (dp && *dp && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
+            /* the object's own attribute dict: a write into it is an attribute write that
+             * later reads of the attribute (and the replay of attribute writes) would not
+             * see, so it breaks, as writes into untracked containers do */
+            r->untracked = 1;
+            r->orig = cap_keep(c, *dp);   /* borrowed (keepalive) */
+            if (!r->orig)
+                return NULL;
+        }
+        return r;
+    }
     case VK_LIST:
     case VK_DICT:
         if (collections_type_of(o)) {
@@ -857,10 +869,50 @@ int attr_store_generic(Capture *c, Var *o, PyObject *name, Var *val)
     return store(c, o, name, val, 1, 0);
 }
 
+/* o[key] = val on a record made in the frame (a ModelOutput: fields in order, the fields
+ * that are not None its dict items). Its __setitem__ sets the item and the attribute, so
+ * the record's field takes the value; the dict view stays "the fields that are not None,
+ * in field order" only when the key is a field, the value is no None, and the key keeps
+ * its place in the dict: it was there already (a dict keeps a replaced key where it was),
+ * or no later field is in the dict (a new key goes last). 0, or -1 with the failure. */
+static int record_store_item(Capture *c, Var *o, PyObject *key, Var *val)
+{
+    Var *a = o->u.uobj.attrs;
+    int32_t at = -1;
+    for (int32_t i = 0; i < a->u.dict.n && at < 0; i++) {
+        int eq = PyObject_RichCompareBool(a->u.dict.keys[i]->obj, key, Py_EQ);
+        if (eq < 0)
+            return cap_fail_exc(c, BR_INTERNAL);
+        if (eq)
+            at = i;
+    }
+    const char *tn = o->u.uobj.type->tp_name;
+    if (at < 0)
+        return cap_fail(c, BR_SIDE_EFFECT, "item assignment of '%U', not a field, on a %s made in the frame", key, tn);
+    if (val->kind == VK_CONST && val->obj == Py_None)
+        return cap_fail(c, BR_SIDE_EFFECT, "item assignment of None to '%U' of a %s made in the frame", key, tn);
+    Var *cur = a->u.dict.vals[at];
+    if (cur->kind == VK_CONST && cur->obj == Py_None)
+        for (int32_t i = at + 1; i < a->u.dict.n; i++) {
+            Var *later = a->u.dict.vals[i];
+            if (!(later->kind == VK_CONST && later->obj == Py_None))
+                return cap_fail(c, BR_SIDE_EFFECT,
+                                "item assignment of '%U' on a %s made in the frame, after its later field '%U' "
+                                "(the dict order would leave the field order)",
+                                key, tn, a->u.dict.keys[i]->obj);
+        }
+    a->u.dict.vals[at] = val;
+    return 0;
+}
+
 int attr_store_item(Capture *c, Var *o, Var *key, Var *val, int *handled)
 {
-    *handled = o->kind == VK_OBJECT && o->obj && o->src >= 0 && var_is_const(key) && PyUnicode_CheckExact(key->obj) &&
-               is_model_output_type(Py_TYPE(o->obj));
+    int keyed = var_is_const(key) && PyUnicode_CheckExact(key->obj);
+    if (keyed && o->kind == VK_USEROBJ && o->u.uobj.record && is_model_output_type(o->u.uobj.type)) {
+        *handled = 1;
+        return record_store_item(c, o, key->obj, val);
+    }
+    *handled = keyed && o->kind == VK_OBJECT && o->obj && o->src >= 0 && is_model_output_type(Py_TYPE(o->obj));
     return *handled ? store(c, o, key->obj, val, 0, 1) : 0;
 }
 

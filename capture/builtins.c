@@ -25,6 +25,7 @@
     X(B_ENUMERATE, "enumerate") \
     X(B_ZIP, "zip") \
     X(B_GETATTR, "getattr") \
+    X(B_VARS, "vars") \
     X(B_HASATTR, "hasattr") \
     X(B_SUM, "sum") \
     X(B_ANY, "any") \
@@ -681,6 +682,20 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
     case B_HASH:
         if (nargs == 1 && !kwnames)
             return objects_hash(c, args[0]);
+        break;
+    case B_VARS:
+        /* vars(o) is o.__dict__, read as the attribute is (its __getattribute__ included):
+         * the object's own dict, tracked through its source, so writes into it are the
+         * object's attribute writes */
+        if (nargs == 1 && !kwnames && args[0]->obj && args[0]->src >= 0 &&
+            (args[0]->kind == VK_OBJECT || args[0]->kind == VK_MODULE)) {
+            static PyObject *s_dict;   /* strong, interned, never released */
+            if (!s_dict && !(s_dict = PyUnicode_InternFromString("__dict__"))) {
+                cap_fail_exc(c, BR_INTERNAL);
+                return NULL;
+            }
+            return attr_load(c, args[0], s_dict);
+        }
         break;
     default:
         break;

@@ -608,9 +608,11 @@ Var *attr_property(Capture *c, Var *o, PyObject *prop, PyObject *name, const cha
  * failure recorded (a write the result plan cannot replay is a BR_SIDE_EFFECT break). */
 int attr_store(Capture *c, Var *obj, PyObject *name, Var *val);
 int attr_store_generic(Capture *c, Var *obj, PyObject *name, Var *val);
-/* o[key] = val on an outside transformers ModelOutput with a str key: recorded as a write of
- * attribute key replayed through the object's __setitem__ (*handled = 1); for any other
- * object *handled = 0 and nothing is recorded. 0, or -1 with the failure recorded. */
+/* o[key] = val with a str key on a transformers ModelOutput: from outside, recorded as a
+ * write of attribute key replayed through the object's __setitem__; made in the frame (a
+ * record), its field set when the dict order stays the field order (*handled = 1); for
+ * any other object *handled = 0 and nothing is recorded. 0, or -1 with the failure
+ * recorded. */
 int attr_store_item(Capture *c, Var *obj, Var *key, Var *val, int *handled);
 /* At the end of a capture that writes attributes of outside objects: guards that the
  * user objects it read alias one another as they did at capture (a write through one

@@ -335,7 +335,8 @@ static Var *wrap_mutable(Capture *c, PyObject *obj, int32_t src)
     if (found < 0)
         return NULL;
     if (found) {
-        if (first->untracked) {   /* its reads at capture were not guarded: a write here would not be seen there */
+        if (first->untracked &&
+            first->src < 0) {   /* its reads at capture were not guarded: a write here would not be seen there */
             cap_fail(c, BR_UNSUPPORTED_VALUE, "%s reached both with and without a source",
                      sj_type_a(c, Py_TYPE(obj), NULL));
             return NULL;

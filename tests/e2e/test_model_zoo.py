@@ -39,10 +39,6 @@ ZOO_HEAVY = {"mistral", "bart", "llama_hidden_states", "t5_seq2seq_cache",
              # without a break: each repeats mechanisms of the default set
              "bert", "deberta_v2", "gpt2", "qwen2", "gemma", "vit", "resnet", "convnext"}
 
-_HOOKS = ("output_hidden_states: the graphs now match torch.compile's (item writes into the "
-          "ModelOutput are replayed), but the first call installs the capturing hooks "
-          "recursively (`with threading.Lock()` and RemovableHandle() break in each module's "
-          "frame), and those frames recompile per module: more recompiles than torch.compile")
 _OBJECT_WRITES = ("DynamicCache built in the forward: copy.deepcopy of the config breaks "
                   "(copy's dispatch dict has type keys), and keys()/items() of a ModelOutput "
                   "passed between frames (C methods of a live dict subclass) break: more graphs "
@@ -51,7 +47,6 @@ _OBJECT_WRITES = ("DynamicCache built in the forward: copy.deepcopy of the confi
 # Models that still fail, with the mechanisms (strict: the test turns red once it passes,
 # and the line must go).
 ZOO_GAPS = {
-    "llama_hidden_states": _HOOKS,
     "t5_seq2seq_cache": _OBJECT_WRITES,
 }
 
