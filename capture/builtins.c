@@ -415,16 +415,30 @@ static Var *builtin_hasattr(Capture *c, Var **args, int32_t nargs)
     if (o->kind == VK_TENSOR && !(o->src >= 0 && o->obj && Py_TYPE(o->obj)->tp_dictoffset != 0))
         probe = o->u.t.meta.lib == LIB_TORCH ? libs.tensor_type : libs.ndarray_type;
     if (!probe || o->kind == VK_TUPLE || o->kind == VK_LIST || o->kind == VK_DICT) {
-        PyObject *t = var_type(c, o);
+        /* An instance has what its class's MRO defines, not what getattr on the class
+         * finds: that also reads the metaclass, whose __name__ and __qualname__ every
+         * class has (hasattr(partial(f), "__name__") is False, hasattr(partial, ...)
+         * True). A class with __getattr__ answers at run time: not modelled. */
+        PyObject *t = var_type(c, o);   /* new */
         if (!t)
             return NULL;
-        int r = sj_hasattr(t, args[1]->obj);
-        Py_DECREF(t);
-        if (r < 0) {
-            cap_fail_exc(c, BR_USER_EXCEPTION);
+        if (!PyType_Check(t)) {
+            Py_DECREF(t);
+            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on %s", var_a(c, o));
             return NULL;
         }
-        return const_bool(c, r);
+        static PyObject *s_getattr_t;   /* strong, interned, never released */
+        if (!s_getattr_t && !(s_getattr_t = PyUnicode_InternFromString("__getattr__"))) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        int r = _PyType_Lookup((PyTypeObject *)t, args[1]->obj) != NULL;   /* borrowed */
+        int custom = !r && _PyType_Lookup((PyTypeObject *)t, s_getattr_t) != NULL;
+        if (custom)
+            cap_fail(c, BR_UNSUPPORTED_CALL, "hasattr on %s with __getattr__",
+                     sj_type_a(c, (PyTypeObject *)t, "object"));
+        Py_DECREF(t);
+        return custom ? NULL : const_bool(c, r);
     }
     if (o->kind == VK_TENSOR) {
         const char *n = PyUnicode_AsUTF8(args[1]->obj);

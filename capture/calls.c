@@ -526,6 +526,11 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
 
 /* --------------------------------------------------- container methods ---- */
 
+static int list_append_item(Capture *c, void *list, Var *item)
+{
+    return var_seq_append(c, list, item);
+}
+
 static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, int32_t nargs, PyObject *kwnames)
 {
     const char *n = PyUnicode_AsUTF8(name);
@@ -547,6 +552,10 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     if (self->kind == VK_LIST || self->kind == VK_TUPLE) {
         if (!strcmp(n, "append") && nargs == 1 && self->kind == VK_LIST)
             return var_seq_append(c, self, args[0]) < 0 ? NULL : var_const(c, Py_None);
+        if (!strcmp(n, "extend") && nargs == 1 && self->kind == VK_LIST && iter_is_lazy(args[0]))
+            /* one item per append, as list.extend reads an iterator: the function a map
+             * calls may read the list it grows */
+            return iter_each(c, args[0], list_append_item, self) < 0 ? NULL : var_const(c, Py_None);
         if (!strcmp(n, "extend") && nargs == 1 && self->kind == VK_LIST) {
             Var **items;
             int32_t cnt;

@@ -716,6 +716,12 @@ Var *iter_get(Capture *c, Var *v);
 int iter_next(Capture *c, Var *it, Var **out);
 /* The rest of iterator it, read now (it is left exhausted): 0, or -1. */
 int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n);
+/* Whether it computes its items when read (map, filter, zip over such, a live list's
+ * iterator): a consumer that changes state between items must read it one at a time. */
+int iter_is_lazy(const Var *it);
+/* The rest of iterator it, each item handed to add(c, ctx, item) before the next is read
+ * (as list.extend reads an iterator): 0, or -1 with the failure set. */
+int iter_each(Capture *c, Var *it, int (*add)(Capture *c, void *ctx, Var *item), void *ctx);
 /* How to rebuild iterator it as the real iterator at its state: *fn (borrowed, kept alive)
  * called with *args (arena; the last len(*kwnames) are keyword values; *kwnames borrowed
  * or NULL), then, when *state is set, given it by __setstate__. 0, or -1 with the failure

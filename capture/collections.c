@@ -691,6 +691,17 @@ static int dict_model_applies(PyObject *t, const char *n)
     return !strcmp(n, "update") && t != counter_type;   /* Counter.update adds counts */
 }
 
+typedef struct {
+    Var *deque;
+    const char *what;   /* "deque.append" or "deque.appendleft" */
+} DequeAdd;
+
+static int deque_add_item(Capture *c, void *ctx, Var *item)
+{
+    DequeAdd *a = ctx;
+    return shadow_call(c, NULL, a->deque, a->what + 6, &item, 1, NULL, a->what) ? 0 : -1;
+}
+
 Var *collections_method(Capture *c, Var *self, const char *name, Var **args, int32_t nargs, PyObject *kwnames,
                         int *handled)
 {
@@ -716,6 +727,13 @@ Var *collections_method(Capture *c, Var *self, const char *name, Var **args, int
     }
     char what[96];
     snprintf(what, sizeof what, "%s.%s", ((PyTypeObject *)t)->tp_name, name);
+    int left = !strcmp(name, "extendleft");
+    if (t == deque_type && (left || !strcmp(name, "extend")) && nargs == 1 && !kwnames && iter_is_lazy(args[0])) {
+        /* one item per append, as deque.extend and extendleft read an iterator: the
+         * function a map calls may read the deque */
+        DequeAdd add = {self, left ? "deque.appendleft" : "deque.append"};
+        return iter_each(c, args[0], deque_add_item, &add) < 0 ? NULL : var_const(c, Py_None);
+    }
     return shadow_call(c, NULL, self, name, args, nargs, kwnames, what);
 }
 

@@ -301,6 +301,25 @@ int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n)
     return 0;
 }
 
+int iter_is_lazy(const Var *it)
+{
+    return it->kind == VK_ITER && (it->u.iter.lazy || it->u.iter.live);
+}
+
+int iter_each(Capture *c, Var *it, int (*add)(Capture *c, void *ctx, Var *item), void *ctx)
+{
+    for (int32_t k = 0;; k++) {
+        Var *x;
+        int r = iter_next(c, it, &x);
+        if (r <= 0)
+            return r;
+        if (k >= ITER_MAX_ITEMS)
+            return cap_fail(c, BR_UNSUPPORTED_VALUE, "an iterator of more than %d items (unbounded?)", ITER_MAX_ITEMS);
+        if (add(c, ctx, x) < 0)
+            return -1;
+    }
+}
+
 static int zip_strict_error(Capture *c, int32_t i, int longer)
 {
     if (i == 1)

@@ -854,6 +854,21 @@ static int module_items(Capture *c, Var *m, Var ***items, int32_t *n, int keys_o
     return *items ? 0 : -1;
 }
 
+/* The items of what an __iter__ returned. Python drives that result with its __next__;
+ * op_iterate on an object would call its __iter__ instead, which for the usual
+ * `return self` calls the same __iter__ again without end, and for any other iterator
+ * class runs the wrong method. Objects, modules and instances of user classes as
+ * results are refused (the loop runs in the interpreter); builtin iterators,
+ * generators and containers yield the items their __next__ would. */
+static int iterate_dunder_result(Capture *c, Var *r, Var ***items, int32_t *n)
+{
+    if (r->kind == VK_USEROBJ || r->kind == VK_OBJECT || r->kind == VK_MODULE) {
+        PyTypeObject *t = r->kind == VK_USEROBJ ? r->u.uobj.type : Py_TYPE(r->obj);
+        return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration through the __next__ of %s", sj_type_a(c, t, "object"));
+    }
+    return op_iterate(c, r, items, n);
+}
+
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
 {
     switch (v->kind) {
@@ -919,7 +934,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         if (how == 0)
             return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over %s", sj_type_a(c, Py_TYPE(v->obj), "module"));
         Var *r = call_dunder(c, v, "__iter__", NULL, 0);   /* the class's own */
-        return r ? op_iterate(c, r, items, n) : -1;
+        return r ? iterate_dunder_result(c, r, items, n) : -1;
     }
     case VK_USEROBJ:
         if (v->u.uobj.record) {   /* iterating a ModelOutput yields its keys */
@@ -944,7 +959,7 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
         Var *r = call_dunder(c, v, "__iter__", NULL, 0);
         if (!r)
             return -1;
-        return op_iterate(c, r, items, n);
+        return iterate_dunder_result(c, r, items, n);
     }
     default:
         return cap_fail(c, BR_UNSUPPORTED_VALUE, "iteration over %s", var_a(c, v));

@@ -9,6 +9,7 @@
   break, never a dropped write; the same container reached from two places (a local and
   a bound method's receiver, a dict and its view) is one object after a break.
 """
+import functools
 import itertools
 
 import numpy as np
@@ -383,6 +384,20 @@ def hasattr_of_new_object(x, z):
     return hasattr(o, "v"), hasattr(o, "kind"), hasattr(o, "w"), o.v + 1, getattr(o, "w", z) * 2, getattr(o, "v", z)
 
 
+def _add(a, b):
+    return a + b
+
+
+def hasattr_of_values_made_here(x, z):
+    # an instance has what its class's MRO defines: every class has a __name__ and a
+    # __qualname__, a partial, a list and a tuple do not
+    p = functools.partial(_add, b=z)
+    l = [x, z]
+    flags = (hasattr(p, "__name__"), hasattr(p, "__qualname__"), hasattr(p, "func"), hasattr(l, "__name__"),
+             hasattr((x, z), "__qualname__"), hasattr(l, "append"))
+    return flags, p(x) if hasattr(p, "__name__") else x - z
+
+
 def getattr_fallback_raises(x, z):
     o = _Lazy(x)
     return o.missing
@@ -412,7 +427,8 @@ def del_in_outside_containers(d, l):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn", [getattr_fallback, getattr_fallback_raises, hasattr_of_new_object, except_tuple],
+@pytest.mark.parametrize("fn", [getattr_fallback, getattr_fallback_raises, hasattr_of_new_object,
+                                hasattr_of_values_made_here, except_tuple],
                          ids=lambda f: f.__name__)
 def test_objects_and_exceptions(fn, backend):
     check(fn, _t, backend)

@@ -9,17 +9,26 @@
 * an iterator that outlives the frame (returned, or handed to the interpreter at a graph
   break) is the real iterator at its state, of eager's type; one that cannot be rebuilt
   (a lambda made in the frame) is a graph break, never a wrong value;
-* an unbounded iterator that nothing bounds is a graph break, not a hang.
+* an unbounded iterator that nothing bounds is a graph break, not a hang;
+* extend/extendleft read an iterator that computes its items (map, filter) one item per append, as
+  eager does, so a function reading the container it grows sees each append;
+* an object whose __iter__ returns an iterator class instance (usually itself) is a graph
+  break: capture does not drive a user __next__.
 """
+import collections
 import contextlib
 import functools
 import io
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import shapejit
+from repo import package_parent
 
 
 @pytest.fixture(autouse=True)
@@ -323,3 +332,62 @@ def test_islice_arguments_match_eager(args):
     def f(x):
         return [t + 1 for t in itertools.islice([x, x * 2, x * 3], *args)]
     _check(f, X)
+
+
+def list_extend_map_reads_the_list(x):
+    y = [1]
+    y.extend(map(lambda z: z + y[-1], range(3)))
+    return x + y[-1], y
+
+
+def deque_extends_map_read_the_deque(x):
+    d = collections.deque([1])
+    d.extendleft(map(lambda z: z + d[0], range(3)))
+    d.extend(map(lambda z: z * d[-1], (2, 3)))
+    return x + d[0], list(d)
+
+
+@pytest.mark.parametrize("fn", [list_extend_map_reads_the_list, deque_extends_map_read_the_deque],
+                         ids=lambda f: f.__name__)
+def test_extend_reads_the_iterator_per_append(fn):
+    _check(fn, X)
+
+
+_ITERATOR_CLASS = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import torch, shapejit
+
+class Counter:
+    def __iter__(self):
+        self.a = 1
+        return self
+
+    def __next__(self):
+        if self.a > 3:
+            raise StopIteration
+        self.a += 1
+        return self.a
+
+def f(x):
+    for i, v in enumerate(Counter()):
+        x = x + i * v
+    return x
+
+x = torch.ones(2)
+assert torch.equal(shapejit.compile(f)(x), f(x))
+try:
+    shapejit.compile(f, fullgraph=True)(x)
+except shapejit._C.Unsupported as e:
+    print("refused:", str(e).splitlines()[0])
+"""
+
+
+def test_iterator_class_is_a_graph_break():
+    # run apart, under a memory cap: capture that re-enters __iter__ without end grows
+    # until the allocator gives up
+    env = dict(os.environ, PYTHONPATH=package_parent() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _ITERATOR_CLASS], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "refused:" in p.stdout and "__next__ of a Counter object" in p.stdout, p.stdout
