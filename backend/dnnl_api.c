@@ -82,6 +82,15 @@ int dnnl_api_threads(void)
     return omp_get_max_threads();
 }
 
+int dnnl_api_avx512(void)
+{
+    /* every AVX-512 level's value holds avx512_core's bits (or the Xeon Phi's, mic's);
+     * avx2_vnni's holds avx2's only */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ||
+           (isa & dnnl_cpu_isa_avx512_mic) == dnnl_cpu_isa_avx512_mic;
+}
+
 /* The plain format tags oneDNN 2.6 defines for ranks 2 to 4, by dim order (outermost
  * first). A permutation without a tag is refused (the caller copies the operand). */
 static const struct {

@@ -90,6 +90,11 @@ void dnnl_api_destroy(void *prim);
 /* omp_get_max_threads() of the calling thread: the count oneDNN will use. */
 int dnnl_api_threads(void);
 
+/* 1 when oneDNN may dispatch to AVX-512 kernels in this process: its own effective ISA
+ * (what cpuid and the OS's saved register state offer, capped by $ONEDNN_MAX_CPU_ISA or
+ * $DNNL_MAX_CPU_ISA), so a choice made on it agrees with the kernels oneDNN runs. */
+int dnnl_api_avx512(void);
+
 /* ---------------------------------------- convolution, pooling, batch norm ---- */
 
 /* Concrete-dims primitives (oneDNN has no fast runtime-dims path for these): one per

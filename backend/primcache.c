@@ -188,8 +188,17 @@ static PyObject *py_primcache_info(PyObject *self, PyObject *unused)
                          by, "impls_by_class", impls_by);
 }
 
+static PyObject *py_dnnl_avx512(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(dnnl_api_avx512());
+}
+
 static PyMethodDef primcache_methods[] = {
     {"_cg_primcache_info", py_primcache_info, METH_NOARGS, "The oneDNN primitive cache's counters (tests)."},
+    {"_cg_dnnl_avx512", py_dnnl_avx512, METH_NOARGS,
+     "Whether oneDNN may dispatch to AVX-512 kernels here (its effective ISA; tests)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,7 +26,6 @@
  * from vals[] except the copies, which the run owns and drops before returning. */
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "lower_int.h"
 #include "dnnl_api.h"
@@ -192,20 +191,13 @@ static int gelu_tanh_of(Graph *g, int32_t nj, int32_t v)
     return input && tanh;
 }
 
-/* 1 when oneDNN may use AVX-512 here: the CPU has it and $ONEDNN_MAX_CPU_ISA (or the older
- * $DNNL_MAX_CPU_ISA) does not cap it below. Read once: oneDNN reads them once too. */
+/* 1 when oneDNN may use AVX-512 here (its effective ISA: the CPU and the env caps, as it
+ * decides itself). Read once: oneDNN fixes it at its first use too. */
 static int dnnl_may_use_avx512(void)
 {
     static int avx512 = -1;
-    if (avx512 < 0) {
-        const char *isa = getenv("ONEDNN_MAX_CPU_ISA");
-        if (!isa || !*isa)
-            isa = getenv("DNNL_MAX_CPU_ISA");
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f") &&
-                 (!isa || !*isa || !strncasecmp(isa, "avx512", 6) || !strncasecmp(isa, "amx", 3) ||
-                  !strcasecmp(isa, "all") || !strcasecmp(isa, "default"));
-    }
+    if (avx512 < 0)
+        avx512 = dnnl_api_avx512();
     return avx512;
 }
 
