@@ -18,6 +18,10 @@
 #   make fuzz-py      differential fuzz of Python constructs (tests/e2e/pyfuzz): FUZZ_COUNT programs
 #                     (50000) from FUZZ_SEED (0), each chunk in a child process; crashes counted
 #   make fuzz-breaks  the graph-break fuzz test at FUZZ_BREAKS programs (2000; CI runs 150)
+#   make test-avx2-emu  build, then run the backend and compile-and-load tests under qemu-user
+#                emulating an AVX2 CPU without AVX-512 (scripts/run-avx2-emu: installs
+#                qemu-user when root, checks the emulated CPU, fresh kernel cache; tests
+#                in scripts/avx2-emu-slow.txt left out); about 40 min on 2 cores
 #   make clean   remove build products
 PYTHON ?= python3
 PYTEST_ARGS ?=
@@ -25,6 +29,8 @@ BENCH_ARGS ?=
 FUZZ_SEED ?= 0
 FUZZ_COUNT ?= 50000
 FUZZ_BREAKS ?= 2000
+# what `make test-avx2-emu` runs under emulation; test_kernel_vectorize.py only compiles
+AVX2_EMU_TESTS ?= tests/backend tests/native --ignore=tests/backend/test_kernel_vectorize.py
 PYTEST := $(PYTHON) -m pytest -q -ra -p no:cacheprovider
 
 ASAN_DIR := build/asan
@@ -38,7 +44,7 @@ ASAN_ENV := LD_PRELOAD="$(LIBASAN) $(LIBUBSAN)" \
 	PYTHONSAFEPATH=1 \
 	SHAPEJIT_EXPECT_C_DIR="$(CURDIR)/$(ASAN_DIR)/shapejit"
 
-.PHONY: build test zoo coverage bench bench-zoo asan asan-build clean fuzz-py fuzz-breaks
+.PHONY: build test test-avx2-emu zoo coverage bench bench-zoo asan asan-build clean fuzz-py fuzz-breaks
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -46,6 +52,9 @@ build:
 # exit status 5 = no tests collected: not a failure
 test: build
 	$(PYTEST) tests $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+test-avx2-emu: build
+	scripts/run-avx2-emu $(AVX2_EMU_TESTS) $(PYTEST_ARGS)
 
 zoo: build
 	SJ_ZOO=full $(PYTEST) tests/e2e/test_model_zoo.py $(PYTEST_ARGS)
@@ -62,7 +71,10 @@ fuzz-breaks: build
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)
 
-bench-zoo: build
+bench-test-avx2-emu: build
+	scripts/run-avx2-emu $(AVX2_EMU_TESTS) $(PYTEST_ARGS)
+
+zoo: build
 	$(PYTHON) bench/suite.py --set zoo --quick --systems eager,tc,sj_cpu $(BENCH_ARGS)
 
 asan-build:
