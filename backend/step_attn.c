@@ -16,7 +16,8 @@
  * computes, and attn_mask None or a float32 or bool tensor of rank 2 to 4. Run: the batch
  * and head dims of q, k and v equal or 1 (broadcast), the mask broadcasting to the scores
  * with its keys contiguous, every
- * dim nonzero, at least SJ_ATTN_MIN_SCORES scores, and oneDNN taking the layouts; anything
+ * dim nonzero, at least SJ_ATTN_MIN_SCORES scores (and SJ_ATTN_MIN_HEAD_SCORES a head with more
+ * than one thread), and oneDNN taking the layouts; anything
  * else runs the node eagerly, as does a call whose scores hold inf or NaN (emit_attn.c).
  * The output has the layout torch's gives it (new_result).
  *
@@ -40,6 +41,15 @@
  * (AVX2) and 11.3 against 9.5 (AVX-512); (2, 2, 32, 32) 13.4 against 13.0 (AVX2) and 12.5
  * against 13.1 (AVX-512); (2, 4, 32, 16) 16.8 against 18.4 (AVX-512). */
 #define SJ_ATTN_MIN_SCORES 4096
+/* With more than one thread, nor do heads of fewer scores (queries x keys), however many
+ * there are: split across the threads, each product's share is a few microseconds of
+ * oneDNN's batched matmul, while torch's flash kernel does each head in cache on its
+ * thread. On an Intel Xeon (AVX-512), 2 threads, per call, eager / step: (8, 4, 32, 32)
+ * 54.0 / 67.4 us; (8, 12, 16, 64) 84.4 / 116.1; nn.MultiheadAttention's q, k and v read
+ * through its packed projection (encoder_s32) 152 / 197; (8, 4, 48, 32), 2304 scores a
+ * head, 97.8 / 100.7. At 1 thread the step keeps them: encoder_s32's 165 us against
+ * torch's 203 (contiguous (8, 4, 32, 32): 108.8 against 89.6). */
+#define SJ_ATTN_MIN_HEAD_SCORES 2048
 
 typedef int64_t (*AttnFn)(const int64_t *n, char *const *p, const int64_t *st, int64_t i0);
 
@@ -543,7 +553,8 @@ int step_attn_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     }
     if ((rc = setup(s, op, vals, &pb)))
         goto done;
-    if (pb.B * pb.H * pb.Sq * pb.Sk < SJ_ATTN_MIN_SCORES) {
+    if (pb.B * pb.H * pb.Sq * pb.Sk < SJ_ATTN_MIN_SCORES ||
+        (pb.Sq * pb.Sk < SJ_ATTN_MIN_HEAD_SCORES && dnnl_api_threads() > 1)) {
         s->small++;
         rc = 2;
         goto done;

@@ -327,12 +327,12 @@ def test_chain_read_by_kernels_and_products_is_never_a_tensor():
     """A chain whose readers are kernels, a matmul and the attention step is handed to them
     as the input and its recorded layout (a LazyView): the recorded runs make no tensor."""
     def f(x, w):
-        q = x.view(4, 40, 4, 16).transpose(1, 2)        # read by the attention step
+        q = x.view(4, 48, 4, 16).transpose(1, 2)        # read by the attention step
         h = torch.nn.functional.scaled_dot_product_attention(q, q, q)
-        m = x.view(160, 64).t().reshape(64, 160)         # read by a matmul
-        return h.sum() + (m.t() @ w).tanh().sum() + (x.view(4, 40, 64).transpose(1, 2) * 2.0).sum()
+        m = x.view(192, 64).t().reshape(64, 192)         # read by a matmul
+        return h.sum() + (m.t() @ w).tanh().sum() + (x.view(4, 48, 64).transpose(1, 2) * 2.0).sum()
 
-    made = _lazy_run(f, lambda: (torch.randn(4, 40, 64), torch.randn(64, 8)))
+    made = _lazy_run(f, lambda: (torch.randn(4, 48, 64), torch.randn(64, 8)))
     assert _stats(made, "view_chain_lazy") >= 2 * 2, [m.stats for m in made]
     # every call ran the compiled steps (an error in one would run the frame eagerly)
     assert _stats(made, "attention_calls") == 3 and _stats(made, "matmul_calls") == 3
@@ -359,12 +359,12 @@ def test_lazy_chain_fallbacks_make_the_tensor():
     assert _stats(made, "kernel_calls") == 5 and _stats(made, "eager_fallbacks") == 1
 
     def attn(x):   # q, k, v views; a NaN hands the call to torch's kernel
-        q = x.view(4, 40, 4, 16).transpose(1, 2)
+        q = x.view(4, 48, 4, 16).transpose(1, 2)
         return torch.nn.functional.scaled_dot_product_attention(q, q, q) * 2.0
 
     backend, made = _lowering()
     c = shapejit.compile(attn, backend=backend)
-    x = torch.randn(4, 40, 64)
+    x = torch.randn(4, 48, 64)
     for _ in range(2):
         torch.testing.assert_close(c(x), attn(x))
     x[1, 3, 5] = float("nan")
