@@ -813,6 +813,8 @@ static int dict_held(Capture *c, PyObject *obj)
 
 static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic, int item)
 {
+    if (cap_note_change(c, o, 0) < 0)
+        return -1;
     if (o->kind == VK_USEROBJ)
         return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && o->obj) {

@@ -545,7 +545,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     int mutating = !strcmp(n, "append") || !strcmp(n, "extend") || !strcmp(n, "insert") || !strcmp(n, "pop") ||
                    !strcmp(n, "update") || !strcmp(n, "setdefault") || !strcmp(n, "clear") || !strcmp(n, "remove") ||
                    !strcmp(n, "reverse") || !strcmp(n, "sort");
-    if (mutating && var_is_outside(self) && cap_note_mutation(c, self, n) < 0)
+    if (mutating && ((var_is_outside(self) && cap_note_mutation(c, self, n) < 0) || cap_note_change(c, self, 0) < 0))
         return NULL;
     if (list_sort)
         return iters_list_sort(c, self, args, nargs, kwnames);

@@ -232,6 +232,117 @@ int cap_raise(Capture *c, PyObject *exc)
     return cap_fail_exc(c, BR_USER_EXCEPTION);
 }
 
+/* ----------------------------------------------------------- generators ---- */
+
+/* Room for one more pointer in the arena array *arr of *n used out of *cap (doubled when
+ * full, from `first`). 0, or -1 out of memory. */
+static int grow_ptrs(Capture *c, void ***arr, int32_t n, int32_t *cap, int32_t first)
+{
+    if (n < *cap)
+        return 0;
+    int32_t ncap = *cap ? *cap * 2 : first;
+    void **a = cap_alloc(c, sizeof(void *) * (size_t)ncap);
+    if (!a)
+        return -1;
+    if (n)
+        memcpy(a, *arr, sizeof(void *) * (size_t)n);
+    *arr = a;
+    *cap = ncap;
+    return 0;
+}
+
+static int gen_touch_one(Capture *c, GenWatch *w, Var *v)
+{
+    if (grow_ptrs(c, (void ***)&w->touched, w->ntouched, &w->cap, 64) < 0)
+        return -1;
+    w->touched[w->ntouched++] = v;
+    return 0;
+}
+
+int cap_gen_touch(Capture *c, Var *v)
+{
+    /* everything, the run's own values too: one it yields may be changed by the code
+     * that takes it and read again by the generator's later items */
+    for (int i = 0; i < c->ngen_runs; i++) {
+        GenWatch *w = c->gen_runs[i];
+        if (gen_touch_one(c, w, v) < 0)
+            return -1;
+        if (v->kind == VK_ITER) {
+            if (v->u.iter.live && gen_touch_one(c, w, v->u.iter.live) < 0)
+                return -1;
+            /* a map or zip reads sources not listed here; a generator made before this
+             * run read what its own watch lists (one made during it was merged in) */
+            if (v->u.iter.lazy || (v->u.iter.watch && v->u.iter.watch->floor < w->floor))
+                w->unknown = 1;
+        }
+    }
+    return 0;
+}
+
+int cap_gen_begin(Capture *c)
+{
+    if (c->ngen_runs == (int)(sizeof c->gen_runs / sizeof c->gen_runs[0]))
+        return cap_fail(c, BR_GENERATOR, "generators nested %d deep", c->ngen_runs);
+    GenWatch *w = cap_alloc(c, sizeof(GenWatch));
+    if (!w)
+        return -1;
+    memset(w, 0, sizeof *w);
+    w->floor = c->serial;
+    w->nops = c->nops;
+    c->gen_runs[c->ngen_runs++] = w;
+    return 0;
+}
+
+int cap_gen_end(Capture *c, Var *it)
+{
+    GenWatch *w = c->gen_runs[--c->ngen_runs];
+    if (!it)
+        return 0;
+    w->computed = c->nops != w->nops;
+    w->it = it;
+    it->u.iter.watch = w;
+    /* the pushes of this run were recorded in the enclosing runs too (cap_gen_touch) */
+    if (grow_ptrs(c, (void ***)&c->watches, c->nwatches, &c->capwatches, 8) < 0)
+        return -1;
+    c->watches[c->nwatches++] = w;
+    return 0;
+}
+
+int cap_note_change(Capture *c, const Var *t, int tensor)
+{
+    if (c->ngen_runs) {
+        /* the run's own containers and objects may change; anything older, or from
+         * outside (wrapped during the run, it is still not the run's), may not */
+        GenWatch *run = c->gen_runs[c->ngen_runs - 1];
+        if (tensor || !t || t->born < run->floor || var_is_outside(t))
+            return cap_fail(c, BR_GENERATOR,
+                            "a generator that changes %s outside itself (shapejit computes its items when it is "
+                            "called, so the change would come before the code that reads them)",
+                            tensor ? "a tensor in place"
+                            : t    ? var_a(c, t)
+                                   : "a variable");
+    }
+    for (int32_t i = 0; i < c->nwatches; i++) {
+        GenWatch *w = c->watches[i];
+        if (w->stale || w->it->u.iter.pos >= w->it->u.iter.n)
+            continue;
+        if (tensor ? w->computed : (w->unknown || !t))
+            w->stale = 1;
+        for (int32_t k = 0; !w->stale && t && k < w->ntouched; k++)
+            w->stale = w->touched[k] == t;
+    }
+    return 0;
+}
+
+int cap_gen_check(Capture *c, const Var *it)
+{
+    if (it->u.iter.watch && it->u.iter.watch->stale)
+        return cap_fail(c, BR_GENERATOR,
+                        "a generator whose items are read after a value it read changed (shapejit computes a "
+                        "generator's items when it is called)");
+    return 0;
+}
+
 int cap_note_mutation(Capture *c, Var *v, const char *what)
 {
     if (v->untracked)

@@ -55,8 +55,10 @@ typedef enum { GS_FLOAT, GS_BOOL, GS_NUMPY } GScalarType;
 
 typedef struct Var Var;
 typedef struct LazyIter LazyIter;   /* iters.c */
+typedef struct GenWatch GenWatch;   /* capture.c */
 struct Var {
     uint8_t kind;          /* VarKind */
+    uint32_t born;         /* Capture.serial when it was made: later vars are newer */
     uint8_t fresh;         /* a container the frame owns although it has a source (the
                               *args tuple and **kwargs dict of the compiled frame): writes
                               to it are not side effects */
@@ -105,6 +107,7 @@ struct Var {
             int32_t used;
             LazyIter *lazy;
             int gen;
+            GenWatch *watch;   /* gen: what its run read (capture.c), or NULL */
         } iter;
         /* live: the list (or dict, dict view) GET_ITER made
                                          it from, or NULL: a list iterator reads the list as
@@ -280,6 +283,11 @@ typedef struct Capture {
     AttrWrite *writes;         /* attribute writes on outside objects, first write first (arena) */
     ObjRead *objreads;         /* user objects read through a source (arena) */
     Mutated *mutated;          /* outside lists/dicts written in place (arena) */
+    uint32_t serial;           /* vars made so far (Var.born) */
+    GenWatch **watches;        /* arena: materialised generators whose items may be read */
+    int32_t nwatches, capwatches;
+    GenWatch *gen_runs[16];    /* the generators whose runs are under way, innermost last */
+    int ngen_runs;
     /* frame splitting (resume.c): a failure in the compiled frame's own instruction can
      * become a graph break there; capture is then run again and stopped before it */
     long top_step;             /* instructions of the compiled frame begun so far */
@@ -439,6 +447,40 @@ static inline int var_is_outside(const Var *v)
 {
     return (v->src >= 0 && !v->fresh) || v->untracked;
 }
+
+/* Generators are run to completion when called (evaluator.c), their items kept. That is
+ * eager's order only when nothing they read changes before their items are taken and their
+ * runs change nothing outside themselves: GenWatch records, per run, the vars it pushed on
+ * an evaluation stack (what it read), whether it recorded graph ops, and whether it read
+ * through an iterator whose sources are not listed. A change (cap_note_change) to a var a
+ * pending generator read, or any in-place tensor write after a generator that computed
+ * from tensors, makes that generator stale, and taking an item of a stale generator fails
+ * the capture (BR_GENERATOR); so does a change, during a generator's run, to a var older
+ * than the run, or an in-place tensor write there. */
+struct GenWatch {
+    Var **touched;        /* arena: vars its run pushed (duplicates kept) */
+    int32_t ntouched, cap;
+    uint32_t floor;       /* Capture.serial when its run began: vars born since are its own */
+    int nops;             /* Capture.nops when its run began */
+    int computed;         /* its run recorded graph ops */
+    int unknown;          /* it read through a map, zip, filter or the like */
+    int stale;
+    Var *it;              /* the materialised iterator, once made */
+};
+/* Generator runs (eval_frame): begin before the body runs, end with its iterator (NULL when
+ * the run failed). 0, or -1 with the failure set. */
+int cap_gen_begin(Capture *c);
+int cap_gen_end(Capture *c, Var *it);
+/* v was pushed on an evaluation stack while generators run: they read it. 0 or -1. */
+int cap_gen_touch(Capture *c, Var *v);
+/* Var t is about to change in place by the user's code (a container's items, an object's
+ * attribute: not capture filling in what it wraps, so not in vars.c's helpers); NULL
+ * when what changes is not one var (an in-place tensor write: `tensor` 1). 0, or -1 with
+ * the failure set. */
+int cap_note_change(Capture *c, const Var *t, int tensor);
+/* 0 when the next item of materialised generator it may be taken, else -1 with the
+ * failure set. */
+int cap_gen_check(Capture *c, const Var *it);
 
 /* An outside container (var_is_outside) is about to be written in place: lists and dicts
  * with a source are noted for write-back; anything else (an untracked one, whose write

@@ -327,6 +327,30 @@ static Var *from_py(Shadow *s, PyObject *o);
 
 /* The contents of real container obj (borrowed) as the contents of var v, v's kind
  * already matching: 1 when they differ from v's, 0 when equal, -1 on failure. */
+/* 1 when `what` ("dict.get", "collections.deque.count") names a method that only reads
+ * its container. */
+static int read_only_method(const char *what)
+{
+    static const char *const names[] = {"get",          "keys",
+                                        "values",       "items",
+                                        "copy",         "count",
+                                        "index",        "most_common",
+                                        "elements",     "total",
+                                        "__contains__", "__getitem__",
+                                        "__len__",      "__iter__",
+                                        "__reversed__", "isdisjoint",
+                                        "issubset",     "issuperset",
+                                        "union",        "intersection",
+                                        "difference",   "symmetric_difference",
+                                        "fromkeys"};
+    const char *dot = strrchr(what, '.');
+    const char *n = dot ? dot + 1 : what;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(n, names[i]))
+            return 1;
+    return 0;
+}
+
 static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
 {
     Capture *c = s->c;
@@ -500,6 +524,9 @@ static Var *finish(Shadow *s, PyObject *result, const char *what)
         if (differ < 0)
             return NULL;
         if (differ && var_is_outside(v) && cap_note_mutation(c, v, what) < 0)
+            return NULL;
+        /* (differ also holds when values that are not constants were only read back) */
+        if (differ && !read_only_method(what) && cap_note_change(c, v, 0) < 0)
             return NULL;
         if (differ && read_back(s, v, obj, 1) < 0)
             return NULL;

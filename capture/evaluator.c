@@ -20,6 +20,8 @@ static int push(Capture *c, EvalFrame *f, Var *v)
 {
     if (f->sp >= f->stack_cap)
         return cap_fail(c, BR_INTERNAL, "evaluation stack overflow in %U", f->code->co_qualname);
+    if (c->ngen_runs && v && cap_gen_touch(c, v) < 0)
+        return -1;
     f->stack[f->sp++] = v;
     return 0;
 }
@@ -416,6 +418,8 @@ resume:
             PUSH(f->locals[arg]);
             break;
         case SJOP_LOAD_DEREF:
+            if (c->ngen_runs && f->locals[arg] && cap_gen_touch(c, f->locals[arg]) < 0)
+                goto fail;   /* (its rebinding is a change a generator's items depend on) */
             PUSH(cell_get(c, f, f->locals[arg], arg));
             break;
         case SJOP_STORE_DEREF: {
@@ -430,6 +434,8 @@ resume:
                 cap_fail(c, BR_SIDE_EFFECT, "assignment to nonlocal '%U' of an outer function", local_name(co, arg));
                 goto fail;
             }
+            if (cap_note_change(c, cell, 0) < 0)   /* a rebinding a generator's code may read */
+                goto fail;
             cell->u.cell.contents = v;
             break;
         }
@@ -576,6 +582,8 @@ resume:
         case SJOP_DELETE_SUBSCR: {
             NEED(2);
             Var *k = POP(), *o = POP();
+            if (cap_note_change(c, o, 0) < 0)
+                goto fail;
             int writable = !var_is_outside(o);   /* an outside list or dict is written back */
             if (!writable && ((o->kind == VK_DICT && var_is_dict_key(k)) || (o->kind == VK_LIST && var_is_const(k)))) {
                 if (cap_note_mutation(c, o, "del") < 0)
@@ -1109,7 +1117,11 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     f.locals = locals;
     f.fn = fn;
     f.generator = generator;
-    if (generator && !(f.gen_items = var_seq(c, VK_LIST, NULL, 0))) {
+    /* (the run's item list is made after its watch begins: it is the run's own) */
+    int begun = generator && cap_gen_begin(c) == 0;
+    if (generator && (!begun || !(f.gen_items = var_seq(c, VK_LIST, NULL, 0)))) {
+        if (begun)
+            (void)cap_gen_end(c, NULL);
         Py_DECREF(f.instrs);
         Py_LeaveRecursiveCall();
         return NULL;
@@ -1117,6 +1129,8 @@ Var *eval_frame(Capture *c, PyCodeObject *code, PyObject *globals, PyObject *bui
     c->frame = &f;
     c->depth++;
     Var *r = run(c, &f);
+    if (generator && cap_gen_end(c, r) < 0)
+        r = NULL;
     c->depth--;
     c->frame = f.parent;
     Py_DECREF(f.instrs);

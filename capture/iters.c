@@ -255,6 +255,8 @@ int iter_next(Capture *c, Var *it, Var **out)
 {
     if (it->kind != VK_ITER)
         return cap_fail(c, BR_INTERNAL, "next() on %s", var_a(c, it));
+    if (it->u.iter.pos < it->u.iter.n && cap_gen_check(c, it) < 0)
+        return -1;
     if (it->u.iter.lazy)
         return lazy_next(c, it->u.iter.lazy, out);
     Var *live = it->u.iter.live;
@@ -276,6 +278,8 @@ int iter_next(Capture *c, Var *it, Var **out)
 int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n)
 {
     if (!it->u.iter.lazy && !it->u.iter.live) {
+        if (it->u.iter.pos < it->u.iter.n && cap_gen_check(c, it) < 0)
+            return -1;
         *items = it->u.iter.items + it->u.iter.pos;
         *n = it->u.iter.n - it->u.iter.pos;
         it->u.iter.pos = it->u.iter.n;
@@ -303,7 +307,7 @@ int iter_drain(Capture *c, Var *it, Var ***items, int32_t *n)
 
 int iter_is_lazy(const Var *it)
 {
-    return it->kind == VK_ITER && (it->u.iter.lazy || it->u.iter.live);
+    return it->kind == VK_ITER && (it->u.iter.lazy || it->u.iter.live || it->u.iter.watch);
 }
 
 int iter_each(Capture *c, Var *it, int (*add)(Capture *c, void *ctx, Var *item), void *ctx)

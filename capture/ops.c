@@ -121,7 +121,7 @@ static Var *seq_repeat(Capture *c, int inplace, Var *a, Var *b)
         memcpy(items, seq->u.seq.items, sizeof(Var *) * (size_t)n);
     Var *r;
     if (inplace && seq_first && seq->kind == VK_LIST && !seq->u.seq.subtype) {
-        if (var_is_outside(seq) && cap_note_mutation(c, seq, "*=") < 0)
+        if ((var_is_outside(seq) && cap_note_mutation(c, seq, "*=") < 0) || cap_note_change(c, seq, 0) < 0)
             return NULL;
         seq->u.seq.n = 0;
         r = seq;
@@ -204,7 +204,7 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     int is_add = nb == SJ_NB_ADD || nb == SJ_NB_INPLACE_ADD;
     if (is_add && (a->kind == VK_TUPLE || a->kind == VK_LIST) && b->kind == a->kind) {
         if (nb == SJ_NB_INPLACE_ADD && a->kind == VK_LIST) {
-            if (var_is_outside(a) && cap_note_mutation(c, a, "+=") < 0)
+            if ((var_is_outside(a) && cap_note_mutation(c, a, "+=") < 0) || cap_note_change(c, a, 0) < 0)
                 return NULL;
             for (int32_t i = 0; i < b->u.seq.n; i++)
                 if (var_seq_append(c, a, b->u.seq.items[i]) < 0)
@@ -693,6 +693,8 @@ int op_store_subscr(Capture *c, Var *obj, Var *key, Var *val)
         Var *args[3] = {obj, key, val};
         return record_operator(c, "operator.setitem", args, 3) ? 0 : -1;
     }
+    if (cap_note_change(c, obj, 0) < 0)
+        return -1;
     int handled;
     int rc = attr_store_item(c, obj, key, val, &handled);   /* a ModelOutput from outside */
     if (handled)

@@ -484,6 +484,8 @@ static Var *record(Capture *c, int row, PyObject *target, Var **args, int32_t na
     }
     if (rb.out_var)
         flags |= NODE_OUT;
+    if (target_var && cap_note_change(c, NULL, 1) < 0)
+        return NULL;
     if (target_var) {
         TensorMeta res;
         ShapeErr err;

@@ -25,6 +25,7 @@ Var *var_new(Capture *c, VarKind k)
         return NULL;
     v->kind = (uint8_t)k;
     v->src = -1;
+    v->born = c->serial++;
     return v;
 }
 

@@ -13,7 +13,13 @@
 * extend/extendleft read an iterator that computes its items (map, filter) one item per append, as
   eager does, so a function reading the container it grows sees each append;
 * an object whose __iter__ returns an iterator class instance (usually itself) is a graph
-  break: capture does not drive a user __next__.
+  break: capture does not drive a user __next__;
+* generators are run to completion when called: when the code that takes their items
+  changes a value the generator read (a list it grows while extending with it, a closure
+  variable, an attribute, a tensor in place after the generator computed from tensors),
+  or the generator changes a value outside itself, the capture breaks instead of handing
+  out items computed too early; generators consumed at once, or whose consumer changes
+  only values they never read, stay in the graph.
 """
 import collections
 import contextlib
@@ -391,3 +397,113 @@ def test_iterator_class_is_a_graph_break():
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "refused:" in p.stdout and "__next__ of a Counter object" in p.stdout, p.stdout
+
+
+# ---- generators: items computed at the call, kept only while still eager's ------------
+def gen_extend_reads_target(x):
+    y = [1, 2]
+    y.extend(v * len(y) for v in [1, 2, 3])
+    return x * sum(y)
+
+
+def gen_side_effect_read_by_consumer(x):
+    log = []
+
+    def gen():
+        for i in range(3):
+            log.append(i)
+            yield i
+    out = []
+    for v in gen():
+        out.append(len(log))
+    return x * sum(out)
+
+
+def gen_reads_list_changed_between(x):
+    a = [x, x + 1]
+    g = (t * 2 for t in a)
+    a.append(x + 5)
+    return list(g)
+
+
+def gen_reads_attribute_changed(x):
+    class Box:
+        pass
+    b = Box()
+    b.k = 1.0
+
+    def gen():
+        for _ in range(3):
+            yield x * b.k
+    out = []
+    for v in gen():
+        out.append(v)
+        b.k += 1.0
+    return out
+
+
+def gen_closure_rebound(x):
+    k = 1.0
+
+    def gen():
+        for _ in range(3):
+            yield x * k
+    out = []
+    for v in gen():
+        out.append(v)
+        k = k + 1.0
+    return out, k
+
+
+def gen_tensor_changed_in_place(x):
+    t = x.clone()
+    g = (t * i for i in range(3))
+    first = next(g)
+    t.add_(1.0)
+    return first, list(g)
+
+
+@pytest.mark.parametrize("fn", [gen_extend_reads_target, gen_side_effect_read_by_consumer,
+                                gen_reads_list_changed_between, gen_reads_attribute_changed,
+                                gen_closure_rebound, gen_tensor_changed_in_place])
+def test_generator_items_follow_eager_order(fn):
+    st = _check(fn, X)
+    assert st["graph_breaks"] >= 1
+
+
+def gen_consumed_at_once(x):
+    parts = [x, x * 2, x * 3]
+    total = sum(p * 2 for p in parts)
+    flags = all(p.shape == x.shape for p in parts)
+    return total, flags, tuple(p + 1 for p in parts)
+
+
+def gen_loop_appends_elsewhere(x):
+    def pairs(n):
+        for i in range(n):
+            yield i, x * i
+    out, acc = [], x
+    for i, v in pairs(3):
+        out.append(v + i)
+        acc = acc + v
+    return out, acc
+
+
+def gen_module_parameters(x):
+    total = x.sum() * 0
+    for p in LIN.parameters():
+        total += p.sum()
+    return total
+
+
+LIN = torch.nn.Linear(3, 2)
+with torch.no_grad():   # small integers: the sums are exact in any order
+    LIN.weight.copy_(torch.arange(6.0).reshape(2, 3))
+    LIN.bias.copy_(torch.arange(2.0))
+
+
+@pytest.mark.parametrize("fn", [gen_consumed_at_once, gen_loop_appends_elsewhere, gen_module_parameters])
+def test_generators_that_stay_in_the_graph(fn):
+    with torch.no_grad():
+        st = _check(fn, X)
+    assert st["graph_breaks"] == 0
