@@ -71,10 +71,7 @@ fuzz-breaks: build
 bench: build
 	$(PYTHON) bench/suite.py $(BENCH_ARGS)
 
-bench-test-avx2-emu: build
-	scripts/run-avx2-emu $(AVX2_EMU_TESTS) $(PYTEST_ARGS)
-
-zoo: build
+bench-zoo: build
 	$(PYTHON) bench/suite.py --set zoo --quick --systems eager,tc,sj_cpu $(BENCH_ARGS)
 
 asan-build:
