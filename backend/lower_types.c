@@ -169,7 +169,8 @@ static int const_fits(PyObject *v, DType ct, LowerKind kind)
 /* Parameters a schema may bind that change nothing here when passed as their default. */
 static int harmless(const char *name, PyObject *v)
 {
-    return v == Py_None || !strcmp(name, "square_fast_path") || (!strcmp(name, "inplace") && v == Py_False) ||
+    return v == Py_None || !strcmp(name, "square_fast_path") || !strcmp(name, "default_order") ||
+           (!strcmp(name, "inplace") && v == Py_False) ||
            (!strcmp(name, "approximate") && PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "none") == 0);
 }
 

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "lower_int.h"
-#include "../vocab/callables.h"
 
 /* ------------------------------------------------------- result layout ---- */
 
@@ -122,10 +121,10 @@ static int np_rule(const Graph *g, int32_t ni)
     int like = nd->op == OP_CLONE || nd->op == OP_CAST;
     if (nd->op == OP_WHERE)
         return LR_NPITER;
-    if (!o || o->kind == ARG_ABSENT) {   /* the row's default: 'K', but ndarray.copy's 'C' */
-        int c = nd->row >= 0 && !strcmp(callable_rows[nd->row].path, "ndarray.copy");
-        return c ? LR_ROW : like ? LR_NPLIKE : LR_NPK;
-    }
+    if (!o || o->kind == ARG_ABSENT)   /* the row's default: 'K', or the one it fixes (ndarray.copy's 'C') */
+        o = graph_node_arg(g, ni, "default_order");
+    if (!o || o->kind == ARG_ABSENT)
+        return like ? LR_NPLIKE : LR_NPK;
     PyObject *v = o->kind == ARG_CONST ? PyList_GET_ITEM(g->consts, o->a) : NULL;   /* borrowed */
     if (!v || !PyUnicode_Check(v))
         return -1;
