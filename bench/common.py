@@ -42,6 +42,7 @@ THREAD_ENV_VARS = (
 RECORDED_ENV_VARS = THREAD_ENV_VARS + (
     "OPENBLAS_CORETYPE", "XLA_FLAGS", "TORCHINDUCTOR_CACHE_DIR", "TORCH_LOGS",
     "KMP_AFFINITY", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "PYTHONHASHSEED", "SHAPEJIT_CPU_TARGET",
+    "GLIBC_TUNABLES", "SJ_BENCH_MALLOC",
     *"ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS ATEN_CPU_CAPABILITY".split(),   # ISA caps
 )
 
@@ -54,14 +55,49 @@ ISA_CAP_VARS = ("SHAPEJIT_CPU_TARGET", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUC
 
 # --------------------------------------------------------------------------- set-up
 
+# glibc malloc thresholds every process of a run starts with. glibc's defaults adapt the
+# mmap threshold to the blocks a process has freed so far, and give memory back to the
+# system above a trim threshold that follows it, so whether a call's large temporaries
+# (a TransformerEncoderLayer's scores, MKL's and oneDNN's packing buffers) come back
+# already mapped or page-fault afresh depends on the process's history: eager
+# encoder_s128 (AVX2, 2 threads) took 3.8 ms in one process and 5.0 ms in another, with
+# about 800 page faults a call. Fixed thresholds (the largest mmap threshold glibc
+# accepts, a trim threshold far above any workload's temporaries) give every system its
+# fault-free time in every process. SJ_BENCH_MALLOC=default keeps glibc's defaults; a
+# GLIBC_TUNABLES that already sets a glibc.malloc tunable is left as it is.
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
+
+
+def steady_malloc() -> None:
+    """Run this script again, in place, with MALLOC_TUNABLES in GLIBC_TUNABLES (read by the
+    dynamic loader at process start, so only a new process takes them; the children it
+    starts inherit them).  Only for a bench script run as a program, before it imports
+    anything heavy."""
+    if os.environ.get("SJ_BENCH_MALLOC", "") == "default":
+        return
+    tun = os.environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc." in tun:
+        return
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.dirname(script) != os.path.dirname(os.path.abspath(__file__)):
+        return   # imported from elsewhere (a test, an interactive session): never exec
+    os.environ["GLIBC_TUNABLES"] = (tun + ":" if tun else "") + MALLOC_TUNABLES
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv)
+    os.execv(sys.executable, argv)
+
+
 def early_setup(threads: int, fresh_inductor_cache: bool = True) -> None:
-    """Set the thread environment before any numeric library is imported.
+    """Set the thread environment before any numeric library is imported, and the malloc
+    thresholds (steady_malloc: the script starts again once with them).
 
     threads: the one thread count every library runs with.
     fresh_inductor_cache: point Inductor at an empty cache directory so its compile
       time is a cold compile (otherwise a second run of the script reuses kernels from
       /tmp/torchinductor_<user> and its compile time looks much smaller).
     """
+    steady_malloc()
     for mod in ("torch", "numpy", "numba", "jax", "jaxlib"):
         if mod in sys.modules:
             print(f"warning: {mod} was imported before the thread set-up; "
@@ -258,6 +294,7 @@ def facts_lines(facts: dict) -> list[str]:
         f"amx={facts['amx']} torch_cpu_capability={facts.get('torch_cpu_capability', '?')}",
         f"OPENBLAS_CORETYPE={facts['OPENBLAS_CORETYPE']}  numpy_blas={facts.get('numpy_blas', '?')}",
         "isa caps: " + (" ".join(f"{k}={facts['env'][k]}" for k in ISA_CAP_VARS if k in facts["env"]) or "(none)"),
+        "malloc: GLIBC_TUNABLES=" + (facts["env"].get("GLIBC_TUNABLES") or "(unset: glibc's adaptive thresholds)"),
         "versions: " + " ".join(f"{k}={val}" for k, val in v.items()),
         f"platform: {facts['platform']}  load average (1/5/15 min) at start: {facts.get('loadavg', '?')}",
     ]
