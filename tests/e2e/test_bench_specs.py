@@ -91,3 +91,45 @@ def test_suite_sets_and_summary():
     assert len(lines) == 4 and not any("n=0" in line for line in lines)   # no dynamic systems ran
     geo = suite.per_system_geomeans(rows, groups)
     assert ["shapejit cpu", "core", "2.00x", 1] in geo and ["shapejit cpu", "zoo", "2.00x", 2] in geo
+
+
+_MALLOC_PROBE = """
+import os, sys
+sys.argv = [{script!r}]
+sys.path.insert(0, {bench!r})
+print("start", os.environ.get("GLIBC_TUNABLES", "-"), flush=True)
+import common
+common.steady_malloc()
+print("after", os.environ.get("GLIBC_TUNABLES", "-"), flush=True)
+"""
+
+
+def _malloc_probe(script_dir, env_extra):
+    import os
+    import subprocess
+    import sys
+    from repo import source_path
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SJ_BENCH_MALLOC")}
+    env.update(env_extra)
+    code = _MALLOC_PROBE.format(script=os.path.join(script_dir, "probe.py"), bench=source_path("bench"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_bench_scripts_restart_with_fixed_malloc_thresholds(tmp_path):
+    """A bench script starts itself again once with glibc's malloc thresholds fixed (so an
+    eager call's temporaries do not page-fault in one process and not in another); never
+    from a script outside bench/ (a test importing the helpers), never when
+    SJ_BENCH_MALLOC=default or a glibc.malloc tunable is already set."""
+    from repo import source_path
+    want = common.MALLOC_TUNABLES
+    lines = _malloc_probe(source_path("bench"), {})
+    assert lines == ["start -", "start " + want, "after " + want], lines
+    lines = _malloc_probe(source_path("bench"), {"GLIBC_TUNABLES": "glibc.cpu.x86_ibt=on"})
+    assert lines[-1] == "after glibc.cpu.x86_ibt=on:" + want and len(lines) == 3, lines
+    for extra in ({"SJ_BENCH_MALLOC": "default"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}):
+        lines = _malloc_probe(source_path("bench"), extra)
+        assert len(lines) == 2 and lines[0][6:] == lines[1][6:], (extra, lines)
+    lines = _malloc_probe(str(tmp_path), {})
+    assert lines == ["start -", "after -"], lines
