@@ -21,7 +21,7 @@
 #   make test-avx2-emu  build, then run the backend and compile-and-load tests under qemu-user
 #                emulating an AVX2 CPU without AVX-512 (scripts/run-avx2-emu: installs
 #                qemu-user when root, checks the emulated CPU, fresh kernel cache; tests
-#                in scripts/avx2-emu-deselect.txt left out); about 40 min on 2 cores
+#                in scripts/avx2-emu-deselect.txt left out); about 20 min on 2 cores
 #   make clean   remove build products
 PYTHON ?= python3
 PYTEST_ARGS ?=

@@ -20,20 +20,20 @@ def lowering():
     return backend, made
 
 
-def close(got, want):
+def close(got, want, rtol=RTOL, atol=ATOL):
     """got equals want (a tensor, an array or a tuple of them) in type, dtype and shape,
-    and in value within RTOL / ATOL, NaN where want has NaN."""
+    and in value within rtol / atol (RTOL / ATOL unless given), NaN where want has NaN."""
     if isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want)
         for g, w in zip(got, want):
-            close(g, w)
+            close(g, w, rtol, atol)
         return
     if isinstance(want, np.ndarray):
         assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
         return
     assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
-    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
 
 
 def kernel_ops(made):
