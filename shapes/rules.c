@@ -682,6 +682,8 @@ int shapes_rule_is_symbolic(OpId op)
         rule_expand,
         rule_expand_as,
         rule_repeat,
+        rule_repeat_interleave,
+        rule_reshape_as,
         rule_factory,
         rule_factory_like,
         rule_random_factory,

@@ -6,6 +6,7 @@
 
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 #include "../core/errors.h"
 
 /* The index of index_select and index_add (what names the op): an int32 or int64 vector
@@ -102,21 +103,53 @@ int rule_repeat_interleave(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out
     int d = 0;   /* the dim of out that grows */
     if (dim && x->ndim == 0)   /* eager wraps dim against the result's rank 1 and raises */
         return sj_err(err, "repeat_interleave: a dim for a 0-d input is out of range");
+    /* the grown dim as an expression when the sizes are symbolic: the dim's size (or the
+     * element count, without a dim) times n; the other dims keep theirs */
+    SymEnv *env = sj_symctx ? sj_symctx->env : NULL;
+    SymNode *grown = NULL;
     if (!dim) {
+        int symbolic = 0;
+        for (int i = 0; env && i < x->ndim; i++)
+            symbolic |= x->sym[i] != NULL;
+        if (symbolic) {
+            grown = sym_const(env, n);
+            for (int i = 0; grown && i < x->ndim; i++) {
+                SymNode *s = sj_dimsym(x, i, err);
+                if (!s)
+                    return -1;
+                grown = sym_mul(env, grown, s);
+            }
+        }
         out->ndim = 1;
         out->size[0] = sj_numel(x) * n;
         out->sym[0] = NULL;
+        if (symbolic && sj_set_dim(out, 0, grown, err) < 0)
+            return -1;
     } else {
         int64_t d0;
         if (sj_int(dim, "dim", &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
             return -1;
         out->size[d] = x->size[d] * n;
+        if (env && x->sym[d]) {
+            grown = sym_mul(env, x->sym[d], sym_const(env, n));
+            if (sj_set_dim(out, d, grown, err) < 0)
+                return -1;
+        }
     }
     const BoundArg *os = ba_get(b, "output_size");
     int64_t want;
-    if (os && (sj_int(os, "output_size", &want, err) ||
-               (want != out->size[d] && sj_err(err, "repeat_interleave: output_size does not match"))))
-        return -1;
+    if (os) {
+        SymNode *wsym = NULL;
+        if (env ? sj_int_sym(os, "output_size", &want, &wsym, err) : sj_int(os, "output_size", &want, err))
+            return -1;
+        int same = want == out->size[d];
+        if ((grown || wsym) &&
+            sj_decide(sym_eq(env, grown ? grown : sym_const(env, out->size[d]), wsym ? wsym : sym_const(env, want)),
+                      &same, err) < 0)
+            return -1;
+        if (!same)
+            return sj_err(err, "repeat_interleave: output_size does not match");
+    }
     *nout = 1;
     return 0;
 }
@@ -169,26 +202,6 @@ int rule_glu(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, S
     *out = *x;
     out->requires_grad = (unsigned char)sj_requires_grad(b);
     out->size[d] = x->size[d] / 2;
-    *nout = 1;
-    return 0;
-}
-
-/* reshape_as(input, other): the input with other's shape (the element counts agree). */
-int rule_reshape_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
-{
-    (void)op;
-    (void)lib;
-    const TensorMeta *x, *o;
-    if (sj_tensor2(b, "input", &x, "other", &o, err))
-        return -1;
-    if (sj_numel(x) != sj_numel(o))
-        return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
-    *out = *x;
-    out->ndim = o->ndim;
-    for (int i = 0; i < o->ndim; i++) {
-        out->size[i] = o->size[i];
-        out->sym[i] = NULL;
-    }
     *nout = 1;
     return 0;
 }

@@ -92,6 +92,40 @@ static int view_symbolic(OpId op, const TensorMeta *x, const int64_t *shape, Sym
     return 0;
 }
 
+/* reshape_as(input, other): the input with other's shape (the element counts agree);
+ * with symbolic sizes, other's expressions, as reshape(input, other.shape). */
+int rule_reshape_as(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)lib;
+    const TensorMeta *x, *o;
+    if (sj_tensor2(b, "input", &x, "other", &o, err))
+        return -1;
+    int symbolic = 0;
+    for (int i = 0; sj_symctx && i < x->ndim; i++)
+        symbolic |= x->sym[i] != NULL;
+    for (int i = 0; sj_symctx && i < o->ndim; i++)
+        symbolic |= o->sym[i] != NULL;
+    if (symbolic) {
+        int64_t shape[SJ_MAX_RANK];
+        SymNode *syms[SJ_MAX_RANK];
+        for (int i = 0; i < o->ndim; i++) {
+            shape[i] = o->size[i];
+            syms[i] = o->sym[i];
+        }
+        return view_symbolic(op, x, shape, syms, o->ndim, out, nout, err);
+    }
+    if (sj_numel(x) != sj_numel(o))
+        return sj_err(err, "shape is invalid for input of size %lld", (long long)sj_numel(x));
+    *out = *x;
+    out->ndim = o->ndim;
+    for (int i = 0; i < o->ndim; i++) {
+        out->size[i] = o->size[i];
+        out->sym[i] = NULL;
+    }
+    *nout = 1;
+    return 0;
+}
+
 int rule_view(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;

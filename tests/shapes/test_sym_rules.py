@@ -150,6 +150,44 @@ def test_expand_to_symbolic_sizes_and_expand_as():
     _check(f, [(torch.randn(1, m), torch.randn(n, m)) for n, m in [(3, 4), (5, 6), (7, 2)]], 1)
 
 
+def test_repeat_interleave_by_an_int_keeps_symbolic_sizes():
+    """repeat_interleave by an int repeats the dim (or the flattened input) n times: the
+    grown size is n times the symbol (transformers' GPT-J / CodeGen rotary embedding), so
+    one graph serves every size; output_size is checked against that expression."""
+    def f(x):
+        return (torch.repeat_interleave(x[:, :, None, :], 2, 3) * 2, x.repeat_interleave(3, dim=1) + 1,
+                x.repeat_interleave(2), torch.repeat_interleave(x, 2, 0, output_size=2 * x.shape[0]))
+    _check(f, _sizes(2, 4, 5, 7, extra=(3, 4)), 1)
+
+
+def test_repeat_interleave_output_size_that_does_not_match_raises():
+    def f(x, n):
+        return torch.repeat_interleave(x, 2, 0, output_size=n)
+    cf = shapejit.compile(f, dynamic=True)
+    for m in (3, 5):
+        x = torch.randn(m, 2)
+        torch.testing.assert_close(cf(x, 2 * m), f(x, 2 * m))
+    with pytest.raises(RuntimeError):
+        cf(torch.randn(4, 2), 7)
+
+
+def test_reshape_as_symbolic_sizes():
+    """reshape_as takes the other tensor's sizes as expressions (LeViT's
+    `(x.flatten(0, 1) * 2).reshape_as(x)`); element counts that differ raise as eager."""
+    def f(x):
+        return (x.flatten(0, 1) * 2).reshape_as(x), x.reshape_as(x.transpose(0, 1)) + 1
+    _check(f, _sizes(2, 4, 5, 7, extra=(3,)), 1)
+
+    def g(x, y):
+        return x.reshape_as(y)
+    cg = shapejit.compile(g, dynamic=True)
+    for n in (2, 3, 5):
+        x, y = torch.randn(n, 6), torch.randn(3 * n, 2)
+        torch.testing.assert_close(cg(x, y), g(x, y))
+    with pytest.raises(RuntimeError):
+        cg(torch.randn(4, 6), torch.randn(5, 2))
+
+
 def test_expand_of_a_non_singleton_dim_must_match():
     def f(x, n):
         return x.expand(n, -1)
