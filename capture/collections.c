@@ -325,8 +325,6 @@ static PyObject *to_py(Shadow *s, Var *v)
 
 static Var *from_py(Shadow *s, PyObject *o);
 
-/* The contents of real container obj (borrowed) as the contents of var v, v's kind
- * already matching: 1 when they differ from v's, 0 when equal, -1 on failure. */
 /* 1 when `what` ("dict.get", "collections.deque.count") names a method that only reads
  * its container. */
 static int read_only_method(const char *what)
@@ -351,6 +349,8 @@ static int read_only_method(const char *what)
     return 0;
 }
 
+/* The contents of real container obj (borrowed) as the contents of var v, v's kind
+ * already matching: 1 when they differ from v's, 0 when equal, -1 on failure. */
 static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
 {
     Capture *c = s->c;

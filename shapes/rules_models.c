@@ -108,34 +108,28 @@ int rule_repeat_interleave(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out
     SymEnv *env = sj_symctx ? sj_symctx->env : NULL;
     SymNode *grown = NULL;
     if (!dim) {
-        int symbolic = 0;
-        for (int i = 0; env && i < x->ndim; i++)
-            symbolic |= x->sym[i] != NULL;
-        if (symbolic) {
-            grown = sym_const(env, n);
-            for (int i = 0; grown && i < x->ndim; i++) {
-                SymNode *s = sj_dimsym(x, i, err);
-                if (!s)
-                    return -1;
-                grown = sym_mul(env, grown, s);
-            }
+        grown = env ? sym_const(env, n) : NULL;
+        for (int i = 0; grown && i < x->ndim; i++) {
+            SymNode *s = sj_dimsym(x, i, err);
+            if (!s)
+                return -1;
+            grown = sym_mul(env, grown, s);
         }
         out->ndim = 1;
+        memset(out->sym, 0, sizeof out->sym);
         out->size[0] = sj_numel(x) * n;
-        out->sym[0] = NULL;
-        if (symbolic && sj_set_dim(out, 0, grown, err) < 0)
-            return -1;
     } else {
         int64_t d0;
         if (sj_int(dim, "dim", &d0, err) || sj_dim(lib, d0, x->ndim, &d, err))
             return -1;
         out->size[d] = x->size[d] * n;
-        if (env && x->sym[d]) {
-            grown = sym_mul(env, x->sym[d], sym_const(env, n));
-            if (sj_set_dim(out, d, grown, err) < 0)
-                return -1;
-        }
+        SymNode *s = env ? sj_dimsym(x, d, err) : NULL;
+        if (env && !s)
+            return -1;
+        grown = s ? sym_mul(env, s, sym_const(env, n)) : NULL;
     }
+    if (env && sj_set_dim(out, d, grown, err) < 0)   /* (a constant is stored static) */
+        return -1;
     const BoundArg *os = ba_get(b, "output_size");
     int64_t want;
     if (os) {
@@ -143,9 +137,7 @@ int rule_repeat_interleave(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out
         if (env ? sj_int_sym(os, "output_size", &want, &wsym, err) : sj_int(os, "output_size", &want, err))
             return -1;
         int same = want == out->size[d];
-        if ((grown || wsym) &&
-            sj_decide(sym_eq(env, grown ? grown : sym_const(env, out->size[d]), wsym ? wsym : sym_const(env, want)),
-                      &same, err) < 0)
+        if (env && sj_decide(sym_eq(env, grown, wsym ? wsym : sym_const(env, want)), &same, err) < 0)
             return -1;
         if (!same)
             return sj_err(err, "repeat_interleave: output_size does not match");

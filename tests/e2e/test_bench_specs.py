@@ -6,12 +6,15 @@ one graph; bench/suite.py --set picks the right output directory and prints a su
 per set without the figures of systems that did not run. No timing: performance lives in
 bench/.
 """
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
-from repo import bench
+from repo import bench, source_path
 
 common = bench("common")
 workloads = bench("workloads")
@@ -105,10 +108,6 @@ print("after", os.environ.get("GLIBC_TUNABLES", "-"), flush=True)
 
 
 def _malloc_probe(script_dir, env_extra):
-    import os
-    import subprocess
-    import sys
-    from repo import source_path
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SJ_BENCH_MALLOC")}
     env.update(env_extra)
     code = _MALLOC_PROBE.format(script=os.path.join(script_dir, "probe.py"), bench=source_path("bench"))
@@ -122,7 +121,6 @@ def test_bench_scripts_restart_with_fixed_malloc_thresholds(tmp_path):
     eager call's temporaries do not page-fault in one process and not in another); never
     from a script outside bench/ (a test importing the helpers), never when
     SJ_BENCH_MALLOC=default or a glibc.malloc tunable is already set."""
-    from repo import source_path
     want = common.MALLOC_TUNABLES
     lines = _malloc_probe(source_path("bench"), {})
     assert lines == ["start -", "start " + want, "after " + want], lines
