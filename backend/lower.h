@@ -280,8 +280,12 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p);
  * runs the step's nodes eagerly. */
 int step_matmul_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_matmul_free(LowerPlan *p);
-/* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_post_ops"} added to d. */
+/* {"matmul_steps", "matmul_calls", "matmul_fallbacks", "matmul_fused", "matmul_weight_copies",
+ * "matmul_nonfinite", "matmul_rows_in_order"} added to d. */
 int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+/* After the passes (node_step final): marks the matmul steps whose product may keep the row
+ * order of a permuted left operand (step_matmul.c). */
+void step_matmul_layouts(const Graph *g, LowerPlan *p, const int32_t *node_step);
 
 /* ----------------------------------------------------------- pattern.c ---- */
 
@@ -378,8 +382,8 @@ int32_t step_attn_plan(Graph *g, int32_t ni, LowerPlan *p);
  * node eagerly. */
 int step_attn_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_attn_free(LowerPlan *p);
-/* {"attention_steps", "attention_calls", "attention_fallbacks", "attention_nonfinite"}
- * added to d. */
+/* {"attention_steps", "attention_calls", "attention_fallbacks", "attention_nonfinite",
+ * "attention_small", "attention_staged"} added to d. */
 int step_attn_stats(const Graph *g, const LowerPlan *p, PyObject *d);
 /* The C source of p's attention row kernels, each distinct one once (new str, "" when p
  * has none), and after the build, each step's function looked up in lib (0, or -1 with
@@ -396,6 +400,9 @@ int step_views_run(Graph *g, LowerPlan *p, int32_t i, PyObject **vals);
 void step_views_free(LowerPlan *p);
 /* {"view_chains", "view_chain_nodes", "view_chain_calls", "view_chain_eager_runs"} added to d. */
 int step_views_stats(const Graph *g, const LowerPlan *p, PyObject *d);
+/* 1 when view chain i reads value v and gives the same result (up to aliasing) however v
+ * is laid out (step_matmul_layouts). */
+int step_views_reads_any_layout(const Graph *g, const LowerPlan *p, int32_t i, int32_t v);
 /* Turns eager steps of identity nodes (dropout outside training) into STEP_ALIAS (step
  * numbers unchanged: node_step is not touched). 0. */
 int step_alias_plan(Graph *g, LowerPlan *p, int32_t *node_step);

@@ -560,6 +560,7 @@ int lower_plan(Graph *g, LowerPlan *out)
     for (int kind = 0; kind < STEP_COUNT; kind++)   /* rewrites of eager steps (steps.def) */
         if (step_kinds[kind].pass && step_kinds[kind].pass(g, out, node_step) < 0)
             goto fail;
+    step_matmul_layouts(g, out, node_step);   /* (reads the chains the passes made) */
     if (plan_releases(g, out, node_step) < 0)
         goto fail;
     out->node_step = node_step;

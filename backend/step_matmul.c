@@ -63,6 +63,11 @@ struct MatmulStep {
     int lossy;                       /* an eltwise post-op that may lose NaN (lower_finite) */
     KeptFinite bfin;                 /* whether b (a weight) is finite, when lossy */
     int64_t nonfinite;               /* calls run eagerly: an operand was inf or NaN, lossy */
+    /* The product may keep the row order of a left operand whose leading dims are a
+     * permuted dense block (step_matmul_layouts): written in a's memory order, laid out as
+     * a is; no copy of a first. */
+    int rows_in_order;
+    int64_t in_order;                /* calls that did */
 };
 
 /* ----------------------------------------------------------------- plan ---- */
@@ -405,6 +410,48 @@ int32_t step_matmul_plan(Graph *g, int32_t ni, LowerPlan *p)
     return last;
 }
 
+/* A product of a left operand laid out (S, B, K) in memory order (B, S, K), such as
+ * nn.MultiheadAttention's in-projection of x.transpose(0, 1) with batch_first=True, would
+ * otherwise copy x row-major first and write (S, B, N) row-major: the projection's heads
+ * are then (S, B, H, D) in memory, which oneDNN 2.6 has no 4-D layout for, and the
+ * attention step reads them a batch at a time. Keeping a's row order writes (B, S, N) in
+ * memory: no copy, and the heads batch first. Eager's result is row-major, so the product
+ * keeps a's order only when every reader gives what it gives from a row-major product:
+ * it is not returned, and each reader is a view chain that ends in contiguous() with no
+ * view() in it (step_views_reads_any_layout) and is the product's only reader (a chain
+ * whose contiguous() finds its input row-major returns it uncopied, sharing the memory),
+ * or a matmul step reading it as an operand (its result is laid out by its own rules). */
+void step_matmul_layouts(const Graph *g, LowerPlan *p, const int32_t *node_step)
+{
+    for (int32_t i = 0; i < p->nmatmuls; i++) {
+        MatmulStep *s = &p->matmuls[i];
+        s->rows_in_order = 0;
+        if (s->batched || s->view >= 0 || s->lib != LIB_TORCH || s->ra < 3)
+            continue;
+        int ok = 1;
+        for (int32_t k = 0; k < g->noutputs && ok; k++)
+            ok = g->outputs[k] != s->out;
+        int32_t reads = 0, chains = 0;
+        for (int32_t ni = 0; ni < g->nnodes && ok; ni++) {
+            int n = plan_node_reads_value(g, ni, s->out);
+            if (!n)
+                continue;
+            reads += n;
+            int32_t si = node_step[ni];
+            const Step *st = si >= 0 ? &p->steps[si] : NULL;
+            if (st && st->kind == STEP_VIEWS && step_views_reads_any_layout(g, p, st->index, s->out))
+                chains++;
+            else if (st && st->kind == STEP_MATMUL && !(g->nodes[ni].flags & (NODE_INPLACE | NODE_OUT)) &&
+                     p->matmuls[st->index].node == ni &&
+                     (p->matmuls[st->index].a == s->out || p->matmuls[st->index].b == s->out))
+                continue;
+            else
+                ok = 0;
+        }
+        s->rows_in_order = ok && reads > 0 && (chains == 0 || reads == 1);
+    }
+}
+
 void step_matmul_free(LowerPlan *p)
 {
     for (int32_t i = 0; i < p->nmatmuls; i++) {
@@ -420,18 +467,20 @@ void step_matmul_free(LowerPlan *p)
 int step_matmul_stats(const Graph *g, const LowerPlan *p, PyObject *d)
 {
     (void)g;
-    long long calls = 0, fallbacks = 0, post = 0, kept = 0, nonfinite = 0;
+    long long calls = 0, fallbacks = 0, post = 0, kept = 0, nonfinite = 0, in_order = 0;
     for (int32_t i = 0; i < p->nmatmuls; i++) {
+        in_order += p->matmuls[i].in_order;
         nonfinite += p->matmuls[i].nonfinite;
         calls += p->matmuls[i].calls;
         fallbacks += p->matmuls[i].fallbacks;
         post += p->matmuls[i].nfused;
         kept += p->matmuls[i].kept_copies;
     }
-    static const char *const names[6] = {"matmul_steps", "matmul_calls",         "matmul_fallbacks",
-                                         "matmul_fused", "matmul_weight_copies", "matmul_nonfinite"};
-    long long vals[6] = {p->nmatmuls, calls, fallbacks, post, kept, nonfinite};
-    return lower_put_counts(d, 6, names, vals);
+    static const char *const names[7] = {"matmul_steps",        "matmul_calls",         "matmul_fallbacks",
+                                         "matmul_fused",        "matmul_weight_copies", "matmul_nonfinite",
+                                         "matmul_rows_in_order"};
+    long long vals[7] = {p->nmatmuls, calls, fallbacks, post, kept, nonfinite, in_order};
+    return lower_put_counts(d, 7, names, vals);
 }
 
 /* ------------------------------------------------------------------ run ---- */
@@ -545,6 +594,52 @@ static int fold_rows(const Operand *a, MmTensor *t)
     return 0;
 }
 
+/* a as [rows, K] over its rows in memory order, when its leading dims (size-1 ones aside,
+ * two or more) are a permuted dense block: each dim's stride is the next inner one's times
+ * that one's size. ost: the strides of the [..., n] product written in that row order
+ * (row-major over the same permutation). 0, or 1. */
+static int fold_rows_permuted(const Operand *a, int64_t n, MmTensor *t, int64_t *ost)
+{
+    int k = a->ndim - 1, ord[SJ_MAX_RANK], m = 0;
+    for (int i = 0; i < k; i++) {
+        if (a->size[i] == 0)
+            return 1;
+        if (a->size[i] != 1)
+            ord[m++] = i;
+    }
+    if (m < 2)
+        return 1;
+    for (int i = 1; i < m; i++)   /* stable insertion sort, larger strides first */
+        for (int j = i; j > 0 && a->stride[ord[j - 1]] < a->stride[ord[j]]; j--) {
+            int tmp = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = tmp;
+        }
+    if (a->stride[ord[m - 1]] <= 0)
+        return 1;
+    int64_t rows = a->size[ord[m - 1]];
+    for (int j = m - 2; j >= 0; j--) {
+        if (a->stride[ord[j]] != a->stride[ord[j + 1]] * a->size[ord[j + 1]])
+            return 1;
+        rows *= a->size[ord[j]];
+    }
+    t->dims[0] = rows;
+    t->dims[1] = a->size[k];
+    t->strides[0] = a->stride[ord[m - 1]];
+    t->strides[1] = a->stride[k];
+    t->data = a->data;
+    int64_t e = n;
+    for (int j = m - 1; j >= 0; j--) {
+        ost[ord[j]] = e;
+        e *= a->size[ord[j]];
+    }
+    ost[k] = 1;
+    for (int i = k - 1; i >= 0; i--)   /* a size-1 dim: the stride row-major order gives it */
+        if (a->size[i] == 1)
+            ost[i] = ost[i + 1] * (i + 1 == k ? n : a->size[i + 1]);
+    return 0;
+}
+
 /* The step's nodes, run the original way. */
 static int run_eagerly(Graph *g, MatmulStep *s, PyObject **vals)
 {
@@ -567,12 +662,14 @@ static int as_row(const Operand *o, int64_t n, int r, MmTensor *t)
     return n > 1 && o->stride[0] != 1;
 }
 
-/* The shapes of a, b and dst for the primitive; out_dims/out_r: the result's shape.
+/* The shapes of a, b and dst for the primitive; out_dims/out_r: the result's shape, out_st
+ * its strides when it keeps a's row order (s->rows_in_order), else out_st[0] is -1.
  * 0, 1 (run eagerly, or copy when *copy says which operand), -1. */
 static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTensor *ta, MmTensor *tb, MmTensor *td,
-                  int *rank, int64_t *out_dims, int *out_r, int *copy)
+                  int *rank, int64_t *out_dims, int64_t *out_st, int *out_r, int *copy)
 {
     *copy = -1;
+    out_st[0] = -1;
     if (a->ndim != s->ra || b->ndim != s->rb)
         return 1;
     memset(ta, 0, sizeof *ta);
@@ -585,7 +682,7 @@ static int shapes(const MatmulStep *s, const Operand *a, const Operand *b, MmTen
         tb->strides[0] = b->stride[tr];
         tb->strides[1] = b->stride[!tr];
         tb->data = b->data;
-        if (fold_rows(a, ta)) {
+        if (fold_rows(a, ta) && (!s->rows_in_order || fold_rows_permuted(a, tb->dims[1], ta, out_st))) {
             *copy = 0;
             return 1;
         }
@@ -722,7 +819,7 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     MmKey key;
     memset(&tbias, 0, sizeof tbias);
     memset(rows, 0, sizeof rows);
-    int64_t out_dims[SJ_MAX_RANK];
+    int64_t out_dims[SJ_MAX_RANK], out_st[SJ_MAX_RANK];
     int rank = 0, out_r = 0, copy, rc;
     Operand *a, *b, *o;
     PyObject *va = vals[s->a], *vb = vals[s->b];   /* borrowed from vals */
@@ -734,10 +831,10 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     }
     if ((rc = hold(&h, va, s->lib, &a)) || (rc = hold(&h, vb, s->lib, &b)))
         goto done;
-    rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, &out_r, &copy);
+    rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, out_st, &out_r, &copy);
     if (rc == 1 && copy == 0) {
         if ((rc = recopy(&h, 0, va, s->lib)) == 0)
-            rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, &out_r, &copy);
+            rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, out_st, &out_r, &copy);
     }
     if (rc)
         goto done;
@@ -760,7 +857,7 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
             goto done;
         }
         if ((rc = recopy(&h, bad, bad ? vb : va, s->lib)) ||
-            (rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, &out_r, &copy)))
+            (rc = shapes(s, a, b, &ta, &tb, &td, &rank, out_dims, out_st, &out_r, &copy)))
             goto done;
     }
     int64_t k = ta.dims[rank - 1], n = td.dims[rank - 1];
@@ -795,7 +892,9 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         rc = 1;
         goto done;
     }
-    if (!(res = lower_new_output(s->lib, out_dims, out_r))) {
+    res = out_st[0] < 0 ? lower_new_output(s->lib, out_dims, out_r)
+                        : lower_new_output_strided(s->lib, DT_F32, out_dims, out_st, out_r);
+    if (!res) {
         rc = -1;
         goto done;
     }
@@ -824,8 +923,10 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     Py_BEGIN_ALLOW_THREADS status = dnnl_api_matmul_exec(prim, &key, &ta, &tb, &tbias, &td, rows);
     Py_END_ALLOW_THREADS s->kept_pins -= pinned;
     rc = status != 0;
-    if (!rc)
+    if (!rc) {
         s->calls++;
+        s->in_order += out_st[0] >= 0;
+    }
 done:
     if (e)
         primcache_release(e);

@@ -293,6 +293,21 @@ done:
     return rc;
 }
 
+/* 1 when view chain i reads value v as its input and its result equals, up to aliasing,
+ * what it gives from v laid out any other way: no node is a view() (which refuses layouts
+ * it cannot view) and the last is contiguous(), so the result is laid out row-major
+ * whatever v's strides (a copy, or v's own memory when that is already row-major). */
+int step_views_reads_any_layout(const Graph *g, const LowerPlan *p, int32_t i, int32_t v)
+{
+    const ViewChain *c = &p->views[i];
+    if (c->base != v || g->nodes[c->nodes[c->n - 1]].op != OP_CONTIGUOUS)
+        return 0;
+    for (int k = 0; k < c->n; k++)
+        if (g->nodes[c->nodes[k]].op == OP_VIEW)
+            return 0;
+    return 1;
+}
+
 /* ------------------------------------------------------------------ run ---- */
 
 static PyObject *as_strided_fn, *str_storage_offset, *str_untyped_storage, *str_data_ptr_v, *str_reshape,

@@ -171,6 +171,23 @@ def test_multihead_attention_module():
         _run(layer, x, strides=False)
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_heads_batch_first(batch_first, threads):
+    """With batch_first=True the in-projection reads x.transpose(0, 1) and keeps x's row
+    order (test_backend_matmul.py): q, k and v lie batch first in its product, and the step
+    takes every batch in one product, through a scratch block for the result, which eager
+    lays out (S, B, H, D) like q. With batch_first=False x is (S, B, E): the heads lie
+    (S, B, H, D) and the step runs a batch at a time, as before."""
+    torch.manual_seed(1)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first).eval()
+    x = torch.randn(3, 48, 32) if batch_first else torch.randn(48, 3, 32)
+    f = lambda x: mha(x, x, x, need_weights=False)[0]
+    with torch.no_grad():
+        st = _run(f, x, strides=False)
+    # (the first call runs the view chains to record them: q is the copy made then)
+    assert st.get("attention_staged") == (1 if batch_first else 0), st
+
+
 @pytest.mark.parametrize("shape", [(2, 4, 300, 16), (1, 2, 760, 8), (3, 1, 1100, 4)])
 def test_long_sequences_in_blocks(shape, threads):
     """Scores past the block size: blocks of batches, of heads, then of query rows (the

@@ -505,3 +505,106 @@ def test_multihead_attention_out_proj_lowers(embed, seq):
     for cg in made:
         assert "int = torch._C._nn.scaled_dot_product_attention" not in cg.graph.code
         assert cg.stats["matmul_steps"] == 2 and cg.stats["matmul_fallbacks"] == 0
+
+
+# -- a product keeping a permuted left operand's row order ------------------------------
+# x.transpose(0, 1) of a row-major x is (S, B, K) laid out (B, S, K): the step may write the
+# product in that row order (no copy of x first) when every reader gives what it gives from
+# eager's row-major product: view chains ending in contiguous() without a view(), the
+# product's only reader, or matmul steps.
+
+def _heads(p):
+    """nn.MultiheadAttention's split of its packed projection (S, B, 3E)."""
+    return p.unflatten(-1, (3, p.shape[-1] // 3)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+
+
+def proj_heads(x, w, b):
+    return _heads(F.linear(x.transpose(0, 1), w, b)) * 2.0
+
+
+def proj_returned(x, w, b):
+    return F.linear(x.transpose(0, 1), w, b)
+
+
+def proj_viewed(x, w, b):
+    p = F.linear(x.transpose(0, 1), w, b)
+    return p.view(-1, p.shape[-1]).contiguous() + 1.0
+
+
+def proj_two_readers(x, w, b):
+    p = F.linear(x.transpose(0, 1), w, b)
+    return _heads(p) + 1.0, p.sum(-1)
+
+
+def proj_permuted4(x, w, b):
+    return F.linear(x.permute(2, 0, 1, 3), w, b).transpose(0, 1).contiguous() - 0.5
+
+
+@pytest.mark.parametrize("fn,in_order", [(proj_heads, True), (proj_returned, False), (proj_viewed, False),
+                                         (proj_two_readers, False)])
+@pytest.mark.parametrize("batch,seq", [(3, 17), (1, 8), (4, 1)])
+def test_product_keeps_the_rows_of_a_transposed_input(fn, in_order, batch, seq):
+    """Values and strides as eager's; the row order kept only where no reader could tell
+    (a returned product, a view() of it, a second reader: row-major as eager's)."""
+    torch.manual_seed(batch * 10 + seq)
+    x, w, b = _t(batch, seq, 12), _t(36, 12), _t(36)
+    backend, made = _lowering()
+    c = shapejit.compile(fn, backend=backend)
+    want = fn(x, w, b)
+    for _ in range(2):
+        got = c(x, w, b)
+        for g_, w_ in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g_, w_, rtol=RTOL, atol=ATOL)
+            assert g_.stride() == w_.stride()
+    permuted = batch > 1 and seq > 1   # else x.transpose(0, 1) is rows in order already
+    assert _stats(made, "matmul_calls") == 2 and _stats(made, "matmul_fallbacks") == 0
+    assert _stats(made, "matmul_rows_in_order") == (2 if in_order and permuted else 0)
+
+
+def test_product_read_by_another_product():
+    """A product read only by another matmul step keeps the row order; the second reads it
+    as it lies (its own result, returned, is row-major as eager's)."""
+    torch.manual_seed(3)
+    w1, w2 = _t(20, 12), _t(7, 20)
+
+    def f(x):
+        return F.linear(F.linear(x.transpose(0, 1), w1), w2)
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend)
+    x = _t(5, 9, 12)
+    for _ in range(2):
+        got, want = c(x), f(x)
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        assert got.stride() == want.stride()
+    assert _stats(made, "matmul_calls") == 4 and _stats(made, "matmul_rows_in_order") == 2
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 8), (4, 1, 6, 8), (3, 2, 2, 8)])
+def test_product_keeps_the_rows_of_a_permuted_4d_input(shape):
+    torch.manual_seed(sum(shape))
+    x, w, b = _t(*shape), _t(10, 8), _t(10)
+    backend, made = _lowering()
+    c = shapejit.compile(proj_permuted4, backend=backend)
+    for _ in range(2):
+        got, want = c(x, w, b), proj_permuted4(x, w, b)
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        assert got.stride() == want.stride()
+    assert _stats(made, "matmul_calls") == 2 and _stats(made, "matmul_rows_in_order") == 2
+
+
+def test_product_of_a_sliced_transposed_input():
+    """Rows that are no dense block (the first 7 of 10 sequence rows: the batch stride is
+    not 7 rows) are copied first; every other row would be one (a padded row stride)."""
+    torch.manual_seed(4)
+    w, b = _t(36, 12), _t(36)
+
+    def f(x):
+        return proj_heads(x[:, :7], w, b), proj_heads(x[:, ::2], w, b)
+
+    backend, made = _lowering()
+    c = shapejit.compile(f, backend=backend)
+    x = _t(3, 10, 12)
+    for _ in range(2):
+        torch.testing.assert_close(c(x), f(x), rtol=RTOL, atol=ATOL)
+    assert _stats(made, "matmul_calls") == 4 and _stats(made, "matmul_rows_in_order") == 2
