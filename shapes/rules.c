@@ -684,6 +684,8 @@ int shapes_rule_is_symbolic(OpId op)
         rule_repeat,
         rule_repeat_interleave,
         rule_reshape_as,
+        rule_einsum,
+        rule_unfold,
         rule_factory,
         rule_factory_like,
         rule_random_factory,

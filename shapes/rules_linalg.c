@@ -4,6 +4,7 @@
 #include "promote.h"
 #include "rules.h"
 #include "rules_util.h"
+#include "sym.h"
 #include "../core/errors.h"
 
 /* torch's matrix products do not promote: both operands must share a dtype. numpy
@@ -226,6 +227,49 @@ static int einsum_letter(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
+/* Dim j of operand m joins a label's (or, label 0, a broadcast dim's) running size: the
+ * first occurrence is taken as is (with its symbol), a later one must equal it or one of
+ * them be 1 (on symbols: decided and guarded, as broadcasting does). 0, or -1 with err
+ * set. */
+static int einsum_join(int64_t *size, SymNode **sym, const TensorMeta *m, int j, char label, ShapeErr *err)
+{
+    SymNode *ms = sj_symctx ? m->sym[j] : NULL;
+    if (*size == -1) {
+        *size = m->size[j];
+        *sym = ms;
+        return 0;
+    }
+    if (!ms && !*sym) {
+        if (*size == 1)
+            *size = m->size[j];
+        else if (m->size[j] != *size && m->size[j] != 1)
+            return label ? sj_err(err, "einsum: size of label '%c' differs between operands", label)
+                         : sj_err(err, "einsum: operands could not be broadcast together");
+        return 0;
+    }
+    TensorMeta a, c, r;
+    memset(&a, 0, sizeof a);
+    memset(&c, 0, sizeof c);
+    a.ndim = c.ndim = 1;
+    a.size[0] = *size;
+    a.sym[0] = *sym;
+    c.size[0] = m->size[j];
+    c.sym[0] = ms;
+    const TensorMeta *ins[2] = {&a, &c};
+    if (sj_broadcast(ins, 2, &r, err))
+        return -1;
+    *size = r.size[0];
+    *sym = r.sym[0];
+    return 0;
+}
+
+/* Output dim d of an einsum: a joined size (-1: a broadcast dim no operand reached, 1). */
+static void einsum_out(TensorMeta *out, int d, int64_t size, SymNode *sym)
+{
+    out->size[d] = size < 0 ? 1 : size;
+    out->sym[d] = size < 0 ? NULL : sym;
+}
+
 int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
@@ -244,17 +288,22 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
         return sj_err(err, "bad einsum equation");
     }
     int64_t label_size[128];
+    SymNode *label_sym[128];
     int label_count[128];
     for (int i = 0; i < 128; i++) {
         label_size[i] = -1;
+        label_sym[i] = NULL;
         label_count[i] = 0;
     }
     const char *arrow = strstr(s, "->");
     const char *in_end = arrow ? arrow : s + strlen(s);
     int64_t ell[SJ_MAX_RANK];   /* the broadcast "..." dims, right-aligned: ell[SJ_MAX_RANK - nell ..] */
+    SymNode *ell_sym[SJ_MAX_RANK];
     int nell = 0;
-    for (int i = 0; i < SJ_MAX_RANK; i++)
-        ell[i] = 1;
+    for (int i = 0; i < SJ_MAX_RANK; i++) {
+        ell[i] = -1;
+        ell_sym[i] = NULL;
+    }
     int operand = 0;
     const BoundArg *promo[SJ_MAX_OUTS];
     for (const char *c = s; c <= in_end; operand++) {
@@ -287,11 +336,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             if (*t == '.') {
                 for (int j = 0; j < ne; j++) {
                     int pos = SJ_MAX_RANK - ne + j;
-                    int64_t sz = cur->size[axis++];
-                    if (ell[pos] == 1)
-                        ell[pos] = sz;
-                    else if (sz != 1 && sz != ell[pos])
-                        return sj_err(err, "einsum: operands could not be broadcast together");
+                    if (einsum_join(&ell[pos], &ell_sym[pos], cur, axis++, 0, err))
+                        return -1;
                 }
                 if (ne > nell)
                     nell = ne;
@@ -300,12 +346,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             }
             if (*t == ' ')
                 continue;
-            int64_t sz = cur->size[axis++];
-            int64_t *known = &label_size[(int)*t];
-            if (*known == -1 || *known == 1)
-                *known = sz;
-            else if (sz != *known && sz != 1)
-                return sj_err(err, "einsum: size of label '%c' differs between operands", *t);
+            if (einsum_join(&label_size[(int)*t], &label_sym[(int)*t], cur, axis++, *t, err))
+                return -1;
             label_count[(int)*t]++;
         }
         c = term_end + 1;
@@ -335,8 +377,8 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
                 out_ell = 1;
                 if (nd + nell > SJ_MAX_RANK)
                     return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-                for (int j = 0; j < nell; j++)
-                    out->size[nd++] = ell[SJ_MAX_RANK - nell + j];
+                for (int j = 0; j < nell; j++, nd++)
+                    einsum_out(out, nd, ell[SJ_MAX_RANK - nell + j], ell_sym[SJ_MAX_RANK - nell + j]);
                 c += 2;
                 continue;
             }
@@ -351,20 +393,20 @@ int rule_einsum(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout
             seen |= 1ull << bit;
             if (nd >= SJ_MAX_RANK)
                 return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-            out->size[nd++] = label_size[(int)*c];
+            einsum_out(out, nd++, label_size[(int)*c], label_sym[(int)*c]);
         }
         /* torch sums broadcast dims the output leaves out; numpy refuses them */
         if (nell > 0 && !out_ell && lib == LIB_NUMPY)
             return sj_err(err, "output has more dimensions than subscripts given in einstein sum, "
                                "but no '...' ellipsis provided to broadcast the extra dimensions.");
     } else {
-        for (int j = 0; j < nell; j++)
-            out->size[nd++] = ell[SJ_MAX_RANK - nell + j];
+        for (int j = 0; j < nell; j++, nd++)
+            einsum_out(out, nd, ell[SJ_MAX_RANK - nell + j], ell_sym[SJ_MAX_RANK - nell + j]);
         for (int c = 'A'; c <= 'z'; c++)
             if (label_count[c] == 1) {
                 if (nd >= SJ_MAX_RANK)
                     return sj_err(err, "rank above %d is not supported", SJ_MAX_RANK);
-                out->size[nd++] = label_size[c];
+                einsum_out(out, nd++, label_size[c], label_sym[c]);
             }
     }
     out->ndim = (unsigned char)nd;

@@ -223,51 +223,6 @@ int rule_histc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     return 0;
 }
 
-/* unfold(input, kernel_size, dilation=1, padding=0, stride=1) (im2col): (N, C, H, W) gives
- * (N, C * kh * kw, L) and (C, H, W) gives (C * kh * kw, L), L the number of blocks. */
-int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
-{
-    (void)op;
-    (void)lib;
-    const TensorMeta *x = sj_tensor(b, "input", err);
-    if (!x)
-        return -1;
-    if (x->ndim != 3 && x->ndim != 4)
-        return sj_err(err, "Input Error: Only 3D or 4D input Tensors are supported (got %dD)", x->ndim);
-    if (dtype_info[x->dtype].category != CAT_FLOAT)
-        return sj_err(err, "\"im2col_out_cpu\" is implemented for floating dtypes only");
-    int64_t k[2], d[2], p[2], s[2];
-    if (!ba_get(b, "kernel_size"))
-        return sj_err(err, "unfold() missing required argument 'kernel_size'");
-    if (sj_int_tuple(b, "kernel_size", 1, 2, k, err) || sj_int_tuple(b, "dilation", 1, 2, d, err) ||
-        sj_int_tuple(b, "padding", 0, 2, p, err) || sj_int_tuple(b, "stride", 1, 2, s, err))
-        return -1;
-    for (int i = 0; i < 2; i++)
-        if (k[i] <= 0 || d[i] <= 0 || s[i] <= 0 || p[i] < 0)
-            return sj_err(err, "unfold: kernel, dilation and stride must be positive, padding non-negative");
-    int batched = x->ndim == 4;
-    int64_t blocks = 1;
-    for (int i = 0; i < 2; i++) {
-        int64_t in = x->size[batched + 1 + i];
-        int64_t n = (in + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
-        if (in + 2 * p[i] - d[i] * (k[i] - 1) - 1 < 0 || n < 1)
-            return sj_err(err, "unfold: the calculated shape of the array of sliding blocks must be at least one");
-        blocks *= n;
-    }
-    *out = *x;
-    out->requires_grad = (unsigned char)sj_requires_grad(b);
-    int o = 0;
-    if (batched)
-        out->size[o++] = x->size[0];
-    out->size[o++] = x->size[batched] * k[0] * k[1];
-    out->size[o++] = blocks;
-    out->ndim = (unsigned char)o;
-    for (int i = 0; i < o; i++)
-        out->sym[i] = NULL;
-    *nout = 1;
-    return 0;
-}
-
 /* meshgrid(*tensors, indexing=None): n 0-d or 1-d tensors of one dtype give n tensors of
  * shape (len_0, ..., len_n-1) ('xy' swaps the first two). One list argument holds them. */
 int rule_meshgrid(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)

@@ -251,6 +251,67 @@ static int dims_times_equal(const TensorMeta *m, int a, int64_t g, const TensorM
     return sj_require(xg ? sym_eq(env, xg, y) : NULL, err) < 0 ? -1 : 1;
 }
 
+/* unfold(input, kernel_size, dilation=1, padding=0, stride=1) (im2col): (N, C, H, W) gives
+ * (N, C * kh * kw, L) and (C, H, W) gives (C * kh * kw, L), L the number of blocks: the
+ * product of the window extents over H and W (a convolution's, so symbolic sizes give
+ * expressions, and the window fitting the padded input is a decided relation). */
+int rule_unfold(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
+{
+    (void)op;
+    (void)lib;
+    const TensorMeta *x = sj_tensor(b, "input", err);
+    if (!x)
+        return -1;
+    if (x->ndim != 3 && x->ndim != 4)
+        return sj_err(err, "Input Error: Only 3D or 4D input Tensors are supported (got %dD)", x->ndim);
+    if (dtype_info[x->dtype].category != CAT_FLOAT)
+        return sj_err(err, "\"im2col_out_cpu\" is implemented for floating dtypes only");
+    int64_t k[2], d[2], p[2], s[2];
+    if (!ba_get(b, "kernel_size"))
+        return sj_err(err, "unfold() missing required argument 'kernel_size'");
+    if (sj_int_tuple(b, "kernel_size", 1, 2, k, err) || sj_int_tuple(b, "dilation", 1, 2, d, err) ||
+        sj_int_tuple(b, "padding", 0, 2, p, err) || sj_int_tuple(b, "stride", 1, 2, s, err))
+        return -1;
+    for (int i = 0; i < 2; i++)
+        if (k[i] <= 0 || d[i] <= 0 || s[i] <= 0 || p[i] < 0)
+            return sj_err(err, "unfold: kernel, dilation and stride must be positive, padding non-negative");
+    int batched = x->ndim == 4;
+    TensorMeta ext = *x;   /* the window extents, in the spatial dims' places */
+    for (int i = 0; i < 2; i++) {
+        int dim = batched + 1 + i;
+        int64_t keff = d[i] * (k[i] - 1) + 1;
+        if (!(sj_symctx && x->sym[dim]) && x->size[dim] + 2 * p[i] < keff)
+            return sj_err(err, "unfold: the calculated shape of the array of sliding blocks must be at least one");
+        if (window_extent(x, dim, keff, NULL, p[i], s[i], 0, 1, &ext, err) < 0)
+            return -1;
+    }
+    *out = *x;
+    out->requires_grad = (unsigned char)sj_requires_grad(b);
+    int o = 0, h = batched + 1;
+    if (batched)
+        sj_copy_dim(out, o++, x, 0);
+    if (!sj_symctx || (!x->sym[batched] && !ext.sym[h] && !ext.sym[h + 1])) {
+        out->size[o] = x->size[batched] * k[0] * k[1];
+        out->sym[o++] = NULL;
+        out->size[o] = ext.size[h] * ext.size[h + 1];
+        out->sym[o++] = NULL;
+    } else {
+        SymEnv *env = sj_symctx->env;
+        SymNode *c = sj_dimsym(x, batched, err), *kk = sym_const(env, k[0] * k[1]);
+        SymNode *eh = c ? sj_dimsym(&ext, h, err) : NULL, *ew = eh ? sj_dimsym(&ext, h + 1, err) : NULL;
+        if (!ew)
+            return -1;
+        if (sj_set_dim(out, o++, kk ? sym_mul(env, c, kk) : NULL, err) < 0 ||
+            sj_set_dim(out, o++, sym_mul(env, eh, ew), err) < 0)
+            return -1;
+    }
+    out->ndim = (unsigned char)o;
+    for (int i = o; i < SJ_MAX_RANK; i++)
+        out->sym[i] = NULL;
+    *nout = 1;
+    return 0;
+}
+
 int rule_conv(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)lib;

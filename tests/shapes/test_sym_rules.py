@@ -188,6 +188,39 @@ def test_reshape_as_symbolic_sizes():
         cg(torch.randn(4, 6), torch.randn(5, 2))
 
 
+def test_einsum_symbolic_sizes():
+    """einsum's output dims are its labels' sizes with their symbols (Funnel's
+    `einsum("bind,bjnd->bnij", q, k)`), a label of size 1 in one operand broadcasts, the
+    "..." dims broadcast across operands; one graph over the sizes."""
+    def f(q, k):
+        return (torch.einsum("bind,bjnd->bnij", q, k) + 1, torch.einsum("bind->bn", q) * 2,
+                torch.einsum("...nd,...nd->...n", q, k[:, :1]), torch.einsum("bind,bjnd", q, k))
+    # (first sizes all distinct: equal ones would share a symbol)
+    calls = [(torch.randn(b, s, 2, 8), torch.randn(b, s + 1, 2, 8)) for b, s in [(3, 12), (4, 9), (5, 6), (6, 11)]]
+    _check(f, calls, 1)
+
+
+def test_einsum_symbolic_label_mismatch_raises():
+    def f(a, b):
+        return torch.einsum("ij,jk->ik", a, b)
+    cf = shapejit.compile(f, dynamic=True)
+    for n in (3, 5):
+        a, b = torch.randn(n, 4), torch.randn(4, n + 1)
+        torch.testing.assert_close(cf(a, b), f(a, b))
+    with pytest.raises(RuntimeError):
+        cf(torch.randn(3, 4), torch.randn(5, 2))
+
+
+def test_unfold_symbolic_sizes():
+    """F.unfold's block count is the product of the window extents over the two spatial
+    dims (ConvBERT's `unfold(x.transpose(1, 2).unsqueeze(-1), [3, 1], padding=[1, 0])`);
+    channels times the kernel stay exact; one graph over the sizes."""
+    def f(x):
+        return (F.unfold(x.transpose(1, 2).unsqueeze(-1), kernel_size=[3, 1], padding=[1, 0]) + 1,
+                F.unfold(x.unsqueeze(1), kernel_size=2, stride=2) * 2)
+    _check(f, [(torch.randn(b, s, 4),) for b, s in [(2, 12), (3, 9), (4, 6), (2, 20)]], 1)
+
+
 def test_expand_of_a_non_singleton_dim_must_match():
     def f(x, n):
         return x.expand(n, -1)
