@@ -233,10 +233,10 @@ static int guard_attr_leaf(Capture *c, Var *o, PyObject *name, GuardKind kind, P
     return g.src < 0 || guards_add(&c->guards, &g) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
 }
 
-/* o.name was found on o's class (descr: a function, property, static or class method):
- * guarded to stay the class's, and with `shadow` (not a data descriptor) not to gain an
- * instance attribute of that name. */
-static int guard_class_attr(Capture *c, Var *o, PyObject *name, PyObject *descr, int shadow)
+/* o.name was found on o's class (descr: a function, property, static or class method, or
+ * a dict's C method an operator reaches): guarded to stay the class's, and with `shadow`
+ * (not a data descriptor) not to gain an instance attribute of that name. */
+int attr_guard_class(Capture *c, Var *o, PyObject *name, PyObject *descr, int shadow)
 {
     return o->src < 0 ? 0 : guard_attr_leaf(c, o, name, GK_CLASS_ATTR, descr, shadow);
 }
@@ -253,7 +253,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
         goto live;
     /* data descriptors first: properties run their getter inline */
     if (descr && Py_TYPE(descr) == &PyProperty_Type) {
-        if (guard_class_attr(c, o, name, descr, 0) < 0)
+        if (attr_guard_class(c, o, name, descr, 0) < 0)
             return NULL;
         PyObject *fget = PyObject_GetAttrString(descr, "fget");
         if (!fget) {
@@ -286,13 +286,13 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     }
     /* functions on the type become methods bound to this var */
     if (descr && PyFunction_Check(descr)) {
-        if (guard_class_attr(c, o, name, descr, 1) < 0)
+        if (attr_guard_class(c, o, name, descr, 1) < 0)
             return NULL;
         Var *fn = wrap_untracked(c, descr);
         return var_method(c, o, fn);
     }
     if (descr && (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type)) {
-        if (guard_class_attr(c, o, name, descr, 1) < 0)
+        if (attr_guard_class(c, o, name, descr, 1) < 0)
             return NULL;
         return wrap_untracked_attr(c, obj, name);
     }
@@ -933,10 +933,10 @@ int attr_has_writes(const Capture *c)
     return 0;
 }
 
-/* Every user object read through a source whose type is that of a written one: the first
- * source of each distinct object joins the GK_DISTINCT set, any other source of it is
- * guarded the same object as that one. Objects of other types never alias them (their
- * types are guarded). */
+/* Every user object (and module guarded by its type) read through a source whose type is
+ * that of a written one: the first source of each distinct object joins the GK_DISTINCT
+ * set, any other source of it is guarded the same object as that one. Objects of other
+ * types never alias them (their types are guarded). */
 int attr_check_writes(Capture *c)
 {
     const int32_t cap = (int32_t)(sizeof c->distinct_srcs / sizeof c->distinct_srcs[0]);
@@ -944,7 +944,8 @@ int attr_check_writes(Capture *c)
         Var *v = r->v;
         int written = 0;
         for (AttrWrite *w = c->writes; w && !written; w = w->next)
-            written = !w->owned && Py_TYPE(w->obj) == Py_TYPE(v->obj) && w->target->kind == VK_OBJECT;
+            written =
+                !w->owned && Py_TYPE(w->obj) == Py_TYPE(v->obj) && (w->target->kind == VK_OBJECT || w->target->by_type);
         if (!written)
             continue;
         Var *first = NULL;   /* the first read of the same object through another source */

@@ -734,28 +734,21 @@ static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
     return var_const_steal(c, sig);
 }
 
-/* Read-only methods of the builtin containers (str.index, tuple.count, ...) called on a
- * constant with constant arguments: read it now. */
 /* dict.get / __getitem__ / __contains__ / __len__ called on a live dict subclass that
- * has a source and keeps dict's own item lookup (transformers' registries read through
- * super().get): its keys are guarded and a value read is wrapped through its item source,
- * so the next call's contents are what the graph sees. NULL with *handled 0: not such a
- * call (it breaks). */
+ * has a source, with constant arguments (transformers' registries read through
+ * super().get; ACT2FN, an OrderedDict subclass whose own __getitem__ reads
+ * super().__getitem__(key) and builds the class it finds). The call is dict's own lookup,
+ * so it reads the dict's storage now, whatever __getitem__ the subclass defines: its keys
+ * are guarded, and a value read is wrapped through dict.__getitem__(d, key)
+ * (SRC_DICT_ITEM), which reads the storage the same way on each call, so the next call's
+ * contents are what the graph sees. NULL with *handled 0: not such a call (it breaks). */
 static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     *handled = 0;
     Var *o = args[0];
     PyObject *d = o->obj;
-    static PyObject *s_getitem;   /* strong, interned, never released */
-    if (!s_getitem && !(s_getitem = PyUnicode_InternFromString("__getitem__"))) {
-        sj_err_clear();
-        return NULL;
-    }
-    /* the item source reads d[key]: the same as dict's own lookup only when the type
-     * keeps dict's __getitem__ */
     if (o->kind != VK_OBJECT || o->src < 0 || !d || !PyDict_Check(d) || kwnames || PyDescr_TYPE(fn) != &PyDict_Type ||
-        !var_all_const(args + 1, nargs - 1) ||
-        _PyType_Lookup(Py_TYPE(d), s_getitem) != _PyType_Lookup(&PyDict_Type, s_getitem))
+        !var_all_const(args + 1, nargs - 1))
         return NULL;
     const char *n = PyUnicode_AsUTF8(PyDescr_NAME(fn));
     if (!n)
@@ -778,7 +771,7 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
             return NULL;
         }
         if (item && !val)
-            return NULL;   /* KeyError: raised by the interpreter at the break */
+            return NULL;   /* __missing__ or KeyError: the break runs dict's lookup */
     }
     *handled = 1;
     if (guard_dict_keys(c, o->src, d) < 0) {
@@ -791,7 +784,7 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
         return var_const(c, val ? Py_True : Py_False);
     if (!val)
         return nargs == 3 ? args[2] : var_const(c, Py_None);
-    int32_t s = sources_add(&c->src, SRC_ITEM, o->src, 0, key, NULL);
+    int32_t s = sources_add(&c->src, SRC_DICT_ITEM, o->src, 0, key, NULL);
     if (s < 0) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
@@ -802,6 +795,8 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
     return v;
 }
 
+/* Read-only methods of the builtin containers (str.index, tuple.count, ...) called on a
+ * constant with constant arguments: read it now. */
 static Var *fold_readonly_method(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled)
 {
     static const char *const names[] = {"get",          "keys",    "values", "items", "__getitem__",

@@ -66,6 +66,10 @@ struct Var {
                               (np.random.rand): the same object every run, so a resume
                               function may be handed it as a constant */
     uint8_t from_module;   /* VK_OBJECT: reached through an nn.Module's attributes */
+    uint8_t by_type;       /* VK_MODULE: a module without parameters or buffers from a
+                              source, guarded by its type, not its identity (wrap.c:
+                              wrap_stateless_module); its aliasing is guarded when the
+                              frame writes attributes of its type, as a user object's */
     uint8_t untracked;     /* a list, dict or set from outside the frame reached without a
                               source (src < 0): its writes cannot be replayed after the graph,
                               so they break it (var_is_outside) */
@@ -281,7 +285,8 @@ typedef struct Capture {
     PyObject *exc;             /* strong or NULL: with BR_USER_EXCEPTION, the exception user
                                   code raised during capture (a handler may catch it) */
     AttrWrite *writes;         /* attribute writes on outside objects, first write first (arena) */
-    ObjRead *objreads;         /* user objects read through a source (arena) */
+    ObjRead *objreads;         /* user objects and modules guarded by type, read through a
+                                  source (arena) */
     Mutated *mutated;          /* outside lists/dicts written in place (arena) */
     uint32_t serial;           /* vars made so far (Var.born) */
     GenWatch **watches;        /* arena: materialised generators whose items may be read */
@@ -665,6 +670,10 @@ int attr_written(Capture *c, PyObject *obj, PyObject *name);
 /* hasattr(o, name) gave has for o, a user object or module read through a source: a
  * HASATTR guard keeps it so for the entry. 0, or -1 with the failure recorded. */
 int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has);
+/* o.name was found on o's class (descr, borrowed): a CLASS_ATTR guard keeps it the class's,
+ * and with shadow set, not shadowed by an instance attribute. 0, or -1 with the failure
+ * recorded. No guard for o without a source. */
+int attr_guard_class(Capture *c, Var *o, PyObject *name, PyObject *descr, int shadow);
 /* 1 when the capture wrote an attribute of an outside object (the plan replays it). */
 int attr_has_writes(const Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */

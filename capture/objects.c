@@ -90,6 +90,30 @@ static int plain_class(PyTypeObject *t)
     return (t->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0;
 }
 
+/* 1 when name, looked up on t, is a function of torch's own code: nn.Module's or a torch
+ * layer's (or the wrapper torch._dynamo installs over nn.Module.__init__ once it has
+ * run). */
+static int torch_slot(PyTypeObject *t, const char *name)
+{
+    PyObject *n = PyUnicode_InternFromString(name);   /* new */
+    PyObject *f = n ? _PyType_Lookup(t, n) : NULL;   /* borrowed */
+    Py_XDECREF(n);
+    PyObject *m = f && PyFunction_Check(f) ? PyFunction_GET_MODULE(f) : NULL;   /* borrowed */
+    const char *mn = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+    sj_err_clear();
+    return mn && !strncmp(mn, "torch.", 6);
+}
+
+/* An nn.Module class whose instances are made by torch's code alone: a torch layer, or a
+ * subclass adding methods (a forward) but no __init__, __new__, __setattr__ or metaclass
+ * of its own. Making one runs nothing of the user's, so capture can make it now, as it
+ * makes torch's layers. */
+static int torch_made_module(PyTypeObject *t)
+{
+    return t->tp_new == PyBaseObject_Type.tp_new && Py_TYPE(t) == &PyType_Type &&
+           !(t->tp_flags & Py_TPFLAGS_IS_ABSTRACT) && torch_slot(t, "__init__") && torch_slot(t, "__setattr__");
+}
+
 /* cls(*args) for a torch layer, made now to see whether it holds parameters: the global
  * generator's state is put back afterwards, so capture draws nothing from it (the layer's
  * initialisation would, and eager draws only at run time). New reference, or NULL with the
@@ -179,18 +203,15 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
         return r;
     }
     if (libs.module_type && PyType_IsSubtype(t, (PyTypeObject *)libs.module_type)) {
-        /* torch's own stateless layers (nn.Dropout(0.3), nn.ReLU()) built in the body: make
-         * the object now; it never escapes, and writes to it (drop.eval()) stay in the
-         * capture. A module with parameters is made at run time, by the interpreter (as
-         * torch.compile does): its initialisation draws from the global generator, which
-         * the eager program consumes at that point of every call. */
-        PyObject *mod = PyObject_GetAttrString(cls, "__module__");
-        const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
-        int torch_layer = mn && !strncmp(mn, "torch.nn.modules.", 17);
-        Py_XDECREF(mod);
-        sj_err_clear();
+        /* torch's own stateless layers (nn.Dropout(0.3), nn.ReLU()), and subclasses whose
+         * making runs only torch's code (transformers' SiLUActivation, a forward of its
+         * own on nn.Module), built in the body: make the object now; it never escapes, and
+         * writes to it (drop.eval()) stay in the capture. A module with parameters is made
+         * at run time, by the interpreter (as torch.compile does): its initialisation draws
+         * from the global generator, which the eager program consumes at that point of
+         * every call. */
         *handled = 1;
-        if (!torch_layer || !var_all_const(args, nargs)) {
+        if (!torch_made_module(t) || !var_all_const(args, nargs)) {
             cap_fail(c, BR_UNSUPPORTED_CALL,
                      "constructing %s (an nn.Module) inside the function: it is made "
                      "at run time, in the interpreter",

@@ -620,9 +620,22 @@ static Var *seq_index(Capture *c, Var *s, PyObject *key)
 
 static Var *call_dunder(Capture *c, Var *obj, const char *name, Var **args, int n)
 {
-    PyObject *nm = PyUnicode_FromString(name);
+    PyObject *nm = PyUnicode_FromString(name);   /* new */
     if (!nm)
         return NULL;
+    /* d[k] and k in d on a dict subclass that keeps dict's C method: the operator's slot is
+     * dict's own, so the call is that method descriptor's with the object first, which
+     * calls.c reads from the live dict; the class is guarded to keep it (an operator looks
+     * at the class only, so an instance attribute does not shadow it) */
+    PyObject *descr = obj->kind == VK_OBJECT && obj->obj && PyDict_Check(obj->obj) && n < 3
+                          ? _PyType_Lookup(Py_TYPE(obj->obj), nm)
+                          : NULL;   /* borrowed */
+    if (descr && Py_TYPE(descr) == &PyMethodDescr_Type && PyDescr_TYPE(descr) == &PyDict_Type) {
+        Var *all[3] = {obj, n > 0 ? args[0] : NULL, n > 1 ? args[1] : NULL};
+        Var *fn = attr_guard_class(c, obj, nm, descr, 0) < 0 ? NULL : wrap_untracked(c, descr);
+        Py_DECREF(nm);
+        return fn ? call_var(c, fn, all, n + 1, NULL) : NULL;
+    }
     Var *m = attr_load(c, obj, nm);
     Py_DECREF(nm);
     if (!m)

@@ -413,6 +413,63 @@ int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObjec
     return ds < 0 || guard_dict_keys(c, ds, d) < 0 ? -1 : ds;
 }
 
+/* An object guarded by its type, read through a source: attrs.c guards how such objects
+ * alias one another when the frame writes attributes of one of their type. 0, or -1. */
+static int note_read(Capture *c, Var *v)
+{
+    ObjRead *r = cap_alloc(c, sizeof(ObjRead));
+    if (!r)
+        return -1;
+    r->v = v;
+    r->next = c->objreads;
+    c->objreads = r;
+    return 0;
+}
+
+/* 1 when module m holds no parameter and no buffer of its own (an activation, dropout, a
+ * container of such or of other modules: its children are guarded as they are read), 0
+ * when it holds some or its dicts are not plain. */
+static int module_stateless(PyObject *m)
+{
+    PyObject **dp = _PyObject_GetDictPtr(m);
+    PyObject *d = dp ? *dp : NULL;   /* borrowed */
+    if (!d || !PyDict_Check(d))
+        return 0;
+    static const char *const names[] = {"_parameters", "_buffers"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *sub = PyDict_GetItemString(d, names[i]);   /* borrowed */
+        if (!sub || !PyDict_CheckExact(sub) || PyDict_GET_SIZE(sub))
+            return 0;
+    }
+    return 1;
+}
+
+/* A module without parameters or buffers, reached through src: guarded by its type and by
+ * its _parameters and _buffers staying empty, never by identity, as torch.compile guards
+ * the modules it inlines (inline_inbuilt_nn_modules). Such a module is often made anew on
+ * each call (ACT2FN[name], nn.GELU() passed in, one made before a graph break and handed
+ * to the resume function), and an identity guard would recompile each time. What its
+ * forward reads of it is guarded through its own sources (an attribute by value, a
+ * submodule by the same rule, the hook dicts by length); the one thing its identity would
+ * also pin, which objects alias which, matters only to attribute writes, and is guarded
+ * then as for user objects (attrs.c: attr_check_writes). */
+static Var *wrap_stateless_module(Capture *c, PyObject *obj, int32_t src)
+{
+    static const char *const names[] = {"_parameters", "_buffers"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *n = PyUnicode_FromString(names[i]);   /* new */
+        int32_t s = n ? sources_add(&c->src, SRC_ATTR, src, 0, n, NULL) : -1;
+        Py_XDECREF(n);
+        if (s < 0 || guard_add_simple(c, GK_DICT_LENGTH, s, NULL) < 0)
+            return NULL;
+        c->guards.g[c->guards.n - 1].len = 0;
+    }
+    Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->by_type = 1;
+    return v && note_read(c, v) < 0 ? NULL : v;
+}
+
 static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
 {
     if (libs_refresh() < 0)
@@ -478,8 +535,11 @@ static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
         return simple(c, VK_FUNC, obj, src, GK_ID_MATCH);
     if (PyModule_Check(obj))
         return simple(c, VK_PYMODULE, obj, src, GK_ID_MATCH);
-    if (libs_is_module(obj))
+    if (libs_is_module(obj)) {
+        if (src >= 0 && module_stateless(obj))
+            return wrap_stateless_module(c, obj, src);
         return simple(c, VK_MODULE, obj, src, GK_ID_MATCH);
+    }
     if (libs.torch && ((PyObject *)t == libs.no_grad || (PyObject *)t == libs.enable_grad)) {
         Var *v = simple(c, VK_GRADMODE, obj, src, GK_TYPE_MATCH);
         if (v)
@@ -548,15 +608,7 @@ static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
     Var *v = simple(c, VK_OBJECT, obj, src, GK_TYPE_MATCH);
     if (v)
         v->from_module = (uint8_t)(c->wrap_in_module || c->wrap_owner);
-    if (v && src >= 0) {
-        ObjRead *r = cap_alloc(c, sizeof(ObjRead));   /* for the aliasing guards of attribute writes */
-        if (!r)
-            return NULL;
-        r->v = v;
-        r->next = c->objreads;
-        c->objreads = r;
-    }
-    return v;
+    return v && src >= 0 && note_read(c, v) < 0 ? NULL : v;
 }
 
 /* o.keys of a dict subclass, o.__len__: each read binds the type's C method anew, so an

@@ -36,6 +36,8 @@ static PyObject *make_repr(const SourceTable *t, SourceKind kind, int32_t base, 
         return PyUnicode_FromFormat("%U.%U", b, key);
     case SRC_ITEM:
         return PyUnicode_FromFormat("%U[%R]", b, key);
+    case SRC_DICT_ITEM:
+        return PyUnicode_FromFormat("dict.__getitem__(%U, %R)", b, key);
     case SRC_CELL:
         return PyUnicode_FromFormat("%U.__closure__[%d].cell_contents", b, index);
     case SRC_DEFAULT:
@@ -174,6 +176,17 @@ static PyObject *resolve_one(const SourceTable *t, SourceEntry *e, const FrameVi
             return PySequence_GetItem(base, i);
         }
         return PyObject_GetItem(base, e->key);
+    case SRC_DICT_ITEM: {
+        if (!PyDict_Check(base)) {
+            PyErr_Format(PyExc_TypeError, "a dict was expected, not %s", Py_TYPE(base)->tp_name);
+            return NULL;
+        }
+        /* no __missing__: a key that is gone fails the read, and the leaves on it */
+        PyObject *v = readcache_dict_read(&e->rc, base, e->key);
+        if (!v && !PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, e->key);
+        return Py_XNewRef(v);
+    }
     case SRC_CELL: {
         PyObject *clo = PyFunction_Check(base) ? PyFunction_GET_CLOSURE(base) : NULL;
         if (!clo || e->index >= PyTuple_GET_SIZE(clo)) {
@@ -258,10 +271,10 @@ void sources_memo_clear(PyObject **memo, int32_t n)
 PyObject *sources_py_eval(PyObject *self, PyObject *args)
 {
     (void)self;
-    static const char *const names[] = {"local", "freevar", "global",    "modglobal", "attr",  "item",
-                                        "cell",  "default", "kwdefault", "size",      "stride"};
-    static const SourceKind kinds[] = {SRC_LOCAL, SRC_FREEVAR, SRC_GLOBAL,    SRC_MODGLOBAL, SRC_ATTR,  SRC_ITEM,
-                                       SRC_CELL,  SRC_DEFAULT, SRC_KWDEFAULT, SRC_SIZE,      SRC_STRIDE};
+    static const char *const names[] = {"local", "freevar", "global",    "modglobal", "attr",   "item",
+                                        "cell",  "default", "kwdefault", "size",      "stride", "dict_item"};
+    static const SourceKind kinds[] = {SRC_LOCAL, SRC_FREEVAR, SRC_GLOBAL,    SRC_MODGLOBAL, SRC_ATTR,   SRC_ITEM,
+                                       SRC_CELL,  SRC_DEFAULT, SRC_KWDEFAULT, SRC_SIZE,      SRC_STRIDE, SRC_DICT_ITEM};
     PyObject *chain, *locals, *globals, *closure;
     if (!PyArg_ParseTuple(args, "O!O!O!O:_eval_source", &PyList_Type, &chain, &PyTuple_Type, &locals, &PyDict_Type,
                           &globals, &closure))
@@ -292,8 +305,8 @@ PyObject *sources_py_eval(PyObject *self, PyObject *args)
         int rooted = sk == SRC_LOCAL || sk == SRC_FREEVAR || sk == SRC_GLOBAL || sk == SRC_MODGLOBAL;
         int keyed = sk != SRC_CELL && sk != SRC_DEFAULT && sk != SRC_SIZE && sk != SRC_STRIDE;
         if (index < 0 || (rooted != (id < 0)) || (keyed && key == Py_None) ||
-            (keyed && sk != SRC_ITEM && !PyUnicode_Check(key)) || (sk == SRC_MODGLOBAL && !PyDict_Check(obj)) ||
-            (sk == SRC_LOCAL && index >= PyTuple_GET_SIZE(locals))) {
+            (keyed && sk != SRC_ITEM && sk != SRC_DICT_ITEM && !PyUnicode_Check(key)) ||
+            (sk == SRC_MODGLOBAL && !PyDict_Check(obj)) || (sk == SRC_LOCAL && index >= PyTuple_GET_SIZE(locals))) {
             PyErr_Format(PyExc_ValueError, "bad source chain item %zd: %R", i, PyList_GET_ITEM(chain, i));
             goto done;
         }

@@ -28,6 +28,9 @@ typedef enum {
     SRC_HELD,       /* obj itself, held by the table: a function the capture inlined that
                        was reached without a source (a method found on its class), so that
                        the outside objects in its cells and defaults have sources; no base */
+    SRC_DICT_ITEM,  /* dict.__getitem__(base, key): the entry of a dict or dict subclass read
+                       by dict's own lookup, whatever __getitem__ the subclass defines (a
+                       subclass's own may build a new object on each read); key: a constant */
 } SourceKind;
 
 typedef struct {
@@ -37,8 +40,9 @@ typedef struct {
     PyObject *key;      /* strong: name or item key, or NULL */
     PyObject *obj;      /* strong: SRC_MODGLOBAL's dict, SRC_CALL's callable, SRC_HELD's object, else NULL */
     PyObject *repr;     /* strong: "L['self']._modules['fc']" */
-    ReadCache rc;       /* the last value read (SRC_ATTR, SRC_ITEM of a dict, SRC_GLOBAL,
-                           SRC_MODGLOBAL): the one field resolution writes, under the GIL */
+    ReadCache rc;       /* the last value read (SRC_ATTR, SRC_ITEM of a dict, SRC_DICT_ITEM,
+                           SRC_GLOBAL, SRC_MODGLOBAL): the one field resolution writes, under
+                           the GIL */
 } SourceEntry;
 
 typedef struct {

@@ -437,6 +437,8 @@ static PyObject *accessor_name(const SourceTable *s, int32_t id)
         if (PyUnicode_Check(e->key))
             return PyUnicode_FromFormat("DictGetItemGuardAccessor(%R)", e->key);
         return PyUnicode_FromFormat("GetItemGuardAccessor(%R)", e->key);
+    case SRC_DICT_ITEM:
+        return PyUnicode_FromFormat("DictSubclassGetItemGuardAccessor(%R)", e->key);
     case SRC_CELL:
         return PyUnicode_FromFormat("FuncClosureGuardAccessor(index=%d)", e->index);
     case SRC_DEFAULT:
