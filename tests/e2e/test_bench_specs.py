@@ -131,3 +131,22 @@ def test_bench_scripts_restart_with_fixed_malloc_thresholds(tmp_path):
         assert len(lines) == 2 and lines[0][6:] == lines[1][6:], (extra, lines)
     lines = _malloc_probe(str(tmp_path), {})
     assert lines == ["start -", "after -"], lines
+
+
+def test_paired_samples_warm_up_alternately_first(monkeypatch):
+    """Before its samples, paired_samples calls eager and the system in turn (the heap of
+    two programs allocating in turn settles over the first rounds): at least
+    PAIRED_WARMUP_ROUNDS rounds and PAIRED_WARMUP_MIN_S, stopping at PAIRED_WARMUP_MAX_S."""
+    calls = []
+    monkeypatch.setattr(common, "PAIRED_WARMUP_MIN_S", 0.0)
+    sc, se, n = common.paired_samples(lambda: calls.append("c"), lambda: calls.append("e"),
+                                      repeat=3, min_sample_s=0.0, max_total_s=1.0)
+    warm = calls[:2 * common.PAIRED_WARMUP_ROUNDS]
+    assert warm == ["e", "c"] * common.PAIRED_WARMUP_ROUNDS
+    assert len(sc) == len(se) == 3 and n == 1
+    import time
+    monkeypatch.setattr(common, "PAIRED_WARMUP_MAX_S", 0.05)
+    monkeypatch.setattr(common, "PAIRED_WARMUP_ROUNDS", 10**9)
+    t0 = time.perf_counter()
+    rounds = common.paired_warmup(lambda: time.sleep(0.001), lambda: None)
+    assert 1 <= rounds < 10**9 and time.perf_counter() - t0 < 1.0
