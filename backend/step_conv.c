@@ -46,8 +46,9 @@
 
 #define CV_MAX_FOLD 4
 #define CV_WSLOTS \
-    2      /* reordered weights kept per step (layouts: a shape sweep mostly
-                            keeps one) */
+    64 /* reordered weights kept per step: one per weight and layout (the
+                        layers of a model share one step when their modules are guarded
+                        by type; a shape sweep may need another layout) */
 
 /* A convolution's weights, reordered into a primitive's layout, kept while they are the
  * weight's (KeptId, lower.h). Measured on ResNet-50 at batch 1: reordering the weights on
@@ -939,7 +940,9 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
     long long version;
     if (lower_kept_version(wobj, &version))
         return 0;
-    WeightSlot *victim = &s->wslot[0];
+    /* the victim: a free slot, else the least recently used one no run holds */
+    WeightSlot *victim = NULL;
+    int victim_free = 0;
     for (int k = 0; k < CV_WSLOTS; k++) {
         WeightSlot *w = &s->wslot[k];
         if (lower_kept_matches(&w->id, wobj, ptr, version) && w->layout == layout && slot_scale_is(w, scale, oc)) {
@@ -948,10 +951,17 @@ static int kept_weights(ConvStep *s, void *prim, PyObject *wobj, const void *ptr
             *out = w;
             return 0;
         }
-        if (!w->pins && (!w->id.wref || victim->pins || (victim->id.wref && w->last_use < victim->last_use)))
+        if (w->pins || victim_free)
+            continue;
+        /* free: never used, its weight died, or an older version of these weights */
+        int free_slot = !w->id.wref || PyWeakref_GetObject(w->id.wref) == Py_None ||
+                        (PyWeakref_GetObject(w->id.wref) == wobj && w->layout == layout);
+        if (free_slot || !victim || w->last_use < victim->last_use) {
             victim = w;
+            victim_free = free_slot;
+        }
     }
-    if (victim->pins)
+    if (!victim)
         return 0;   /* every slot in use by another thread's run */
     slot_clear(victim);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);

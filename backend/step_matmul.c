@@ -32,6 +32,22 @@
 #include "../shapes/rules.h"
 
 #define MM_MAX_FUSED 24   /* nodes folded into one step (a written-out gelu is 8) */
+#define MM_KEPT_SLOTS \
+    64  /* weights one step keeps row-major copies of (the layers of
+                             a deep model: Llama-2-70B has 80) */
+
+/* A row-major copy of a weight, valid while it is the weight's (KeptId, lower.h). Slots
+ * are separate blocks so that a run holding one with the GIL released keeps its pointer
+ * while another thread fills other slots. */
+typedef struct {
+    KeptId id;          /* id.wref NULL: free */
+    char *raw;          /* aligned_alloc'd block holding buf, or NULL */
+    float *buf;         /* K x N inside raw */
+    int64_t k, n;
+    uint64_t last_use;
+    int pins;           /* runs reading buf with the GIL released: not replaced */
+    int finite;         /* the weight's elements are all finite: 1, 0, or -1 not known */
+} MmKept;
 
 struct MatmulStep {
     int32_t node;                    /* the matmul node */
@@ -49,17 +65,15 @@ struct MatmulStep {
     int batched;                     /* b has batch dims: no folding, no bias */
     Lib lib;
     int64_t calls, fallbacks;
-    /* A column-major 2-D weight that lives across calls (a graph input: linear's weight)
-     * kept as a row-major copy: oneDNN 2.6.3's runtime-dims GEMM is up to 1.5x slower on
-     * the transposed layout (64x1024 @ 1024x256: 454 vs 294 us, measured). Valid while the
-     * weight is the same object at the same address with the same _version (a write
-     * through `.data` goes unseen, as for the conv step's kept weights). */
-    float *kept;                     /* K x N inside kept_raw, or NULL */
-    char *kept_raw;                  /* aligned_alloc'd, or NULL */
-    KeptId kept_id;                  /* the weight it was copied from (lower.h) */
-    int64_t kept_k, kept_n;
+    /* Column-major 2-D weights that live across calls (graph inputs: linear's weight)
+     * kept as row-major copies: oneDNN 2.6.3's runtime-dims GEMM is up to 1.5x slower on
+     * the transposed layout (64x1024 @ 1024x256: 454 vs 294 us, measured). One slot per
+     * weight the step has seen, up to MM_KEPT_SLOTS: the layers of a model share one step
+     * when their modules are guarded by type (after a graph break inside a layer's
+     * forward), each with its own weight. */
+    MmKept *kept[MM_KEPT_SLOTS];     /* owned (malloc), NULL: not made yet */
+    uint64_t kept_ticks;
     int64_t kept_copies;
-    int kept_pins;                   /* runs reading `kept` with the GIL released */
     int lossy;                       /* an eltwise post-op that may lose NaN (lower_finite) */
     KeptFinite bfin;                 /* whether b (a weight) is finite, when lossy */
     int64_t nonfinite;               /* calls run eagerly: an operand was inf or NaN, lossy */
@@ -455,8 +469,11 @@ void step_matmul_layouts(const Graph *g, LowerPlan *p, const int32_t *node_step)
 void step_matmul_free(LowerPlan *p)
 {
     for (int32_t i = 0; i < p->nmatmuls; i++) {
-        free(p->matmuls[i].kept_raw);
-        lower_kept_clear(&p->matmuls[i].kept_id);
+        for (int k = 0; k < MM_KEPT_SLOTS && p->matmuls[i].kept[k]; k++) {
+            free(p->matmuls[i].kept[k]->raw);
+            lower_kept_clear(&p->matmuls[i].kept[k]->id);
+            free(p->matmuls[i].kept[k]);
+        }
         lower_kept_clear(&p->matmuls[i].bfin.id);
     }
     PyMem_Free(p->matmuls);
@@ -767,17 +784,50 @@ static size_t kept_offset(void)
     return dnnl_may_use_avx512() ? 0 : 16;
 }
 
-/* tb (K x N, column-major) from weight object w: pointed at s's kept row-major copy, made
- * or refreshed when w changed. 0, or -1 with an exception. */
-static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
+/* The slot to hold a new copy of weight w: the one holding an older copy of w (another
+ * version), a free one or one whose weight died, a new one while fewer than
+ * MM_KEPT_SLOTS exist, else the least recently used one no run holds. NULL when every
+ * slot is held or no memory. */
+static MmKept *kept_victim(MatmulStep *s, PyObject *w)
+{
+    MmKept *victim = NULL;
+    int k = 0;
+    for (; k < MM_KEPT_SLOTS && s->kept[k]; k++) {
+        MmKept *e = s->kept[k];
+        if (!e->pins && e->id.wref && PyWeakref_GetObject(e->id.wref) == w)
+            return e;
+    }
+    for (k = 0; k < MM_KEPT_SLOTS && s->kept[k]; k++) {
+        MmKept *e = s->kept[k];
+        if (e->pins)
+            continue;
+        if (!e->id.wref || PyWeakref_GetObject(e->id.wref) == Py_None)
+            return e;
+        if (!victim || e->last_use < victim->last_use)
+            victim = e;
+    }
+    if (k < MM_KEPT_SLOTS && (s->kept[k] = calloc(1, sizeof(MmKept))) != NULL)
+        return s->kept[k];
+    return victim;
+}
+
+/* tb (K x N, column-major) from weight object w: pointed at a row-major copy kept in one
+ * of s's slots (*slot, pinned for the caller, who unpins it after the run), made when w
+ * has none yet. *slot NULL: w read as it is. 0, or -1 with an exception. */
+static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb, MmKept **slot)
 {
     int64_t k = tb->dims[0], n = tb->dims[1];
     long long version;
+    *slot = NULL;
     if (lower_kept_version(w, &version))
         return 0;   /* no version counter (numpy): no copy kept, w read as it is */
-    if (!(s->kept && lower_kept_matches(&s->kept_id, w, tb->data, version) && s->kept_k == k && s->kept_n == n)) {
-        if (s->kept_pins)
-            return 0;   /* in use by a run on another thread: this run reads w as it is */
+    MmKept *e = NULL;
+    for (int i = 0; i < MM_KEPT_SLOTS && s->kept[i] && !e; i++)
+        if (lower_kept_matches(&s->kept[i]->id, w, tb->data, version) && s->kept[i]->k == k && s->kept[i]->n == n)
+            e = s->kept[i];
+    if (!e) {
+        if (!(e = kept_victim(s, w)))
+            return 0;   /* every slot in use by runs on other threads: w read as it is */
         size_t off = kept_offset();
         size_t bytes = (sizeof(float) * (size_t)(k * n > 0 ? k * n : 1) + off + 4095) / 4096 * 4096;
         char *raw = aligned_alloc(4096, bytes);
@@ -785,26 +835,30 @@ static int use_kept(MatmulStep *s, PyObject *w, MmTensor *tb)
             PyErr_NoMemory();
             return -1;
         }
-        free(s->kept_raw);
-        s->kept_raw = raw;
-        float *buf = (float *)(raw + off);
-        s->kept = buf;
-        if (lower_kept_set(&s->kept_id, w, tb->data, version)) {
-            lower_kept_clear(&s->kept_id);   /* not weak-referenceable: w read as it is */
+        free(e->raw);
+        e->raw = raw;
+        e->buf = (float *)(raw + off);
+        e->finite = -1;
+        if (lower_kept_set(&e->id, w, tb->data, version)) {
+            lower_kept_clear(&e->id);   /* not weak-referenceable: w read as it is */
             return 0;
         }
         const float *src = tb->data;
+        float *buf = e->buf;
         /* src[kk * sk + nn * sn] -> buf[kk * n + nn], in tiles for the caches */
         for (int64_t k0 = 0; k0 < k; k0 += 32)
             for (int64_t n0 = 0; n0 < n; n0 += 32)
                 for (int64_t kk = k0; kk < k0 + 32 && kk < k; kk++)
                     for (int64_t nn = n0; nn < n0 + 32 && nn < n; nn++)
                         buf[kk * n + nn] = src[kk * tb->strides[0] + nn * tb->strides[1]];
-        s->kept_k = k;
-        s->kept_n = n;
+        e->k = k;
+        e->n = n;
         s->kept_copies++;
     }
-    tb->data = s->kept;
+    e->last_use = ++s->kept_ticks;
+    e->pins++;
+    *slot = e;
+    tb->data = e->buf;
     tb->strides[0] = n;
     tb->strides[1] = 1;
     return 0;
@@ -825,6 +879,7 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     PyObject *va = vals[s->a], *vb = vals[s->b];   /* borrowed from vals */
     PyObject *res = NULL;                          /* strong: the result */
     PcEntry *e = NULL;
+    MmKept *kept = NULL;   /* pinned until done */
     if (!va || !vb) {
         rc = 1;
         goto done;
@@ -839,7 +894,7 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
     if (rc)
         goto done;
     if (rank == 2 && tb.strides[0] == 1 && tb.strides[1] == tb.dims[0] && tb.dims[1] > 1 &&
-        g->nodes[g->values[s->b].node].op == OP_INPUT && use_kept(s, vb, &tb) < 0) {
+        g->nodes[g->values[s->b].node].op == OP_INPUT && use_kept(s, vb, &tb, &kept) < 0) {
         rc = -1;
         goto done;
     }
@@ -879,7 +934,14 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
      * the nodes eagerly. A weight's scan is kept per version: the per-call cost is a scan
      * of a, 1 / N of the product. */
     if (s->lossy) {
-        int finite = lower_finite(a) && (h.copies[1] ? lower_finite(b) : lower_weight_finite(&s->bfin, vb, b));
+        int finite = lower_finite(a);
+        if (finite && kept) {   /* the copy's flag, scanned once per weight version */
+            if (kept->finite < 0)
+                kept->finite = lower_finite(b);
+            finite = kept->finite;
+        } else if (finite) {
+            finite = h.copies[1] ? lower_finite(b) : lower_weight_finite(&s->bfin, vb, b);
+        }
         for (int i = 2; finite && i < h.nop; i++)   /* the bias and the rows */
             finite = lower_finite(&h.op[i]);
         if (!finite) {
@@ -918,16 +980,17 @@ int step_matmul_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         rc = 1;
         goto done;
     }
-    int status, pinned = s->kept && tb.data == s->kept;
-    s->kept_pins += pinned;   /* another thread may not replace the copy while this one reads it */
+    int status;   /* kept stays pinned: another thread may not replace the copy while this one reads it */
     Py_BEGIN_ALLOW_THREADS status = dnnl_api_matmul_exec(prim, &key, &ta, &tb, &tbias, &td, rows);
-    Py_END_ALLOW_THREADS s->kept_pins -= pinned;
+    Py_END_ALLOW_THREADS;
     rc = status != 0;
     if (!rc) {
         s->calls++;
         s->in_order += out_st[0] >= 0;
     }
 done:
+    if (kept)
+        kept->pins--;
     if (e)
         primcache_release(e);
     drop(&h);

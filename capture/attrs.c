@@ -216,8 +216,6 @@ static Var *kid_modules(Capture *c, Var *o)
     return d;
 }
 
-static int is_config_type(PyTypeObject *t);
-
 /* A leaf of kind `kind` about o.name (its source o's source .name), expected and len as the
  * kind reads them (borrowed; the guard takes its own reference). 0, or -1 with the capture
  * failed. o has a source. */
@@ -249,7 +247,7 @@ static Var *obj_attr(Capture *c, Var *o, PyObject *name)
     int is_module = o->kind == VK_MODULE;
     /* a class's own __getattribute__ decides every read (a transformers config's is
      * modelled: it maps attribute_map's names, then reads as object's): read it live */
-    if (!readcache_generic_getattr(tp) && !is_config_type(tp))
+    if (!readcache_generic_getattr(tp) && !attr_is_config_type(tp))
         goto live;
     /* data descriptors first: properties run their getter inline */
     if (descr && Py_TYPE(descr) == &PyProperty_Type) {
@@ -616,7 +614,7 @@ static int super_is_object(PyTypeObject *t, PyObject *owner, PyObject *slot)
  * names of attribute_map, then act as object's; huggingface_hub's @strict wraps the
  * __setattr__ of each config class in one that runs the field's validators first. 1 when
  * t's two methods are exactly those. */
-static int is_config_type(PyTypeObject *t)
+int attr_is_config_type(PyTypeObject *t)
 {
     static PyObject *s_setattr, *s_getattribute;   /* strong, interned, never released */
     if ((!s_setattr && !(s_setattr = PyUnicode_InternFromString("__setattr__"))) ||
@@ -664,8 +662,13 @@ static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
     if (aliased)
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: a name of its attribute_map", name,
                         Py_TYPE(obj)->tp_name);
-    PyObject *vals = PyObject_GetAttrString(obj, "__validators__");
-    PyObject *checks = vals && PyDict_Check(vals) ? PyDict_GetItemWithError(vals, name) : NULL;
+    return attr_config_validate(c, Py_TYPE(obj), name, val);
+}
+
+int attr_config_validate(Capture *c, PyTypeObject *t, PyObject *name, Var *val)
+{
+    PyObject *vals = PyObject_GetAttrString((PyObject *)t, "__validators__");   /* new */
+    PyObject *checks = vals && PyDict_Check(vals) ? PyDict_GetItemWithError(vals, name) : NULL;   /* borrowed */
     int rc = 0;
     if (!vals || PyErr_Occurred()) {
         sj_err_clear();   /* a config without validators */
@@ -674,13 +677,13 @@ static int config_write_ok(Capture *c, PyObject *obj, PyObject *name, Var *val)
             rc = cap_fail(c, BR_SIDE_EFFECT,
                           "assignment of a %s to attribute '%U' of a %s: its validators run "
                           "on the value",
-                          var_kind_name(val), name, Py_TYPE(obj)->tp_name);
+                          var_kind_name(val), name, t->tp_name);
         for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(checks); i++) {
             PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(checks, i), val->obj);
             if (!r) {
                 sj_err_clear();
                 rc = cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s: its validator rejects %R", name,
-                              Py_TYPE(obj)->tp_name, val->obj);
+                              t->tp_name, val->obj);
             }
             Py_XDECREF(r);
         }
@@ -756,7 +759,7 @@ static int write_replayable(Capture *c, Var *o, PyObject *name, Var *val, int ge
     /* object's __getattribute__, or a builtin base's (dict) that is the same function; a
      * module's getattro is generic too, but module writes are not replayed here */
     int plain_get = readcache_generic_getattr(t) && !PyModule_Check(obj);
-    if (!plain_get && !(config = is_config_type(t)))
+    if (!plain_get && !(config = attr_is_config_type(t)))
         return cap_fail(c, BR_SIDE_EFFECT, "assignment to attribute '%U' of a %s with its own __getattribute__", name,
                         tn);
     if (config) {
@@ -816,7 +819,7 @@ static int store(Capture *c, Var *o, PyObject *name, Var *val, int generic, int 
     if (cap_note_change(c, o, 0) < 0)
         return -1;
     if (o->kind == VK_USEROBJ)
-        return objects_attr_store(c, o, name, val) < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
+        return objects_attr_store(c, o, name, val) < 0 ? (cap_failed(c) ? -1 : cap_fail_exc(c, BR_INTERNAL)) : 0;
     if ((o->kind == VK_OBJECT || o->kind == VK_MODULE) && o->obj) {
         int owned = o->fresh && o->src < 0;
         if (!owned) {

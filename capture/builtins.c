@@ -45,6 +45,7 @@
     X(B_SLICE, "slice") \
     X(B_MAP, "map") \
     X(B_SETATTR, "setattr") \
+    X(B_DELATTR, "delattr") \
     X(B_ID, "id") \
     X(B_HASH, "hash") \
     X(B_SET, "set") \
@@ -688,6 +689,12 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
             return attr_store(c, args[0], args[1]->obj, args[2]) < 0 ? NULL : var_const(c, Py_None);
         cap_fail(c, BR_SIDE_EFFECT, "setattr() with a name that is not a constant str");
         return NULL;
+    case B_DELATTR:
+        if (nargs == 2 && !kwnames && var_is_const(args[1]) && PyUnicode_CheckExact(args[1]->obj) &&
+            args[0]->kind == VK_USEROBJ)
+            return objects_attr_delete(c, args[0], args[1]->obj) < 0 ? NULL : var_const(c, Py_None);
+        cap_fail(c, BR_SIDE_EFFECT, "delattr() of %s", var_a(c, args[0]));
+        return NULL;
     case B_ID:
         if (nargs == 1 && !kwnames)
             return objects_id(c, args[0]);
@@ -701,9 +708,10 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         /* vars(o) is o.__dict__, read as the attribute is (its __getattribute__ included):
          * the object's own dict, tracked through its source, so writes into it are the
          * object's attribute writes */
-        if (nargs == 1 && !kwnames && args[0]->obj && args[0]->src >= 0 &&
-            (args[0]->kind == VK_OBJECT || args[0]->kind == VK_MODULE)) {
-            static PyObject *s_dict;   /* strong, interned, never released */
+        if (nargs == 1 && !kwnames &&
+            ((args[0]->obj && args[0]->src >= 0 && (args[0]->kind == VK_OBJECT || args[0]->kind == VK_MODULE)) ||
+             (args[0]->kind == VK_USEROBJ && !args[0]->u.uobj.record))) { /* one made in the frame: its attributes */
+            static PyObject *s_dict; /* strong, interned, never released */
             if (!s_dict && !(s_dict = PyUnicode_InternFromString("__dict__"))) {
                 cap_fail_exc(c, BR_INTERNAL);
                 return NULL;
@@ -821,10 +829,10 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled);   /* float(f), math.sqrt(f) */
+    Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled); /* float(f), math.sqrt(f) */
     if (*handled)
         return gs;
-    Var *r = iters_call(c, fn, args, nargs, kwnames, handled);   /* map, zip, reduce, itertools */
+    Var *r = iters_call(c, fn, args, nargs, kwnames, handled); /* map, zip, reduce, itertools */
     if (*handled)
         return r;
     for (int i = 0; i < B_COUNT; i++)
@@ -858,7 +866,7 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         p->u.partial.kwargs = pk;
         return p;
     }
-    static PyObject *obj_setattr;   /* strong: object.__setattr__ */
+    static PyObject *obj_setattr; /* strong: object.__setattr__ */
     if (!obj_setattr && !(obj_setattr = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__setattr__"))) {
         *handled = 1;
         cap_fail_exc(c, BR_INTERNAL);

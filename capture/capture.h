@@ -66,10 +66,10 @@ struct Var {
                               (np.random.rand): the same object every run, so a resume
                               function may be handed it as a constant */
     uint8_t from_module;   /* VK_OBJECT: reached through an nn.Module's attributes */
-    uint8_t by_type;       /* VK_MODULE: a module without parameters or buffers from a
-                              source, guarded by its type, not its identity (wrap.c:
-                              wrap_stateless_module); its aliasing is guarded when the
-                              frame writes attributes of its type, as a user object's */
+    uint8_t by_type;       /* VK_MODULE: a module from a source guarded by its type, not
+                              its identity (wrap.c: wrap_stateless_module,
+                              wrap_typed_module); its aliasing is guarded when the frame
+                              writes attributes of its type, as a user object's */
     uint8_t untracked;     /* a list, dict or set from outside the frame reached without a
                               source (src < 0): its writes cannot be replayed after the graph,
                               so they break it (var_is_outside) */
@@ -674,6 +674,16 @@ int attr_guard_hasattr(Capture *c, Var *o, PyObject *name, int has);
  * and with shadow set, not shadowed by an instance attribute. 0, or -1 with the failure
  * recorded. No guard for o without a source. */
 int attr_guard_class(Capture *c, Var *o, PyObject *name, PyObject *descr, int shadow);
+/* 1 when t is a transformers config class whose __getattribute__ and __setattr__ map the
+ * names of attribute_map, then act as object's (after @strict's validators). */
+int attr_is_config_type(PyTypeObject *t);
+/* The validators huggingface_hub's @strict runs on a new value of config field name of
+ * class t: 0 when there are none or val is a constant they accept, else -1 with the
+ * failure set. */
+int attr_config_validate(Capture *c, PyTypeObject *t, PyObject *name, Var *val);
+/* 1 when o is a Python constant the capture folds (None, numbers, str, bytes, slices,
+ * ranges, code), or a tuple of them. */
+int wrap_is_constant(PyObject *o);
 /* 1 when the capture wrote an attribute of an outside object (the plan replays it). */
 int attr_has_writes(const Capture *c);
 /* LOAD_METHOD: *meth = the unbound function (or NULL), *self_or_attr per 3.11's rules */
@@ -716,6 +726,10 @@ Var *op_len(Capture *c, Var *v);
 Var *ufunc_method_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 /* np.meshgrid, np.mgrid[...], np.ogrid[...], np.indices (capture/npgrid.c) */
 Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+/* copies.c: copy.deepcopy(x) and copy.copy(x) of modelled values: *handled = 0 for other
+ * callables, or when x holds what copy.py's code must decide (it is inlined then). */
+Var *copies_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
 /* folds.c: library queries answered by a constant (folds.def) */
 /* A call of a row's callable: *handled = 1 with the constant (guarded where the row says)
@@ -789,6 +803,8 @@ Var *iters_list_sort(Capture *c, Var *l, Var **args, int32_t nargs, PyObject *kw
 Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 Var *objects_attr_load(Capture *c, Var *o, PyObject *name);
 int objects_attr_store(Capture *c, Var *o, PyObject *name, Var *val);
+/* delattr(o, name) on user object o made in the frame: 0, or -1 with the failure set. */
+int objects_attr_delete(Capture *c, Var *o, PyObject *name);
 /* The field names of a namedtuple or structseq type (new tuple of str), or NULL. */
 PyObject *objects_fields(PyTypeObject *t);
 /* Records (ModelOutput): the values that are not None, in field order (a new VK_TUPLE). */

@@ -535,6 +535,8 @@ resume:
                 same = a->u.t.value == b->u.t.value;
             else if (a->kind != b->kind)
                 same = 0;
+            else if ((a->kind == VK_LIST || a->kind == VK_DICT || a->kind == VK_USEROBJ) && (!a->obj || !b->obj))
+                same = 0;   /* a container made in the frame is its var: another var is another object */
             else {
                 cap_fail(c, BR_UNSUPPORTED_VALUE, "'is' between %s and %s", var_a(c, a), var_a(c, b));
                 goto fail;

@@ -273,8 +273,31 @@ Var *objects_construct(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyO
     return NULL;
 }
 
+/* The name a transformers config's __getattribute__ / __setattr__ reads or writes for
+ * name: attribute_map's target for one of its keys (a class attribute), else name itself
+ * (borrowed either way; kept alive by the class). NULL with the failure set. */
+static PyObject *config_name(Capture *c, PyTypeObject *t, PyObject *name)
+{
+    if (!attr_is_config_type(t) || PyUnicode_CompareWithASCIIString(name, "attribute_map") == 0)
+        return name;
+    PyObject *map = PyObject_GetAttrString((PyObject *)t, "attribute_map");   /* new */
+    PyObject *to = map && PyDict_Check(map) ? PyDict_GetItemWithError(map, name) : NULL;   /* borrowed */
+    if (!map || PyErr_Occurred()) {
+        Py_XDECREF(map);
+        cap_fail_exc(c, BR_INTERNAL);
+        return NULL;
+    }
+    PyObject *r = to && PyUnicode_Check(to) ? cap_keep(c, to) : name;
+    Py_DECREF(map);
+    return r;
+}
+
 Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
 {
+    if (!o->u.uobj.record && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0)
+        return o->u.uobj.attrs;   /* the instance dict itself: writes into it are attribute writes */
+    if (!(name = config_name(c, o->u.uobj.type, name)))
+        return NULL;
     Var *key = var_const(c, name);
     if (!key)
         return NULL;
@@ -335,10 +358,31 @@ Var *objects_attr_load(Capture *c, Var *o, PyObject *name)
 
 int objects_attr_store(Capture *c, Var *o, PyObject *name, Var *val)
 {
+    if (attr_is_config_type(o->u.uobj.type) &&
+        (!(name = config_name(c, o->u.uobj.type, name)) || attr_config_validate(c, o->u.uobj.type, name, val) < 0))
+        return -1;
     Var *key = var_const(c, name);
     if (!key)
         return -1;
     return var_dict_set(c, o->u.uobj.attrs, key, val);
+}
+
+int objects_attr_delete(Capture *c, Var *o, PyObject *name)
+{
+    static PyObject *s_delattr;   /* strong, interned */
+    if (!s_delattr && !(s_delattr = PyUnicode_InternFromString("__delattr__")))
+        return cap_fail_exc(c, BR_INTERNAL);
+    if (o->u.uobj.record || _PyType_Lookup(o->u.uobj.type, s_delattr) != _PyType_Lookup(&PyBaseObject_Type, s_delattr))
+        return cap_fail(c, BR_SIDE_EFFECT, "delattr() of a %s made in the frame", o->u.uobj.type->tp_name);
+    if (cap_note_change(c, o, 0) < 0)
+        return -1;
+    Var *key = var_const(c, name);
+    int r = key ? var_dict_del(c, o->u.uobj.attrs, key) : -1;
+    if (r == 0) {   /* object.__delattr__ of an attribute the instance does not hold */
+        PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", o->u.uobj.type->tp_name, name);
+        return cap_fail_exc(c, BR_USER_EXCEPTION);
+    }
+    return r < 0 ? cap_fail_exc(c, BR_INTERNAL) : 0;
 }
 
 /* ---------------------------------------------------------------- records ---- */

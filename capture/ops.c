@@ -236,6 +236,18 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
         if (r || cap_failed(c))
             return r;
     }
+    /* d | e: a new dict, d's entries then e's (e's values win); d |= e updates d */
+    if ((nb == SJ_NB_OR || nb == SJ_NB_INPLACE_OR) && a->kind == VK_DICT && b->kind == VK_DICT && !a->u.dict.subtype &&
+        !b->u.dict.subtype) {
+        Var *r = a;
+        if (nb == SJ_NB_INPLACE_OR) {
+            if ((var_is_outside(a) && cap_note_mutation(c, a, "|=") < 0) || cap_note_change(c, a, 0) < 0)
+                return NULL;
+        } else if (!(r = var_dict(c)) || var_dict_merge(c, r, a) < 0) {
+            return NULL;
+        }
+        return var_dict_merge(c, r, b) < 0 ? NULL : r;
+    }
     cap_fail(c, BR_UNSUPPORTED_VALUE, "operator %s on %s and %s", sj_nb_symbols[nb], var_a(c, a), var_a(c, b));
     return NULL;
 }
@@ -404,11 +416,24 @@ int op_truth(Capture *c, Var *v, int *truth)
         return 0;
     case VK_USEROBJ: {
         PyTypeObject *t = v->u.uobj.type;
-        if ((t->tp_as_number && t->tp_as_number->nb_bool) || (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
-            (t->tp_as_sequence && t->tp_as_sequence->sq_length))
+        int has_bool = t->tp_as_number && t->tp_as_number->nb_bool;
+        int has_len =
+            (t->tp_as_mapping && t->tp_as_mapping->mp_length) || (t->tp_as_sequence && t->tp_as_sequence->sq_length);
+        if (!has_bool && !has_len) {
+            *truth = 1;
+            return 0;
+        }
+        /* the class's own Python __bool__, else its Python __len__ (transformers' Cache),
+         * inlined on the object's modelled attributes */
+        static PyObject *s_ubool, *s_ulen;   /* strong, interned */
+        if ((!s_ubool && !(s_ubool = PyUnicode_InternFromString("__bool__"))) ||
+            (!s_ulen && !(s_ulen = PyUnicode_InternFromString("__len__"))))
+            return cap_fail_exc(c, BR_INTERNAL);
+        PyObject *f = _PyType_Lookup(t, has_bool ? s_ubool : s_ulen);   /* borrowed */
+        if (v->u.uobj.record || !f || !PyFunction_Check(f))
             return cap_fail(c, BR_UNSUPPORTED_VALUE, "truth value of %s made during capture", sj_type_a(c, t, NULL));
-        *truth = 1;
-        return 0;
+        Var *r = call_dunder(c, v, has_bool ? "__bool__" : "__len__", NULL, 0);
+        return r ? op_truth(c, r, truth) : -1;
     }
     case VK_MODULE:
     case VK_OBJECT: {

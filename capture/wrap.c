@@ -5,6 +5,7 @@
 #include "../core/log.h"
 #include "../core/errors.h"
 #include "../core/pyutil.h"
+#include "../core/config.h"
 
 static PyObject *where_str(Capture *c)
 {
@@ -58,6 +59,17 @@ static int is_constant_type(PyObject *o)
     return o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || t == &PyLong_Type || t == &PyFloat_Type ||
            t == &PyBool_Type || t == &PyUnicode_Type || t == &PyBytes_Type || t == &PyComplex_Type ||
            t == &PySlice_Type || t == &PyRange_Type || t == &PyCode_Type;
+}
+
+int wrap_is_constant(PyObject *o)
+{
+    if (PyTuple_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
+            if (!wrap_is_constant(PyTuple_GET_ITEM(o, i)))
+                return 0;
+        return 1;
+    }
+    return is_constant_type(o);
 }
 
 /* 1 when every item of set o is a constant (its equality guard is then exact). */
@@ -426,22 +438,25 @@ static int note_read(Capture *c, Var *v)
     return 0;
 }
 
-/* 1 when module m holds no parameter and no buffer of its own (an activation, dropout, a
- * container of such or of other modules: its children are guarded as they are read), 0
- * when it holds some or its dicts are not plain. */
-static int module_stateless(PyObject *m)
+/* How module m holds its state: -1 when its _parameters or _buffers is not a plain dict
+ * (read live, guarded by identity), 0 when both are empty (an activation, dropout, a
+ * container of other modules: its children are guarded as they are read), 1 when it
+ * holds some (each reached through a dict-item source and guarded there). */
+static int module_state(PyObject *m)
 {
     PyObject **dp = _PyObject_GetDictPtr(m);
     PyObject *d = dp ? *dp : NULL;   /* borrowed */
     if (!d || !PyDict_Check(d))
-        return 0;
+        return -1;
     static const char *const names[] = {"_parameters", "_buffers"};
+    int held = 0;
     for (int i = 0; i < 2; i++) {
         PyObject *sub = PyDict_GetItemString(d, names[i]);   /* borrowed */
-        if (!sub || !PyDict_CheckExact(sub) || PyDict_GET_SIZE(sub))
-            return 0;
+        if (!sub || !PyDict_CheckExact(sub))
+            return -1;
+        held |= PyDict_GET_SIZE(sub) > 0;
     }
-    return 1;
+    return held;
 }
 
 /* A module without parameters or buffers, reached through src: guarded by its type and by
@@ -464,6 +479,22 @@ static Var *wrap_stateless_module(Capture *c, PyObject *obj, int32_t src)
             return NULL;
         c->guards.g[c->guards.n - 1].len = 0;
     }
+    Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->by_type = 1;
+    return v && note_read(c, v) < 0 ? NULL : v;
+}
+
+/* A module with parameters or buffers, reached through src, guarded by its type as
+ * torch.compile guards the modules it inlines. Each parameter or buffer its forward reads
+ * is a graph input under its own source (L['self']._modules['fc']._parameters['weight'])
+ * with its tensor guard, each attribute is guarded by value, each submodule by this rule:
+ * another instance of the class (the next layer of a model, after a graph break inside
+ * the layer's forward) passes these guards and runs the same compiled code on its own
+ * tensors. Aliasing between such modules matters only to attribute writes and is guarded
+ * then (attrs.c: attr_check_writes). */
+static Var *wrap_typed_module(Capture *c, PyObject *obj, int32_t src)
+{
     Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
     if (v)
         v->by_type = 1;
@@ -536,8 +567,11 @@ static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
     if (PyModule_Check(obj))
         return simple(c, VK_PYMODULE, obj, src, GK_ID_MATCH);
     if (libs_is_module(obj)) {
-        if (src >= 0 && module_stateless(obj))
+        int state = src >= 0 ? module_state(obj) : -1;
+        if (state == 0)
             return wrap_stateless_module(c, obj, src);
+        if (state == 1 && sj_config.inline_inbuilt_nn_modules)
+            return wrap_typed_module(c, obj, src);
         return simple(c, VK_MODULE, obj, src, GK_ID_MATCH);
     }
     if (libs.torch && ((PyObject *)t == libs.no_grad || (PyObject *)t == libs.enable_grad)) {

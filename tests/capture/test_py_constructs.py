@@ -335,7 +335,14 @@ def len_of_iterator(x, z):
     return len(iter([x, z]))
 
 
-METHOD_CASES = [upd_pairs, upd_pairs_then_break, upd_generator, upd_kwargs, upd_from_items_view, upd_zip,
+def dict_union(x, z):
+    d = {"a": x, "b": 1}
+    e = d | {"b": z, "c": 3}      # a new dict: d's entries, then the right side's
+    d |= {"z": 5}                 # d itself, updated
+    return e, d, e is d
+
+
+METHOD_CASES = [dict_union, upd_pairs, upd_pairs_then_break, upd_generator, upd_kwargs, upd_from_items_view, upd_zip,
                 upd_bad_pair, dict_ctor_forms, setdefault_pop, pop_missing, pop_equal_key, list_methods,
                 shared_receiver_across_break, shared_list_across_break, in_list_of_tensors,
                 list_iter_sees_appends, len_of_iterator]
@@ -346,6 +353,14 @@ METHOD_CASES = [upd_pairs, upd_pairs_then_break, upd_generator, upd_kwargs, upd_
 def test_container_method_forms(fn, backend):
     check(fn, _t, backend)
     check(fn, lambda: (np.array([1.0, 2.0]), np.array([3.0, -1.0])), backend)
+
+
+def test_dict_union_is_modelled_without_break():
+    shapejit.reset()
+    x, z = _t()
+    e, d, same = shapejit.compile(dict_union)(x, z)
+    assert list(e) == ["a", "b", "c"] and e["b"] is z and list(d) == ["a", "b", "z"] and not same
+    assert shapejit.stats()["graph_breaks"] == 0, shapejit.stats()
 
 
 def test_update_of_pairs_is_modelled_without_break():

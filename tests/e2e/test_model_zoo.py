@@ -39,16 +39,9 @@ ZOO_HEAVY = {"mistral", "bart", "llama_hidden_states", "t5_seq2seq_cache",
              # without a break: each repeats mechanisms of the default set
              "bert", "deberta_v2", "gpt2", "qwen2", "gemma", "vit", "resnet", "convnext"}
 
-_OBJECT_WRITES = ("DynamicCache built in the forward: copy.deepcopy of the config breaks "
-                  "(copy's dispatch dict has type keys), and keys()/items() of a ModelOutput "
-                  "passed between frames (C methods of a live dict subclass) break: more graphs "
-                  "than torch.compile")
-
 # Models that still fail, with the mechanisms (strict: the test turns red once it passes,
-# and the line must go).
-ZOO_GAPS = {
-    "t5_seq2seq_cache": _OBJECT_WRITES,
-}
+# and the line must go). None today.
+ZOO_GAPS = {}
 
 
 def _params():

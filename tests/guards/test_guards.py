@@ -476,8 +476,12 @@ def test_mutations_are_seen():
     check(1)
     OFFSET = 2.0                                     # a global
     check(1)
-    m.fc = nn.Linear(4, 4)                           # a swapped submodule
+    m.fc = nn.Linear(4, 4)                           # a swapped submodule, same type: its
+    check(0)                                         # parameters are inputs, read anew
+    m.fc = nn.Linear(4, 4, bias=False)               # ... without a bias: recompiled
     check(1)
+    m.fc = nn.Linear(4, 4)                           # with a bias again: the first entry
+    check(0)
     m.fc.weight = nn.Parameter(torch.randn(4, 4))    # a swapped parameter, same shape: read, not recompiled
     check(0)
     m.fc.bias = nn.Parameter(torch.randn(8)[:4])     # same shape and strides: still no recompile
