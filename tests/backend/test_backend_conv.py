@@ -289,9 +289,10 @@ def test_batch_norm(shape, affine):
     x, m, v = torch.randn(*shape), torch.randn(c), torch.rand(c) + 0.1
     g, b = (torch.randn(c), torch.randn(c)) if affine else (None, None)
     made = _run(lambda x, m, v, g, b: F.batch_norm(x, m, v, g, b, False, 0.1, 1e-3), x, m, v, g, b)
-    assert _stats(made, "conv_calls") == 1
+    # (N, C): eager's native_batch_norm, cheaper there than a oneDNN primitive
+    assert _stats(made, "conv_calls") == (0 if len(shape) == 2 else 1)
     made = _run(lambda x, m, v, g, b: F.relu(F.batch_norm(x, m, v, g, b)), x, m, v, g, b)
-    assert _stats(made, "conv_fused") == 1 and _stats(made, "conv_fallbacks") == 0
+    assert _stats(made, "conv_fused") == (0 if len(shape) == 2 else 1) and _stats(made, "conv_fallbacks") == 0
 
 
 # ------------------------------------------------------------------- modules ----
