@@ -970,6 +970,15 @@ static Var *call_unsupported(Capture *c, Var *fn, Var **args, int32_t nargs)
 static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     int row = fn->obj ? callables_lookup(fn->obj) : -1;
+    static int einsum_row = -2;
+    if (einsum_row == -2)
+        einsum_row = callables_path_row("torch.einsum");
+    if (row >= 0 && row == einsum_row) { /* two operands: a matmul (einsum.c) */
+        int handled;
+        Var *r = einsum_as_matmul(c, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+    }
     if (row >= 0)
         return op_record(c, row, args, nargs, kwnames);
     if (fn->obj) { /* library queries answered by a constant (folds.def) */

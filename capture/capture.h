@@ -719,6 +719,8 @@ int cap_to_bound(Capture *c, Var *v, BoundArg *out, const char *specialize);
 Var **cap_node_outputs(Capture *c, int32_t v, const TensorMeta *outs, int nout);
 /* Record a call of a callables.def row. args: receiver first for methods. */
 Var *op_record(Capture *c, int row, Var **args, int32_t nargs, PyObject *kwnames);
+/* The same through the first row of a callable's path ("torch.permute"). */
+Var *op_record_path(Capture *c, const char *path, Var **args, int32_t nargs);
 int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n);   /* materialise an iterable */
 Var *op_len(Capture *c, Var *v);
 
@@ -730,6 +732,10 @@ Var *npgrid_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *
 /* copies.c: copy.deepcopy(x) and copy.copy(x) of modelled values: *handled = 0 for other
  * callables, or when x holds what copy.py's code must decide (it is inlined then). */
 Var *copies_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
+/* einsum.c: torch.einsum(eq, a, b) as permutes, a matmul and a reshape: *handled = 0 for
+ * the equations and operands it leaves to the einsum node. */
+Var *einsum_as_matmul(Capture *c, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
 
 /* folds.c: library queries answered by a constant (folds.def) */
 /* A call of a row's callable: *handled = 1 with the constant (guarded where the row says)

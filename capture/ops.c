@@ -17,6 +17,16 @@ static Var *record_operator(Capture *c, const char *path, Var **args, int32_t na
     return op_record(c, row, args, nargs, NULL);
 }
 
+Var *op_record_path(Capture *c, const char *path, Var **args, int32_t nargs)
+{
+    int row = callables_path_row(path);
+    if (row < 0) {
+        cap_fail(c, BR_INTERNAL, "no callables row %s", path);
+        return NULL;
+    }
+    return op_record(c, row, args, nargs, NULL);
+}
+
 static Var *call_dunder(Capture *c, Var *obj, const char *name, Var **args, int n);
 
 /* ------------------------------------------------------------ folding ---- */
