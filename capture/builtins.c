@@ -711,7 +711,7 @@ static Var *call_builtin(Capture *c, BuiltinId id, Var **args, int32_t nargs, Py
         if (nargs == 1 && !kwnames &&
             ((args[0]->obj && args[0]->src >= 0 && (args[0]->kind == VK_OBJECT || args[0]->kind == VK_MODULE)) ||
              (args[0]->kind == VK_USEROBJ && !args[0]->u.uobj.record))) { /* one made in the frame: its attributes */
-            static PyObject *s_dict; /* strong, interned, never released */
+            static PyObject *s_dict;   /* strong, interned, never released */
             if (!s_dict && !(s_dict = PyUnicode_InternFromString("__dict__"))) {
                 cap_fail_exc(c, BR_INTERNAL);
                 return NULL;
@@ -829,10 +829,10 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled); /* float(f), math.sqrt(f) */
+    Var *gs = gscalar_call(c, fn, args, nargs, kwnames, handled);   /* float(f), math.sqrt(f) */
     if (*handled)
         return gs;
-    Var *r = iters_call(c, fn, args, nargs, kwnames, handled); /* map, zip, reduce, itertools */
+    Var *r = iters_call(c, fn, args, nargs, kwnames, handled);   /* map, zip, reduce, itertools */
     if (*handled)
         return r;
     for (int i = 0; i < B_COUNT; i++)
@@ -866,7 +866,7 @@ Var *builtin_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject 
         p->u.partial.kwargs = pk;
         return p;
     }
-    static PyObject *obj_setattr; /* strong: object.__setattr__ */
+    static PyObject *obj_setattr;   /* strong: object.__setattr__ */
     if (!obj_setattr && !(obj_setattr = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__setattr__"))) {
         *handled = 1;
         cap_fail_exc(c, BR_INTERNAL);

@@ -333,7 +333,8 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
         return NULL;
     }
     PyObject **dp = _PyObject_GetDictPtr(m->obj);
-    PyObject *own_fwd = dp && *dp && PyDict_Check(*dp) ? PyDict_GetItemWithError(*dp, s_forward) : NULL; /* borrowed */
+    PyObject *idict = dp && *dp && PyDict_Check(*dp) ? *dp : NULL;               /* borrowed */
+    PyObject *own_fwd = idict ? PyDict_GetItemWithError(idict, s_forward) : NULL;   /* borrowed */
     if (!own_fwd && PyErr_Occurred()) {
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
@@ -342,7 +343,7 @@ static Var *call_module(Capture *c, Var *m, Var **args, int32_t nargs, PyObject 
     if (own_fwd) {
         fn = attr_load(c, m, s_forward);
     } else {
-        PyObject *fwd = _PyType_Lookup(Py_TYPE(m->obj), s_forward); /* borrowed */
+        PyObject *fwd = _PyType_Lookup(Py_TYPE(m->obj), s_forward);   /* borrowed */
         if (!fwd || !PyFunction_Check(fwd)) {
             cap_fail(c, BR_UNSUPPORTED_CALL, "%s.forward is not a Python function", Py_TYPE(m->obj)->tp_name);
             return NULL;
@@ -425,7 +426,7 @@ static int32_t path_source(Capture *c, int32_t src, PyObject *path, const char *
     Py_ssize_t n = PyList_GET_SIZE(parts);
     if (n == 1 && PyUnicode_GET_LENGTH(PyList_GET_ITEM(parts, 0)) == 0) {
         Py_DECREF(parts);
-        return src; /* the module itself (modules() yields it first) */
+        return src;   /* the module itself (modules() yields it first) */
     }
     int32_t cur = src;
     for (Py_ssize_t i = 0; i < n && cur >= 0; i++) {
@@ -513,7 +514,7 @@ static Var *module_iter_method(Capture *c, Var *m, const char *name, Var **args,
         PyObject *pair = PyList_GET_ITEM(list, i);
         PyObject *path = PyTuple_GET_ITEM(pair, 0), *val = PyTuple_GET_ITEM(pair, 1);
         Var *v;
-        if (m->src < 0 && val == m->obj) { /* modules() yields the module itself first */
+        if (m->src < 0 && val == m->obj) {   /* modules() yields the module itself first */
             v = m;
         } else {
             int32_t s = module_path_source(c, m, path, which >= 4 && which < 6 ? "_modules" : last);
@@ -554,7 +555,7 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
     if (!n)
         return NULL;
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
-    int list_sort = self->kind == VK_LIST && !strcmp(n, "sort"); /* key=, reverse= (iters.c) */
+    int list_sort = self->kind == VK_LIST && !strcmp(n, "sort");   /* key=, reverse= (iters.c) */
     if (nkw && !(self->kind == VK_DICT && !strcmp(n, "update")) && !list_sort) {
         cap_fail(c, BR_UNSUPPORTED_CALL, "keyword arguments to %s.%s", sj_var_type_name(c, self), n);
         return NULL;
@@ -719,7 +720,7 @@ unsupported:
  * only depend on code objects, so read it now (inlining inspect costs ~20 frames). */
 static Var *fold_signature(Capture *c, PyObject *fn, Var *target)
 {
-    static PyObject *sig_fn; /* strong: inspect.signature */
+    static PyObject *sig_fn;   /* strong: inspect.signature */
     PyObject *mod = PyFunction_Check(fn) ? ((PyFunctionObject *)fn)->func_module : NULL;
     if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "inspect") != 0)
         return NULL;
@@ -780,15 +781,15 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
         Py_hash_t h = PyObject_Hash(key);
         if (h == -1) {
             sj_err_clear();
-            return NULL; /* an unhashable key: eager raises, the break lets it */
+            return NULL;   /* an unhashable key: eager raises, the break lets it */
         }
-        val = PyDict_GetItemWithError(d, key); /* borrowed */
+        val = PyDict_GetItemWithError(d, key);   /* borrowed */
         if (!val && PyErr_Occurred()) {
             sj_err_clear();
             return NULL;
         }
         if (item && !val)
-            return NULL; /* __missing__ or KeyError: the break runs dict's lookup */
+            return NULL;   /* __missing__ or KeyError: the break runs dict's lookup */
     }
     *handled = 1;
     if (guard_dict_keys(c, o->src, d) < 0) {
@@ -806,7 +807,7 @@ static Var *read_live_dict(Capture *c, PyObject *fn, Var **args, int32_t nargs, 
         cap_fail_exc(c, BR_INTERNAL);
         return NULL;
     }
-    Py_INCREF(val); /* the wrap may run code that drops the dict's reference */
+    Py_INCREF(val);   /* the wrap may run code that drops the dict's reference */
     Var *v = wrap_value(c, val, s);
     Py_DECREF(val);
     return v;
@@ -857,9 +858,9 @@ static int is_pure_folder(PyObject *fn)
     /* builtins bound to immutable constants (str.format, Size.numel, dtype methods) and
      * functions of math */
     if (libs.np_generic && PyType_Check(fn) && PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)libs.np_generic))
-        return 1; /* numpy scalar types: np.float32(2.0) */
+        return 1;   /* numpy scalar types: np.float32(2.0) */
     if (libs.np_dtype_type && fn == libs.np_dtype_type)
-        return 1; /* np.dtype('int16'): a dtype from constants */
+        return 1;   /* np.dtype('int16'): a dtype from constants */
     if (PyCFunction_Check(fn)) {
         PyObject *self = PyCFunction_GET_SELF(fn);
         if (self && PyModule_Check(self)) {
@@ -893,7 +894,7 @@ static int is_grad_mode_decorator(PyObject *fn)
     }
     if (!strcmp(n, "torch.autograd.grad_mode"))
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "inference_mode.clone") == 0;
-    if (!strcmp(n, "torch.jit._trace")) /* @torch.jit.script_if_tracing: runs fn when not tracing */
+    if (!strcmp(n, "torch.jit._trace"))   /* @torch.jit.script_if_tracing: runs fn when not tracing */
         return PyUnicode_CompareWithASCIIString(((PyCodeObject *)PyFunction_GET_CODE(fn))->co_qualname,
                                                 "_script_if_tracing.<locals>.wrapper") == 0;
     return !strcmp(n, "torch.utils._contextlib");
@@ -907,16 +908,16 @@ static int is_grad_mode_decorator(PyObject *fn)
  * fan and gain helpers of torch.nn.init */
 static int inline_torch_helper(const char *m, PyObject *fn)
 {
-    if (!strcmp(m, "torch.autograd.function")) /* ctx.save_for_backward etc. only store attributes */
+    if (!strcmp(m, "torch.autograd.function"))   /* ctx.save_for_backward etc. only store attributes */
     {
         const char *q = PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname);
         if (!q)
             sj_err_clear();
         return q && !strncmp(q, "FunctionCtx.", 12);
     }
-    if (!strcmp(m, "torch.jit")) /* torch.jit.annotate(type, value) returns value */
+    if (!strcmp(m, "torch.jit"))   /* torch.jit.annotate(type, value) returns value */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "annotate") == 0;
-    if (!strcmp(m, "torch.jit._script")) /* torch.jit._unwrap_optional(x): x, asserted not None */
+    if (!strcmp(m, "torch.jit._script"))   /* torch.jit._unwrap_optional(x): x, asserted not None */
         return PyUnicode_CompareWithASCIIString(((PyFunctionObject *)fn)->func_qualname, "_unwrap_optional") == 0;
     if (!strcmp(m, "torch.nn.init")) {
         /* the fan and gain helpers only read a tensor's rank and sizes or their arguments;
@@ -934,7 +935,7 @@ static int inline_torch_helper(const char *m, PyObject *fn)
 /* 1 when obj (borrowed) is a functools.lru_cache wrapper of a Python function. */
 static int is_lru_cache_wrapper(PyObject *obj)
 {
-    static PyObject *lru_type; /* strong: functools._lru_cache_wrapper, never released */
+    static PyObject *lru_type;   /* strong: functools._lru_cache_wrapper, never released */
     if (!lru_type) {
         PyObject *ft = PyImport_ImportModule("functools");
         lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
@@ -981,7 +982,7 @@ static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
     }
     if (row >= 0)
         return op_record(c, row, args, nargs, kwnames);
-    if (fn->obj) { /* library queries answered by a constant (folds.def) */
+    if (fn->obj) {   /* library queries answered by a constant (folds.def) */
         int handled = 0;
         Var *r = folds_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
@@ -991,7 +992,7 @@ static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
             return r;
     }
     if (fn->obj && disabled_is_wrapper(fn->obj))
-        return disabled_call(c, fn->obj); /* torch.compiler.disable: break (disabled.c) */
+        return disabled_call(c, fn->obj);   /* torch.compiler.disable: break (disabled.c) */
     if (fn->obj && nargs >= 1 && args[0]->kind == VK_MODULE && rnn_is_forward(fn->obj)) {
         /* nn.LSTM.forward(self, ...) called directly (super().forward in a subclass) */
         int handled = 0;
@@ -1003,7 +1004,7 @@ static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
         return autograd_fn_apply(c, args, nargs, kwnames);
     if (fn->obj && disabled_is_factory(fn->obj))
         return disabled_make(c, fn->obj, args, nargs, kwnames);
-    if (fn->obj) { /* shapejit.check / constrain_range: hints, not code to inline */
+    if (fn->obj) {   /* shapejit.check / constrain_range: hints, not code to inline */
         int handled = 0;
         Var *r = check_call(c, fn->obj, args, nargs, kwnames, &handled);
         if (handled)
@@ -1186,8 +1187,8 @@ static Var *call_callable(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
             return NULL;
         if (all)
             return cap_fold_call(c, fn->obj, pinned, nargs, kwnames);
-        if (all_const_or_symint(args, nargs)) /* math.log(n) of a size: n specialised */
-            return cap_fold_call(c, fn->obj, args, nargs, kwnames); /* (var_to_py guards it) */
+        if (all_const_or_symint(args, nargs))   /* math.log(n) of a size: n specialised */
+            return cap_fold_call(c, fn->obj, args, nargs, kwnames);   /* (var_to_py guards it) */
     }
     cap_fail(c, BR_UNSUPPORTED_CALL, "%s", sj_callable_name(c, fn->obj));
     return NULL;
@@ -1205,7 +1206,7 @@ static Var *call_object(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject
         Py_XDECREF(wn);
         return w ? call_var(c, w, args, nargs, kwnames) : NULL;
     }
-    static PyObject *s_call; /* interned "__call__", immortal for our purposes */
+    static PyObject *s_call;   /* interned "__call__", immortal for our purposes */
     if (!s_call && !(s_call = PyUnicode_InternFromString("__call__")))
         return NULL;
     PyObject *call = _PyType_Lookup(fn->kind == VK_USEROBJ ? fn->u.uobj.type : Py_TYPE(fn->obj), s_call);

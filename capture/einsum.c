@@ -304,7 +304,6 @@ Var *einsum_as_matmul(Capture *c, Var **args, int32_t nargs, PyObject *kwnames, 
     follow(batch, nbat, mem, nm);
     follow(fa, nfa, mem, nm);
     follow(fb, nfb, mem, nm);
-    follow(contr, ncon, mem, 0);
     if (swap) {   /* b's free labels first: the product of b and a */
         Var *t = ops[0];
         ops[0] = ops[1];

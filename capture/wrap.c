@@ -459,6 +459,23 @@ static int module_state(PyObject *m)
     return held;
 }
 
+/* A module reached through src, guarded by its type as torch.compile guards the modules
+ * it inlines (one without parameters or buffers also has their dicts guarded empty:
+ * wrap_stateless_module). Each parameter or buffer its forward reads
+ * is a graph input under its own source (L['self']._modules['fc']._parameters['weight'])
+ * with its tensor guard, each attribute is guarded by value, each submodule by this rule:
+ * another instance of the class (the next layer of a model, after a graph break inside
+ * the layer's forward) passes these guards and runs the same compiled code on its own
+ * tensors. Aliasing between such modules matters only to attribute writes and is guarded
+ * then (attrs.c: attr_check_writes). */
+static Var *wrap_typed_module(Capture *c, PyObject *obj, int32_t src)
+{
+    Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
+    if (v)
+        v->by_type = 1;
+    return v && note_read(c, v) < 0 ? NULL : v;
+}
+
 /* A module without parameters or buffers, reached through src: guarded by its type and by
  * its _parameters and _buffers staying empty, never by identity, as torch.compile guards
  * the modules it inlines (inline_inbuilt_nn_modules). Such a module is often made anew on
@@ -479,26 +496,7 @@ static Var *wrap_stateless_module(Capture *c, PyObject *obj, int32_t src)
             return NULL;
         c->guards.g[c->guards.n - 1].len = 0;
     }
-    Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
-    if (v)
-        v->by_type = 1;
-    return v && note_read(c, v) < 0 ? NULL : v;
-}
-
-/* A module with parameters or buffers, reached through src, guarded by its type as
- * torch.compile guards the modules it inlines. Each parameter or buffer its forward reads
- * is a graph input under its own source (L['self']._modules['fc']._parameters['weight'])
- * with its tensor guard, each attribute is guarded by value, each submodule by this rule:
- * another instance of the class (the next layer of a model, after a graph break inside
- * the layer's forward) passes these guards and runs the same compiled code on its own
- * tensors. Aliasing between such modules matters only to attribute writes and is guarded
- * then (attrs.c: attr_check_writes). */
-static Var *wrap_typed_module(Capture *c, PyObject *obj, int32_t src)
-{
-    Var *v = simple(c, VK_MODULE, obj, src, GK_TYPE_MATCH);
-    if (v)
-        v->by_type = 1;
-    return v && note_read(c, v) < 0 ? NULL : v;
+    return wrap_typed_module(c, obj, src);
 }
 
 static Var *wrap_any(Capture *c, PyObject *obj, int32_t src)
