@@ -192,66 +192,6 @@ static Var *outputs_as_apply_gives(Capture *c, Var *ctx, Var *out, Var **args, i
 
 /* ---------------------------------------------------------- opaque node ---- */
 
-/* New reference: a meta tensor shaped like m, or NULL with an exception. */
-static PyObject *meta_standin(const TensorMeta *m)
-{
-    PyObject *shape = sj_int64_tuple(m->size, m->ndim);
-    if (!shape)
-        return NULL;
-    PyObject *empty = PyObject_GetAttrString(libs.torch, "empty");
-    PyObject *dt = dtype_to_py((DType)m->dtype, LIB_TORCH);
-    PyObject *kw = empty && dt ? Py_BuildValue("{sOsssO}", "dtype", dt, "device", "meta", "requires_grad",
-                                               m->requires_grad ? Py_True : Py_False)
-                               : NULL;
-    PyObject *a = kw ? PyTuple_Pack(1, shape) : NULL;
-    PyObject *r = a ? PyObject_Call(empty, a, kw) : NULL;
-    Py_XDECREF(a);
-    Py_XDECREF(kw);
-    Py_XDECREF(dt);
-    Py_XDECREF(empty);
-    Py_DECREF(shape);
-    return r;
-}
-
-/* The meta of a meta tensor the stand-in run returned: 0, 1 when it is not a tensor this
- * can describe, -1 with an exception. */
-static int meta_of_standin(PyObject *t, TensorMeta *m)
-{
-    if (!PyObject_TypeCheck(t, (PyTypeObject *)libs.tensor_type))
-        return 1;
-    memset(m, 0, sizeof *m);
-    m->lib = LIB_TORCH;
-    PyObject *shape = PyObject_GetAttrString(t, "shape");
-    PyObject *dt = shape ? PyObject_GetAttrString(t, "dtype") : NULL;
-    PyObject *rg = dt ? PyObject_GetAttrString(t, "requires_grad") : NULL;
-    int r = -1;
-    if (!rg)
-        goto done;
-    Py_ssize_t n = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
-    DType d;
-    int bad = dtype_from_py(dt, LIB_TORCH, &d);
-    if (bad < 0)
-        goto done;
-    if (n < 0 || n > SJ_MAX_RANK || bad) {
-        r = 1;
-        goto done;
-    }
-    m->ndim = (unsigned char)n;
-    m->dtype = (unsigned char)d;
-    m->requires_grad = rg == Py_True;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        m->size[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-        if (m->size[i] == -1 && PyErr_Occurred())
-            goto done;
-    }
-    r = 0;
-done:
-    Py_XDECREF(shape);
-    Py_XDECREF(dt);
-    Py_XDECREF(rg);
-    return r;
-}
-
 static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, PyObject *kwnames)
 {
     const char *name = ((PyTypeObject *)cls)->tp_name;
@@ -277,7 +217,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
                 cap_fail(c, BR_UNSUPPORTED_CALL, "%s.apply on a numpy array", name);
                 return NULL;
             }
-            s = meta_standin(&a->u.t.meta);
+            s = cap_meta_standin(&a->u.t.meta);
         } else if (a->kind == VK_CONST) {
             s = Py_NewRef(a->obj);
         } else {
@@ -293,23 +233,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
     }
     /* the stand-in run happens in the grad mode of the captured program */
     PyObject *apply = PyObject_GetAttrString(cls, "apply");
-    PyObject *query = apply ? PyObject_GetAttrString(libs.torch, "is_grad_enabled") : NULL;
-    PyObject *was = query ? PyObject_CallNoArgs(query) : NULL;
-    Py_XDECREF(query);
-    PyObject *out = NULL;
-    if (was) {
-        PyObject *r = PyObject_CallOneArg(libs.set_grad_fn, c->grad_mode ? Py_True : Py_False);
-        Py_XDECREF(r);
-        out = r ? PyObject_Call(apply, standins, NULL) : NULL;
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        r = PyObject_CallOneArg(libs.set_grad_fn, was);
-        if (!r)
-            sj_err_clear();
-        Py_XDECREF(r);
-        PyErr_Restore(et, ev, tb);
-    }
-    Py_XDECREF(was);
+    PyObject *out = apply ? cap_standin_call(c, apply, &PyTuple_GET_ITEM(standins, 0), nargs, NULL) : NULL;
     Py_DECREF(standins);
     if (!out) {
         Py_XDECREF(apply);
@@ -321,7 +245,7 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
     TensorMeta outs[SJ_MAX_OUTS];
     int bad = nout < 1 || nout > SJ_MAX_OUTS;
     for (int32_t i = 0; !bad && i < nout; i++) {
-        int r = meta_of_standin(is_tuple ? PyTuple_GET_ITEM(out, i) : out, &outs[i]);
+        int r = cap_meta_of_standin(is_tuple ? PyTuple_GET_ITEM(out, i) : out, &outs[i]);
         if (r < 0) {
             Py_DECREF(out);
             Py_DECREF(apply);
@@ -337,26 +261,8 @@ static Var *opaque_apply(Capture *c, PyObject *cls, Var **args, int32_t nargs, P
         return NULL;
     }
     /* the node: cls.apply(*args) */
-    int32_t first = graph_pool(c->g, nargs > 0 ? nargs : 1);
-    if (first < 0)
-        return fail_internal(c);
-    for (int32_t i = 0; i < nargs; i++)
-        if (cap_to_arg(c, args[i], first + i) < 0)
-            return NULL;
-    PyObject *where = cap_where(c);
-    if (!where)
-        return NULL;
-    int32_t v =
-        graph_add_node(c->g, OP_AUTOGRAD_FUNCTION, 0, apply, first, nargs, first + nargs, 0, NULL, outs, nout, where);
-    Py_DECREF(where);
-    if (v < 0)
-        return fail_internal(c);
-    c->nops++;
-    c->used_torch = 1;
-    Var **items = cap_node_outputs(c, v, outs, nout);
-    if (!items)
-        return NULL;
-    return is_tuple ? var_seq(c, VK_TUPLE, items, nout) : items[0];
+    return cap_opaque_node(c, OP_AUTOGRAD_FUNCTION, apply, args, nargs, NULL, outs, nout,
+                           is_tuple ? VK_TUPLE : VK_TENSOR);
 }
 
 /* ----------------------------------------------------------------- entry ---- */

@@ -1287,6 +1287,8 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
     Var *constant = call_assumed_constant(c, fn, args, nargs, kwnames, &assumed);
     if (assumed)
         return constant;
+    if (fn->obj && (fn->kind == VK_CALLABLE || fn->kind == VK_OBJECT) && library_op_is(fn->obj))
+        return library_op_call(c, fn->obj, args, nargs, kwnames);
     switch (fn->kind) {
     case VK_FUNC:
         return call_function(c, fn, args, nargs, kwnames);

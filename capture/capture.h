@@ -620,6 +620,29 @@ int autograd_fn_is_apply(PyObject *fn);
  * graph node running cls.apply. */
 Var *autograd_fn_apply(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
 
+/* library_ops.c: torch.ops.<namespace>.<name> operators */
+/* 1 when fn (borrowed) is an operator packet or overload of torch.library. */
+int library_op_is(PyObject *fn);
+/* Its call: one graph node calling the operator, its results shaped by a run on meta
+ * tensors; a break when the operator writes to or aliases an argument. */
+Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
+
+/* standins.c: meta tensors standing in for graph values */
+/* New reference: a meta tensor shaped like m, or NULL with an exception. */
+PyObject *cap_meta_standin(const TensorMeta *m);
+/* The meta of a tensor a stand-in run returned: 0, 1 when it is not a tensor a TensorMeta
+ * describes, -1 with an exception. */
+int cap_meta_of_standin(PyObject *t, TensorMeta *m);
+/* fn(*args, **kw) run in the captured program's grad mode: new reference, or NULL with the
+ * exception fn raised. */
+PyObject *cap_standin_call(Capture *c, PyObject *fn, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames);
+/* One graph node of op calling target (kept alive by the caller) with args (the last
+ * len(kwnames) by keyword), run as is (an eager step), its nout results shaped as outs: the
+ * result var, one tensor (seq VK_TENSOR) or a tuple or list of them (VK_TUPLE / VK_LIST).
+ * NULL with the failure recorded. */
+Var *cap_opaque_node(Capture *c, OpId op, PyObject *target, Var **args, int32_t nargs, PyObject *kwnames,
+                     const TensorMeta *outs, int32_t nout, VarKind seq);
+
 /* rnn.c: nn.LSTM / nn.GRU / nn.RNN modules */
 /* 1 when fn (borrowed) is the forward of one of them. */
 int rnn_is_forward(PyObject *fn);

@@ -486,8 +486,42 @@ static int fmt_arg(Graph *g, const Arg *a, PyObject *acc)
     return r;
 }
 
+PyObject *graph_torch_op_data(PyObject *t)
+{
+    static PyObject *s_ops;   /* interned "torch._ops", kept for the process */
+    if (!s_ops && !(s_ops = PyUnicode_InternFromString("torch._ops"))) {
+        sj_err_clear();
+        return NULL;
+    }
+    /* looked up, never imported: an OpOverload exists only once torch is loaded */
+    PyObject *ops = PyImport_GetModule(s_ops);
+    PyObject *type = ops ? PyObject_GetAttrString(ops, "OpOverload") : NULL;
+    Py_XDECREF(ops);
+    PyObject *res = NULL;
+    if (type && (PyObject *)Py_TYPE(t) == type) {
+        PyObject *ns = PyObject_GetAttrString(t, "namespace");
+        PyObject *name = ns ? PyObject_GetAttrString(t, "_opname") : NULL;
+        PyObject *ov = name ? PyObject_GetAttrString(t, "_overloadname") : NULL;
+        if (ov && PyUnicode_Check(ns) && PyUnicode_Check(name) && PyUnicode_Check(ov))
+            res = PyTuple_Pack(3, ns, name, ov);
+        Py_XDECREF(ns);
+        Py_XDECREF(name);
+        Py_XDECREF(ov);
+    }
+    Py_XDECREF(type);
+    sj_err_clear();
+    return res;
+}
+
 PyObject *graph_target_name(PyObject *t)
 {
+    PyObject *op = graph_torch_op_data(t);
+    if (op) {
+        PyObject *r = PyUnicode_FromFormat("torch.ops.%U.%U.%U", PyTuple_GET_ITEM(op, 0), PyTuple_GET_ITEM(op, 1),
+                                           PyTuple_GET_ITEM(op, 2));
+        Py_DECREF(op);
+        return r;
+    }
     PyObject *mod = PyObject_GetAttrString(t, "__module__");
     if (!mod)
         sj_err_clear();

@@ -157,13 +157,17 @@ PyObject *graph_format(Graph *g, const char *name);
  * ("torch.nn.functional.linear(input=v0, weight=v1, bias=v2)"), the op named in the
  * comment; a node of row -1 keeps its target and positional arguments. New str. */
 PyObject *graph_format_bound(Graph *g, const char *name);
-/* How graph_format names a node's target: "module.qualname" (new str). */
+/* How graph_format names a node's target: "module.qualname", an operator of torch.library
+ * "torch.ops.<namespace>.<name>.<overload>" (new str). */
 PyObject *graph_target_name(PyObject *target);
 /* 1 when graph_format prints constant c by its name (graph_target_name), as it prints a
  * target, rather than by its repr: a callable that is not a class. A function's repr holds
  * its address, which would make the listing (and a serialised graph) differ from one
  * process to the next. */
 int graph_const_by_name(PyObject *c);
+/* (namespace, name, overload) of an operator overload of torch.library (torch.ops.aten.add.
+ * Tensor), a new tuple; NULL, with no exception, for any other object. */
+PyObject *graph_torch_op_data(PyObject *t);
 
 /* ---- Python face (graph_py.c) ---- */
 extern PyTypeObject SjGraph_Type;

@@ -471,6 +471,8 @@ static int ref_describe(PyObject *obj, int *kind, PyObject **data)
         } else if ((PyObject *)t == libs.tensor_type) {
             *kind = RK_TORCH_TENSOR;
             *data = torch_tensor_data(obj);
+        } else if ((*data = graph_torch_op_data(obj)) != NULL) {
+            *kind = RK_TORCH_OP;
         }
         if (*data || PyErr_Occurred())
             return *data ? 0 : -1;
@@ -655,7 +657,7 @@ static int write_const(CW *w, PyObject *o, int depth)
             w->bad = o;
         return r;
     }
-    int callable = kind == RK_ROW || kind == RK_GLOBAL || kind == RK_METHOD;
+    int callable = kind == RK_ROW || kind == RK_GLOBAL || kind == RK_METHOD || kind == RK_TORCH_OP;
     PyObject *name = callable ? graph_target_name(o) : NULL;
     int by_name = callable && graph_const_by_name(o);
     PyObject *repr = by_name ? NULL : PyObject_Repr(o);
@@ -1106,6 +1108,20 @@ static PyObject *ref_resolve(SjRefObject *r)
         res = Py_XNewRef(callables_object(row));
         if (!res)
             PyErr_Format(PyExc_ImportError, "shapejit: callables row %s did not resolve", path);
+        break;
+    }
+    case RK_TORCH_OP: {
+        /* torch.ops.<namespace>.<name>.<overload>: the library that registers the operator
+         * must be loaded, as for a global */
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(d, 0)) || !PyUnicode_Check(PyTuple_GET_ITEM(d, 1)) ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(d, 2))) {
+            PyErr_Format(PyExc_ValueError, "shapejit: a graph reference %R with malformed data", (PyObject *)r);
+            break;
+        }
+        PyObject *path = PyUnicode_FromFormat("ops.%U.%U.%U", PyTuple_GET_ITEM(d, 0), PyTuple_GET_ITEM(d, 1),
+                                              PyTuple_GET_ITEM(d, 2));
+        res = path ? walk_path(torch, path) : NULL;
+        Py_XDECREF(path);
         break;
     }
     case RK_GLOBAL:

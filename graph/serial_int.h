@@ -21,7 +21,8 @@
     X(RK_NUMPY_NDARRAY, "numpy.ndarray", "numpy", 3) \
     X(RK_ROW, "callable.row", NULL, 1) \
     X(RK_GLOBAL, "callable.global", NULL, 2) \
-    X(RK_METHOD, "callable.method", NULL, 3)
+    X(RK_METHOD, "callable.method", NULL, 3) \
+    X(RK_TORCH_OP, "callable.torch_op", "torch", 3)
 
 typedef enum {
 #define X(e, name, lib, ndata) e,

@@ -472,22 +472,41 @@ int rule_sort(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, 
     return 0;
 }
 
-/* topk(input, k, dim=-1): (values, int64 indices) with k along dim. */
+/* topk(input, k, dim=-1): (values, int64 indices) with k along dim. Symbolic: the size
+ * along dim and k may be expressions; 0 <= k <= size is decided (guarded). */
 int rule_topk(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout, ShapeErr *err)
 {
     (void)op;
     int64_t k;
+    SymNode *ks = NULL;
     int d = 0;
     const TensorMeta *x = sj_input_dim(b, lib, "dim", -1, NULL, &d, err);
     if (!x)
         return -1;
     const BoundArg *ka = ba_get(b, "k");
-    if (!ka || sj_int(ka, "k", &k, err))
+    if (!ka || sj_int_sym(ka, "k", &k, &ks, err))
         return ka ? -1 : sj_err(err, "topk() needs k");
+    out[0] = *x;
+    if (sj_symctx && ((x->ndim && x->sym[d]) || ks)) {
+        SymEnv *env = sj_symctx->env;
+        SymNode *len = x->ndim ? sj_dimsym(x, d, err) : sym_const(env, 1);
+        SymNode *kn = ks ? ks : sym_const(env, k);
+        SymNode *zero = sym_const(env, 0);
+        if (!len || !kn || !zero)
+            return len ? sj_sym_error(err) : -1;
+        int ok;
+        if (sj_decide(sym_ge(env, kn, zero), &ok, err) < 0 || (ok && sj_decide(sym_le(env, kn, len), &ok, err) < 0))
+            return -1;
+        if (!ok)
+            return sj_err(err, "selected index k out of range");
+        if (x->ndim && sj_set_dim(&out[0], d, kn, err))
+            return -1;
+        sj_with_indices(out, nout);
+        return 0;
+    }
     int64_t len = x->ndim ? x->size[d] : 1;
     if (k < 0 || k > len)
         return sj_err(err, "selected index k out of range");
-    out[0] = *x;
     if (x->ndim)
         out[0].size[d] = k;
     sj_with_indices(out, nout);

@@ -248,12 +248,11 @@ LEFT = {
     "torch.autograd.Function.apply": "captured by capture/autograd_fn.c (forward inlined "
                                      "without grad, one graph node with grad), not a callables row",
     "torch.ops.transformers.grouped_mm_fallback":
-        "a torch.library custom op (transformers' grouped experts under a compiler): custom ops "
-        "are not captured, a break in mixtral and qwen2_moe",
+        "a torch.library custom op (transformers' grouped experts under a compiler): captured "
+        "by capture/library_ops.c as one graph node run as is, not a callables row",
     "torch._grouped_mm": "reached in eager only: under a compiler transformers' grouped experts "
-                         "call its custom op torch.ops.transformers.grouped_mm_fallback instead, "
-                         "and torch.library custom ops are not captured (a break in mixtral and "
-                         "qwen2_moe)",
+                         "call its custom op torch.ops.transformers.grouped_mm_fallback instead "
+                         "(one graph node, capture/library_ops.c)",
     "torch._C._fft.fft_fftn": "FFT and complex results are not modelled (fnet's Fourier mixing; "
                               "a break)",
     "Tensor.real": "a complex tensor's real part: complex results are not modelled (fnet)",

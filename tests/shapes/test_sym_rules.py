@@ -675,3 +675,35 @@ def test_eye_of_a_symbolic_size():
     assert cnt.frame_count == 1
     torch._dynamo.reset()
     shapejit.reset()
+
+
+def test_topk_keeps_symbolic_sizes():
+    """topk over or beside a symbolic dim, k static or a size: one graph over the sizes (a
+    MoE router's topk over the token count used to pin it, a recompile per length)."""
+    def router(x):
+        v, i = torch.topk(x.softmax(-1), 2, dim=-1)
+        return v / v.sum(-1, keepdim=True), i
+
+    def half(x):
+        v, i = x.topk(x.shape[0] // 2, dim=0, largest=False)
+        return v * 2, i
+
+    _check(router, _sizes(5, 9, 17, extra=(6,)), 1)
+    shapejit.reset()
+    _check(half, _sizes(6, 8, 11, extra=(3,)), 1)
+
+
+def test_topk_past_a_symbolic_size_raises_as_eager():
+    def f(x):
+        return torch.topk(x, 4, dim=0).values
+
+    cf = shapejit.compile(f, dynamic=True)
+    for n in (6, 9):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(cf(x), f(x))
+    x = torch.randn(3, 2)
+    with pytest.raises(RuntimeError) as eager:
+        f(x)
+    with pytest.raises(RuntimeError) as compiled:
+        cf(x)
+    assert "out of range" in str(eager.value) and "out of range" in str(compiled.value)

@@ -1,0 +1,271 @@
+"""Operators of torch.library called as torch.ops.<namespace>.<name>: a functional
+operator (a custom op with a fake implementation, aten's own) is one graph node, its
+results shaped by a run on meta tensors, as torch.compile keeps it in its graph; an
+operator that writes to or aliases an argument, has no meta or fake implementation, or
+gets a tensor of symbolic shape breaks. Every result equals eager's."""
+import pytest
+import torch
+
+import shapejit
+from graph_counter import GraphCounter
+
+pytestmark = pytest.mark.usefixtures("fresh_shapejit")
+
+BACKENDS = ["cpu", "eager"]
+
+
+@torch.library.custom_op("sj_libops::scale_add", mutates_args=())
+def scale_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x * alpha + y
+
+
+@scale_add.register_fake
+def _(x, y, alpha):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("sj_libops::halves", mutates_args=())
+def halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    k = x.shape[-1] // 2
+    return x[..., :k].clone(), x[..., k:] * 2
+
+
+@halves.register_fake
+def _(x):
+    k = x.shape[-1] // 2
+    return x.new_empty(*x.shape[:-1], k), x.new_empty(*x.shape[:-1], x.shape[-1] - k)
+
+
+@torch.library.custom_op("sj_libops::pieces", mutates_args=())
+def pieces(xs: list[torch.Tensor], scale: float) -> list[torch.Tensor]:
+    return [x * scale for x in xs] + [sum(x.sum() for x in xs).reshape(1)]
+
+
+@pieces.register_fake
+def _(xs, scale):
+    return [torch.empty_like(x) for x in xs] + [xs[0].new_empty(1)]
+
+
+@torch.library.custom_op("sj_libops::bump", mutates_args=("x",))
+def bump(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@bump.register_fake
+def _(x):
+    return None
+
+
+@torch.library.custom_op("sj_libops::no_fake", mutates_args=())
+def no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.cos()
+
+
+@torch.library.custom_op("sj_libops::cube", mutates_args=())
+def cube(x: torch.Tensor) -> torch.Tensor:
+    return x ** 3
+
+
+@cube.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _cube_backward(ctx, g):
+    x, = ctx.saved_tensors
+    return 3 * x * x * g
+
+
+cube.register_autograd(_cube_backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(inputs[0]))
+
+
+def _graph_ops(fn, *args, backend="eager"):
+    seen = []
+
+    def be(graph, ex):
+        seen.append([str(getattr(n, "op", n)) for n in graph.nodes])
+        return shapejit.backends.cpu(graph, ex) if backend == "cpu" else graph
+
+    out = shapejit.compile(fn, backend=be)(*args)
+    return out, seen
+
+
+def _reasons(fn, *args):
+    ex = shapejit.explain(fn)(*args)
+    return ex, [r.reason for r in ex.break_reasons]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_custom_ops_are_graph_nodes(backend):
+    def f(x, y):
+        a = torch.ops.sj_libops.scale_add(x.sin(), y, alpha=2.0)
+        lo, hi = torch.ops.sj_libops.halves(a)
+        return (lo.relu() + hi[..., :3]).tanh(), torch.ops.sj_libops.scale_add.default(lo, lo, 0.5)
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    out, graphs = _graph_ops(f, x, y, backend=backend)
+    assert len(graphs) == 1 and graphs[0].count("library_op") == 3, graphs
+    for a, b in zip(out, f(x, y)):
+        torch.testing.assert_close(a, b)
+    counter = GraphCounter()
+    torch.compile(f, backend=counter)(x, y)
+    assert counter.graphs == len(graphs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_list_in_and_list_out(backend):
+    def f(x, y):
+        out = torch.ops.sj_libops.pieces([x, y.exp()], 3.0)
+        return out[0] + out[1], out[2] * 2
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    out, graphs = _graph_ops(f, x, y, backend=backend)
+    assert len(graphs) == 1 and "library_op" in graphs[0]
+    for a, b in zip(out, f(x, y)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aten_packets_resolve_their_overload(backend):
+    def f(x, y):
+        a = torch.ops.aten.add(x, y)            # add.Tensor
+        b = torch.ops.aten.add(a, 2)            # add.Scalar
+        c = torch.ops.aten.mm.default(b, y.t())
+        d = torch.ops.aten.cat([a, b], 1)
+        return c.softmax(-1), d.sum(0)
+
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    out, graphs = _graph_ops(f, x, y, backend=backend)
+    assert len(graphs) == 1 and graphs[0].count("library_op") == 4, graphs
+    for a, b in zip(out, f(x, y)):
+        torch.testing.assert_close(a, b)
+
+
+def test_writes_and_views_break_and_match_eager():
+    def writes(x):
+        y = x * 2
+        torch.ops.sj_libops.bump(y)
+        return y + 1
+
+    def add_inplace(x):
+        y = x * 2
+        torch.ops.aten.add_.Tensor(y, x)
+        return y.sum()
+
+    def view(x):
+        v = torch.ops.aten.transpose.int(x * 2, 0, 1)
+        return v + 1
+
+    for fn, word in [(writes, "writes to or aliases its argument 'x'"),
+                     (add_inplace, "writes to or aliases its argument 'self'"),
+                     (view, "writes to or aliases its argument 'self'")]:
+        x = torch.randn(3, 4)
+        ex, reasons = _reasons(fn, x)
+        assert ex.graph_break_count >= 1 and any(word in r for r in reasons), reasons
+        shapejit.reset()
+        torch.testing.assert_close(shapejit.compile(fn)(x), fn(x))
+
+
+def test_mutated_input_seen_by_caller():
+    def f(x):
+        torch.ops.sj_libops.bump(x)
+        return x * 3
+
+    a = torch.randn(5)
+    b = a.clone()
+    got = shapejit.compile(f)(a)
+    want = f(b)
+    assert torch.equal(got, want) and torch.equal(a, b)
+
+
+def test_no_fake_implementation_breaks():
+    def f(x):
+        return torch.ops.sj_libops.no_fake(x + 1) * 2
+
+    x = torch.randn(4)
+    ex, reasons = _reasons(f, x)
+    assert ex.graph_break_count == 1 and "no_fake" in reasons[0], reasons
+    shapejit.reset()
+    torch.testing.assert_close(shapejit.compile(f)(x), f(x))
+
+
+def test_symbolic_shapes_break_and_stay_correct():
+    def f(x):
+        return torch.ops.sj_libops.scale_add(x, x.exp(), 1.5).sum(0)
+
+    g = shapejit.compile(f, dynamic=True)
+    for n in (3, 5, 8):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(g(x), f(x))
+    ex, reasons = _reasons(shapejit.compile(f, dynamic=True), torch.randn(6, 4))
+    assert any("symbolic shape" in r for r in reasons), reasons
+
+
+def test_gradients_flow_through_a_custom_op():
+    w = torch.randn(4, 4, requires_grad=True)
+
+    def f(x):
+        return torch.ops.sj_libops.cube(x @ w).sum(-1)
+
+    x = torch.randn(3, 4, requires_grad=True)
+    want = f(x)
+    want.sum().backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    ex = shapejit.explain(f)(x)
+    assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
+    shapejit.reset()
+    got = shapejit.compile(f)(x)
+    assert got.requires_grad
+    got.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x.grad, gx)
+    torch.testing.assert_close(w.grad, gw)
+
+
+def test_bad_arguments_raise_as_eager():
+    def f(x):
+        return torch.ops.sj_libops.scale_add(x, x)   # alpha missing
+
+    x = torch.randn(3)
+    with pytest.raises(Exception) as eager:
+        f(x)
+    with pytest.raises(type(eager.value)) as compiled:
+        shapejit.compile(f)(x)
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_random_operator_keeps_the_generator_in_step():
+    def f(x):
+        a = torch.rand(3)
+        b = torch.ops.aten.rand.default([3])
+        return x + a * b + torch.rand(3)
+
+    x = torch.randn(3)
+    g = shapejit.compile(f)
+    for _ in range(2):
+        torch.manual_seed(7)
+        want, want_next = f(x), torch.rand(2)
+        torch.manual_seed(7)
+        got, got_next = g(x), torch.rand(2)
+        assert torch.equal(got, want) and torch.equal(got_next, want_next)
+
+
+def test_graph_names_and_serialises_the_overload():
+    from shapejit import _C
+
+    def f(x):
+        return torch.ops.sj_libops.scale_add(x, x, alpha=2.0) + torch.ops.aten.mm(x, x.t()).sum()
+
+    recs = []
+    x = torch.randn(3, 3)
+    shapejit.compile(f, backend=lambda g, ex: recs.append(g) or g)(x)
+    graph = recs[0]
+    assert "torch.ops.sj_libops.scale_add.default(v0, v0, alpha=2.0)" in graph.code
+    assert "torch.ops.aten.mm.default(" in graph.code
+    text = graph.serialize()
+    loaded = _C.graph_deserialize(text)
+    assert loaded.serialize() == text and loaded.code == graph.code
+    cg = _C._cg_compile_graph(_C.graph_deserialize(text))   # the backend links it
+    out = cg(x)
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, f(x))
