@@ -73,9 +73,13 @@ int symb_runtime_assert(Capture *c, SymNode *rel)
     Py_XDECREF(kind);
     Py_XDECREF(msg);
     int32_t first = kid >= 0 && mid >= 0 ? graph_pool(c->g, 4) : -1;
-    if (first < 0 || assert_arg(c, rel->args[0], &c->g->pool[first]) < 0 ||
-        assert_arg(c, rel->args[1], &c->g->pool[first + 1]) < 0)
+    /* the operands are made before they are stored: making one adds nodes, which can move
+     * the pool */
+    Arg lhs, rhs;
+    if (first < 0 || assert_arg(c, rel->args[0], &lhs) < 0 || assert_arg(c, rel->args[1], &rhs) < 0)
         goto fail;
+    c->g->pool[first] = lhs;
+    c->g->pool[first + 1] = rhs;
     c->g->pool[first + 2] = (Arg){ARG_CONST, kid, 0};
     c->g->pool[first + 3] = (Arg){ARG_CONST, mid, 0};
     int32_t v = cap_scalar_node(c, OP_SYM_ASSERT, assert_fn, first, 4);

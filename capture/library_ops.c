@@ -62,21 +62,72 @@ static Var *fail_internal(Capture *c)
 
 /* ---------------------------------------------------------- arguments ---- */
 
-/* New reference: the stand-in of argument a for the meta run, or NULL: with *why set (a
- * static string) when a is not an argument this path takes, else with an exception. */
-static PyObject *standin_of(Capture *c, Var *a, const char **why, int depth)
+#define MAX_CANDS 32
+#define NPROBES 5
+#define NREQUIRED 3   /* probes 0..2 must run; the others are skipped when refused */
+
+/* One run of the operator on stand-ins: probe 0 gives every size its hint, the others
+ * other values (probe_values), so that sizes of the results can be matched to the
+ * arguments'. */
+typedef struct {
+    Capture *c;
+    int probe;
+    const int64_t *vals;          /* per symbol slot: its value in this probe */
+    int symbolic;                 /* an argument has a symbolic size */
+    SymNode *cands[MAX_CANDS];    /* the arguments' symbolic sizes and ints, distinct */
+    int ncands;
+} Probe;
+
+static void add_cand(Probe *p, SymNode *e)
+{
+    p->symbolic = 1;
+    for (int i = 0; i < p->ncands; i++)
+        if (p->cands[i] == e)
+            return;
+    if (p->ncands < MAX_CANDS)
+        p->cands[p->ncands++] = e;
+}
+
+/* e's value in probe p: 0, or 1 with *why set (e depends on data), -1 with an exception. */
+static int probe_value(Probe *p, SymNode *e, int64_t *out, const char **why)
+{
+    if (sym_has_unbacked(e)) {
+        *why = "a size that depends on data";
+        return 1;
+    }
+    if (p->probe == 0)
+        add_cand(p, e);
+    return p->probe == 0 ? sym_eval_hint(p->c->env, e, out) : sym_eval_with(p->c->env, e, p->vals, NULL, out);
+}
+
+/* New reference: the stand-in of argument a for probe p, or NULL: with *why set (a static
+ * string) when a is not an argument this path takes, else with an exception. */
+static PyObject *standin_of(Probe *p, Var *a, const char **why, int depth)
 {
     if (a->kind == VK_TENSOR) {
-        for (int d = 0; d < a->u.t.meta.ndim; d++)
-            if (a->u.t.meta.sym[d]) {
-                *why = "a tensor of symbolic shape (the meta run gives static sizes only)";
-                return NULL;
-            }
         if (a->u.t.meta.lib != LIB_TORCH) {
             *why = "a numpy array";
             return NULL;
         }
-        return cap_meta_standin(&a->u.t.meta);
+        TensorMeta m = a->u.t.meta;
+        int any = 0;
+        for (int d = 0; d < m.ndim; d++)
+            if (m.sym[d]) {
+                int r = probe_value(p, m.sym[d], &m.size[d], why);
+                if (r)
+                    return NULL;
+                any = 1;
+            }
+        if (any && p->probe == 0) {   /* its element count, what a flattening op gives */
+            SymEnv *env = p->c->env;
+            SymNode *numel = sym_const(env, 1);
+            for (int d = 0; numel && d < m.ndim; d++)
+                numel = sym_mul(env, numel, m.sym[d] ? m.sym[d] : sym_const(env, m.size[d]));
+            if (!numel)
+                return NULL;
+            add_cand(p, numel);
+        }
+        return cap_meta_standin(&m);
     }
     if ((a->kind == VK_LIST || a->kind == VK_TUPLE) && !var_deep_const(a)) {
         if (depth >= 4) {
@@ -85,7 +136,7 @@ static PyObject *standin_of(Capture *c, Var *a, const char **why, int depth)
         }
         PyObject *seq = a->kind == VK_LIST ? PyList_New(a->u.seq.n) : PyTuple_New(a->u.seq.n);
         for (int32_t i = 0; seq && i < a->u.seq.n; i++) {
-            PyObject *s = standin_of(c, a->u.seq.items[i], why, depth + 1);
+            PyObject *s = standin_of(p, a->u.seq.items[i], why, depth + 1);
             if (!s) {
                 Py_CLEAR(seq);
                 break;
@@ -98,14 +149,29 @@ static PyObject *standin_of(Capture *c, Var *a, const char **why, int depth)
         return seq;
     }
     if (a->kind == VK_SYMINT) {
-        *why = "a symbolic int";
-        return NULL;
+        int64_t v;
+        return probe_value(p, a->u.s.e, &v, why) ? NULL : PyLong_FromLongLong(v);
     }
     if (!var_is_const(a)) {
         *why = "an argument that is not a tensor or a constant";
         return NULL;
     }
-    return var_to_py(c, a);
+    return var_to_py(p->c, a);
+}
+
+/* New reference: the tuple of stand-ins of args for probe p, or NULL (as standin_of). */
+static PyObject *standins_for(Probe *p, Var **args, int32_t nargs, const char **why)
+{
+    PyObject *standins = PyTuple_New(nargs);
+    for (int32_t i = 0; standins && i < nargs; i++) {
+        PyObject *s = standin_of(p, args[i], why, 0);
+        if (!s) {
+            Py_CLEAR(standins);
+            break;
+        }
+        PyTuple_SET_ITEM(standins, i, s);
+    }
+    return standins;
 }
 
 /* 0 when no argument and no result of op's schema carries alias information (the operator
@@ -225,23 +291,171 @@ static Var *refuse(Capture *c, PyObject *fn, const char *why)
     return NULL;
 }
 
+/* Probe p (> 0) of op: the sizes of its results in sizes[i * SJ_MAX_RANK + d]. 0; 1 with
+ * *why set when the operator refuses those sizes or gives results of another form; -1
+ * with an exception (an interrupt). */
+static int run_probe(Probe *p, PyObject *op, Var **args, int32_t nargs, int32_t npos, PyObject *kwnames,
+                     const TensorMeta *outs, int32_t nout, int64_t *sizes, const char **why)
+{
+    PyObject *standins = standins_for(p, args, nargs, why);
+    if (!standins)
+        return *why ? 1 : -1;
+    PyObject *out = cap_standin_call(p->c, op, &PyTuple_GET_ITEM(standins, 0), npos, kwnames);
+    if (!out) {
+        Py_DECREF(standins);
+        if (sj_err_is_interrupt())
+            return -1;
+        sj_err_clear();
+        *why = "its fake implementation refuses other values of the symbolic sizes";
+        return 1;
+    }
+    TensorMeta m[SJ_MAX_OUTS];
+    int32_t n = 0;
+    VarKind seq;
+    int r = read_results(out, standins, m, &n, &seq, why);
+    Py_DECREF(out);
+    Py_DECREF(standins);
+    if (r)
+        return r;
+    for (int32_t i = 0; i < nout; i++) {
+        if (n != nout || m[i].ndim != outs[i].ndim || m[i].dtype != outs[i].dtype) {
+            *why = "its results change form with the symbolic sizes";
+            return 1;
+        }
+        for (int d = 0; d < m[i].ndim; d++)
+            sizes[i * SJ_MAX_RANK + d] = m[i].size[d];
+    }
+    return 0;
+}
+
+/* The value of every symbol in probe k > 0: 2 and 3 times its hint (multiples keep the
+ * divisibility the hints have), then half of it and 1000 times it (sizes clamped by the
+ * operator from above or below show there); the hint + k where that leaves the symbol's
+ * range. 0, or 1 when no value fits. */
+static int probe_values(SymEnv *env, int k, int64_t *vals)
+{
+    for (int32_t i = 0; i < sym_env_nsymbols(env); i++) {
+        const SymNode *s = sym_env_symbol_at(env, i);
+        vals[i] = 0;
+        if (!s || s->kind != SK_SYMBOL)
+            continue;   /* unbacked: no argument of the call has one (probe_value) */
+        int64_t h = s->hint;
+        int64_t v = k == 1 ? 2 * h : k == 2 ? 3 * h : k == 3 ? h / 2 : 1000 * h;
+        if (v < s->range.lo || v > s->range.hi || v == h)
+            v = h + k;
+        if (v < s->range.lo || v > s->range.hi)
+            return 1;
+        vals[i] = v;
+    }
+    return 0;
+}
+
+/* Sizes of the results under symbolic arguments. Each size becomes the first argument size
+ * or int whose value it equals in every probe, or a constant when it is one in every probe,
+ * and the graph asserts at run time that the real result has it (an unbacked symbol read
+ * from the result, equal to the expression): the probes see a few points of the fake
+ * implementation, the assertion stops a wrong guess with an error naming the call instead
+ * of letting later steps read the result with the wrong size. A size matching neither
+ * is an unbacked symbol read from the result, like nonzero's rows. exprs[i * SJ_MAX_RANK +
+ * d] gets the expression, NULL for an unbacked size. 0; 1 with *why set; -1. */
+static int symbolic_sizes(Probe *p0, PyObject *op, Var **args, int32_t nargs, int32_t npos, PyObject *kwnames,
+                          TensorMeta *outs, int32_t nout, SymNode **exprs, const char **why)
+{
+    Capture *c = p0->c;
+    SymEnv *env = c->env;
+    int32_t nsyms = sym_env_nsymbols(env);
+    int64_t *vals[NPROBES] = {NULL};
+    int64_t *sizes[NPROBES] = {NULL};
+    int ran[NPROBES] = {1};
+    for (int k = 1; k < NPROBES; k++) {
+        vals[k] = cap_alloc(c, sizeof(int64_t) * (size_t)(nsyms + 1));
+        sizes[k] = cap_alloc(c, sizeof(int64_t) * SJ_MAX_OUTS * SJ_MAX_RANK);
+        if (!vals[k] || !sizes[k])
+            return -1;
+        const char *pwhy = NULL;
+        int r = 1;
+        if (probe_values(env, k, vals[k]) == 0) {
+            Probe p = {.c = c, .probe = k, .vals = vals[k]};
+            r = run_probe(&p, op, args, nargs, npos, kwnames, outs, nout, sizes[k], &pwhy);
+        } else {
+            pwhy = "a symbolic size whose range leaves no other value to probe";
+        }
+        if (r < 0 || (r > 0 && k < NREQUIRED)) {
+            *why = pwhy;
+            return r;
+        }
+        ran[k] = r == 0;
+    }
+    for (int32_t i = 0; i < nout; i++)
+        for (int d = 0; d < outs[i].ndim; d++) {
+            int64_t at[NPROBES];
+            at[0] = outs[i].size[d];
+            for (int k = 1; k < NPROBES; k++)
+                at[k] = ran[k] ? sizes[k][i * SJ_MAX_RANK + d] : 0;
+            int same = 1;
+            for (int k = 1; k < NPROBES; k++)
+                same &= !ran[k] || at[k] == at[0];
+            SymNode *e = same ? sym_const(env, at[0]) : NULL;
+            for (int j = 0; !e && j < p0->ncands; j++) {
+                int match = 1;
+                for (int k = 0; match && k < NPROBES; k++) {
+                    int64_t x;
+                    if (!ran[k])
+                        continue;
+                    if ((k == 0 ? sym_eval_hint(env, p0->cands[j], &x)
+                                : sym_eval_with(env, p0->cands[j], vals[k], NULL, &x)) < 0)
+                        return -1;
+                    match = x == at[k];
+                }
+                if (match)
+                    e = p0->cands[j];
+            }
+            exprs[i * SJ_MAX_RANK + d] = e;
+            if (!e)
+                outs[i].size[d] = SJ_UNBACKED_HINT;
+            else if (e->kind != SK_CONST)
+                outs[i].sym[d] = e;
+        }
+    return 0;
+}
+
+/* After the node: each result size of a symbolic call read at run time, asserted equal to
+ * its expression or made an unbacked symbol of the result. 0 or -1 (failure recorded). */
+static int bind_sizes(Capture *c, Var *res, int32_t nout, SymNode **exprs)
+{
+    for (int32_t i = 0; i < nout; i++) {
+        Var *t = nout == 1 && res->kind == VK_TENSOR ? res : res->u.seq.items[i];
+        int32_t v = t->u.t.value;
+        for (int d = 0; d < t->u.t.meta.ndim; d++) {
+            SymNode *e = exprs[i * SJ_MAX_RANK + d];
+            SymNode *u = symb_unbacked(c, -1, v, d, (SymRange){0, SYM_INT_OO});
+            if (!u)
+                return cap_fail_exc(c, BR_INTERNAL);
+            if (!e) {
+                t->u.t.meta.sym[d] = c->g->values[v].meta.sym[d] = u;
+                continue;
+            }
+            SymNode *rel = sym_eq(c->env, u, e);
+            if (!rel || symb_runtime_assert(c, rel) < 0)
+                return cap_fail_exc(c, BR_INTERNAL);
+        }
+    }
+    return 0;
+}
+
 Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
     int32_t npos = nargs - nkw;
-    PyObject *standins = PyTuple_New(nargs);
+    Probe p0 = {.c = c, .probe = 0};
+    const char *why = NULL;
+    PyObject *standins = standins_for(&p0, args, nargs, &why);
     if (!standins)
+        return why ? refuse(c, fn, why) : fail_internal(c);
+    if (p0.symbolic && !c->env) {
+        Py_DECREF(standins);
+        PyErr_SetString(PyExc_SystemError, "shapejit: symbolic sizes without a symbol environment");
         return fail_internal(c);
-    for (int32_t i = 0; i < nargs; i++) {
-        const char *why = NULL;
-        PyObject *s = standin_of(c, args[i], &why, 0);
-        if (!s) {
-            Py_DECREF(standins);
-            if (why)
-                return refuse(c, fn, why);
-            return fail_internal(c);
-        }
-        PyTuple_SET_ITEM(standins, i, s);
     }
     PyObject *const *sv = &PyTuple_GET_ITEM(standins, 0);
     /* arguments no overload takes raise here as the call itself would: the break lets
@@ -277,14 +491,16 @@ Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObje
     TensorMeta outs[SJ_MAX_OUTS];
     int32_t nout = 0;
     VarKind seq;
-    const char *why = NULL;
     int bad = read_results(out, standins, outs, &nout, &seq, &why);
     Py_DECREF(out);
     Py_DECREF(standins);
+    SymNode *exprs[SJ_MAX_OUTS * SJ_MAX_RANK];
+    if (!bad && p0.symbolic)
+        bad = symbolic_sizes(&p0, op, args, nargs, npos, kwnames, outs, nout, exprs, &why);
     if (bad) {
         if (bad > 0)
             refuse(c, op, why);
-        else
+        else if (!cap_failed(c))
             cap_fail_exc(c, BR_INTERNAL);
         Py_DECREF(op);
         return NULL;
@@ -292,5 +508,8 @@ Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObje
     if (!cap_keep_steal(c, op))
         return fail_internal(c);
     /* the node: op(*args, **kwargs), an eager step */
-    return cap_opaque_node(c, OP_LIBRARY_OP, op, args, nargs, kwnames, outs, nout, seq);
+    Var *res = cap_opaque_node(c, OP_LIBRARY_OP, op, args, nargs, kwnames, outs, nout, seq);
+    if (res && p0.symbolic && bind_sizes(c, res, nout, exprs) < 0)
+        return NULL;
+    return res;
 }

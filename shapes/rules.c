@@ -710,6 +710,7 @@ int shapes_rule_is_symbolic(OpId op)
         rule_movedim,
         rule_sort,
         rule_topk,
+        rule_histc,
         rule_np_la_square,
         rule_np_det,
         rule_np_eigh,

@@ -218,7 +218,7 @@ int rule_histc(OpId op, Lib lib, const BoundArgs *b, TensorMeta *out, int *nout,
     out->requires_grad = 0;
     out->ndim = 1;
     out->size[0] = bins;
-    out->sym[0] = NULL;
+    memset(out->sym, 0, sizeof out->sym);   /* (bins,) whatever the input's sizes */
     *nout = 1;
     return 0;
 }
