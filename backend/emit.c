@@ -441,15 +441,24 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put_body(b, g, k, "i", &ldd);
     put(b, "        }\n        }\n        goto done;\n    }\n");
     if (r >= 2) {
-        /* strided: the outer dims by index decomposition, the last dim innermost */
+        /* strided: the last dim innermost, the outer rows split into one contiguous range
+         * per thread (as a static schedule would); each range decomposes its first row
+         * index once and then steps an odometer over the outer dims, adding strides, so
+         * a row of a few elements (a broadcast outer product's last dim) costs no
+         * divisions */
         put(b, "    const int64_t inner = n[%d], outer = total / inner;\n", r - 1);
-        put(b, "#pragma omp for schedule(static)\n");
-        put(b, "    for (int64_t o = 0; o < outer; o++) {\n");
-        put(b, "        int64_t base[%d] = {0}, rem = o;\n", nops);
-        put(b, "        for (int d = %d; d >= 0; d--) {\n", r - 2);
-        put(b, "            const int64_t idx = rem %% n[d];\n            rem /= n[d];\n");
-        put(b, "            for (int j = 0; j < %d; j++)\n                base[j] += idx * st[j * %d + d];\n", nops, r);
-        put(b, "        }\n");
+        put(b, "    int64_t o_lo = 0, o_hi = outer;\n");
+        put(b, "    if (omp_in_parallel()) {\n");
+        put(b, "        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();\n");
+        put(b, "        const int64_t chunk = (outer + nt - 1) / nt;\n");
+        put(b, "        o_lo = t * chunk < outer ? t * chunk : outer;\n");
+        put(b, "        o_hi = o_lo + chunk < outer ? o_lo + chunk : outer;\n    }\n");
+        put(b, "    int64_t base[%d] = {0}, idx[%d] = {0}, rem = o_lo;\n", nops, r - 1);
+        put(b, "    for (int d = %d; d >= 0; d--) {\n", r - 2);
+        put(b, "        idx[d] = rem %% n[d];\n        rem /= n[d];\n");
+        put(b, "        for (int j = 0; j < %d; j++)\n            base[j] += idx[d] * st[j * %d + d];\n", nops, r);
+        put(b, "    }\n");
+        put(b, "    for (int64_t o = o_lo; o < o_hi; o++) {\n");
         /* unit: every operand walks the last dim with the stride the plan expects, 1, or 0
          * for an input that broadcasts along it (loaded once per row: the loop vectorises) */
         put(b, "        int unit = 1;\n");
@@ -472,7 +481,14 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
         snprintf(fmt, sizeof fmt, "base[%%d] + i * v%%d");
         LastDim lv = {"i", "v%d"};
         put_body(b, g, k, fmt, &lv);
-        put(b, "        }\n        }\n    }\n");
+        put(b, "        }\n        }\n");
+        /* the next row: the odometer's lowest outer dim steps, carrying into the next */
+        put(b, "        for (int d = %d; d >= 0; d--) {\n", r - 2);
+        put(b, "            for (int j = 0; j < %d; j++)\n                base[j] += st[j * %d + d];\n", nops, r);
+        put(b, "            if (++idx[d] < n[d])\n                break;\n");
+        put(b, "            for (int j = 0; j < %d; j++)\n", nops);
+        put(b, "                base[j] -= st[j * %d + d] * n[d];\n", r);
+        put(b, "            idx[d] = 0;\n        }\n    }\n");
     }
     put(b, "done:\n    if (sj_bad)\n        __atomic_store_n(sj_bad_out, 1, __ATOMIC_RELAXED);\n}\n");
     emit_kernel_head(b, g, k);

@@ -318,8 +318,29 @@ int lower_exec_nodes(Graph *g, int32_t first, const int32_t *more, int n, PyObje
 int lower_step_done(Graph *g, int32_t node, int32_t out, int rc, PyObject *res, long long *fallbacks, PyObject **vals);
 /* d[names[i]] = vals[i] for i < n. 0 or -1 with an exception. */
 int lower_put_counts(PyObject *d, int n, const char *const *names, const long long *vals);
+/* Copies nbytes from src to dst (not overlapping): memcpy for long runs, 8-byte moves for
+ * short ones, where a memcpy call per run would cost more than the copy (many short rows:
+ * a stack along an inner dim). */
+static inline void lower_copy_bytes(char *dst, const char *src, size_t nbytes)
+{
+    if (nbytes >= 256) {
+        memcpy(dst, src, nbytes);
+        return;
+    }
+    size_t k = 0;
+    for (; k + 8 <= nbytes; k += 8) {   /* fixed-size memcpy: one move each */
+        uint64_t v;
+        memcpy(&v, src + k, 8);
+        memcpy(dst + k, &v, 8);
+    }
+    for (; k < nbytes; k++)
+        dst[k] = src[k];
+}
+
 /* Copies the elements of src (sizes n, strides ss, in elements of `item` bytes, r >= 1) to
- * dst (strides ds): the last dim innermost, a memcpy when both walk it contiguously. */
+ * dst (strides ds): size-1 dims dropped and dims both sides walk contiguously folded
+ * together, then row by row, the last dim innermost (a memcpy for a long contiguous row,
+ * typed moves otherwise). */
 void lower_copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
                         size_t item);
 

@@ -1,6 +1,8 @@
 /* Concatenation steps of the cpu backend: torch.cat / concat / concatenate and
  * numpy.concatenate of tensors of one kernel dtype (float32, float64, int64, int32, bool)
- * along one dim, written by a strided copy per input into its slice of a new output:
+ * along one dim, and torch.stack (a cat of the inputs each unsqueezed at dim, with the
+ * stride torch's unsqueeze gives the new dim, as torch's stack is), written by a strided
+ * copy per input into its slice of a new output:
  * contiguous (from the graph's buffer pool), or channels-last when every input is (as
  * eager's: a network's channels-last branches joined). Sizes are read at run time, so one plan serves
  * every size. Anything the plan or the run cannot take (mixed dtypes or ranks, numpy's
@@ -18,6 +20,7 @@ struct CatStep {
     int32_t *ins;       /* PyMem: the input values, in order */
     int32_t nin;
     int dim, rank;
+    int stack;          /* torch.stack: each input gets a size-1 dim at dim first */
     Lib lib;
     DType dt;
     long long calls, fallbacks;
@@ -26,8 +29,9 @@ struct CatStep {
 int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
 {
     const Node *nd = &g->nodes[ni];
-    if (nd->op != OP_CAT || nd->nout != 1 || (nd->flags & NODE_INPLACE))
+    if ((nd->op != OP_CAT && nd->op != OP_STACK) || nd->nout != 1 || (nd->flags & NODE_INPLACE))
         return -1;
+    int stack = nd->op == OP_STACK;
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (!lower_dtype_ok((DType)om->dtype) || om->requires_grad || om->symint || om->np_scalar || om->ndim < 1 ||
         om->ndim > SJ_MAX_RANK)
@@ -66,6 +70,7 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
     s.out = nd->first_value;
     s.dim = (int)(dim < 0 ? dim + r : dim);
     s.rank = r;
+    s.stack = stack;
     s.lib = (Lib)om->lib;
     s.dt = (DType)om->dtype;
     s.ins = PyMem_Malloc(sizeof(int32_t) * (size_t)list->n);
@@ -77,7 +82,7 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
         const Arg *it = &g->pool[list->a + i];
         const TensorMeta *m = it->kind == ARG_VALUE ? &g->values[it->a].meta : NULL;
         /* the same dtype, library and rank as the output (no promotion, no legacy empty 1-D) */
-        if (!m || m->dtype != om->dtype || m->lib != om->lib || m->ndim != r || m->symint || m->np_scalar) {
+        if (!m || m->dtype != om->dtype || m->lib != om->lib || m->ndim != r - stack || m->symint || m->np_scalar) {
             PyMem_Free(s.ins);
             return -1;
         }
@@ -88,6 +93,92 @@ int32_t step_cat_plan(Graph *g, int32_t ni, LowerPlan *p)
         return -2;
     }
     return ni;
+}
+
+/* o (a stack input of rank r - 1) as torch's unsqueeze(dim) sees it: a size-1 dim at dim,
+ * its stride size * stride of the dim it lands before (1 at the end). 0, or 1 when the
+ * rank does not fit (the node runs eagerly). */
+static int unsqueezed(Operand *o, int dim, int r)
+{
+    if (o->ndim != r - 1 || r > SJ_MAX_RANK)
+        return 1;
+    for (int d = r - 1; d > dim; d--) {
+        o->size[d] = o->size[d - 1];
+        o->stride[d] = o->stride[d - 1];
+    }
+    o->stride[dim] = dim < r - 1 ? o->size[dim + 1] * o->stride[dim + 1] : 1;
+    o->size[dim] = 1;
+    o->ndim = r;
+    o->lay = NULL;   /* the input's own layout no longer lines up with these dims */
+    return 0;
+}
+
+/* A cat along an inner dim of inputs whose dims from the cat dim on are contiguous, into a
+ * contiguous output: each input's part of an output row (the dims before the cat dim
+ * fixed) is one contiguous block, and the output is written in order, row by row, a block
+ * from each input in turn (torch's own order; input by input would revisit every row once
+ * per input, and a stack of many small pieces along an inner dim is all rows). 1 when
+ * done, 0 when the inputs or output are not of that form (the caller copies input by
+ * input). */
+static int interleaved(const CatStep *s, const Operand *ops, const int64_t *osize, const int64_t *ost, char *out,
+                       size_t item)
+{
+    int r = s->rank, dim = s->dim;
+    if (dim == 0 || s->nin < 2)
+        return 0;
+    int64_t want = 1;
+    for (int d = r - 1; d >= 0; d--) {   /* the output contiguous */
+        if (osize[d] != 1 && ost[d] != want)
+            return 0;
+        want *= osize[d];
+    }
+    for (int32_t i = 0; i < s->nin; i++) {   /* each input contiguous from dim on */
+        want = 1;
+        for (int d = r - 1; d >= dim; d--) {
+            if (ops[i].size[d] != 1 && ops[i].stride[d] != want)
+                return 0;
+            want *= ops[i].size[d];
+        }
+    }
+    int64_t rows = 1;
+    for (int d = 0; d < dim; d++)
+        rows *= osize[d];
+    /* per input: its block's bytes and its offset for the current row, stepped by an
+     * odometer over the dims before the cat dim */
+    size_t *bytes = PyMem_RawMalloc(sizeof(size_t) * (size_t)s->nin);
+    int64_t *off = PyMem_RawCalloc((size_t)s->nin, sizeof(int64_t));
+    if (!bytes || !off) {
+        PyMem_RawFree(bytes);
+        PyMem_RawFree(off);
+        return 0;
+    }
+    for (int32_t i = 0; i < s->nin; i++) {
+        int64_t n = 1;
+        for (int d = dim; d < r; d++)
+            n *= ops[i].size[d];
+        bytes[i] = (size_t)n * item;
+        off[i] = 0;
+    }
+    int64_t idx[SJ_MAX_RANK] = {0};
+    char *to = out;
+    for (int64_t row = 0; row < rows; row++) {
+        for (int32_t i = 0; i < s->nin; i++) {
+            lower_copy_bytes(to, ops[i].data + off[i] * (int64_t)item, bytes[i]);
+            to += bytes[i];
+        }
+        for (int d = dim - 1; d >= 0; d--) {
+            for (int32_t i = 0; i < s->nin; i++)
+                off[i] += ops[i].stride[d];
+            if (++idx[d] < osize[d])
+                break;
+            for (int32_t i = 0; i < s->nin; i++)
+                off[i] -= ops[i].stride[d] * osize[d];
+            idx[d] = 0;
+        }
+    }
+    PyMem_RawFree(bytes);
+    PyMem_RawFree(off);
+    return 1;
 }
 
 int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
@@ -108,6 +199,8 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         }
         rc = lower_read_input_dt(vals[s->ins[i]], s->lib, s->dt, &ops[i]);
         nread = i + 1;
+        if (rc == 0 && s->stack)
+            rc = unsqueezed(&ops[i], s->dim, r);
         if (rc == 0 && ops[i].ndim != r)
             rc = 1;
         for (int d = 0; rc == 0 && d < r; d++) {
@@ -143,7 +236,11 @@ int step_cat_run(Graph *g, LowerPlan *p, int32_t idx, PyObject **vals)
         int64_t ost[SJ_MAX_RANK], at = 0;
         for (int d = 0; d < r; d++)
             ost[d] = o.stride[d];
-        Py_BEGIN_ALLOW_THREADS for (int32_t i = 0; i < s->nin; i++)
+        Py_BEGIN_ALLOW_THREADS if (!cl && interleaved(s, ops, osize, ost, o.data, item))
+        {
+            /* done row by row of the output (blocks_copy) */
+        }
+        else for (int32_t i = 0; i < s->nin; i++)
         {
             char *to = o.data + at * ost[s->dim] * (int64_t)item;
             if (cl) {   /* the dims in memory order: each pixel's channels one memcpy */

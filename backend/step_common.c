@@ -223,50 +223,76 @@ int lower_weight_finite(KeptFinite *f, PyObject *w, const Operand *o)
     return finite;
 }
 
+/* One row of inner elements of item bytes: contiguous, lower_copy_bytes; strided, typed
+ * moves (a memcpy call per element costs ten times more). */
+static void copy_row(char *d0, int64_t dstep, const char *s0, int64_t sstep, int64_t inner, size_t item)
+{
+    if (dstep == 1 && sstep == 1) {
+        lower_copy_bytes(d0, s0, (size_t)inner * item);
+        return;
+    }
+    switch (item) {
+    case 4:
+        for (int64_t i = 0; i < inner; i++)
+            ((uint32_t *)d0)[i * dstep] = ((const uint32_t *)s0)[i * sstep];
+        break;
+    case 8:
+        for (int64_t i = 0; i < inner; i++)
+            ((uint64_t *)d0)[i * dstep] = ((const uint64_t *)s0)[i * sstep];
+        break;
+    case 2:
+        for (int64_t i = 0; i < inner; i++)
+            ((uint16_t *)d0)[i * dstep] = ((const uint16_t *)s0)[i * sstep];
+        break;
+    case 1:
+        for (int64_t i = 0; i < inner; i++)
+            d0[i * dstep] = s0[i * sstep];
+        break;
+    default:
+        for (int64_t i = 0; i < inner; i++)
+            memcpy(d0 + i * dstep * (int64_t)item, s0 + i * sstep * (int64_t)item, item);
+    }
+}
+
 void lower_copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, const int64_t *n, int r,
                         size_t item)
 {
-    int64_t idx[SJ_MAX_RANK] = {0};
-    for (int d = 0; d < r; d++)
+    /* size-1 dims dropped, and a dim folded into the one before it when both sides step
+     * over it contiguously: fewer, longer rows */
+    int64_t cn[SJ_MAX_RANK], cds[SJ_MAX_RANK], css[SJ_MAX_RANK];
+    int cr = 0;
+    for (int d = 0; d < r; d++) {
         if (n[d] == 0)
             return;
-    int64_t inner = n[r - 1];
-    int unit = ds[r - 1] == 1 && ss[r - 1] == 1;
+        if (n[d] == 1)
+            continue;
+        if (cr > 0 && cds[cr - 1] == ds[d] * n[d] && css[cr - 1] == ss[d] * n[d]) {
+            cn[cr - 1] *= n[d];
+            cds[cr - 1] = ds[d];
+            css[cr - 1] = ss[d];
+            continue;
+        }
+        cn[cr] = n[d];
+        cds[cr] = ds[d];
+        css[cr] = ss[d];
+        cr++;
+    }
+    if (cr == 0) {
+        memcpy(dst, src, item);
+        return;
+    }
+    int64_t inner = cn[cr - 1], idx[SJ_MAX_RANK] = {0}, so = 0, dof = 0;
     for (;;) {
-        int64_t so = 0, dof = 0;
-        for (int d = 0; d < r - 1; d++) {
-            so += idx[d] * ss[d];
-            dof += idx[d] * ds[d];
-        }
-        if (unit) {
-            memcpy(dst + dof * (int64_t)item, src + so * (int64_t)item, (size_t)inner * item);
-        } else {
-            char *d0 = dst + dof * (int64_t)item;
-            const char *s0 = src + so * (int64_t)item;
-            int64_t dstep = ds[r - 1], sstep = ss[r - 1];
-            /* typed element moves: a memcpy call per element costs ten times more */
-            switch (item) {
-            case 4:
-                for (int64_t i = 0; i < inner; i++)
-                    ((uint32_t *)d0)[i * dstep] = ((const uint32_t *)s0)[i * sstep];
-                break;
-            case 8:
-                for (int64_t i = 0; i < inner; i++)
-                    ((uint64_t *)d0)[i * dstep] = ((const uint64_t *)s0)[i * sstep];
-                break;
-            case 1:
-                for (int64_t i = 0; i < inner; i++)
-                    d0[i * dstep] = s0[i * sstep];
-                break;
-            default:
-                for (int64_t i = 0; i < inner; i++)
-                    memcpy(d0 + i * dstep * (int64_t)item, s0 + i * sstep * (int64_t)item, item);
-            }
-        }
-        int d = r - 2;
+        copy_row(dst + dof * (int64_t)item, cds[cr - 1], src + so * (int64_t)item, css[cr - 1], inner, item);
+        /* the next row: an odometer over the outer dims, offsets stepped by their strides */
+        int d = cr - 2;
         for (; d >= 0; d--) {
-            if (++idx[d] < n[d])
+            so += css[d];
+            dof += cds[d];
+            if (++idx[d] < cn[d])
                 break;
+            so -= css[d] * cn[d];
+            dof -= cds[d] * cn[d];
             idx[d] = 0;
         }
         if (d < 0)

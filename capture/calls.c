@@ -1018,6 +1018,11 @@ static Var *call_function(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
         if (r || cap_failed(c))
             return r;
     }
+    PyObject *repl = fn->obj ? polyfill_for(fn->obj) : NULL;   /* borrowed */
+    if (repl) {
+        Var *f = wrap_untracked(c, repl);
+        return f ? inline_function(c, f, args, nargs, kwnames) : NULL;
+    }
     if (fn->obj && libs_is_trusted_file(((PyCodeObject *)PyFunction_GET_CODE(fn->obj))->co_filename)) {
         PyObject *mod = ((PyFunctionObject *)fn->obj)->func_module;
         /* module forwards, container helpers and the Python helpers of
@@ -1289,6 +1294,10 @@ Var *call_var(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
         return constant;
     if (fn->obj && (fn->kind == VK_CALLABLE || fn->kind == VK_OBJECT) && library_op_is(fn->obj))
         return library_op_call(c, fn->obj, args, nargs, kwnames);
+    if (fn->obj && fn->kind == VK_CALLABLE && polyfill_is_pointwise_call(fn->obj))
+        return polyfill_pointwise_call(c, args, nargs, kwnames);
+    if (fn->obj && fn->kind == VK_CALLABLE && polyfill_is_static_int(fn->obj))
+        return polyfill_static_int(c, args, nargs, kwnames);
     switch (fn->kind) {
     case VK_FUNC:
         return call_function(c, fn, args, nargs, kwnames);

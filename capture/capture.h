@@ -627,6 +627,19 @@ int library_op_is(PyObject *fn);
  * tensors; a break when the operator writes to or aliases an argument. */
 Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
 
+/* polyfills.c: torch functions replaced by a Python version (shapejit/_polyfills.py) */
+/* The polyfill (borrowed) to inline for a call of fn, or NULL. */
+PyObject *polyfill_for(PyObject *fn);
+/* 1 when fn is _C._pointwise_call. */
+int polyfill_is_pointwise_call(PyObject *fn);
+/* _C._pointwise_call(fn, *args): fn inlined; a failure unless it recorded only pointwise
+ * ops. */
+Var *polyfill_pointwise_call(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+/* 1 when fn is _C._static_int; its call: None for a symbolic size, else its argument. */
+int polyfill_is_static_int(PyObject *fn);
+Var *polyfill_static_int(Capture *c, Var **args, int32_t nargs, PyObject *kwnames);
+int polyfills_init_module(PyObject *m);
+
 /* standins.c: meta tensors standing in for graph values */
 /* New reference: a meta tensor shaped like m, or NULL with an exception. */
 PyObject *cap_meta_standin(const TensorMeta *m);

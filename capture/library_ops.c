@@ -74,6 +74,7 @@ typedef struct {
     int probe;
     const int64_t *vals;          /* per symbol slot: its value in this probe */
     int symbolic;                 /* an argument has a symbolic size */
+    int ntensors;                 /* tensors among the arguments (nested ones too) */
     SymNode *cands[MAX_CANDS];    /* the arguments' symbolic sizes and ints, distinct */
     int ncands;
 } Probe;
@@ -111,6 +112,7 @@ static PyObject *standin_of(Probe *p, Var *a, const char **why, int depth)
         }
         TensorMeta m = a->u.t.meta;
         int any = 0;
+        p->ntensors++;
         for (int d = 0; d < m.ndim; d++)
             if (m.sym[d]) {
                 int r = probe_value(p, m.sym[d], &m.size[d], why);
@@ -129,7 +131,9 @@ static PyObject *standin_of(Probe *p, Var *a, const char **why, int depth)
         }
         return cap_meta_standin(&m);
     }
-    if ((a->kind == VK_LIST || a->kind == VK_TUPLE) && !var_deep_const(a)) {
+    if (var_deep_const(a))
+        return var_to_py(p->c, a);   /* a constant, a list of ints included */
+    if (a->kind == VK_LIST || a->kind == VK_TUPLE) {
         if (depth >= 4) {
             *why = "sequences nested this deep";
             return NULL;
@@ -452,6 +456,12 @@ Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObje
     PyObject *standins = standins_for(&p0, args, nargs, &why);
     if (!standins)
         return why ? refuse(c, fn, why) : fail_internal(c);
+    if (p0.ntensors == 0) {
+        /* nothing would send the call to the meta kernels: the run at capture would be the
+         * real kernel, its draws and side effects one more time than eager's */
+        Py_DECREF(standins);
+        return refuse(c, fn, "no tensor argument (a run at capture would call the operator's real kernel)");
+    }
     if (p0.symbolic && !c->env) {
         Py_DECREF(standins);
         PyErr_SetString(PyExc_SystemError, "shapejit: symbolic sizes without a symbol environment");

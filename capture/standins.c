@@ -76,15 +76,20 @@ static Var *fail_internal(Capture *c)
 
 /* fn(*args, **kw) (a vectorcall: npos positional, kwnames the names of the rest) with
  * torch's grad mode set to the captured program's for the run and restored after, so a
- * stand-in output's requires_grad is what the real call's would be. New reference, or NULL
- * with the exception fn raised. */
+ * stand-in output's requires_grad is what the real call's would be; the default
+ * generator's state is restored too, so that code the run reaches that draws on the cpu
+ * (a composite kernel written in Python) leaves eager's later draws as they were. New
+ * reference, or NULL with the exception fn raised. */
 PyObject *cap_standin_call(Capture *c, PyObject *fn, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames)
 {
     PyObject *query = PyObject_GetAttrString(libs.torch, "is_grad_enabled");
     PyObject *was = query ? PyObject_CallNoArgs(query) : NULL;
     Py_XDECREF(query);
-    if (!was)
+    PyObject *rng = was ? PyObject_CallMethod(libs.torch, "get_rng_state", NULL) : NULL;
+    if (!rng) {
+        Py_XDECREF(was);
         return NULL;
+    }
     PyObject *out = NULL;
     PyObject *r = PyObject_CallOneArg(libs.set_grad_fn, c->grad_mode ? Py_True : Py_False);
     Py_XDECREF(r);
@@ -96,7 +101,12 @@ PyObject *cap_standin_call(Capture *c, PyObject *fn, PyObject *const *args, Py_s
     if (!r)
         sj_err_clear();
     Py_XDECREF(r);
+    r = PyObject_CallMethod(libs.torch, "set_rng_state", "O", rng);
+    if (!r)
+        sj_err_clear();
+    Py_XDECREF(r);
     PyErr_Restore(et, ev, tb);
+    Py_DECREF(rng);
     Py_DECREF(was);
     return out;
 }

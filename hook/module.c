@@ -18,6 +18,7 @@
 int hook_init_types(PyObject *m);
 int symb_init_module(PyObject *m);
 int checks_init_module(PyObject *m);
+int polyfills_init_module(PyObject *m);
 int lower_init_module(PyObject *m);
 
 static PyObject *py_reset(PyObject *self, PyObject *unused)
@@ -111,8 +112,8 @@ PyMODINIT_FUNC PyInit__C(void)
     if (config_init() < 0 || add_methods(m, core_methods) < 0 || add_methods(m, sj_config_methods) < 0 ||
         add_methods(m, sj_log_methods) < 0 || add_methods(m, sj_trace_methods) < 0 ||
         add_methods(m, sj_policy_methods) < 0 || graph_py_init_types(m) < 0 || hook_init_types(m) < 0 ||
-        symb_init_module(m) < 0 || checks_init_module(m) < 0 || sym_py_init_types(m) < 0 ||
-        codegen_init_module(m) < 0 || lower_init_module(m) < 0) {
+        symb_init_module(m) < 0 || checks_init_module(m) < 0 || polyfills_init_module(m) < 0 ||
+        sym_py_init_types(m) < 0 || codegen_init_module(m) < 0 || lower_init_module(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

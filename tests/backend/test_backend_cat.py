@@ -102,3 +102,38 @@ def test_transposed_inputs_every_item_size(dtype):
     d = (torch.randn(2, 3, 4) * 10).to(dtype).permute(2, 1, 0)
     _check(lambda a, b: torch.cat([a, b], 1), a, b)
     _check(lambda c, d: torch.cat([c, d], -1), c, d)
+
+
+STACKS = [([(2, 3)] * 3, 0), ([(2, 3)] * 2, 1), ([(2, 3)] * 4, 2), ([(2, 3)] * 2, -1), ([(4,)] * 5, 0),
+          ([(2, 0)] * 3, 1), ([(1, 1)], 0), ([(2, 128, 8)] * 32, 2), ([(3, 4, 5)] * 2, -3)]
+
+
+@pytest.mark.parametrize("shapes,dim", STACKS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_torch_stack(shapes, dim, dtype):
+    """torch.stack runs as a cat step of the inputs unsqueezed at dim (the recurrences
+    a scan unrolls end in one)."""
+    ts = [(torch.randn(*s) * 10).to(dtype) for s in shapes]
+    _check(lambda *ts: torch.stack(ts, dim), *ts)
+
+
+def test_stack_of_strided_and_channels_last_inputs_keeps_eagers_layout():
+    base = torch.randn(2, 5, 3, 4)
+    xs = [base[:, i].permute(0, 2, 1) for i in range(3)]            # (2, 3, 5) strided
+    cl = [torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)[:, :, 0] for _ in range(2)]
+    for ts, dim in ((xs, 0), (xs, 3), (cl, 1), (cl, 3)):
+        backend, made = _lowering()
+        fn = lambda *ts: torch.stack(ts, dim)   # noqa: E731
+        got, want = shapejit.compile(fn, backend=backend)(*ts), fn(*ts)
+        assert torch.equal(got, want) and got.stride() == want.stride(), (dim, got.stride(), want.stride())
+        st = _stats(made)
+        assert st["cat_steps"] == 1 and st["cat_fallbacks"] == 0, st
+        shapejit.reset()
+
+
+def test_stack_mismatched_sizes_raise_as_eager():
+    backend, made = _lowering()
+    fn = shapejit.compile(lambda a, b: torch.stack([a, b], 1), backend=backend, dynamic=True)
+    assert fn(torch.randn(2, 3), torch.randn(2, 3)).shape == (2, 2, 3)
+    with pytest.raises(RuntimeError):
+        fn(torch.randn(2, 3), torch.randn(2, 4))

@@ -365,3 +365,71 @@ def test_graph_names_and_serialises_the_overload():
     cg = _C._cg_compile_graph(_C.graph_deserialize(text))   # the backend links it
     out = cg(x)
     torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, f(x))
+
+
+@torch.library.custom_op("sj_libops::draw", mutates_args=())
+def draw(n: int) -> torch.Tensor:
+    CALLS.append(n)
+    return torch.randn(n)
+
+
+@draw.register_fake
+def _(n):
+    return torch.empty(n)
+
+
+@torch.library.custom_op("sj_libops::fake_draws", mutates_args=())
+def fake_draws(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@fake_draws.register_fake
+def _(x):
+    torch.rand(1)   # what a Python composite kernel may do on the cpu during the meta run
+    return torch.empty_like(x)
+
+
+CALLS = []
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_operators_without_tensor_arguments_never_run_at_capture(dynamic):
+    """Nothing sends a call without tensor arguments to the meta kernels, so a run at
+    capture would be the real kernel (its draws, its side effects): such calls break, and
+    the kernel runs as many times as in eager, drawing what eager draws."""
+    def f(x):
+        return x + torch.ops.sj_libops.draw(x.shape[0]) + x[torch.ops.aten.randperm.default(x.shape[0])]
+
+    x = torch.arange(5.0)
+    torch.manual_seed(0)
+    CALLS.clear()
+    want, want_calls = f(x), list(CALLS)
+    CALLS.clear()
+    torch.manual_seed(0)
+    got = shapejit.compile(f, dynamic=dynamic)(x)
+    assert torch.equal(got, want) and CALLS == want_calls == [5]
+    ex, reasons = _reasons(f, x)
+    assert any("no tensor argument" in r for r in reasons), reasons
+
+
+def test_meta_run_leaves_the_generator_as_it_was():
+    def f(x):
+        return torch.ops.sj_libops.fake_draws(x) * torch.rand(3)
+
+    x = torch.randn(3)
+    torch.manual_seed(3)
+    want = f(x)
+    torch.manual_seed(3)
+    got = shapejit.compile(f)(x)
+    assert torch.equal(got, want)
+
+
+def test_int_list_arguments_are_constants():
+    def f(x):
+        return torch.ops.aten.sum.dim_IntList(x, [1]) + torch.ops.aten.view.default(x.exp(), [4, 3]).sum(0)
+
+    x = torch.randn(3, 4)
+    ex, reasons = _reasons(lambda x: torch.ops.aten.sum.dim_IntList(x, [1]) + 1, x)
+    assert (ex.graph_count, ex.graph_break_count) == (1, 0), reasons
+    shapejit.reset()
+    torch.testing.assert_close(shapejit.compile(f)(x), f(x))
