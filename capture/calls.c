@@ -1156,6 +1156,15 @@ static Var *call_callable(Capture *c, Var *fn, Var **args, int32_t nargs, PyObje
         if (nb >= 0)
             return op_binary(c, nb, args[0], args[1]);
     }
+    static int conv1d_row = -2;
+    if (conv1d_row == -2)
+        conv1d_row = callables_path_row("torch.nn.functional.conv1d");
+    if (row >= 0 && row == conv1d_row) { /* depthwise, short kernel: a sum (conv_depthwise.c) */
+        int handled;
+        Var *r = conv_depthwise_as_sum(c, args, nargs, kwnames, &handled);
+        if (handled)
+            return r;
+    }
     if (row >= 0)
         return op_record(c, row, args, nargs, kwnames);
     int handled = 0;

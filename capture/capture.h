@@ -627,6 +627,10 @@ int library_op_is(PyObject *fn);
  * tensors; a break when the operator writes to or aliases an argument. */
 Var *library_op_call(Capture *c, PyObject *fn, Var **args, int32_t nargs, PyObject *kwnames);
 
+/* conv_depthwise.c: F.conv1d of a depthwise convolution with a short kernel, captured as a
+ * sum of shifted products (*handled 1), else NULL with *handled 0 and nothing recorded. */
+Var *conv_depthwise_as_sum(Capture *c, Var **args, int32_t nargs, PyObject *kwnames, int *handled);
+
 /* polyfills.c: torch functions replaced by a Python version (shapejit/_polyfills.py) */
 /* The polyfill (borrowed) to inline for a call of fn, or NULL. */
 PyObject *polyfill_for(PyObject *fn);

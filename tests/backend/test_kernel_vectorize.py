@@ -168,6 +168,7 @@ def _ints(op):
 LOWERING_CHAINS = {
     "NEG": _unary(torch.neg), "ABS": _unary(torch.abs), "RELU": _unary(torch.relu), "RELU6": _unary(F.relu6),
     "LEAKY_RELU": _unary(lambda a: F.leaky_relu(a, 0.1)), "ELU": _unary(F.elu), "HARDTANH": _unary(F.hardtanh),
+    "SOFTPLUS": _unary(lambda a: F.softplus(a * 8, beta=0.5, threshold=6.0)),
     "CLAMP": _unary(lambda a: a.clamp(-1.0, 2.0)), "FLOOR": _unary(torch.floor), "CEIL": _unary(torch.ceil),
     "TRUNC": _unary(torch.trunc), "SQUARE": _unary(torch.square), "CLONE": _unary(torch.clone),
     "CAST": lambda x, y: (x * 1.5 + 0.25).to(torch.float64 if x.dtype == torch.float32 else torch.float32) * 2 + 1,
