@@ -1,5 +1,6 @@
 """The model zoo: `transformers` models nobody here wrote (Llama, Mistral, T5 encoder and
-seq2seq, BART, Whisper's encoder, CLIP text and vision; with SJ_ZOO=full also BERT,
+seq2seq, BART, Whisper's encoder, CLIP text and vision, Mixtral (its experts a torch.library
+custom op), Mamba (torch's associative_scan, a depthwise conv1d); with SJ_ZOO=full also BERT,
 DeBERTa-v2, GPT-2, Qwen2, Gemma, ViT, ResNet and ConvNeXt), built from small configs
 (tests/support/model_zoo.py), each compiled with shapejit's default backend and with
 torch.compile, both under automatic dynamic (dynamic=None), over the same 20 calls of

@@ -191,6 +191,24 @@ def _convnext_build():
 Model = collections.namedtuple("Model", "build inputs")
 
 _llama_build, _llama_inputs = _decoder_only(transformers.LlamaConfig, transformers.LlamaModel)
+def _mixtral_build():
+    cfg = transformers.MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                     max_position_embeddings=64, num_local_experts=4,
+                                     num_experts_per_tok=2, use_cache=False)
+    return transformers.MixtralModel(cfg)
+
+
+def _mamba_build():
+    cfg = transformers.MambaConfig(vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2,
+                                   expand=2, conv_kernel=4, use_cache=False)
+    return transformers.MambaModel(cfg)
+
+
+def _ids_only_inputs(batch, seq, gen):
+    return dict(input_ids=_text_ids(batch, seq, gen))
+
+
 ZOO = {
     "llama": Model(_llama_build, _llama_inputs),
     "mistral": Model(*_decoder_only(transformers.MistralConfig, transformers.MistralModel)),
@@ -217,6 +235,11 @@ ZOO = {
     "vit": Model(_vit_build, _image_inputs),
     "resnet": Model(_resnet_build, _image_inputs),
     "convnext": Model(_convnext_build, _image_inputs),
+    # mixture of experts (transformers' grouped experts call a torch.library custom op) and
+    # a state-space model (its scan is torch's associative_scan under a compiler, its
+    # convolution a depthwise conv1d)
+    "mixtral": Model(_mixtral_build, _encoder_inputs),
+    "mamba": Model(_mamba_build, _ids_only_inputs),
 }
 
 
