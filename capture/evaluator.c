@@ -455,6 +455,18 @@ resume:
                 goto fail;
             break;
         }
+        case SJOP_DELETE_ATTR: {
+            /* del o.name: as delattr(o, "name"), captured for an object made in the frame */
+            NEED(1);
+            Var *o = POP();
+            if (o->kind != VK_USEROBJ) {
+                cap_fail(c, BR_SIDE_EFFECT, "del of an attribute of %s", var_a(c, o));
+                goto fail;
+            }
+            if (objects_attr_delete(c, o, co_name_at(co, arg)) < 0)
+                goto fail;
+            break;
+        }
         case SJOP_LOAD_METHOD: {
             NEED(1);
             Var *o = POP(), *meth = NULL, *second = NULL;

@@ -198,6 +198,40 @@ def test_delattr_on_an_object_made_in_the_frame():
         shapejit.compile(g)(x)
 
 
+def test_del_statement_on_attributes():
+    """del o.a is delattr(o, "a"): captured on an object made in the frame; on an object
+    from outside it breaks (a side effect the graph does not replay), and a missing
+    attribute raises as eager."""
+    class Obj:
+        pass
+
+    def f(x):
+        o = Obj()
+        o.a, o.b = 2, 3
+        del o.a
+        return x * (o.b + (10 if hasattr(o, "a") else 0))
+
+    def outside(x, o):
+        del o.a
+        return x * 2
+
+    def missing(x):
+        o = Obj()
+        del o.missing
+        return x
+
+    x = torch.randn(3)
+    cf = shapejit.compile(f)
+    _same(cf, f, x)
+    assert shapejit.stats()["graph_breaks"] == 0
+    o1, o2 = Obj(), Obj()
+    o1.a = o2.a = 1
+    torch.testing.assert_close(shapejit.compile(outside)(x, o1), outside(x, o2))
+    assert not hasattr(o1, "a") and not hasattr(o2, "a")
+    with pytest.raises(AttributeError):
+        shapejit.compile(missing)(x)
+
+
 def test_vars_and_dict_of_an_object_made_in_the_frame():
     """importlib.metadata's Context.__init__ does vars(self).update(kwargs)."""
     class Ctx:
