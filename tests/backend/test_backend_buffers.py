@@ -60,7 +60,12 @@ def test_reuse_within_one_call():
     w = torch.randn(256, 256)
     fn, made = _compiled(chain)
     x = torch.randn(256, 256)
-    torch.testing.assert_close(fn(x, w), chain(x, w), rtol=1e-4, atol=1e-3)
+    got, want = fn(x, w), chain(x, w)
+    # the row sums cancel (terms of tens summing to about one): float32 rounding is bounded
+    # by the terms' magnitude, not the result's; the GEMMs (oneDNN here, MKL in eager)
+    # round differently, more so on AVX2
+    mass = (torch.relu(torch.sigmoid(x @ w) @ w) @ w).abs().sum(-1)
+    assert ((got - want).abs() <= 1e-3 + 2e-6 * mass).all(), (got - want).abs().max()
     assert _stat(made, "buffers_reused") >= 1
 
 
