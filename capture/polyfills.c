@@ -2,10 +2,12 @@
  * the checks those versions ask of the capture.
  *
  * A torch function whose own code the capture cannot follow (a higher-order operator
- * dispatching through torch's modes, vmap) but whose result ordinary ops can compute is
- * listed here with its polyfill: a call of it inlines the polyfill in its place. A failure
- * inside the polyfill breaks the graph at the user's call, which then runs torch's own
- * function, so the polyfill needs to be right only where the capture succeeds.
+ * dispatching through torch's modes, vmap) but whose result ordinary ops can compute has
+ * a polyfill: a call of it inlines the polyfill in its place. A failure inside the
+ * polyfill breaks the graph at the user's call, which then runs torch's own function, so
+ * the polyfill needs to be right only where the capture succeeds. The list is Python's
+ * (_polyfills.POLYFILLS), handed over once through the "polyfills" policy
+ * (core/policies.def): C never imports a shapejit module.
  *
  * _C._static_int(n) is n outside a capture, and None under capture when n is a symbolic
  * size, so a polyfill can unroll a loop over a static count without pinning a symbolic one.
@@ -14,61 +16,79 @@
  * fails unless every op it recorded is pointwise (associative_scan's combine_fn, which
  * torch runs under vmap one element at a time and the polyfill on whole slices).
  *
- * Memory: the function objects of the table are looked up once and kept as strong
- * references for the life of the process. The polyfills come from the package's
- * "polyfill" policy (core/policies.def). */
+ * Memory: the table's strings and functions are strong references kept for the life of
+ * the process (PyMem array). */
 #include "capture.h"
 #include "../vocab/libs.h"
 #include "../core/errors.h"
 #include "../core/policy.h"
 
 typedef struct {
-    const char *module;   /* torch's function: its module and name */
-    const char *name;
-    PyObject *fn;         /* strong once resolved: torch's function */
-    PyObject *repl;       /* strong once resolved: the polyfill */
+    PyObject *module;   /* strong: the str naming torch's module */
+    PyObject *name;     /* strong: the function's name in it */
+    PyObject *repl;     /* strong: the polyfill */
+    PyObject *fn;       /* strong once resolved: torch's function; NULL before */
     int tried;
 } Polyfill;
 
-static Polyfill table[] = {
-    {"torch._higher_order_ops.associative_scan", "associative_scan", NULL, NULL, 0},
-};
+static Polyfill *table;          /* PyMem: ntable rows */
+static Py_ssize_t ntable = -1;   /* -1 until the policy gave the list */
 
 static PyObject *pointwise_fn;   /* strong: _C._pointwise_call, set by polyfills_init_module */
 static PyObject *static_int_fn;  /* strong: _C._static_int, set by polyfills_init_module */
 
+/* The list from the policy, once: (module, name, function) rows. A list of another form
+ * gives no polyfills (the calls are not replaced). */
+static void load_table(void)
+{
+    if (ntable >= 0 || libs_refresh() < 0 || !libs.torch) {
+        sj_err_clear();
+        return;   /* loaded; or no torch yet, so nothing to replace (the list imports it) */
+    }
+    PyObject *policy = policy_get(POLICY_POLYFILLS);   /* borrowed */
+    if (!policy)
+        return;   /* the package has not registered it yet */
+    ntable = 0;
+    PyObject *rows = PyObject_CallNoArgs(policy);
+    PyObject *seq = rows ? PySequence_Fast(rows, "polyfills") : NULL;
+    Py_XDECREF(rows);
+    Py_ssize_t n = seq ? PySequence_Fast_GET_SIZE(seq) : 0;
+    table = n ? PyMem_Calloc((size_t)n, sizeof *table) : NULL;
+    for (Py_ssize_t i = 0; table && i < n; i++) {
+        PyObject *r = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(r, 0)) ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(r, 1)) || !PyFunction_Check(PyTuple_GET_ITEM(r, 2)))
+            continue;
+        Polyfill *p = &table[ntable++];
+        p->module = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+        p->name = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+        p->repl = Py_NewRef(PyTuple_GET_ITEM(r, 2));
+    }
+    Py_XDECREF(seq);
+    sj_err_clear();
+}
+
 /* Resolves row p once its torch module is loaded (never imports it: a function of a
- * module not loaded cannot be called): torch's function, and the polyfill the package's
- * policy names for it (C never imports a shapejit module). */
+ * module not loaded cannot be called). */
 static void resolve(Polyfill *p)
 {
     if (p->tried)
         return;
-    PyObject *lookup = policy_get(POLICY_POLYFILL);   /* borrowed */
-    PyObject *name = lookup ? PyUnicode_FromString(p->module) : NULL;
-    PyObject *mod = name ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
+    PyObject *mod = PyImport_GetModule(p->module);
     if (!mod) {
         sj_err_clear();
         return;   /* tried again at the next call */
     }
     p->tried = 1;
-    PyObject *fn = PyObject_GetAttrString(mod, p->name);
+    p->fn = PyObject_GetAttr(mod, p->name);   /* NULL in another torch: not replaced */
     Py_DECREF(mod);
-    PyObject *repl = fn ? PyObject_CallFunction(lookup, "ss", p->module, p->name) : NULL;
-    if (!repl || !PyFunction_Check(repl)) {
-        sj_err_clear();
-        Py_XDECREF(fn);
-        Py_XDECREF(repl);
-        return;   /* another torch, or no polyfill: the call is not replaced */
-    }
-    p->fn = fn;
-    p->repl = repl;
+    sj_err_clear();
 }
 
 PyObject *polyfill_for(PyObject *fn)
 {
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+    load_table();
+    for (Py_ssize_t i = 0; i < ntable; i++) {
         resolve(&table[i]);
         if (table[i].fn && table[i].fn == fn)
             return table[i].repl;

@@ -39,7 +39,7 @@ for _name, _module, _fn in (
         ("collective_exchange_traced", "collectives", "exchange_traced"),
         ("kernel_remote_fetch", "kernel_remote", "fetch"),
         ("kernel_remote_push", "kernel_remote", "push"),
-        ("polyfill", "_polyfills", "lookup")):
+        ("polyfills", "_polyfills", "table")):
     _C._set_policy(_name, _policy(_module, _fn))
 del _name, _module, _fn
 

@@ -1,15 +1,15 @@
 """Python versions of torch functions whose own code the capture does not follow: capture
-inlines these in their place (capture/polyfills.c asks lookup, a policy, for them), as
-torch.compile traces its polyfills. They never run outside a capture; when capture cannot
-follow one, the call breaks and torch's own function runs."""
+inlines these in their place (capture/polyfills.c reads POLYFILLS through the "polyfills"
+policy, table), as torch.compile traces its polyfills. They never run outside a capture;
+when capture cannot follow one, the call breaks and torch's own function runs."""
 import torch
 
 from . import _C
 
 
-def lookup(module, name):
-    """The polyfill of module.name (a torch function the C table lists), or None."""
-    return _POLYFILLS.get((module, name))
+def table():
+    """The polyfills as (module, name, function) rows: the one list of them."""
+    return tuple((module, name, fn) for (module, name), fn in POLYFILLS.items())
 
 
 def _leaves(tree):
@@ -101,6 +101,6 @@ def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise
     return out
 
 
-_POLYFILLS = {
+POLYFILLS = {
     ("torch._higher_order_ops.associative_scan", "associative_scan"): associative_scan,
 }
