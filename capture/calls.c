@@ -643,6 +643,9 @@ static Var *container_call(Capture *c, Var *self, PyObject *name, Var **args, in
         }
     }
     if (self->kind == VK_DICT) {
+        /* get reads one entry of a dict read lazily; the other methods read all */
+        if (strcmp(n, "get") && var_dict_force(c, self) < 0)
+            return NULL;
         if ((!strcmp(n, "keys") || !strcmp(n, "values") || !strcmp(n, "items")) && nargs == 0) {
             return var_dict_live_view(c, self, n[0]);
         }
@@ -1104,6 +1107,8 @@ static Var *call_method(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject
 static Var *call_partial(Capture *c, Var *fn, Var **args, int32_t nargs, PyObject *kwnames)
 {
     Var *pargs = fn->u.partial.args, *pkw = fn->u.partial.kwargs;
+    if (pkw && var_dict_force(c, pkw) < 0)
+        return NULL;
     int32_t np = pargs && pargs->kind == VK_TUPLE ? pargs->u.seq.n : 0;
     int32_t nk = pkw && pkw->kind == VK_DICT ? pkw->u.dict.n : 0;
     int32_t nkw = kwnames ? (int32_t)PyTuple_GET_SIZE(kwnames) : 0;
@@ -1340,6 +1345,8 @@ Var *call_function_ex(Capture *c, Var *fn, Var *args, Var *kwargs)
             cap_fail(c, BR_UNSUPPORTED_VALUE, "**kwargs from %s", var_a(c, kwargs));
             return NULL;
         }
+        if (var_dict_force(c, kwargs) < 0)
+            return NULL;
         nk = kwargs->u.dict.n;
     }
     Var **all = cap_alloc(c, sizeof(Var *) * (size_t)(n + nk + 1));

@@ -97,10 +97,14 @@ struct Var {
             int32_t n, cap;
             PyTypeObject *subtype;
             Var *factory;
+            PyObject *lazy;
         } dict;
         /* subtype (borrowed, keepalive): OrderedDict,
                                          defaultdict or Counter, or NULL (collections.c);
-                                         factory: a defaultdict's default_factory */
+                                         factory: a defaultdict's default_factory;
+                                         lazy (borrowed, kept by the capture): the outside
+                                         dict whose entries are read on first lookup, or
+                                         NULL once keys..vals hold all of it (wrap.c) */
         struct {
             Var *start, *stop, *step;
         } slice;
@@ -416,11 +420,19 @@ int32_t wrap_fn_source(Capture *c, Var *fn);
 Var *wrap_bound_builtin(Capture *c, PyObject *obj, int32_t src);
 int guard_add_dict_version(Capture *c, int32_t src, PyObject *d);
 int guard_add_simple(Capture *c, GuardKind kind, int32_t src, PyObject *expected);
-/* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the
- * source, or -1 with an exception set. */
 /* Guards the keys of dict d (borrowed), read at src: 0, or -1 with an exception. */
 int guard_dict_keys(Capture *c, int32_t src, PyObject *d);
+/* The source base.attr of the dict d (borrowed), its keys guarded (DICT_KEYS): the
+ * source, or -1 with an exception set. */
 int32_t guard_dict_attr_keys(Capture *c, int32_t base, const char *attr, PyObject *d);
+/* Lazy dict var d (an outside dict read through a source): key's entry read from the live
+ * dict and guarded, present (its value wrapped and added to d) or absent (DICT_CONTAINS).
+ * 1 found (*val the value var), 0 absent, -1 with the failure set. */
+int var_dict_lazy_lookup(Capture *c, Var *d, Var *key, Var **val);
+/* Makes d hold every entry of the dict it reads lazily (its keys guarded, DICT_KEYS, and
+ * each value wrapped), keeping the entries already read: what every use of a dict but a
+ * lookup by a constant key needs. 0 (also for any other var), or -1 with the failure set. */
+int var_dict_force(Capture *c, Var *d);
 
 /* failures (capture.c) */
 /* Record why capture stops (printf-like msg). Always returns -1. Clears nothing. */

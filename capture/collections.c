@@ -217,6 +217,8 @@ static PyObject *to_py(Shadow *s, Var *v)
     Py_DECREF(vk);
     if (hit || PyErr_Occurred())
         return Py_XNewRef(hit);
+    if (var_dict_force(c, v) < 0)
+        return NULL;
     if (v->kind == VK_CONST && immutable_constant(v->obj))
         return Py_NewRef(v->obj);
     if ((v->kind == VK_CALLABLE || v->kind == VK_FUNC) && v->obj && safe_factory(v->obj))
@@ -354,6 +356,8 @@ static int read_only_method(const char *what)
 static int read_back(Shadow *s, Var *v, PyObject *obj, int write)
 {
     Capture *c = s->c;
+    if (var_dict_force(c, v) < 0)
+        return -1;
     if (v->kind == VK_DICT) {
         PyObject *keys = PySequence_List(obj);   /* iteration order: an OrderedDict's own */
         if (!keys)

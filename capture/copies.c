@@ -117,6 +117,8 @@ static Var *copy_items(Capture *c, Var *v, int deep, Memo *m, int *handled)
 
 static Var *copy_dict(Capture *c, Var *v, int deep, Memo *m, int *handled)
 {
+    if (var_dict_force(c, v) < 0)
+        return NULL;
     Var *d = var_dict(c);
     if (!d)
         return NULL;

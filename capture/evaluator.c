@@ -801,6 +801,8 @@ resume:
                 cap_fail(c, BR_UNSUPPORTED_VALUE, "dict update with %s", var_a(c, u));
                 goto fail;
             }
+            if (var_dict_force(c, u) < 0)
+                goto fail;
             for (int32_t i = 0; i < u->u.dict.n; i++)
                 if (var_dict_set(c, d, u->u.dict.keys[i], u->u.dict.vals[i]) < 0)
                     goto fail;

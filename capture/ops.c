@@ -249,6 +249,8 @@ Var *op_binary(Capture *c, int nb, Var *a, Var *b)
     /* d | e: a new dict, d's entries then e's (e's values win); d |= e updates d */
     if ((nb == SJ_NB_OR || nb == SJ_NB_INPLACE_OR) && a->kind == VK_DICT && b->kind == VK_DICT && !a->u.dict.subtype &&
         !b->u.dict.subtype) {
+        if (var_dict_force(c, a) < 0 || var_dict_force(c, b) < 0)
+            return NULL;
         Var *r = a;
         if (nb == SJ_NB_INPLACE_OR) {
             if ((var_is_outside(a) && cap_note_mutation(c, a, "|=") < 0) || cap_note_change(c, a, 0) < 0)
@@ -401,9 +403,13 @@ int op_truth(Capture *c, Var *v, int *truth)
         *truth = v->u.seq.n > 0;
         return 0;
     case VK_DICT:
+        if (var_dict_force(c, v) < 0)
+            return -1;
         *truth = v->u.dict.n > 0;
         return 0;
     case VK_DICTVIEW:
+        if (var_dict_force(c, v->u.dview.dict) < 0)
+            return -1;
         *truth = v->u.dview.dict->u.dict.n > 0;
         return 0;
     case VK_SYMINT: {
@@ -930,6 +936,8 @@ int op_iterate(Capture *c, Var *v, Var ***items, int32_t *n)
     case VK_ITER:
         return iter_drain(c, v, items, n);
     case VK_DICT:
+        if (var_dict_force(c, v) < 0)
+            return -1;
         *items = v->u.dict.keys;
         *n = v->u.dict.n;
         return 0;
@@ -1025,6 +1033,8 @@ Var *op_len(Capture *c, Var *v)
         n = v->u.seq.n;
         break;
     case VK_DICT:
+        if (var_dict_force(c, v) < 0)
+            return NULL;
         n = v->u.dict.n;
         break;
     case VK_TENSOR:

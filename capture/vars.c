@@ -137,6 +137,8 @@ static int key_index(Capture *c, Var *d, Var *key, int32_t *idx)
 int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
 {
     int32_t i;
+    if (var_dict_force(c, d) < 0)
+        return -1;
     int r = key_index(c, d, key, &i);
     if (r < 0)
         return -1;
@@ -173,6 +175,8 @@ int var_dict_set(Capture *c, Var *d, Var *key, Var *val)
 int var_dict_del(Capture *c, Var *d, Var *key)
 {
     int32_t i;
+    if (var_dict_force(c, d) < 0)
+        return -1;
     int r = key_index(c, d, key, &i);
     if (r <= 0)
         return r;
@@ -184,6 +188,8 @@ int var_dict_del(Capture *c, Var *d, Var *key)
 
 int var_dict_merge(Capture *c, Var *d, Var *src)
 {
+    if (var_dict_force(c, d) < 0 || var_dict_force(c, src) < 0)
+        return -1;
     if (src->kind == VK_DICT) {
         for (int32_t i = 0; i < src->u.dict.n; i++)
             if (var_dict_set(c, d, src->u.dict.keys[i], src->u.dict.vals[i]) < 0)
@@ -217,10 +223,25 @@ int var_dict_merge(Capture *c, Var *d, Var *src)
     return 0;
 }
 
+/* A lazy dict's lookup by a constant key reads that entry alone (wrap.c); any other key
+ * (a tensor, by identity) needs all of them. A failure leaves an exception set, as the
+ * callers check. */
 Var *var_dict_get(Capture *c, Var *d, Var *key, int *found)
 {
     int32_t i;
+    *found = 0;
+    if (d->u.dict.lazy && key->kind != VK_CONST && var_dict_force(c, d) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: a dict read through its source could not be read");
+        return NULL;
+    }
     int r = key_index(c, d, key, &i);
+    if (r == 0 && d->u.dict.lazy) {
+        Var *v = NULL;
+        r = var_dict_lazy_lookup(c, d, key, &v);
+        *found = r > 0;
+        return r > 0 ? v : NULL;
+    }
     *found = r > 0;
     if (r <= 0)
         return NULL;
@@ -229,6 +250,8 @@ Var *var_dict_get(Capture *c, Var *d, Var *key, int *found)
 
 Var *var_dict_view(Capture *c, Var *d, char which, int skip_none)
 {
+    if (var_dict_force(c, d) < 0)
+        return NULL;
     Var *l = var_seq(c, VK_LIST, NULL, 0);
     for (int32_t i = 0; l && i < d->u.dict.n; i++) {
         Var *k = d->u.dict.keys[i], *v = d->u.dict.vals[i];
@@ -350,6 +373,11 @@ PyObject *var_to_py(Capture *c, Var *v)
         return seq;
     }
     case VK_DICT: {
+        if (var_dict_force(c, v) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "shapejit: a dict read through its source could not be read");
+            return NULL;
+        }
         PyObject *d = PyDict_New();
         if (!d)
             return NULL;

@@ -257,41 +257,132 @@ static Var *wrap_seq(Capture *c, PyObject *orig, PyObject *fast, int32_t src)
     return v;
 }
 
-static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
+/* The var of the value of obj[k] (k a key of the dict obj, borrowed), read through src's
+ * item k (no source when src < 0). */
+static Var *wrap_dict_value(Capture *c, PyObject *obj, int32_t src, PyObject *k)
+{
+    PyObject *val = PyDict_GetItemWithError(obj, k);   /* borrowed */
+    if (!val) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, k);
+        return NULL;
+    }
+    int32_t isrc = src >= 0 ? sources_add(&c->src, SRC_ITEM, src, 0, k, NULL) : -1;
+    if (src >= 0 && isrc < 0)
+        return NULL;
+    return wrap_value(c, val, isrc);
+}
+
+/* Fills dict var d with the entries of obj in its order, its keys guarded; entries d
+ * already holds (read by a lookup) keep their vars. */
+static int dict_fill(Capture *c, Var *d, PyObject *obj, int32_t src)
 {
     /* the keys in iteration order: an OrderedDict's own, which its dict's need not be */
     PyObject *keys = PyODict_Check(obj) ? PySequence_List(obj) : PyDict_Keys(obj);
     if (!keys)
-        return NULL;
+        return -1;
     PyObject *kt = PyList_AsTuple(keys);
     Py_DECREF(keys);
     if (!kt || !cap_keep_steal(c, kt))
-        return NULL;
-    if (guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)Py_TYPE(obj)) < 0 ||
-        guard_add_simple(c, GK_DICT_KEYS, src, kt) < 0)
-        return NULL;
-    Var *d = var_dict(c);
-    if (!d)
-        return NULL;
-    d->src = src;
+        return -1;
+    if (guard_add_simple(c, GK_DICT_KEYS, src, kt) < 0)
+        return -1;
+    int32_t nread = d->u.dict.n;
+    Var **rk = NULL, **rv = NULL;
+    if (nread) {
+        rk = cap_alloc(c, sizeof(Var *) * (size_t)nread);
+        rv = cap_alloc(c, sizeof(Var *) * (size_t)nread);
+        if (!rk || !rv)
+            return -1;
+        memcpy(rk, d->u.dict.keys, sizeof(Var *) * (size_t)nread);
+        memcpy(rv, d->u.dict.vals, sizeof(Var *) * (size_t)nread);
+        d->u.dict.n = 0;
+    }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kt); i++) {
         PyObject *k = PyTuple_GET_ITEM(kt, i);
         if (!is_constant_type(k)) {
             cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S has a non-constant key",
                      src >= 0 ? sources_repr(&c->src, src) : Py_None);
-            return NULL;
+            return -1;
         }
-        PyObject *val = PyDict_GetItemWithError(obj, k);
-        if (!val)
-            return NULL;
-        int32_t isrc = src >= 0 ? sources_add(&c->src, SRC_ITEM, src, 0, k, NULL) : -1;
-        if (src >= 0 && isrc < 0)
-            return NULL;
-        Var *kv = var_const(c, k), *vv = kv ? wrap_value(c, val, isrc) : NULL;
+        Var *kv = NULL, *vv = NULL;
+        for (int32_t j = 0; j < nread && !kv; j++)
+            if (rk[j] && (rk[j]->obj == k || PyObject_RichCompareBool(rk[j]->obj, k, Py_EQ) == 1)) {
+                kv = rk[j];
+                vv = rv[j];
+                rk[j] = NULL;
+            }
+        if (!kv) {
+            kv = var_const(c, k);
+            vv = kv ? wrap_dict_value(c, obj, src, k) : NULL;
+        }
         if (!vv || var_dict_set(c, d, kv, vv) < 0)
-            return NULL;
+            return -1;
     }
-    return d;
+    for (int32_t j = 0; j < nread; j++)
+        if (rk[j]) {   /* a key read at capture is gone: the dict changed under the capture */
+            cap_fail(c, BR_UNSUPPORTED_VALUE, "dict %S changed while the frame was captured",
+                     src >= 0 ? sources_repr(&c->src, src) : Py_None);
+            return -1;
+        }
+    return 0;
+}
+
+/* An outside dict read through a source (an exact dict) starts lazy: guarded by its type,
+ * its entries read, and guarded, one lookup at a time (var_dict_lazy_lookup); any other use
+ * fills it (var_dict_force). A dict the frame only looks keys up in (os.environ's, read
+ * by os.environ.get; a config dict) is then not guarded by all of its keys and values, and
+ * setting an unrelated key does not make the frame compile again. */
+static Var *wrap_dict(Capture *c, PyObject *obj, int32_t src)
+{
+    if (guard_add_simple(c, GK_TYPE_MATCH, src, (PyObject *)Py_TYPE(obj)) < 0)
+        return NULL;
+    Var *d = var_dict(c);
+    if (!d)
+        return NULL;
+    d->src = src;
+    if (src >= 0 && PyDict_CheckExact(obj)) {
+        d->u.dict.lazy = obj;   /* kept: wrap_mutable keeps the objects it wraps */
+        return d;
+    }
+    return dict_fill(c, d, obj, src) < 0 ? NULL : d;
+}
+
+int var_dict_force(Capture *c, Var *d)
+{
+    if (d->kind != VK_DICT || !d->u.dict.lazy)
+        return 0;
+    PyObject *obj = d->u.dict.lazy;
+    d->u.dict.lazy = NULL;
+    return dict_fill(c, d, obj, d->src);
+}
+
+int var_dict_lazy_lookup(Capture *c, Var *d, Var *key, Var **val)
+{
+    PyObject *obj = d->u.dict.lazy, *k = key->obj;
+    int has = PyDict_Contains(obj, k);
+    if (has < 0)
+        return -1;
+    Guard g;
+    memset(&g, 0, sizeof g);
+    g.kind = GK_DICT_CONTAINS;
+    g.src = sources_add(&c->src, SRC_ITEM, d->src, 0, k, NULL);
+    g.src2 = -1;
+    g.len = has;
+    if (g.src < 0 || guards_add(&c->guards, &g) < 0)
+        return -1;
+    if (!has)
+        return 0;
+    Var *v = wrap_dict_value(c, obj, d->src, k);
+    if (!v)
+        return -1;
+    d->u.dict.lazy = NULL;   /* an entry added as any other; the rest stays unread */
+    int r = var_dict_set(c, d, key, v);
+    d->u.dict.lazy = obj;
+    if (r < 0)
+        return -1;
+    *val = v;
+    return 1;
 }
 
 /* Lists and dicts read from two sources that are one object (two arguments naming one

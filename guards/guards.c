@@ -273,6 +273,17 @@ static int check_hasattr(const Guard *g, PyObject *v, GuardCall *call)
     return g->len == 0;
 }
 
+/* DICT_CONTAINS: the guard's source is base[key]; v is base, a dict. len: 1 when the key
+ * was there at capture, 0 when it was not. A dict read by lookups alone is guarded by the
+ * keys it looked up, not by all of its keys (os.environ's, read by os.environ.get). */
+static int check_dict_contains(const Guard *g, PyObject *v, GuardCall *call)
+{
+    if (!PyDict_Check(v))
+        return 0;
+    int r = PyDict_Contains(v, call->t->src.e[g->src].key);
+    return r < 0 ? -1 : r == g->len;
+}
+
 /* CLASS_ATTR: the source base.name names an attribute read from base's class (a method, a
  * property, a static or class method); v is base. The class (and its bases) must still give
  * the same object, and with len 1 (not a data descriptor) the instance must not have an
@@ -531,6 +542,16 @@ static PyObject *explain_hasattr(const Guard *g, PyObject *v, PyObject *name, Gu
                                 g->len == 1 ? "False" : "True");
 }
 
+static PyObject *explain_dict_contains(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
+{
+    (void)name;
+    const SourceEntry *e = &call->t->src.e[g->src];
+    if (!PyDict_Check(v))
+        return PyUnicode_FromFormat("%U is a %s now, not a dict", call->t->src.e[e->base].repr, Py_TYPE(v)->tp_name);
+    return PyUnicode_FromFormat("%R in %U is %s now", e->key, call->t->src.e[e->base].repr,
+                                g->len == 1 ? "False" : "True");
+}
+
 static PyObject *explain_class_attr(const Guard *g, PyObject *v, PyObject *name, GuardCall *call)
 {
     (void)name;
@@ -672,6 +693,13 @@ static PyObject *format_hasattr(const Guard *g, PyObject *src, const SourceTable
     const SourceEntry *e = &t->e[g->src];
     return PyUnicode_FromFormat("HASATTR: hasattr(%U, %R) == %s", t->e[e->base].repr, e->key,
                                 g->len == 1 ? "True" : "False");
+}
+
+static PyObject *format_dict_contains(const Guard *g, PyObject *src, const SourceTable *t)
+{
+    (void)src;
+    const SourceEntry *e = &t->e[g->src];
+    return PyUnicode_FromFormat("DICT_CONTAINS: %s%R in %U", g->len == 1 ? "" : "not ", e->key, t->e[e->base].repr);
 }
 
 static PyObject *format_class_attr(const Guard *g, PyObject *src, const SourceTable *t)
@@ -920,6 +948,7 @@ int guards_same(const Guard *a, const Guard *b)
     case GK_DICT_VERSION:
     case GK_SAME_OBJECT:
     case GK_HASATTR:   /* the source names the attribute; len says whether it was there */
+    case GK_DICT_CONTAINS:   /* the source names the item; len says whether it was there */
         return 1;
     case GK_CLASS_ATTR:
         return a->expected == b->expected && a->len == b->len;
@@ -940,7 +969,8 @@ static PyObject *leaf_value(const Guard *g, const SourceTable *t, GuardCall *cal
     }
     if (g->kind == GK_SAME_OBJECT && !sources_resolve(t, g->src2, call->fv, call->memo))
         return NULL;
-    if (g->kind == GK_HASATTR || g->kind == GK_CLASS_ATTR)   /* they look at base, not base.name */
+    if (g->kind == GK_HASATTR || g->kind == GK_CLASS_ATTR ||
+        g->kind == GK_DICT_CONTAINS)   /* they look at base, not base.name */
         return sources_resolve(t, t->e[g->src].base, call->fv, call->memo);
     if (g->src < 0)
         return Py_None;

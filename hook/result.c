@@ -126,6 +126,11 @@ static PyObject *plan_iter(PlanCtx *p, Var *v, int *skip)
 /* A dict made during capture, or an OrderedDict / Counter / defaultdict. */
 static PyObject *plan_dict(PlanCtx *p, Var *v)
 {
+    if (var_dict_force(p->c, v) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "shapejit: a dict read through its source could not be read");
+        return NULL;
+    }
     int any_planned = 0;
     PyObject *keys = PyTuple_New(v->u.dict.n), *items = PyTuple_New(v->u.dict.n);
     if (!keys || !items) {
