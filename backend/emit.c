@@ -251,8 +251,9 @@ typedef struct {
     const char *ls_fmt;
 } LastDim;
 
-/* The rotate_half node i of k (cat node ni): x read at the last-dim index j + h, negated,
- * for j < h, else at j - h. */
+/* The rotation node i of k (node ni, plan_rot.c): x read at the last-dim index j + h,
+ * negated, for j < h, else at j - h (rotate_half); x read at j + 1, negated, for even j,
+ * else at j - 1 (the pairs' swap: h is 1). */
 static void put_rot(Buf *b, Graph *g, const Kernel *k, int32_t i, int32_t ni, const char *off_fmt, const LastDim *ld)
 {
     RotRead rr;
@@ -268,12 +269,19 @@ static void put_rot(Buf *b, Graph *g, const Kernel *k, int32_t i, int32_t ni, co
     int j = (int)(k->nout + in);
     DType dt = (DType)g->values[rr.x].meta.dtype;
     const char *t = lower_ctype(dt);
-    put(b, "            %s t%d;\n            { const int sj_lo = %s < %lldLL; const %s v = in%d[(", t, (int)i, ld->j,
-        (long long)rr.half, t, (int)in);
+    if (rr.pairs)
+        put(b, "            %s t%d;\n            { const int sj_lo = (%s & 1) == 0; const %s v = in%d[(", t, (int)i,
+            ld->j, t, (int)in);
+    else
+        put(b, "            %s t%d;\n            { const int sj_lo = %s < %lldLL; const %s v = in%d[(", t, (int)i,
+            ld->j, (long long)rr.half, t, (int)in);
     put(b, off_fmt, j, j);
     put(b, ") + (sj_lo ? %lldLL : -%lldLL) * (", (long long)rr.half, (long long)rr.half);
     put(b, ld->ls_fmt, j);
-    put(b, ")]; t%d = sj_sel%s(sj_lo, -v, v); }\n", (int)i, dt == DT_F64 ? "d" : "");
+    /* a plain ternary: gcc vectorizes the load at the selected offset (a gather) only when
+     * the select after it is one it if-converts itself; sj_sel's bit blend leaves the loop
+     * scalar */
+    put(b, ")]; t%d = sj_lo ? -v : v; }\n", (int)i);
 }
 
 static void compute_at(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, const LastDim *ld, int32_t upto)
@@ -286,7 +294,7 @@ static void compute_at(Buf *b, Graph *g, const Kernel *k, const char *off_fmt, c
     for (int32_t i = 0; i < upto; i++) {
         int32_t ni = k->nodes[i];
         NodeLower nl;
-        if (k->rot && g->nodes[ni].op == OP_CAT) {
+        if (k->rot && plan_rot_role(g, k, ni) == 2) {
             put_rot(b, g, k, i, ni, off_fmt, ld);
             continue;
         }
@@ -433,10 +441,19 @@ static void put_kernel(Buf *b, Graph *g, const Kernel *k)
     put(b, "#pragma omp for schedule(static)\n");
     put(b, "        for (int64_t blk = 0; blk < nblk; blk++) {\n");
     put(b, "        const int64_t lo = blk * 4096, hi = lo + 4096 < total ? lo + 4096 : total;\n");
+    /* dense: the last-dim index of flat element i (a rotated read's last dim d is static),
+     * from the block's start in 32 bits: gcc vectorizes an unsigned 32-bit remainder by a
+     * constant, not a 64-bit one */
+    long long d = k->rot ? (long long)g->values[k->space].meta.size[r - 1] : 1;
+    char jd[96];
+    if (k->rot && d > 0 && d < (1LL << 30)) {
+        put(b, "        const uint32_t sj_jlo = (uint32_t)(lo %% %lldLL);\n", d);
+        snprintf(jd, sizeof jd, "((int64_t)(((uint32_t)(i - lo) + sj_jlo) %% %lldu))", d);
+    } else {
+        snprintf(jd, sizeof jd, "(i %% %lldLL)", d);
+    }
     put(b, "#pragma omp simd\n");
     put(b, "        for (int64_t i = lo; i < hi; i++) {\n");
-    char jd[64];   /* dense: the last-dim index of flat element i (a rotated read's last dim is static) */
-    snprintf(jd, sizeof jd, "(i %% %lldLL)", (long long)(k->rot ? g->values[k->space].meta.size[r - 1] : 1));
     LastDim ldd = {jd, "1"};
     put_body(b, g, k, "i", &ldd);
     put(b, "        }\n        }\n        goto done;\n    }\n");

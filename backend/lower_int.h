@@ -76,16 +76,22 @@ int plan_node_reads_value(const Graph *g, int32_t ni, int32_t v);
 
 /* ------------------------------------------------------------ plan_rot.c ---- */
 
-/* A rotate_half, cat((-x[..., h:], x[..., :h]), dim=-1) of a float tensor x whose last dim
- * 2h is static, read by a kernel at rotated offsets of x (plan_rot.c). */
+/* A rotation of a float tensor x whose last dim 2h is static, read by a kernel at rotated
+ * offsets of x (plan_rot.c): rotate_half, cat((-x[..., h:], x[..., :h]), dim=-1), or the
+ * pairs' swap of GPT-J's rotate_every_two, stack((-x[..., 1::2], x[..., ::2]),
+ * dim=-1).flatten(-2). */
 typedef struct {
     int32_t x;          /* the value rotated */
     int64_t half;       /* h */
-    int32_t cat;        /* the cat node */
-    int32_t parts[3];   /* the two slices and the negation, in graph order */
+    int pairs;          /* 1: the pairs' swap (element j reads j + 1 negated for even j, else j - 1) */
+    int32_t cat;        /* the node making the rotation: the cat, or the flatten */
+    int nparts;         /* 3 (the two slices and the negation) or 4 (and the stack) */
+    int32_t parts[4];   /* in graph order */
 } RotRead;
 
-/* 0 and *rr when node ni is such a cat (of torch float tensors); 1 when not. */
+/* 1 when node ni's op can head a rotation (a cat or a flatten). */
+int plan_rot_head_op(const Graph *g, int32_t ni);
+/* 0 and *rr when node ni heads such a rotation (of torch float tensors); 1 when not. */
 int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr);
 /* rot_of[ni] (nnodes entries) = the cat node of the rotate_half node ni is part of (the cat
  * itself included) when the pattern's slices and negation are read by it alone, else -1;

@@ -359,10 +359,10 @@ static int plan_rot_node(Graph *g, int32_t ni, LowerPlan *out, Kernel **open, in
 {
     RotRead rr;
     int free_parts = !plan_rot_match(g, ni, &rr);
-    for (int i = 0; free_parts && i < 3; i++)
+    for (int i = 0; free_parts && i < rr.nparts; i++)
         free_parts = node_step[rr.parts[i]] < 0;
     if (!free_parts) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < rr.nparts; i++)
             if (node_step[rr.parts[i]] < 0) {
                 Step s = {STEP_EAGER, rr.parts[i]};
                 node_step[rr.parts[i]] = out->nsteps;
@@ -391,7 +391,7 @@ static int plan_rot_node(Graph *g, int32_t ni, LowerPlan *out, Kernel **open, in
         k = &out->kernels[out->nkernels - 1];
         plan_add_input(k, rr.x);
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < rr.nparts; i++)
         if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &rr.parts[i]) < 0)
             return -1;
     if (plan_push((void **)&k->nodes, &k->nnodes, sizeof(int32_t), &ni) < 0)

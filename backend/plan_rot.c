@@ -4,7 +4,12 @@
  *
  * computed inside a pointwise kernel as one element of x read at the last-dim index
  * j + h (negated) for j < h, else j - h, instead of two slicing steps, a negation kernel
- * and a concatenation step, each a separate allocation and call. The slices and the
+ * and a concatenation step, each a separate allocation and call; and the interleaved form
+ * (GPT-J, CodeGen, Cohere: rotate_every_two),
+ *
+ *     stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+ *
+ * as x read at j + 1 (negated) for even j, else j - 1. The slices and the
  * negation stay in the kernel's node list (so a kernel that hands its nodes back to eager
  * runs them all, in graph order); the emitter writes nothing for them and reads x at the
  * rotated offset for the cat (emit.c).
@@ -32,9 +37,9 @@ static int32_t maker(const Graph *g, int32_t v, OpId op)
     return ni;
 }
 
-/* Node ni is getitem(x, (..., slice(lo, hi))) (or the leading dims as full slices) of a
- * static last dim d: 0 and *x, [*lo, *hi); 1 when not. */
-static int last_dim_slice(const Graph *g, int32_t ni, int32_t *x, int64_t *lo, int64_t *hi)
+/* Node ni is getitem(x, (..., slice(lo, hi, step))) (or the leading dims as full slices) of
+ * a static last dim d: 0 and *x, [*lo, *hi) by *step (positive); 1 when not. */
+static int last_dim_slice(const Graph *g, int32_t ni, int32_t *x, int64_t *lo, int64_t *hi, int64_t *stepp)
 {
     const Arg *in = graph_node_arg(g, ni, "input"), *ix = graph_node_arg(g, ni, "index");
     if (!in || !ix || in->kind != ARG_VALUE || ix->kind != ARG_CONST)
@@ -64,22 +69,133 @@ static int last_dim_slice(const Graph *g, int32_t ni, int32_t *x, int64_t *lo, i
         return 1;
     }
     PySlice_AdjustIndices((Py_ssize_t)m->size[m->ndim - 1], &start, &stop, step);
-    if (step != 1)
+    if (step < 1)
         return 1;
     *x = in->a;
     *lo = start;
     *hi = stop;
+    *stepp = step;
+    return 0;
+}
+
+/* Every parameter of node ni but those named a and b absent or None (out=, dtype=). */
+static int only_params(const Graph *g, int32_t ni, const char *a, const char *b)
+{
+    const Node *nd = &g->nodes[ni];
+    const SchemaParam *ps;
+    int np = graph_node_params(g, ni, &ps);
+    for (int i = 0; i < np; i++) {
+        const Arg *x = &g->pool[nd->bound + i];
+        if (x->kind != ARG_ABSENT && strcmp(ps[i].name, a) && strcmp(ps[i].name, b) &&
+            !(x->kind == ARG_CONST && PyList_GET_ITEM(g->consts, x->a) == Py_None))
+            return 0;
+    }
+    return 1;
+}
+
+/* The constant int of node ni's parameter `name` in *v (absent: dflt); 1 when not a
+ * constant int. */
+static int const_param(const Graph *g, int32_t ni, const char *name, int64_t dflt, int64_t *v)
+{
+    const Arg *a = graph_node_arg(g, ni, name);
+    *v = dflt;
+    if (!a || a->kind == ARG_ABSENT)
+        return 0;
+    return a->kind != ARG_CONST || lower_const_int(PyList_GET_ITEM(g->consts, a->a), v);
+}
+
+/* The list of two tensor values node ni reads as `tensors`: 0 and *a, *b; 1 when not. */
+static int two_tensors(const Graph *g, int32_t ni, int32_t *a, int32_t *b)
+{
+    const Arg *list = graph_node_arg(g, ni, "tensors");
+    if (!list || (list->kind != ARG_LIST && list->kind != ARG_TUPLE) || list->n != 2)
+        return 1;
+    const Arg *a0 = &g->pool[list->a], *a1 = &g->pool[list->a + 1];
+    if (a0->kind != ARG_VALUE || a1->kind != ARG_VALUE)
+        return 1;
+    *a = a0->a;
+    *b = a1->a;
+    return 0;
+}
+
+/* Sorts parts[0..n) by graph order (node ids are graph order). */
+static void sort_parts(int32_t *p, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && p[j - 1] > p[j]; j--) {
+            int32_t t = p[j];
+            p[j] = p[j - 1];
+            p[j - 1] = t;
+        }
+}
+
+int plan_rot_head_op(const Graph *g, int32_t ni)
+{
+    return g->nodes[ni].op == OP_CAT || g->nodes[ni].op == OP_FLATTEN;
+}
+
+/* Node ni is flatten(stack((-x[..., 1::2], x[..., ::2]), dim=-1), -2) of a float x whose
+ * last dim is static and even: 0 and *rr; 1 when not. */
+static int match_pairs(const Graph *g, int32_t ni, RotRead *rr)
+{
+    const Node *nd = &g->nodes[ni];
+    const TensorMeta *om = &g->values[nd->first_value].meta;
+    const Arg *in = graph_node_arg(g, ni, "input");
+    int64_t sd, ed;
+    if (!in || in->kind != ARG_VALUE || !only_params(g, ni, "input", "start_dim") ||
+        const_param(g, ni, "start_dim", 0, &sd) || const_param(g, ni, "end_dim", -1, &ed))
+        return 1;
+    int32_t st = maker(g, in->a, OP_STACK);
+    const TensorMeta *sm = &g->values[in->a].meta;
+    if (st < 0 || sm->ndim != om->ndim + 1 || (sd != -2 && sd != sm->ndim - 2) || (ed != -1 && ed != sm->ndim - 1) ||
+        sm->sym[sm->ndim - 1] || sm->size[sm->ndim - 1] != 2)
+        return 1;
+    int64_t dim;
+    int32_t a0, a1;
+    if (!only_params(g, st, "tensors", "dim") || const_param(g, st, "dim", 0, &dim) ||
+        (dim != -1 && dim != sm->ndim - 1) || two_tensors(g, st, &a0, &a1))
+        return 1;
+    int32_t neg = maker(g, a0, OP_NEG), even = maker(g, a1, OP_GETITEM);
+    if (neg < 0 || even < 0)
+        return 1;
+    const Arg *ni_in = graph_node_arg(g, neg, "input");
+    if (!ni_in || ni_in->kind != ARG_VALUE)
+        return 1;
+    int32_t odd = maker(g, ni_in->a, OP_GETITEM), x_odd, x_even;
+    int64_t o0, o1, os, e0, e1, es;
+    if (odd < 0 || last_dim_slice(g, odd, &x_odd, &o0, &o1, &os) || last_dim_slice(g, even, &x_even, &e0, &e1, &es) ||
+        x_odd != x_even)
+        return 1;
+    const TensorMeta *xm = &g->values[x_odd].meta;
+    int64_t d = xm->size[xm->ndim - 1];
+    if (d < 2 || d % 2 || o0 != 1 || os != 2 || e0 != 0 || es != 2 || o1 < d - 1 || e1 < d - 2 ||
+        xm->dtype != om->dtype || !lower_same_dims(xm, om))
+        return 1;
+    int32_t vals[4] = {a0, a1, ni_in->a, in->a};
+    for (int i = 0; i < 4; i++)
+        if (!rot_meta_ok(&g->values[vals[i]].meta) || g->values[vals[i]].meta.dtype != om->dtype)
+            return 1;
+    rr->x = x_odd;
+    rr->half = 1;
+    rr->pairs = 1;
+    rr->cat = ni;
+    rr->nparts = 4;
+    int32_t p[4] = {odd, even, neg, st};
+    sort_parts(p, 4);
+    memcpy(rr->parts, p, sizeof p);
     return 0;
 }
 
 int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
 {
     const Node *nd = &g->nodes[ni];
-    if (nd->op != OP_CAT || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)))
+    if (!plan_rot_head_op(g, ni) || nd->nout != 1 || (nd->flags & (NODE_INPLACE | NODE_OUT)))
         return 1;
     const TensorMeta *om = &g->values[nd->first_value].meta;
     if (!rot_meta_ok(om))
         return 1;
+    if (nd->op == OP_FLATTEN)
+        return match_pairs(g, ni, rr);
     const Arg *list = graph_node_arg(g, ni, "tensors"), *dimv = graph_node_arg(g, ni, "dim");
     int64_t dim = 0;
     if (!list || (list->kind != ARG_LIST && list->kind != ARG_TUPLE) || list->n != 2 ||
@@ -87,15 +203,8 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
         return 1;
     if (dim != -1 && dim != om->ndim - 1)
         return 1;
-    /* every other parameter absent or None (out=, dtype=) */
-    const SchemaParam *ps;
-    int np = graph_node_params(g, ni, &ps);
-    for (int i = 0; i < np; i++) {
-        const Arg *a = &g->pool[nd->bound + i];
-        if (a->kind != ARG_ABSENT && strcmp(ps[i].name, "tensors") && strcmp(ps[i].name, "dim") &&
-            !(a->kind == ARG_CONST && PyList_GET_ITEM(g->consts, a->a) == Py_None))
-            return 1;
-    }
+    if (!only_params(g, ni, "tensors", "dim"))   /* out=, dtype= absent or None */
+        return 1;
     const Arg *a0 = &g->pool[list->a], *a1 = &g->pool[list->a + 1];
     if (a0->kind != ARG_VALUE || a1->kind != ARG_VALUE)
         return 1;
@@ -107,9 +216,9 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
         return 1;
     int32_t hi_node = maker(g, ni_in->a, OP_GETITEM);
     int32_t x_hi, x_lo;
-    int64_t h0, h1, l0, l1;
-    if (hi_node < 0 || last_dim_slice(g, hi_node, &x_hi, &h0, &h1) || last_dim_slice(g, lo_node, &x_lo, &l0, &l1) ||
-        x_hi != x_lo)
+    int64_t h0, h1, hs, l0, l1, ls;
+    if (hi_node < 0 || last_dim_slice(g, hi_node, &x_hi, &h0, &h1, &hs) ||
+        last_dim_slice(g, lo_node, &x_lo, &l0, &l1, &ls) || x_hi != x_lo || hs != 1 || ls != 1)
         return 1;
     const TensorMeta *xm = &g->values[x_hi].meta;
     int64_t d = xm->size[xm->ndim - 1];
@@ -123,7 +232,9 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
             return 1;
     rr->x = x_hi;
     rr->half = d / 2;
+    rr->pairs = 0;
     rr->cat = ni;
+    rr->nparts = 3;
     /* graph order: the slices and the negation come before the cat, the negation after its
      * slice */
     int32_t p[3] = {hi_node, lo_node, neg};
@@ -138,6 +249,7 @@ int plan_rot_match(const Graph *g, int32_t ni, RotRead *rr)
         p[1] = t;
     }
     memcpy(rr->parts, p, sizeof p);
+    rr->parts[3] = -1;
     return 0;
 }
 
@@ -146,11 +258,11 @@ int plan_rot_role(const Graph *g, const Kernel *k, int32_t ni)
     for (int32_t j = 0; k->rot && j < k->nnodes; j++) {
         RotRead rr;
         int32_t c = k->nodes[j];
-        if (g->nodes[c].op != OP_CAT || plan_rot_match(g, c, &rr))
+        if (!plan_rot_head_op(g, c) || plan_rot_match(g, c, &rr))
             continue;
         if (c == ni)
             return 2;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < rr.nparts; i++)
             if (rr.parts[i] == ni)
                 return 1;
     }
@@ -178,15 +290,16 @@ int plan_rot_mark(Graph *g, int32_t *rot_of, int32_t *last_use)
         reads[g->outputs[i]] += 2;   /* returned: must be made */
     for (int32_t ni = 0; ni < g->nnodes; ni++) {
         RotRead rr;
-        if (g->nodes[ni].op != OP_CAT || plan_rot_match(g, ni, &rr))
+        if (!plan_rot_head_op(g, ni) || plan_rot_match(g, ni, &rr))
             continue;
-        /* the slices and the negation are read by the pattern alone, and belong to no other */
+        /* the slices and the negation (and the stack) are read by the pattern alone, and
+         * belong to no other */
         int alone = 1;
-        for (int i = 0; i < 3 && alone; i++)
+        for (int i = 0; i < rr.nparts && alone; i++)
             alone = reads[g->nodes[rr.parts[i]].first_value] == 1 && rot_of[rr.parts[i]] < 0;
         if (!alone)
             continue;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < rr.nparts; i++)
             rot_of[rr.parts[i]] = ni;
         rot_of[ni] = ni;
         /* x is read where the cat runs (the slices no longer read it on their own) */

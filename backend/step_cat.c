@@ -140,11 +140,7 @@ static int interleaved(const CatStep *s, const Operand *ops, const int64_t *osiz
             want *= ops[i].size[d];
         }
     }
-    int64_t rows = 1;
-    for (int d = 0; d < dim; d++)
-        rows *= osize[d];
-    /* per input: its block's bytes and its offset for the current row, stepped by an
-     * odometer over the dims before the cat dim */
+    /* per input: its block's bytes and its offset for the current row */
     size_t *bytes = PyMem_RawMalloc(sizeof(size_t) * (size_t)s->nin);
     int64_t *off = PyMem_RawCalloc((size_t)s->nin, sizeof(int64_t));
     if (!bytes || !off) {
@@ -157,23 +153,87 @@ static int interleaved(const CatStep *s, const Operand *ops, const int64_t *osiz
         for (int d = dim; d < r; d++)
             n *= ops[i].size[d];
         bytes[i] = (size_t)n * item;
-        off[i] = 0;
     }
-    int64_t idx[SJ_MAX_RANK] = {0};
+    /* the dims before the cat dim, merged where every input steps through them as one (a
+     * row-major input, or a strided view such as x[..., ::2] of one): the innermost merged
+     * dim is a tight loop, the others an odometer. A stack of k small pieces along the last
+     * dim (rotary embeddings' interleave) is then one loop over all rows. */
+    int64_t msize[SJ_MAX_RANK], mst[SJ_MAX_RANK][SJ_MAX_RANK];   /* mst[d][i]: input i's stride */
+    int nm = 0;
+    for (int d = 0; d < dim && s->nin <= SJ_MAX_RANK; d++) {
+        if (osize[d] == 1)
+            continue;
+        int merge = nm > 0;
+        for (int32_t i = 0; merge && i < s->nin; i++)
+            merge = mst[nm - 1][i] == ops[i].stride[d] * osize[d];
+        if (merge)
+            msize[nm - 1] *= osize[d];
+        else
+            msize[nm++] = osize[d];
+        for (int32_t i = 0; i < s->nin; i++)
+            mst[nm - 1][i] = ops[i].stride[d];
+    }
     char *to = out;
-    for (int64_t row = 0; row < rows; row++) {
-        for (int32_t i = 0; i < s->nin; i++) {
-            lower_copy_bytes(to, ops[i].data + off[i] * (int64_t)item, bytes[i]);
-            to += bytes[i];
+    if (nm == 0 || s->nin > SJ_MAX_RANK) {
+        /* many inputs (strides kept per merged dim for SJ_MAX_RANK): the odometer over every
+         * dim before the cat dim */
+        int64_t rows = 1;
+        for (int d = 0; d < dim; d++)
+            rows *= osize[d];
+        int64_t idx[SJ_MAX_RANK] = {0};
+        for (int64_t row = 0; row < rows; row++) {
+            for (int32_t i = 0; i < s->nin; i++) {
+                lower_copy_bytes(to, ops[i].data + off[i] * (int64_t)item, bytes[i]);
+                to += bytes[i];
+            }
+            for (int d = dim - 1; d >= 0; d--) {
+                for (int32_t i = 0; i < s->nin; i++)
+                    off[i] += ops[i].stride[d];
+                if (++idx[d] < osize[d])
+                    break;
+                for (int32_t i = 0; i < s->nin; i++)
+                    off[i] -= ops[i].stride[d] * osize[d];
+                idx[d] = 0;
+            }
         }
-        for (int d = dim - 1; d >= 0; d--) {
-            for (int32_t i = 0; i < s->nin; i++)
-                off[i] += ops[i].stride[d];
-            if (++idx[d] < osize[d])
-                break;
-            for (int32_t i = 0; i < s->nin; i++)
-                off[i] -= ops[i].stride[d] * osize[d];
-            idx[d] = 0;
+    } else {
+        int64_t outer = 1, idx[SJ_MAX_RANK] = {0}, n = msize[nm - 1];
+        for (int d = 0; d < nm - 1; d++)
+            outer *= msize[d];
+        int one = 1;   /* every block one element of 4 or 8 bytes: typed moves */
+        for (int32_t i = 0; i < s->nin; i++)
+            one &= bytes[i] == item && (item == 4 || item == 8);
+        for (int64_t o = 0; o < outer; o++) {
+            for (int32_t i = 0; i < s->nin; i++) {
+                const char *from = ops[i].data + off[i] * (int64_t)item;
+                int64_t step = mst[nm - 1][i] * (int64_t)item;
+                char *w = to + (size_t)i * (one ? item : 0);
+                if (one && item == 4) {
+                    for (int64_t t = 0; t < n; t++)
+                        memcpy(w + (size_t)t * s->nin * 4, from + t * step, 4);
+                } else if (one) {
+                    for (int64_t t = 0; t < n; t++)
+                        memcpy(w + (size_t)t * s->nin * 8, from + t * step, 8);
+                }
+            }
+            if (one) {
+                to += (size_t)n * s->nin * item;
+            } else {
+                for (int64_t t = 0; t < n; t++)
+                    for (int32_t i = 0; i < s->nin; i++) {
+                        lower_copy_bytes(to, ops[i].data + (off[i] + t * mst[nm - 1][i]) * (int64_t)item, bytes[i]);
+                        to += bytes[i];
+                    }
+            }
+            for (int d = nm - 2; d >= 0; d--) {
+                for (int32_t i = 0; i < s->nin; i++)
+                    off[i] += mst[d][i];
+                if (++idx[d] < msize[d])
+                    break;
+                for (int32_t i = 0; i < s->nin; i++)
+                    off[i] -= mst[d][i] * msize[d];
+                idx[d] = 0;
+            }
         }
     }
     PyMem_RawFree(bytes);

@@ -131,6 +131,26 @@ def test_stack_of_strided_and_channels_last_inputs_keeps_eagers_layout():
         shapejit.reset()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])
+@pytest.mark.parametrize("case", ["every_two", "pieces", "mixed", "outer_gap", "many"])
+def test_stack_along_an_inner_dim_of_strided_views(case, dtype):
+    """Stacks along the last dim (or an inner one) of strided views and row-major results,
+    where the rows before the cat dim merge into one loop or do not (a gap between
+    rows, a transposed input): every element where eager puts it."""
+    x = (torch.randn(4, 5, 4, 12) * 10).to(dtype)
+    if case == "every_two":      # rotary embeddings' interleave: (-x[..., 1::2], x[..., ::2])
+        fn = lambda x: torch.stack((x[..., 1::2] + x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)  # noqa: E731
+    elif case == "pieces":       # blocks of 3 elements from strided views
+        fn = lambda x: torch.stack((x[..., 0:3], x[..., 6:9], x[..., 3:6]), dim=-2)  # noqa: E731
+    elif case == "mixed":        # a transposed view beside a row-major one
+        fn = lambda x: torch.stack((x[:, :, :, :5].transpose(1, 2), x[:, :, :, 5:10].transpose(1, 2)), -1)  # noqa: E731
+    elif case == "outer_gap":    # every other row of the outer dims
+        fn = lambda x: torch.stack((x[::2, :, 1], x[1:, :, 2][::2]), dim=-1)  # noqa: E731
+    else:                        # more inputs than dims
+        fn = lambda x: torch.stack([x[..., i] for i in range(12)], dim=-1)  # noqa: E731
+    _check(fn, x)
+
+
 def test_stack_mismatched_sizes_raise_as_eager():
     backend, made = _lowering()
     fn = shapejit.compile(lambda a, b: torch.stack([a, b], 1), backend=backend, dynamic=True)

@@ -1,6 +1,7 @@
-"""Rotary embeddings in the cpu backend: rotate_half, cat((-x[..., h:], x[..., :h]), -1), is
-read inside the pointwise kernel around it (x at rotated offsets of its last dim) instead of
-slicing steps, a negation kernel and a concatenation step. Compared with eager over odd
+"""Rotary embeddings in the cpu backend: rotate_half, cat((-x[..., h:], x[..., :h]), -1), and
+the pairs' swap of GPT-J, CodeGen and Cohere, stack((-x[..., 1::2], x[..., ::2]),
+-1).flatten(-2), are read inside the pointwise kernel around them (x at rotated offsets of
+its last dim) instead of slicing steps, a negation kernel and a concatenation or stack step. Compared with eager over odd
 half widths, float32 and float64, non-contiguous and broadcast inputs, partial rotary (the
 rotated part a slice of the head), dynamic sizes, 1 and 2 threads; forms it does not take
 (the slices read elsewhere, an odd last dim, the wrong sign) keep their steps. The results
@@ -23,8 +24,28 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rotate_every_two(x):          # GPT-J, CodeGen: the head's dims indexed one by one
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
+
+
+def rotate_pairs(x):              # Cohere: any rank
+    x1 = x[..., ::2]
+    x2 = x[..., 1::2]
+    return torch.stack([-x2, x1], dim=-1).flatten(-2)
+
+
+ROTATIONS = {"half": rotate_half, "pairs": rotate_pairs}
+
+
 def rope(q, cos, sin):
     return q * cos + rotate_half(q) * sin
+
+
+def rope_pairs(q, cos, sin):
+    return q * cos + rotate_every_two(q) * sin
 
 
 def _run(fn, *args, dynamic=False, threads=None):
@@ -56,11 +77,26 @@ def _eager_ops(made):
 @pytest.mark.parametrize("head", [2, 6, 16, 22, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rope_one_kernel(head, dtype, threads):
+@pytest.mark.parametrize("fn", [rope, rope_pairs])
+def test_rope_one_kernel(head, dtype, threads, fn):
     q = torch.randn(2, 3, 5, head, dtype=dtype)
     cos, sin = torch.randn(5, head, dtype=dtype), torch.randn(5, head, dtype=dtype)
-    made = _run(rope, q, cos, sin, threads=threads)
+    made = _run(fn, q, cos, sin, threads=threads)
     assert _kinds(made) == ["kernel"], _kinds(made)
+
+
+def test_gptj_rotary_with_repeat_interleave_and_partial_head():
+    # GPT-J's apply_rotary_pos_emb on the rotary part of the head, cat with the rest
+    def f(k, sin, cos):
+        k_rot, k_pass = k[:, :, :, :8], k[:, :, :, 8:]
+        sin = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+        cos = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+        k_rot = (k_rot * cos) + (rotate_every_two(k_rot) * sin)
+        return torch.cat([k_rot, k_pass], dim=-1)
+    k = torch.randn(2, 7, 4, 16)
+    made = _run(f, k, torch.randn(2, 7, 4), torch.randn(2, 7, 4))
+    # the rotation in the kernel: no negation, no stack; the one cat step is the final cat
+    assert "neg" not in _eager_ops(made) and _kinds(made).count("cat") == 1, (_kinds(made), _eager_ops(made))
 
 
 def test_large_parallel_and_nonfinite():
@@ -72,13 +108,17 @@ def test_large_parallel_and_nonfinite():
     cos, sin = torch.randn(128, 64), torch.randn(128, 64)
     made = _run(rope, q, cos, sin, threads=2)
     assert _kinds(made) == ["kernel"]
+    made = _run(rope_pairs, q, cos, sin, threads=2)
+    assert _kinds(made) == ["kernel"]
 
 
-def test_rotate_half_alone_and_signed_zero():
+@pytest.mark.parametrize("rot", sorted(ROTATIONS))
+def test_rotation_alone_and_signed_zero(rot):
+    fn = ROTATIONS[rot]
     x = torch.tensor([[0.0, -0.0, 1.5, float("nan")], [float("inf"), 2.0, -0.0, 0.0]])
     backend, made = _lowering()
-    got = shapejit.compile(rotate_half, backend=backend)(x)
-    want = rotate_half(x)
+    got = shapejit.compile(fn, backend=backend)(x)
+    want = fn(x)
     assert torch.equal(torch.signbit(got), torch.signbit(want))
     torch.testing.assert_close(got, want, equal_nan=True)
     assert _kinds(made) == ["kernel"]
@@ -90,9 +130,12 @@ def test_non_contiguous_and_broadcast():
     cos, sin = torch.randn(1, 1, 7, 10), torch.randn(7, 10)
     made = _run(rope, q, cos, sin)
     assert _kinds(made) == ["kernel"]
+    made = _run(rope_pairs, q, cos, sin)
+    assert _kinds(made) == ["kernel"]
     # a strided last dim
     q = torch.randn(2, 3, 5, 20)[..., ::2]
     _run(rope, q, torch.randn(5, 10), torch.randn(5, 10))
+    _run(rope_pairs, q, torch.randn(5, 10), torch.randn(5, 10))
 
 
 def test_partial_rotary():
@@ -114,13 +157,14 @@ def test_index_forms():
     assert _kinds(made) == ["kernel"]
 
 
-def test_dynamic_sizes():
+@pytest.mark.parametrize("fn", [rope, rope_pairs])
+def test_dynamic_sizes(fn):
     backend, made = _lowering()
-    cf = shapejit.compile(rope, backend=backend, dynamic=True)
+    cf = shapejit.compile(fn, backend=backend, dynamic=True)
     for b, s in [(1, 3), (2, 17), (3, 1)]:
         q = torch.randn(b, 4, s, 12)
         cos, sin = torch.randn(s, 12), torch.randn(s, 12)
-        torch.testing.assert_close(cf(q, cos, sin), rope(q, cos, sin), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cf(q, cos, sin), fn(q, cos, sin), rtol=1e-5, atol=1e-6)
 
 
 def test_forms_left_alone():
@@ -144,6 +188,28 @@ def test_forms_left_alone():
         assert "cat" in _kinds(made)
 
 
+def test_pairs_forms_left_alone():
+    # the slices read elsewhere, the other sign or order, an odd last dim, the stack on
+    # another dim or flattened elsewhere: not the pairs' swap, every value right
+    def shared(x):
+        ev = x[..., ::2]
+        return torch.stack((-x[..., 1::2], ev), -1).flatten(-2) * 2, ev + 1
+    forms = [(shared, torch.randn(3, 8)),
+             (lambda x: torch.stack((x[..., 1::2], -x[..., ::2]), -1).flatten(-2) + 1, torch.randn(3, 8)),
+             (lambda x: torch.stack((-x[..., ::2], x[..., 1::2]), -1).flatten(-2) + 1, torch.randn(3, 8)),
+             (lambda x: torch.stack((-x[..., 1::2], x[..., :-1:2]), -1).flatten(-2) + 1, torch.randn(3, 7)),
+             (lambda x: torch.stack((-x[..., 1::2], x[..., ::2]), -2).flatten(-2) + 1, torch.randn(3, 8)),
+             (lambda x: torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-3) + 1, torch.randn(2, 3, 8)),
+             (lambda x: torch.stack((-x[..., 2::2], x[..., :-2:2]), -1).flatten(-2) + 1, torch.randn(3, 10))]
+    for f, x in forms:
+        backend, made = _lowering()
+        got = shapejit.compile(f, backend=backend)(x)
+        want = f(x)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g, w)
+        assert "stack" in _eager_ops(made) or "cat" in _kinds(made) or "neg" in _eager_ops(made), _kinds(made)
+
+
 def test_int_and_grad_left_alone():
     x = torch.arange(24).reshape(3, 8)
     backend, made = _lowering()
@@ -161,11 +227,13 @@ def _rope_forms():
     }
 
 
+@pytest.mark.parametrize("rot", sorted(ROTATIONS))
 @pytest.mark.parametrize("form", sorted(_rope_forms()))
 @pytest.mark.parametrize("seed", range(10))
-def test_eager_strides_with_head_dim_innermost(form, seed):
+def test_eager_strides_with_head_dim_innermost(form, seed, rot, monkeypatch):
     """q's leading dims in a random memory order (maybe with a gap), its last dim innermost;
     cos/sin broadcast over some leading dims: every result stride equals eager's."""
+    monkeypatch.setitem(globals(), "rotate_half", ROTATIONS[rot])
     fn = _rope_forms()[form]
     rng = random.Random(seed * 31 + len(form))
     r = rng.choice([3, 4, 4, 5])
@@ -191,7 +259,7 @@ def test_eager_strides_with_head_dim_innermost(form, seed):
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
             assert g.stride() == w.stride(), (form, q.shape, q.stride(), cshape, g.stride(), w.stride())
-    assert "cat" not in _kinds(made) and _kinds(made).count("kernel") >= 1
+    assert "cat" not in _kinds(made) and _kinds(made).count("kernel") >= 1, _kinds(made)
 
 
 def test_channels_last_rotation_values():

@@ -224,8 +224,19 @@ def _rms_norm(h, w):
     return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6))
 
 
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rotate_pairs(x):
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
 MIXED_CHAINS = {
     "arith10": _arith10,
+    "rope_half": lambda x, y: x * y + _rotate_half(x) * (y - 1),     # rotated reads (plan_rot.c)
+    "rope_pairs": lambda x, y: x * y + _rotate_pairs(x) * (y - 1),
     "chain10": _chain10,
     "max_min": lambda x, y: torch.maximum(x, y) + torch.minimum(x, y),
     "relu6_hardswish": lambda x, y: F.relu6(x) + F.hardswish(y),
@@ -295,7 +306,8 @@ def kernel_sources(tmp_path_factory):
             for dt in (np.float32, np.float64):
                 rng = np.random.default_rng(zlib.crc32(name.encode()))
                 # attention: (batch, queries, embedding), enough scores for the attention step
-                shape = (4, 40, 16) if name.startswith("sdpa") else (13, 79) if name in REDUCING else (1027,)
+                shape = ((4, 40, 16) if name.startswith("sdpa") else (13, 79) if name in REDUCING
+                         else (13, 80) if name.startswith("rope") else (1027,))
                 x, y = (rng.random(shape) * 4 + 0.5).astype(dt), (rng.random(shape) * 4 + 0.5).astype(dt)
                 if not numpy_chain:
                     x, y = torch.from_numpy(x), torch.from_numpy(y)
