@@ -12,8 +12,9 @@
  * a value that may share its memory (a view, a cast or contiguous() that returns its
  * argument), and no graph output may share its memory (the caller could write into it); in
  * either case nothing is folded. A folded node may write in place into a folded value when
- * nothing that runs every call reads a folded value before it. Random draws, empty() (undefined contents), Python-number results and numpy are
- * never folded.
+ * nothing that runs every call reads a folded value before it (`t[i] = v` too: a table of
+ * indices filled from aranges). Random draws, empty() (undefined contents), Python-number
+ * results and numpy are never folded.
  *
  * Memory: the step array and its node/value lists are PyMem of the plan; each kept value is
  * a strong reference held from the first run until the plan is freed. */
@@ -47,6 +48,8 @@ static int foldable_op(OpId op)
     case OPK_REDUCTION:
     case OPK_SHAPE:
         return 1;
+    case OPK_MUTATION:   /* t[i] = v into a folded t: BEiT's relative position index table */
+        return op == OP_SETITEM;
     case OPK_FACTORY:
         return op == OP_ZEROS || op == OP_ONES || op == OP_FULL || op == OP_ZEROS_LIKE || op == OP_ONES_LIKE ||
                op == OP_FULL_LIKE || op == OP_ARANGE || op == OP_LINSPACE || op == OP_EYE || op == OP_NEW_FULL;
@@ -101,9 +104,18 @@ static int slot_folds(const Graph *g, const Arg *x, const uint8_t *fold)
 }
 
 /* 1 when the callable is a library function or method of C (a builtin, a method or slot
- * descriptor): no Python closure or bound object that could change between calls. */
+ * descriptor), or a plain Python function of torch's own without a closure
+ * (torch.meshgrid, torch.functional's wrappers): no Python closure or bound object that
+ * could change between calls. */
 static int library_callable(PyObject *f)
 {
+    if (PyFunction_Check(f)) {
+        PyObject *mod = PyFunction_GET_MODULE(f);   /* borrowed */
+        const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        if (!m)
+            PyErr_Clear();
+        return m && (!strcmp(m, "torch") || !strncmp(m, "torch.", 6)) && !PyFunction_GET_CLOSURE(f);
+    }
     if (PyCFunction_Check(f)) {
         PyObject *self = PyCFunction_GET_SELF(f);   /* borrowed */
         return !self || PyModule_Check(self) || PyType_Check(self);
@@ -190,7 +202,7 @@ static int note_inplace(const Graph *g, const uint8_t *fold, struct writes *w)
 {
     for (int32_t ni = 0; ni < g->nnodes; ni++) {
         const Node *nd = &g->nodes[ni];
-        if (!fold[ni] || !(nd->flags & NODE_INPLACE))
+        if (!fold[ni] || !lower_node_writes(nd))   /* in place, or t[i] = v */
             continue;
         if (nd->nargs < 1 || g->pool[nd->args].kind != ARG_VALUE) {
             w->hit = 1;   /* what it writes is not known here: fold nothing */

@@ -122,6 +122,56 @@ def test_in_place_t5_buckets_fold():
     assert "arange" not in ops and "where" not in ops and "full_like" not in ops
 
 
+def relative_position_index(x, table):
+    # BEiT's table of relative positions: meshgrid (a Python function of torch's), a stack,
+    # `t[i] += v` through views and `t[i] = v` into zeros, then a lookup of a parameter-like
+    # input by the table, every call
+    w = (3, 4)
+    coords = torch.flatten(torch.stack(torch.meshgrid(torch.arange(w[0]), torch.arange(w[1]), indexing="ij")), 1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+    rel[:, :, 0] += w[0] - 1
+    rel[:, :, 1] += w[1] - 1
+    rel[:, :, 0] *= 2 * w[1] - 1
+    n = w[0] * w[1]
+    idx = torch.zeros(size=(n + 1,) * 2, dtype=rel.dtype)
+    idx[1:, 1:] = rel.sum(-1)
+    idx[0, 0:] = 36
+    idx[0:, 0] = 37
+    idx[0, 0] = 38
+    return x + table[idx.view(-1)].view(n + 1, n + 1, -1).permute(2, 0, 1)
+
+
+def test_table_filled_by_item_writes_folds():
+    x, table = torch.randn(2, 13, 13), torch.randn(39, 2)
+    made = _check(relative_position_index, x, table)
+    assert _stats(made, "const_nodes") >= 20
+    ops = made[0].stats.get("eager_ops") or {}
+    assert "setitem" not in ops and "meshgrid" not in ops and "zeros" not in ops, ops
+
+
+def test_item_write_of_an_input_into_a_table_folds_nothing_it_writes():
+    def f(x):
+        t = torch.zeros(4)
+        t[1:3] = x[:2]        # the value written is an input: runs every call
+        return t * 2 + x
+
+    made = _check(f, torch.randn(4))
+    ops = made[0].stats.get("eager_ops") or {}
+    assert ops.get("setitem", 0) == 1 and ops.get("zeros", 0) == 1, ops
+
+
+def test_item_write_after_a_read_every_call_folds_nothing():
+    # x * t reads t before the (foldable) write: a kept t would hold the write already
+    def f(x):
+        t = torch.arange(4.0)
+        y = x * t
+        t[0] = 5.0
+        return y + x * t
+
+    made = _check(f, torch.randn(4))
+    assert _stats(made, "const_nodes") == 0
+
+
 def test_in_place_write_reading_an_input_folds_nothing():
     def f(x):
         m = torch.zeros(4)
