@@ -401,6 +401,78 @@ static int plan_rot_node(Graph *g, int32_t ni, LowerPlan *out, Kernel **open, in
     return 0;
 }
 
+/* How many values kernel k would store if node ni joined it: its nodes' values read after
+ * ni (an upper bound of its outputs, find_outputs), ni's own included. */
+static int32_t kernel_outputs_bound(const Graph *g, const Kernel *k, int32_t ni, const int32_t *last_use)
+{
+    int32_t n = 1;
+    for (int32_t j = 0; j < k->nnodes; j++)
+        n += last_use[g->nodes[k->nodes[j]].first_value] > ni;
+    return n;
+}
+
+/* Kernels whose inputs and outputs outgrow SJ_KMAX_OPERANDS (the later passes add nodes
+ * and outputs the planning bound did not see) become eager steps of their nodes, in order:
+ * slower, never out of bounds. 0, or -1 with MemoryError. */
+static int unfuse_wide_kernels(LowerPlan *p, int32_t *node_step, int32_t nnodes)
+{
+    int32_t wide = 0, extra = 0;
+    for (int32_t i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].nin + p->kernels[i].nout > SJ_KMAX_OPERANDS - 2) {
+            wide++;
+            extra += p->kernels[i].nnodes;
+        }
+    if (wide == 0)
+        return 0;
+    Step *steps = PyMem_Malloc(sizeof(Step) * (size_t)(p->nsteps + extra));
+    int32_t *kmap = PyMem_Malloc(sizeof(int32_t) * (size_t)p->nkernels);
+    int32_t *smap = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
+    if (!steps || !kmap || !smap) {
+        PyMem_Free(steps);
+        PyMem_Free(kmap);
+        PyMem_Free(smap);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t nk = 0, ns = 0;
+    for (int32_t i = 0; i < p->nkernels; i++)
+        kmap[i] = p->kernels[i].nin + p->kernels[i].nout > SJ_KMAX_OPERANDS - 2 ? -1 : nk++;
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        Step st = p->steps[i];
+        smap[i] = ns;
+        if (st.kind == STEP_KERNEL && kmap[st.index] < 0) {
+            const Kernel *k = &p->kernels[st.index];
+            for (int32_t j = 0; j < k->nnodes; j++)
+                steps[ns++] = (Step){STEP_EAGER, k->nodes[j]};
+            continue;
+        }
+        if (st.kind == STEP_KERNEL)
+            st.index = kmap[st.index];
+        steps[ns++] = st;
+    }
+    for (int32_t ni = 0; ni < nnodes; ni++)
+        if (node_step[ni] >= 0)
+            node_step[ni] = smap[node_step[ni]];
+    for (int32_t i = 0; i < ns; i++)   /* the nodes of unfused kernels: their own steps */
+        if (steps[i].kind == STEP_EAGER)
+            node_step[steps[i].index] = i;
+    nk = 0;
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        if (kmap[i] < 0) {
+            PyMem_Free(p->kernels[i].nodes);
+            continue;
+        }
+        p->kernels[nk++] = p->kernels[i];
+    }
+    p->nkernels = nk;
+    PyMem_Free(p->steps);
+    p->steps = steps;
+    p->nsteps = ns;
+    PyMem_Free(kmap);
+    PyMem_Free(smap);
+    return 0;
+}
+
 int lower_plan(Graph *g, LowerPlan *out)
 {
     memset(out, 0, sizeof *out);
@@ -496,6 +568,8 @@ int lower_plan(Graph *g, LowerPlan *out)
             open = NULL;
         if (ok && open && max_nodes > 0 && open->nnodes >= max_nodes)
             open = NULL;   /* a unit's worth of ops: the chain goes on in a new kernel */
+        if (ok && open && kernel_outputs_bound(g, open, ni, last_use) + open->nin + 3 >= SJ_KMAX_OPERANDS - 2)
+            open = NULL;   /* what it makes and is read later could outgrow the operands */
         if (ok && open) {
             /* the operands it reads from outside become the kernel's inputs */
             int full = 0;
@@ -547,7 +621,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             first[out->kernels[i].nodes[j]] = i;
     for (int32_t i = 0; i < out->nkernels; i++)
         find_outputs(g, out, &out->kernels[i], i, last_use, first, recomputed);
-    if (drop_dead_kernels(out, node_step, g->nnodes) < 0)
+    if (drop_dead_kernels(out, node_step, g->nnodes) < 0 || unfuse_wide_kernels(out, node_step, g->nnodes) < 0)
         goto fail;
     /* a node a later kernel recomputes is the last such kernel's (what it reads is held
      * until then: plan_releases) */

@@ -157,85 +157,90 @@ static int interleaved(const CatStep *s, const Operand *ops, const int64_t *osiz
     /* the dims before the cat dim, merged where every input steps through them as one (a
      * row-major input, or a strided view such as x[..., ::2] of one): the innermost merged
      * dim is a tight loop, the others an odometer. A stack of k small pieces along the last
-     * dim (rotary embeddings' interleave) is then one loop over all rows. */
-    int64_t msize[SJ_MAX_RANK], mst[SJ_MAX_RANK][SJ_MAX_RANK];   /* mst[d][i]: input i's stride */
+     * dim (rotary embeddings' interleave) is then one loop over all rows, and a stack of
+     * many pieces along an inner dim (a scan's steps) one loop of fixed-size block moves. */
+    int64_t msize[SJ_MAX_RANK];
+    int64_t *mst = PyMem_RawMalloc(sizeof(int64_t) * SJ_MAX_RANK * (size_t)s->nin);   /* [d * nin + i] */
+    if (!mst) {
+        PyMem_RawFree(bytes);
+        PyMem_RawFree(off);
+        return 0;
+    }
     int nm = 0;
-    for (int d = 0; d < dim && s->nin <= SJ_MAX_RANK; d++) {
+    for (int d = 0; d < dim; d++) {
         if (osize[d] == 1)
             continue;
         int merge = nm > 0;
         for (int32_t i = 0; merge && i < s->nin; i++)
-            merge = mst[nm - 1][i] == ops[i].stride[d] * osize[d];
+            merge = mst[(nm - 1) * s->nin + i] == ops[i].stride[d] * osize[d];
         if (merge)
             msize[nm - 1] *= osize[d];
         else
             msize[nm++] = osize[d];
         for (int32_t i = 0; i < s->nin; i++)
-            mst[nm - 1][i] = ops[i].stride[d];
+            mst[(nm - 1) * s->nin + i] = ops[i].stride[d];
     }
-    char *to = out;
-    if (nm == 0 || s->nin > SJ_MAX_RANK) {
-        /* many inputs (strides kept per merged dim for SJ_MAX_RANK): the odometer over every
-         * dim before the cat dim */
-        int64_t rows = 1;
-        for (int d = 0; d < dim; d++)
-            rows *= osize[d];
-        int64_t idx[SJ_MAX_RANK] = {0};
-        for (int64_t row = 0; row < rows; row++) {
-            for (int32_t i = 0; i < s->nin; i++) {
-                lower_copy_bytes(to, ops[i].data + off[i] * (int64_t)item, bytes[i]);
-                to += bytes[i];
-            }
-            for (int d = dim - 1; d >= 0; d--) {
-                for (int32_t i = 0; i < s->nin; i++)
-                    off[i] += ops[i].stride[d];
-                if (++idx[d] < osize[d])
-                    break;
-                for (int32_t i = 0; i < s->nin; i++)
-                    off[i] -= ops[i].stride[d] * osize[d];
-                idx[d] = 0;
-            }
-        }
-    } else {
-        int64_t outer = 1, idx[SJ_MAX_RANK] = {0}, n = msize[nm - 1];
-        for (int d = 0; d < nm - 1; d++)
-            outer *= msize[d];
-        int one = 1;   /* every block one element of 4 or 8 bytes: typed moves */
+    if (nm == 0) {   /* one row */
+        msize[0] = 1;
         for (int32_t i = 0; i < s->nin; i++)
-            one &= bytes[i] == item && (item == 4 || item == 8);
-        for (int64_t o = 0; o < outer; o++) {
+            mst[i] = 0;
+        nm = 1;
+    }
+    const int64_t *inner = mst + (nm - 1) * s->nin;
+    char *to = out;
+    int64_t outer = 1, idx[SJ_MAX_RANK] = {0}, n = msize[nm - 1];
+    for (int d = 0; d < nm - 1; d++)
+        outer *= msize[d];
+    size_t same = bytes[0];   /* every block this size, or 0 */
+    for (int32_t i = 1; i < s->nin && same; i++)
+        same = bytes[i] == same ? same : 0;
+    int one = same == item && (item == 4 || item == 8);   /* one-element blocks: typed moves */
+    for (int64_t o = 0; o < outer; o++) {
+        if (one) {
             for (int32_t i = 0; i < s->nin; i++) {
                 const char *from = ops[i].data + off[i] * (int64_t)item;
-                int64_t step = mst[nm - 1][i] * (int64_t)item;
-                char *w = to + (size_t)i * (one ? item : 0);
-                if (one && item == 4) {
+                int64_t step = inner[i] * (int64_t)item;
+                char *w = to + (size_t)i * item;
+                if (item == 4) {
                     for (int64_t t = 0; t < n; t++)
                         memcpy(w + (size_t)t * s->nin * 4, from + t * step, 4);
-                } else if (one) {
+                } else {
                     for (int64_t t = 0; t < n; t++)
                         memcpy(w + (size_t)t * s->nin * 8, from + t * step, 8);
                 }
             }
-            if (one) {
-                to += (size_t)n * s->nin * item;
-            } else {
-                for (int64_t t = 0; t < n; t++)
-                    for (int32_t i = 0; i < s->nin; i++) {
-                        lower_copy_bytes(to, ops[i].data + (off[i] + t * mst[nm - 1][i]) * (int64_t)item, bytes[i]);
-                        to += bytes[i];
+            to += (size_t)n * s->nin * item;
+        } else {
+            for (int64_t t = 0; t < n; t++)
+                for (int32_t i = 0; i < s->nin; i++) {
+                    const char *from = ops[i].data + (off[i] + t * inner[i]) * (int64_t)item;
+                    switch (same) {   /* fixed sizes: one or two vector moves each */
+                    case 16:
+                        memcpy(to, from, 16);
+                        break;
+                    case 32:
+                        memcpy(to, from, 32);
+                        break;
+                    case 64:
+                        memcpy(to, from, 64);
+                        break;
+                    default:
+                        lower_copy_bytes(to, from, bytes[i]);
                     }
-            }
-            for (int d = nm - 2; d >= 0; d--) {
-                for (int32_t i = 0; i < s->nin; i++)
-                    off[i] += mst[d][i];
-                if (++idx[d] < msize[d])
-                    break;
-                for (int32_t i = 0; i < s->nin; i++)
-                    off[i] -= mst[d][i] * msize[d];
-                idx[d] = 0;
-            }
+                    to += bytes[i];
+                }
+        }
+        for (int d = nm - 2; d >= 0; d--) {
+            for (int32_t i = 0; i < s->nin; i++)
+                off[i] += mst[d * s->nin + i];
+            if (++idx[d] < msize[d])
+                break;
+            for (int32_t i = 0; i < s->nin; i++)
+                off[i] -= mst[d * s->nin + i] * msize[d];
+            idx[d] = 0;
         }
     }
+    PyMem_RawFree(mst);
     PyMem_RawFree(bytes);
     PyMem_RawFree(off);
     return 1;

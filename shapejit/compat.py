@@ -255,11 +255,13 @@ class _ProxyPatch:
                                 % (proxy.__name__, name, value))
         self._extra = {k: v for k, v in changes.items()
                        if not _config.is_knob(k) and not proxy._emulates(k)}
-        for name, value in self._extra.items():   # before anything is set
-            _check_torch_knob(proxy, name, value)
         self._saved = []
 
     def __enter__(self):
+        # a name torch's config lacks fails here, when the patch applies, as torch's own
+        # patch does: a decorator naming a knob of a newer torch does not fail at import
+        for name, value in self._extra.items():   # before anything is set
+            _check_torch_knob(self._proxy, name, value)
         self._knobs.__enter__()
         store = self._proxy._extra
         self._saved.append(({k: store.get(k, _MISSING) for k in self._extra},

@@ -179,6 +179,25 @@ def test_fusion_writes_only_what_is_read():
     assert "out0[" in src and "out1" not in src and "in0[" in src and "in1" not in src
 
 
+@pytest.mark.parametrize("n", [16, 17, 31, 40, 70])
+@pytest.mark.parametrize("lib", ["torch", "numpy"])
+def test_many_results_read_later_split_kernels(n, lib):
+    """n independent pointwise results all read after them (a scan's steps stacked, a list
+    comprehension over inputs): the kernels split before their inputs and outputs outgrow
+    a kernel's operands, every result right (31 or more of them crashed the interpreter)."""
+    if lib == "torch":
+        xs = [torch.randn(2, 5, 3) for _ in range(n)]
+        fn = lambda *xs: torch.stack([x * 1.5 + i for i, x in enumerate(xs)], dim=2)  # noqa: E731
+    else:
+        xs = [np.random.default_rng(i).standard_normal((2, 5, 3)) for i in range(n)]
+        fn = lambda *xs: np.stack([x * 1.5 + i for i, x in enumerate(xs)], axis=2)  # noqa: E731
+    backend, made = _lowering()
+    got, want = shapejit.compile(fn, backend=backend)(*xs), fn(*xs)
+    _close(got, want)
+    kinds = [k for m in made for k in m.step_kinds]
+    assert kinds.count("kernel") >= 1 and kinds.count("kernel") <= n, kinds
+
+
 def test_backend_by_name():
     x = torch.randn(33, 3)
     got = shapejit.compile(chain10, backend="cpu")(x)
