@@ -240,46 +240,73 @@ static void note_use(void *last_use, int32_t ni, int32_t v)
     ((int32_t *)last_use)[v] = ni;
 }
 
+/* 1 when kernel k's inputs and outputs outgrow SJ_KMAX_OPERANDS (the passes after the
+ * planning bound add nodes and outputs it did not see). */
+static int kernel_too_wide(const Kernel *k)
+{
+    return k->nin + k->nout > SJ_KMAX_OPERANDS - 2;
+}
+
 /* Kernels that store nothing (every value they make is recomputed by a later kernel, or
- * read by no one) leave the plan: neither built nor run. Steps and kernels are renumbered;
- * node_step (filled for the other steps so far) follows. 0, or -1 with MemoryError. */
+ * read by no one) leave the plan: neither built nor run. Kernels too wide for their
+ * operands become eager steps of their nodes, in order: slower, never out of bounds.
+ * Steps and kernels are renumbered; node_step (filled for the other steps so far)
+ * follows. 0, or -1 with MemoryError. */
 static int drop_dead_kernels(LowerPlan *p, int32_t *node_step, int32_t nnodes)
 {
-    int32_t dead = 0;
-    for (int32_t i = 0; i < p->nkernels; i++)
-        dead += p->kernels[i].nout == 0;
-    if (dead == 0)
+    int32_t gone = 0, extra = 0;
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        const Kernel *k = &p->kernels[i];
+        gone += k->nout == 0 || kernel_too_wide(k);
+        extra += k->nout != 0 && kernel_too_wide(k) ? k->nnodes : 0;
+    }
+    if (gone == 0)
         return 0;
+    Step *steps = PyMem_Malloc(sizeof(Step) * (size_t)(p->nsteps + extra + 1));
     int32_t *kmap = PyMem_Malloc(sizeof(int32_t) * (size_t)p->nkernels);
     int32_t *smap = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
-    if (!kmap || !smap) {
+    if (!steps || !kmap || !smap) {
+        PyMem_Free(steps);
         PyMem_Free(kmap);
+        PyMem_Free(smap);
         PyErr_NoMemory();
         return -1;
     }
-    int32_t nk = 0;
-    for (int32_t i = 0; i < p->nkernels; i++) {
-        if (p->kernels[i].nout == 0) {
-            PyMem_Free(p->kernels[i].nodes);
-            kmap[i] = -1;
+    int32_t nk = 0, ns = 0;
+    for (int32_t i = 0; i < p->nkernels; i++)
+        kmap[i] = p->kernels[i].nout == 0 || kernel_too_wide(&p->kernels[i]) ? -1 : nk++;
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        Step st = p->steps[i];
+        smap[i] = -1;
+        if (st.kind == STEP_KERNEL && kmap[st.index] < 0) {
+            const Kernel *k = &p->kernels[st.index];
+            if (k->nout == 0)
+                continue;
+            smap[i] = ns;
+            for (int32_t j = 0; j < k->nnodes; j++)
+                steps[ns++] = (Step){STEP_EAGER, k->nodes[j]};
             continue;
         }
-        kmap[i] = nk;
-        p->kernels[nk++] = p->kernels[i];
-    }
-    p->nkernels = nk;
-    int32_t ns = 0;
-    for (int32_t i = 0; i < p->nsteps; i++) {
-        Step s = p->steps[i];
-        if (s.kind == STEP_KERNEL)
-            s.index = kmap[s.index];
-        smap[i] = s.index < 0 ? -1 : ns;
-        if (s.index >= 0)
-            p->steps[ns++] = s;
+        if (st.kind == STEP_KERNEL)
+            st.index = kmap[st.index];
+        smap[i] = ns;
+        steps[ns++] = st;
     }
     for (int32_t ni = 0; ni < nnodes; ni++)
         if (node_step[ni] >= 0)
             node_step[ni] = smap[node_step[ni]];
+    for (int32_t i = 0; i < ns; i++)   /* the nodes of unfused kernels: their own steps */
+        if (steps[i].kind == STEP_EAGER)
+            node_step[steps[i].index] = i;
+    for (int32_t i = 0, j = 0; i < p->nkernels; i++) {
+        if (kmap[i] < 0)
+            PyMem_Free(p->kernels[i].nodes);
+        else
+            p->kernels[j++] = p->kernels[i];
+    }
+    p->nkernels = nk;
+    PyMem_Free(p->steps);
+    p->steps = steps;
     p->nsteps = ns;
     PyMem_Free(kmap);
     PyMem_Free(smap);
@@ -409,68 +436,6 @@ static int32_t kernel_outputs_bound(const Graph *g, const Kernel *k, int32_t ni,
     for (int32_t j = 0; j < k->nnodes; j++)
         n += last_use[g->nodes[k->nodes[j]].first_value] > ni;
     return n;
-}
-
-/* Kernels whose inputs and outputs outgrow SJ_KMAX_OPERANDS (the later passes add nodes
- * and outputs the planning bound did not see) become eager steps of their nodes, in order:
- * slower, never out of bounds. 0, or -1 with MemoryError. */
-static int unfuse_wide_kernels(LowerPlan *p, int32_t *node_step, int32_t nnodes)
-{
-    int32_t wide = 0, extra = 0;
-    for (int32_t i = 0; i < p->nkernels; i++)
-        if (p->kernels[i].nin + p->kernels[i].nout > SJ_KMAX_OPERANDS - 2) {
-            wide++;
-            extra += p->kernels[i].nnodes;
-        }
-    if (wide == 0)
-        return 0;
-    Step *steps = PyMem_Malloc(sizeof(Step) * (size_t)(p->nsteps + extra));
-    int32_t *kmap = PyMem_Malloc(sizeof(int32_t) * (size_t)p->nkernels);
-    int32_t *smap = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->nsteps ? p->nsteps : 1));
-    if (!steps || !kmap || !smap) {
-        PyMem_Free(steps);
-        PyMem_Free(kmap);
-        PyMem_Free(smap);
-        PyErr_NoMemory();
-        return -1;
-    }
-    int32_t nk = 0, ns = 0;
-    for (int32_t i = 0; i < p->nkernels; i++)
-        kmap[i] = p->kernels[i].nin + p->kernels[i].nout > SJ_KMAX_OPERANDS - 2 ? -1 : nk++;
-    for (int32_t i = 0; i < p->nsteps; i++) {
-        Step st = p->steps[i];
-        smap[i] = ns;
-        if (st.kind == STEP_KERNEL && kmap[st.index] < 0) {
-            const Kernel *k = &p->kernels[st.index];
-            for (int32_t j = 0; j < k->nnodes; j++)
-                steps[ns++] = (Step){STEP_EAGER, k->nodes[j]};
-            continue;
-        }
-        if (st.kind == STEP_KERNEL)
-            st.index = kmap[st.index];
-        steps[ns++] = st;
-    }
-    for (int32_t ni = 0; ni < nnodes; ni++)
-        if (node_step[ni] >= 0)
-            node_step[ni] = smap[node_step[ni]];
-    for (int32_t i = 0; i < ns; i++)   /* the nodes of unfused kernels: their own steps */
-        if (steps[i].kind == STEP_EAGER)
-            node_step[steps[i].index] = i;
-    nk = 0;
-    for (int32_t i = 0; i < p->nkernels; i++) {
-        if (kmap[i] < 0) {
-            PyMem_Free(p->kernels[i].nodes);
-            continue;
-        }
-        p->kernels[nk++] = p->kernels[i];
-    }
-    p->nkernels = nk;
-    PyMem_Free(p->steps);
-    p->steps = steps;
-    p->nsteps = ns;
-    PyMem_Free(kmap);
-    PyMem_Free(smap);
-    return 0;
 }
 
 int lower_plan(Graph *g, LowerPlan *out)
@@ -621,7 +586,7 @@ int lower_plan(Graph *g, LowerPlan *out)
             first[out->kernels[i].nodes[j]] = i;
     for (int32_t i = 0; i < out->nkernels; i++)
         find_outputs(g, out, &out->kernels[i], i, last_use, first, recomputed);
-    if (drop_dead_kernels(out, node_step, g->nnodes) < 0 || unfuse_wide_kernels(out, node_step, g->nnodes) < 0)
+    if (drop_dead_kernels(out, node_step, g->nnodes) < 0)
         goto fail;
     /* a node a later kernel recomputes is the last such kernel's (what it reads is held
      * until then: plan_releases) */
